@@ -1,0 +1,1 @@
+//! ESP and AH.

@@ -1,0 +1,16 @@
+//! Protocol-independent SA mechanics and the policy engine.
+//!
+//! - [`replay`]: the RFC 6479 anti-replay bitmap with RFC 4303 Appendix A extended-sequence-number inference:
+//!   `check` before decryption, `update` only after the ICV verified.
+//! - [`seq`]: the outbound sequence counter (lock-free), which stops at exhaustion instead of wrapping.
+//! - [`lifetime`]: byte, packet and time lifetimes with soft (rekey) and hard (expire) limits; time is passed in.
+//! - [`counters`]: per-SA and per-drop-reason counters (atomics) that `netveil status` shows.
+//! - [`policy`]: selectors -> protect with a bundle / bypass / discard, per direction (the SPD).
+//!
+//! ESP, AH and later PSP and l2sec build their SAs from these pieces.
+
+pub mod counters;
+pub mod lifetime;
+pub mod policy;
+pub mod replay;
+pub mod seq;
