@@ -53,7 +53,10 @@ pub struct DropCounters<R: Reason> {
 
 impl<R: Reason> Default for DropCounters<R> {
     fn default() -> Self {
-        DropCounters { counts: (0..R::COUNT).map(|_| AtomicU64::new(0)).collect(), _r: core::marker::PhantomData }
+        DropCounters {
+            counts: (0..R::COUNT).map(|_| AtomicU64::new(0)).collect(),
+            _r: core::marker::PhantomData,
+        }
     }
 }
 
@@ -66,6 +69,80 @@ impl<R: Reason> DropCounters<R> {
     }
     /// (name, count) of every reason, in index order.
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        self.counts.iter().enumerate().map(|(i, c)| (R::name(i), c.load(Relaxed))).collect()
+        self.counts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (R::name(i), c.load(Relaxed)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[derive(Clone, Copy)]
+    enum Why {
+        Short,
+        Auth,
+        Replay,
+    }
+
+    impl Reason for Why {
+        const COUNT: usize = 3;
+        fn index(self) -> usize {
+            self as usize
+        }
+        fn name(index: usize) -> &'static str {
+            ["short", "auth", "replay"][index]
+        }
+    }
+
+    #[test]
+    fn sa_counters() {
+        let c = SaCounters::default();
+        assert_eq!(c.snapshot(), SaCountersSnapshot::default());
+        c.add(100);
+        c.add(50);
+        c.dropped.fetch_add(2, Relaxed);
+        c.auth_failed.fetch_add(1, Relaxed);
+        c.replayed.fetch_add(1, Relaxed);
+        assert_eq!(
+            c.snapshot(),
+            SaCountersSnapshot {
+                packets: 2,
+                bytes: 150,
+                dropped: 2,
+                auth_failed: 1,
+                replayed: 1
+            }
+        );
+    }
+
+    #[test]
+    fn sa_counters_concurrent() {
+        let c = Arc::new(SaCounters::default());
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || (0..1000).for_each(|_| c.add(10)))
+            })
+            .collect();
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        let s = c.snapshot();
+        assert_eq!((s.packets, s.bytes), (4000, 40_000));
+    }
+
+    #[test]
+    fn drop_counters() {
+        let d = DropCounters::<Why>::default();
+        d.count(Why::Auth);
+        d.count(Why::Auth);
+        d.count(Why::Replay);
+        assert_eq!(d.get(Why::Short), 0);
+        assert_eq!(d.get(Why::Auth), 2);
+        assert_eq!(d.get(Why::Replay), 1);
+        assert_eq!(d.snapshot(), vec![("short", 0), ("auth", 2), ("replay", 1)]);
     }
 }

@@ -28,7 +28,10 @@ pub struct PortRange {
 }
 
 impl PortRange {
-    pub const ANY: PortRange = PortRange { start: 0, end: 65535 };
+    pub const ANY: PortRange = PortRange {
+        start: 0,
+        end: 65535,
+    };
     pub fn contains(&self, p: u16) -> bool {
         self.start <= p && p <= self.end
     }
@@ -58,10 +61,50 @@ pub struct Selector {
     pub dst_ports: PortRange,
 }
 
+/// Whether an IP protocol number carries ports that selectors can match: TCP, UDP, SCTP, UDP-Lite.
+pub fn has_ports(proto: u8) -> bool {
+    matches!(proto, 6 | 17 | 132 | 136)
+}
+
 impl Selector {
+    /// Any IPv4 traffic (0.0.0.0/0 to 0.0.0.0/0, any protocol, any ports).
+    pub fn any_v4() -> Self {
+        let net = IpNet::V4(ipnet::Ipv4Net::default());
+        Selector {
+            src: net,
+            dst: net,
+            proto: None,
+            src_ports: PortRange::ANY,
+            dst_ports: PortRange::ANY,
+        }
+    }
+
+    /// Any IPv6 traffic (::/0 to ::/0, any protocol, any ports).
+    pub fn any_v6() -> Self {
+        let net = IpNet::V6(ipnet::Ipv6Net::default());
+        Selector {
+            src: net,
+            dst: net,
+            proto: None,
+            src_ports: PortRange::ANY,
+            dst_ports: PortRange::ANY,
+        }
+    }
+
+    /// Whether the flow matches: both addresses in the prefixes (of the same family), the protocol (if set) equal,
+    /// and each non-ANY port range containing the port, which requires a protocol with ports (TCP, UDP, SCTP,
+    /// UDP-Lite).
     pub fn matches(&self, k: &FlowKey) -> bool {
-        let _ = k;
-        todo!()
+        if !self.src.contains(&k.src) || !self.dst.contains(&k.dst) {
+            return false;
+        }
+        if self.proto.is_some_and(|p| p != k.proto) {
+            return false;
+        }
+        let port_ok = |range: &PortRange, port: u16| {
+            range.is_any() || (has_ports(k.proto) && range.contains(port))
+        };
+        port_ok(&self.src_ports, k.src_port) && port_ok(&self.dst_ports, k.dst_port)
     }
 }
 
@@ -75,25 +118,243 @@ pub struct Rule {
 
 /// Ordered rules: the first rule (in insertion order) of the packet's direction whose selector matches wins; if none
 /// matches, the default action applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyDb {
-    _todo: (),
+    rules: Vec<Rule>,
+    default: Action,
 }
 
 impl PolicyDb {
     pub fn new(default: Action) -> Self {
-        let _ = default;
-        todo!()
+        PolicyDb {
+            rules: Vec::new(),
+            default,
+        }
     }
     pub fn push(&mut self, rule: Rule) {
-        let _ = rule;
-        todo!()
+        self.rules.push(rule);
     }
     pub fn rules(&self) -> &[Rule] {
-        todo!()
+        &self.rules
+    }
+    /// The action used when no rule matches.
+    pub fn default_action(&self) -> Action {
+        self.default
     }
     /// The winning rule's index (None for the default) and its action.
     pub fn lookup(&self, dir: Direction, key: &FlowKey) -> (Option<usize>, Action) {
-        let _ = (dir, key);
-        todo!()
+        self.rules
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.direction == dir && r.selector.matches(key))
+            .map_or((None, self.default), |(i, r)| (Some(i), r.action))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(src: &str, dst: &str, proto: u8, sp: u16, dp: u16) -> FlowKey {
+        FlowKey {
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            proto,
+            src_port: sp,
+            dst_port: dp,
+        }
+    }
+
+    fn sel(src: &str, dst: &str, proto: Option<u8>, sp: PortRange, dp: PortRange) -> Selector {
+        Selector {
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            proto,
+            src_ports: sp,
+            dst_ports: dp,
+        }
+    }
+
+    fn rule(name: &str, direction: Direction, selector: Selector, action: Action) -> Rule {
+        Rule {
+            name: name.into(),
+            direction,
+            selector,
+            action,
+        }
+    }
+
+    const ANY: PortRange = PortRange::ANY;
+
+    #[test]
+    fn port_range() {
+        let r = PortRange {
+            start: 1000,
+            end: 2000,
+        };
+        assert!(!r.contains(999) && r.contains(1000) && r.contains(2000) && !r.contains(2001));
+        assert!(!r.is_any());
+        assert!(ANY.is_any() && ANY.contains(0) && ANY.contains(65535));
+    }
+
+    #[test]
+    fn prefixes() {
+        let s = sel("10.0.0.0/8", "192.168.1.0/24", None, ANY, ANY);
+        assert!(s.matches(&key("10.1.2.3", "192.168.1.9", 6, 1, 2)));
+        assert!(s.matches(&key("10.255.255.255", "192.168.1.255", 1, 0, 0)));
+        assert!(!s.matches(&key("11.0.0.1", "192.168.1.9", 6, 1, 2)));
+        assert!(!s.matches(&key("10.0.0.1", "192.168.2.9", 6, 1, 2)));
+        // Source and destination are not interchangeable.
+        assert!(!s.matches(&key("192.168.1.9", "10.1.2.3", 6, 1, 2)));
+        let host = sel("10.0.0.1/32", "0.0.0.0/0", None, ANY, ANY);
+        assert!(host.matches(&key("10.0.0.1", "8.8.8.8", 17, 5, 53)));
+        assert!(!host.matches(&key("10.0.0.2", "8.8.8.8", 17, 5, 53)));
+    }
+
+    #[test]
+    fn v4_v6_mixing() {
+        let v4 = Selector::any_v4();
+        let v6 = Selector::any_v6();
+        let k4 = key("10.0.0.1", "10.0.0.2", 6, 1, 2);
+        let k6 = key("2001:db8::1", "2001:db8::2", 6, 1, 2);
+        assert!(v4.matches(&k4) && !v4.matches(&k6));
+        assert!(v6.matches(&k6) && !v6.matches(&k4));
+        // IPv4-mapped IPv6 addresses are IPv6 keys: no IPv4 prefix matches them.
+        assert!(!v4.matches(&key("::ffff:10.0.0.1", "::ffff:10.0.0.2", 6, 1, 2)));
+        // Mixed families in one key never match a single-family selector.
+        assert!(!v4.matches(&key("10.0.0.1", "2001:db8::2", 6, 1, 2)));
+        assert!(!v6.matches(&key("10.0.0.1", "2001:db8::2", 6, 1, 2)));
+        let s = sel("2001:db8::/32", "::/0", None, ANY, ANY);
+        assert!(s.matches(&key("2001:db8:1::5", "fe80::1", 58, 0, 0)));
+        assert!(!s.matches(&key("2001:db9::5", "fe80::1", 58, 0, 0)));
+    }
+
+    #[test]
+    fn protocol() {
+        let mut s = Selector::any_v4();
+        s.proto = Some(17);
+        assert!(s.matches(&key("1.1.1.1", "2.2.2.2", 17, 1, 2)));
+        assert!(!s.matches(&key("1.1.1.1", "2.2.2.2", 6, 1, 2)));
+        s.proto = None;
+        assert!(s.matches(&key("1.1.1.1", "2.2.2.2", 50, 0, 0)));
+    }
+
+    #[test]
+    fn ports() {
+        let https = PortRange {
+            start: 443,
+            end: 443,
+        };
+        let high = PortRange {
+            start: 1024,
+            end: 65535,
+        };
+        let s = sel("0.0.0.0/0", "0.0.0.0/0", None, high, https);
+        for proto in [6, 17, 132, 136] {
+            assert!(
+                s.matches(&key("1.1.1.1", "2.2.2.2", proto, 50000, 443)),
+                "proto {proto}"
+            );
+            assert!(s.matches(&key("1.1.1.1", "2.2.2.2", proto, 1024, 443)));
+            assert!(!s.matches(&key("1.1.1.1", "2.2.2.2", proto, 1023, 443)));
+            assert!(!s.matches(&key("1.1.1.1", "2.2.2.2", proto, 50000, 444)));
+        }
+        // Protocols without ports never match a non-ANY port range, even with "ports" 0 in range.
+        let zero = PortRange { start: 0, end: 10 };
+        let z = sel("0.0.0.0/0", "0.0.0.0/0", None, ANY, zero);
+        assert!(z.matches(&key("1.1.1.1", "2.2.2.2", 6, 9, 0)));
+        for proto in [1, 47, 50, 58] {
+            assert!(
+                !z.matches(&key("1.1.1.1", "2.2.2.2", proto, 0, 0)),
+                "proto {proto}"
+            );
+            assert!(
+                !s.matches(&key("1.1.1.1", "2.2.2.2", proto, 50000, 443)),
+                "proto {proto}"
+            );
+        }
+        // ANY ranges match protocols without ports.
+        assert!(Selector::any_v4().matches(&key("1.1.1.1", "2.2.2.2", 1, 0, 0)));
+        // Only the source range set.
+        let src_only = sel(
+            "0.0.0.0/0",
+            "0.0.0.0/0",
+            Some(6),
+            PortRange { start: 22, end: 22 },
+            ANY,
+        );
+        assert!(src_only.matches(&key("1.1.1.1", "2.2.2.2", 6, 22, 9999)));
+        assert!(!src_only.matches(&key("1.1.1.1", "2.2.2.2", 6, 23, 9999)));
+    }
+
+    #[test]
+    fn db_order_direction_default() {
+        let mut db = PolicyDb::new(Action::Discard);
+        let lan = sel("10.0.0.0/24", "10.1.0.0/24", None, ANY, ANY);
+        let ssh = sel(
+            "10.0.0.0/24",
+            "10.1.0.0/24",
+            Some(6),
+            ANY,
+            PortRange { start: 22, end: 22 },
+        );
+        db.push(rule(
+            "ssh-bypass",
+            Direction::Out,
+            ssh.clone(),
+            Action::Bypass,
+        ));
+        db.push(rule(
+            "lan-out",
+            Direction::Out,
+            lan.clone(),
+            Action::Protect(0),
+        ));
+        db.push(rule(
+            "lan-out-shadowed",
+            Direction::Out,
+            lan.clone(),
+            Action::Protect(7),
+        ));
+        db.push(rule("lan-in", Direction::In, lan, Action::Protect(1)));
+        db.push(rule(
+            "v6",
+            Direction::Out,
+            Selector::any_v6(),
+            Action::Protect(2),
+        ));
+        assert_eq!(db.rules().len(), 5);
+        assert_eq!(db.rules()[0].name, "ssh-bypass");
+        assert_eq!(db.default_action(), Action::Discard);
+
+        let k_ssh = key("10.0.0.5", "10.1.0.9", 6, 40000, 22);
+        let k_web = key("10.0.0.5", "10.1.0.9", 6, 40000, 80);
+        assert_eq!(db.lookup(Direction::Out, &k_ssh), (Some(0), Action::Bypass));
+        assert_eq!(
+            db.lookup(Direction::Out, &k_web),
+            (Some(1), Action::Protect(0))
+        );
+        // Rules of the other direction are skipped.
+        assert_eq!(
+            db.lookup(Direction::In, &k_ssh),
+            (Some(3), Action::Protect(1))
+        );
+        assert_eq!(
+            db.lookup(Direction::In, &k_web),
+            (Some(3), Action::Protect(1))
+        );
+        // Default when nothing matches.
+        let other = key("192.0.2.1", "10.1.0.9", 6, 1, 2);
+        assert_eq!(db.lookup(Direction::Out, &other), (None, Action::Discard));
+        let k6 = key("2001:db8::1", "2001:db8::2", 17, 1, 2);
+        assert_eq!(
+            db.lookup(Direction::Out, &k6),
+            (Some(4), Action::Protect(2))
+        );
+        assert_eq!(db.lookup(Direction::In, &k6), (None, Action::Discard));
+
+        let empty = PolicyDb::new(Action::Bypass);
+        assert!(empty.rules().is_empty());
+        assert_eq!(empty.lookup(Direction::In, &k_ssh), (None, Action::Bypass));
     }
 }
