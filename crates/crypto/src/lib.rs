@@ -24,7 +24,11 @@ pub struct AuthError;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
     #[error("{alg} needs a {expected}-byte key, got {got} bytes")]
-    BadLength { alg: &'static str, expected: usize, got: usize },
+    BadLength {
+        alg: &'static str,
+        expected: usize,
+        got: usize,
+    },
     #[error("{0}")]
     Unusable(&'static str),
 }
@@ -37,7 +41,13 @@ pub trait Aead: Send + Sync {
     fn seal(&self, nonce: &[u8; 12], aad: &[u8], in_out: &mut [u8], tag: &mut [u8]);
     /// Verifies `tag` over `aad` and `in_out`, then decrypts `in_out` in place. On failure `in_out` holds no
     /// plaintext (it is left as ciphertext or zeroed) and `AuthError` is returned.
-    fn open(&self, nonce: &[u8; 12], aad: &[u8], in_out: &mut [u8], tag: &[u8]) -> Result<(), AuthError>;
+    fn open(
+        &self,
+        nonce: &[u8; 12],
+        aad: &[u8],
+        in_out: &mut [u8],
+        tag: &[u8],
+    ) -> Result<(), AuthError>;
 }
 
 /// A block cipher in CBC mode without padding (the caller pads). `data.len()` must be a multiple of
