@@ -5,3 +5,28 @@
 //! - [`raw`]: raw IP sockets (receive ESP/AH; send complete IP packets with header included), batched with
 //!   recvmmsg/sendmmsg, with an optional fwmark so that netveil's own packets bypass its routes.
 //! - [`udp`]: UDP sockets for ESP-in-UDP (RFC 3948, port 4500), batched, with the local destination address.
+//!
+//! Conventions shared by all modules:
+//! - Receive calls place each packet at exactly `headroom` bytes into its [`PacketBuf`] (`reset(headroom)`), so
+//!   callers can push headers in front later without copying.
+//! - Batched calls handle at most [`MAX_BATCH`] packets per call (extra buffers are left untouched / unsent
+//!   until the next call for receives; sends loop internally over all packets).
+//! - Receive timeouts (`set_recv_timeout`) surface as [`std::io::ErrorKind::WouldBlock`].
+//! - No allocation happens per packet: socket batch scratch (mmsghdr/iovec/sockaddr/cmsg arrays) is allocated
+//!   once per socket and kept behind a `Mutex` (one per direction, so one receiving and one sending thread never
+//!   contend).
+
+pub use netveil_wire::PacketBuf;
+
+mod sys;
+
+pub mod raw;
+pub mod tun;
+pub mod udp;
+
+pub use raw::RawSocket;
+pub use tun::{Tun, TunConfig};
+pub use udp::{UdpMeta, UdpSocket};
+
+/// The most packets one batched socket call handles (mmsghdr array size).
+pub const MAX_BATCH: usize = sys::MAX_BATCH;

@@ -1,0 +1,486 @@
+//! Small libc helpers: every `unsafe` block of the socket modules lives here.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use netveil_wire::PacketBuf;
+
+/// Size of the mmsghdr arrays kept per socket and direction.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// Control-message space per datagram: enough for in6_pktinfo + hop limit + traffic class (3 × ≤ 40 bytes).
+const CMSG_SPACE: usize = 128;
+
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct CmsgSpace([u8; CMSG_SPACE]);
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `socket(2)` with `SOCK_CLOEXEC`.
+pub(crate) fn socket(
+    domain: libc::c_int,
+    ty: libc::c_int,
+    proto: libc::c_int,
+) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments.
+    let fd = cvt(unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) })?;
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `setsockopt(2)` with a plain-old-data value.
+pub(crate) fn setsockopt<T: Copy>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: T,
+) -> io::Result<()> {
+    // SAFETY: the pointer and length describe `value`, which lives for the duration of the call; `T: Copy`
+    // values used here are integers and `libc::timeval`, valid for any bit pattern the kernel reads.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+pub(crate) fn set_mark(fd: BorrowedFd<'_>, mark: u32) -> io::Result<()> {
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_MARK, mark as libc::c_int)
+}
+
+/// `SO_RCVTIMEO`; a zero duration means "block forever" (as the kernel treats it).
+pub(crate) fn set_recv_timeout(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, tv)
+}
+
+/// `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` (needs CAP_NET_ADMIN), falling back to the capped `SO_RCVBUF`/`SO_SNDBUF`.
+pub(crate) fn set_buffer_sizes(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
+    if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v).is_err() {
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v)?;
+    }
+    if setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, v).is_err() {
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v)?;
+    }
+    Ok(())
+}
+
+/// Encodes a socket address into a `sockaddr_storage`, returning the length to pass to the kernel.
+pub(crate) fn encode_sockaddr(
+    addr: &SocketAddr,
+    out: &mut libc::sockaddr_storage,
+) -> libc::socklen_t {
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in.
+            unsafe { std::ptr::write((out as *mut libc::sockaddr_storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo().to_be(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in6.
+            unsafe { std::ptr::write((out as *mut libc::sockaddr_storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// Decodes an AF_INET/AF_INET6 `sockaddr_storage` filled by the kernel.
+pub(crate) fn decode_sockaddr(st: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match st.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in; storage is large enough and aligned.
+            let sin =
+                unsafe { &*(st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6; storage is large enough and aligned.
+            let sin6 =
+                unsafe { &*(st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                u32::from_be(sin6.sin6_flowinfo),
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+pub(crate) fn bind(fd: BorrowedFd<'_>, addr: &SocketAddr) -> io::Result<()> {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut st: libc::sockaddr_storage = unsafe { zeroed() };
+    let len = encode_sockaddr(addr, &mut st);
+    // SAFETY: `st` holds a valid address of `len` bytes.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&st as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    })?;
+    Ok(())
+}
+
+pub(crate) fn local_addr(fd: BorrowedFd<'_>) -> io::Result<SocketAddr> {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut st: libc::sockaddr_storage = unsafe { zeroed() };
+    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `st`/`len` describe a writable buffer of the advertised size.
+    cvt(unsafe {
+        libc::getsockname(
+            fd.as_raw_fd(),
+            (&mut st as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    })?;
+    decode_sockaddr(&st)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an IP socket"))
+}
+
+/// `poll(2)` for readability; `Ok(false)` on timeout.
+pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd.
+    let n = cvt(unsafe { libc::poll(&mut pfd, 1, ms) })?;
+    Ok(n > 0)
+}
+
+/// One control message of a received datagram.
+pub(crate) struct Cmsg<'a> {
+    pub level: libc::c_int,
+    pub ty: libc::c_int,
+    pub data: &'a [u8],
+}
+
+/// Pre-allocated recvmmsg/sendmmsg state for one socket direction.
+///
+/// The raw pointers inside `hdrs`/`iovs` are rewritten before every syscall and only dereferenced by the kernel
+/// during that call (and by [`Mmsg::cmsgs`] right after a receive, into `self.cmsgs`), so they never dangle
+/// when used.
+pub(crate) struct Mmsg {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<CmsgSpace>,
+    /// For sends: which input packet each slot carries.
+    slot_idx: Vec<usize>,
+}
+
+// SAFETY: the raw pointers in `hdrs`/`iovs` are scratch values rewritten before each use (see the type docs);
+// nothing is shared between threads through them.
+unsafe impl Send for Mmsg {}
+
+impl Mmsg {
+    pub(crate) fn new() -> Self {
+        // SAFETY: all-zero is a valid value for these plain C structs (null pointers, zero lengths).
+        let (hdr, iov, st) = unsafe {
+            (
+                zeroed::<libc::mmsghdr>(),
+                zeroed::<libc::iovec>(),
+                zeroed::<libc::sockaddr_storage>(),
+            )
+        };
+        Mmsg {
+            hdrs: vec![hdr; MAX_BATCH],
+            iovs: vec![iov; MAX_BATCH],
+            names: vec![st; MAX_BATCH],
+            cmsgs: vec![CmsgSpace([0; CMSG_SPACE]); MAX_BATCH],
+            slot_idx: vec![0; MAX_BATCH],
+        }
+    }
+
+    /// recvmmsg(MSG_WAITFORONE) into `bufs[..min(len, MAX_BATCH)]`, each packet placed at `offset`
+    /// (`reset(offset)` then `spare_mut()`). Returns how many datagrams arrived; their lengths are set with
+    /// `set_len` (buffers beyond the count are reset to empty). Per-datagram details: [`Mmsg::name`],
+    /// [`Mmsg::truncated`], [`Mmsg::cmsgs`].
+    pub(crate) fn recv(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        bufs: &mut [PacketBuf],
+        offset: usize,
+        with_cmsg: bool,
+    ) -> io::Result<usize> {
+        let n = bufs.len().min(MAX_BATCH);
+        if n == 0 {
+            return Ok(0);
+        }
+        for (i, buf) in bufs[..n].iter_mut().enumerate() {
+            buf.reset(offset);
+            let spare = buf.spare_mut();
+            self.iovs[i] = libc::iovec {
+                iov_base: spare.as_mut_ptr().cast(),
+                iov_len: spare.len(),
+            };
+            let h = &mut self.hdrs[i];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = &mut self.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            if with_cmsg {
+                h.msg_hdr.msg_control = self.cmsgs[i].0.as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = CMSG_SPACE as _;
+            } else {
+                h.msg_hdr.msg_control = std::ptr::null_mut();
+                h.msg_hdr.msg_controllen = 0;
+            }
+            h.msg_hdr.msg_flags = 0;
+        }
+        let got = loop {
+            // SAFETY: `hdrs[..n]` point to `n` valid iovecs covering the spare space of `bufs[..n]` (borrowed
+            // mutably for this whole function), to `names[i]` and to `cmsgs[i]`, all with correct lengths.
+            let r = unsafe {
+                libc::recvmmsg(
+                    fd.as_raw_fd(),
+                    self.hdrs.as_mut_ptr(),
+                    n as _,
+                    libc::MSG_WAITFORONE as _,
+                    std::ptr::null_mut(),
+                )
+            };
+            if r >= 0 {
+                break r as usize;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        };
+        for (i, buf) in bufs[..n].iter_mut().enumerate() {
+            buf.set_len(if i < got {
+                self.hdrs[i].msg_len as usize
+            } else {
+                0
+            });
+        }
+        Ok(got)
+    }
+
+    /// The source address of received datagram `i`.
+    pub(crate) fn name(&self, i: usize) -> Option<SocketAddr> {
+        if (self.hdrs[i].msg_hdr.msg_namelen as usize) < size_of::<libc::sa_family_t>() {
+            return None;
+        }
+        decode_sockaddr(&self.names[i])
+    }
+
+    /// Whether received datagram `i` was longer than its buffer (or its control data was cut).
+    pub(crate) fn truncated(&self, i: usize) -> bool {
+        self.hdrs[i].msg_hdr.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0
+    }
+
+    /// Calls `f` for each control message of received datagram `i`.
+    pub(crate) fn cmsgs(&self, i: usize, mut f: impl FnMut(Cmsg<'_>)) {
+        let hdr = &self.hdrs[i].msg_hdr;
+        if hdr.msg_control.is_null() {
+            return;
+        }
+        // SAFETY: `hdr` was filled by the kernel in the last recvmmsg: msg_control points to `self.cmsgs[i]`
+        // (alive, borrowed through `&self`) and msg_controllen is the length the kernel wrote. The CMSG_*
+        // macros only walk within that range, and each data slice is bounded by cmsg_len.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(hdr);
+            while !c.is_null() {
+                let data = libc::CMSG_DATA(c);
+                let len = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                f(Cmsg {
+                    level: (*c).cmsg_level,
+                    ty: (*c).cmsg_type,
+                    data: std::slice::from_raw_parts(data, len),
+                });
+                c = libc::CMSG_NXTHDR(hdr, c);
+            }
+        }
+    }
+
+    /// sendmmsg of `count` packets given by `item(i)` (data, destination; `None` = malformed, skipped).
+    /// Packets the kernel refuses are skipped (dropped) and the rest still sent. Returns how many were sent,
+    /// or the first error if none was.
+    pub(crate) fn send<'a>(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        count: usize,
+        mut item: impl FnMut(usize) -> Option<(&'a [u8], SocketAddr, Option<IpAddr>)>,
+    ) -> io::Result<usize> {
+        let mut next = 0;
+        let mut sent = 0;
+        let mut first_err: Option<io::Error> = None;
+        while next < count {
+            let mut filled = 0;
+            while filled < MAX_BATCH && next < count {
+                let idx = next;
+                next += 1;
+                let Some((data, dst, src)) = item(idx) else {
+                    first_err.get_or_insert_with(|| {
+                        io::Error::new(io::ErrorKind::InvalidInput, "malformed packet")
+                    });
+                    continue;
+                };
+                let namelen = encode_sockaddr(&dst, &mut self.names[filled]);
+                self.iovs[filled] = libc::iovec {
+                    iov_base: data.as_ptr() as *mut libc::c_void,
+                    iov_len: data.len(),
+                };
+                let h = &mut self.hdrs[filled];
+                h.msg_len = 0;
+                h.msg_hdr.msg_name =
+                    (&mut self.names[filled] as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_namelen = namelen;
+                h.msg_hdr.msg_iov = &mut self.iovs[filled];
+                h.msg_hdr.msg_iovlen = 1;
+                match src {
+                    Some(src) => {
+                        let len = write_pktinfo(&mut self.cmsgs[filled], src);
+                        h.msg_hdr.msg_control = self.cmsgs[filled].0.as_mut_ptr().cast();
+                        h.msg_hdr.msg_controllen = len as _;
+                    }
+                    None => {
+                        h.msg_hdr.msg_control = std::ptr::null_mut();
+                        h.msg_hdr.msg_controllen = 0;
+                    }
+                }
+                h.msg_hdr.msg_flags = 0;
+                self.slot_idx[filled] = idx;
+                filled += 1;
+            }
+            let mut start = 0;
+            while start < filled {
+                // SAFETY: `hdrs[start..filled]` point to valid iovecs over packet data borrowed for `'a`
+                // (outliving this call) and to encoded addresses in `names`; the kernel only reads them.
+                let r = unsafe {
+                    libc::sendmmsg(
+                        fd.as_raw_fd(),
+                        self.hdrs[start..].as_mut_ptr(),
+                        (filled - start) as _,
+                        0,
+                    )
+                };
+                if r > 0 {
+                    sent += r as usize;
+                    start += r as usize;
+                    continue;
+                }
+                let e = if r < 0 {
+                    io::Error::last_os_error()
+                } else {
+                    io::Error::new(io::ErrorKind::WriteZero, "sendmmsg sent nothing")
+                };
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // The packet in slot `start` was refused: drop it and go on with the rest.
+                first_err.get_or_insert(e);
+                start += 1;
+            }
+        }
+        match first_err {
+            Some(e) if sent == 0 => Err(e),
+            _ => Ok(sent),
+        }
+    }
+}
+
+/// Writes an `IP_PKTINFO` (source `ipi_spec_dst`) or `IPV6_PKTINFO` (source `ipi6_addr`) control message
+/// selecting the source address of a sent datagram; returns the control length.
+fn write_pktinfo(space: &mut CmsgSpace, src: IpAddr) -> usize {
+    space.0.fill(0);
+    let (level, ty, data): (libc::c_int, libc::c_int, [u8; 20]) = match src {
+        IpAddr::V4(a) => {
+            // struct in_pktinfo { int ipi_ifindex; in_addr ipi_spec_dst; in_addr ipi_addr; }
+            let mut d = [0u8; 20];
+            d[4..8].copy_from_slice(&a.octets());
+            (libc::IPPROTO_IP, libc::IP_PKTINFO, d)
+        }
+        IpAddr::V6(a) => {
+            // struct in6_pktinfo { in6_addr ipi6_addr; unsigned ipi6_ifindex; }
+            let mut d = [0u8; 20];
+            d[..16].copy_from_slice(&a.octets());
+            (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, d)
+        }
+    };
+    let dlen = match src {
+        IpAddr::V4(_) => size_of::<libc::in_pktinfo>(),
+        IpAddr::V6(_) => size_of::<libc::in6_pktinfo>(),
+    };
+    // SAFETY: `space` is 8-byte aligned and CMSG_SPACE bytes long, more than CMSG_SPACE(20); the msghdr only
+    // describes that buffer, so CMSG_FIRSTHDR returns a pointer to its start and CMSG_DATA stays inside it.
+    unsafe {
+        let mut mh: libc::msghdr = zeroed();
+        mh.msg_control = space.0.as_mut_ptr().cast();
+        mh.msg_controllen = CMSG_SPACE as _;
+        let c = libc::CMSG_FIRSTHDR(&mh);
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = ty;
+        (*c).cmsg_len = libc::CMSG_LEN(dlen as u32) as _;
+        std::ptr::copy_nonoverlapping(data.as_ptr(), libc::CMSG_DATA(c), dlen);
+        libc::CMSG_SPACE(dlen as u32) as usize
+    }
+}
+
+/// The destination address of a complete IP packet (from its header), with port 0.
+pub(crate) fn ip_packet_dst(pkt: &[u8]) -> Option<SocketAddr> {
+    match pkt.first()? >> 4 {
+        4 if pkt.len() >= 20 => {
+            let a: [u8; 4] = pkt[16..20].try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::from(a), 0))
+        }
+        6 if pkt.len() >= 40 => {
+            let a: [u8; 16] = pkt[24..40].try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::from(a), 0))
+        }
+        _ => None,
+    }
+}
+
+/// Reads a native-endian `c_int` control-message payload.
+pub(crate) fn cmsg_int(data: &[u8]) -> Option<i32> {
+    Some(i32::from_ne_bytes(data.get(..4)?.try_into().ok()?))
+}
