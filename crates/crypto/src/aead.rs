@@ -10,10 +10,10 @@ use aes_gcm::aead::consts::U12;
 use aes_gcm::aead::generic_array::typenum::Unsigned;
 use aes_gcm::aead::generic_array::GenericArray;
 use aes_gcm::aead::{AeadCore, AeadInPlace, KeyInit};
-use aes_gcm::aes::{Aes128, Aes256};
+use aes_gcm::aes::{Aes128, Aes192, Aes256};
 use aes_gcm::AesGcm;
 use aws_lc_rs::aead::{
-    Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM, CHACHA20_POLY1305,
+    Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_192_GCM, AES_256_GCM, CHACHA20_POLY1305,
 };
 
 use crate::{Aead, AuthError, KeyError};
@@ -22,6 +22,8 @@ use crate::{Aead, AuthError, KeyError};
 pub enum AeadAlg {
     /// AES-GCM with a 16-, 12- or 8-byte tag; key 16 bytes.
     AesGcm128 { tag_len: usize },
+    /// AES-GCM with a 16-, 12- or 8-byte tag; key 24 bytes.
+    AesGcm192 { tag_len: usize },
     /// AES-GCM with a 16-, 12- or 8-byte tag; key 32 bytes.
     AesGcm256 { tag_len: usize },
     /// ChaCha20-Poly1305 (RFC 8439); key 32 bytes, 16-byte tag.
@@ -32,12 +34,15 @@ impl AeadAlg {
     pub fn key_len(self) -> usize {
         match self {
             AeadAlg::AesGcm128 { .. } => 16,
+            AeadAlg::AesGcm192 { .. } => 24,
             AeadAlg::AesGcm256 { .. } | AeadAlg::ChaCha20Poly1305 => 32,
         }
     }
     pub fn tag_len(self) -> usize {
         match self {
-            AeadAlg::AesGcm128 { tag_len } | AeadAlg::AesGcm256 { tag_len } => tag_len,
+            AeadAlg::AesGcm128 { tag_len }
+            | AeadAlg::AesGcm192 { tag_len }
+            | AeadAlg::AesGcm256 { tag_len } => tag_len,
             AeadAlg::ChaCha20Poly1305 => 16,
         }
     }
@@ -48,6 +53,10 @@ impl AeadAlg {
             AeadAlg::AesGcm128 { tag_len: 12 } => "AES-GCM-128-12",
             AeadAlg::AesGcm128 { tag_len: 8 } => "AES-GCM-128-8",
             AeadAlg::AesGcm128 { .. } => "AES-GCM-128",
+            AeadAlg::AesGcm192 { tag_len: 16 } => "AES-GCM-192-16",
+            AeadAlg::AesGcm192 { tag_len: 12 } => "AES-GCM-192-12",
+            AeadAlg::AesGcm192 { tag_len: 8 } => "AES-GCM-192-8",
+            AeadAlg::AesGcm192 { .. } => "AES-GCM-192",
             AeadAlg::AesGcm256 { tag_len: 16 } => "AES-GCM-256-16",
             AeadAlg::AesGcm256 { tag_len: 12 } => "AES-GCM-256-12",
             AeadAlg::AesGcm256 { tag_len: 8 } => "AES-GCM-256-8",
@@ -70,6 +79,16 @@ pub fn new_aead(alg: AeadAlg, key: &[u8]) -> Result<Box<dyn Aead>, KeyError> {
     Ok(match (alg, alg.tag_len()) {
         (AeadAlg::ChaCha20Poly1305, _) => Box::new(AwsLcAead::new(&CHACHA20_POLY1305, key, name)?),
         (AeadAlg::AesGcm128 { .. }, 16) => Box::new(AwsLcAead::new(&AES_128_GCM, key, name)?),
+        (AeadAlg::AesGcm192 { .. }, 16) => Box::new(AwsLcAead::new(&AES_192_GCM, key, name)?),
+        (AeadAlg::AesGcm192 { .. }, 12) => {
+            Box::new(RcGcm::<AesGcm<Aes192, U12, U12>>::new(key, name)?)
+        }
+        (AeadAlg::AesGcm192 { .. }, 8) => Box::new(RcGcm8::<AesGcm<Aes192, U12>>::new(key, name)?),
+        (AeadAlg::AesGcm192 { .. }, _) => {
+            return Err(KeyError::Unusable(
+                "AES-GCM-192 supports only 16-, 12- or 8-byte tags",
+            ))
+        }
         (AeadAlg::AesGcm256 { .. }, 16) => Box::new(AwsLcAead::new(&AES_256_GCM, key, name)?),
         (AeadAlg::AesGcm128 { .. }, 12) => {
             Box::new(RcGcm::<AesGcm<Aes128, U12, U12>>::new(key, name)?)

@@ -1,0 +1,470 @@
+//! ESP (RFC 4303): encapsulation and decapsulation in place, tunnel and transport mode, IPv4 and IPv6, raw or in
+//! UDP (RFC 3948), with 32- or 64-bit (ESN, RFC 4304) sequence numbers and optional TFC padding.
+//!
+//! Packet layout on the wire: `[outer IP][UDP]? SPI(4) Seq(4) IV(iv_len) | payload padding pad_len next_hdr | ICV`,
+//! where the part between `|` is encrypted (with AEADs, SPI and Seq, plus the high sequence bits with ESN, are the
+//! AAD; with GMAC everything is authenticated and nothing encrypted).
+
+use crate::iphdr;
+use crate::sa::{Keys, Mode, Sa};
+use crate::suite::EspKeys;
+use crate::{inbound::Located, Drop};
+use netveil_sa::lifetime::LifetimeState;
+use netveil_wire::{ip_proto, PacketBuf};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Largest explicit IV + ICV + header + trailer overhead ESP can add (for buffer sizing).
+pub const MAX_OVERHEAD: usize = 40 + 8 + 8 + 16 + 255 + 2 + 32;
+
+fn esp_keys(sa: &Sa) -> Result<&EspKeys, Drop> {
+    match &sa.keys {
+        Keys::Esp(k) => Ok(k),
+        Keys::Ah(_) => Err(Drop::Unsupported),
+    }
+}
+
+fn suite(sa: &Sa) -> crate::suite::EspSuite {
+    match sa.params.suite {
+        crate::sa::Suite::Esp(s) => s,
+        crate::sa::Suite::Ah(_) => unreachable!("esp_keys checked the protocol"),
+    }
+}
+
+/// Computes (seal = true) or verifies the protection of the ESP packet at `esp_off` of `pkt`, whose body is already
+/// in place (plaintext to encrypt, or ciphertext to decrypt). `body_len` counts the bytes between IV and ICV.
+fn protect(
+    keys: &EspKeys,
+    pkt: &mut PacketBuf,
+    esp_off: usize,
+    iv_len: usize,
+    body_len: usize,
+    icv_len: usize,
+    seq: u64,
+    esn: bool,
+    seal: bool,
+) -> Result<(), Drop> {
+    let seq_hi = ((seq >> 32) as u32).to_be_bytes();
+    match keys {
+        EspKeys::Aead {
+            aead,
+            salt,
+            gmac: false,
+        } => {
+            let esp = &mut pkt.data_mut()[esp_off..];
+            let mut nonce = [0u8; 12];
+            nonce[..4].copy_from_slice(salt);
+            nonce[4..].copy_from_slice(&esp[8..8 + iv_len]);
+            let mut aad = [0u8; 12];
+            let aad_len = if esn {
+                aad[..4].copy_from_slice(&esp[..4]);
+                aad[4..8].copy_from_slice(&seq_hi);
+                aad[8..12].copy_from_slice(&esp[4..8]);
+                12
+            } else {
+                aad[..8].copy_from_slice(&esp[..8]);
+                8
+            };
+            let (body, icv) = esp[8 + iv_len..].split_at_mut(body_len);
+            let icv = &mut icv[..icv_len];
+            if seal {
+                aead.seal(&nonce, &aad[..aad_len], body, icv);
+                Ok(())
+            } else {
+                aead.open(&nonce, &aad[..aad_len], body, icv)
+                    .map_err(|_| Drop::AuthFailed)
+            }
+        }
+        EspKeys::Aead {
+            aead,
+            salt,
+            gmac: true,
+        } => {
+            // RFC 4543: AAD = SPI, [Seq high], Seq, IV, payload; no ciphertext. With ESN, open a 4-byte gap after the
+            // SPI for the high bits (moving the bytes in front), so that the AAD is contiguous without a copy.
+            // insert_gap keeps the bytes in front of the gap at their offsets, so the ESP header stays at esp_off.
+            let start = esp_off;
+            if esn {
+                pkt.insert_gap(esp_off + 4, 4)
+                    .ok_or(Drop::TooBig)?
+                    .copy_from_slice(&seq_hi);
+            }
+            let extra = if esn { 4 } else { 0 };
+            let data = pkt.data_mut();
+            let mut nonce = [0u8; 12];
+            nonce[..4].copy_from_slice(salt);
+            let iv_at = start + 8 + extra;
+            nonce[4..].copy_from_slice(&data[iv_at..iv_at + iv_len]);
+            let aad_end = iv_at + iv_len + body_len;
+            let (aad, rest) = data[start..].split_at_mut(aad_end - start);
+            let icv = &mut rest[..icv_len];
+            let r = if seal {
+                aead.seal(&nonce, aad, &mut [], icv);
+                Ok(())
+            } else {
+                aead.open(&nonce, aad, &mut [], icv)
+                    .map_err(|_| Drop::AuthFailed)
+            };
+            if esn {
+                pkt.remove_gap(esp_off + 4, 4).ok_or(Drop::Malformed)?;
+            }
+            r
+        }
+        EspKeys::CbcHmac { cipher, mac, .. } => {
+            let esp = &mut pkt.data_mut()[esp_off..];
+            let (authed, icv) = esp.split_at_mut(8 + iv_len + body_len);
+            let icv = &mut icv[..icv_len];
+            if seal {
+                if let Some(c) = cipher {
+                    let (head, body) = authed.split_at_mut(8 + iv_len);
+                    c.encrypt(&head[8..], body);
+                }
+                if let Some(m) = mac {
+                    if esn {
+                        m.compute(&[authed, &seq_hi], icv);
+                    } else {
+                        m.compute(&[authed], icv);
+                    }
+                }
+                Ok(())
+            } else {
+                if let Some(m) = mac {
+                    let ok = if esn {
+                        m.verify(&[authed, &seq_hi], icv)
+                    } else {
+                        m.verify(&[authed], icv)
+                    };
+                    ok.map_err(|_| Drop::AuthFailed)?;
+                }
+                if let Some(c) = cipher {
+                    let (head, body) = authed.split_at_mut(8 + iv_len);
+                    c.decrypt(&head[8..], body);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Seals an ESP packet that the caller laid out at `esp_off` of `pkt` (SPI, sequence number, IV, plaintext body
+/// with trailer, room for the ICV up to the end of `pkt`) with the full sequence number `seq`: for known-answer tests
+/// and tools that need a given IV. The data plane uses [`encapsulate`].
+pub fn seal_laid_out(sa: &Sa, pkt: &mut PacketBuf, esp_off: usize, seq: u64) -> Result<(), Drop> {
+    let (keys, iv_len, icv_len, body_len) = laid_out(sa, pkt, esp_off)?;
+    protect(
+        keys,
+        pkt,
+        esp_off,
+        iv_len,
+        body_len,
+        icv_len,
+        seq,
+        sa.params.esn,
+        true,
+    )
+}
+
+/// Verifies and decrypts, in place, the ESP packet at `esp_off` of `pkt` with the full sequence number `seq`,
+/// without touching the anti-replay window: for known-answer tests and offline tools.
+pub fn open_laid_out(sa: &Sa, pkt: &mut PacketBuf, esp_off: usize, seq: u64) -> Result<(), Drop> {
+    let (keys, iv_len, icv_len, body_len) = laid_out(sa, pkt, esp_off)?;
+    protect(
+        keys,
+        pkt,
+        esp_off,
+        iv_len,
+        body_len,
+        icv_len,
+        seq,
+        sa.params.esn,
+        false,
+    )
+}
+
+fn laid_out<'a>(
+    sa: &'a Sa,
+    pkt: &PacketBuf,
+    esp_off: usize,
+) -> Result<(&'a EspKeys, usize, usize, usize), Drop> {
+    let keys = esp_keys(sa)?;
+    let suite = suite(sa);
+    let (iv_len, icv_len) = (suite.enc.iv_len(), suite.icv_len());
+    let body_len = pkt
+        .len()
+        .checked_sub(esp_off + 8 + iv_len + icv_len)
+        .ok_or(Drop::Malformed)?;
+    Ok((keys, iv_len, icv_len, body_len))
+}
+
+/// Protects the IP packet in `pkt` with the outbound ESP SA `sa`, turning it into the complete ESP packet to send
+/// (outer IP header included). `now` is the caller's clock in seconds (for lifetimes).
+pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
+    let keys = esp_keys(sa)?;
+    let suite = suite(sa);
+    if sa.lifetime_state(now) == LifetimeState::Expired {
+        return Err(Drop::SaExpired);
+    }
+    let iv_len = suite.enc.iv_len();
+    let icv_len = suite.icv_len();
+    let block = suite.enc.block_len();
+    let udp = sa.params.encap;
+    let udp_len = if udp.is_some() { 8 } else { 0 };
+    let (tos, df) = iphdr::tos_df(pkt.data());
+
+    // Where the payload starts, and what the ESP next header will say.
+    let (payload_off, next_header, ip) = match sa.params.mode {
+        Mode::Tunnel { .. } => {
+            let nh = match pkt.data().first().map(|b| b >> 4) {
+                Some(4) => ip_proto::IPIP,
+                Some(6) => ip_proto::IPV6,
+                _ => return Err(Drop::Malformed),
+            };
+            (0, nh, None)
+        }
+        Mode::Transport => {
+            let ip = iphdr::parse(pkt.data())?;
+            pkt.truncate(ip.total_len);
+            (ip.l3_len, ip.proto, Some(ip))
+        }
+    };
+    let mut payload_len = pkt.len() - payload_off;
+    let inner_len = payload_len;
+    let tfc = sa.params.tfc_pad_to as usize;
+    let tfc_extra = if matches!(sa.params.mode, Mode::Tunnel { .. }) && tfc > payload_len {
+        tfc - payload_len
+    } else {
+        0
+    };
+    payload_len += tfc_extra;
+    let pad = (block - (payload_len + 2) % block) % block;
+    let body_len = payload_len + pad + 2;
+
+    let seq = match sa.seq.next() {
+        Ok(s) => s,
+        Err(_) => {
+            sa.rekey_needed.store(true, Relaxed);
+            return Err(Drop::SeqExhausted);
+        }
+    };
+
+    // Trailer: TFC padding, padding 1, 2, 3, ..., pad length, next header, room for the ICV.
+    {
+        let t = pkt
+            .push_back(tfc_extra + pad + 2 + icv_len)
+            .ok_or(Drop::TooBig)?;
+        let (tfc_bytes, rest) = t.split_at_mut(tfc_extra);
+        tfc_bytes.fill(0);
+        for (i, b) in rest[..pad].iter_mut().enumerate() {
+            *b = (i + 1) as u8;
+        }
+        rest[pad] = pad as u8;
+        rest[pad + 1] = next_header;
+    }
+    // Header: SPI, sequence number (low 32 bits), IV; in transport mode after the IP header (and UDP header).
+    let hdr_len = udp_len + 8 + iv_len;
+    let esp_off = match sa.params.mode {
+        Mode::Tunnel { .. } => {
+            pkt.push_front(hdr_len).ok_or(Drop::TooBig)?;
+            udp_len
+        }
+        Mode::Transport => {
+            pkt.insert_gap(payload_off, hdr_len).ok_or(Drop::TooBig)?;
+            payload_off + udp_len
+        }
+    };
+    {
+        let esp = &mut pkt.data_mut()[esp_off..];
+        esp[0..4].copy_from_slice(&sa.params.spi.to_be_bytes());
+        esp[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+        let iv = &mut esp[8..8 + iv_len];
+        match keys {
+            // Counter IVs: unique per key because sequence numbers never repeat (RFC 4106 section 3.1).
+            EspKeys::Aead { .. } => iv.copy_from_slice(&seq.to_be_bytes()),
+            EspKeys::CbcHmac { ivgen, .. } => {
+                if iv_len > 0 {
+                    ivgen.fill(seq, iv)
+                }
+            }
+        }
+    }
+    protect(
+        keys,
+        pkt,
+        esp_off,
+        iv_len,
+        body_len,
+        icv_len,
+        seq,
+        sa.params.esn,
+        true,
+    )?;
+
+    match (sa.params.mode, ip) {
+        (Mode::Tunnel { local, remote }, _) => {
+            // The UDP header room was pushed with the ESP header: drop it again and let push_outer write it.
+            if udp_len > 0 {
+                pkt.pull_front(udp_len).ok_or(Drop::Malformed)?;
+            }
+            let proto = if udp.is_some() {
+                ip_proto::UDP
+            } else {
+                ip_proto::ESP
+            };
+            let ports = udp.map(|u| (u.local_port, u.remote_port));
+            iphdr::push_outer(pkt, local, remote, proto, tos, df, sa.next_ip_id(), ports)?;
+        }
+        (Mode::Transport, Some(ip)) => {
+            let data = pkt.data_mut();
+            data[ip.proto_off] = if udp.is_some() {
+                ip_proto::UDP
+            } else {
+                ip_proto::ESP
+            };
+            iphdr::fix_lengths(data, ip.v6)?;
+            if let Some(u) = udp {
+                iphdr::write_udp_encap(data, ip.l3_len, u.local_port, u.remote_port, ip.v6);
+            }
+        }
+        (Mode::Transport, None) => unreachable!("transport mode parsed the IP header"),
+    }
+    sa.counters.add(inner_len);
+    Ok(())
+}
+
+/// What decapsulation produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decapsulated {
+    /// The protocol of the payload (IPv4/IPv6 in tunnel mode, the upper layer in transport mode).
+    pub next_header: u8,
+    pub tunnel: bool,
+}
+
+fn count_drop(sa: &Sa, d: Drop) -> Drop {
+    sa.counters.dropped.fetch_add(1, Relaxed);
+    match d {
+        Drop::AuthFailed => {
+            sa.counters.auth_failed.fetch_add(1, Relaxed);
+        }
+        Drop::Replayed | Drop::TooOld => {
+            sa.counters.replayed.fetch_add(1, Relaxed);
+        }
+        _ => {}
+    }
+    d
+}
+
+/// Verifies and removes the ESP protection of the packet in `pkt`, located by [`crate::inbound::classify`], with the
+/// inbound SA `sa` (looked up by the caller from `loc.spi`). On success `pkt` holds the inner IP packet (tunnel) or
+/// the original IP packet (transport). On failure nothing in `pkt` is plaintext that failed authentication.
+pub fn decapsulate(
+    sa: &Sa,
+    pkt: &mut PacketBuf,
+    loc: &Located,
+    now: u64,
+) -> Result<Decapsulated, Drop> {
+    decap(sa, pkt, loc, now).map_err(|d| count_drop(sa, d))
+}
+
+fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decapsulated, Drop> {
+    let keys = esp_keys(sa)?;
+    let suite = suite(sa);
+    if sa.lifetime_state(now) == LifetimeState::Expired {
+        return Err(Drop::SaExpired);
+    }
+    let iv_len = suite.enc.iv_len();
+    let icv_len = suite.icv_len();
+    let block = suite.enc.block_len();
+    let esp_off = loc.off;
+    let esp_len = pkt.len().checked_sub(esp_off).ok_or(Drop::Malformed)?;
+    let body_len = esp_len
+        .checked_sub(8 + iv_len + icv_len)
+        .ok_or(Drop::Malformed)?;
+    if body_len < 2 || body_len % block != 0 {
+        return Err(Drop::Malformed);
+    }
+    let seq_lo = {
+        let e = &pkt.data()[esp_off..];
+        u32::from_be_bytes([e[4], e[5], e[6], e[7]])
+    };
+    let seq = {
+        let w = sa.replay.lock().map_err(|_| Drop::Malformed)?;
+        w.check(seq_lo).map_err(replay_drop)?
+    };
+    protect(
+        keys,
+        pkt,
+        esp_off,
+        iv_len,
+        body_len,
+        icv_len,
+        seq,
+        sa.params.esn,
+        false,
+    )?;
+    sa.replay
+        .lock()
+        .map_err(|_| Drop::Malformed)?
+        .update(seq)
+        .map_err(replay_drop)?;
+
+    let body_at = esp_off + 8 + iv_len;
+    let (pad_len, nh) = {
+        let body = &pkt.data()[body_at..body_at + body_len];
+        let pad_len = body[body_len - 2] as usize;
+        let nh = body[body_len - 1];
+        if pad_len + 2 > body_len {
+            return Err(Drop::BadPadding);
+        }
+        let pad = &body[body_len - 2 - pad_len..body_len - 2];
+        if pad.iter().enumerate().any(|(i, b)| *b as usize != i + 1) {
+            return Err(Drop::BadPadding);
+        }
+        (pad_len, nh)
+    };
+    if nh == ip_proto::NO_NEXT_HEADER {
+        return Err(Drop::Dummy);
+    }
+    let payload_len = body_len - pad_len - 2;
+    match sa.params.mode {
+        Mode::Tunnel { .. } => {
+            let want = match nh {
+                ip_proto::IPIP => 4,
+                ip_proto::IPV6 => 6,
+                _ => return Err(Drop::BadNextHeader),
+            };
+            pkt.pull_front(body_at).ok_or(Drop::Malformed)?;
+            pkt.truncate(payload_len);
+            if pkt.data().first().map(|b| b >> 4) != Some(want) {
+                return Err(Drop::BadNextHeader);
+            }
+            // TFC padding may follow the inner packet: its own header says how long it is.
+            let own = iphdr::own_len(pkt.data()).ok_or(Drop::Malformed)?;
+            pkt.truncate(own);
+            sa.counters.add(own);
+            Ok(Decapsulated {
+                next_header: nh,
+                tunnel: true,
+            })
+        }
+        Mode::Transport => {
+            pkt.truncate(body_at + payload_len);
+            let l3 = loc.ip.l3_len;
+            pkt.remove_gap(l3, body_at - l3).ok_or(Drop::Malformed)?;
+            let data = pkt.data_mut();
+            data[loc.ip.proto_off] = nh;
+            iphdr::fix_lengths(data, loc.ip.v6)?;
+            sa.counters.add(payload_len);
+            Ok(Decapsulated {
+                next_header: nh,
+                tunnel: false,
+            })
+        }
+    }
+}
+
+pub(crate) fn replay_drop(e: netveil_sa::replay::ReplayError) -> Drop {
+    match e {
+        netveil_sa::replay::ReplayError::Replayed => Drop::Replayed,
+        netveil_sa::replay::ReplayError::TooOld => Drop::TooOld,
+        netveil_sa::replay::ReplayError::Invalid => Drop::TooOld,
+    }
+}

@@ -1,0 +1,86 @@
+//! Finding the ESP or AH header of a received IP packet.
+
+use crate::iphdr::{self, IpInfo};
+use crate::{Drop, Protocol};
+use netveil_wire::{ip_proto, PacketBuf};
+
+/// Where a received packet's ESP or AH header is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Located {
+    pub protocol: Protocol,
+    pub spi: u32,
+    pub ip: IpInfo,
+    /// Offset of the ESP or AH header. With UDP encapsulation, the UDP header is at `ip.l3_len` and the ESP
+    /// header 8 bytes later.
+    pub off: usize,
+    /// ESP in UDP (RFC 3948).
+    pub udp: bool,
+}
+
+/// What a received IP packet is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Classified {
+    /// ESP or AH to process.
+    Protected(Located),
+    /// An IKE message on the NAT-T port (non-ESP marker) or a NAT keepalive: not for the data plane.
+    NotEsp,
+    /// Neither ESP, AH nor ESP-in-UDP: clear traffic.
+    Clear(IpInfo),
+}
+
+/// Classifies the IP packet in `pkt` (truncating it to the length its IP header gives). `nat_t_port` is the UDP
+/// port on which ESP-in-UDP is accepted (4500).
+pub fn classify(pkt: &mut PacketBuf, nat_t_port: u16) -> Result<Classified, Drop> {
+    let ip = iphdr::parse(pkt.data())?;
+    pkt.truncate(ip.total_len);
+    let p = pkt.data();
+    let off = ip.l3_len;
+    let spi_at = |o: usize| -> Result<u32, Drop> {
+        p.get(o..o + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or(Drop::Malformed)
+    };
+    match ip.proto {
+        ip_proto::ESP | ip_proto::AH if ip.fragment => Err(Drop::Unsupported),
+        ip_proto::ESP => Ok(Classified::Protected(Located {
+            protocol: Protocol::Esp,
+            spi: spi_at(off)?,
+            ip,
+            off,
+            udp: false,
+        })),
+        ip_proto::AH => Ok(Classified::Protected(Located {
+            protocol: Protocol::Ah,
+            spi: spi_at(off + 4)?,
+            ip,
+            off,
+            udp: false,
+        })),
+        ip_proto::UDP if !ip.fragment && p.len() >= off + 8 => {
+            let dport = u16::from_be_bytes([p[off + 2], p[off + 3]]);
+            if dport != nat_t_port {
+                return Ok(Classified::Clear(ip));
+            }
+            let payload = &p[off + 8..];
+            if payload.len() == 1 && payload[0] == 0xff {
+                return Ok(Classified::NotEsp);
+            }
+            if payload.len() < 8 {
+                return Err(Drop::Malformed);
+            }
+            let spi = spi_at(off + 8)?;
+            if spi == 0 {
+                // The non-ESP marker: IKE.
+                return Ok(Classified::NotEsp);
+            }
+            Ok(Classified::Protected(Located {
+                protocol: Protocol::Esp,
+                spi,
+                ip,
+                off: off + 8,
+                udp: true,
+            }))
+        }
+        _ => Ok(Classified::Clear(ip)),
+    }
+}

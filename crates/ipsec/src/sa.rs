@@ -1,0 +1,164 @@
+//! One IPsec SA: what it protects with (suite, keys), how (protocol, mode, encapsulation), and its state
+//! (outbound sequence counter or inbound anti-replay window, lifetime, counters).
+
+use crate::suite::{AhSuite, EspKeys, EspSuite, SuiteError};
+use netveil_crypto::Mac;
+use netveil_sa::counters::SaCounters;
+use netveil_sa::lifetime::{Lifetime, LifetimeState};
+use netveil_sa::replay::ReplayWindow;
+use netveil_sa::seq::SeqCounter;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed};
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    Esp,
+    Ah,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Transport,
+    /// Tunnel between these outer addresses (both of the same family).
+    Tunnel {
+        local: IpAddr,
+        remote: IpAddr,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Out,
+    In,
+}
+
+/// ESP in UDP (RFC 3948): the ports of the outer UDP header of packets this SA sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdpEncap {
+    pub local_port: u16,
+    pub remote_port: u16,
+}
+
+/// The suite of an SA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Suite {
+    Esp(EspSuite),
+    Ah(AhSuite),
+}
+
+/// Everything needed to install an SA.
+#[derive(Clone)]
+pub struct SaParams {
+    pub name: String,
+    pub spi: u32,
+    pub direction: Direction,
+    pub suite: Suite,
+    pub mode: Mode,
+    /// Encryption key material (with the AEAD salt at the end); empty for AH and NULL.
+    pub enc_key: zeroize::Zeroizing<Vec<u8>>,
+    /// Integrity key; empty for AEADs.
+    pub auth_key: zeroize::Zeroizing<Vec<u8>>,
+    pub esn: bool,
+    pub replay_window: u32,
+    pub lifetime: Lifetime,
+    pub encap: Option<UdpEncap>,
+    /// ESP TFC padding (RFC 4303 2.7) in tunnel mode: pad the inner packet up to this many bytes. 0 = off.
+    pub tfc_pad_to: u16,
+    /// The first outbound sequence number (normally 1); for tests of exhaustion.
+    pub first_seq: u64,
+}
+
+impl core::fmt::Debug for SaParams {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SaParams")
+            .field("name", &self.name)
+            .field("spi", &format_args!("{:#010x}", self.spi))
+            .field("direction", &self.direction)
+            .field("suite", &self.suite)
+            .field("mode", &self.mode)
+            .field("esn", &self.esn)
+            .field("encap", &self.encap)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) enum Keys {
+    Esp(EspKeys),
+    Ah(Box<dyn Mac>),
+}
+
+/// An installed SA. Shared between threads: the sequence counter is lock-free, the replay window sits behind a
+/// mutex held only for the check-and-update after the ICV verified.
+pub struct Sa {
+    pub params: SaParams,
+    pub(crate) keys: Keys,
+    pub(crate) seq: SeqCounter,
+    pub(crate) replay: Mutex<ReplayWindow>,
+    pub counters: SaCounters,
+    /// IPv4 identification for outer headers this SA builds.
+    pub(crate) ip_id: AtomicU16,
+    /// Set once a soft lifetime limit or sequence exhaustion says that a rekey is due.
+    pub rekey_needed: AtomicBool,
+    /// Seconds (of the caller's clock) when the SA was installed.
+    pub installed_at: u64,
+}
+
+impl Sa {
+    /// Builds the key schedules and state. `now` is the caller's clock in seconds.
+    pub fn new(params: SaParams, now: u64) -> Result<Sa, SuiteError> {
+        let keys = match params.suite {
+            Suite::Esp(s) => Keys::Esp(s.build(&params.enc_key, &params.auth_key)?),
+            Suite::Ah(s) => Keys::Ah(s.integ.build(&params.auth_key)?),
+        };
+        let mut id = [0u8; 2];
+        netveil_crypto::rand::fill_random(&mut id);
+        Ok(Sa {
+            seq: SeqCounter::new(params.first_seq.max(1), params.esn),
+            replay: Mutex::new(ReplayWindow::new(params.replay_window.max(64), params.esn)),
+            keys,
+            counters: SaCounters::default(),
+            ip_id: AtomicU16::new(u16::from_be_bytes(id)),
+            rekey_needed: AtomicBool::new(false),
+            installed_at: now,
+            params,
+        })
+    }
+
+    pub fn spi(&self) -> u32 {
+        self.params.spi
+    }
+    pub fn protocol(&self) -> Protocol {
+        match self.params.suite {
+            Suite::Esp(_) => Protocol::Esp,
+            Suite::Ah(_) => Protocol::Ah,
+        }
+    }
+
+    /// The last outbound sequence number used.
+    pub fn seq_last(&self) -> u64 {
+        self.seq.last()
+    }
+    /// The highest inbound sequence number accepted.
+    pub fn replay_top(&self) -> u64 {
+        self.replay.lock().map(|w| w.top()).unwrap_or(0)
+    }
+
+    /// Lifetime state after the traffic so far, at `now`; flags a due rekey.
+    pub fn lifetime_state(&self, now: u64) -> LifetimeState {
+        let c = &self.counters;
+        let st = self.params.lifetime.state(
+            c.bytes.load(Relaxed),
+            c.packets.load(Relaxed),
+            now.saturating_sub(self.installed_at),
+        );
+        if st != LifetimeState::Ok {
+            self.rekey_needed.store(true, Relaxed);
+        }
+        st
+    }
+
+    pub(crate) fn next_ip_id(&self) -> u16 {
+        self.ip_id.fetch_add(1, Relaxed)
+    }
+}

@@ -1,0 +1,554 @@
+//! `netveil.toml`: the daemon's configuration. Parsing is strict (unknown keys are errors) and every semantic
+//! check names the offending key, so that a bad file is refused as a whole before anything is applied.
+//!
+//! ```toml
+//! [interface]
+//! name = "nv0"                         # TUN device
+//! addresses = ["198.51.100.1/24"]      # inner addresses (tunnel mode)
+//! mtu = 1400
+//!
+//! [[sa]]
+//! name = "a-to-b"
+//! direction = "out"                    # SAs are one-way: one "out" and one "in" per peer
+//! protocol = "esp"                     # esp | ah
+//! spi = 0x1001
+//! mode = "tunnel"                      # tunnel | transport
+//! local = "192.0.2.1"                  # tunnel endpoints
+//! remote = "192.0.2.2"
+//! suite = "aes128gcm16"                # strongSwan proposal names
+//! enc_key = "hex..."                   # with the 4-byte salt at the end for AEADs
+//!
+//! [[policy]]
+//! direction = "out"
+//! src = "198.51.100.1/32"
+//! dst = "198.51.100.2/32"
+//! action = "protect"                   # protect | bypass | discard
+//! sas = ["a-to-b"]
+//! ```
+
+use ipnet::IpNet;
+use netveil_ipsec::sa::{Direction, Suite};
+use netveil_ipsec::suite::{AhSuite, EspSuite};
+use netveil_ipsec::{Mode, SaParams, UdpEncap};
+use netveil_sa::lifetime::{Lifetime, Limits};
+use netveil_sa::policy::{self, PortRange, Selector};
+use serde::Deserialize;
+use std::net::IpAddr;
+
+/// A configuration error: the key it concerns and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub key: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}", self.reason)
+        } else {
+            write!(f, "{}: {}", self.key, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err<T>(key: impl Into<String>, reason: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError { key: key.into(), reason: reason.into() })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    interface: RawInterface,
+    #[serde(default)]
+    sa: Vec<RawSa>,
+    #[serde(default)]
+    policy: Vec<RawPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInterface {
+    name: Option<String>,
+    #[serde(default)]
+    addresses: Vec<String>,
+    mtu: Option<i64>,
+    #[serde(default)]
+    routes: Vec<String>,
+    fwmark: Option<i64>,
+    nat_t_port: Option<i64>,
+    #[serde(default)]
+    allow_null_null: bool,
+    default_policy: Option<String>,
+    offload: Option<bool>,
+    control_socket: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSa {
+    name: Option<String>,
+    direction: Option<String>,
+    protocol: Option<String>,
+    spi: Option<i64>,
+    mode: Option<String>,
+    local: Option<String>,
+    remote: Option<String>,
+    suite: Option<String>,
+    enc_key: Option<String>,
+    auth_key: Option<String>,
+    #[serde(default)]
+    esn: bool,
+    replay_window: Option<i64>,
+    encap: Option<String>,
+    local_port: Option<i64>,
+    remote_port: Option<i64>,
+    tfc_pad_to: Option<i64>,
+    lifetime: Option<RawLifetime>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLifetime {
+    soft_bytes: Option<i64>,
+    hard_bytes: Option<i64>,
+    soft_packets: Option<i64>,
+    hard_packets: Option<i64>,
+    soft_seconds: Option<i64>,
+    hard_seconds: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    name: Option<String>,
+    direction: Option<String>,
+    src: Option<String>,
+    dst: Option<String>,
+    proto: Option<toml::Value>,
+    src_ports: Option<toml::Value>,
+    dst_ports: Option<toml::Value>,
+    action: Option<String>,
+    #[serde(default)]
+    sas: Vec<String>,
+}
+
+/// The TUN interface and daemon settings.
+#[derive(Debug, Clone)]
+pub struct Interface {
+    pub name: String,
+    pub addresses: Vec<IpNet>,
+    pub mtu: u16,
+    pub routes: Vec<IpNet>,
+    pub fwmark: Option<u32>,
+    pub nat_t_port: u16,
+    pub allow_null_null: bool,
+    pub default_action: policy::Action,
+    pub offload: bool,
+    pub control_socket: String,
+}
+
+/// A validated policy rule; `sas` are indices into [`Config::sas`], innermost first.
+#[derive(Debug, Clone)]
+pub struct PolicyRule {
+    pub name: String,
+    pub direction: policy::Direction,
+    pub selector: Selector,
+    pub action: policy::Action,
+    pub sas: Vec<usize>,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub interface: Interface,
+    pub sas: Vec<SaParams>,
+    pub policies: Vec<PolicyRule>,
+}
+
+pub const DEFAULT_REPLAY_WINDOW: u32 = 1024;
+pub const DEFAULT_MTU: u16 = 1400;
+pub const RUN_DIR: &str = "/run/netveil";
+
+fn int_in(key: &str, v: i64, lo: i64, hi: i64) -> Result<i64, ConfigError> {
+    if v < lo || v > hi {
+        return err(key, format!("{v} is out of range ({lo}..={hi})"));
+    }
+    Ok(v)
+}
+
+fn parse_ip(key: &str, s: &str) -> Result<IpAddr, ConfigError> {
+    s.trim().parse().or_else(|_| err(key, format!("'{s}' is not an IP address")))
+}
+
+fn parse_net(key: &str, s: &str) -> Result<IpNet, ConfigError> {
+    let s = s.trim();
+    if let Ok(n) = s.parse::<IpNet>() {
+        return Ok(n);
+    }
+    if let Ok(a) = s.parse::<IpAddr>() {
+        return Ok(IpNet::from(a));
+    }
+    err(key, format!("'{s}' is not an address or prefix (e.g. 192.0.2.0/24)"))
+}
+
+fn parse_hex(key: &str, s: &str) -> Result<zeroize::Zeroizing<Vec<u8>>, ConfigError> {
+    let t = s.trim();
+    let t = t.strip_prefix("0x").unwrap_or(t);
+    let t: String = t.chars().filter(|c| *c != ':' && !c.is_whitespace()).collect();
+    match hex::decode(&t) {
+        Ok(v) => Ok(zeroize::Zeroizing::new(v)),
+        Err(_) => err(key, "is not a hexadecimal string"),
+    }
+}
+
+fn parse_proto(key: &str, v: &toml::Value) -> Result<Option<u8>, ConfigError> {
+    match v {
+        toml::Value::Integer(i) => Ok(Some(int_in(key, *i, 0, 255)? as u8)),
+        toml::Value::String(s) => Ok(match s.to_ascii_lowercase().as_str() {
+            "any" | "all" => None,
+            "icmp" => Some(1),
+            "tcp" => Some(6),
+            "udp" => Some(17),
+            "icmpv6" | "ipv6-icmp" => Some(58),
+            "sctp" => Some(132),
+            "gre" => Some(47),
+            other => match other.parse::<u8>() {
+                Ok(n) => Some(n),
+                Err(_) => return err(key, format!("unknown protocol '{s}' (any, tcp, udp, icmp, icmpv6, sctp or a number)")),
+            },
+        }),
+        _ => err(key, "must be a protocol name or number"),
+    }
+}
+
+fn parse_ports(key: &str, v: &toml::Value) -> Result<PortRange, ConfigError> {
+    let range = |a: i64, b: i64| -> Result<PortRange, ConfigError> {
+        let a = int_in(key, a, 0, 65535)? as u16;
+        let b = int_in(key, b, 0, 65535)? as u16;
+        if a > b {
+            return err(key, format!("empty port range {a}-{b}"));
+        }
+        Ok(PortRange { start: a, end: b })
+    };
+    match v {
+        toml::Value::Integer(i) => range(*i, *i),
+        toml::Value::String(s) if s.eq_ignore_ascii_case("any") => Ok(PortRange::ANY),
+        toml::Value::String(s) => {
+            let (a, b) = s.split_once('-').unwrap_or((s, s));
+            match (a.trim().parse::<i64>(), b.trim().parse::<i64>()) {
+                (Ok(a), Ok(b)) => range(a, b),
+                _ => err(key, format!("'{s}' is not a port or range (e.g. 443 or \"1024-65535\")")),
+            }
+        }
+        _ => err(key, "must be a port number or a range string"),
+    }
+}
+
+fn opt_u64(key: &str, v: Option<i64>) -> Result<Option<u64>, ConfigError> {
+    match v {
+        None => Ok(None),
+        Some(x) if x <= 0 => err(key, format!("{x} must be positive")),
+        Some(x) => Ok(Some(x as u64)),
+    }
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .or_else(|e| err("", format!("cannot read {}: {e}", path.display())))?;
+        Config::parse(&text)
+    }
+
+    /// Parses and validates configuration text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
+            key: String::new(),
+            reason: format!("invalid configuration: {}", e.to_string().trim_end()),
+        })?;
+        let ri = raw.interface;
+        let name = ri.name.unwrap_or_else(|| "nv0".into());
+        if name.is_empty() || name.len() > 15 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return err("interface.name", format!("'{name}' is not a valid interface name (1-15 of [A-Za-z0-9-_.])"));
+        }
+        let addresses = ri
+            .addresses
+            .iter()
+            .enumerate()
+            .map(|(i, a)| parse_net(&format!("interface.addresses[{i}]"), a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let routes = ri
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(i, a)| parse_net(&format!("interface.routes[{i}]"), a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mtu = match ri.mtu {
+            None => DEFAULT_MTU,
+            Some(m) => int_in("interface.mtu", m, 576, 65000)? as u16,
+        };
+        let fwmark = match ri.fwmark {
+            None => None,
+            Some(m) => Some(int_in("interface.fwmark", m, 1, u32::MAX as i64)? as u32),
+        };
+        let nat_t_port = int_in("interface.nat_t_port", ri.nat_t_port.unwrap_or(4500), 1, 65535)? as u16;
+        let default_action = match ri.default_policy.as_deref().unwrap_or("bypass") {
+            "bypass" => policy::Action::Bypass,
+            "discard" => policy::Action::Discard,
+            other => return err("interface.default_policy", format!("'{other}' must be 'bypass' or 'discard'")),
+        };
+        let control_socket = ri.control_socket.unwrap_or_else(|| format!("{RUN_DIR}/{name}.sock"));
+        let interface = Interface {
+            name,
+            addresses,
+            mtu,
+            routes,
+            fwmark,
+            nat_t_port,
+            allow_null_null: ri.allow_null_null,
+            default_action,
+            offload: ri.offload.unwrap_or(true),
+            control_socket,
+        };
+
+        let mut sas: Vec<SaParams> = Vec::new();
+        for (i, s) in raw.sa.into_iter().enumerate() {
+            let k = |f: &str| format!("sa[{i}].{f}");
+            let name = s.name.unwrap_or_else(|| format!("sa{i}"));
+            if sas.iter().any(|o| o.name == name) {
+                return err(k("name"), format!("'{name}' is used by two SAs"));
+            }
+            let direction = match s.direction.as_deref() {
+                Some("out") => Direction::Out,
+                Some("in") => Direction::In,
+                Some(o) => return err(k("direction"), format!("'{o}' must be 'out' or 'in'")),
+                None => return err(k("direction"), "missing ('out' or 'in')"),
+            };
+            let spi = match s.spi {
+                None => return err(k("spi"), "missing"),
+                Some(v) => int_in(&k("spi"), v, 256, u32::MAX as i64)? as u32,
+            };
+            let proto = s.protocol.as_deref().unwrap_or("esp");
+            let suite_name = match s.suite.as_deref() {
+                Some(x) => x,
+                None => return err(k("suite"), "missing (e.g. 'aes128gcm16')"),
+            };
+            let suite = match proto {
+                "esp" => Suite::Esp(
+                    EspSuite::parse(suite_name, interface.allow_null_null).or_else(|e| err(k("suite"), e.to_string()))?,
+                ),
+                "ah" => Suite::Ah(AhSuite::parse(suite_name).or_else(|e| err(k("suite"), e.to_string()))?),
+                o => return err(k("protocol"), format!("'{o}' must be 'esp' or 'ah'")),
+            };
+            let mode = match s.mode.as_deref().unwrap_or("tunnel") {
+                "transport" => {
+                    if s.local.is_some() || s.remote.is_some() {
+                        // Allowed but unused in transport mode: the packet's own addresses are used.
+                    }
+                    Mode::Transport
+                }
+                "tunnel" => {
+                    let local = parse_ip(&k("local"), s.local.as_deref().ok_or_else(|| ConfigError {
+                        key: k("local"),
+                        reason: "missing (the local tunnel endpoint address)".into(),
+                    })?)?;
+                    let remote = parse_ip(&k("remote"), s.remote.as_deref().ok_or_else(|| ConfigError {
+                        key: k("remote"),
+                        reason: "missing (the remote tunnel endpoint address)".into(),
+                    })?)?;
+                    if local.is_ipv4() != remote.is_ipv4() {
+                        return err(k("remote"), "local and remote must be of the same address family");
+                    }
+                    Mode::Tunnel { local, remote }
+                }
+                o => return err(k("mode"), format!("'{o}' must be 'tunnel' or 'transport'")),
+            };
+            let enc_key = match &s.enc_key {
+                Some(h) => parse_hex(&k("enc_key"), h)?,
+                None => zeroize::Zeroizing::new(vec![]),
+            };
+            let auth_key = match &s.auth_key {
+                Some(h) => parse_hex(&k("auth_key"), h)?,
+                None => zeroize::Zeroizing::new(vec![]),
+            };
+            match suite {
+                Suite::Esp(es) => {
+                    let want = es.enc.key_len();
+                    if enc_key.len() != want {
+                        let salt = if es.enc.is_aead() { ", key followed by the 4-byte salt" } else { "" };
+                        return err(
+                            k("enc_key"),
+                            format!("{} needs {want} bytes ({} hex digits{salt}), got {}", es.name(), want * 2, enc_key.len()),
+                        );
+                    }
+                    let want = es.integ.map_or(0, |i| i.key_len());
+                    if auth_key.len() != want {
+                        return err(
+                            k("auth_key"),
+                            format!("{} needs {want} bytes ({} hex digits), got {}", es.name(), want * 2, auth_key.len()),
+                        );
+                    }
+                }
+                Suite::Ah(a) => {
+                    if !enc_key.is_empty() {
+                        return err(k("enc_key"), "AH does not encrypt: remove enc_key");
+                    }
+                    let want = a.integ.key_len();
+                    if auth_key.len() != want {
+                        return err(k("auth_key"), format!("{} needs {want} bytes ({} hex digits), got {}", a.name(), want * 2, auth_key.len()));
+                    }
+                }
+            }
+            let replay_window = match s.replay_window {
+                None => DEFAULT_REPLAY_WINDOW,
+                Some(w) => int_in(&k("replay_window"), w, 64, 1 << 20)? as u32,
+            };
+            let encap = match s.encap.as_deref() {
+                None | Some("none") => None,
+                Some("udp") => {
+                    if matches!(suite, Suite::Ah(_)) {
+                        return err(k("encap"), "UDP encapsulation (RFC 3948) is defined for ESP only");
+                    }
+                    Some(UdpEncap {
+                        local_port: int_in(&k("local_port"), s.local_port.unwrap_or(nat_t_port as i64), 1, 65535)? as u16,
+                        remote_port: int_in(&k("remote_port"), s.remote_port.unwrap_or(4500), 1, 65535)? as u16,
+                    })
+                }
+                Some(o) => return err(k("encap"), format!("'{o}' must be 'udp' or 'none'")),
+            };
+            let tfc_pad_to = int_in(&k("tfc_pad_to"), s.tfc_pad_to.unwrap_or(0), 0, 9000)? as u16;
+            if tfc_pad_to > 0 && (mode == Mode::Transport || matches!(suite, Suite::Ah(_))) {
+                return err(k("tfc_pad_to"), "TFC padding needs ESP in tunnel mode");
+            }
+            let l = s.lifetime.unwrap_or_default();
+            let lifetime = Lifetime {
+                soft: Limits {
+                    bytes: opt_u64(&k("lifetime.soft_bytes"), l.soft_bytes)?,
+                    packets: opt_u64(&k("lifetime.soft_packets"), l.soft_packets)?,
+                    seconds: opt_u64(&k("lifetime.soft_seconds"), l.soft_seconds)?,
+                },
+                hard: Limits {
+                    bytes: opt_u64(&k("lifetime.hard_bytes"), l.hard_bytes)?,
+                    packets: opt_u64(&k("lifetime.hard_packets"), l.hard_packets)?,
+                    seconds: opt_u64(&k("lifetime.hard_seconds"), l.hard_seconds)?,
+                },
+            };
+            for (soft, hard, f) in [
+                (lifetime.soft.bytes, lifetime.hard.bytes, "bytes"),
+                (lifetime.soft.packets, lifetime.hard.packets, "packets"),
+                (lifetime.soft.seconds, lifetime.hard.seconds, "seconds"),
+            ] {
+                if let (Some(s), Some(h)) = (soft, hard) {
+                    if s >= h {
+                        return err(k(&format!("lifetime.soft_{f}")), format!("{s} must be below hard_{f} ({h})"));
+                    }
+                }
+            }
+            if direction == Direction::In
+                && sas.iter().any(|o| o.direction == Direction::In && o.spi == spi && suite_proto(&o.suite) == suite_proto(&suite))
+            {
+                return err(k("spi"), format!("{spi:#x} is used by another inbound SA of the same protocol"));
+            }
+            sas.push(SaParams {
+                name,
+                spi,
+                direction,
+                suite,
+                mode,
+                enc_key,
+                auth_key,
+                esn: s.esn,
+                replay_window,
+                lifetime,
+                encap,
+                tfc_pad_to,
+                first_seq: 1,
+            });
+        }
+
+        let mut policies = Vec::new();
+        for (i, p) in raw.policy.into_iter().enumerate() {
+            let k = |f: &str| format!("policy[{i}].{f}");
+            let direction = match p.direction.as_deref() {
+                Some("out") => policy::Direction::Out,
+                Some("in") => policy::Direction::In,
+                Some(o) => return err(k("direction"), format!("'{o}' must be 'out' or 'in'")),
+                None => return err(k("direction"), "missing ('out' or 'in')"),
+            };
+            let src = parse_net(&k("src"), p.src.as_deref().unwrap_or("any").replace("any", "0.0.0.0/0").as_str())?;
+            let dst = parse_net(&k("dst"), p.dst.as_deref().unwrap_or("any").replace("any", "0.0.0.0/0").as_str())?;
+            if src.addr().is_ipv4() != dst.addr().is_ipv4() {
+                return err(k("dst"), "src and dst must be of the same address family");
+            }
+            let proto = match &p.proto {
+                None => None,
+                Some(v) => parse_proto(&k("proto"), v)?,
+            };
+            let src_ports = match &p.src_ports {
+                None => PortRange::ANY,
+                Some(v) => parse_ports(&k("src_ports"), v)?,
+            };
+            let dst_ports = match &p.dst_ports {
+                None => PortRange::ANY,
+                Some(v) => parse_ports(&k("dst_ports"), v)?,
+            };
+            if (!src_ports.is_any() || !dst_ports.is_any()) && !matches!(proto, Some(6) | Some(17) | Some(132) | Some(136)) {
+                return err(k("proto"), "port ranges need proto = \"tcp\", \"udp\" or \"sctp\"");
+            }
+            let mut bundle = Vec::new();
+            let action = match p.action.as_deref() {
+                Some("protect") => {
+                    if p.sas.is_empty() {
+                        return err(k("sas"), "a protect policy needs the SAs to use (e.g. sas = [\"a-to-b\"])");
+                    }
+                    if p.sas.len() > netveil_ipsec::bundle::MAX_BUNDLE {
+                        return err(k("sas"), "at most 4 SAs in a bundle");
+                    }
+                    let want = match direction {
+                        policy::Direction::Out => Direction::Out,
+                        policy::Direction::In => Direction::In,
+                    };
+                    for (j, n) in p.sas.iter().enumerate() {
+                        let idx = match sas.iter().position(|s| &s.name == n) {
+                            Some(x) => x,
+                            None => return err(format!("policy[{i}].sas[{j}]"), format!("no SA named '{n}'")),
+                        };
+                        if sas[idx].direction != want {
+                            return err(format!("policy[{i}].sas[{j}]"), format!("SA '{n}' is not an {:?}bound SA", want));
+                        }
+                        if j + 1 < p.sas.len() && matches!(sas[idx].mode, Mode::Tunnel { .. }) && false {
+                            unreachable!()
+                        }
+                        bundle.push(idx);
+                    }
+                    policy::Action::Protect(policies.len())
+                }
+                Some("bypass") => policy::Action::Bypass,
+                Some("discard") => policy::Action::Discard,
+                Some(o) => return err(k("action"), format!("'{o}' must be 'protect', 'bypass' or 'discard'")),
+                None => return err(k("action"), "missing ('protect', 'bypass' or 'discard')"),
+            };
+            if !matches!(action, policy::Action::Protect(_)) && !p.sas.is_empty() {
+                return err(k("sas"), "only protect policies take SAs");
+            }
+            policies.push(PolicyRule {
+                name: p.name.unwrap_or_else(|| format!("policy{i}")),
+                direction,
+                selector: Selector { src, dst, proto, src_ports, dst_ports },
+                action,
+                sas: bundle,
+            });
+        }
+        Ok(Config { interface, sas, policies })
+    }
+}
+
+fn suite_proto(s: &Suite) -> u8 {
+    match s {
+        Suite::Esp(_) => 50,
+        Suite::Ah(_) => 51,
+    }
+}
