@@ -55,7 +55,10 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 fn err<T>(key: impl Into<String>, reason: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError { key: key.into(), reason: reason.into() })
+    Err(ConfigError {
+        key: key.into(),
+        reason: reason.into(),
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -180,7 +183,9 @@ fn int_in(key: &str, v: i64, lo: i64, hi: i64) -> Result<i64, ConfigError> {
 }
 
 fn parse_ip(key: &str, s: &str) -> Result<IpAddr, ConfigError> {
-    s.trim().parse().or_else(|_| err(key, format!("'{s}' is not an IP address")))
+    s.trim()
+        .parse()
+        .or_else(|_| err(key, format!("'{s}' is not an IP address")))
 }
 
 fn parse_net(key: &str, s: &str) -> Result<IpNet, ConfigError> {
@@ -191,13 +196,19 @@ fn parse_net(key: &str, s: &str) -> Result<IpNet, ConfigError> {
     if let Ok(a) = s.parse::<IpAddr>() {
         return Ok(IpNet::from(a));
     }
-    err(key, format!("'{s}' is not an address or prefix (e.g. 192.0.2.0/24)"))
+    err(
+        key,
+        format!("'{s}' is not an address or prefix (e.g. 192.0.2.0/24)"),
+    )
 }
 
 fn parse_hex(key: &str, s: &str) -> Result<zeroize::Zeroizing<Vec<u8>>, ConfigError> {
     let t = s.trim();
     let t = t.strip_prefix("0x").unwrap_or(t);
-    let t: String = t.chars().filter(|c| *c != ':' && !c.is_whitespace()).collect();
+    let t: String = t
+        .chars()
+        .filter(|c| *c != ':' && !c.is_whitespace())
+        .collect();
     match hex::decode(&t) {
         Ok(v) => Ok(zeroize::Zeroizing::new(v)),
         Err(_) => err(key, "is not a hexadecimal string"),
@@ -217,7 +228,12 @@ fn parse_proto(key: &str, v: &toml::Value) -> Result<Option<u8>, ConfigError> {
             "gre" => Some(47),
             other => match other.parse::<u8>() {
                 Ok(n) => Some(n),
-                Err(_) => return err(key, format!("unknown protocol '{s}' (any, tcp, udp, icmp, icmpv6, sctp or a number)")),
+                Err(_) => return err(
+                    key,
+                    format!(
+                        "unknown protocol '{s}' (any, tcp, udp, icmp, icmpv6, sctp or a number)"
+                    ),
+                ),
             },
         }),
         _ => err(key, "must be a protocol name or number"),
@@ -240,7 +256,10 @@ fn parse_ports(key: &str, v: &toml::Value) -> Result<PortRange, ConfigError> {
             let (a, b) = s.split_once('-').unwrap_or((s, s));
             match (a.trim().parse::<i64>(), b.trim().parse::<i64>()) {
                 (Ok(a), Ok(b)) => range(a, b),
-                _ => err(key, format!("'{s}' is not a port or range (e.g. 443 or \"1024-65535\")")),
+                _ => err(
+                    key,
+                    format!("'{s}' is not a port or range (e.g. 443 or \"1024-65535\")"),
+                ),
             }
         }
         _ => err(key, "must be a port number or a range string"),
@@ -271,8 +290,16 @@ impl Config {
         })?;
         let ri = raw.interface;
         let name = ri.name.unwrap_or_else(|| "nv0".into());
-        if name.is_empty() || name.len() > 15 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return err("interface.name", format!("'{name}' is not a valid interface name (1-15 of [A-Za-z0-9-_.])"));
+        if name.is_empty()
+            || name.len() > 15
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return err(
+                "interface.name",
+                format!("'{name}' is not a valid interface name (1-15 of [A-Za-z0-9-_.])"),
+            );
         }
         let addresses = ri
             .addresses
@@ -294,13 +321,25 @@ impl Config {
             None => None,
             Some(m) => Some(int_in("interface.fwmark", m, 1, u32::MAX as i64)? as u32),
         };
-        let nat_t_port = int_in("interface.nat_t_port", ri.nat_t_port.unwrap_or(4500), 1, 65535)? as u16;
+        let nat_t_port = int_in(
+            "interface.nat_t_port",
+            ri.nat_t_port.unwrap_or(4500),
+            1,
+            65535,
+        )? as u16;
         let default_action = match ri.default_policy.as_deref().unwrap_or("bypass") {
             "bypass" => policy::Action::Bypass,
             "discard" => policy::Action::Discard,
-            other => return err("interface.default_policy", format!("'{other}' must be 'bypass' or 'discard'")),
+            other => {
+                return err(
+                    "interface.default_policy",
+                    format!("'{other}' must be 'bypass' or 'discard'"),
+                )
+            }
         };
-        let control_socket = ri.control_socket.unwrap_or_else(|| format!("{RUN_DIR}/{name}.sock"));
+        let control_socket = ri
+            .control_socket
+            .unwrap_or_else(|| format!("{RUN_DIR}/{name}.sock"));
         let interface = Interface {
             name,
             addresses,
@@ -338,9 +377,12 @@ impl Config {
             };
             let suite = match proto {
                 "esp" => Suite::Esp(
-                    EspSuite::parse(suite_name, interface.allow_null_null).or_else(|e| err(k("suite"), e.to_string()))?,
+                    EspSuite::parse(suite_name, interface.allow_null_null)
+                        .or_else(|e| err(k("suite"), e.to_string()))?,
                 ),
-                "ah" => Suite::Ah(AhSuite::parse(suite_name).or_else(|e| err(k("suite"), e.to_string()))?),
+                "ah" => Suite::Ah(
+                    AhSuite::parse(suite_name).or_else(|e| err(k("suite"), e.to_string()))?,
+                ),
                 o => return err(k("protocol"), format!("'{o}' must be 'esp' or 'ah'")),
             };
             let mode = match s.mode.as_deref().unwrap_or("tunnel") {
@@ -351,16 +393,25 @@ impl Config {
                     Mode::Transport
                 }
                 "tunnel" => {
-                    let local = parse_ip(&k("local"), s.local.as_deref().ok_or_else(|| ConfigError {
-                        key: k("local"),
-                        reason: "missing (the local tunnel endpoint address)".into(),
-                    })?)?;
-                    let remote = parse_ip(&k("remote"), s.remote.as_deref().ok_or_else(|| ConfigError {
-                        key: k("remote"),
-                        reason: "missing (the remote tunnel endpoint address)".into(),
-                    })?)?;
+                    let local = parse_ip(
+                        &k("local"),
+                        s.local.as_deref().ok_or_else(|| ConfigError {
+                            key: k("local"),
+                            reason: "missing (the local tunnel endpoint address)".into(),
+                        })?,
+                    )?;
+                    let remote = parse_ip(
+                        &k("remote"),
+                        s.remote.as_deref().ok_or_else(|| ConfigError {
+                            key: k("remote"),
+                            reason: "missing (the remote tunnel endpoint address)".into(),
+                        })?,
+                    )?;
                     if local.is_ipv4() != remote.is_ipv4() {
-                        return err(k("remote"), "local and remote must be of the same address family");
+                        return err(
+                            k("remote"),
+                            "local and remote must be of the same address family",
+                        );
                     }
                     Mode::Tunnel { local, remote }
                 }
@@ -378,17 +429,31 @@ impl Config {
                 Suite::Esp(es) => {
                     let want = es.enc.key_len();
                     if enc_key.len() != want {
-                        let salt = if es.enc.is_aead() { ", key followed by the 4-byte salt" } else { "" };
+                        let salt = if es.enc.is_aead() {
+                            ", key followed by the 4-byte salt"
+                        } else {
+                            ""
+                        };
                         return err(
                             k("enc_key"),
-                            format!("{} needs {want} bytes ({} hex digits{salt}), got {}", es.name(), want * 2, enc_key.len()),
+                            format!(
+                                "{} needs {want} bytes ({} hex digits{salt}), got {}",
+                                es.name(),
+                                want * 2,
+                                enc_key.len()
+                            ),
                         );
                     }
                     let want = es.integ.map_or(0, |i| i.key_len());
                     if auth_key.len() != want {
                         return err(
                             k("auth_key"),
-                            format!("{} needs {want} bytes ({} hex digits), got {}", es.name(), want * 2, auth_key.len()),
+                            format!(
+                                "{} needs {want} bytes ({} hex digits), got {}",
+                                es.name(),
+                                want * 2,
+                                auth_key.len()
+                            ),
                         );
                     }
                 }
@@ -398,7 +463,15 @@ impl Config {
                     }
                     let want = a.integ.key_len();
                     if auth_key.len() != want {
-                        return err(k("auth_key"), format!("{} needs {want} bytes ({} hex digits), got {}", a.name(), want * 2, auth_key.len()));
+                        return err(
+                            k("auth_key"),
+                            format!(
+                                "{} needs {want} bytes ({} hex digits), got {}",
+                                a.name(),
+                                want * 2,
+                                auth_key.len()
+                            ),
+                        );
                     }
                 }
             }
@@ -410,11 +483,24 @@ impl Config {
                 None | Some("none") => None,
                 Some("udp") => {
                     if matches!(suite, Suite::Ah(_)) {
-                        return err(k("encap"), "UDP encapsulation (RFC 3948) is defined for ESP only");
+                        return err(
+                            k("encap"),
+                            "UDP encapsulation (RFC 3948) is defined for ESP only",
+                        );
                     }
                     Some(UdpEncap {
-                        local_port: int_in(&k("local_port"), s.local_port.unwrap_or(nat_t_port as i64), 1, 65535)? as u16,
-                        remote_port: int_in(&k("remote_port"), s.remote_port.unwrap_or(4500), 1, 65535)? as u16,
+                        local_port: int_in(
+                            &k("local_port"),
+                            s.local_port.unwrap_or(nat_t_port as i64),
+                            1,
+                            65535,
+                        )? as u16,
+                        remote_port: int_in(
+                            &k("remote_port"),
+                            s.remote_port.unwrap_or(4500),
+                            1,
+                            65535,
+                        )? as u16,
                     })
                 }
                 Some(o) => return err(k("encap"), format!("'{o}' must be 'udp' or 'none'")),
@@ -443,14 +529,24 @@ impl Config {
             ] {
                 if let (Some(s), Some(h)) = (soft, hard) {
                     if s >= h {
-                        return err(k(&format!("lifetime.soft_{f}")), format!("{s} must be below hard_{f} ({h})"));
+                        return err(
+                            k(&format!("lifetime.soft_{f}")),
+                            format!("{s} must be below hard_{f} ({h})"),
+                        );
                     }
                 }
             }
             if direction == Direction::In
-                && sas.iter().any(|o| o.direction == Direction::In && o.spi == spi && suite_proto(&o.suite) == suite_proto(&suite))
+                && sas.iter().any(|o| {
+                    o.direction == Direction::In
+                        && o.spi == spi
+                        && suite_proto(&o.suite) == suite_proto(&suite)
+                })
             {
-                return err(k("spi"), format!("{spi:#x} is used by another inbound SA of the same protocol"));
+                return err(
+                    k("spi"),
+                    format!("{spi:#x} is used by another inbound SA of the same protocol"),
+                );
             }
             sas.push(SaParams {
                 name,
@@ -478,8 +574,22 @@ impl Config {
                 Some(o) => return err(k("direction"), format!("'{o}' must be 'out' or 'in'")),
                 None => return err(k("direction"), "missing ('out' or 'in')"),
             };
-            let src = parse_net(&k("src"), p.src.as_deref().unwrap_or("any").replace("any", "0.0.0.0/0").as_str())?;
-            let dst = parse_net(&k("dst"), p.dst.as_deref().unwrap_or("any").replace("any", "0.0.0.0/0").as_str())?;
+            let src = parse_net(
+                &k("src"),
+                p.src
+                    .as_deref()
+                    .unwrap_or("any")
+                    .replace("any", "0.0.0.0/0")
+                    .as_str(),
+            )?;
+            let dst = parse_net(
+                &k("dst"),
+                p.dst
+                    .as_deref()
+                    .unwrap_or("any")
+                    .replace("any", "0.0.0.0/0")
+                    .as_str(),
+            )?;
             if src.addr().is_ipv4() != dst.addr().is_ipv4() {
                 return err(k("dst"), "src and dst must be of the same address family");
             }
@@ -495,14 +605,22 @@ impl Config {
                 None => PortRange::ANY,
                 Some(v) => parse_ports(&k("dst_ports"), v)?,
             };
-            if (!src_ports.is_any() || !dst_ports.is_any()) && !matches!(proto, Some(6) | Some(17) | Some(132) | Some(136)) {
-                return err(k("proto"), "port ranges need proto = \"tcp\", \"udp\" or \"sctp\"");
+            if (!src_ports.is_any() || !dst_ports.is_any())
+                && !matches!(proto, Some(6) | Some(17) | Some(132) | Some(136))
+            {
+                return err(
+                    k("proto"),
+                    "port ranges need proto = \"tcp\", \"udp\" or \"sctp\"",
+                );
             }
             let mut bundle = Vec::new();
             let action = match p.action.as_deref() {
                 Some("protect") => {
                     if p.sas.is_empty() {
-                        return err(k("sas"), "a protect policy needs the SAs to use (e.g. sas = [\"a-to-b\"])");
+                        return err(
+                            k("sas"),
+                            "a protect policy needs the SAs to use (e.g. sas = [\"a-to-b\"])",
+                        );
                     }
                     if p.sas.len() > netveil_ipsec::bundle::MAX_BUNDLE {
                         return err(k("sas"), "at most 4 SAs in a bundle");
@@ -514,12 +632,23 @@ impl Config {
                     for (j, n) in p.sas.iter().enumerate() {
                         let idx = match sas.iter().position(|s| &s.name == n) {
                             Some(x) => x,
-                            None => return err(format!("policy[{i}].sas[{j}]"), format!("no SA named '{n}'")),
+                            None => {
+                                return err(
+                                    format!("policy[{i}].sas[{j}]"),
+                                    format!("no SA named '{n}'"),
+                                )
+                            }
                         };
                         if sas[idx].direction != want {
-                            return err(format!("policy[{i}].sas[{j}]"), format!("SA '{n}' is not an {:?}bound SA", want));
+                            return err(
+                                format!("policy[{i}].sas[{j}]"),
+                                format!("SA '{n}' is not an {:?}bound SA", want),
+                            );
                         }
-                        if j + 1 < p.sas.len() && matches!(sas[idx].mode, Mode::Tunnel { .. }) && false {
+                        if j + 1 < p.sas.len()
+                            && matches!(sas[idx].mode, Mode::Tunnel { .. })
+                            && false
+                        {
                             unreachable!()
                         }
                         bundle.push(idx);
@@ -528,7 +657,12 @@ impl Config {
                 }
                 Some("bypass") => policy::Action::Bypass,
                 Some("discard") => policy::Action::Discard,
-                Some(o) => return err(k("action"), format!("'{o}' must be 'protect', 'bypass' or 'discard'")),
+                Some(o) => {
+                    return err(
+                        k("action"),
+                        format!("'{o}' must be 'protect', 'bypass' or 'discard'"),
+                    )
+                }
                 None => return err(k("action"), "missing ('protect', 'bypass' or 'discard')"),
             };
             if !matches!(action, policy::Action::Protect(_)) && !p.sas.is_empty() {
@@ -537,12 +671,22 @@ impl Config {
             policies.push(PolicyRule {
                 name: p.name.unwrap_or_else(|| format!("policy{i}")),
                 direction,
-                selector: Selector { src, dst, proto, src_ports, dst_ports },
+                selector: Selector {
+                    src,
+                    dst,
+                    proto,
+                    src_ports,
+                    dst_ports,
+                },
                 action,
                 sas: bundle,
             });
         }
-        Ok(Config { interface, sas, policies })
+        Ok(Config {
+            interface,
+            sas,
+            policies,
+        })
     }
 }
 
@@ -550,5 +694,23 @@ fn suite_proto(s: &Suite) -> u8 {
     match s {
         Suite::Esp(_) => 50,
         Suite::Ah(_) => 51,
+    }
+}
+
+impl Config {
+    /// Builds the SA database (key schedules computed here, once). SA `i` of the configuration gets index `i`.
+    pub fn build_sad(&self, now: u64) -> Result<netveil_ipsec::bundle::Sad, ConfigError> {
+        let mut sad = netveil_ipsec::bundle::Sad::default();
+        for (i, p) in self.sas.iter().enumerate() {
+            let sa = netveil_ipsec::Sa::new(p.clone(), now)
+                .or_else(|e| err(format!("sa[{i}]"), format!("cannot install: {e}")))?;
+            sad.insert(sa).or_else(|e| err(format!("sa[{i}].spi"), e))?;
+        }
+        Ok(sad)
+    }
+
+    /// Index of the SA named `name`.
+    pub fn sa_index(&self, name: &str) -> Option<usize> {
+        self.sas.iter().position(|s| s.name == name)
     }
 }

@@ -1,1 +1,104 @@
-fn main() {}
+//! The `netveil` command.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "netveil",
+    version,
+    about = "User-space packet security for Linux (IPsec ESP/AH over TUN)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Bring up the data plane described by a configuration file (runs in the foreground).
+    Up {
+        /// The configuration file (netveil.toml).
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Check a configuration file without applying anything.
+    Check {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Show SAs, policies and counters of a running daemon.
+    Status {
+        /// Interface name of the daemon (its control socket is /run/netveil/NAME.sock).
+        #[arg(short, long, default_value = "nv0")]
+        interface: String,
+        /// Control socket path (overrides --interface).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export the running SAs' keys.
+    Keys {
+        /// Write Wireshark's ESP SA table (esp_sa) into this directory (a Wireshark/tshark profile or config dir).
+        #[arg(long, value_name = "DIR")]
+        wireshark: PathBuf,
+        #[arg(short, long, default_value = "nv0")]
+        interface: String,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Offline packet tools on pcap files.
+    Pcap {
+        #[command(subcommand)]
+        cmd: netveil::pcap::PcapCmd,
+    },
+    /// Measure throughput through netveil and in clear, in a lab of network namespaces.
+    Bench(netveil::bench::BenchArgs),
+    /// Run a two-host lab in network namespaces: bring up ESP, ping, transfer data, show what an eavesdropper sees.
+    Demo(netveil::demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Up { config } => netveil::daemon::up(&config),
+        Cmd::Check { config } => netveil::config::Config::load(&config)
+            .map(|c| {
+                println!(
+                    "{}: ok ({} SAs, {} policies)",
+                    config.display(),
+                    c.sas.len(),
+                    c.policies.len()
+                );
+            })
+            .map_err(netveil::Error::Config),
+        Cmd::Status {
+            interface,
+            socket,
+            json,
+        } => netveil::control::status(&socket_path(&interface, socket), json),
+        Cmd::Keys {
+            wireshark,
+            interface,
+            socket,
+        } => netveil::control::keys_wireshark(&socket_path(&interface, socket), &wireshark),
+        Cmd::Pcap { cmd } => netveil::pcap::run(cmd),
+        Cmd::Bench(a) => netveil::bench::run(a),
+        Cmd::Demo(a) => netveil::demo::run(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("netveil: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn socket_path(interface: &str, socket: Option<PathBuf>) -> PathBuf {
+    socket
+        .unwrap_or_else(|| PathBuf::from(format!("{}/{interface}.sock", netveil::config::RUN_DIR)))
+}
