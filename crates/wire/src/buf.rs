@@ -23,7 +23,11 @@ impl PacketBuf {
     /// A buffer of `capacity` bytes whose (empty) packet starts `headroom` bytes in.
     pub fn new(capacity: usize, headroom: usize) -> Self {
         assert!(headroom <= capacity);
-        PacketBuf { storage: vec![0u8; capacity].into_boxed_slice(), head: headroom, tail: headroom }
+        PacketBuf {
+            storage: vec![0u8; capacity].into_boxed_slice(),
+            head: headroom,
+            tail: headroom,
+        }
     }
 
     /// A buffer holding a copy of `data` with the given head- and tailroom.

@@ -1,14 +1,29 @@
 //! Zero-copy packet views in the style of smoltcp.
 //!
 //! For each header `X` there is `X::Packet<T: AsRef<[u8]>>` (a view: `new_checked` verifies lengths once, after which
-//! no accessor can panic; setters for `T: AsMut<[u8]>`) and `XRepr` (a parsed high-level form with `parse`, `emit` and
+//! no accessor can panic; setters for `T: AsMut<[u8]>`) and usually `X::Repr` (a parsed high-level form with `parse`, `emit` and
 //! `buffer_len`). [`PacketBuf`] is the owned buffer with head- and tailroom that the data plane encapsulates into in
 //! place.
 
+pub mod ah;
+pub mod arp;
 pub mod buf;
 pub mod checksum;
+pub mod esp;
+pub mod ethernet;
+mod field;
+pub mod icmpv4;
+pub mod icmpv6;
+pub mod ip;
+pub mod ipv4;
+pub mod ipv6;
+pub mod tcp;
+pub mod udp;
+pub mod udp_encap;
 
 pub use buf::PacketBuf;
+pub use ip::{flow_key, FlowInfo};
+pub use udp_encap::{classify, Classified};
 
 /// A packet was too short, malformed, or not what the caller expected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

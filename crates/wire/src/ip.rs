@@ -1,0 +1,240 @@
+//! Version-dispatching IP helpers.
+
+use std::net::IpAddr;
+
+use crate::field::get_u16;
+use crate::{ip_proto, ipv4, ipv6, Error, Result};
+
+/// SCTP protocol number (ports at the same offsets as TCP/UDP).
+pub const SCTP: u8 = 132;
+
+/// An IPv4 or IPv6 packet view, chosen by the version nibble.
+#[derive(Debug, Clone)]
+pub enum Packet<T: AsRef<[u8]>> {
+    V4(ipv4::Packet<T>),
+    V6(ipv6::Packet<T>),
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Dispatches on the version nibble and runs that version's `new_checked`.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        match buffer.as_ref().first().map(|b| b >> 4) {
+            None => Err(Error::Truncated),
+            Some(4) => Ok(Packet::V4(ipv4::Packet::new_checked(buffer)?)),
+            Some(6) => Ok(Packet::V6(ipv6::Packet::new_checked(buffer)?)),
+            Some(_) => Err(Error::Malformed),
+        }
+    }
+
+    pub fn into_inner(self) -> T {
+        match self {
+            Packet::V4(p) => p.into_inner(),
+            Packet::V6(p) => p.into_inner(),
+        }
+    }
+
+    pub fn version(&self) -> u8 {
+        match self {
+            Packet::V4(_) => 4,
+            Packet::V6(_) => 6,
+        }
+    }
+
+    pub fn src_addr(&self) -> IpAddr {
+        match self {
+            Packet::V4(p) => p.src_addr().into(),
+            Packet::V6(p) => p.src_addr().into(),
+        }
+    }
+
+    pub fn dst_addr(&self) -> IpAddr {
+        match self {
+            Packet::V4(p) => p.dst_addr().into(),
+            Packet::V6(p) => p.dst_addr().into(),
+        }
+    }
+
+    /// Length of the packet per its header (bytes beyond it are ignored).
+    pub fn total_len(&self) -> usize {
+        match self {
+            Packet::V4(p) => p.total_len() as usize,
+            Packet::V6(p) => p.total_len(),
+        }
+    }
+
+    /// TTL or hop limit.
+    pub fn hop_limit(&self) -> u8 {
+        match self {
+            Packet::V4(p) => p.ttl(),
+            Packet::V6(p) => p.hop_limit(),
+        }
+    }
+
+    /// The IPv4 protocol or the IPv6 fixed header's next header.
+    pub fn next_header(&self) -> u8 {
+        match self {
+            Packet::V4(p) => p.protocol(),
+            Packet::V6(p) => p.next_header(),
+        }
+    }
+
+    /// The bytes after the IPv4 header or the IPv6 fixed header.
+    pub fn payload(&self) -> &[u8] {
+        match self {
+            Packet::V4(p) => p.payload(),
+            Packet::V6(p) => p.payload(),
+        }
+    }
+}
+
+/// The selectors the policy engine matches on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowInfo {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    /// Upper-layer protocol (after IPv6 extension headers).
+    pub proto: u8,
+    /// 0 unless TCP, UDP or SCTP in an unfragmented packet or first fragment.
+    pub src_port: u16,
+    pub dst_port: u16,
+    /// Offset of the upper-layer header in the packet.
+    pub l4_offset: usize,
+}
+
+fn has_ports(proto: u8) -> bool {
+    matches!(proto, ip_proto::TCP | ip_proto::UDP | SCTP)
+}
+
+/// Extracts the flow selectors of an IPv4 or IPv6 packet without allocating.
+///
+/// Fails if the IP header is invalid, an IPv6 extension header is cut short, or a TCP/UDP/SCTP header that should be
+/// present has fewer than 4 bytes.
+pub fn flow_key(packet: &[u8]) -> Result<FlowInfo> {
+    let (src, dst, proto, l4_offset, end, later_frag) = match Packet::new_checked(packet)? {
+        Packet::V4(p) => (
+            p.src_addr().into(),
+            p.dst_addr().into(),
+            p.protocol(),
+            p.header_len(),
+            p.total_len() as usize,
+            p.frag_offset() != 0,
+        ),
+        Packet::V6(p) => {
+            let w = ipv6::walk(packet)?;
+            (
+                p.src_addr().into(),
+                p.dst_addr().into(),
+                w.upper_proto,
+                w.upper_offset,
+                p.total_len(),
+                w.is_later_fragment(),
+            )
+        }
+    };
+    let (mut src_port, mut dst_port) = (0, 0);
+    if has_ports(proto) && !later_frag {
+        if l4_offset + 4 > end {
+            return Err(Error::Truncated);
+        }
+        src_port = get_u16(packet, l4_offset);
+        dst_port = get_u16(packet, l4_offset + 2);
+    }
+    Ok(FlowInfo {
+        src,
+        dst,
+        proto,
+        src_port,
+        dst_port,
+        l4_offset,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ipv4, ipv6};
+
+    #[test]
+    fn dispatch() {
+        let v4 = ipv4::tests::SYN;
+        let p = Packet::new_checked(&v4[..]).unwrap();
+        assert_eq!(p.version(), 4);
+        assert_eq!(p.src_addr(), "10.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(p.total_len(), 60);
+        assert_eq!(p.next_header(), ip_proto::TCP);
+        assert_eq!(p.hop_limit(), 64);
+        assert_eq!(p.payload().len(), 40);
+        let v6 = ipv6::tests::echo_ext();
+        let p = Packet::new_checked(&v6[..]).unwrap();
+        assert_eq!(p.version(), 6);
+        assert_eq!(p.dst_addr(), "ff02::1".parse::<IpAddr>().unwrap());
+        assert_eq!(p.next_header(), 0);
+        assert_eq!(Packet::new_checked(&[][..]).err(), Some(Error::Truncated));
+        assert_eq!(
+            Packet::new_checked(&[0x50u8; 40][..]).err(),
+            Some(Error::Malformed)
+        );
+    }
+
+    #[test]
+    fn flow_v4_tcp() {
+        let f = flow_key(&ipv4::tests::SYN).unwrap();
+        assert_eq!(f.src, "10.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(f.dst, "93.184.216.34".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            (f.proto, f.src_port, f.dst_port, f.l4_offset),
+            (6, 51234, 80, 20)
+        );
+
+        // Later fragment: no ports.
+        let mut b = ipv4::tests::SYN;
+        b[6] = 0x00;
+        b[7] = 0x10;
+        let f = flow_key(&b).unwrap();
+        assert_eq!((f.proto, f.src_port, f.dst_port), (6, 0, 0));
+
+        // Ports cut off by the total length.
+        let mut b = ipv4::tests::SYN;
+        b[3] = 23;
+        assert_eq!(flow_key(&b).err(), Some(Error::Truncated));
+        b[1] = 0;
+        b[9] = ip_proto::ICMP;
+        let f = flow_key(&b).unwrap();
+        assert_eq!(
+            (f.proto, f.src_port, f.dst_port, f.l4_offset),
+            (1, 0, 0, 20)
+        );
+    }
+
+    #[test]
+    fn flow_v6() {
+        let v = ipv6::tests::echo_ext();
+        let f = flow_key(&v).unwrap();
+        assert_eq!(
+            (f.proto, f.src_port, f.dst_port, f.l4_offset),
+            (58, 0, 0, 64)
+        );
+
+        // Replace ICMPv6 with UDP 1000 -> 2000.
+        let mut b = v.clone();
+        b[48] = ip_proto::UDP;
+        b[64..68].copy_from_slice(&[0x03, 0xe8, 0x07, 0xd0]);
+        let f = flow_key(&b).unwrap();
+        assert_eq!(
+            (f.proto, f.src_port, f.dst_port, f.l4_offset),
+            (17, 1000, 2000, 64)
+        );
+    }
+
+    #[test]
+    fn truncation() {
+        let v4 = ipv4::tests::SYN;
+        for n in 0..v4.len() {
+            assert!(flow_key(&v4[..n]).is_err());
+        }
+        let v6 = ipv6::tests::echo_ext();
+        for n in 0..v6.len() {
+            assert!(flow_key(&v6[..n]).is_err());
+        }
+    }
+}
