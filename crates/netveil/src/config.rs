@@ -228,12 +228,14 @@ fn parse_proto(key: &str, v: &toml::Value) -> Result<Option<u8>, ConfigError> {
             "gre" => Some(47),
             other => match other.parse::<u8>() {
                 Ok(n) => Some(n),
-                Err(_) => return err(
-                    key,
-                    format!(
+                Err(_) => {
+                    return err(
+                        key,
+                        format!(
                         "unknown protocol '{s}' (any, tcp, udp, icmp, icmpv6, sctp or a number)"
                     ),
-                ),
+                    )
+                }
             },
         }),
         _ => err(key, "must be a protocol name or number"),

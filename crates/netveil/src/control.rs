@@ -1,10 +1,318 @@
-//! The control socket: `netveil status` and `netveil keys` ask a running daemon over a Unix socket.
-use std::path::Path;
+//! The control socket (a Unix socket, mode 0600, under /run/netveil): `netveil status` and `netveil keys` ask a
+//! running daemon. One request line (`status` or `keys`), one JSON answer.
 
-pub fn status(_socket: &Path, _json: bool) -> crate::Result<()> {
-    Err(crate::Error::Other("status: not built yet".into()))
+use crate::daemon::Shared;
+use crate::{Error, Result};
+use netveil_ipsec::sa::{Direction, Suite};
+use netveil_ipsec::Mode;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Binds the control socket (replacing a stale one).
+pub fn listen(path: &Path) -> Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(Error::io(format!("cannot create {}", dir.display())))?;
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(Error::Usage(format!(
+            "{} is in use: is another netveil running on this interface?",
+            path.display()
+        )));
+    }
+    let _ = std::fs::remove_file(path);
+    let l =
+        UnixListener::bind(path).map_err(Error::io(format!("cannot bind {}", path.display())))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(Error::io("chmod control socket"))?;
+    Ok(l)
 }
 
-pub fn keys_wireshark(_socket: &Path, _dir: &Path) -> crate::Result<()> {
-    Err(crate::Error::Other("keys: not built yet".into()))
+/// Answers requests until the daemon stops.
+pub fn serve(sh: &Shared, l: UnixListener) {
+    for conn in l.incoming() {
+        if sh.stop.load(Relaxed) {
+            return;
+        }
+        let Ok(mut c) = conn else { continue };
+        let mut line = String::new();
+        if BufReader::new(&c).read_line(&mut line).is_err() {
+            continue;
+        }
+        let answer = match line.trim() {
+            "status" => status_json(sh),
+            "keys" => keys_json(sh),
+            other => json!({ "error": format!("unknown request '{other}'") }),
+        };
+        let _ = c.write_all(answer.to_string().as_bytes());
+    }
+}
+
+fn suite_name(s: &Suite) -> String {
+    match s {
+        Suite::Esp(e) => e.name(),
+        Suite::Ah(a) => a.name(),
+    }
+}
+
+/// The daemon's state as JSON (what `netveil status --json` prints).
+pub fn status_json(sh: &Shared) -> Value {
+    let now = sh.now();
+    let sas: Vec<Value> = sh
+        .sad
+        .iter()
+        .map(|sa| {
+            let p = &sa.params;
+            let c = sa.counters.snapshot();
+            let (mode, local, remote) = match p.mode {
+                Mode::Transport => ("transport", None, None),
+                Mode::Tunnel { local, remote } => {
+                    ("tunnel", Some(local.to_string()), Some(remote.to_string()))
+                }
+            };
+            json!({
+                "name": p.name,
+                "direction": if p.direction == Direction::Out { "out" } else { "in" },
+                "protocol": match p.suite { Suite::Esp(_) => "esp", Suite::Ah(_) => "ah" },
+                "spi": format!("{:#010x}", p.spi),
+                "mode": mode,
+                "local": local,
+                "remote": remote,
+                "suite": suite_name(&p.suite),
+                "esn": p.esn,
+                "encap": p.encap.map(|u| format!("udp {}->{}", u.local_port, u.remote_port)),
+                "packets": c.packets,
+                "bytes": c.bytes,
+                "dropped": c.dropped,
+                "auth_failed": c.auth_failed,
+                "replayed": c.replayed,
+                "seq": if p.direction == Direction::Out { sa.seq_last() } else { sa.replay_top() },
+                "replay_window": p.replay_window,
+                "lifetime": format!("{:?}", sa.lifetime_state(now)).to_lowercase(),
+                "rekey_needed": sa.rekey_needed.load(Relaxed),
+            })
+        })
+        .collect();
+    let mut drops = serde_json::Map::new();
+    for (name, n) in sh.tx_drops.snapshot() {
+        drops.insert(format!("tx:{name}"), json!(n));
+    }
+    for (name, n) in sh.rx_drops.snapshot() {
+        drops.insert(format!("rx:{name}"), json!(n));
+    }
+    if let Some(t) = &sh.nft_table {
+        drops.insert(
+            "rx:clear-but-protected".into(),
+            json!(crate::daemon::nft_clear_drops(t)),
+        );
+    }
+    json!({
+        "interface": sh.tun_name,
+        "uptime_seconds": now,
+        "tx": { "packets": sh.tx_packets.load(Relaxed), "bytes": sh.tx_bytes.load(Relaxed), "bypassed": sh.bypassed.load(Relaxed) },
+        "rx": { "packets": sh.rx_packets.load(Relaxed), "bytes": sh.rx_bytes.load(Relaxed) },
+        "sas": sas,
+        "drops": drops,
+        "policies": sh.config.policies.iter().map(|p| json!({
+            "name": p.name,
+            "direction": format!("{:?}", p.direction).to_lowercase(),
+            "src": p.selector.src.to_string(),
+            "dst": p.selector.dst.to_string(),
+            "proto": p.selector.proto,
+            "action": match p.action { netveil_sa::policy::Action::Protect(_) => "protect", netveil_sa::policy::Action::Bypass => "bypass", netveil_sa::policy::Action::Discard => "discard" },
+            "sas": p.sas.iter().map(|i| sh.config.sas[*i].name.clone()).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The running SAs' keys, with Wireshark's algorithm names (only over the root-only control socket).
+fn keys_json(sh: &Shared) -> Value {
+    let sas: Vec<Value> = sh
+        .sad
+        .iter()
+        .filter_map(|sa| {
+            let p = &sa.params;
+            let Suite::Esp(es) = p.suite else { return None };
+            let (fam, src, dst) = match p.mode {
+                Mode::Tunnel { local, remote } => {
+                    let (s, d) = if p.direction == Direction::Out {
+                        (local, remote)
+                    } else {
+                        (remote, local)
+                    };
+                    (
+                        if s.is_ipv4() { "IPv4" } else { "IPv6" },
+                        s.to_string(),
+                        d.to_string(),
+                    )
+                }
+                Mode::Transport => ("Any", "*".to_string(), "*".to_string()),
+            };
+            Some(json!({
+                "name": p.name,
+                "family": fam,
+                "src": src,
+                "dst": dst,
+                "spi": format!("{:#010x}", p.spi),
+                "enc_alg": es.enc.wireshark_name(),
+                "enc_key": format!("0x{}", hex::encode(&p.enc_key[..])),
+                "auth_alg": es.integ.map_or("NULL", |i| i.rfc_name()),
+                "auth_key": format!("0x{}", hex::encode(&p.auth_key[..])),
+                "esn": p.esn,
+            }))
+        })
+        .collect();
+    json!({ "sas": sas })
+}
+
+fn ask(socket: &Path, req: &str) -> Result<Value> {
+    let mut s = UnixStream::connect(socket).map_err(|e| {
+        Error::Usage(format!(
+            "cannot reach a netveil daemon at {} ({e}): is `netveil up` running?",
+            socket.display()
+        ))
+    })?;
+    s.write_all(format!("{req}\n").as_bytes())
+        .map_err(Error::io("control socket"))?;
+    s.shutdown(std::net::Shutdown::Write).ok();
+    let mut buf = String::new();
+    std::io::Read::read_to_string(&mut s, &mut buf).map_err(Error::io("control socket"))?;
+    serde_json::from_str(&buf).map_err(|e| Error::Other(format!("bad answer from daemon: {e}")))
+}
+
+/// `netveil status`.
+pub fn status(socket: &Path, json_out: bool) -> Result<()> {
+    let v = ask(socket, "status")?;
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    print!("{}", render_status(&v));
+    Ok(())
+}
+
+fn human_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut f = b as f64;
+    let mut u = 0;
+    while f >= 1024.0 && u + 1 < units.len() {
+        f /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{f:.2} {}", units[u])
+    }
+}
+
+/// The human-readable status table.
+pub fn render_status(v: &Value) -> String {
+    let mut o = String::new();
+    let up = v["uptime_seconds"].as_u64().unwrap_or(0);
+    o.push_str(&format!(
+        "interface: {}  up {}h{:02}m{:02}s\n  tx: {} packets, {}   rx: {} packets, {}\n\n",
+        v["interface"].as_str().unwrap_or("?"),
+        up / 3600,
+        up / 60 % 60,
+        up % 60,
+        v["tx"]["packets"],
+        human_bytes(v["tx"]["bytes"].as_u64().unwrap_or(0)),
+        v["rx"]["packets"],
+        human_bytes(v["rx"]["bytes"].as_u64().unwrap_or(0)),
+    ));
+    o.push_str(&format!(
+        "{:<14} {:<3} {:<5} {:<10} {:<9} {:<22} {:>10} {:>11} {:>7} {:>12}\n",
+        "SA", "DIR", "PROTO", "SPI", "MODE", "SUITE", "PACKETS", "BYTES", "DROPS", "SEQ"
+    ));
+    for sa in v["sas"].as_array().into_iter().flatten() {
+        let mut suite = sa["suite"].as_str().unwrap_or("").to_string();
+        if sa["esn"].as_bool() == Some(true) {
+            suite.push_str("-esn");
+        }
+        o.push_str(&format!(
+            "{:<14} {:<3} {:<5} {:<10} {:<9} {:<22} {:>10} {:>11} {:>7} {:>12}{}\n",
+            sa["name"].as_str().unwrap_or(""),
+            sa["direction"].as_str().unwrap_or(""),
+            sa["protocol"].as_str().unwrap_or(""),
+            sa["spi"].as_str().unwrap_or(""),
+            sa["mode"].as_str().unwrap_or(""),
+            suite,
+            sa["packets"],
+            human_bytes(sa["bytes"].as_u64().unwrap_or(0)),
+            sa["dropped"],
+            sa["seq"],
+            if sa["rekey_needed"].as_bool() == Some(true) {
+                "  (rekey needed)"
+            } else {
+                ""
+            }
+        ));
+        if let (Some(l), Some(r)) = (sa["local"].as_str(), sa["remote"].as_str()) {
+            o.push_str(&format!("{:<14} {} <-> {}\n", "", l, r));
+        }
+    }
+    let drops: Vec<(String, u64)> = v["drops"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, n)| n.as_u64().filter(|n| *n > 0).map(|n| (k.clone(), n)))
+                .collect()
+        })
+        .unwrap_or_default();
+    o.push_str("\ndrops:");
+    if drops.is_empty() {
+        o.push_str(" none\n");
+    } else {
+        o.push('\n');
+        for (k, n) in drops {
+            o.push_str(&format!("  {k:<28} {n}\n"));
+        }
+    }
+    o
+}
+
+/// `netveil keys --wireshark DIR`: writes DIR/esp_sa (Wireshark's ESP SA table).
+pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
+    let v = ask(socket, "keys")?;
+    let mut out = String::new();
+    for sa in v["sas"].as_array().into_iter().flatten() {
+        let f = |k: &str| sa[k].as_str().unwrap_or("").to_string();
+        out.push_str(&format!(
+            "\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{}\"\n",
+            f("family"),
+            f("src"),
+            f("dst"),
+            f("spi"),
+            f("enc_alg"),
+            f("enc_key"),
+            f("auth_alg"),
+            f("auth_key")
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
+    let path = dir.join("esp_sa");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(Error::io(format!("cannot write {}", path.display())))?;
+        f.write_all(out.as_bytes())
+            .map_err(Error::io(format!("cannot write {}", path.display())))?;
+    }
+    eprintln!(
+        "wrote {} SAs to {}; decrypt with: tshark -o esp.enable_encryption_decode:TRUE -o esp.enable_authentication_check:TRUE ... (with {} as the Wireshark configuration directory)",
+        v["sas"].as_array().map_or(0, |a| a.len()),
+        path.display(),
+        dir.display()
+    );
+    Ok(())
 }

@@ -1,6 +1,669 @@
-//! `netveil up`.
-use std::path::Path;
+//! `netveil up`: the data plane.
+//!
+//! ```text
+//!   apps ──► TUN ──► [tx thread] policy out ─► ESP/AH encapsulate ─► raw IP socket (fwmark) ──► wire
+//!   apps ◄── TUN ◄── [rx thread] policy in  ◄─ ESP/AH decapsulate ◄─ raw ESP/AH + UDP 4500   ◄── wire
+//! ```
+//!
+//! Setup is all-or-nothing: configuration is validated and every key schedule built before the first system change;
+//! system changes (TUN, addresses, routes, rules, nftables) are recorded and undone if a later step fails and on
+//! exit. Packets are read in batches into pre-allocated buffers with head- and tailroom and transformed in place.
 
-pub fn up(_config: &Path) -> crate::Result<()> {
-    Err(crate::Error::Other("up: not built yet".into()))
+use crate::config::{Config, ConfigError};
+use crate::{Error, Result};
+use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpMeta, UdpSocket};
+use netveil_ipsec::bundle::{self, Sad, Unprotected};
+use netveil_ipsec::{Drop, Mode};
+use netveil_sa::counters::DropCounters;
+use netveil_sa::policy::{Action, Direction, FlowKey, PolicyDb, Rule};
+use netveil_wire::ip_proto;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes in front of every packet: outer IPv6 (40) + UDP (8) + ESP (8) + IV (16), AH (12 + 32) and a second outer
+/// header for nested bundles, plus the virtio-net header.
+pub const HEADROOM: usize = 256;
+/// Bytes after every packet: ESP padding (up to 255) + trailer (2) + ICV (up to 32), twice for bundles.
+pub const TAILROOM: usize = 640;
+/// Packets per batch.
+pub const BATCH: usize = 64;
+
+/// Everything the data-plane threads share. Built once; all mutable state is atomic or inside the SAs.
+pub struct Shared {
+    pub config: Config,
+    pub sad: Sad,
+    pub spd: PolicyDb,
+    pub tx_drops: DropCounters<Drop>,
+    pub rx_drops: DropCounters<Drop>,
+    pub tx_packets: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    pub rx_packets: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    pub bypassed: AtomicU64,
+    pub started: Instant,
+    pub stop: AtomicBool,
+    pub tun_name: String,
+    pub nft_table: Option<String>,
+}
+
+impl Shared {
+    pub fn new(config: Config) -> std::result::Result<Shared, ConfigError> {
+        let sad = config.build_sad(0)?;
+        let mut spd = PolicyDb::new(config.interface.default_action);
+        for p in &config.policies {
+            spd.push(Rule {
+                name: p.name.clone(),
+                direction: p.direction,
+                selector: p.selector.clone(),
+                action: p.action,
+            });
+        }
+        Ok(Shared {
+            tun_name: config.interface.name.clone(),
+            config,
+            sad,
+            spd,
+            tx_drops: DropCounters::default(),
+            rx_drops: DropCounters::default(),
+            tx_packets: AtomicU64::new(0),
+            tx_bytes: AtomicU64::new(0),
+            rx_packets: AtomicU64::new(0),
+            rx_bytes: AtomicU64::new(0),
+            bypassed: AtomicU64::new(0),
+            started: Instant::now(),
+            stop: AtomicBool::new(false),
+            nft_table: None,
+        })
+    }
+
+    pub fn now(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    /// Outbound: a packet read from the TUN becomes the packet to send (in place), or a drop.
+    pub fn process_out(&self, pkt: &mut PacketBuf, now: u64) -> std::result::Result<(), Drop> {
+        let key = flow_key(pkt.data()).ok_or(Drop::Malformed)?;
+        match self.spd.lookup(Direction::Out, &key).1 {
+            Action::Protect(i) => {
+                bundle::protect(&self.sad, &self.config.policies[i].sas, pkt, now)
+            }
+            Action::Bypass => {
+                self.bypassed.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Action::Discard => Err(Drop::PolicyDiscard),
+        }
+    }
+
+    /// Inbound: a received ESP/AH packet becomes the packet to deliver to the TUN (in place), or a drop.
+    /// Decapsulated traffic must match an inbound protect policy whose SAs are exactly the ones it came through.
+    pub fn process_in(&self, pkt: &mut PacketBuf, now: u64) -> std::result::Result<(), Drop> {
+        match bundle::unprotect(&self.sad, pkt, self.config.interface.nat_t_port, now)? {
+            Unprotected::Packet(used) => {
+                let key = flow_key(pkt.data()).ok_or(Drop::Malformed)?;
+                match self.spd.lookup(Direction::In, &key).1 {
+                    Action::Protect(i) if used.matches(&self.config.policies[i].sas) => Ok(()),
+                    Action::Discard => Err(Drop::PolicyDiscard),
+                    _ => Err(Drop::PolicyMismatch),
+                }
+            }
+            Unprotected::Clear | Unprotected::NotEsp => Err(Drop::Unsupported),
+        }
+    }
+}
+
+/// The policy-relevant fields of an IP packet (ports 0 for protocols without ports and for non-first fragments).
+pub fn flow_key(p: &[u8]) -> Option<FlowKey> {
+    let (src, dst, proto, l4, fragment) = match p.first()? >> 4 {
+        4 if p.len() >= 20 => {
+            let ihl = (p[0] & 0x0f) as usize * 4;
+            let s: [u8; 4] = p[12..16].try_into().ok()?;
+            let d: [u8; 4] = p[16..20].try_into().ok()?;
+            let frag_off = u16::from_be_bytes([p[6], p[7]]) & 0x1fff;
+            (IpAddr::from(s), IpAddr::from(d), p[9], ihl, frag_off != 0)
+        }
+        6 if p.len() >= 40 => {
+            let s: [u8; 16] = p[8..24].try_into().ok()?;
+            let d: [u8; 16] = p[24..40].try_into().ok()?;
+            let mut nh = p[6];
+            let mut off = 40;
+            let mut fragment = false;
+            loop {
+                match nh {
+                    ip_proto::HOPOPT | ip_proto::IPV6_ROUTE | ip_proto::IPV6_OPTS
+                        if p.len() >= off + 2 =>
+                    {
+                        nh = p[off];
+                        off += (p[off + 1] as usize + 1) * 8;
+                    }
+                    ip_proto::IPV6_FRAG if p.len() >= off + 8 => {
+                        fragment |= u16::from_be_bytes([p[off + 2], p[off + 3]]) & 0xfff8 != 0;
+                        nh = p[off];
+                        off += 8;
+                    }
+                    _ => break,
+                }
+            }
+            (IpAddr::from(s), IpAddr::from(d), nh, off, fragment)
+        }
+        _ => return None,
+    };
+    let (mut sp, mut dp) = (0, 0);
+    if matches!(proto, 6 | 17 | 132 | 136) && !fragment && p.len() >= l4 + 4 {
+        sp = u16::from_be_bytes([p[l4], p[l4 + 1]]);
+        dp = u16::from_be_bytes([p[l4 + 2], p[l4 + 3]]);
+    }
+    Some(FlowKey {
+        src,
+        dst,
+        proto,
+        src_port: sp,
+        dst_port: dp,
+    })
+}
+
+/// System changes made during setup, undone in reverse order on drop.
+#[derive(Default)]
+struct Undo {
+    cmds: Vec<Vec<String>>,
+}
+
+impl Undo {
+    fn push(&mut self, cmd: &[&str]) {
+        self.cmds.push(cmd.iter().map(|s| s.to_string()).collect());
+    }
+}
+
+impl core::ops::Drop for Undo {
+    fn drop(&mut self) {
+        for c in self.cmds.iter().rev() {
+            let _ = std::process::Command::new(&c[0])
+                .args(&c[1..])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn run(cmd: &[&str]) -> Result<()> {
+    let out = std::process::Command::new(cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .map_err(Error::io(format!("cannot run {}", cmd[0])))?;
+    if !out.status.success() {
+        return Err(Error::Other(format!(
+            "'{}' failed: {}",
+            cmd.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+fn run_stdin(cmd: &[&str], input: &str) -> Result<()> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(cmd[0])
+        .args(&cmd[1..])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(Error::io(format!("cannot run {}", cmd[0])))?;
+    child
+        .stdin
+        .take()
+        .map(|mut s| s.write_all(input.as_bytes()));
+    let out = child
+        .wait_with_output()
+        .map_err(Error::io(cmd[0].to_string()))?;
+    if !out.status.success() {
+        return Err(Error::Other(format!(
+            "'{}' failed: {}",
+            cmd.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// The nftables rules that drop (and count) clear traffic that an inbound protect policy covers: such packets must
+/// arrive through the TUN (decapsulated), never directly. ESP, AH and the NAT-T port stay allowed.
+fn nft_rules(sh: &Shared, table: &str) -> Option<String> {
+    let mut rules = String::new();
+    for p in sh
+        .config
+        .policies
+        .iter()
+        .filter(|p| p.direction == Direction::In && matches!(p.action, Action::Protect(_)))
+    {
+        let s = &p.selector;
+        let fam = if s.src.addr().is_ipv4() { "ip" } else { "ip6" };
+        let mut m = format!(
+            "iifname != \"{}\" {fam} saddr {} {fam} daddr {}",
+            sh.tun_name,
+            s.src.trunc(),
+            s.dst.trunc()
+        );
+        let ports = |m: &mut String, proto: &str| {
+            if !s.src_ports.is_any() {
+                m.push_str(&format!(
+                    " {proto} sport {}-{}",
+                    s.src_ports.start, s.src_ports.end
+                ));
+            }
+            if !s.dst_ports.is_any() {
+                m.push_str(&format!(
+                    " {proto} dport {}-{}",
+                    s.dst_ports.start, s.dst_ports.end
+                ));
+            }
+        };
+        match s.proto {
+            Some(17) => {
+                ports(&mut m, "udp");
+                rules.push_str(&format!(
+                    "    {m} udp dport != {} counter drop comment \"{}\"\n",
+                    sh.config.interface.nat_t_port, p.name
+                ));
+            }
+            Some(6) => {
+                ports(&mut m, "tcp");
+                rules.push_str(&format!("    {m} counter drop comment \"{}\"\n", p.name));
+            }
+            Some(x) => rules.push_str(&format!(
+                "    {m} meta l4proto {x} counter drop comment \"{}\"\n",
+                p.name
+            )),
+            None => {
+                rules.push_str(&format!(
+                    "    {m} meta l4proto != {{ 17, 50, 51 }} counter drop comment \"{}\"\n",
+                    p.name
+                ));
+                rules.push_str(&format!(
+                    "    {m} udp dport != {} counter drop comment \"{}\"\n",
+                    sh.config.interface.nat_t_port, p.name
+                ));
+            }
+        }
+    }
+    if rules.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "table inet {table} {{\n  chain input {{\n    type filter hook input priority -10; policy accept;\n{rules}  }}\n}}\n"
+    ))
+}
+
+/// Packets dropped by the nftables rules for clear traffic covered by a protect policy.
+pub fn nft_clear_drops(table: &str) -> u64 {
+    let out = match std::process::Command::new("nft")
+        .args(["-j", "list", "table", "inet", table])
+        .output()
+    {
+        Ok(o) if o.status.success() => o.stdout,
+        _ => return 0,
+    };
+    let v: serde_json::Value = match serde_json::from_slice(&out) {
+        Ok(v) => v,
+        Err(_) => return 0,
+    };
+    let mut total = 0;
+    if let Some(items) = v["nftables"].as_array() {
+        for it in items {
+            if let Some(exprs) = it["rule"]["expr"].as_array() {
+                for e in exprs {
+                    total += e["counter"]["packets"].as_u64().unwrap_or(0);
+                }
+            }
+        }
+    }
+    total
+}
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Relaxed);
+}
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// `netveil up -c FILE`.
+pub fn up(path: &Path) -> Result<()> {
+    let config = Config::load(path)?;
+    let mut shared = Shared::new(config)?;
+    let iface = shared.config.interface.clone();
+    let mut undo = Undo::default();
+
+    // TUN device with its addresses, MTU and routes.
+    let tun = Tun::open(&TunConfig {
+        name: iface.name.clone(),
+        mtu: iface.mtu,
+        addresses: vec![],
+        offload: iface.offload,
+        multi_queue: false,
+    })
+    .map_err(Error::io(format!(
+        "cannot create TUN device {}",
+        iface.name
+    )))?;
+    for a in &iface.addresses {
+        let s = a.to_string();
+        if a.addr().is_ipv6() {
+            run(&["ip", "-6", "addr", "add", &s, "dev", &iface.name, "nodad"])?;
+        } else {
+            run(&["ip", "addr", "add", &s, "dev", &iface.name])?;
+        }
+    }
+    run(&[
+        "ip",
+        "link",
+        "set",
+        "dev",
+        &iface.name,
+        "mtu",
+        &iface.mtu.to_string(),
+        "up",
+    ])?;
+    let mark = iface.fwmark.map(|m| m.to_string());
+    if let Some(m) = &mark {
+        for fam in ["-4", "-6"] {
+            run(&[
+                "ip", fam, "rule", "add", "not", "fwmark", m, "table", m, "pref", "1000",
+            ])?;
+            undo.push(&[
+                "ip", fam, "rule", "del", "not", "fwmark", m, "table", m, "pref", "1000",
+            ]);
+        }
+    }
+    for r in &iface.routes {
+        let s = r.to_string();
+        let fam = if r.addr().is_ipv6() { "-6" } else { "-4" };
+        let mut cmd = vec!["ip", fam, "route", "add", &s, "dev", &iface.name];
+        if let Some(m) = &mark {
+            cmd.extend(["table", m.as_str()]);
+        }
+        run(&cmd)?;
+    }
+    // Clear traffic that an inbound protect policy covers is dropped (and counted) by nftables.
+    let table = format!("netveil_{}", iface.name.replace(['-', '.'], "_"));
+    if let Some(rules) = nft_rules(&shared, &table) {
+        let _ = run(&["nft", "delete", "table", "inet", &table]);
+        run_stdin(&["nft", "-f", "-"], &rules)?;
+        undo.push(&["nft", "delete", "table", "inet", &table]);
+        shared.nft_table = Some(table);
+    }
+
+    // Sockets.
+    let v4 = shared.sad.iter().any(|s| match s.params.mode {
+        Mode::Tunnel { local, .. } => local.is_ipv4(),
+        Mode::Transport => true,
+    });
+    let v6 = shared.sad.iter().any(|s| match s.params.mode {
+        Mode::Tunnel { local, .. } => local.is_ipv6(),
+        Mode::Transport => true,
+    });
+    let udp = shared.sad.iter().any(|s| s.params.encap.is_some());
+    let mut rx: Vec<RxSock> = Vec::new();
+    let io = |what: &str| Error::io(format!("cannot open {what} socket"));
+    for (fam_ok, is6) in [(v4, false), (v6, true)] {
+        if !fam_ok {
+            continue;
+        }
+        for proto in [ip_proto::ESP, ip_proto::AH] {
+            let s = if is6 {
+                RawSocket::recv_v6(proto)
+            } else {
+                RawSocket::recv_v4(proto)
+            };
+            match s {
+                Ok(s) => {
+                    s.set_buffer_sizes(8 << 20).ok();
+                    rx.push(RxSock::Raw(s));
+                }
+                Err(e) if is6 && !v4 => return Err(io("raw IPv6")(e)),
+                Err(e) if !is6 => return Err(io("raw IPv4")(e)),
+                Err(_) => {}
+            }
+        }
+        if udp {
+            let addr: SocketAddr = if is6 {
+                (std::net::Ipv6Addr::UNSPECIFIED, iface.nat_t_port).into()
+            } else {
+                (std::net::Ipv4Addr::UNSPECIFIED, iface.nat_t_port).into()
+            };
+            let s = UdpSocket::bind(addr).map_err(io("UDP (NAT-T)"))?;
+            s.set_buffer_sizes(8 << 20).ok();
+            rx.push(RxSock::Udp(s));
+        }
+    }
+    let send4 = RawSocket::send_v4().map_err(io("raw IPv4 send"))?;
+    let send6 = RawSocket::send_v6().ok();
+    for s in [Some(&send4), send6.as_ref()].into_iter().flatten() {
+        s.set_buffer_sizes(8 << 20).ok();
+        if let Some(m) = iface.fwmark {
+            s.set_mark(m).map_err(io("raw (SO_MARK)"))?;
+        }
+    }
+
+    // Control socket.
+    let listener = crate::control::listen(Path::new(&iface.control_socket))?;
+
+    let shared = Arc::new(shared);
+    let tun = Arc::new(tun);
+    unsafe {
+        // SAFETY: the handler only stores to an atomic.
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    tun.set_recv_timeout(Duration::from_millis(200))
+        .map_err(Error::io("TUN timeout"))?;
+
+    let tx = {
+        let (sh, tun) = (shared.clone(), tun.clone());
+        std::thread::Builder::new()
+            .name("nv-tx".into())
+            .spawn(move || tx_loop(&sh, &tun, &send4, send6.as_ref()))
+            .map_err(Error::io("thread"))?
+    };
+    let rxh = {
+        let (sh, tun) = (shared.clone(), tun.clone());
+        std::thread::Builder::new()
+            .name("nv-rx".into())
+            .spawn(move || rx_loop(&sh, &tun, &rx))
+            .map_err(Error::io("thread"))?
+    };
+    {
+        let sh = shared.clone();
+        std::thread::Builder::new()
+            .name("nv-ctl".into())
+            .spawn(move || crate::control::serve(&sh, listener))
+            .map_err(Error::io("thread"))?;
+    }
+    eprintln!(
+        "netveil: {} up ({} SAs, {} policies); control socket {}",
+        iface.name,
+        shared.config.sas.len(),
+        shared.config.policies.len(),
+        iface.control_socket
+    );
+    while !STOP.load(Relaxed) && !tx.is_finished() && !rxh.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    shared.stop.store(true, Relaxed);
+    let _ = tx.join();
+    let _ = rxh.join();
+    let _ = std::fs::remove_file(&iface.control_socket);
+    eprintln!("netveil: {} down", iface.name);
+    drop(undo);
+    Ok(())
+}
+
+enum RxSock {
+    Raw(RawSocket),
+    Udp(UdpSocket),
+}
+
+impl RxSock {
+    fn fd(&self) -> i32 {
+        match self {
+            RxSock::Raw(s) => s.as_raw_fd(),
+            RxSock::Udp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+fn new_bufs(n: usize, cap: usize) -> Vec<PacketBuf> {
+    (0..n).map(|_| PacketBuf::new(cap, HEADROOM)).collect()
+}
+
+fn tx_loop(sh: &Shared, tun: &Tun, send4: &RawSocket, send6: Option<&RawSocket>) {
+    let mtu = tun.mtu() as usize;
+    let mut scratch = vec![0u8; netveil_io::tun::RECV_SCRATCH_LEN];
+    let n_bufs = netveil_io::tun::MAX_SEGMENTS;
+    let tfc = sh
+        .config
+        .sas
+        .iter()
+        .map(|s| s.tfc_pad_to as usize)
+        .max()
+        .unwrap_or(0);
+    let mut bufs = new_bufs(n_bufs, HEADROOM + mtu.max(tfc) + TAILROOM);
+    while !sh.stop.load(Relaxed) {
+        let n = match tun.recv_batch(&mut scratch, &mut bufs, HEADROOM) {
+            Ok(n) => n,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::Interrupted =>
+            {
+                continue
+            }
+            Err(_) => {
+                sh.tx_drops.count(Drop::Malformed);
+                continue;
+            }
+        };
+        let now = sh.now();
+        // Process in place; move good IPv4 packets to the front, then good IPv6 ones.
+        let mut good = 0;
+        for i in 0..n {
+            match sh.process_out(&mut bufs[i], now) {
+                Ok(()) => {
+                    sh.tx_packets.fetch_add(1, Relaxed);
+                    sh.tx_bytes.fetch_add(bufs[i].len() as u64, Relaxed);
+                    bufs.swap(good, i);
+                    good += 1;
+                }
+                Err(d) => sh.tx_drops.count(d),
+            }
+        }
+        let mut n4 = 0;
+        for i in 0..good {
+            if bufs[i].data().first().map(|b| b >> 4) == Some(4) {
+                bufs.swap(n4, i);
+                n4 += 1;
+            }
+        }
+        if n4 > 0 {
+            let _ = send4.send_batch(&bufs[..n4]);
+        }
+        if good > n4 {
+            if let Some(s6) = send6 {
+                let _ = s6.send_batch(&bufs[n4..good]);
+            }
+        }
+    }
+}
+
+fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
+    let mut bufs = new_bufs(BATCH, HEADROOM + 65535 + TAILROOM);
+    let mut meta = vec![UdpMeta::default(); BATCH];
+    let mut pfds: Vec<libc::pollfd> = socks
+        .iter()
+        .map(|s| libc::pollfd {
+            fd: s.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    while !sh.stop.load(Relaxed) {
+        // SAFETY: pfds is a valid array of pollfd for the duration of the call.
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 200) };
+        if r <= 0 {
+            continue;
+        }
+        for (k, s) in socks.iter().enumerate() {
+            if pfds[k].revents & libc::POLLIN == 0 {
+                continue;
+            }
+            let n = match s {
+                RxSock::Raw(r) => r.recv_batch(&mut bufs, HEADROOM),
+                RxSock::Udp(u) => u.recv_batch(&mut bufs, &mut meta, HEADROOM),
+            };
+            let n = match n {
+                Ok(n) => n,
+                Err(_) => continue,
+            };
+            let now = sh.now();
+            let mut good = 0;
+            for i in 0..n {
+                if let RxSock::Udp(_) = s {
+                    // Give the datagram back its IP and UDP headers so that one code path handles both.
+                    if synth_udp_headers(&mut bufs[i], &meta[i], sh.config.interface.nat_t_port)
+                        .is_none()
+                    {
+                        sh.rx_drops.count(Drop::Malformed);
+                        continue;
+                    }
+                }
+                let len = bufs[i].len();
+                match sh.process_in(&mut bufs[i], now) {
+                    Ok(()) => {
+                        sh.rx_packets.fetch_add(1, Relaxed);
+                        sh.rx_bytes.fetch_add(len as u64, Relaxed);
+                        bufs.swap(good, i);
+                        good += 1;
+                    }
+                    Err(d) => sh.rx_drops.count(d),
+                }
+            }
+            if good > 0 {
+                let _ = tun.send_batch(&mut bufs[..good]);
+            }
+        }
+    }
+}
+
+/// Pushes an IP and a UDP header (checksum 0) in front of a UDP payload received on the NAT-T socket.
+fn synth_udp_headers(b: &mut PacketBuf, m: &UdpMeta, port: u16) -> Option<()> {
+    let ulen = b.len() + 8;
+    let u = b.push_front(8)?;
+    u[0..2].copy_from_slice(&m.src.port().to_be_bytes());
+    u[2..4].copy_from_slice(&port.to_be_bytes());
+    u[4..6].copy_from_slice(&(ulen as u16).to_be_bytes());
+    u[6..8].copy_from_slice(&[0, 0]);
+    match (m.src.ip(), m.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let h = b.push_front(20)?;
+            h.fill(0);
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&((ulen + 20) as u16).to_be_bytes());
+            h[8] = 64;
+            h[9] = ip_proto::UDP;
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&d.octets());
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let h = b.push_front(40)?;
+            h.fill(0);
+            h[0] = 0x60;
+            h[4..6].copy_from_slice(&(ulen as u16).to_be_bytes());
+            h[6] = ip_proto::UDP;
+            h[7] = 64;
+            h[8..24].copy_from_slice(&s.octets());
+            h[24..40].copy_from_slice(&d.octets());
+        }
+        _ => return None,
+    }
+    Some(())
 }
