@@ -4,7 +4,8 @@
 //!   that is split into MTU-sized IP packets, and writes coalesce (GRO).
 //! - [`raw`]: raw IP sockets (receive ESP/AH; send complete IP packets with header included), batched with
 //!   recvmmsg/sendmmsg, with an optional fwmark so that netveil's own packets bypass its routes.
-//! - [`udp`]: UDP sockets for ESP-in-UDP (RFC 3948, port 4500), batched, with the local destination address.
+//! - [`udp`]: UDP sockets for ESP-in-UDP (RFC 3948, port 4500), batched, with the local destination address,
+//!   and UDP GSO (send one buffer of equally sized datagrams) / GRO (receive coalesced datagrams).
 //!
 //! Conventions shared by all modules:
 //! - Receive calls place each packet at exactly `headroom` bytes into its [`PacketBuf`] (`reset(headroom)`), so
@@ -26,7 +27,7 @@ pub mod udp;
 
 pub use raw::RawSocket;
 pub use tun::{Tun, TunConfig};
-pub use udp::{UdpMeta, UdpSocket};
+pub use udp::{segments, UdpGroMeta, UdpMeta, UdpSocket};
 
 /// The most packets one batched socket call handles (mmsghdr array size).
 pub const MAX_BATCH: usize = sys::MAX_BATCH;

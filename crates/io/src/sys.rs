@@ -4,6 +4,7 @@ use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use netveil_wire::PacketBuf;
@@ -11,8 +12,26 @@ use netveil_wire::PacketBuf;
 /// Size of the mmsghdr arrays kept per socket and direction.
 pub(crate) const MAX_BATCH: usize = 64;
 
-/// Control-message space per datagram: enough for in6_pktinfo + hop limit + traffic class (3 × ≤ 40 bytes).
+/// Control-message space per datagram: enough for in6_pktinfo + hop limit + traffic class (3 × ≤ 40 bytes),
+/// or for in6_pktinfo + a UDP GSO/GRO segment size (40 + 24 bytes).
 const CMSG_SPACE: usize = 128;
+
+/// `UDP_SEGMENT` (SOL_UDP): GSO segment size of a sent datagram (u16 cmsg) — linux/udp.h.
+pub(crate) const UDP_SEGMENT: libc::c_int = 103;
+/// `UDP_GRO` (SOL_UDP): socket option enabling GRO; cmsg with the segment size (int) of a received message.
+pub(crate) const UDP_GRO: libc::c_int = 104;
+/// The most segments the kernel accepts in one UDP GSO send (`UDP_MAX_SEGMENTS`).
+pub(crate) const UDP_MAX_SEGMENTS: usize = 64;
+
+/// What one sendmmsg slot of [`Mmsg::send_segmented`] carries: which item, from which byte offset, how many
+/// datagrams, and whether it is a GSO super-datagram.
+#[derive(Clone, Copy, Default)]
+struct SegSlot {
+    item: usize,
+    off: usize,
+    dgrams: usize,
+    gso: bool,
+}
 
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
@@ -212,6 +231,8 @@ pub(crate) struct Mmsg {
     cmsgs: Vec<CmsgSpace>,
     /// For sends: which input packet each slot carries.
     slot_idx: Vec<usize>,
+    /// For segmented (GSO) sends: what each slot carries.
+    seg_slots: Vec<SegSlot>,
 }
 
 // SAFETY: the raw pointers in `hdrs`/`iovs` are scratch values rewritten before each use (see the type docs);
@@ -234,6 +255,7 @@ impl Mmsg {
             names: vec![st; MAX_BATCH],
             cmsgs: vec![CmsgSpace([0; CMSG_SPACE]); MAX_BATCH],
             slot_idx: vec![0; MAX_BATCH],
+            seg_slots: vec![SegSlot::default(); MAX_BATCH],
         }
     }
 
@@ -426,6 +448,152 @@ impl Mmsg {
             _ => Ok(sent),
         }
     }
+}
+
+impl Mmsg {
+    /// sendmmsg of `count` buffers given by `item(i)` = (data, segment size, destination, source), each to be
+    /// split into datagrams of `segment size` bytes (the last may be shorter). While `gso` is true, a buffer
+    /// longer than one segment goes out as one message with a `UDP_SEGMENT` cmsg (the kernel splits it);
+    /// otherwise (or for single-segment buffers) each datagram is its own message. If the kernel refuses a GSO
+    /// message with `EIO`/`EINVAL` (no checksum offload on the egress device, `SO_NO_CHECK`, xfrm route, old
+    /// kernel), `gso` is cleared and that buffer and all following ones are sent as plain datagrams.
+    /// Other refused messages are dropped and the rest still sent. Callers validate the items (segment size
+    /// ≥ 1, at most [`UDP_MAX_SEGMENTS`] segments). Returns how many datagrams were sent, or the first error if
+    /// none was.
+    pub(crate) fn send_segmented<'a>(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        count: usize,
+        gso: &AtomicBool,
+        mut item: impl FnMut(usize) -> (&'a [u8], usize, SocketAddr, Option<IpAddr>),
+    ) -> io::Result<usize> {
+        // Cursor: (item index, byte offset into that item's data).
+        let mut cur = (0usize, 0usize);
+        let mut sent = 0;
+        let mut first_err: Option<io::Error> = None;
+        'refill: while cur.0 < count {
+            let use_gso = gso.load(Ordering::Relaxed);
+            let mut filled = 0;
+            while filled < MAX_BATCH && cur.0 < count {
+                let (data, seg, dst, src) = item(cur.0);
+                let seg = seg.max(1);
+                let rest = data.get(cur.1..).unwrap_or_default();
+                let (chunk, dgrams, is_gso) = if use_gso && rest.len() > seg {
+                    (rest, rest.len().div_ceil(seg), true)
+                } else {
+                    (&rest[..rest.len().min(seg)], 1, false)
+                };
+                self.seg_slots[filled] = SegSlot {
+                    item: cur.0,
+                    off: cur.1,
+                    dgrams,
+                    gso: is_gso,
+                };
+                cur.1 += chunk.len();
+                if cur.1 >= data.len() {
+                    cur = (cur.0 + 1, 0);
+                }
+                let namelen = encode_sockaddr(&dst, &mut self.names[filled]);
+                self.iovs[filled] = libc::iovec {
+                    iov_base: chunk.as_ptr() as *mut libc::c_void,
+                    iov_len: chunk.len(),
+                };
+                let clen = if src.is_some() || is_gso {
+                    write_send_cmsgs(&mut self.cmsgs[filled], src, is_gso.then_some(seg as u16))
+                } else {
+                    0
+                };
+                let h = &mut self.hdrs[filled];
+                h.msg_len = 0;
+                h.msg_hdr.msg_name =
+                    (&mut self.names[filled] as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_namelen = namelen;
+                h.msg_hdr.msg_iov = &mut self.iovs[filled];
+                h.msg_hdr.msg_iovlen = 1;
+                if clen > 0 {
+                    h.msg_hdr.msg_control = self.cmsgs[filled].0.as_mut_ptr().cast();
+                    h.msg_hdr.msg_controllen = clen as _;
+                } else {
+                    h.msg_hdr.msg_control = std::ptr::null_mut();
+                    h.msg_hdr.msg_controllen = 0;
+                }
+                h.msg_hdr.msg_flags = 0;
+                filled += 1;
+            }
+            let mut start = 0;
+            while start < filled {
+                // SAFETY: `hdrs[start..filled]` point to valid iovecs over data borrowed for `'a` (outliving
+                // this call), to encoded addresses in `names` and to control data in `cmsgs` of the advertised
+                // lengths; the kernel only reads them.
+                let r = unsafe {
+                    libc::sendmmsg(
+                        fd.as_raw_fd(),
+                        self.hdrs[start..].as_mut_ptr(),
+                        (filled - start) as _,
+                        0,
+                    )
+                };
+                if r > 0 {
+                    let r = r as usize;
+                    sent += self.seg_slots[start..start + r]
+                        .iter()
+                        .map(|s| s.dgrams)
+                        .sum::<usize>();
+                    start += r;
+                    continue;
+                }
+                let e = if r < 0 {
+                    io::Error::last_os_error()
+                } else {
+                    io::Error::new(io::ErrorKind::WriteZero, "sendmmsg sent nothing")
+                };
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                let slot = self.seg_slots[start];
+                if slot.gso && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) {
+                    // GSO refused: never try again on this socket; resend from this slot as plain datagrams.
+                    gso.store(false, Ordering::Relaxed);
+                    cur = (slot.item, slot.off);
+                    continue 'refill;
+                }
+                // The message in slot `start` was refused: drop it and go on with the rest.
+                first_err.get_or_insert(e);
+                start += 1;
+            }
+        }
+        match first_err {
+            Some(e) if sent == 0 => Err(e),
+            _ => Ok(sent),
+        }
+    }
+}
+
+/// Writes the control messages of a sent datagram: optional source address (`IP_PKTINFO`/`IPV6_PKTINFO`) and
+/// optional GSO segment size (`UDP_SEGMENT`, u16). Returns the control length.
+fn write_send_cmsgs(space: &mut CmsgSpace, src: Option<IpAddr>, gso: Option<u16>) -> usize {
+    let mut len = match src {
+        Some(src) => write_pktinfo(space, src),
+        None => {
+            space.0.fill(0);
+            0
+        }
+    };
+    if let Some(seg) = gso {
+        let dlen = size_of::<u16>();
+        // SAFETY: `space` is 8-byte aligned and CMSG_SPACE bytes long; `len` (≤ CMSG_SPACE(20) = 40) is a
+        // multiple of the cmsg alignment, and 40 + CMSG_SPACE(2) ≤ CMSG_SPACE, so the header and data written at
+        // offset `len` stay inside the buffer.
+        unsafe {
+            let c = space.0.as_mut_ptr().add(len).cast::<libc::cmsghdr>();
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(dlen as u32) as _;
+            std::ptr::copy_nonoverlapping(seg.to_ne_bytes().as_ptr(), libc::CMSG_DATA(c), dlen);
+            len += libc::CMSG_SPACE(dlen as u32) as usize;
+        }
+    }
+    len
 }
 
 /// Writes an `IP_PKTINFO` (source `ipi_spec_dst`) or `IPV6_PKTINFO` (source `ipi6_addr`) control message
