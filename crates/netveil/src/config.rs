@@ -647,12 +647,6 @@ impl Config {
                                 format!("SA '{n}' is not an {:?}bound SA", want),
                             );
                         }
-                        if j + 1 < p.sas.len()
-                            && matches!(sas[idx].mode, Mode::Tunnel { .. })
-                            && false
-                        {
-                            unreachable!()
-                        }
                         bundle.push(idx);
                     }
                     policy::Action::Protect(policies.len())

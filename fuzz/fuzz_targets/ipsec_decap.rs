@@ -1,0 +1,115 @@
+//! Inbound ESP/AH processing on hostile input: arbitrary bytes as a received IP packet, and valid protected packets
+//! with arbitrary corruptions, go through `bundle::unprotect` against SAs of every kind (including null-null, whose
+//! lack of authentication lets garbage reach the trailer and header-fixing code). Nothing may panic.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use netveil_ipsec::bundle::{self, Sad};
+use netveil_ipsec::sa::{Direction, Suite};
+use netveil_ipsec::suite::{AhSuite, EspSuite};
+use netveil_ipsec::{Mode, Sa, SaParams, UdpEncap};
+use netveil_sa::lifetime::Lifetime;
+use netveil_wire::PacketBuf;
+use std::net::IpAddr;
+use std::sync::OnceLock;
+
+fn params(spi: u32, dir: Direction, suite: Suite, mode: Mode, esn: bool, udp: bool) -> SaParams {
+    let (ek, ak) = match suite {
+        Suite::Esp(s) => (s.enc.key_len(), s.integ.map_or(0, |i| i.key_len())),
+        Suite::Ah(a) => (0, a.integ.key_len()),
+    };
+    SaParams {
+        name: format!("{spi:x}"),
+        spi,
+        direction: dir,
+        suite,
+        mode,
+        enc_key: zeroize::Zeroizing::new((0..ek).map(|i| i as u8 ^ 0x5a).collect()),
+        auth_key: zeroize::Zeroizing::new((0..ak).map(|i| i as u8 ^ 0xa5).collect()),
+        esn,
+        replay_window: 64,
+        lifetime: Lifetime::default(),
+        encap: udp.then_some(UdpEncap { local_port: 4500, remote_port: 4500 }),
+        tfc_pad_to: 0,
+        first_seq: 1,
+    }
+}
+
+struct World {
+    out: Sad,
+    specs: Vec<(u32, Suite, Mode, bool, bool)>,
+}
+
+fn world() -> &'static World {
+    static W: OnceLock<World> = OnceLock::new();
+    W.get_or_init(|| {
+        let t4 = Mode::Tunnel { local: "192.0.2.1".parse::<IpAddr>().unwrap(), remote: "192.0.2.2".parse().unwrap() };
+        let t6 = Mode::Tunnel { local: "2001:db8::1".parse::<IpAddr>().unwrap(), remote: "2001:db8::2".parse().unwrap() };
+        let esp = |s: &str| Suite::Esp(EspSuite::parse(s, true).unwrap());
+        let ah = |s: &str| Suite::Ah(AhSuite::parse(s).unwrap());
+        let specs = vec![
+            (0x100, esp("aes128gcm16"), t4, false, false),
+            (0x101, esp("aes128-sha1"), Mode::Transport, false, false),
+            (0x102, esp("null-null"), Mode::Transport, false, false),
+            (0x103, esp("null-null"), t4, false, false),
+            (0x104, esp("null-null"), t6, true, true),
+            (0x105, esp("aes128gmac"), t6, true, false),
+            (0x106, ah("sha256"), Mode::Transport, true, false),
+            (0x107, ah("sha1"), t4, false, false),
+            (0x108, esp("3des-md5"), Mode::Transport, true, true),
+        ];
+        let mut out = Sad::default();
+        for (spi, suite, mode, esn, udp) in &specs {
+            out.insert(Sa::new(params(*spi, Direction::Out, *suite, *mode, *esn, *udp), 0).unwrap()).unwrap();
+        }
+        World { out, specs }
+    })
+}
+
+fn inbound() -> Sad {
+    let mut sad = Sad::default();
+    for (spi, suite, mode, esn, udp) in &world().specs {
+        sad.insert(Sa::new(params(*spi, Direction::In, *suite, *mode, *esn, *udp), 0).unwrap()).unwrap();
+    }
+    sad
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&sel, rest)) = data.split_first() else { return };
+    let sad = inbound();
+    if sel & 1 == 0 {
+        // Arbitrary bytes as a received IP packet.
+        let mut pkt = PacketBuf::from_slice(rest, 256, 640);
+        let _ = bundle::unprotect(&sad, &mut pkt, 4500, 0);
+        return;
+    }
+    // A valid packet protected by SA `sel`, then corrupted: rest = [n_edits, (pos_hi, pos_lo, xor)*, payload...].
+    let w = world();
+    let idx = (sel as usize >> 1) % w.specs.len();
+    let (n, rest) = rest.split_first().map(|(n, r)| ((*n % 8) as usize, r)).unwrap_or((0, rest));
+    let (edits, payload) = rest.split_at((n * 3).min(rest.len()));
+    let v6 = matches!(w.specs[idx].2, Mode::Tunnel { local: IpAddr::V6(_), .. });
+    let mut inner = if v6 {
+        let mut h = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
+        h[4..6].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+        h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        h
+    } else {
+        let mut h = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2];
+        h[2..4].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+        h
+    };
+    inner.extend_from_slice(payload);
+    let mut pkt = PacketBuf::from_slice(&inner, 256, 640);
+    if bundle::protect(&w.out, &[idx], &mut pkt, 0).is_err() {
+        return;
+    }
+    let len = pkt.len();
+    for e in edits.chunks_exact(3) {
+        let pos = u16::from_be_bytes([e[0], e[1]]) as usize % len.max(1);
+        pkt.data_mut()[pos] ^= e[2];
+    }
+    let _ = bundle::unprotect(&sad, &mut pkt, 4500, 0);
+});

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite: unit and known-answer tests, namespace and interop tests (root), scapy interop, fuzz smoke.
+# Installs what it needs first (.ci/setup). Run as root: `sudo scripts/test.sh`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash .ci/setup
+[ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+export CARGO_TERM_COLOR=never
+
+echo "== cargo test (release; includes network-namespace tests, which need root)"
+cargo build --release -p netveil
+cargo test --release --workspace
+
+echo "== scapy interop (scapy as the independent ESP/AH oracle)"
+NETVEIL_BIN="$PWD/target/release/netveil" .venv/bin/python -m pytest tests/scapy -q -p no:cacheprovider
+
+echo "== fuzz smoke (every target briefly; longer runs: cd fuzz && cargo +nightly fuzz run TARGET)"
+if [ "${NETVEIL_SKIP_FUZZ:-0}" != 1 ]; then
+  if ! rustup toolchain list | grep -q nightly; then
+    rustup toolchain install nightly --profile minimal
+  fi
+  command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+  secs="${NETVEIL_FUZZ_SECONDS:-10}"
+  ( cd fuzz
+    for t in $(cargo +nightly fuzz list); do
+      echo "-- $t (${secs}s)"
+      cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -max_len=2048 2>&1 | tail -n 2
+      [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz target $t failed"; exit 1; }
+    done )
+fi
+echo "== all tests passed"
