@@ -33,7 +33,7 @@ pub fn header_len(icv_len: usize, v6: bool) -> usize {
 
 /// IPv4 options that RFC 4302 Appendix A1 lists as immutable (and so included in the ICV as they are).
 fn v4_option_immutable(t: u8) -> bool {
-    matches!(t, 0 | 1 | 130 | 133 | 134 | 148)
+    matches!(t, 0 | 1 | 130 | 133 | 134 | 148 | 149)
 }
 
 /// Feeds the MAC the packet `p` with the AH header at `ah_off` of length `ah_len`, mutable fields as zeros.
@@ -155,13 +155,16 @@ fn icv(
             return Err(Drop::Malformed);
         }
     }
-    // AH header with the ICV field zeroed, then everything after it.
-    if ah_len < 12 || ah_len - 12 > ZEROS.len() || p.len() < ah_off + ah_len {
+    // AH header with the ICV field zeroed, then everything after it. The padding that aligns the header (IPv6,
+    // or ICVs that are not a multiple of 4) is not part of the ICV field: RFC 4302 2.6 and 3.3.3.2.1 include it
+    // in the ICV computation as it is, so that it cannot be altered unnoticed.
+    let icv_len = out.len();
+    if ah_len < 12 + icv_len || icv_len > ZEROS.len() || p.len() < ah_off + ah_len {
         return Err(Drop::Malformed);
     }
     parts[n] = &p[ah_off..ah_off + 12];
-    parts[n + 1] = &ZEROS[..ah_len - 12];
-    parts[n + 2] = &p[ah_off + ah_len..];
+    parts[n + 1] = &ZEROS[..icv_len];
+    parts[n + 2] = &p[ah_off + 12 + icv_len..];
     n += 3;
     if let Some(h) = seq_hi {
         seq_hi_buf = h;

@@ -16,6 +16,10 @@ use std::sync::atomic::Ordering::Relaxed;
 /// Largest explicit IV + ICV + header + trailer overhead ESP can add (for buffer sizing).
 pub const MAX_OVERHEAD: usize = 40 + 8 + 8 + 16 + 255 + 2 + 32;
 
+/// Scratch bytes in front of the ESP header while a tunnel-mode packet is sealed (no more than the UDP and IP headers
+/// that later take their place).
+const TUNNEL_LEAD: usize = 8;
+
 fn esp_keys(sa: &Sa) -> Result<&EspKeys, Drop> {
     match &sa.keys {
         Keys::Esp(k) => Ok(k),
@@ -79,35 +83,49 @@ fn protect(
             salt,
             gmac: true,
         } => {
-            // RFC 4543: AAD = SPI, [Seq high], Seq, IV, payload; no ciphertext. With ESN, open a 4-byte gap after the
-            // SPI for the high bits (moving the bytes in front), so that the AAD is contiguous without a copy.
-            // insert_gap keeps the bytes in front of the gap at their offsets, so the ESP header stays at esp_off.
-            let start = esp_off;
-            if esn {
+            // RFC 4543: AAD = SPI, [Seq high], Seq low, IV, payload; nothing is encrypted. With ESN the high bits
+            // must sit between SPI and Seq low for the AAD to be contiguous. With at least 4 bytes in front of the
+            // ESP header (always on the receive path, where an IP header precedes it, and on the send path, which
+            // lays the header out behind scratch room), the SPI is moved 4 bytes forward over them and the high bits
+            // written where it was; both are restored afterwards. This needs no headroom and moves nothing but
+            // 8 bytes. Only without bytes in front (laid-out packets at offset 0) is a gap opened in the headroom.
+            let mut nonce = [0u8; 12];
+            nonce[..4].copy_from_slice(salt);
+            let iv_at = esp_off + 8;
+            nonce[4..].copy_from_slice(&pkt.data()[iv_at..iv_at + iv_len]);
+            let aad_end = iv_at + iv_len + body_len;
+            let run = |data: &mut [u8], start: usize, aad_end: usize| -> Result<(), Drop> {
+                let (aad, rest) = data[start..].split_at_mut(aad_end - start);
+                let icv = &mut rest[..icv_len];
+                if seal {
+                    aead.seal(&nonce, aad, &mut [], icv);
+                    Ok(())
+                } else {
+                    aead.open(&nonce, aad, &mut [], icv)
+                        .map_err(|_| Drop::AuthFailed)
+                }
+            };
+            if !esn {
+                run(pkt.data_mut(), esp_off, aad_end)
+            } else if esp_off >= 4 {
+                let data = pkt.data_mut();
+                let mut saved = [0u8; 4];
+                saved.copy_from_slice(&data[esp_off - 4..esp_off]);
+                data.copy_within(esp_off..esp_off + 4, esp_off - 4);
+                data[esp_off..esp_off + 4].copy_from_slice(&seq_hi);
+                let r = run(data, esp_off - 4, aad_end);
+                data.copy_within(esp_off - 4..esp_off, esp_off);
+                data[esp_off - 4..esp_off].copy_from_slice(&saved);
+                r
+            } else {
+                // insert_gap keeps the bytes in front of the gap at their offsets: the ESP header stays at esp_off.
                 pkt.insert_gap(esp_off + 4, 4)
                     .ok_or(Drop::TooBig)?
                     .copy_from_slice(&seq_hi);
-            }
-            let extra = if esn { 4 } else { 0 };
-            let data = pkt.data_mut();
-            let mut nonce = [0u8; 12];
-            nonce[..4].copy_from_slice(salt);
-            let iv_at = start + 8 + extra;
-            nonce[4..].copy_from_slice(&data[iv_at..iv_at + iv_len]);
-            let aad_end = iv_at + iv_len + body_len;
-            let (aad, rest) = data[start..].split_at_mut(aad_end - start);
-            let icv = &mut rest[..icv_len];
-            let r = if seal {
-                aead.seal(&nonce, aad, &mut [], icv);
-                Ok(())
-            } else {
-                aead.open(&nonce, aad, &mut [], icv)
-                    .map_err(|_| Drop::AuthFailed)
-            };
-            if esn {
+                let r = run(pkt.data_mut(), esp_off, aad_end + 4);
                 pkt.remove_gap(esp_off + 4, 4).ok_or(Drop::Malformed)?;
+                r
             }
-            r
         }
         EspKeys::CbcHmac { cipher, mac, .. } => {
             let esp = &mut pkt.data_mut()[esp_off..];
@@ -260,14 +278,17 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
         rest[pad + 1] = next_header;
     }
     // Header: SPI, sequence number (low 32 bits), IV; in transport mode after the IP header (and UDP header).
-    let hdr_len = udp_len + 8 + iv_len;
+    // In tunnel mode the header goes behind TUNNEL_LEAD scratch bytes (dropped again before the outer headers are
+    // pushed, so no extra headroom is needed), which GMAC with ESN borrows for its AAD.
     let esp_off = match sa.params.mode {
         Mode::Tunnel { .. } => {
-            pkt.push_front(hdr_len).ok_or(Drop::TooBig)?;
-            udp_len
+            pkt.push_front(TUNNEL_LEAD + 8 + iv_len)
+                .ok_or(Drop::TooBig)?;
+            TUNNEL_LEAD
         }
         Mode::Transport => {
-            pkt.insert_gap(payload_off, hdr_len).ok_or(Drop::TooBig)?;
+            pkt.insert_gap(payload_off, udp_len + 8 + iv_len)
+                .ok_or(Drop::TooBig)?;
             payload_off + udp_len
         }
     };
@@ -300,10 +321,8 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
 
     match (sa.params.mode, ip) {
         (Mode::Tunnel { local, remote }, _) => {
-            // The UDP header room was pushed with the ESP header: drop it again and let push_outer write it.
-            if udp_len > 0 {
-                pkt.pull_front(udp_len).ok_or(Drop::Malformed)?;
-            }
+            // Drop the scratch room again and let push_outer write the UDP and IP headers.
+            pkt.pull_front(TUNNEL_LEAD).ok_or(Drop::Malformed)?;
             let proto = if udp.is_some() {
                 ip_proto::UDP
             } else {

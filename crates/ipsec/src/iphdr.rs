@@ -102,7 +102,7 @@ pub fn fix_lengths(p: &mut [u8], v6: bool) -> Result<(), Drop> {
         }
         p[4..6].copy_from_slice(&((len - 40) as u16).to_be_bytes());
     } else {
-        if len > 65535 || len < 20 {
+        if !(20..=65535).contains(&len) {
             return Err(Drop::TooBig);
         }
         p[2..4].copy_from_slice(&(len as u16).to_be_bytes());

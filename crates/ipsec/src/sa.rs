@@ -83,6 +83,8 @@ impl core::fmt::Debug for SaParams {
     }
 }
 
+// Built once per SA and never moved per packet: the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Keys {
     Esp(EspKeys),
     Ah(Box<dyn Mac>),

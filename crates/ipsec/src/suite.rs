@@ -345,6 +345,8 @@ impl EspSuite {
 }
 
 /// The key objects of one ESP SA.
+// Built once per SA and never moved per packet: the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum EspKeys {
     /// GCM, ChaCha20-Poly1305 or (with `gmac`) GMAC; nonce = salt ‖ explicit IV.
     Aead {
