@@ -1203,3 +1203,38 @@ fn ah_ipv4_option_149_immutable() {
         expect_auth_fail(&sad, i, &w, &format!("option byte {at}"));
     }
 }
+
+/// ESP transport mode over IPv4 with options: ESP goes after the options, and the original header (options,
+/// identification, TTL, checksum) comes back exactly.
+#[test]
+fn esp_transport_ipv4_with_options() {
+    let opts = [148, 4, 0, 0, 68, 12, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    for name in [
+        "aes128gcm16",
+        "aes128gmac",
+        "aes256-sha256",
+        "3des-md5",
+        "null-sha1",
+    ] {
+        for esn in [false, true] {
+            for encap in [false, true] {
+                let cfg = Cfg::new(esp_suite(name), Mode::Transport)
+                    .esn(esn)
+                    .encap(encap);
+                let (sad, o, i) = cfg.pair();
+                for size in SIZES {
+                    let pkt = ipv4(OUT4_L.octets(), OUT4_R.octets(), 17, &opts, &l4(17, size));
+                    let wire = roundtrip(&sad, o, i, &pkt);
+                    assert_eq!(&wire[..2], &pkt[..2]);
+                    assert_eq!(&wire[4..9], &pkt[4..9]);
+                    assert_eq!(wire[9], if encap { 17 } else { 50 });
+                    assert_eq!(&wire[12..36], &pkt[12..36]);
+                    assert_eq!(csum(&wire[..36]), 0);
+                    assert_eq!(be16(&wire, 2), wire.len());
+                    let off = if encap { 44 } else { 36 };
+                    assert_eq!(be32(&wire, off), cfg.spi);
+                }
+            }
+        }
+    }
+}
