@@ -11,7 +11,7 @@
 
 use crate::config::{Config, ConfigError};
 use crate::{Error, Result};
-use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpMeta, UdpSocket};
+use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpGroMeta, UdpSocket};
 use netveil_ipsec::bundle::{self, Sad, Unprotected};
 use netveil_ipsec::{Drop, Mode};
 use netveil_sa::counters::DropCounters;
@@ -84,16 +84,21 @@ impl Shared {
         self.started.elapsed().as_secs()
     }
 
-    /// Outbound: a packet read from the TUN becomes the packet to send (in place), or a drop.
-    pub fn process_out(&self, pkt: &mut PacketBuf, now: u64) -> std::result::Result<(), Drop> {
+    /// Outbound: a packet read from the TUN becomes the packet to send (in place), or a drop. Returns whether it
+    /// leaves as ESP-in-UDP (sent on the NAT-T socket) rather than as a raw IP packet.
+    pub fn process_out(&self, pkt: &mut PacketBuf, now: u64) -> std::result::Result<bool, Drop> {
         let key = flow_key(pkt.data()).ok_or(Drop::Malformed)?;
         match self.spd.lookup(Direction::Out, &key).1 {
             Action::Protect(i) => {
-                bundle::protect(&self.sad, &self.config.policies[i].sas, pkt, now)
+                let sas = &self.config.policies[i].sas;
+                bundle::protect(&self.sad, sas, pkt, now)?;
+                Ok(sas
+                    .last()
+                    .is_some_and(|&o| self.sad.get(o).params.encap.is_some()))
             }
             Action::Bypass => {
                 self.bypassed.fetch_add(1, Relaxed);
-                Ok(())
+                Ok(false)
             }
             Action::Discard => Err(Drop::PolicyDiscard),
         }
@@ -405,6 +410,7 @@ pub fn up(path: &Path) -> Result<()> {
     });
     let udp = shared.sad.iter().any(|s| s.params.encap.is_some());
     let mut rx: Vec<RxSock> = Vec::new();
+    let mut udp_out = UdpOut { v4: None, v6: None };
     let io = |what: &str| Error::io(format!("cannot open {what} socket"));
     for (fam_ok, is6) in [(v4, false), (v6, true)] {
         if !fam_ok {
@@ -434,6 +440,16 @@ pub fn up(path: &Path) -> Result<()> {
             };
             let s = UdpSocket::bind(addr).map_err(io("UDP (NAT-T)"))?;
             s.set_buffer_sizes(8 << 20).ok();
+            s.enable_gro().ok();
+            if let Some(m) = iface.fwmark {
+                s.set_mark(m).map_err(io("UDP (SO_MARK)"))?;
+            }
+            let s = Arc::new(s);
+            if is6 {
+                udp_out.v6 = Some(s.clone());
+            } else {
+                udp_out.v4 = Some(s.clone());
+            }
             rx.push(RxSock::Udp(s));
         }
     }
@@ -463,7 +479,7 @@ pub fn up(path: &Path) -> Result<()> {
         let (sh, tun) = (shared.clone(), tun.clone());
         std::thread::Builder::new()
             .name("nv-tx".into())
-            .spawn(move || tx_loop(&sh, &tun, &send4, send6.as_ref()))
+            .spawn(move || tx_loop(&sh, &tun, &send4, send6.as_ref(), &udp_out))
             .map_err(Error::io("thread"))?
     };
     let rxh = {
@@ -501,7 +517,7 @@ pub fn up(path: &Path) -> Result<()> {
 
 enum RxSock {
     Raw(RawSocket),
-    Udp(UdpSocket),
+    Udp(Arc<UdpSocket>),
 }
 
 impl RxSock {
@@ -517,7 +533,40 @@ fn new_bufs(n: usize, cap: usize) -> Vec<PacketBuf> {
     (0..n).map(|_| PacketBuf::new(cap, HEADROOM)).collect()
 }
 
-fn tx_loop(sh: &Shared, tun: &Tun, send4: &RawSocket, send6: Option<&RawSocket>) {
+/// How a processed outbound packet leaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Egress {
+    Raw4,
+    Raw6,
+    Udp,
+}
+
+/// Moves the packets of kind `k` among `bufs[from..to]` to the front of that range; returns where they end.
+fn partition(
+    bufs: &mut [PacketBuf],
+    kinds: &mut [Egress],
+    from: usize,
+    to: usize,
+    k: Egress,
+) -> usize {
+    let mut n = from;
+    for i in from..to {
+        if kinds[i] == k {
+            bufs.swap(n, i);
+            kinds.swap(n, i);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The outbound UDP sockets (NAT-T), by family.
+pub struct UdpOut {
+    pub v4: Option<Arc<UdpSocket>>,
+    pub v6: Option<Arc<UdpSocket>>,
+}
+
+fn tx_loop(sh: &Shared, tun: &Tun, send4: &RawSocket, send6: Option<&RawSocket>, udp: &UdpOut) {
     let mtu = tun.mtu() as usize;
     let mut scratch = vec![0u8; netveil_io::tun::RECV_SCRATCH_LEN];
     let n_bufs = netveil_io::tun::MAX_SEGMENTS;
@@ -529,6 +578,8 @@ fn tx_loop(sh: &Shared, tun: &Tun, send4: &RawSocket, send6: Option<&RawSocket>)
         .max()
         .unwrap_or(0);
     let mut bufs = new_bufs(n_bufs, HEADROOM + mtu.max(tfc) + TAILROOM);
+    let mut kinds = vec![Egress::Raw4; n_bufs];
+    let mut gso = GsoSender::new();
     while !sh.stop.load(Relaxed) {
         let n = match tun.recv_batch(&mut scratch, &mut bufs, HEADROOM) {
             Ok(n) => n,
@@ -544,40 +595,145 @@ fn tx_loop(sh: &Shared, tun: &Tun, send4: &RawSocket, send6: Option<&RawSocket>)
             }
         };
         let now = sh.now();
-        // Process in place; move good IPv4 packets to the front, then good IPv6 ones.
+        // Process in place; keep the good packets at the front.
         let mut good = 0;
         for i in 0..n {
             match sh.process_out(&mut bufs[i], now) {
-                Ok(()) => {
+                Ok(is_udp) => {
                     sh.tx_packets.fetch_add(1, Relaxed);
                     sh.tx_bytes.fetch_add(bufs[i].len() as u64, Relaxed);
+                    kinds[i] = if is_udp {
+                        Egress::Udp
+                    } else if bufs[i].data().first().map(|b| b >> 4) == Some(4) {
+                        Egress::Raw4
+                    } else {
+                        Egress::Raw6
+                    };
                     bufs.swap(good, i);
+                    kinds.swap(good, i);
                     good += 1;
                 }
                 Err(d) => sh.tx_drops.count(d),
             }
         }
-        let mut n4 = 0;
-        for i in 0..good {
-            if bufs[i].data().first().map(|b| b >> 4) == Some(4) {
-                bufs.swap(n4, i);
-                n4 += 1;
-            }
-        }
+        let n4 = partition(&mut bufs, &mut kinds, 0, good, Egress::Raw4);
+        let n6 = partition(&mut bufs, &mut kinds, n4, good, Egress::Raw6);
         if n4 > 0 {
             let _ = send4.send_batch(&bufs[..n4]);
         }
-        if good > n4 {
+        if n6 > n4 {
             if let Some(s6) = send6 {
-                let _ = s6.send_batch(&bufs[n4..good]);
+                let _ = s6.send_batch(&bufs[n4..n6]);
             }
+        }
+        if good > n6 {
+            gso.send(&bufs[n6..good], udp);
         }
     }
 }
 
+/// Sends ESP-in-UDP packets with UDP GSO: consecutive packets to the same peer with the same size (the last of a
+/// run may be shorter) go out as one buffer that the kernel splits into datagrams.
+struct GsoSender {
+    bufs: Vec<Vec<u8>>,
+    /// (length used, segment size, destination, source) per buffer in use.
+    runs: Vec<(usize, u16, SocketAddr, IpAddr)>,
+}
+
+const GSO_BUFS: usize = 8;
+
+impl GsoSender {
+    fn new() -> Self {
+        GsoSender {
+            bufs: (0..GSO_BUFS)
+                .map(|_| vec![0u8; netveil_io::udp::GSO_MAX_PAYLOAD])
+                .collect(),
+            runs: Vec::with_capacity(GSO_BUFS),
+        }
+    }
+
+    fn send(&mut self, pkts: &[PacketBuf], udp: &UdpOut) {
+        for p in pkts {
+            let d = p.data();
+            let (hl, src, dst) = match d.first().map(|b| b >> 4) {
+                Some(4) if d.len() >= 28 => {
+                    let s: [u8; 4] = d[12..16].try_into().unwrap_or_default();
+                    let t: [u8; 4] = d[16..20].try_into().unwrap_or_default();
+                    ((d[0] & 0x0f) as usize * 4, IpAddr::from(s), IpAddr::from(t))
+                }
+                Some(6) if d.len() >= 48 => {
+                    let s: [u8; 16] = d[8..24].try_into().unwrap_or_default();
+                    let t: [u8; 16] = d[24..40].try_into().unwrap_or_default();
+                    (40, IpAddr::from(s), IpAddr::from(t))
+                }
+                _ => continue,
+            };
+            if d.len() < hl + 8 {
+                continue;
+            }
+            let dport = u16::from_be_bytes([d[hl + 2], d[hl + 3]]);
+            let payload = &d[hl + 8..];
+            let to = SocketAddr::new(dst, dport);
+            let len = payload.len();
+            // Append to the current run if it fits: same peer, same size (or shorter, which closes the run).
+            let append = match self.runs.last() {
+                Some(&(used, seg, rto, rsrc)) => {
+                    rto == to
+                        && rsrc == src
+                        && used % seg as usize == 0
+                        && len <= seg as usize
+                        && used + len <= netveil_io::udp::GSO_MAX_PAYLOAD
+                        && used / seg as usize + 1 <= netveil_io::udp::GSO_MAX_SEGMENTS
+                }
+                None => false,
+            };
+            if append {
+                let r = self.runs.len() - 1;
+                let used = self.runs[r].0;
+                self.bufs[r][used..used + len].copy_from_slice(payload);
+                self.runs[r].0 += len;
+                continue;
+            }
+            if self.runs.len() == GSO_BUFS {
+                self.flush(udp);
+            }
+            let r = self.runs.len();
+            self.bufs[r][..len].copy_from_slice(payload);
+            self.runs.push((len, len.max(1) as u16, to, src));
+        }
+        self.flush(udp);
+    }
+
+    fn flush(&mut self, udp: &UdpOut) {
+        for fam6 in [false, true] {
+            let sock = if fam6 { &udp.v6 } else { &udp.v4 };
+            let Some(sock) = sock else { continue };
+            let mut items: [(&[u8], u16, SocketAddr, IpAddr); GSO_BUFS] = [(
+                &[],
+                0,
+                SocketAddr::from(([0, 0, 0, 0], 0)),
+                IpAddr::from([0u8, 0, 0, 0]),
+            ); GSO_BUFS];
+            let mut k = 0;
+            for (i, &(used, seg, to, src)) in self.runs.iter().enumerate() {
+                if to.is_ipv6() == fam6 && used > 0 {
+                    items[k] = (&self.bufs[i][..used], seg, to, src);
+                    k += 1;
+                }
+            }
+            if k > 0 {
+                let _ = sock.send_gso_batch_from(&items[..k]);
+            }
+        }
+        self.runs.clear();
+    }
+}
+
 fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
+    // Received packets (raw sockets), or received GRO messages (UDP) that are split into `out`.
     let mut bufs = new_bufs(BATCH, HEADROOM + 65535 + TAILROOM);
-    let mut meta = vec![UdpMeta::default(); BATCH];
+    let mut out = new_bufs(2 * BATCH, HEADROOM + 65535 + TAILROOM);
+    let mut meta = vec![UdpGroMeta::default(); BATCH];
     let mut pfds: Vec<libc::pollfd> = socks
         .iter()
         .map(|s| libc::pollfd {
@@ -586,6 +742,7 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
             revents: 0,
         })
         .collect();
+    let port = sh.config.interface.nat_t_port;
     while !sh.stop.load(Relaxed) {
         // SAFETY: pfds is a valid array of pollfd for the duration of the call.
         let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 200) };
@@ -596,53 +753,87 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
             if pfds[k].revents & libc::POLLIN == 0 {
                 continue;
             }
-            let n = match s {
-                RxSock::Raw(r) => r.recv_batch(&mut bufs, HEADROOM),
-                RxSock::Udp(u) => u.recv_batch(&mut bufs, &mut meta, HEADROOM),
-            };
-            let n = match n {
-                Ok(n) => n,
-                Err(_) => continue,
-            };
-            let now = sh.now();
-            let mut good = 0;
-            for i in 0..n {
-                if let RxSock::Udp(_) = s {
-                    // Give the datagram back its IP and UDP headers so that one code path handles both.
-                    if synth_udp_headers(&mut bufs[i], &meta[i], sh.config.interface.nat_t_port)
-                        .is_none()
-                    {
-                        sh.rx_drops.count(Drop::Malformed);
+            match s {
+                RxSock::Raw(r) => {
+                    let Ok(n) = r.recv_batch(&mut bufs, HEADROOM) else {
                         continue;
+                    };
+                    let now = sh.now();
+                    let mut good = 0;
+                    for i in 0..n {
+                        if sh.deliver_in(&mut bufs[i], now) {
+                            bufs.swap(good, i);
+                            good += 1;
+                        }
+                    }
+                    if good > 0 {
+                        let _ = tun.send_batch(&mut bufs[..good]);
                     }
                 }
-                let len = bufs[i].len();
-                match sh.process_in(&mut bufs[i], now) {
-                    Ok(()) => {
-                        sh.rx_packets.fetch_add(1, Relaxed);
-                        sh.rx_bytes.fetch_add(len as u64, Relaxed);
-                        bufs.swap(good, i);
-                        good += 1;
+                RxSock::Udp(u) => {
+                    let Ok(n) = u.recv_gro(&mut bufs, &mut meta, HEADROOM) else {
+                        continue;
+                    };
+                    let now = sh.now();
+                    let mut good = 0;
+                    for m in 0..n {
+                        for seg in meta[m].segments(bufs[m].data()) {
+                            if good == out.len() {
+                                let _ = tun.send_batch(&mut out[..good]);
+                                good = 0;
+                            }
+                            let b = &mut out[good];
+                            b.reset(HEADROOM);
+                            match b.push_back(seg.len()) {
+                                Some(d) => d.copy_from_slice(seg),
+                                None => continue,
+                            }
+                            // Give the datagram back its IP and UDP headers so one code path handles both.
+                            if synth_udp_headers(b, meta[m].src, meta[m].dst, port).is_none() {
+                                sh.rx_drops.count(Drop::Malformed);
+                                continue;
+                            }
+                            if sh.deliver_in(b, now) {
+                                good += 1;
+                            }
+                        }
                     }
-                    Err(d) => sh.rx_drops.count(d),
+                    if good > 0 {
+                        let _ = tun.send_batch(&mut out[..good]);
+                    }
                 }
             }
-            if good > 0 {
-                let _ = tun.send_batch(&mut bufs[..good]);
+        }
+    }
+}
+
+impl Shared {
+    /// Inbound processing with accounting: true if the packet is to be written to the TUN.
+    fn deliver_in(&self, pkt: &mut PacketBuf, now: u64) -> bool {
+        let len = pkt.len();
+        match self.process_in(pkt, now) {
+            Ok(()) => {
+                self.rx_packets.fetch_add(1, Relaxed);
+                self.rx_bytes.fetch_add(len as u64, Relaxed);
+                true
+            }
+            Err(d) => {
+                self.rx_drops.count(d);
+                false
             }
         }
     }
 }
 
 /// Pushes an IP and a UDP header (checksum 0) in front of a UDP payload received on the NAT-T socket.
-fn synth_udp_headers(b: &mut PacketBuf, m: &UdpMeta, port: u16) -> Option<()> {
+fn synth_udp_headers(b: &mut PacketBuf, src: SocketAddr, dst: IpAddr, port: u16) -> Option<()> {
     let ulen = b.len() + 8;
     let u = b.push_front(8)?;
-    u[0..2].copy_from_slice(&m.src.port().to_be_bytes());
+    u[0..2].copy_from_slice(&src.port().to_be_bytes());
     u[2..4].copy_from_slice(&port.to_be_bytes());
     u[4..6].copy_from_slice(&(ulen as u16).to_be_bytes());
     u[6..8].copy_from_slice(&[0, 0]);
-    match (m.src.ip(), m.dst) {
+    match (src.ip(), dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let h = b.push_front(20)?;
             h.fill(0);
