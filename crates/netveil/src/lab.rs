@@ -1,1 +1,1165 @@
-//! Network-namespace labs.
+//! Network-namespace labs for `netveil demo`, `netveil bench` and the integration tests.
+//!
+//! A [`Lab`] owns a set of network namespaces (named `PREFIX<pid>-<n>-<host>`, so that labs of parallel tests and
+//! processes never collide) and a scratch directory. Everything it creates is removed when it is dropped, also while
+//! unwinding from a panic: processes still running in its namespaces are killed, the namespaces deleted, the
+//! directory removed. [`Daemon`] (a running `netveil up`) and [`Capture`] (a running tcpdump) stop their process on
+//! drop. [`HostPair`] generates the two configurations of a point-to-point setup (random keys of the right lengths)
+//! and [`TwoHosts`] brings the whole thing up.
+//!
+//! Addresses are from the documentation ranges only: outer 192.0.2.0/24 or 2001:db8:1::/64 on a veth pair, inner
+//! 198.51.100.0/24 or 2001:db8:2::/64 on the TUN devices.
+
+use crate::{Error, Result};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static LAB_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// The fwmark (and routing table) used for transport mode.
+pub const TRANSPORT_FWMARK: u32 = 20054;
+
+fn other(msg: impl Into<String>) -> Error {
+    Error::Other(msg.into())
+}
+
+/// Whether this process runs as root (labs need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether a program is on PATH.
+pub fn have_tool(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false)
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions; pid is one of our own children.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// Waits for a child up to `timeout`; returns None if it is still running.
+fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let t0 = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if t0.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
+            _ => return None,
+        }
+    }
+}
+
+/// Stops a child: `sig` first, SIGKILL after `grace`.
+fn stop_child(child: &mut Child, sig: libc::c_int, grace: Duration) -> Option<ExitStatus> {
+    if let Ok(Some(s)) = child.try_wait() {
+        return Some(s);
+    }
+    signal(child.id(), sig);
+    if let Some(s) = wait_timeout(child, grace) {
+        return Some(s);
+    }
+    let _ = child.kill();
+    child.wait().ok()
+}
+
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    if n > 0 {
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut v))
+            .expect("/dev/urandom");
+    }
+    v
+}
+
+/// A set of network namespaces and a scratch directory, all removed on drop.
+pub struct Lab {
+    id: String,
+    namespaces: Vec<String>,
+    dir: PathBuf,
+    netveil: PathBuf,
+    keep: bool,
+}
+
+impl Lab {
+    /// A new, empty lab. Namespace names start with `prefix` followed by the process id and a per-process counter.
+    /// Uses the current executable as the `netveil` binary (see [`Lab::with_netveil`]).
+    pub fn new(prefix: &str) -> Result<Lab> {
+        if !is_root() {
+            return Err(Error::Usage(
+                "network-namespace labs need root (CAP_NET_ADMIN, CAP_SYS_ADMIN)".into(),
+            ));
+        }
+        let n = LAB_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{prefix}{}-{n}", std::process::id());
+        let dir = std::env::temp_dir().join(format!("netveil-lab-{id}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(Error::io(format!("cannot create {}", dir.display())))?;
+        let netveil = std::env::current_exe().map_err(Error::io("current executable"))?;
+        Ok(Lab {
+            id,
+            namespaces: Vec::new(),
+            dir,
+            netveil,
+            keep: std::env::var_os("NETVEIL_LAB_KEEP").is_some(),
+        })
+    }
+
+    /// Uses `path` as the `netveil` binary for [`Lab::start_daemon`].
+    pub fn with_netveil(mut self, path: impl Into<PathBuf>) -> Lab {
+        self.netveil = path.into();
+        self
+    }
+
+    pub fn netveil(&self) -> &Path {
+        &self.netveil
+    }
+
+    /// The scratch directory (configurations, logs, captures), removed on drop.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The namespaces created so far (full names).
+    pub fn namespaces(&self) -> &[String] {
+        &self.namespaces
+    }
+
+    /// The full namespace name for the short `host` name.
+    pub fn ns_name(&self, host: &str) -> String {
+        format!("{}-{host}", self.id)
+    }
+
+    /// Creates the namespace for `host` (with `lo` up) and returns its full name.
+    pub fn add_ns(&mut self, host: &str) -> Result<String> {
+        let ns = self.ns_name(host);
+        let _ = Command::new("ip")
+            .args(["netns", "del", &ns])
+            .stderr(Stdio::null())
+            .status();
+        run_ok(Command::new("ip").args(["netns", "add", &ns]))?;
+        self.namespaces.push(ns.clone());
+        self.ip(&ns, &["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Runs `ip -n NS ARGS...` and fails if it fails.
+    pub fn ip(&self, ns: &str, args: &[&str]) -> Result<()> {
+        run_ok(Command::new("ip").arg("-n").arg(ns).args(args)).map(|_| ())
+    }
+
+    /// A veth pair between two namespaces, both ends up.
+    pub fn veth(&self, ns_a: &str, if_a: &str, ns_b: &str, if_b: &str) -> Result<()> {
+        run_ok(Command::new("ip").args([
+            "link", "add", if_a, "netns", ns_a, "type", "veth", "peer", "name", if_b, "netns", ns_b,
+        ]))?;
+        self.ip(ns_a, &["link", "set", if_a, "up"])?;
+        self.ip(ns_b, &["link", "set", if_b, "up"])
+    }
+
+    /// Adds an address (IPv6 without duplicate address detection, so that it is usable at once).
+    pub fn addr(&self, ns: &str, iface: &str, cidr: &str) -> Result<()> {
+        if cidr.contains(':') {
+            self.ip(ns, &["-6", "addr", "add", cidr, "dev", iface, "nodad"])
+        } else {
+            self.ip(ns, &["addr", "add", cidr, "dev", iface])
+        }
+    }
+
+    /// `ip netns exec NS ARGS...` as a Command, for callers that need to set up redirections themselves.
+    pub fn command(&self, ns: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).args(args);
+        c
+    }
+
+    /// Runs a command in a namespace and returns its output, whatever its exit status.
+    pub fn exec(&self, ns: &str, args: &[&str]) -> Result<Output> {
+        self.command(ns, args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(Error::io(format!("cannot run {}", args.join(" "))))
+    }
+
+    /// Runs a command in a namespace; fails (with its stderr) unless it exits 0. Returns its stdout.
+    pub fn exec_ok(&self, ns: &str, args: &[&str]) -> Result<String> {
+        run_ok(self.command(ns, args).stdin(Stdio::null()))
+    }
+
+    /// Starts a command in a namespace (stdin null, stdout/stderr inherited unless configured otherwise). The lab kills
+    /// it on drop if it is still running then.
+    pub fn spawn(&self, ns: &str, args: &[&str]) -> Result<Child> {
+        self.command(ns, args)
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(Error::io(format!("cannot start {}", args.join(" "))))
+    }
+
+    /// Runs `f` on a thread that has entered the namespace: sockets it opens live in that namespace.
+    pub fn in_ns<T, F>(&self, ns: &str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let h = spawn_in_ns(ns, f)?;
+        h.join()
+            .map_err(|_| other(format!("thread in namespace {ns} panicked")))?
+    }
+
+    /// Starts `netveil up -c CONFIG` in a namespace with the given configuration text (written into the lab
+    /// directory as `NAME.toml`) and waits until its control socket answers `status`. The configuration's
+    /// `control_socket` must be [`Lab::socket_path`]`(name)` (the [`HostPair`] generator does that).
+    pub fn start_daemon(&self, ns: &str, name: &str, config: &str) -> Result<Daemon> {
+        let cfg = self.dir.join(format!("{name}.toml"));
+        std::fs::write(&cfg, config)
+            .map_err(Error::io(format!("cannot write {}", cfg.display())))?;
+        let log = self.dir.join(format!("{name}.log"));
+        let logf = std::fs::File::create(&log).map_err(Error::io("daemon log"))?;
+        let socket = self.socket_path(name);
+        let _ = std::fs::remove_file(&socket);
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(&self.netveil)
+            .arg("up")
+            .arg("-c")
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().map_err(Error::io("daemon log"))?)
+            .stderr(logf)
+            .spawn()
+            .map_err(Error::io(format!(
+                "cannot start {}",
+                self.netveil.display()
+            )))?;
+        let mut d = Daemon {
+            child: Some(child),
+            ns: ns.to_string(),
+            name: name.to_string(),
+            socket,
+            log,
+            netveil: self.netveil.clone(),
+        };
+        let t0 = Instant::now();
+        loop {
+            if let Some(c) = d.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    d.child = None;
+                    return Err(other(format!(
+                        "netveil up ({name} in {ns}) exited with {st}: {}",
+                        d.log().trim()
+                    )));
+                }
+            }
+            if d.ask("status").is_ok() {
+                return Ok(d);
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                return Err(other(format!(
+                    "netveil up ({name} in {ns}) did not answer on {} within 10 s: {}",
+                    d.socket.display(),
+                    d.log().trim()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// The control socket path for the daemon `name` of this lab.
+    pub fn socket_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.sock"))
+    }
+
+    /// Starts `tcpdump -i IFACE -s SNAPLEN -U -w DIR/FILE [FILTER]` in a namespace and waits until it listens.
+    pub fn capture(
+        &self,
+        ns: &str,
+        iface: &str,
+        file: &str,
+        snaplen: u32,
+        filter: &[&str],
+    ) -> Result<Capture> {
+        let path = self.dir.join(file);
+        let errlog = self.dir.join(format!("{file}.log"));
+        let errf = std::fs::File::create(&errlog).map_err(Error::io("tcpdump log"))?;
+        let snap = snaplen.to_string();
+        let mut args = vec![
+            "tcpdump",
+            "-i",
+            iface,
+            "-n",
+            // Deliver every packet to the file at once: with the default buffering, packets still in the
+            // kernel ring when SIGINT arrives are lost.
+            "--immediate-mode",
+            "-U",
+            "-Z",
+            "root",
+            "-s",
+            &snap,
+            "-w",
+            path.to_str().ok_or_else(|| other("non-UTF-8 lab path"))?,
+        ];
+        args.extend_from_slice(filter);
+        let child = self
+            .command(ns, &args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(errf)
+            .spawn()
+            .map_err(Error::io("cannot start tcpdump"))?;
+        let mut c = Capture {
+            child: Some(child),
+            path,
+        };
+        let t0 = Instant::now();
+        loop {
+            let log = std::fs::read_to_string(&errlog).unwrap_or_default();
+            if log.contains("listening on") {
+                // tcpdump prints this just before its capture loop starts.
+                std::thread::sleep(Duration::from_millis(50));
+                return Ok(c);
+            }
+            if let Some(ch) = c.child.as_mut() {
+                if let Ok(Some(st)) = ch.try_wait() {
+                    c.child = None;
+                    return Err(other(format!("tcpdump exited with {st}: {}", log.trim())));
+                }
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                return Err(other(format!(
+                    "tcpdump did not start within 10 s: {}",
+                    log.trim()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Keeps the namespaces and the directory after drop (for debugging; also with NETVEIL_LAB_KEEP set).
+    pub fn keep(&mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if self.keep {
+            eprintln!(
+                "lab kept: namespaces {:?}, directory {}",
+                self.namespaces,
+                self.dir.display()
+            );
+            return;
+        }
+        for ns in self.namespaces.iter().rev() {
+            // Whatever still runs in our namespaces was started by this lab.
+            for round in 0..2 {
+                let pids = Command::new("ip")
+                    .args(["netns", "pids", ns])
+                    .stderr(Stdio::null())
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+                    .unwrap_or_default();
+                let pids: Vec<u32> = pids
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect();
+                if pids.is_empty() {
+                    break;
+                }
+                for p in &pids {
+                    signal(
+                        *p,
+                        if round == 0 {
+                            libc::SIGTERM
+                        } else {
+                            libc::SIGKILL
+                        },
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn run_ok(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .output()
+        .map_err(Error::io(format!("cannot run {:?}", cmd.get_program())))?;
+    if !out.status.success() {
+        let args: Vec<String> = std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|a| a.to_string_lossy().to_string())
+            .collect();
+        return Err(other(format!(
+            "'{}' failed ({}): {}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// Starts `f` on a thread inside namespace `ns` (by its /run/netns entry).
+pub fn spawn_in_ns<T, F>(ns: &str, f: F) -> Result<std::thread::JoinHandle<Result<T>>>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let path = format!("/run/netns/{ns}");
+    let file = std::fs::File::open(&path).map_err(Error::io(format!("cannot open {path}")))?;
+    std::thread::Builder::new()
+        .name(format!("ns-{ns}"))
+        .spawn(move || {
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns on a valid namespace fd only changes this thread's network namespace.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(Error::Io {
+                    context: "setns".into(),
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            Ok(f())
+        })
+        .map_err(Error::io("thread"))
+}
+
+/// A running `netveil up`, stopped (SIGTERM, then SIGKILL) on drop.
+pub struct Daemon {
+    child: Option<Child>,
+    pub ns: String,
+    pub name: String,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+    netveil: PathBuf,
+}
+
+impl Daemon {
+    /// One request on the control socket (`status` or `keys`), its JSON answer.
+    pub fn ask(&self, req: &str) -> Result<Value> {
+        let mut s = UnixStream::connect(&self.socket)
+            .map_err(Error::io(format!("connect {}", self.socket.display())))?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        s.write_all(format!("{req}\n").as_bytes())
+            .map_err(Error::io("control socket"))?;
+        s.shutdown(std::net::Shutdown::Write).ok();
+        let mut buf = String::new();
+        s.read_to_string(&mut buf)
+            .map_err(Error::io("control socket"))?;
+        serde_json::from_str(&buf).map_err(|e| other(format!("bad control answer: {e}")))
+    }
+
+    /// `netveil status --json` (through the CLI).
+    pub fn status_json(&self) -> Result<Value> {
+        let out = self.netveil_cli(&["status", "--json"])?;
+        serde_json::from_str(&out).map_err(|e| other(format!("bad status JSON: {e}")))
+    }
+
+    /// `netveil status` (the human-readable table).
+    pub fn status_text(&self) -> Result<String> {
+        self.netveil_cli(&["status"])
+    }
+
+    /// `netveil keys --wireshark DIR`.
+    pub fn keys_wireshark(&self, dir: &Path) -> Result<()> {
+        let d = dir.to_str().ok_or_else(|| other("non-UTF-8 path"))?;
+        self.netveil_cli(&["keys", "--wireshark", d]).map(|_| ())
+    }
+
+    fn netveil_cli(&self, args: &[&str]) -> Result<String> {
+        run_ok(
+            Command::new(&self.netveil)
+                .args(args)
+                .arg("--socket")
+                .arg(&self.socket),
+        )
+    }
+
+    /// The daemon's output so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the process still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// Stops the daemon (SIGTERM, SIGKILL after 5 s) and returns its exit status.
+    pub fn stop(&mut self) -> Option<ExitStatus> {
+        let mut c = self.child.take()?;
+        stop_child(&mut c, libc::SIGTERM, Duration::from_secs(5))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A running tcpdump writing a pcap file; stopped with SIGINT (so that the file is complete) on [`Capture::stop`]
+/// or drop.
+pub struct Capture {
+    child: Option<Child>,
+    pub path: PathBuf,
+}
+
+impl Capture {
+    /// Stops tcpdump cleanly and returns the pcap path.
+    pub fn stop(&mut self) -> Result<PathBuf> {
+        if let Some(mut c) = self.child.take() {
+            // Give the last packets a moment to reach the capture.
+            std::thread::sleep(Duration::from_millis(100));
+            stop_child(&mut c, libc::SIGINT, Duration::from_secs(5));
+        }
+        Ok(self.path.clone())
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Configuration generator
+// ---------------------------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Esp,
+    Ah,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Tunnel,
+    Transport,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+/// Options of a two-host setup; [`HostPair::configs`] turns them into the two `netveil.toml` texts.
+#[derive(Debug, Clone)]
+pub struct HostPair {
+    /// ESP suite (e.g. "aes128gcm16", "aes256-sha256", "null-null") or AH suite ("sha256").
+    pub suite: String,
+    pub protocol: Protocol,
+    pub mode: Mode,
+    /// Family of the veth (outer) addresses.
+    pub outer: Family,
+    /// Family of the inner (TUN) addresses in tunnel mode.
+    pub inner: Family,
+    pub esn: bool,
+    pub udp_encap: bool,
+    pub allow_null_null: bool,
+    /// With `Some(ah_suite)`: an ESP+AH bundle, ESP (in `mode`) innermost, then AH in transport mode.
+    pub bundle_ah: Option<String>,
+    /// TUN device name.
+    pub tun: String,
+    pub mtu: u16,
+}
+
+impl Default for HostPair {
+    fn default() -> Self {
+        HostPair {
+            suite: "aes128gcm16".into(),
+            protocol: Protocol::Esp,
+            mode: Mode::Tunnel,
+            outer: Family::V4,
+            inner: Family::V4,
+            esn: false,
+            udp_encap: false,
+            allow_null_null: false,
+            bundle_ah: None,
+            tun: "nv0".into(),
+            mtu: 1400,
+        }
+    }
+}
+
+/// The addresses of one side.
+#[derive(Debug, Clone)]
+pub struct HostAddrs {
+    /// Address on the veth.
+    pub outer: IpAddr,
+    pub outer_prefix: u8,
+    /// Address the traffic is between: the TUN address in tunnel mode, the veth address in transport mode.
+    pub inner: IpAddr,
+    pub inner_prefix: u8,
+}
+
+/// The Wireshark-decryptable ESP suites of tshark 4.0 (no ChaCha20-Poly1305, no GMAC).
+pub fn wireshark_can_decrypt(suite: &str) -> bool {
+    let s = suite.to_ascii_lowercase();
+    !(s.contains("chacha") || s.contains("gmac"))
+}
+
+impl HostPair {
+    pub fn esp(suite: &str) -> HostPair {
+        HostPair {
+            suite: suite.into(),
+            allow_null_null: suite.eq_ignore_ascii_case("null-null"),
+            ..Default::default()
+        }
+    }
+
+    pub fn ah(suite: &str) -> HostPair {
+        HostPair {
+            suite: suite.into(),
+            protocol: Protocol::Ah,
+            ..Default::default()
+        }
+    }
+
+    /// The addresses of side 0 ("a") or 1 ("b").
+    pub fn addrs(&self, side: usize) -> HostAddrs {
+        let host = side as u8 + 1;
+        let (outer, outer_prefix): (IpAddr, u8) = match self.outer {
+            Family::V4 => ([192, 0, 2, host].into(), 24),
+            Family::V6 => (format!("2001:db8:1::{host}").parse().expect("address"), 64),
+        };
+        let (inner, inner_prefix): (IpAddr, u8) = match (self.mode, self.inner) {
+            (Mode::Transport, _) => (outer, outer_prefix),
+            (Mode::Tunnel, Family::V4) => ([198, 51, 100, host].into(), 24),
+            (Mode::Tunnel, Family::V6) => {
+                (format!("2001:db8:2::{host}").parse().expect("address"), 64)
+            }
+        };
+        HostAddrs {
+            outer,
+            outer_prefix,
+            inner,
+            inner_prefix,
+        }
+    }
+
+    /// (enc_key, auth_key) lengths for the suite.
+    pub fn key_lens(&self, suite: &str, protocol: Protocol) -> Result<(usize, usize)> {
+        match protocol {
+            Protocol::Esp => {
+                let s = netveil_ipsec::suite::EspSuite::parse(suite, true)
+                    .map_err(|e| Error::Usage(e.to_string()))?;
+                Ok((s.enc.key_len(), s.integ.map_or(0, |i| i.key_len())))
+            }
+            Protocol::Ah => {
+                let s = netveil_ipsec::suite::AhSuite::parse(suite)
+                    .map_err(|e| Error::Usage(e.to_string()))?;
+                Ok((0, s.integ.key_len()))
+            }
+        }
+    }
+
+    /// The two configuration texts (side a, side b) with fresh random keys; `sockets` are the control sockets.
+    pub fn configs(&self, sockets: [&Path; 2]) -> Result<[String; 2]> {
+        let (ek, ak) = self.key_lens(&self.suite, self.protocol)?;
+        // Keys per direction: [a->b, b->a].
+        let keys: Vec<(String, String)> = (0..2)
+            .map(|_| (hex::encode(random_bytes(ek)), hex::encode(random_bytes(ak))))
+            .collect();
+        let ah_keys: Option<(String, Vec<String>)> = match &self.bundle_ah {
+            Some(s) => {
+                let (_, l) = self.key_lens(s, Protocol::Ah)?;
+                Some((
+                    s.clone(),
+                    (0..2).map(|_| hex::encode(random_bytes(l))).collect(),
+                ))
+            }
+            None => None,
+        };
+        let mut out = [String::new(), String::new()];
+        for (side, text) in out.iter_mut().enumerate() {
+            let me = self.addrs(side);
+            let peer = self.addrs(1 - side);
+            let (me_n, peer_n) = (["a", "b"][side], ["a", "b"][1 - side]);
+            let mut t = String::new();
+            t.push_str("[interface]\n");
+            t.push_str(&format!("name = \"{}\"\n", self.tun));
+            t.push_str(&format!("mtu = {}\n", self.mtu));
+            t.push_str(&format!(
+                "control_socket = \"{}\"\n",
+                sockets[side].display()
+            ));
+            if self.allow_null_null {
+                t.push_str("allow_null_null = true\n");
+            }
+            match self.mode {
+                Mode::Tunnel => t.push_str(&format!(
+                    "addresses = [\"{}/{}\"]\n",
+                    me.inner, me.inner_prefix
+                )),
+                Mode::Transport => {
+                    let host = if peer.outer.is_ipv4() { 32 } else { 128 };
+                    t.push_str(&format!("fwmark = {TRANSPORT_FWMARK}\n"));
+                    t.push_str(&format!("routes = [\"{}/{host}\"]\n", peer.outer));
+                }
+            }
+            let sa = |t: &mut String,
+                      name: &str,
+                      dir: &str,
+                      proto: &str,
+                      spi: u32,
+                      mode: Mode,
+                      suite: &str,
+                      enc: &str,
+                      auth: &str| {
+                t.push_str("\n[[sa]]\n");
+                t.push_str(&format!("name = \"{name}\"\ndirection = \"{dir}\"\n"));
+                t.push_str(&format!("protocol = \"{proto}\"\nspi = {spi:#x}\n"));
+                match mode {
+                    Mode::Tunnel => t.push_str(&format!(
+                        "mode = \"tunnel\"\nlocal = \"{}\"\nremote = \"{}\"\n",
+                        me.outer, peer.outer
+                    )),
+                    Mode::Transport => t.push_str("mode = \"transport\"\n"),
+                }
+                t.push_str(&format!("suite = \"{suite}\"\n"));
+                if !enc.is_empty() {
+                    t.push_str(&format!("enc_key = \"{enc}\"\n"));
+                }
+                if !auth.is_empty() {
+                    t.push_str(&format!("auth_key = \"{auth}\"\n"));
+                }
+                if self.esn {
+                    t.push_str("esn = true\n");
+                }
+                if self.udp_encap && proto == "esp" {
+                    t.push_str("encap = \"udp\"\n");
+                }
+            };
+            let proto = match self.protocol {
+                Protocol::Esp => "esp",
+                Protocol::Ah => "ah",
+            };
+            // SPIs: a->b 0x1001, b->a 0x2001 (AH of a bundle: 0x3001, 0x4001).
+            let (out_i, in_i) = (side, 1 - side);
+            let spi = |dir_i: usize, base: u32| base + 0x1000 * dir_i as u32;
+            let out_name = format!("{me_n}-to-{peer_n}");
+            let in_name = format!("{peer_n}-to-{me_n}");
+            sa(
+                &mut t,
+                &out_name,
+                "out",
+                proto,
+                spi(out_i, 0x1001),
+                self.mode,
+                &self.suite,
+                &keys[out_i].0,
+                &keys[out_i].1,
+            );
+            sa(
+                &mut t,
+                &in_name,
+                "in",
+                proto,
+                spi(in_i, 0x1001),
+                self.mode,
+                &self.suite,
+                &keys[in_i].0,
+                &keys[in_i].1,
+            );
+            let (mut out_sas, mut in_sas) = (vec![out_name.clone()], vec![in_name.clone()]);
+            if let Some((ah_suite, ah)) = &ah_keys {
+                let (o, i) = (format!("{out_name}-ah"), format!("{in_name}-ah"));
+                sa(
+                    &mut t,
+                    &o,
+                    "out",
+                    "ah",
+                    spi(out_i, 0x3001),
+                    Mode::Transport,
+                    ah_suite,
+                    "",
+                    &ah[out_i],
+                );
+                sa(
+                    &mut t,
+                    &i,
+                    "in",
+                    "ah",
+                    spi(in_i, 0x3001),
+                    Mode::Transport,
+                    ah_suite,
+                    "",
+                    &ah[in_i],
+                );
+                out_sas.push(o);
+                in_sas.push(i);
+            }
+            let host = if me.inner.is_ipv4() { 32 } else { 128 };
+            let list = |v: &[String]| {
+                v.iter()
+                    .map(|s| format!("\"{s}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            t.push_str(&format!(
+                "\n[[policy]]\nname = \"out\"\ndirection = \"out\"\nsrc = \"{}/{host}\"\ndst = \"{}/{host}\"\naction = \"protect\"\nsas = [{}]\n",
+                me.inner, peer.inner, list(&out_sas)
+            ));
+            t.push_str(&format!(
+                "\n[[policy]]\nname = \"in\"\ndirection = \"in\"\nsrc = \"{}/{host}\"\ndst = \"{}/{host}\"\naction = \"protect\"\nsas = [{}]\n",
+                peer.inner, me.inner, list(&in_sas)
+            ));
+            *text = t;
+        }
+        Ok(out)
+    }
+}
+
+/// Two namespaces ("a", "b") joined by a veth pair (`veth-a`, `veth-b`) with a netveil daemon in each.
+pub struct TwoHosts {
+    pub pair: HostPair,
+    pub ns: [String; 2],
+    pub veth: [&'static str; 2],
+    pub addrs: [HostAddrs; 2],
+    pub configs: [String; 2],
+    /// Dropped before the lab (field order).
+    pub daemons: Vec<Daemon>,
+}
+
+impl TwoHosts {
+    /// Builds the topology in `lab` (without daemons).
+    pub fn topology(lab: &mut Lab, pair: &HostPair) -> Result<TwoHosts> {
+        let a = lab.add_ns("a")?;
+        let b = lab.add_ns("b")?;
+        let veth = ["veth-a", "veth-b"];
+        if pair.outer == Family::V4 && (pair.inner == Family::V4 || pair.mode == Mode::Transport) {
+            // No IPv6 link-local chatter on an IPv4-only wire: captures show only what the test is about.
+            for ns in [&a, &b] {
+                lab.exec_ok(
+                    ns,
+                    &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+                )?;
+            }
+        }
+        lab.veth(&a, veth[0], &b, veth[1])?;
+        let addrs = [pair.addrs(0), pair.addrs(1)];
+        let ns = [a, b];
+        for i in 0..2 {
+            let cidr = format!("{}/{}", addrs[i].outer, addrs[i].outer_prefix);
+            lab.addr(&ns[i], veth[i], &cidr)?;
+        }
+        let configs = pair.configs([&lab.socket_path("a"), &lab.socket_path("b")])?;
+        Ok(TwoHosts {
+            pair: pair.clone(),
+            ns,
+            veth,
+            addrs,
+            configs,
+            daemons: Vec::new(),
+        })
+    }
+
+    /// Builds the topology and starts both daemons.
+    pub fn up(lab: &mut Lab, pair: &HostPair) -> Result<TwoHosts> {
+        let mut h = TwoHosts::topology(lab, pair)?;
+        h.start(lab)?;
+        Ok(h)
+    }
+
+    /// Starts both daemons.
+    pub fn start(&mut self, lab: &Lab) -> Result<()> {
+        for (i, n) in ["a", "b"].iter().enumerate() {
+            let d = lab.start_daemon(&self.ns[i], n, &self.configs[i])?;
+            self.daemons.push(d);
+        }
+        Ok(())
+    }
+
+    pub fn daemon(&self, side: usize) -> &Daemon {
+        &self.daemons[side]
+    }
+
+    /// `ping -c COUNT -i INTERVAL` from side `from` to the other side's inner address; returns ping's output.
+    pub fn ping(&self, lab: &Lab, from: usize, count: u32, interval: &str) -> Result<String> {
+        let dst = self.addrs[1 - from].inner.to_string();
+        let c = count.to_string();
+        lab.exec_ok(
+            &self.ns[from],
+            &["ping", "-n", "-c", &c, "-i", interval, "-W", "2", &dst],
+        )
+    }
+
+    /// A TCP transfer of `bytes` from side `from` to the other side's inner address (see [`tcp_transfer`]).
+    pub fn tcp(&self, from: usize, bytes: u64) -> Result<Transfer> {
+        tcp_transfer(
+            &self.ns[from],
+            &self.ns[1 - from],
+            self.addrs[1 - from].inner,
+            5201,
+            bytes,
+        )
+    }
+}
+
+/// The result of a [`tcp_transfer`].
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer {
+    /// Bytes received and verified by the receiver.
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+impl Transfer {
+    pub fn mbit_per_s(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.seconds.max(1e-9) / 1e6
+    }
+}
+
+fn pattern_fill(buf: &mut [u8], offset: u64) {
+    // Byte i of the stream is a cheap function of i, so the receiver can check every byte.
+    for (k, b) in buf.iter_mut().enumerate() {
+        let i = offset + k as u64;
+        *b = (i ^ (i >> 8) ^ (i >> 16).wrapping_mul(31)) as u8;
+    }
+}
+
+/// Sends `bytes` bytes of a known pattern over TCP from namespace `src_ns` to `dst:port` in namespace `dst_ns` with
+/// built-in sender and receiver threads; the receiver checks every byte. Time limit: 120 s.
+pub fn tcp_transfer(
+    src_ns: &str,
+    dst_ns: &str,
+    dst: IpAddr,
+    port: u16,
+    bytes: u64,
+) -> Result<Transfer> {
+    let addr = SocketAddr::new(dst, port);
+    let (tx, rx) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
+    let receiver = spawn_in_ns(dst_ns, move || -> std::result::Result<u64, String> {
+        let l = match std::net::TcpListener::bind(addr) {
+            Ok(l) => {
+                let _ = tx.send(Ok(()));
+                l
+            }
+            Err(e) => {
+                let _ = tx.send(Err(format!("bind {addr}: {e}")));
+                return Err(format!("bind {addr}: {e}"));
+            }
+        };
+        l.set_nonblocking(true).ok();
+        let t0 = Instant::now();
+        let mut s = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if t0.elapsed() > Duration::from_secs(20) {
+                        return Err("no connection within 20 s".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(format!("accept: {e}")),
+            }
+        };
+        s.set_nonblocking(false).ok();
+        s.set_read_timeout(Some(Duration::from_secs(20))).ok();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut want = vec![0u8; 256 * 1024];
+        let mut got: u64 = 0;
+        loop {
+            let n = match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("receive after {got} bytes: {e}")),
+            };
+            pattern_fill(&mut want[..n], got);
+            if buf[..n] != want[..n] {
+                return Err(format!("corrupted data near byte {got}"));
+            }
+            got += n as u64;
+            if t0.elapsed() > Duration::from_secs(120) {
+                return Err(format!("too slow: {got} bytes in 120 s"));
+            }
+        }
+        Ok(got)
+    })?;
+    match rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(other(e)),
+        Err(_) => return Err(other("receiver thread ended early")),
+    }
+    let sender = spawn_in_ns(src_ns, move || -> std::result::Result<f64, String> {
+        let t0 = Instant::now();
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        s.set_write_timeout(Some(Duration::from_secs(20))).ok();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut sent: u64 = 0;
+        while sent < bytes {
+            let n = (bytes - sent).min(buf.len() as u64) as usize;
+            pattern_fill(&mut buf[..n], sent);
+            s.write_all(&buf[..n])
+                .map_err(|e| format!("send after {sent} bytes: {e}"))?;
+            sent += n as u64;
+        }
+        s.shutdown(std::net::Shutdown::Write).ok();
+        // Wait for the receiver to close (it has read everything then).
+        let mut one = [0u8; 1];
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok();
+        let _ = s.read(&mut one);
+        Ok(t0.elapsed().as_secs_f64())
+    })?;
+    let secs = sender
+        .join()
+        .map_err(|_| other("sender panicked"))??
+        .map_err(|e| other(format!("TCP sender: {e}")))?;
+    let got = receiver
+        .join()
+        .map_err(|_| other("receiver panicked"))??
+        .map_err(|e| other(format!("TCP receiver: {e}")))?;
+    if got != bytes {
+        return Err(other(format!(
+            "TCP transfer: received {got} of {bytes} bytes"
+        )));
+    }
+    Ok(Transfer {
+        bytes: got,
+        seconds: secs,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// pcap inspection with tshark
+// ---------------------------------------------------------------------------------------------------------------
+
+/// One frame of a capture as tshark sees it (without keys unless given).
+#[derive(Debug, Clone, Default)]
+pub struct Frame {
+    /// frame.protocols, e.g. "eth:ethertype:ip:esp".
+    pub protocols: String,
+    /// All IPv4/IPv6 source and destination addresses in the frame (outer and, if dissected, inner).
+    pub addrs: Vec<String>,
+    /// The outer source and destination addresses.
+    pub src: String,
+    pub dst: String,
+    /// The ICMPv6 types in the frame (to tell neighbour discovery from inner traffic).
+    pub icmpv6_types: Vec<u8>,
+    /// The first (outer) IP protocol / next header.
+    pub outer_proto: Option<u8>,
+    pub esp_spi: Option<String>,
+    pub esp_seq: Option<u64>,
+    /// esp.icv_good (Some(true) when tshark verified the ICV).
+    pub icv_good: Option<bool>,
+    pub udp_ports: Vec<u16>,
+}
+
+/// Reads a pcap with tshark. With `keys_dir`, ESP decryption and ICV checking are on and the ESP SA table
+/// (`esp_sa`, as written by `netveil keys --wireshark`) is taken from that directory (used as tshark's
+/// configuration directory through WIRESHARK_CONFIG_DIR).
+pub fn tshark_frames(
+    pcap: &Path,
+    keys_dir: Option<&Path>,
+    filter: Option<&str>,
+) -> Result<Vec<Frame>> {
+    let mut c = Command::new("tshark");
+    c.arg("-n").arg("-r").arg(pcap);
+    if let Some(d) = keys_dir {
+        c.env("WIRESHARK_CONFIG_DIR", d).args([
+            "-o",
+            "esp.enable_encryption_decode:TRUE",
+            "-o",
+            "esp.enable_authentication_check:TRUE",
+        ]);
+    } else {
+        // A configuration directory of its own, so that the user's settings cannot change the result.
+        c.env("WIRESHARK_CONFIG_DIR", pcap.with_extension("wsconf"));
+    }
+    if let Some(f) = filter {
+        c.args(["-Y", f]);
+    }
+    c.args(["-T", "fields", "-E", "separator=|", "-E", "occurrence=a"]);
+    for f in [
+        "frame.protocols",
+        "ip.src",
+        "ip.dst",
+        "ipv6.src",
+        "ipv6.dst",
+        "ip.proto",
+        "ipv6.nxt",
+        "esp.spi",
+        "esp.sequence",
+        "esp.icv_good",
+        "udp.port",
+        "icmpv6.type",
+    ] {
+        c.args(["-e", f]);
+    }
+    let out = run_ok(&mut c)?;
+    let mut frames = Vec::new();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split('|').collect();
+        if f.len() < 12 {
+            continue;
+        }
+        let list = |s: &str| -> Vec<String> {
+            s.split(',')
+                .filter(|x| !x.is_empty())
+                .map(|x| x.to_string())
+                .collect()
+        };
+        let mut addrs = Vec::new();
+        for field in &f[1..=4] {
+            addrs.extend(list(field));
+        }
+        // The outer header: IPv4 or IPv6, whichever comes first in frame.protocols.
+        let (outer_proto, src, dst) = {
+            let p = f[0];
+            let v4 = p.find(":ip:").or(p.strip_suffix(":ip").map(|s| s.len()));
+            let v6 = p
+                .find(":ipv6:")
+                .or(p.strip_suffix(":ipv6").map(|s| s.len()));
+            let (pr, s, d) = match (v4, v6) {
+                (Some(a), Some(b)) if a < b => (f[5], f[1], f[2]),
+                (Some(_), None) => (f[5], f[1], f[2]),
+                (_, Some(_)) => (f[6], f[3], f[4]),
+                _ => ("", "", ""),
+            };
+            let first = |x: &str| list(x).first().cloned().unwrap_or_default();
+            (
+                list(pr).first().and_then(|x| x.parse().ok()),
+                first(s),
+                first(d),
+            )
+        };
+        frames.push(Frame {
+            protocols: f[0].to_string(),
+            addrs,
+            src,
+            dst,
+            icmpv6_types: list(f[11]).iter().filter_map(|x| x.parse().ok()).collect(),
+            outer_proto,
+            esp_spi: list(f[7]).first().cloned(),
+            esp_seq: list(f[8]).first().and_then(|x| x.parse().ok()),
+            icv_good: list(f[9]).first().map(|x| x == "1" || x == "True"),
+            udp_ports: list(f[10]).iter().filter_map(|x| x.parse().ok()).collect(),
+        });
+    }
+    Ok(frames)
+}
