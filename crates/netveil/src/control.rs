@@ -242,10 +242,10 @@ pub fn render_status(v: &Value) -> String {
             sa["spi"].as_str().unwrap_or(""),
             sa["mode"].as_str().unwrap_or(""),
             suite,
-            sa["packets"],
+            sa["packets"].as_u64().unwrap_or(0),
             human_bytes(sa["bytes"].as_u64().unwrap_or(0)),
-            sa["dropped"],
-            sa["seq"],
+            sa["dropped"].as_u64().unwrap_or(0),
+            sa["seq"].as_u64().unwrap_or(0),
             if sa["rekey_needed"].as_bool() == Some(true) {
                 "  (rekey needed)"
             } else {
@@ -282,17 +282,25 @@ pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
     let mut out = String::new();
     for sa in v["sas"].as_array().into_iter().flatten() {
         let f = |k: &str| sa[k].as_str().unwrap_or("").to_string();
-        out.push_str(&format!(
-            "\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{}\"\n",
-            f("family"),
-            f("src"),
-            f("dst"),
-            f("spi"),
-            f("enc_alg"),
-            f("enc_key"),
-            f("auth_alg"),
-            f("auth_key")
-        ));
+        // Wireshark's table knows only "IPv4" and "IPv6" (an unknown value makes it ignore the line silently): a
+        // transport-mode SA (family "Any", wildcard addresses) gets one line per family.
+        let families = match f("family").as_str() {
+            "Any" => vec!["IPv4".to_string(), "IPv6".to_string()],
+            fam => vec![fam.to_string()],
+        };
+        for fam in families {
+            out.push_str(&format!(
+                "\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{}\"\n",
+                fam,
+                f("src"),
+                f("dst"),
+                f("spi"),
+                f("enc_alg"),
+                f("enc_key"),
+                f("auth_alg"),
+                f("auth_key")
+            ));
+        }
     }
     std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
     let path = dir.join("esp_sa");
