@@ -1,8 +1,374 @@
-//! `netveil bench`: throughput through netveil and in clear, measured in one run in a namespace lab.
+//! `netveil bench`: TCP throughput through netveil, per suite and encapsulation, against the same veth path in
+//! clear (and against wireguard-go when it is installed), all measured in one run in network-namespace labs.
+//!
+//! Each row builds a fresh two-host lab (two namespaces joined by a veth pair), starts `netveil up` in both, and
+//! runs iperf3 between the inner addresses for `--seconds`. Figures are the receiver's goodput.
+
+use crate::lab::{self, Family, HostPair, Lab, TwoHosts};
+use crate::{Error, Result};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+pub const ALL_SUITES: &[&str] = &[
+    "aes128gcm16",
+    "aes256gcm16",
+    "aes128gcm12",
+    "aes128gcm8",
+    "chacha20poly1305",
+    "aes128gmac",
+    "aes256gmac",
+    "aes128-sha1",
+    "aes256-sha256",
+    "aes128-sha384",
+    "aes256-sha512",
+    "3des-sha1",
+    "3des-md5",
+    "null-sha1",
+    "null-sha256",
+    "null-null",
+];
 
 #[derive(clap::Args, Debug)]
-pub struct BenchArgs {}
+pub struct BenchArgs {
+    /// ESP suites to measure, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub suites: Vec<String>,
+    /// Encapsulations: raw (IP protocol 50), udp (RFC 3948, port 4500) or both.
+    #[arg(long, default_value = "both")]
+    pub encap: String,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 4)]
+    pub seconds: u32,
+    /// Parallel TCP streams (iperf3 -P).
+    #[arg(long, default_value_t = 1)]
+    pub streams: u32,
+    /// Skip the wireguard-go comparison even if wireguard-go and wg are installed.
+    #[arg(long)]
+    pub no_peers: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
 
-pub fn run(_a: BenchArgs) -> crate::Result<()> {
-    Err(crate::Error::Other("bench: not built yet".into()))
+/// One measured row.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub path: String,
+    pub encap: String,
+    pub gbit_per_s: f64,
+    pub retransmits: u64,
+}
+
+fn iperf(
+    lab: &Lab,
+    server_ns: &str,
+    client_ns: &str,
+    dst: &str,
+    secs: u32,
+    streams: u32,
+) -> Result<(f64, u64)> {
+    let mut server = lab.spawn(server_ns, &["iperf3", "-s", "-1", "-B", dst])?;
+    // Wait for the server to listen.
+    let mut out = None;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let o = lab.exec(
+            client_ns,
+            &[
+                "iperf3",
+                "-c",
+                dst,
+                "-t",
+                &secs.to_string(),
+                "-P",
+                &streams.to_string(),
+                "-J",
+            ],
+        )?;
+        if o.status.success() {
+            out = Some(o);
+            break;
+        }
+        let text = String::from_utf8_lossy(&o.stdout);
+        if !text.contains("Connection refused") && !text.contains("unable to connect") {
+            let _ = server.kill();
+            return Err(Error::Other(format!(
+                "iperf3 to {dst} failed: {}",
+                text.trim()
+            )));
+        }
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let o = out.ok_or_else(|| Error::Other(format!("iperf3 server at {dst} did not start")))?;
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .map_err(|e| Error::Other(format!("cannot parse iperf3 output: {e}")))?;
+    let bps = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let retr = v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
+    Ok((bps / 1e9, retr))
+}
+
+fn measure_clear(a: &BenchArgs) -> Result<Row> {
+    let mut lab = Lab::new("nvbench")?;
+    let h = TwoHosts::topology(&mut lab, &HostPair::default())?;
+    let (g, r) = iperf(
+        &lab,
+        &h.ns[1],
+        &h.ns[0],
+        &h.addrs[1].outer.to_string(),
+        a.seconds,
+        a.streams,
+    )?;
+    Ok(Row {
+        path: "clear (veth, no protection)".into(),
+        encap: "-".into(),
+        gbit_per_s: g,
+        retransmits: r,
+    })
+}
+
+fn measure_suite(a: &BenchArgs, suite: &str, udp: bool) -> Result<Row> {
+    let mut lab = Lab::new("nvbench")?;
+    let mut pair = HostPair::esp(suite);
+    pair.udp_encap = udp;
+    pair.outer = Family::V4;
+    pair.inner = Family::V4;
+    let h = TwoHosts::up(&mut lab, &pair)?;
+    let (g, r) = iperf(
+        &lab,
+        &h.ns[1],
+        &h.ns[0],
+        &h.addrs[1].inner.to_string(),
+        a.seconds,
+        a.streams,
+    )?;
+    Ok(Row {
+        path: format!("netveil esp {suite}"),
+        encap: if udp {
+            "udp 4500".into()
+        } else {
+            "raw (proto 50)".into()
+        },
+        gbit_per_s: g,
+        retransmits: r,
+    })
+}
+
+/// wireguard-go: on PATH, or built from the Go module proxy into ~/go/bin (where `go install` names it
+/// `wireguard`).
+fn find_wireguard_go() -> Option<PathBuf> {
+    if lab::have_tool("wireguard-go") {
+        return Some(PathBuf::from("wireguard-go"));
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    ["wireguard-go", "wireguard"]
+        .iter()
+        .flat_map(|n| {
+            [
+                home.join("go/bin").join(n),
+                PathBuf::from("/root/go/bin").join(n),
+            ]
+        })
+        .find(|p| p.exists())
+}
+
+/// wireguard-go between the same two namespaces, same addresses, same MTU.
+fn measure_wireguard_go(a: &BenchArgs, wg_go: &PathBuf) -> Result<Row> {
+    let mut lab = Lab::new("nvbench")?;
+    let pair = HostPair::default();
+    let h = TwoHosts::topology(&mut lab, &pair)?;
+    let mut keys = Vec::new();
+    for _ in 0..2 {
+        let k = Command::new("wg")
+            .arg("genkey")
+            .output()
+            .map_err(Error::io("wg genkey"))?;
+        let private = String::from_utf8_lossy(&k.stdout).trim().to_string();
+        let mut p = Command::new("wg")
+            .arg("pubkey")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(Error::io("wg pubkey"))?;
+        use std::io::Write;
+        p.stdin.take().map(|mut s| s.write_all(private.as_bytes()));
+        let public =
+            String::from_utf8_lossy(&p.wait_with_output().map_err(Error::io("wg pubkey"))?.stdout)
+                .trim()
+                .to_string();
+        keys.push((private, public));
+    }
+    let mut children = Vec::new();
+    for i in 0..2 {
+        let ns = &h.ns[i];
+        let keyfile = lab.dir().join(format!("wg{i}.key"));
+        std::fs::write(&keyfile, &keys[i].0).map_err(Error::io("write wg key"))?;
+        let mut cmd = lab.command(ns, &[wg_go.to_str().unwrap_or("wireguard-go"), "-f", "wg0"]);
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        children.push(cmd.spawn().map_err(Error::io("start wireguard-go"))?);
+        for _ in 0..50 {
+            if lab
+                .exec(ns, &["ip", "link", "show", "wg0"])
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let peer = format!("{}:51820", h.addrs[1 - i].outer);
+        let allowed = format!("{}/32", h.addrs[1 - i].inner);
+        lab.exec_ok(
+            ns,
+            &[
+                "wg",
+                "set",
+                "wg0",
+                "private-key",
+                keyfile.to_str().unwrap_or(""),
+                "listen-port",
+                "51820",
+                "peer",
+                &keys[1 - i].1,
+                "allowed-ips",
+                &allowed,
+                "endpoint",
+                &peer,
+            ],
+        )?;
+        lab.exec_ok(
+            ns,
+            &[
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/24", h.addrs[i].inner),
+                "dev",
+                "wg0",
+            ],
+        )?;
+        lab.exec_ok(
+            ns,
+            &[
+                "ip",
+                "link",
+                "set",
+                "wg0",
+                "mtu",
+                &pair.mtu.to_string(),
+                "up",
+            ],
+        )?;
+    }
+    let r = iperf(
+        &lab,
+        &h.ns[1],
+        &h.ns[0],
+        &h.addrs[1].inner.to_string(),
+        a.seconds,
+        a.streams,
+    );
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let (g, r) = r?;
+    Ok(Row {
+        path: "wireguard-go (peer)".into(),
+        encap: "udp 51820".into(),
+        gbit_per_s: g,
+        retransmits: r,
+    })
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    if !lab::is_root() {
+        return Err(Error::Usage(
+            "netveil bench builds network namespaces: run it as root".into(),
+        ));
+    }
+    if !lab::have_tool("iperf3") {
+        return Err(Error::Usage(
+            "netveil bench needs iperf3 (apt-get install iperf3)".into(),
+        ));
+    }
+    let suites: Vec<String> = if a.suites.is_empty() {
+        ALL_SUITES.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.suites.clone()
+    };
+    for s in &suites {
+        netveil_ipsec::suite::EspSuite::parse(s, true)
+            .map_err(|e| Error::Usage(format!("--suites: {e}")))?;
+    }
+    let encaps: Vec<bool> = match a.encap.as_str() {
+        "raw" => vec![false],
+        "udp" => vec![true],
+        "both" => vec![false, true],
+        o => {
+            return Err(Error::Usage(format!(
+                "--encap: '{o}' must be raw, udp or both"
+            )))
+        }
+    };
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    println!(
+        "netveil bench: TCP goodput (iperf3, {} stream(s), {} s each) between two network namespaces on one machine \
+         ({cpus} CPUs), MTU 1400 inside the tunnel",
+        a.streams, a.seconds
+    );
+    let mut rows = Vec::new();
+    let report = |r: Result<Row>, rows: &mut Vec<Row>| match r {
+        Ok(row) => {
+            println!(
+                "  {:<34} {:<15} {:>7.2} Gbit/s",
+                row.path, row.encap, row.gbit_per_s
+            );
+            rows.push(row);
+        }
+        Err(e) => println!("  measurement failed: {e}"),
+    };
+    report(measure_clear(&a), &mut rows);
+    if !a.no_peers {
+        if let (Some(wg_go), true) = (find_wireguard_go(), lab::have_tool("wg")) {
+            report(measure_wireguard_go(&a, &wg_go), &mut rows);
+        }
+    }
+    for s in &suites {
+        for &udp in &encaps {
+            report(measure_suite(&a, s, udp), &mut rows);
+        }
+    }
+    let clear = rows.first().map(|r| r.gbit_per_s).unwrap_or(0.0);
+    println!();
+    println!(
+        "{:<34} {:<15} {:>10} {:>9} {:>8}",
+        "path", "encapsulation", "Gbit/s", "of clear", "retrans"
+    );
+    for r in &rows {
+        let pct = if clear > 0.0 {
+            format!("{:.1}%", 100.0 * r.gbit_per_s / clear)
+        } else {
+            "-".into()
+        };
+        println!(
+            "{:<34} {:<15} {:>10.2} {:>9} {:>8}",
+            r.path, r.encap, r.gbit_per_s, pct, r.retransmits
+        );
+    }
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&rows).unwrap_or_default())
+            .map_err(Error::io(format!("cannot write {}", p.display())))?;
+    }
+    if rows.len() < 1 + suites.len() * encaps.len() {
+        return Err(Error::Other("some measurements failed".into()));
+    }
+    Ok(())
 }
