@@ -252,6 +252,14 @@ fn nft_rules(sh: &Shared, table: &str) -> Option<String> {
             s.src.trunc(),
             s.dst.trunc()
         );
+        if fam == "ip6" && matches!(s.proto, None | Some(58)) {
+            // IPv6 neighbour discovery between the peers (transport mode) is never protected: dropping it would
+            // leave the peer's link-layer address unresolved and nothing, ESP included, could be sent to it.
+            rules.push_str(&format!(
+                "    {m} icmpv6 type {{ nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect }} accept comment \"{} (neighbour discovery)\"\n",
+                p.name
+            ));
+        }
         let ports = |m: &mut String, proto: &str| {
             if !s.src_ports.is_any() {
                 m.push_str(&format!(
