@@ -702,6 +702,9 @@ fn all_aead_algs() -> Vec<AeadAlg> {
         AeadAlg::AesGcm128 { tag_len: 16 },
         AeadAlg::AesGcm128 { tag_len: 12 },
         AeadAlg::AesGcm128 { tag_len: 8 },
+        AeadAlg::AesGcm192 { tag_len: 16 },
+        AeadAlg::AesGcm192 { tag_len: 12 },
+        AeadAlg::AesGcm192 { tag_len: 8 },
         AeadAlg::AesGcm256 { tag_len: 16 },
         AeadAlg::AesGcm256 { tag_len: 12 },
         AeadAlg::AesGcm256 { tag_len: 8 },
@@ -779,6 +782,7 @@ fn aead_wrong_key_lengths_and_tag_lengths() {
     for alg in all_aead_algs() {
         let name = match alg {
             AeadAlg::AesGcm128 { .. } => "AES-GCM-128",
+            AeadAlg::AesGcm192 { .. } => "AES-GCM-192",
             AeadAlg::AesGcm256 { .. } => "AES-GCM-256",
             AeadAlg::ChaCha20Poly1305 => "ChaCha20-Poly1305",
         };

@@ -68,7 +68,12 @@ fn iperf(
     secs: u32,
     streams: u32,
 ) -> Result<(f64, u64)> {
-    let mut server = lab.spawn(server_ns, &["iperf3", "-s", "-1", "-B", dst])?;
+    let mut server = lab
+        .command(server_ns, &["iperf3", "-s", "-1", "-B", dst])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(Error::io("cannot start iperf3"))?;
     // Wait for the server to listen.
     let mut out = None;
     for _ in 0..50 {
@@ -178,7 +183,7 @@ fn find_wireguard_go() -> Option<PathBuf> {
 }
 
 /// wireguard-go between the same two namespaces, same addresses, same MTU.
-fn measure_wireguard_go(a: &BenchArgs, wg_go: &PathBuf) -> Result<Row> {
+fn measure_wireguard_go(a: &BenchArgs, wg_go: &std::path::Path) -> Result<Row> {
     let mut lab = Lab::new("nvbench")?;
     let pair = HostPair::default();
     let h = TwoHosts::topology(&mut lab, &pair)?;
@@ -208,12 +213,14 @@ fn measure_wireguard_go(a: &BenchArgs, wg_go: &PathBuf) -> Result<Row> {
         let ns = &h.ns[i];
         let keyfile = lab.dir().join(format!("wg{i}.key"));
         std::fs::write(&keyfile, &keys[i].0).map_err(Error::io("write wg key"))?;
-        let mut cmd = lab.command(ns, &[wg_go.to_str().unwrap_or("wireguard-go"), "-f", "wg0"]);
+        // wireguard-go's control socket (/var/run/wireguard/NAME.sock) is not per namespace: one name per side.
+        let dev = format!("nvwg{i}");
+        let mut cmd = lab.command(ns, &[wg_go.to_str().unwrap_or("wireguard-go"), "-f", &dev]);
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
         children.push(cmd.spawn().map_err(Error::io("start wireguard-go"))?);
         for _ in 0..50 {
             if lab
-                .exec(ns, &["ip", "link", "show", "wg0"])
+                .exec(ns, &["ip", "link", "show", &dev])
                 .map(|o| o.status.success())
                 .unwrap_or(false)
             {
@@ -228,7 +235,7 @@ fn measure_wireguard_go(a: &BenchArgs, wg_go: &PathBuf) -> Result<Row> {
             &[
                 "wg",
                 "set",
-                "wg0",
+                &dev,
                 "private-key",
                 keyfile.to_str().unwrap_or(""),
                 "listen-port",
@@ -249,7 +256,7 @@ fn measure_wireguard_go(a: &BenchArgs, wg_go: &PathBuf) -> Result<Row> {
                 "add",
                 &format!("{}/24", h.addrs[i].inner),
                 "dev",
-                "wg0",
+                &dev,
             ],
         )?;
         lab.exec_ok(
@@ -258,7 +265,7 @@ fn measure_wireguard_go(a: &BenchArgs, wg_go: &PathBuf) -> Result<Row> {
                 "ip",
                 "link",
                 "set",
-                "wg0",
+                &dev,
                 "mtu",
                 &pair.mtu.to_string(),
                 "up",

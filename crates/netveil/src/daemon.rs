@@ -523,6 +523,8 @@ pub fn up(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A receiving socket. Built once per protocol and family, so the size difference of the variants is irrelevant.
+#[allow(clippy::large_enum_variant)]
 enum RxSock {
     Raw(RawSocket),
     Udp(Arc<UdpSocket>),
@@ -691,7 +693,7 @@ impl GsoSender {
                         && used % seg as usize == 0
                         && len <= seg as usize
                         && used + len <= netveil_io::udp::GSO_MAX_PAYLOAD
-                        && used / seg as usize + 1 <= netveil_io::udp::GSO_MAX_SEGMENTS
+                        && used / (seg as usize) < netveil_io::udp::GSO_MAX_SEGMENTS
                 }
                 None => false,
             };
