@@ -55,10 +55,12 @@ pub enum Drop {
     TooBig,
     /// An AH/ESP packet for another protocol's SA, a non-ESP UDP datagram, or an unsupported header.
     Unsupported,
+    /// A bypassed packet's TTL or hop limit ran out (netveil forwards bypassed TUN traffic like a router).
+    TtlExceeded,
 }
 
 impl Drop {
-    pub const ALL: [Drop; 15] = [
+    pub const ALL: [Drop; 16] = [
         Drop::Malformed,
         Drop::UnknownSpi,
         Drop::Replayed,
@@ -74,6 +76,7 @@ impl Drop {
         Drop::SeqExhausted,
         Drop::TooBig,
         Drop::Unsupported,
+        Drop::TtlExceeded,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -92,6 +95,7 @@ impl Drop {
             Drop::SeqExhausted => "seq-exhausted",
             Drop::TooBig => "too-big",
             Drop::Unsupported => "unsupported",
+            Drop::TtlExceeded => "ttl-exceeded",
         }
     }
 }

@@ -329,7 +329,7 @@ impl Config {
             1,
             65535,
         )? as u16;
-        let default_action = match ri.default_policy.as_deref().unwrap_or("bypass") {
+        let default_action = match ri.default_policy.as_deref().unwrap_or("discard") {
             "bypass" => policy::Action::Bypass,
             "discard" => policy::Action::Discard,
             other => {

@@ -97,6 +97,9 @@ impl Shared {
                     .is_some_and(|&o| self.sad.get(o).params.encap.is_some()))
             }
             Action::Bypass => {
+                // Bypassed traffic from the TUN is forwarded like a router would: the TTL or hop limit goes down, so
+                // that a packet whose route leads back into the TUN cannot circle forever.
+                decrement_ttl(pkt.data_mut())?;
                 self.bypassed.fetch_add(1, Relaxed);
                 Ok(false)
             }
@@ -118,6 +121,31 @@ impl Shared {
             }
             Unprotected::Clear | Unprotected::NotEsp => Err(Drop::Unsupported),
         }
+    }
+}
+
+/// Decrements the IPv4 TTL (updating the header checksum, RFC 1624) or the IPv6 hop limit.
+fn decrement_ttl(p: &mut [u8]) -> std::result::Result<(), Drop> {
+    match p.first().map(|b| b >> 4) {
+        Some(4) if p.len() >= 20 => {
+            if p[8] <= 1 {
+                return Err(Drop::TtlExceeded);
+            }
+            p[8] -= 1;
+            // The TTL is the high byte of its 16-bit word: the sum drops by 0x0100, so the checksum rises by it.
+            let c = u16::from_be_bytes([p[10], p[11]]) as u32 + 0x0100;
+            let c = ((c & 0xffff) + (c >> 16)) as u16;
+            p[10..12].copy_from_slice(&c.to_be_bytes());
+            Ok(())
+        }
+        Some(6) if p.len() >= 40 => {
+            if p[7] <= 1 {
+                return Err(Drop::TtlExceeded);
+            }
+            p[7] -= 1;
+            Ok(())
+        }
+        _ => Err(Drop::Malformed),
     }
 }
 
@@ -368,6 +396,16 @@ pub fn up(path: &Path) -> Result<()> {
             run(&["ip", "addr", "add", &s, "dev", &iface.name])?;
         }
     }
+    // No IPv6 link-local address (and so no router solicitations or MLD reports) on the point-to-point TUN.
+    let _ = run(&[
+        "ip",
+        "link",
+        "set",
+        "dev",
+        &iface.name,
+        "addrgenmode",
+        "none",
+    ]);
     run(&[
         "ip",
         "link",
@@ -867,4 +905,42 @@ fn synth_udp_headers(b: &mut PacketBuf, src: SocketAddr, dst: IpAddr, port: u16)
         _ => return None,
     }
     Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_decrement_keeps_the_ipv4_checksum_valid() {
+        let mut h = [
+            0x45, 0x00, 0x00, 0x54, 0x12, 0x34, 0x40, 0x00, 0x40, 0x01, 0x00, 0x00, 198, 51, 100,
+            1, 198, 51, 100, 2,
+        ];
+        let c = netveil_wire::checksum::checksum(&h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        for ttl in (2..=64).rev() {
+            assert_eq!(h[8], ttl);
+            decrement_ttl(&mut h).unwrap();
+            assert_eq!(netveil_wire::checksum::checksum(&h), 0, "ttl {ttl}");
+        }
+        assert_eq!(decrement_ttl(&mut h), Err(Drop::TtlExceeded));
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x60;
+        v6[7] = 2;
+        decrement_ttl(&mut v6).unwrap();
+        assert_eq!(v6[7], 1);
+        assert_eq!(decrement_ttl(&mut v6), Err(Drop::TtlExceeded));
+    }
+
+    #[test]
+    fn flow_key_reads_ports_behind_ipv6_extension_headers() {
+        let mut p = vec![0x60, 0, 0, 0, 0, 16, 0 /* hop-by-hop */, 64];
+        p.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        p.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        p.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]); // hop-by-hop: next header UDP, PadN
+        p.extend_from_slice(&[0x13, 0x88, 0x00, 0x35, 0, 8, 0, 0]);
+        let k = flow_key(&p).unwrap();
+        assert_eq!((k.proto, k.src_port, k.dst_port), (17, 5000, 53));
+    }
 }
