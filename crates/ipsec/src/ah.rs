@@ -251,16 +251,6 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
     Ok(())
 }
 
-fn count_drop(sa: &Sa, d: Drop) -> Drop {
-    sa.counters.dropped.fetch_add(1, Relaxed);
-    match d {
-        Drop::AuthFailed => sa.counters.auth_failed.fetch_add(1, Relaxed),
-        Drop::Replayed | Drop::TooOld => sa.counters.replayed.fetch_add(1, Relaxed),
-        _ => 0,
-    };
-    d
-}
-
 /// Verifies and removes the AH header of the packet in `pkt` (located by [`crate::inbound::classify`]).
 pub fn decapsulate(
     sa: &Sa,
@@ -268,7 +258,7 @@ pub fn decapsulate(
     loc: &Located,
     now: u64,
 ) -> Result<Decapsulated, Drop> {
-    decap(sa, pkt, loc, now).map_err(|d| count_drop(sa, d))
+    decap(sa, pkt, loc, now).map_err(|d| sa.count_drop(d))
 }
 
 fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decapsulated, Drop> {

@@ -357,20 +357,6 @@ pub struct Decapsulated {
     pub tunnel: bool,
 }
 
-fn count_drop(sa: &Sa, d: Drop) -> Drop {
-    sa.counters.dropped.fetch_add(1, Relaxed);
-    match d {
-        Drop::AuthFailed => {
-            sa.counters.auth_failed.fetch_add(1, Relaxed);
-        }
-        Drop::Replayed | Drop::TooOld => {
-            sa.counters.replayed.fetch_add(1, Relaxed);
-        }
-        _ => {}
-    }
-    d
-}
-
 /// Verifies and removes the ESP protection of the packet in `pkt`, located by [`crate::inbound::classify`], with the
 /// inbound SA `sa` (looked up by the caller from `loc.spi`). On success `pkt` holds the inner IP packet (tunnel) or
 /// the original IP packet (transport). On failure nothing in `pkt` is plaintext that failed authentication.
@@ -380,7 +366,7 @@ pub fn decapsulate(
     loc: &Located,
     now: u64,
 ) -> Result<Decapsulated, Drop> {
-    decap(sa, pkt, loc, now).map_err(|d| count_drop(sa, d))
+    decap(sa, pkt, loc, now).map_err(|d| sa.count_drop(d))
 }
 
 fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decapsulated, Drop> {

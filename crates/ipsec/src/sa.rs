@@ -160,6 +160,19 @@ impl Sa {
         st
     }
 
+    /// Counts an inbound drop on this SA (and under auth-failed / replayed where it applies); returns it.
+    pub(crate) fn count_drop(&self, d: crate::Drop) -> crate::Drop {
+        self.counters.dropped.fetch_add(1, Relaxed);
+        match d {
+            crate::Drop::AuthFailed => self.counters.auth_failed.fetch_add(1, Relaxed),
+            crate::Drop::Replayed | crate::Drop::TooOld => {
+                self.counters.replayed.fetch_add(1, Relaxed)
+            }
+            _ => 0,
+        };
+        d
+    }
+
     pub(crate) fn next_ip_id(&self) -> u16 {
         self.ip_id.fetch_add(1, Relaxed)
     }
