@@ -149,53 +149,16 @@ fn decrement_ttl(p: &mut [u8]) -> std::result::Result<(), Drop> {
     }
 }
 
-/// The policy-relevant fields of an IP packet (ports 0 for protocols without ports and for non-first fragments).
+/// The policy-relevant fields of an IP packet (ports 0 for protocols without ports and for non-first fragments);
+/// `None` for a packet whose headers do not parse.
 pub fn flow_key(p: &[u8]) -> Option<FlowKey> {
-    let (src, dst, proto, l4, fragment) = match p.first()? >> 4 {
-        4 if p.len() >= 20 => {
-            let ihl = (p[0] & 0x0f) as usize * 4;
-            let s: [u8; 4] = p[12..16].try_into().ok()?;
-            let d: [u8; 4] = p[16..20].try_into().ok()?;
-            let frag_off = u16::from_be_bytes([p[6], p[7]]) & 0x1fff;
-            (IpAddr::from(s), IpAddr::from(d), p[9], ihl, frag_off != 0)
-        }
-        6 if p.len() >= 40 => {
-            let s: [u8; 16] = p[8..24].try_into().ok()?;
-            let d: [u8; 16] = p[24..40].try_into().ok()?;
-            let mut nh = p[6];
-            let mut off = 40;
-            let mut fragment = false;
-            loop {
-                match nh {
-                    ip_proto::HOPOPT | ip_proto::IPV6_ROUTE | ip_proto::IPV6_OPTS
-                        if p.len() >= off + 2 =>
-                    {
-                        nh = p[off];
-                        off += (p[off + 1] as usize + 1) * 8;
-                    }
-                    ip_proto::IPV6_FRAG if p.len() >= off + 8 => {
-                        fragment |= u16::from_be_bytes([p[off + 2], p[off + 3]]) & 0xfff8 != 0;
-                        nh = p[off];
-                        off += 8;
-                    }
-                    _ => break,
-                }
-            }
-            (IpAddr::from(s), IpAddr::from(d), nh, off, fragment)
-        }
-        _ => return None,
-    };
-    let (mut sp, mut dp) = (0, 0);
-    if matches!(proto, 6 | 17 | 132 | 136) && !fragment && p.len() >= l4 + 4 {
-        sp = u16::from_be_bytes([p[l4], p[l4 + 1]]);
-        dp = u16::from_be_bytes([p[l4 + 2], p[l4 + 3]]);
-    }
+    let f = netveil_wire::ip::flow_key(p).ok()?;
     Some(FlowKey {
-        src,
-        dst,
-        proto,
-        src_port: sp,
-        dst_port: dp,
+        src: f.src,
+        dst: f.dst,
+        proto: f.proto,
+        src_port: f.src_port,
+        dst_port: f.dst_port,
     })
 }
 
