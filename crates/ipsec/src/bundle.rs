@@ -3,7 +3,7 @@
 //! that the inbound policy requires.
 
 use crate::inbound::{classify, Classified};
-use crate::sa::{Direction, Sa};
+use crate::sa::{Direction, Mode, Sa};
 use crate::{ah, esp, Drop, Protocol};
 use netveil_wire::PacketBuf;
 use std::collections::HashMap;
@@ -110,6 +110,16 @@ pub fn unprotect(
                     .lookup_inbound(loc.protocol, loc.spi)
                     .ok_or(Drop::UnknownSpi)?;
                 let sa = sad.get(idx);
+                // As the kernel's SA lookup by (destination, SPI, protocol): a tunnel SA takes only packets addressed to
+                // its local end; ESP-in-UDP only for an SA configured for it, and raw ESP only for one that is not.
+                if let Mode::Tunnel { local, .. } = sa.params.mode {
+                    if crate::iphdr::dst_addr(pkt.data()) != Some(local) {
+                        return Err(sa.count_drop(Drop::UnknownSpi));
+                    }
+                }
+                if loc.udp != sa.params.encap.is_some() {
+                    return Err(sa.count_drop(Drop::Unsupported));
+                }
                 let d = match loc.protocol {
                     Protocol::Esp => esp::decapsulate(sa, pkt, &loc, now)?,
                     Protocol::Ah => ah::decapsulate(sa, pkt, &loc, now)?,

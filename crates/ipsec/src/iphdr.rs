@@ -231,3 +231,12 @@ pub fn own_len(p: &[u8]) -> Option<usize> {
     };
     (l <= p.len() && l >= 20).then_some(l)
 }
+
+/// The destination address of an IP packet.
+pub fn dst_addr(p: &[u8]) -> Option<IpAddr> {
+    match p.first().map(|b| b >> 4) {
+        Some(4) if p.len() >= 20 => <[u8; 4]>::try_from(&p[16..20]).ok().map(IpAddr::from),
+        Some(6) if p.len() >= 40 => <[u8; 16]>::try_from(&p[24..40]).ok().map(IpAddr::from),
+        _ => None,
+    }
+}
