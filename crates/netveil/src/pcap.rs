@@ -6,6 +6,8 @@
 //! timestamps on read; little-endian microsecond files on write. Link types: RAW (101, also 12 and 14), IPV4 (228),
 //! IPV6 (229), Ethernet (1, with VLAN tags), and on read also LINUX_SLL (113) and LINUX_SLL2 (276). Ethernet input
 //! gives Ethernet output (same MAC addresses and tags, EtherType of the new IP version); anything else gives RAW.
+//!
+//! `psp-encrypt` / `psp-decrypt` do the same for PSP, configured as Google's reference tools (`netveil_psp::refcfg`).
 
 use crate::config::Config;
 use crate::Error;
@@ -22,6 +24,28 @@ pub enum PcapCmd {
     /// Remove every ESP/AH layer of the packets of a capture with the configuration's inbound SAs and write the
     /// decapsulated packets.
     EspDecrypt(XformArgs),
+    /// Protect every IP packet of a capture with PSP (configuration in the format of Google's reference
+    /// psp_encrypt: master keys, SPI, mode, algorithm, crypt offsets, vc). The IV counter starts at 1.
+    PspEncrypt(PspArgs),
+    /// Remove the PSP encapsulation of every PSP packet (UDP port 1000) of a capture, verifying its ICV
+    /// (configuration: the two master keys, as for Google's reference psp_decrypt).
+    PspDecrypt(PspArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PspArgs {
+    /// A reference-tool PSP configuration file.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// The pcap file to read.
+    #[arg(short, long, value_name = "IN.pcap")]
+    pub input: PathBuf,
+    /// The pcap file to write.
+    #[arg(short, long, value_name = "OUT.pcap")]
+    pub output: PathBuf,
+    /// Succeed even if packets were dropped.
+    #[arg(long)]
+    pub allow_drops: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -48,6 +72,8 @@ pub fn run(cmd: PcapCmd) -> crate::Result<()> {
     let (args, dir) = match cmd {
         PcapCmd::EspEncrypt(a) => (a, Op::Encrypt),
         PcapCmd::EspDecrypt(a) => (a, Op::Decrypt),
+        PcapCmd::PspEncrypt(a) => return run_psp(a, Op::Encrypt),
+        PcapCmd::PspDecrypt(a) => return run_psp(a, Op::Decrypt),
     };
     let cfg = Config::load(&args.config)?;
     let bundle = select_sas(&cfg, &args.sa, dir)?;
@@ -176,6 +202,38 @@ const TAILROOM: usize = 1024;
 /// Applies `op` to every packet of `input`. `bundle`: encrypt: the SAs to apply (innermost first); decrypt: if not
 /// empty, the bundle packets must have come through.
 pub fn transform(sad: &Sad, bundle: &[usize], op: Op, input: &Pcap) -> (Pcap, Stats) {
+    map_packets(input, |pkt, stats| match op {
+        Op::Encrypt => bundle::protect(sad, bundle, pkt, 0)
+            .map(|()| true)
+            .map_err(|d| d.name()),
+        Op::Decrypt => match bundle::unprotect(sad, pkt, 4500, 0) {
+            Ok(Unprotected::Packet(used)) => {
+                if bundle.is_empty() || used.matches(bundle) {
+                    Ok(true)
+                } else {
+                    Err(netveil_ipsec::Drop::PolicyMismatch.name())
+                }
+            }
+            Ok(Unprotected::Clear) => {
+                stats.skip("not-protected");
+                Ok(false)
+            }
+            Ok(Unprotected::NotEsp) => {
+                stats.skip("ike-or-keepalive");
+                Ok(false)
+            }
+            Err(d) => Err(d.name()),
+        },
+    })
+}
+
+/// Runs `f` over the IP packet of every record of `input` and writes what it keeps: `Ok(true)` writes the
+/// packet, `Ok(false)` passes over it (`f` counts why), `Err(reason)` counts a drop. Non-IP records are skipped,
+/// truncated captures and malformed IP packets dropped; Ethernet framing and timestamps are kept.
+fn map_packets(
+    input: &Pcap,
+    mut f: impl FnMut(&mut PacketBuf, &mut Stats) -> Result<bool, &'static str>,
+) -> (Pcap, Stats) {
     let mut stats = Stats::default();
     let out_link = match input.link {
         LinkType::Ethernet => LinkType::Ethernet,
@@ -208,28 +266,7 @@ pub fn transform(sad: &Sad, bundle: &[usize], op: Op, input: &Pcap) -> (Pcap, St
             }
         };
         let mut pkt = PacketBuf::from_slice(ip, HEADROOM, TAILROOM);
-        let res = match op {
-            Op::Encrypt => bundle::protect(sad, bundle, &mut pkt, 0).map(|()| true),
-            Op::Decrypt => match bundle::unprotect(sad, &mut pkt, 4500, 0) {
-                Ok(Unprotected::Packet(used)) => {
-                    if bundle.is_empty() || used.matches(bundle) {
-                        Ok(true)
-                    } else {
-                        Err(netveil_ipsec::Drop::PolicyMismatch)
-                    }
-                }
-                Ok(Unprotected::Clear) => {
-                    stats.skip("not-protected");
-                    Ok(false)
-                }
-                Ok(Unprotected::NotEsp) => {
-                    stats.skip("ike-or-keepalive");
-                    Ok(false)
-                }
-                Err(d) => Err(d),
-            },
-        };
-        match res {
+        match f(&mut pkt, &mut stats) {
             Ok(true) => {
                 let mut data = Vec::with_capacity(frame.link_hdr.len() + pkt.len());
                 if out_link == LinkType::Ethernet {
@@ -254,10 +291,65 @@ pub fn transform(sad: &Sad, bundle: &[usize], op: Op, input: &Pcap) -> (Pcap, St
                 stats.written += 1;
             }
             Ok(false) => {}
-            Err(d) => stats.drop(d.name()),
+            Err(why) => stats.drop(why),
         }
     }
     (out, stats)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// PSP
+
+/// Reads a reference-tool PSP configuration file (parsed by `netveil_psp::refcfg`).
+fn read_psp_config(path: &Path) -> crate::Result<String> {
+    std::fs::read_to_string(path).map_err(Error::io(format!("cannot read {}", path.display())))
+}
+
+/// PSP-encapsulates every IP packet of `input` with `sa` (its IV counter goes on from where it is).
+pub fn psp_encrypt(sa: &mut netveil_psp::TxSa, input: &Pcap) -> (Pcap, Stats) {
+    map_packets(input, |pkt, _| {
+        sa.encapsulate(pkt).map(|()| true).map_err(|e| e.name())
+    })
+}
+
+/// Decapsulates every PSP packet of `input` (UDP to port 1000), verifying the ICV; other packets are skipped.
+pub fn psp_decrypt(dec: &mut netveil_psp::Decrypter, input: &Pcap) -> (Pcap, Stats) {
+    map_packets(input, |pkt, stats| match dec.decapsulate(pkt) {
+        Ok(_) => Ok(true),
+        Err(netveil_psp::Error::NotPsp) => {
+            stats.skip("not-psp");
+            Ok(false)
+        }
+        Err(e) => Err(e.name()),
+    })
+}
+
+fn run_psp(args: PspArgs, op: Op) -> crate::Result<()> {
+    let text = read_psp_config(&args.config)?;
+    let bad = |e: String| Error::Usage(format!("{}: {e}", args.config.display()));
+    let input = read_file(&args.input)?;
+    let (output, stats) = match op {
+        Op::Encrypt => {
+            let (keys, cfg) = netveil_psp::refcfg::parse_encrypt(&text).map_err(bad)?;
+            let mut sa =
+                netveil_psp::TxSa::new(&keys, cfg).map_err(|e| bad(format!("unusable SA: {e}")))?;
+            psp_encrypt(&mut sa, &input)
+        }
+        Op::Decrypt => {
+            let keys = netveil_psp::refcfg::parse_master_keys(&text).map_err(bad)?;
+            psp_decrypt(&mut netveil_psp::Decrypter::new(keys), &input)
+        }
+    };
+    write_file(&args.output, &output)?;
+    eprint!("{}", stats.summary(&args.input, &args.output));
+    if stats.dropped() > 0 && !args.allow_drops {
+        return Err(Error::Other(format!(
+            "{} of {} packets dropped (use --allow-drops to accept this)",
+            stats.dropped(),
+            stats.read
+        )));
+    }
+    Ok(())
 }
 
 /// The IP packet at the start of `p`, cut to the length its header gives (link-layer padding, FCS removed);

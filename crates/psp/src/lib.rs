@@ -1,0 +1,64 @@
+//! Google's PSP Security Protocol (PSP Architecture Specification, Nov 2022), offline core.
+//!
+//! - [`header`]: a zero-copy view and a parsed form of the PSP header (16 bytes, plus the optional 8-byte
+//!   virtualization cookie).
+//! - [`kdf`]: the SA key derivation (NIST SP 800-108 counter mode with AES-256-CMAC) from the two master keys.
+//! - [`refcfg`]: the configuration files of Google's reference tools (`psp_encrypt`, `psp_decrypt`).
+//! - [`xform`]: encapsulation and decapsulation in place on a [`netveil_wire::PacketBuf`], transport and tunnel
+//!   mode, versions 0/1 (AES-GCM-128/256) and 2/3 (AES-GMAC-128/256).
+//!
+//! Key objects are built once per SA; per-packet work derives no keys and allocates nothing.
+
+pub mod header;
+pub mod kdf;
+pub mod refcfg;
+pub mod xform;
+
+pub use header::{Header, Repr, Version};
+pub use kdf::MasterKeys;
+pub use xform::{Decapsulated, Decrypter, Mode, RxSa, TxConfig, TxSa};
+
+/// The UDP destination port of PSP.
+pub const UDP_PORT: u16 = 1000;
+
+/// Why a packet could not be encapsulated or decapsulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// Not a PSP packet (not UDP to port 1000): not a failure of PSP, the caller may pass it on.
+    NotPsp,
+    /// A header or length field is inconsistent, or the packet is too short.
+    Malformed,
+    /// A PSP version this implementation does not know (4..=15).
+    UnsupportedVersion,
+    /// The crypt offset reaches past the end of the payload.
+    CryptOffset,
+    /// Not enough head- or tailroom in the buffer, or the packet would exceed 65535 bytes.
+    NoRoom,
+    /// The ICV did not verify.
+    Auth,
+    /// The IV counter is exhausted: the SA must be rekeyed.
+    IvExhausted,
+}
+
+impl Error {
+    /// A short stable name (for counters).
+    pub fn name(self) -> &'static str {
+        match self {
+            Error::NotPsp => "not-psp",
+            Error::Malformed => "malformed",
+            Error::UnsupportedVersion => "unsupported-version",
+            Error::CryptOffset => "crypt-offset-too-large",
+            Error::NoRoom => "no-room",
+            Error::Auth => "auth-failed",
+            Error::IvExhausted => "iv-exhausted",
+        }
+    }
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::error::Error for Error {}

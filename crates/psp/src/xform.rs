@@ -1,0 +1,440 @@
+//! PSP encapsulation and decapsulation in place on a [`PacketBuf`] holding one IP packet.
+//!
+//! Transport mode: `IP | UDP | PSP | [clear part] | encrypted | ICV`, the original IP header kept (protocol set to
+//! UDP, lengths and the IPv4 checksum fixed; the PSP next header holds the old protocol). Tunnel mode:
+//! `outer IP | UDP | PSP | inner IP packet`, the outer header a copy of the inner one (IPv4: first 20 bytes, IHL
+//! 5) with protocol UDP and lengths adjusted. Both: UDP destination port 1000, source port = inner source port XOR
+//! inner destination port (1000 unless the inner packet is TCP or UDP), checksum 0. The crypt offset counts
+//! 4-byte units from the end of the IV; `[PSP header start, IV end + 4·offset)` is authenticated in clear, the
+//! rest up to the ICV encrypted (GMAC versions: all in clear, all authenticated).
+
+use netveil_crypto::{new_aead, Aead, AeadAlg};
+use netveil_wire::checksum;
+use netveil_wire::ip_proto;
+use netveil_wire::PacketBuf;
+
+use crate::header::{Header, Repr, Version, BASE_LEN, ICV_LEN, VC_LEN};
+use crate::kdf::MasterKeys;
+use crate::{Error, UDP_PORT};
+
+const UDP_LEN: usize = 8;
+
+/// Transport or tunnel mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Transport,
+    Tunnel,
+}
+
+/// How an outbound SA encapsulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxConfig {
+    pub spi: u32,
+    pub version: Version,
+    pub mode: Mode,
+    /// Crypt offset (4-byte units, at most 63) in transport mode.
+    pub crypt_offset_transport: u8,
+    /// Crypt offset in tunnel mode for an IPv4 inner packet.
+    pub crypt_offset_tunnel_v4: u8,
+    /// Crypt offset in tunnel mode for an IPv6 inner packet.
+    pub crypt_offset_tunnel_v6: u8,
+    /// Send an (all-zero) 8-byte virtualization cookie.
+    pub vc: bool,
+}
+
+fn aead_for(version: Version, key: &[u8]) -> Box<dyn Aead> {
+    let alg = match version.key_len() {
+        16 => AeadAlg::AesGcm128 { tag_len: ICV_LEN },
+        _ => AeadAlg::AesGcm256 { tag_len: ICV_LEN },
+    };
+    new_aead(alg, key).expect("derived key has the version's length")
+}
+
+/// The IP header length and protocol of `p` (IPv4: IHL; IPv6: the fixed header, extension headers are payload),
+/// checking that the header's length fields match the packet.
+fn ip_header(p: &[u8]) -> Result<(usize, u8), Error> {
+    match p.first().map(|b| b >> 4) {
+        Some(4) => {
+            if p.len() < 20 {
+                return Err(Error::Malformed);
+            }
+            let ihl = (p[0] & 0x0f) as usize * 4;
+            let total = u16::from_be_bytes([p[2], p[3]]) as usize;
+            if ihl < 20 || total != p.len() || ihl > total {
+                return Err(Error::Malformed);
+            }
+            Ok((ihl, p[9]))
+        }
+        Some(6) => {
+            if p.len() < 40 || u16::from_be_bytes([p[4], p[5]]) as usize != p.len() - 40 {
+                return Err(Error::Malformed);
+            }
+            Ok((40, p[6]))
+        }
+        _ => Err(Error::Malformed),
+    }
+}
+
+/// Sets the length fields (and the IPv4 checksum) of the IP header at the start of `p` for a packet of
+/// `p.len()` bytes whose header is `hlen` long, and its protocol to `proto`.
+fn fix_ip_header(p: &mut [u8], hlen: usize, proto: u8) {
+    let len = p.len() as u16;
+    if p[0] >> 4 == 4 {
+        p[2..4].copy_from_slice(&len.to_be_bytes());
+        p[9] = proto;
+        p[10..12].fill(0);
+        let c = checksum::checksum(&p[..hlen]);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+    } else {
+        p[4..6].copy_from_slice(&(len - 40).to_be_bytes());
+        p[6] = proto;
+    }
+}
+
+/// The UDP source port for a packet whose transport header (protocol `proto`) starts at `l4`.
+fn src_port(proto: u8, l4: &[u8]) -> u16 {
+    match proto {
+        ip_proto::TCP | ip_proto::UDP if l4.len() >= 4 => {
+            u16::from_be_bytes([l4[0], l4[1]]) ^ u16::from_be_bytes([l4[2], l4[3]])
+        }
+        _ => UDP_PORT,
+    }
+}
+
+/// Seals the PSP part `psp` (header through ICV) in place.
+fn seal(aead: &dyn Aead, version: Version, crypt_offset: u8, psp: &mut [u8]) {
+    let nonce = Header::new_unchecked(&*psp).nonce();
+    let (body, icv) = psp.split_at_mut(psp.len() - ICV_LEN);
+    let clear = if version.is_gmac() {
+        body.len()
+    } else {
+        BASE_LEN + 4 * crypt_offset as usize
+    };
+    let (aad, enc) = body.split_at_mut(clear);
+    aead.seal(&nonce, aad, enc, icv);
+}
+
+/// An outbound SA: the key object, built once, and the IV counter.
+pub struct TxSa {
+    cfg: TxConfig,
+    aead: Box<dyn Aead>,
+    next_iv: u64,
+}
+
+impl core::fmt::Debug for TxSa {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TxSa")
+            .field("cfg", &self.cfg)
+            .field("next_iv", &self.next_iv)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TxSa {
+    /// Derives the SA key from the master keys. The IV counter starts at 1. Crypt offsets above 63 are refused.
+    pub fn new(master: &MasterKeys, cfg: TxConfig) -> Result<Self, Error> {
+        Self::with_key(&master.derive(cfg.spi, cfg.version), cfg)
+    }
+
+    /// With an explicit SA key (16 or 32 bytes as the version says).
+    pub fn with_key(key: &[u8], cfg: TxConfig) -> Result<Self, Error> {
+        let offs = [
+            cfg.crypt_offset_transport,
+            cfg.crypt_offset_tunnel_v4,
+            cfg.crypt_offset_tunnel_v6,
+        ];
+        if offs.iter().any(|&o| o > 0x3f) {
+            return Err(Error::CryptOffset);
+        }
+        if key.len() != cfg.version.key_len() {
+            return Err(Error::Malformed);
+        }
+        Ok(TxSa {
+            cfg,
+            aead: aead_for(cfg.version, key),
+            next_iv: 1,
+        })
+    }
+
+    pub fn config(&self) -> &TxConfig {
+        &self.cfg
+    }
+
+    /// The IV the next packet will carry.
+    pub fn next_iv(&self) -> u64 {
+        self.next_iv
+    }
+
+    /// Encapsulates the IP packet in `pkt` (which must be exactly one IP packet, its length fields matching).
+    /// On error the packet is unchanged.
+    pub fn encapsulate(&mut self, pkt: &mut PacketBuf) -> Result<(), Error> {
+        if self.next_iv == 0 {
+            return Err(Error::IvExhausted);
+        }
+        let (ihl, proto) = ip_header(pkt.data())?;
+        let psp_hlen = BASE_LEN + if self.cfg.vc { VC_LEN } else { 0 };
+        let (ip_hlen, offset, next_header, sport, added) = match self.cfg.mode {
+            Mode::Transport => {
+                let d = pkt.data();
+                (
+                    ihl,
+                    self.cfg.crypt_offset_transport,
+                    proto,
+                    src_port(proto, &d[ihl..]),
+                    UDP_LEN + psp_hlen,
+                )
+            }
+            Mode::Tunnel => {
+                let d = pkt.data();
+                let (outer, off, nh) = if d[0] >> 4 == 4 {
+                    (20, self.cfg.crypt_offset_tunnel_v4, ip_proto::IPIP)
+                } else {
+                    (40, self.cfg.crypt_offset_tunnel_v6, ip_proto::IPV6)
+                };
+                (
+                    outer,
+                    off,
+                    nh,
+                    src_port(proto, &d[ihl..]),
+                    outer + UDP_LEN + psp_hlen,
+                )
+            }
+        };
+        // Bytes after the IV: VC + payload (transport) or VC + inner packet (tunnel).
+        let after_iv = psp_hlen - BASE_LEN
+            + match self.cfg.mode {
+                Mode::Transport => pkt.len() - ihl,
+                Mode::Tunnel => pkt.len(),
+            };
+        if 4 * offset as usize > after_iv {
+            return Err(Error::CryptOffset);
+        }
+        let new_len = pkt.len() + added + ICV_LEN;
+        if new_len > 0xffff || pkt.headroom() < added || pkt.tailroom() < ICV_LEN {
+            return Err(Error::NoRoom);
+        }
+        match self.cfg.mode {
+            Mode::Transport => {
+                pkt.insert_gap(ihl, added).ok_or(Error::NoRoom)?;
+            }
+            Mode::Tunnel => {
+                pkt.push_front(added).ok_or(Error::NoRoom)?;
+                let d = pkt.data_mut();
+                d.copy_within(added..added + ip_hlen, 0);
+                if d[0] >> 4 == 4 {
+                    d[0] = 0x45;
+                }
+            }
+        }
+        pkt.push_back(ICV_LEN).ok_or(Error::NoRoom)?;
+        let d = pkt.data_mut();
+        fix_ip_header(d, ip_hlen, ip_proto::UDP);
+        let udp_len = (d.len() - ip_hlen) as u16;
+        let udp = &mut d[ip_hlen..ip_hlen + UDP_LEN];
+        udp[0..2].copy_from_slice(&sport.to_be_bytes());
+        udp[2..4].copy_from_slice(&UDP_PORT.to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        udp[6..8].fill(0);
+        let psp = &mut d[ip_hlen + UDP_LEN..];
+        let repr = Repr {
+            next_header,
+            crypt_offset: offset,
+            sample: false,
+            drop: false,
+            version: self.cfg.version,
+            spi: self.cfg.spi,
+            iv: self.next_iv,
+            vc: self.cfg.vc.then_some(0),
+        };
+        repr.emit(&mut Header::new_unchecked(&mut *psp));
+        seal(&*self.aead, self.cfg.version, offset, psp);
+        self.next_iv = self.next_iv.wrapping_add(1);
+        Ok(())
+    }
+}
+
+/// What a decapsulation found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decapsulated {
+    pub mode: Mode,
+    pub spi: u32,
+    pub version: Version,
+    pub iv: u64,
+}
+
+/// An inbound SA: SPI, version and the key object, built once.
+pub struct RxSa {
+    spi: u32,
+    version: Version,
+    aead: Box<dyn Aead>,
+}
+
+impl core::fmt::Debug for RxSa {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RxSa")
+            .field("spi", &self.spi)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The located PSP part of a packet: IP header length, PSP header (parsed), its length.
+struct Located {
+    ip_hlen: usize,
+    hdr: Repr,
+    psp_hlen: usize,
+}
+
+/// Finds and checks the PSP header of an IP packet (UDP to port 1000). `Err(NotPsp)` for other packets.
+fn locate(p: &[u8]) -> Result<Located, Error> {
+    let (ip_hlen, proto) = ip_header(p)?;
+    if proto != ip_proto::UDP {
+        return Err(Error::NotPsp);
+    }
+    let udp = p.get(ip_hlen..).ok_or(Error::Malformed)?;
+    if udp.len() < UDP_LEN {
+        return Err(Error::Malformed);
+    }
+    if u16::from_be_bytes([udp[2], udp[3]]) != UDP_PORT {
+        return Err(Error::NotPsp);
+    }
+    if u16::from_be_bytes([udp[4], udp[5]]) as usize != udp.len() {
+        return Err(Error::Malformed);
+    }
+    let psp = &udp[UDP_LEN..];
+    let h = Header::new_checked(psp).map_err(|_| Error::Malformed)?;
+    if h.version().is_none() {
+        return Err(Error::UnsupportedVersion);
+    }
+    let hdr = Repr::parse(&h).map_err(|_| Error::Malformed)?;
+    let psp_hlen = h.header_len();
+    if psp.len() < psp_hlen + ICV_LEN {
+        return Err(Error::Malformed);
+    }
+    if BASE_LEN + 4 * hdr.crypt_offset as usize > psp.len() - ICV_LEN {
+        return Err(Error::CryptOffset);
+    }
+    Ok(Located {
+        ip_hlen,
+        hdr,
+        psp_hlen,
+    })
+}
+
+/// The SPI and version of the PSP header of an IP packet, to pick the SA (`Err(NotPsp)` if not PSP).
+pub fn peek(p: &[u8]) -> Result<(u32, Version), Error> {
+    locate(p).map(|l| (l.hdr.spi, l.hdr.version))
+}
+
+impl RxSa {
+    pub fn new(master: &MasterKeys, spi: u32, version: Version) -> Self {
+        Self::with_key(&master.derive(spi, version), spi, version).expect("derived key length")
+    }
+
+    pub fn with_key(key: &[u8], spi: u32, version: Version) -> Result<Self, Error> {
+        if key.len() != version.key_len() {
+            return Err(Error::Malformed);
+        }
+        Ok(RxSa {
+            spi,
+            version,
+            aead: aead_for(version, key),
+        })
+    }
+
+    pub fn spi(&self) -> u32 {
+        self.spi
+    }
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Verifies the ICV (always, also when nothing is encrypted), decrypts, and removes the encapsulation:
+    /// next header 4 or 41 means tunnel mode (the inner packet is left), anything else transport mode (the IP
+    /// header is kept with the next header as protocol). On error the packet is not to be used.
+    pub fn decapsulate(&self, pkt: &mut PacketBuf) -> Result<Decapsulated, Error> {
+        let loc = locate(pkt.data())?;
+        if loc.hdr.spi != self.spi || loc.hdr.version != self.version {
+            return Err(Error::Auth);
+        }
+        let d = pkt.data_mut();
+        let psp = &mut d[loc.ip_hlen + UDP_LEN..];
+        let nonce = Header::new_unchecked(&*psp).nonce();
+        let (body, icv) = psp.split_at_mut(psp.len() - ICV_LEN);
+        let clear = if self.version.is_gmac() {
+            body.len()
+        } else {
+            BASE_LEN + 4 * loc.hdr.crypt_offset as usize
+        };
+        let (aad, enc) = body.split_at_mut(clear);
+        self.aead
+            .open(&nonce, aad, enc, icv)
+            .map_err(|_| Error::Auth)?;
+        let strip = UDP_LEN + loc.psp_hlen;
+        let nh = loc.hdr.next_header;
+        let len = pkt.len();
+        pkt.truncate(len - ICV_LEN);
+        let mode = match nh {
+            ip_proto::IPIP | ip_proto::IPV6 => {
+                pkt.pull_front(loc.ip_hlen + strip)
+                    .ok_or(Error::Malformed)?;
+                let want = if nh == ip_proto::IPIP { 4 } else { 6 };
+                if pkt.data().first().map(|b| b >> 4) != Some(want)
+                    || ip_header(pkt.data()).is_err()
+                {
+                    return Err(Error::Malformed);
+                }
+                Mode::Tunnel
+            }
+            _ => {
+                pkt.remove_gap(loc.ip_hlen, strip).ok_or(Error::Malformed)?;
+                fix_ip_header(pkt.data_mut(), loc.ip_hlen, nh);
+                Mode::Transport
+            }
+        };
+        Ok(Decapsulated {
+            mode,
+            spi: loc.hdr.spi,
+            version: loc.hdr.version,
+            iv: loc.hdr.iv,
+        })
+    }
+}
+
+/// Decapsulates with SAs derived from the master keys on first use of an (SPI, version) and kept. The cache is
+/// unbounded and searched linearly: fine for offline tools; a data plane needs a bounded SA table instead.
+#[derive(Debug)]
+pub struct Decrypter {
+    master: MasterKeys,
+    sas: Vec<RxSa>,
+}
+
+impl Decrypter {
+    pub fn new(master: MasterKeys) -> Self {
+        Decrypter {
+            master,
+            sas: Vec::new(),
+        }
+    }
+
+    /// The inbound SA for `spi`/`version`, derived and kept on first use.
+    pub fn sa(&mut self, spi: u32, version: Version) -> &RxSa {
+        let i = match self
+            .sas
+            .iter()
+            .position(|s| s.spi == spi && s.version == version)
+        {
+            Some(i) => i,
+            None => {
+                self.sas.push(RxSa::new(&self.master, spi, version));
+                self.sas.len() - 1
+            }
+        };
+        &self.sas[i]
+    }
+
+    pub fn decapsulate(&mut self, pkt: &mut PacketBuf) -> Result<Decapsulated, Error> {
+        let (spi, version) = peek(pkt.data())?;
+        self.sa(spi, version).decapsulate(pkt)
+    }
+}
