@@ -1,0 +1,69 @@
+//! PSP on hostile input: the header view on arbitrary bytes, decapsulation of arbitrary packets, and valid PSP
+//! packets (transport or tunnel, every crypt offset, with or without VC) with arbitrary corruptions. Nothing may
+//! panic, and a corrupted packet must never decrypt.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use netveil_psp::{Decrypter, Header, MasterKeys, Mode, TxConfig, TxSa, Version};
+use netveil_wire::PacketBuf;
+
+fn masters() -> MasterKeys {
+    MasterKeys::new([0x11; 32], [0x22; 32])
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&sel, rest)) = data.split_first() else { return };
+    if let Ok(h) = Header::new_checked(rest) {
+        let _ = (h.next_header(), h.header_len(), h.crypt_offset(), h.version(), h.spi(), h.iv(), h.vc(), h.nonce());
+    }
+    let mut dec = Decrypter::new(masters());
+    if sel & 1 == 0 {
+        let mut pkt = PacketBuf::from_slice(rest, 128, 128);
+        let _ = dec.decapsulate(&mut pkt);
+        return;
+    }
+    // rest = [cfg, n_edits, (pos_hi, pos_lo, xor)*, payload...]
+    let Some((&cfg, rest)) = rest.split_first() else { return };
+    let (n, rest) = rest.split_first().map(|(n, r)| ((*n % 6) as usize, r)).unwrap_or((0, rest));
+    let (edits, payload) = rest.split_at((n * 3).min(rest.len()));
+    let version = if cfg & 1 == 0 { Version::from_number(0) } else { Version::from_number(1) };
+    let Some(version) = version else { return };
+    let off = (cfg >> 2) & 0x0f;
+    let tx_cfg = TxConfig {
+        spi: 0x1234_5678 | (((cfg >> 7) as u32) << 31),
+        version,
+        mode: if cfg & 2 == 0 { Mode::Transport } else { Mode::Tunnel },
+        crypt_offset_transport: off,
+        crypt_offset_tunnel_v4: off,
+        crypt_offset_tunnel_v6: off,
+        vc: cfg & 0x40 != 0,
+    };
+    let Ok(mut tx) = TxSa::new(&masters(), tx_cfg) else { return };
+    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2];
+    ip[2..4].copy_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
+    ip.extend_from_slice(&[0x2b, 0x67, 0x56, 0xce]);
+    ip.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    ip.extend_from_slice(&[0, 0]);
+    ip.extend_from_slice(payload);
+    let c = netveil_wire::checksum::checksum(&ip[..20]);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let mut pkt = PacketBuf::from_slice(&ip, 128, 128);
+    if tx.encapsulate(&mut pkt).is_err() {
+        return;
+    }
+    let clean = pkt.data().to_vec();
+    let len = pkt.len();
+    let mut changed = false;
+    for e in edits.chunks_exact(3) {
+        let pos = u16::from_be_bytes([e[0], e[1]]) as usize % len.max(1);
+        pkt.data_mut()[pos] ^= e[2];
+    }
+    if pkt.data() != clean.as_slice() {
+        changed = true;
+    }
+    let r = dec.decapsulate(&mut pkt);
+    if !changed {
+        assert!(r.is_ok(), "an untouched PSP packet must decrypt");
+    }
+});
