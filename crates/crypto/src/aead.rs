@@ -111,6 +111,21 @@ pub fn new_aead(alg: AeadAlg, key: &[u8]) -> Result<Box<dyn Aead>, KeyError> {
     })
 }
 
+/// Copies a seal's tag (truncated to the caller's tag buffer). Without a tag (only for lengths beyond the
+/// per-nonce limits) it fails closed: never leave plaintext in a buffer the caller is about to transmit.
+fn finish_seal(computed: Option<&[u8]>, in_out: &mut [u8], tag: &mut [u8]) {
+    match computed {
+        Some(t) => {
+            let n = t.len().min(tag.len());
+            tag[..n].copy_from_slice(&t[..n]);
+        }
+        None => {
+            in_out.fill(0);
+            tag.fill(0);
+        }
+    }
+}
+
 /// Full-tag AEADs through aws-lc-rs (AES-GCM with 16-byte tags, ChaCha20-Poly1305).
 struct AwsLcAead {
     key: LessSafeKey,
@@ -147,22 +162,10 @@ impl Aead for AwsLcAead {
     fn seal(&self, nonce: &[u8; 12], aad: &[u8], in_out: &mut [u8], tag: &mut [u8]) {
         debug_assert_eq!(tag.len(), 16, "{}: tag buffer must be 16 bytes", self.name);
         let nonce = Nonce::assume_unique_for_key(*nonce);
-        match self
+        let r = self
             .key
-            .seal_in_place_separate_tag(nonce, Aad::from(aad), in_out)
-        {
-            Ok(t) => {
-                let t = t.as_ref();
-                let n = t.len().min(tag.len());
-                tag[..n].copy_from_slice(&t[..n]);
-            }
-            Err(_) => {
-                // Only reachable for absurd lengths (beyond the per-nonce limit). Fail closed: never leave
-                // plaintext in the buffer the caller is about to transmit.
-                in_out.fill(0);
-                tag.fill(0);
-            }
-        }
+            .seal_in_place_separate_tag(nonce, Aad::from(aad), in_out);
+        finish_seal(r.as_ref().map(|t| t.as_ref()).ok(), in_out, tag);
     }
 
     fn open(
@@ -227,20 +230,10 @@ where
             "{}: wrong tag buffer length",
             self.name
         );
-        match self
+        let r = self
             .cipher
-            .encrypt_in_place_detached(GenericArray::from_slice(nonce), aad, in_out)
-        {
-            Ok(t) => {
-                let n = t.len().min(tag.len());
-                tag[..n].copy_from_slice(&t[..n]);
-            }
-            Err(_) => {
-                // Only for lengths beyond GCM's limits; fail closed.
-                in_out.fill(0);
-                tag.fill(0);
-            }
-        }
+            .encrypt_in_place_detached(GenericArray::from_slice(nonce), aad, in_out);
+        finish_seal(r.as_ref().map(|t| t.as_slice()).ok(), in_out, tag);
     }
 
     fn open(
@@ -306,19 +299,12 @@ where
 
     fn seal(&self, nonce: &[u8; 12], aad: &[u8], in_out: &mut [u8], tag: &mut [u8]) {
         debug_assert_eq!(tag.len(), TRUNC8, "{}: wrong tag buffer length", self.name);
-        match self
+        let r = self
             .cipher
-            .encrypt_in_place_detached(GenericArray::from_slice(nonce), aad, in_out)
-        {
-            Ok(t) => {
-                let n = TRUNC8.min(tag.len());
-                tag[..n].copy_from_slice(&t[..n]);
-            }
-            Err(_) => {
-                in_out.fill(0);
-                tag.fill(0);
-            }
-        }
+            .encrypt_in_place_detached(GenericArray::from_slice(nonce), aad, in_out);
+        let n = TRUNC8.min(tag.len());
+        let tag = &mut tag[..n];
+        finish_seal(r.as_ref().map(|t| t.as_slice()).ok(), in_out, tag);
     }
 
     fn open(
