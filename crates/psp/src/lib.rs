@@ -1,5 +1,7 @@
 //! Google's PSP Security Protocol (PSP Architecture Specification, Nov 2022), offline core.
 //!
+//! - [`device`]: the device model: two master keys, generations, SPI allocation, rotation, the receive SA
+//!   table and the specification's counters.
 //! - [`header`]: a zero-copy view and a parsed form of the PSP header (16 bytes, plus the optional 8-byte
 //!   virtualization cookie).
 //! - [`kdf`]: the SA key derivation (NIST SP 800-108 counter mode with AES-256-CMAC) from the two master keys.
@@ -9,11 +11,13 @@
 //!
 //! Key objects are built once per SA; per-packet work derives no keys and allocates nothing.
 
+pub mod device;
 pub mod header;
 pub mod kdf;
 pub mod refcfg;
 pub mod xform;
 
+pub use device::{Device, RxAssoc, RxDrop, Stats, StatsSnapshot};
 pub use header::{Header, Repr, Version};
 pub use kdf::MasterKeys;
 pub use xform::{Decapsulated, Decrypter, Mode, RxSa, TxConfig, TxSa};

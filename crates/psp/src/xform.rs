@@ -326,6 +326,11 @@ pub fn peek(p: &[u8]) -> Result<(u32, Version), Error> {
     locate(p).map(|l| (l.hdr.spi, l.hdr.version))
 }
 
+/// The IV of the PSP header of an IP packet (`Err(NotPsp)` if not PSP).
+pub fn peek_iv(p: &[u8]) -> Result<u64, Error> {
+    locate(p).map(|l| l.hdr.iv)
+}
+
 impl RxSa {
     pub fn new(master: &MasterKeys, spi: u32, version: Version) -> Self {
         Self::with_key(&master.derive(spi, version), spi, version).expect("derived key length")

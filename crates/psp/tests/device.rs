@@ -1,0 +1,276 @@
+//! The device model: SPI allocation, rotation and generations, the receive SA table, counters and the replay
+//! extension, with packets sealed by a transmit SA built from what `rx_assoc` handed out.
+
+use netveil_psp::{kdf, Device, Mode, RxDrop, TxConfig, TxSa, Version};
+use netveil_wire::PacketBuf;
+use zeroize::Zeroizing;
+
+/// An IPv4/UDP packet 192.0.2.1:4000 -> 192.0.2.2:5000 with `n` payload bytes (checksums not needed).
+fn udp4(n: usize, fill: u8) -> PacketBuf {
+    let total = 28 + n;
+    let mut p = vec![0u8; total];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    p[8] = 64;
+    p[9] = 17;
+    p[12..16].copy_from_slice(&[192, 0, 2, 1]);
+    p[16..20].copy_from_slice(&[192, 0, 2, 2]);
+    let c = netveil_wire::checksum::checksum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p[20..22].copy_from_slice(&4000u16.to_be_bytes());
+    p[22..24].copy_from_slice(&5000u16.to_be_bytes());
+    p[24..26].copy_from_slice(&((8 + n) as u16).to_be_bytes());
+    p[28..].fill(fill);
+    PacketBuf::from_slice(&p, 128, 256)
+}
+
+fn buf(p: &[u8]) -> PacketBuf {
+    PacketBuf::from_slice(p, 128, 256)
+}
+
+fn tx_for(a: &netveil_psp::RxAssoc, mode: Mode) -> TxSa {
+    TxSa::with_key(
+        &a.key,
+        TxConfig {
+            spi: a.spi,
+            version: a.version,
+            mode,
+            crypt_offset_transport: 0,
+            crypt_offset_tunnel_v4: 0,
+            crypt_offset_tunnel_v6: 0,
+            vc: false,
+        },
+    )
+    .unwrap()
+}
+
+fn sealed(tx: &mut TxSa, n: usize) -> (PacketBuf, Vec<u8>) {
+    let mut b = udp4(n, 0xa5);
+    let clear = b.data().to_vec();
+    tx.encapsulate(&mut b).unwrap();
+    (b, clear)
+}
+
+fn key(b: u8) -> Zeroizing<[u8; 32]> {
+    Zeroizing::new([b; 32])
+}
+
+#[test]
+fn spis_carry_the_phase_bit_are_never_zero_and_never_reused() {
+    let mut d = Device::with_master_keys(key(1), key(2));
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..1000 {
+        let a = d.rx_assoc(Version::AesGcm128).unwrap();
+        assert_eq!(a.spi >> 31, 0);
+        assert_ne!(a.spi & 0x7fff_ffff, 0);
+        assert!(seen.insert(a.spi), "SPI {:#x} reused", a.spi);
+        assert_eq!(a.generation, 0);
+    }
+    d.rotate();
+    for _ in 0..1000 {
+        let a = d.rx_assoc(Version::AesGcm256).unwrap();
+        assert_eq!(a.spi >> 31, 1, "rotation flips the phase bit");
+        assert_ne!(a.spi & 0x7fff_ffff, 0);
+        assert!(seen.insert(a.spi));
+        assert_eq!(a.generation, 1);
+    }
+    assert_eq!(d.rx_sa_count(), 2000);
+}
+
+#[test]
+fn handed_out_keys_are_the_spec_derivation_from_the_active_master_key() {
+    let mut d = Device::with_master_keys(key(7), key(9));
+    for v in [
+        Version::AesGcm128,
+        Version::AesGcm256,
+        Version::AesGmac128,
+        Version::AesGmac256,
+    ] {
+        let a = d.rx_assoc(v).unwrap();
+        assert_eq!(&a.key[..], &kdf::derive(&[7; 32], a.spi, v)[..]);
+        assert_eq!(a.key.len(), v.key_len());
+    }
+    // After a rotation the replaced (inactive) key is fresh: handed-out keys derive from it, not from key 1.
+    d.rotate_with(Some(key(0x33)));
+    let a = d.rx_assoc(Version::AesGcm128).unwrap();
+    assert_eq!(a.spi >> 31, 1);
+    assert_eq!(
+        &a.key[..],
+        &kdf::derive(&[0x33; 32], a.spi, Version::AesGcm128)[..]
+    );
+    assert_ne!(
+        &a.key[..],
+        &kdf::derive(&[9; 32], a.spi, Version::AesGcm128)[..]
+    );
+}
+
+#[test]
+fn round_trip_counts_packets_and_bytes_and_the_iv_strictly_increases() {
+    let mut d = Device::new();
+    let a = d.rx_assoc(Version::AesGcm128).unwrap();
+    let mut tx = tx_for(&a, Mode::Tunnel);
+    let mut last_iv = 0;
+    for n in [0usize, 1, 100, 1400] {
+        let (mut b, clear) = sealed(&mut tx, n);
+        let got = d.decapsulate(&mut b).unwrap();
+        assert_eq!(got.spi, a.spi);
+        assert!(got.iv > last_iv, "IV must strictly increase");
+        last_iv = got.iv;
+        assert_eq!(b.data(), &clear[..]);
+        d.stats.count_tx(Ok(clear.len()));
+    }
+    let s = d.stats.snapshot();
+    assert_eq!(s.rx_packets, 4);
+    assert_eq!(s.rx_bytes, (28 + 29 + 128 + 1428) as u64);
+    assert_eq!(s.tx_packets, 4);
+    assert_eq!(
+        (s.rx_auth_fail, s.rx_error, s.rx_bad, s.tx_error),
+        (0, 0, 0, 0)
+    );
+}
+
+#[test]
+fn sas_survive_one_rotation_and_die_at_the_second() {
+    let mut d = Device::new();
+    let a0 = d.rx_assoc(Version::AesGcm256).unwrap();
+    let mut tx0 = tx_for(&a0, Mode::Transport);
+
+    d.rotate();
+    assert_eq!(d.generation(), 1);
+    // One rotation old: still decrypts (peers re-associate without loss).
+    let (mut b, clear) = sealed(&mut tx0, 64);
+    d.decapsulate(&mut b).unwrap();
+    assert_eq!(b.data(), &clear[..]);
+    let a1 = d.rx_assoc(Version::AesGcm256).unwrap();
+    let mut tx1 = tx_for(&a1, Mode::Transport);
+
+    d.rotate();
+    assert_eq!(d.generation(), 2);
+    // Two rotations old: its master key is gone.
+    let (mut b, _) = sealed(&mut tx0, 64);
+    assert_eq!(d.decapsulate(&mut b), Err(RxDrop::UnknownSpi));
+    // One rotation old: still fine.
+    let (mut b, clear) = sealed(&mut tx1, 64);
+    d.decapsulate(&mut b).unwrap();
+    assert_eq!(b.data(), &clear[..]);
+    let s = d.stats.snapshot();
+    assert_eq!((s.rx_packets, s.rx_bad, s.rx_unknown_spi), (2, 1, 1));
+
+    // An SPI value of the replaced key, re-allocated under the new key, has a new key: the old sender's
+    // packets with that SPI fail authentication instead of decrypting.
+    let again = d.rx_assoc(Version::AesGcm256).unwrap();
+    assert_eq!(again.spi, a0.spi, "counter restarts under the fresh key");
+    assert_ne!(&again.key[..], &a0.key[..]);
+    let (mut b, _) = sealed(&mut tx0, 64);
+    assert_eq!(
+        d.decapsulate(&mut b),
+        Err(RxDrop::Psp(netveil_psp::Error::Auth))
+    );
+    assert_eq!(d.stats.snapshot().rx_auth_fail, 1);
+}
+
+#[test]
+fn the_generation_is_seven_bits() {
+    let mut d = Device::new();
+    for i in 1..=300u32 {
+        d.rotate();
+        assert_eq!(u32::from(d.generation()), i % 128);
+        assert_eq!(u32::from(d.phase()), i % 2);
+    }
+}
+
+#[test]
+fn unknown_spi_tamper_wrong_version_and_garbage_are_counted_and_dropped() {
+    let mut d = Device::new();
+    let a = d.rx_assoc(Version::AesGcm128).unwrap();
+    let mut tx = tx_for(&a, Mode::Tunnel);
+
+    // Unknown SPI: a sender with a key for an SPI we never handed out.
+    let mut stranger = TxSa::with_key(
+        &[0u8; 16],
+        TxConfig {
+            spi: a.spi + 1,
+            ..*tx.config()
+        },
+    )
+    .unwrap();
+    let (mut b, _) = sealed(&mut stranger, 10);
+    assert_eq!(d.decapsulate(&mut b), Err(RxDrop::UnknownSpi));
+
+    // Every single-bit flip past the outer UDP header fails authentication or framing; none is accepted.
+    let (good, _) = sealed(&mut tx, 40);
+    let psp_at = 28;
+    for byte in psp_at..good.len() {
+        for bit in 0..8 {
+            let mut b = buf(good.data());
+            b.data_mut()[byte] ^= 1 << bit;
+            assert!(d.decapsulate(&mut b).is_err(), "flip at {byte}.{bit}");
+        }
+    }
+    let s = d.stats.snapshot();
+    assert_eq!(s.rx_packets, 0);
+    assert!(s.rx_auth_fail > 0 && s.rx_bad > 0);
+    assert_eq!(
+        s.rx_auth_fail + s.rx_bad + s.rx_error,
+        1 + 8 * (good.len() - psp_at) as u64
+    );
+
+    // A packet that is not PSP is not the device's business: not counted.
+    let before = d.stats.snapshot();
+    let mut b = udp4(10, 1);
+    assert_eq!(
+        d.decapsulate(&mut b),
+        Err(RxDrop::Psp(netveil_psp::Error::NotPsp))
+    );
+    assert_eq!(d.stats.snapshot(), before);
+
+    // The untouched packet still decrypts.
+    let mut b = buf(good.data());
+    d.decapsulate(&mut b).unwrap();
+}
+
+#[test]
+fn replay_extension_drops_repeats_and_accepts_reordering_within_the_window() {
+    let mut d = Device::new();
+    d.set_replay_window(64);
+    let a = d.rx_assoc(Version::AesGcm128).unwrap();
+    let mut tx = tx_for(&a, Mode::Tunnel);
+    let pkts: Vec<Vec<u8>> = (0..100)
+        .map(|_| sealed(&mut tx, 20).0.data().to_vec())
+        .collect();
+    let run = |d: &Device, i: usize| d.decapsulate(&mut buf(&pkts[i]));
+    // In order with one held back, then the held-back one (reordered, within the window).
+    for i in (0..99).filter(|&i| i != 50) {
+        run(&d, i).unwrap();
+    }
+    run(&d, 50).unwrap();
+    // Every repeat is dropped.
+    for i in [0, 50, 98] {
+        assert_eq!(run(&d, i), Err(RxDrop::Replay), "packet {i}");
+    }
+    run(&d, 99).unwrap();
+    let s = d.stats.snapshot();
+    assert_eq!((s.rx_packets, s.rx_replay, s.rx_bad), (100, 3, 3));
+
+    // Without the extension (the default), PSP accepts repeats, as the specification says.
+    let mut d = Device::new();
+    let a = d.rx_assoc(Version::AesGcm128).unwrap();
+    let mut tx = tx_for(&a, Mode::Tunnel);
+    let (p, _) = sealed(&mut tx, 20);
+    for _ in 0..3 {
+        d.decapsulate(&mut buf(p.data())).unwrap();
+    }
+}
+
+#[test]
+fn forgotten_sas_no_longer_decrypt() {
+    let mut d = Device::new();
+    let a = d.rx_assoc(Version::AesGcm128).unwrap();
+    let mut tx = tx_for(&a, Mode::Tunnel);
+    assert!(d.forget(a.spi));
+    assert!(!d.forget(a.spi));
+    let (mut b, _) = sealed(&mut tx, 20);
+    assert_eq!(d.decapsulate(&mut b), Err(RxDrop::UnknownSpi));
+    assert!(format!("{a:?}").contains("spi"));
+    assert!(!format!("{a:?}").contains("key:"), "keys are not printed");
+}
