@@ -3,10 +3,11 @@
 //! Transport mode: `IP | UDP | PSP | [clear part] | encrypted | ICV`, the original IP header kept (protocol set to
 //! UDP, lengths and the IPv4 checksum fixed; the PSP next header holds the old protocol). Tunnel mode:
 //! `outer IP | UDP | PSP | inner IP packet`, the outer header a copy of the inner one (IPv4: first 20 bytes, IHL
-//! 5) with protocol UDP and lengths adjusted. Both: UDP destination port 1000, source port = inner source port XOR
-//! inner destination port (1000 unless the inner packet is TCP or UDP), checksum 0. The crypt offset counts
-//! 4-byte units from the end of the IV; `[PSP header start, IV end + 4·offset)` is authenticated in clear, the
-//! rest up to the ICV encrypted (GMAC versions: all in clear, all authenticated).
+//! 5, MF and fragment offset cleared) with protocol UDP and lengths adjusted. Both: UDP destination port 1000,
+//! source port = inner source port XOR inner destination port (1000 unless the inner packet is TCP or UDP),
+//! checksum 0. The crypt offset counts 4-byte units from the end of the IV; `[PSP header start, IV end +
+//! 4·offset)` is authenticated in clear, the rest up to the ICV encrypted (GMAC versions: all in clear, all
+//! authenticated).
 
 use netveil_crypto::{new_aead, Aead, AeadAlg};
 use netveil_wire::checksum;
@@ -223,6 +224,9 @@ impl TxSa {
                 d.copy_within(added..added + ip_hlen, 0);
                 if d[0] >> 4 == 4 {
                     d[0] = 0x45;
+                    // The outer datagram is whole even when the inner packet is a fragment: keep DF only.
+                    d[6] &= 0x40;
+                    d[7] = 0;
                 }
             }
         }
