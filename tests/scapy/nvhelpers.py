@@ -21,10 +21,11 @@ def netveil_bin() -> Path:
 
 # --- scapy: AES-GCM with truncated ICVs -----------------------------------------------------------------------
 #
-# scapy 2.6.1's 'AES-GCM' uses cryptography's AESGCM AEAD API, which always produces and expects a 16-byte tag:
-# `crypt_icv_size=12/8` is ignored on encrypt (the packet carries a 16-byte ICV) and a truncated ICV cannot be
-# verified on decrypt. scapy's own legacy code path (Cipher + modes.GCM, still in CryptAlgo.encrypt/decrypt) does
-# truncate and verify truncated tags, so the suite registers an AES-GCM variant using it for the 12/8-byte ICVs.
+# scapy's 'AES-GCM' (2.6.1, still in 2.8.0) uses cryptography's AESGCM AEAD API, which always produces and expects
+# a 16-byte tag: `crypt_icv_size=12/8` is ignored on encrypt (the packet carries a 16-byte ICV) and a truncated ICV
+# cannot be verified on decrypt. scapy's own legacy code path (Cipher + modes.GCM, still in
+# CryptAlgo.encrypt/decrypt) does truncate and verify truncated tags, so the suite registers an AES-GCM variant
+# using it for the 12/8-byte ICVs.
 if "AES-GCM-LEGACY" not in scapy_ipsec.CRYPT_ALGOS:
     from cryptography.hazmat.primitives.ciphers import algorithms, modes
 

@@ -251,8 +251,9 @@ def test_scapy_wrpcap_input_big_endian_and_nanoseconds(tmp_path):
 
 # --- scapy's own AES-GCM with truncated ICVs -----------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="scapy 2.6.1 bug: 'AES-GCM' (AESGCM AEAD API) ignores crypt_icv_size and "
-                   "always appends a 16-byte ICV; the suite uses scapy's legacy GCM code path for ICV 12/8 instead")
+@pytest.mark.xfail(strict=True, reason="scapy bug (2.6.1, still in 2.8.0): 'AES-GCM' (AESGCM AEAD API) ignores "
+                   "crypt_icv_size and always appends a 16-byte ICV; the suite uses scapy's legacy GCM code path for "
+                   "ICV 12/8 instead")
 def test_scapy_native_aes_gcm_truncates_icv():
     from nvhelpers import scapy_ipsec
     sa = scapy_ipsec.SecurityAssociation(ESP, spi=1, crypt_algo="AES-GCM", crypt_key=bytes(20), crypt_icv_size=12)
