@@ -57,10 +57,12 @@ pub enum Drop {
     Unsupported,
     /// A bypassed packet's TTL or hop limit ran out (netveil forwards bypassed TUN traffic like a router).
     TtlExceeded,
+    /// No SA is installed yet for traffic a protect policy covers (e.g. PSP before the peer's association).
+    NoSa,
 }
 
 impl Drop {
-    pub const ALL: [Drop; 16] = [
+    pub const ALL: [Drop; 17] = [
         Drop::Malformed,
         Drop::UnknownSpi,
         Drop::Replayed,
@@ -77,6 +79,7 @@ impl Drop {
         Drop::TooBig,
         Drop::Unsupported,
         Drop::TtlExceeded,
+        Drop::NoSa,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -96,6 +99,7 @@ impl Drop {
             Drop::TooBig => "too-big",
             Drop::Unsupported => "unsupported",
             Drop::TtlExceeded => "ttl-exceeded",
+            Drop::NoSa => "no-sa",
         }
     }
 }

@@ -46,6 +46,22 @@ pub fn serve(sh: &Shared, l: UnixListener) {
         let answer = match line.trim() {
             "status" => status_json(sh),
             "keys" => keys_json(sh),
+            "rotate" => match &sh.psp {
+                Some(st) => {
+                    let before = st.rotations.load(Relaxed);
+                    st.rotate_requests.fetch_add(1, Relaxed);
+                    // Wait (briefly) for the key exchange to carry it out, so that `netveil rotate` returns after.
+                    let t = std::time::Instant::now();
+                    while st.rotations.load(Relaxed) == before
+                        && t.elapsed() < std::time::Duration::from_secs(3)
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    let d = st.device.read().map(|d| d.generation()).unwrap_or(0);
+                    json!({ "rotated": st.rotations.load(Relaxed) != before, "generation": d })
+                }
+                None => json!({ "error": "no [psp] section: nothing to rotate" }),
+            },
             other => json!({ "error": format!("unknown request '{other}'") }),
         };
         let _ = c.write_all(answer.to_string().as_bytes());
@@ -113,6 +129,7 @@ pub fn status_json(sh: &Shared) -> Value {
     json!({
         "interface": sh.tun_name,
         "uptime_seconds": now,
+        "psp": sh.psp.as_ref().map(|st| psp_json(st)),
         "tx": { "packets": sh.tx_packets.load(Relaxed), "bytes": sh.tx_bytes.load(Relaxed), "bypassed": sh.bypassed.load(Relaxed) },
         "rx": { "packets": sh.rx_packets.load(Relaxed), "bytes": sh.rx_bytes.load(Relaxed) },
         "sas": sas,
@@ -127,6 +144,50 @@ pub fn status_json(sh: &Shared) -> Value {
             "sas": p.sas.iter().map(|i| sh.config.sas[*i].name.clone()).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
+}
+
+/// PSP: the device (generation, phase, receive SAs), the association and the specification's counters.
+fn psp_json(st: &crate::psp_ctl::PspState) -> Value {
+    let (gen, phase, rx_sas, c) = match st.device.read() {
+        Ok(d) => (d.generation(), d.phase(), d.rx_spis(), d.stats.snapshot()),
+        Err(_) => return json!(null),
+    };
+    json!({
+        "peer": st.cfg.remote.to_string(),
+        "local": st.cfg.local.to_string(),
+        "mode": if st.cfg.mode == netveil_psp::Mode::Tunnel { "tunnel" } else { "transport" },
+        "version": st.cfg.version.number(),
+        "connected": st.connected.load(Relaxed),
+        "generation": gen,
+        "phase": phase,
+        "rotations": st.rotations.load(Relaxed),
+        "tx_spi": format!("{:#010x}", st.tx_spi.load(Relaxed)),
+        "rx_spi": format!("{:#010x}", st.rx_spi.load(Relaxed)),
+        "rx_sas": rx_sas.iter().map(|(s, g)| json!({"spi": format!("{s:#010x}"), "generation": g})).collect::<Vec<_>>(),
+        "assoc_sent": st.assoc_sent.load(Relaxed),
+        "assoc_received": st.assoc_received.load(Relaxed),
+        "replay_window": st.cfg.replay_window,
+        "stats": {
+            "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes, "rx_auth_fail": c.rx_auth_fail,
+            "rx_error": c.rx_error, "rx_bad": c.rx_bad, "rx_unknown_spi": c.rx_unknown_spi,
+            "rx_replay": c.rx_replay, "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
+            "tx_error": c.tx_error, "tx_no_sa": st.tx_no_sa.load(Relaxed),
+        },
+    })
+}
+
+/// `netveil rotate`: rotates the PSP master keys of a running daemon and re-associates with the peer.
+pub fn rotate(socket: &Path) -> Result<()> {
+    let v = ask(socket, "rotate")?;
+    if let Some(e) = v["error"].as_str() {
+        return Err(Error::Usage(e.to_string()));
+    }
+    println!(
+        "rotated: {}, generation {}",
+        v["rotated"].as_bool().unwrap_or(false),
+        v["generation"]
+    );
+    Ok(())
 }
 
 /// The running SAs' keys, with Wireshark's algorithm names (only over the root-only control socket).
@@ -255,6 +316,39 @@ pub fn render_status(v: &Value) -> String {
         if let (Some(l), Some(r)) = (sa["local"].as_str(), sa["remote"].as_str()) {
             o.push_str(&format!("{:<14} {} <-> {}\n", "", l, r));
         }
+    }
+    let p = &v["psp"];
+    if p.is_object() {
+        let st = &p["stats"];
+        let n = |k: &str| st[k].as_u64().unwrap_or(0);
+        o.push_str(&format!(
+            "\nPSP {} v{} {} <-> {}  peer {}  generation {} (phase {}, {} rotations)\n  tx SPI {}  rx SPI {}  receive SAs {}\n",
+            p["mode"].as_str().unwrap_or(""),
+            p["version"],
+            p["local"].as_str().unwrap_or(""),
+            p["peer"].as_str().unwrap_or(""),
+            if p["connected"].as_bool() == Some(true) { "connected" } else { "not connected" },
+            p["generation"],
+            p["phase"],
+            p["rotations"],
+            p["tx_spi"].as_str().unwrap_or(""),
+            p["rx_spi"].as_str().unwrap_or(""),
+            p["rx_sas"].as_array().map(|a| a.len()).unwrap_or(0),
+        ));
+        o.push_str(&format!(
+            "  rx: {} packets, {}, auth-fail {}, error {}, bad {} (unknown SPI {}, replay {})\n  tx: {} packets, {}, error {} (no SA {})\n",
+            n("rx_packets"),
+            human_bytes(n("rx_bytes")),
+            n("rx_auth_fail"),
+            n("rx_error"),
+            n("rx_bad"),
+            n("rx_unknown_spi"),
+            n("rx_replay"),
+            n("tx_packets"),
+            human_bytes(n("tx_bytes")),
+            n("tx_error"),
+            n("tx_no_sa"),
+        ));
     }
     let drops: Vec<(String, u64)> = v["drops"]
         .as_object()

@@ -10,6 +10,7 @@
 //! exit. Packets are read in batches into pre-allocated buffers with head- and tailroom and transformed in place.
 
 use crate::config::{Config, ConfigError};
+use crate::psp_ctl::{self, PspState};
 use crate::{Error, Result};
 use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpGroMeta, UdpSocket};
 use netveil_ipsec::bundle::{self, Sad, Unprotected};
@@ -48,6 +49,19 @@ pub struct Shared {
     pub stop: AtomicBool,
     pub tun_name: String,
     pub nft_table: Option<String>,
+    /// PSP (the `[psp]` section): the device, the transmit SA and the key-exchange state.
+    pub psp: Option<Arc<PspState>>,
+}
+
+/// How a processed outbound packet leaves.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Out {
+    /// As the raw IP packet it now is.
+    Raw,
+    /// ESP-in-UDP on the NAT-T socket.
+    NatT,
+    /// PSP on the UDP port 1000 socket.
+    Psp,
 }
 
 impl Shared {
@@ -64,6 +78,7 @@ impl Shared {
         }
         Ok(Shared {
             tun_name: config.interface.name.clone(),
+            psp: config.psp.clone().map(|c| Arc::new(PspState::new(c))),
             config,
             sad,
             spd,
@@ -84,24 +99,32 @@ impl Shared {
         self.started.elapsed().as_secs()
     }
 
-    /// Outbound: a packet read from the TUN becomes the packet to send (in place), or a drop. Returns whether it
-    /// leaves as ESP-in-UDP (sent on the NAT-T socket) rather than as a raw IP packet.
-    pub fn process_out(&self, pkt: &mut PacketBuf, now: u64) -> std::result::Result<bool, Drop> {
+    /// Outbound: a packet read from the TUN becomes the packet to send (in place), or a drop; returns how it
+    /// leaves.
+    pub fn process_out(&self, pkt: &mut PacketBuf, now: u64) -> std::result::Result<Out, Drop> {
         let key = flow_key(pkt.data()).ok_or(Drop::Malformed)?;
         match self.spd.lookup(Direction::Out, &key).1 {
+            Action::Protect(i) if self.config.policies[i].psp => self.psp_out(pkt),
             Action::Protect(i) => {
                 let sas = &self.config.policies[i].sas;
                 bundle::protect(&self.sad, sas, pkt, now)?;
-                Ok(sas
-                    .last()
-                    .is_some_and(|&o| self.sad.get(o).params.encap.is_some()))
+                Ok(
+                    if sas
+                        .last()
+                        .is_some_and(|&o| self.sad.get(o).params.encap.is_some())
+                    {
+                        Out::NatT
+                    } else {
+                        Out::Raw
+                    },
+                )
             }
             Action::Bypass => {
                 // Bypassed traffic from the TUN is forwarded like a router would: the TTL or hop limit goes down, so
                 // that a packet whose route leads back into the TUN cannot circle forever.
                 decrement_ttl(pkt.data_mut())?;
                 self.bypassed.fetch_add(1, Relaxed);
-                Ok(false)
+                Ok(Out::Raw)
             }
             Action::Discard => Err(Drop::PolicyDiscard),
         }
@@ -120,6 +143,78 @@ impl Shared {
                 }
             }
             Unprotected::Clear | Unprotected::NotEsp => Err(Drop::Unsupported),
+        }
+    }
+}
+
+impl Shared {
+    /// PSP outbound: encapsulate with the transmit SA the peer handed us (tunnel: outer addresses set to ours and
+    /// the peer's). Counted in the device's tx counters.
+    fn psp_out(&self, pkt: &mut PacketBuf) -> std::result::Result<Out, Drop> {
+        let st = self.psp.as_ref().ok_or(Drop::PolicyDiscard)?;
+        let len = pkt.len();
+        let r = {
+            let mut tx = st.tx.lock().map_err(|_| Drop::Unsupported)?;
+            match tx.as_mut() {
+                None => {
+                    st.tx_no_sa.fetch_add(1, Relaxed);
+                    return Err(Drop::NoSa);
+                }
+                Some(sa) => {
+                    let tunnel = psp_ctl::is_tunnel(&st.cfg);
+                    if tunnel
+                        && (pkt.data().first().map(|b| b >> 4) == Some(4)) != st.cfg.local.is_ipv4()
+                    {
+                        // The outer header is a copy of the inner one: tunnels stay within one family.
+                        Err(netveil_psp::Error::Malformed)
+                    } else {
+                        sa.encapsulate(pkt).and_then(|()| {
+                            if tunnel {
+                                psp_ctl::set_outer_addresses(pkt.data_mut(), &st.cfg)
+                                    .ok_or(netveil_psp::Error::Malformed)
+                            } else {
+                                Ok(())
+                            }
+                        })
+                    }
+                }
+            }
+        };
+        let dev = st.device.read().map_err(|_| Drop::Unsupported)?;
+        dev.stats.count_tx(r.map(|()| len));
+        match r {
+            Ok(()) => Ok(Out::Psp),
+            Err(netveil_psp::Error::IvExhausted) => Err(Drop::SeqExhausted),
+            Err(_) => Err(Drop::Malformed),
+        }
+    }
+
+    /// PSP inbound: `pkt` is a datagram from the PSP socket with its IP and UDP headers restored. Decapsulated
+    /// traffic must come from the peer and match an inbound PSP protect policy.
+    fn psp_in(&self, pkt: &mut PacketBuf) -> std::result::Result<(), Drop> {
+        let st = self.psp.as_ref().ok_or(Drop::Unsupported)?;
+        let from_peer = match (pkt.data().first().map(|b| b >> 4), st.cfg.remote) {
+            (Some(4), IpAddr::V4(r)) => pkt.data().get(12..16) == Some(&r.octets()[..]),
+            (Some(6), IpAddr::V6(r)) => pkt.data().get(8..24) == Some(&r.octets()[..]),
+            _ => false,
+        };
+        if !from_peer {
+            return Err(Drop::UnknownSpi);
+        }
+        {
+            let dev = st.device.read().map_err(|_| Drop::Unsupported)?;
+            dev.decapsulate(pkt).map_err(|e| match e {
+                netveil_psp::RxDrop::Psp(netveil_psp::Error::Auth) => Drop::AuthFailed,
+                netveil_psp::RxDrop::UnknownSpi => Drop::UnknownSpi,
+                netveil_psp::RxDrop::Replay => Drop::Replayed,
+                _ => Drop::Malformed,
+            })?;
+        }
+        let key = flow_key(pkt.data()).ok_or(Drop::Malformed)?;
+        match self.spd.lookup(Direction::In, &key).1 {
+            Action::Protect(i) if self.config.policies[i].psp => Ok(()),
+            Action::Discard => Err(Drop::PolicyDiscard),
+            _ => Err(Drop::PolicyMismatch),
         }
     }
 }
@@ -237,12 +332,27 @@ fn nft_rules(sh: &Shared, table: &str) -> Option<String> {
     {
         let s = &p.selector;
         let fam = if s.src.addr().is_ipv4() { "ip" } else { "ip6" };
+        // The UDP port the protected form of this traffic arrives on.
+        let udp_port = if p.psp {
+            netveil_psp::UDP_PORT
+        } else {
+            sh.config.interface.nat_t_port
+        };
         let mut m = format!(
             "iifname != \"{}\" {fam} saddr {} {fam} daddr {}",
             sh.tun_name,
             s.src.trunc(),
             s.dst.trunc()
         );
+        if let (true, Some(c)) = (p.psp, &sh.config.psp) {
+            // The TLS key exchange between the peers travels in clear TCP (it is TLS).
+            for dir in ["sport", "dport"] {
+                rules.push_str(&format!(
+                    "    {m} tcp {dir} {} accept comment \"{} (PSP key exchange)\"\n",
+                    c.control_port, p.name
+                ));
+            }
+        }
         if fam == "ip6" && matches!(s.proto, None | Some(58)) {
             // IPv6 neighbour discovery between the peers (transport mode) is never protected: dropping it would
             // leave the peer's link-layer address unresolved and nothing, ESP included, could be sent to it.
@@ -269,8 +379,8 @@ fn nft_rules(sh: &Shared, table: &str) -> Option<String> {
             Some(17) => {
                 ports(&mut m, "udp");
                 rules.push_str(&format!(
-                    "    {m} udp dport != {} counter drop comment \"{}\"\n",
-                    sh.config.interface.nat_t_port, p.name
+                    "    {m} udp dport != {udp_port} counter drop comment \"{}\"\n",
+                    p.name
                 ));
             }
             Some(6) => {
@@ -282,13 +392,14 @@ fn nft_rules(sh: &Shared, table: &str) -> Option<String> {
                 p.name
             )),
             None => {
+                let allowed = if p.psp { "17" } else { "{ 17, 50, 51 }" };
                 rules.push_str(&format!(
-                    "    {m} meta l4proto != {{ 17, 50, 51 }} counter drop comment \"{}\"\n",
+                    "    {m} meta l4proto != {allowed} counter drop comment \"{}\"\n",
                     p.name
                 ));
                 rules.push_str(&format!(
-                    "    {m} udp dport != {} counter drop comment \"{}\"\n",
-                    sh.config.interface.nat_t_port, p.name
+                    "    {m} udp dport != {udp_port} counter drop comment \"{}\"\n",
+                    p.name
                 ));
             }
         }
@@ -337,6 +448,11 @@ pub fn up(path: &Path) -> Result<()> {
     let config = Config::load(path)?;
     let mut shared = Shared::new(config)?;
     let iface = shared.config.interface.clone();
+    // Certificates and keys are read and checked before any change to the system.
+    let tls = match &shared.config.psp {
+        Some(c) => Some(psp_ctl::tls(c)?),
+        None => None,
+    };
     let mut undo = Undo::default();
 
     // TUN device with its addresses, MTU and routes.
@@ -409,6 +525,7 @@ pub fn up(path: &Path) -> Result<()> {
     }
 
     // Sockets.
+    let mut rx: Vec<RxSock> = Vec::new();
     let v4 = shared.sad.iter().any(|s| match s.params.mode {
         Mode::Tunnel { local, .. } => local.is_ipv4(),
         Mode::Transport => true,
@@ -417,8 +534,28 @@ pub fn up(path: &Path) -> Result<()> {
         Mode::Tunnel { local, .. } => local.is_ipv6(),
         Mode::Transport => true,
     });
+    // PSP: UDP port 1000 on our outer address, and the key-exchange listener.
+    let mut psp_out = UdpOut { v4: None, v6: None };
+    let mut psp_listener = None;
+    if let Some(c) = &shared.config.psp {
+        let io = |what: &str| Error::io(format!("cannot open {what} socket"));
+        let s = UdpSocket::bind(SocketAddr::new(c.local, netveil_psp::UDP_PORT))
+            .map_err(io("PSP UDP (port 1000)"))?;
+        s.set_buffer_sizes(8 << 20).ok();
+        s.enable_gro().ok();
+        if let Some(m) = iface.fwmark {
+            s.set_mark(m).map_err(io("PSP UDP (SO_MARK)"))?;
+        }
+        let s = Arc::new(s);
+        if c.local.is_ipv6() {
+            psp_out.v6 = Some(s.clone());
+        } else {
+            psp_out.v4 = Some(s.clone());
+        }
+        rx.push(RxSock::Udp(s, UdpKind::Psp));
+        psp_listener = Some(psp_ctl::listen(c, iface.fwmark)?);
+    }
     let udp = shared.sad.iter().any(|s| s.params.encap.is_some());
-    let mut rx: Vec<RxSock> = Vec::new();
     let mut udp_out = UdpOut { v4: None, v6: None };
     let io = |what: &str| Error::io(format!("cannot open {what} socket"));
     for (fam_ok, is6) in [(v4, false), (v6, true)] {
@@ -459,7 +596,7 @@ pub fn up(path: &Path) -> Result<()> {
             } else {
                 udp_out.v4 = Some(s.clone());
             }
-            rx.push(RxSock::Udp(s));
+            rx.push(RxSock::Udp(s, UdpKind::NatT));
         }
     }
     let send4 = RawSocket::send_v4().map_err(io("raw IPv4 send"))?;
@@ -488,7 +625,7 @@ pub fn up(path: &Path) -> Result<()> {
         let (sh, tun) = (shared.clone(), tun.clone());
         std::thread::Builder::new()
             .name("nv-tx".into())
-            .spawn(move || tx_loop(&sh, &tun, &send4, send6.as_ref(), &udp_out))
+            .spawn(move || tx_loop(&sh, &tun, &send4, send6.as_ref(), &udp_out, &psp_out))
             .map_err(Error::io("thread"))?
     };
     let rxh = {
@@ -503,6 +640,14 @@ pub fn up(path: &Path) -> Result<()> {
         std::thread::Builder::new()
             .name("nv-ctl".into())
             .spawn(move || crate::control::serve(&sh, listener))
+            .map_err(Error::io("thread"))?;
+    }
+    if let (Some(st), Some(tls), Some(l)) = (shared.psp.clone(), tls, psp_listener) {
+        let sh = shared.clone();
+        let mark = iface.fwmark;
+        std::thread::Builder::new()
+            .name("nv-psp".into())
+            .spawn(move || psp_ctl::run(&st, &tls, l, mark, &sh.stop))
             .map_err(Error::io("thread"))?;
     }
     eprintln!(
@@ -528,14 +673,23 @@ pub fn up(path: &Path) -> Result<()> {
 #[allow(clippy::large_enum_variant)]
 enum RxSock {
     Raw(RawSocket),
-    Udp(Arc<UdpSocket>),
+    Udp(Arc<UdpSocket>, UdpKind),
+}
+
+/// What a UDP socket receives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum UdpKind {
+    /// ESP-in-UDP (RFC 3948) on the NAT-T port.
+    NatT,
+    /// PSP on port 1000.
+    Psp,
 }
 
 impl RxSock {
     fn fd(&self) -> i32 {
         match self {
             RxSock::Raw(s) => s.as_raw_fd(),
-            RxSock::Udp(s) => s.as_raw_fd(),
+            RxSock::Udp(s, _) => s.as_raw_fd(),
         }
     }
 }
@@ -550,6 +704,7 @@ enum Egress {
     Raw4,
     Raw6,
     Udp,
+    Psp,
 }
 
 /// Moves the packets of kind `k` among `bufs[from..to]` to the front of that range; returns where they end.
@@ -577,7 +732,14 @@ pub struct UdpOut {
     pub v6: Option<Arc<UdpSocket>>,
 }
 
-fn tx_loop(sh: &Shared, tun: &Tun, send4: &RawSocket, send6: Option<&RawSocket>, udp: &UdpOut) {
+fn tx_loop(
+    sh: &Shared,
+    tun: &Tun,
+    send4: &RawSocket,
+    send6: Option<&RawSocket>,
+    udp: &UdpOut,
+    psp: &UdpOut,
+) {
     let mtu = tun.mtu() as usize;
     let mut scratch = vec![0u8; netveil_io::tun::RECV_SCRATCH_LEN];
     let n_bufs = netveil_io::tun::MAX_SEGMENTS;
@@ -610,11 +772,13 @@ fn tx_loop(sh: &Shared, tun: &Tun, send4: &RawSocket, send6: Option<&RawSocket>,
         let mut good = 0;
         for i in 0..n {
             match sh.process_out(&mut bufs[i], now) {
-                Ok(is_udp) => {
+                Ok(out) => {
                     sh.tx_packets.fetch_add(1, Relaxed);
                     sh.tx_bytes.fetch_add(bufs[i].len() as u64, Relaxed);
-                    kinds[i] = if is_udp {
+                    kinds[i] = if out == Out::NatT {
                         Egress::Udp
+                    } else if out == Out::Psp {
+                        Egress::Psp
                     } else if bufs[i].data().first().map(|b| b >> 4) == Some(4) {
                         Egress::Raw4
                     } else {
@@ -637,8 +801,12 @@ fn tx_loop(sh: &Shared, tun: &Tun, send4: &RawSocket, send6: Option<&RawSocket>,
                 let _ = s6.send_batch(&bufs[n4..n6]);
             }
         }
-        if good > n6 {
-            gso.send(&bufs[n6..good], udp);
+        let nu = partition(&mut bufs, &mut kinds, n6, good, Egress::Udp);
+        if nu > n6 {
+            gso.send(&bufs[n6..nu], udp);
+        }
+        if good > nu {
+            gso.send(&bufs[nu..good], psp);
         }
     }
 }
@@ -753,7 +921,6 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
             revents: 0,
         })
         .collect();
-    let port = sh.config.interface.nat_t_port;
     while !sh.stop.load(Relaxed) {
         // SAFETY: pfds is a valid array of pollfd for the duration of the call.
         let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 200) };
@@ -772,7 +939,7 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                     let now = sh.now();
                     let mut good = 0;
                     for i in 0..n {
-                        if sh.deliver_in(&mut bufs[i], now) {
+                        if sh.deliver_in(&mut bufs[i], now, UdpKind::NatT) {
                             bufs.swap(good, i);
                             good += 1;
                         }
@@ -781,7 +948,11 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                         let _ = tun.send_batch(&mut bufs[..good]);
                     }
                 }
-                RxSock::Udp(u) => {
+                RxSock::Udp(u, kind) => {
+                    let port = match kind {
+                        UdpKind::NatT => sh.config.interface.nat_t_port,
+                        UdpKind::Psp => netveil_psp::UDP_PORT,
+                    };
                     let Ok(n) = u.recv_gro(&mut bufs, &mut meta, HEADROOM) else {
                         continue;
                     };
@@ -804,7 +975,7 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                                 sh.rx_drops.count(Drop::Malformed);
                                 continue;
                             }
-                            if sh.deliver_in(b, now) {
+                            if sh.deliver_in(b, now, *kind) {
                                 good += 1;
                             }
                         }
@@ -820,9 +991,13 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
 
 impl Shared {
     /// Inbound processing with accounting: true if the packet is to be written to the TUN.
-    fn deliver_in(&self, pkt: &mut PacketBuf, now: u64) -> bool {
+    fn deliver_in(&self, pkt: &mut PacketBuf, now: u64, kind: UdpKind) -> bool {
         let len = pkt.len();
-        match self.process_in(pkt, now) {
+        let r = match kind {
+            UdpKind::Psp => self.psp_in(pkt),
+            UdpKind::NatT => self.process_in(pkt, now),
+        };
+        match r {
             Ok(()) => {
                 self.rx_packets.fetch_add(1, Relaxed);
                 self.rx_bytes.fetch_add(len as u64, Relaxed);

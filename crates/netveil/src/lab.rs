@@ -551,6 +551,8 @@ impl Drop for Capture {
 pub enum Protocol {
     Esp,
     Ah,
+    /// PSP; `suite` is the PSP version name (e.g. "aes-gcm-128").
+    Psp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -584,6 +586,10 @@ pub struct HostPair {
     /// TUN device name.
     pub tun: String,
     pub mtu: u16,
+    /// PSP: netveil's IV replay window (0: off).
+    pub psp_replay_window: u32,
+    /// PSP: master-key rotation interval in seconds (0: only on request).
+    pub psp_rotate_seconds: u64,
 }
 
 impl Default for HostPair {
@@ -600,6 +606,8 @@ impl Default for HostPair {
             bundle_ah: None,
             tun: "nv0".into(),
             mtu: 1400,
+            psp_replay_window: 0,
+            psp_rotate_seconds: 0,
         }
     }
 }
@@ -626,6 +634,15 @@ impl HostPair {
         HostPair {
             suite: suite.into(),
             allow_null_null: suite.eq_ignore_ascii_case("null-null"),
+            ..Default::default()
+        }
+    }
+
+    /// PSP with `version` ("aes-gcm-128", "aes-gcm-256", "aes-gmac-128", "aes-gmac-256").
+    pub fn psp(version: &str) -> HostPair {
+        HostPair {
+            suite: version.into(),
+            protocol: Protocol::Psp,
             ..Default::default()
         }
     }
@@ -673,11 +690,15 @@ impl HostPair {
                     .map_err(|e| Error::Usage(e.to_string()))?;
                 Ok((0, s.integ.key_len()))
             }
+            Protocol::Psp => Ok((0, 0)),
         }
     }
 
     /// The two configuration texts (side a, side b) with fresh random keys; `sockets` are the control sockets.
     pub fn configs(&self, sockets: [&Path; 2]) -> Result<[String; 2]> {
+        if self.protocol == Protocol::Psp {
+            return self.psp_configs(sockets);
+        }
         let (ek, ak) = self.key_lens(&self.suite, self.protocol)?;
         // Keys per direction: [a->b, b->a].
         let keys: Vec<(String, String)> = (0..2)
@@ -755,7 +776,7 @@ impl HostPair {
             };
             let proto = match self.protocol {
                 Protocol::Esp => "esp",
-                Protocol::Ah => "ah",
+                Protocol::Ah | Protocol::Psp => "ah",
             };
             // SPIs: a->b 0x1001, b->a 0x2001 (AH of a bundle: 0x3001, 0x4001).
             let (out_i, in_i) = (side, 1 - side);
@@ -827,6 +848,81 @@ impl HostPair {
                 "\n[[policy]]\nname = \"in\"\ndirection = \"in\"\nsrc = \"{}/{host}\"\ndst = \"{}/{host}\"\naction = \"protect\"\nsas = [{}]\n",
                 peer.inner, me.inner, list(&in_sas)
             ));
+            *text = t;
+        }
+        Ok(out)
+    }
+}
+
+impl HostPair {
+    /// The `[interface]` section of side `side`.
+    fn interface_section(&self, side: usize, socket: &Path) -> String {
+        let me = self.addrs(side);
+        let peer = self.addrs(1 - side);
+        let mut t = format!(
+            "[interface]\nname = \"{}\"\nmtu = {}\ncontrol_socket = \"{}\"\n",
+            self.tun,
+            self.mtu,
+            socket.display()
+        );
+        match self.mode {
+            Mode::Tunnel => t.push_str(&format!(
+                "addresses = [\"{}/{}\"]\n",
+                me.inner, me.inner_prefix
+            )),
+            Mode::Transport => {
+                let host = if peer.outer.is_ipv4() { 32 } else { 128 };
+                t.push_str(&format!("fwmark = {TRANSPORT_FWMARK}\n"));
+                t.push_str(&format!("routes = [\"{}/{host}\"]\n", peer.outer));
+            }
+        }
+        t
+    }
+
+    /// PSP configurations: certificates for "a" and "b" made with `netveil keygen` next to the control sockets,
+    /// each side trusting the other's self-signed certificate.
+    fn psp_configs(&self, sockets: [&Path; 2]) -> Result<[String; 2]> {
+        let dir = sockets[0]
+            .parent()
+            .ok_or_else(|| other("control socket without a directory"))?;
+        for n in ["a", "b"] {
+            if !dir.join(format!("{n}.crt")).exists() {
+                crate::psp_ctl::keygen(n, dir)?;
+            }
+        }
+        let mut out = [String::new(), String::new()];
+        for (side, text) in out.iter_mut().enumerate() {
+            let me = self.addrs(side);
+            let peer = self.addrs(1 - side);
+            let (me_n, peer_n) = (["a", "b"][side], ["a", "b"][1 - side]);
+            let mut t = self.interface_section(side, sockets[side]);
+            let mode = match self.mode {
+                Mode::Tunnel => "tunnel",
+                Mode::Transport => "transport",
+            };
+            t.push_str(&format!(
+                "\n[psp]\nversion = \"{}\"\nmode = \"{mode}\"\nlocal = \"{}\"\nremote = \"{}\"\n",
+                self.suite, me.outer, peer.outer
+            ));
+            t.push_str(&format!(
+                "cert = \"{d}/{me_n}.crt\"\nkey = \"{d}/{me_n}.key\"\npeer_ca = \"{d}/{peer_n}.crt\"\npeer_name = \"{peer_n}\"\n",
+                d = dir.display()
+            ));
+            if self.psp_replay_window > 0 {
+                t.push_str(&format!("replay_window = {}\n", self.psp_replay_window));
+            }
+            if self.psp_rotate_seconds > 0 {
+                t.push_str(&format!("rotate_seconds = {}\n", self.psp_rotate_seconds));
+            }
+            let host = if me.inner.is_ipv4() { 32 } else { 128 };
+            for (name, src, dst) in [
+                ("out", &me.inner, &peer.inner),
+                ("in", &peer.inner, &me.inner),
+            ] {
+                t.push_str(&format!(
+                    "\n[[policy]]\nname = \"{name}\"\ndirection = \"{name}\"\nsrc = \"{src}/{host}\"\ndst = \"{dst}/{host}\"\naction = \"protect\"\nprotocol = \"psp\"\n"
+                ));
+            }
             *text = t;
         }
         Ok(out)
@@ -1068,6 +1164,7 @@ pub struct Frame {
     /// esp.icv_good (Some(true) when tshark verified the ICV).
     pub icv_good: Option<bool>,
     pub udp_ports: Vec<u16>,
+    pub tcp_ports: Vec<u16>,
 }
 
 /// Reads a pcap with tshark. With `keys_dir`, ESP decryption and ICV checking are on and the ESP SA table
@@ -1108,6 +1205,7 @@ pub fn tshark_frames(
         "esp.icv_good",
         "udp.port",
         "icmpv6.type",
+        "tcp.port",
     ] {
         c.args(["-e", f]);
     }
@@ -1115,7 +1213,7 @@ pub fn tshark_frames(
     let mut frames = Vec::new();
     for line in out.lines() {
         let f: Vec<&str> = line.split('|').collect();
-        if f.len() < 12 {
+        if f.len() < 13 {
             continue;
         }
         let list = |s: &str| -> Vec<String> {
@@ -1159,6 +1257,7 @@ pub fn tshark_frames(
             esp_seq: list(f[8]).first().and_then(|x| x.parse().ok()),
             icv_good: list(f[9]).first().map(|x| x == "1" || x == "True"),
             udp_ports: list(f[10]).iter().filter_map(|x| x.parse().ok()).collect(),
+            tcp_ports: list(f[12]).iter().filter_map(|x| x.parse().ok()).collect(),
         });
     }
     Ok(frames)

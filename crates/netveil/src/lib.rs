@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod demo;
 pub mod lab;
 pub mod pcap;
+pub mod psp_ctl;
 
 /// A failure of a `netveil` command. Bad input (configuration, arguments) exits with code 2.
 #[derive(Debug, thiserror::Error)]

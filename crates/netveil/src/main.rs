@@ -8,7 +8,7 @@ use std::process::ExitCode;
 #[command(
     name = "netveil",
     version,
-    about = "User-space packet security for Linux (IPsec ESP/AH over TUN)"
+    about = "User-space packet security for Linux (IPsec ESP/AH and PSP over TUN)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -50,6 +50,22 @@ enum Cmd {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Rotate the PSP master keys of a running daemon (and re-associate with the peer).
+    Rotate {
+        #[arg(short, long, default_value = "nv0")]
+        interface: String,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Make a private key and a self-signed certificate for the PSP key exchange (NAME.key, NAME.crt).
+    Keygen {
+        /// The host's name (DNS name in the certificate; the peer's `psp.peer_name`).
+        #[arg(short, long)]
+        name: String,
+        /// Directory to write the files into.
+        #[arg(short, long, default_value = ".")]
+        out: PathBuf,
+    },
     /// Offline packet tools on pcap files.
     Pcap {
         #[command(subcommand)]
@@ -85,6 +101,12 @@ fn main() -> ExitCode {
             interface,
             socket,
         } => netveil::control::keys_wireshark(&socket_path(&interface, socket), &wireshark),
+        Cmd::Rotate { interface, socket } => {
+            netveil::control::rotate(&socket_path(&interface, socket))
+        }
+        Cmd::Keygen { name, out } => netveil::psp_ctl::keygen(&name, &out).map(|(c, k)| {
+            println!("certificate: {}\nprivate key: {}", c.display(), k.display());
+        }),
         Cmd::Pcap { cmd } => netveil::pcap::run(cmd),
         Cmd::Bench(a) => netveil::bench::run(a),
         Cmd::Demo(a) => netveil::demo::run(a),

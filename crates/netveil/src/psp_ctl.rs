@@ -1,0 +1,589 @@
+//! PSP key exchange: a mutually authenticated TLS 1.3 connection (rustls) between the two hosts, on which each
+//! side allocates its receive SPI and key (`rx-assoc`) and sends them to its peer, which installs them as its
+//! transmit SA (`tx-assoc`), as the kernel's PSP documentation and the specification's authors describe.
+//!
+//! - Both daemons listen on `psp.control_port`; the one with the lower outer address connects (so one
+//!   connection exists), and reconnects every second while the peer is unreachable. The data plane keeps its
+//!   SAs while the connection is down.
+//! - Each side checks the other's certificate against `psp.peer_ca` and the name `psp.peer_name` (the client
+//!   by TLS server-name verification, the server by checking the client certificate's names).
+//! - Rotation (every `psp.rotate_seconds`, or on `netveil rotate`): the device rotates its master keys, then
+//!   allocates a new receive SPI under the new key and sends it. The peer switches its transmit SA when the
+//!   message arrives; packets still in flight with the old SPI decrypt because SAs one rotation old stay valid.
+//!
+//! Messages (inside TLS): `'A'`, length (u16), version (u8), SPI (u32), generation (u8), key (16 or 32 bytes).
+//! Key material is zeroized after use and never logged.
+
+use crate::config::PspConfig;
+use crate::{Error, Result};
+use netveil_psp::{Device, Mode, TxConfig, TxSa};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use zeroize::Zeroizing;
+
+/// The PSP state the data plane and the key exchange share.
+pub struct PspState {
+    pub cfg: PspConfig,
+    pub device: RwLock<Device>,
+    /// The transmit SA to the peer (installed from the peer's association), with its key schedule.
+    pub tx: Mutex<Option<TxSa>>,
+    /// The SPI of `tx` (0: none yet), for `status`.
+    pub tx_spi: AtomicU32,
+    /// Our latest receive SPI handed to the peer.
+    pub rx_spi: AtomicU32,
+    pub connected: AtomicBool,
+    /// Rotation requests (`netveil rotate`): the key exchange rotates when this moves.
+    pub rotate_requests: AtomicU64,
+    pub rotations: AtomicU64,
+    pub assoc_sent: AtomicU64,
+    pub assoc_received: AtomicU64,
+    /// Outbound packets dropped because no transmit SA is installed yet.
+    pub tx_no_sa: AtomicU64,
+}
+
+impl PspState {
+    pub fn new(cfg: PspConfig) -> PspState {
+        let mut d = Device::new();
+        d.set_replay_window(cfg.replay_window);
+        PspState {
+            cfg,
+            device: RwLock::new(d),
+            tx: Mutex::new(None),
+            tx_spi: AtomicU32::new(0),
+            rx_spi: AtomicU32::new(0),
+            connected: AtomicBool::new(false),
+            rotate_requests: AtomicU64::new(0),
+            rotations: AtomicU64::new(0),
+            assoc_sent: AtomicU64::new(0),
+            assoc_received: AtomicU64::new(0),
+            tx_no_sa: AtomicU64::new(0),
+        }
+    }
+
+    /// The transmit configuration for an SA with `spi` from the peer.
+    fn tx_config(&self, spi: u32) -> TxConfig {
+        let c = &self.cfg;
+        TxConfig {
+            spi,
+            version: c.version,
+            mode: c.mode,
+            crypt_offset_transport: c.crypt_offset,
+            crypt_offset_tunnel_v4: c.crypt_offset,
+            crypt_offset_tunnel_v6: c.crypt_offset,
+            vc: c.vc,
+        }
+    }
+
+    /// Rotates the master keys (under the write lock; the data plane pauses for microseconds).
+    fn rotate(&self) {
+        if let Ok(mut d) = self.device.write() {
+            d.rotate();
+        }
+        self.rotations.fetch_add(1, Relaxed);
+    }
+}
+
+/// The TLS configurations, built (and so checked) before the daemon changes anything on the system.
+pub struct Tls {
+    server: Arc<rustls::ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+    peer_name: ServerName<'static>,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// Loads the certificates and key of `cfg` and builds TLS 1.3-only client and server configurations that
+/// require and verify the peer's certificate. Errors name the configuration key (exit code 2).
+pub fn tls(cfg: &PspConfig) -> Result<Tls> {
+    let bad = |key: &str, why: String| {
+        Error::Config(crate::config::ConfigError {
+            key: key.into(),
+            reason: why,
+        })
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cfg.cert)
+        .and_then(|i| i.collect::<std::result::Result<_, _>>())
+        .map_err(|e| {
+            bad(
+                "psp.cert",
+                format!("cannot read certificates from {}: {e}", cfg.cert),
+            )
+        })?;
+    if certs.is_empty() {
+        return Err(bad("psp.cert", format!("no certificate in {}", cfg.cert)));
+    }
+    let key = PrivateKeyDer::from_pem_file(&cfg.key).map_err(|e| {
+        bad(
+            "psp.key",
+            format!("cannot read a private key from {}: {e}", cfg.key),
+        )
+    })?;
+    let mut roots = rustls::RootCertStore::empty();
+    let anchors: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cfg.peer_ca)
+        .and_then(|i| i.collect::<std::result::Result<_, _>>())
+        .map_err(|e| {
+            bad(
+                "psp.peer_ca",
+                format!("cannot read certificates from {}: {e}", cfg.peer_ca),
+            )
+        })?;
+    for c in anchors {
+        roots.add(c).map_err(|e| {
+            bad(
+                "psp.peer_ca",
+                format!("{}: not a usable trust anchor: {e}", cfg.peer_ca),
+            )
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(bad(
+            "psp.peer_ca",
+            format!("no certificate in {}", cfg.peer_ca),
+        ));
+    }
+    let roots = Arc::new(roots);
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+            .build()
+            .map_err(|e| bad("psp.peer_ca", e.to_string()))?;
+    let server = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| Error::Other(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs.clone(), key.clone_key())
+        .map_err(|e| bad("psp.key", format!("does not match psp.cert: {e}")))?;
+    let client = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| Error::Other(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| bad("psp.key", format!("does not match psp.cert: {e}")))?;
+    let peer_name = ServerName::try_from(cfg.peer_name.clone())
+        .map_err(|e| bad("psp.peer_name", e.to_string()))?;
+    Ok(Tls {
+        server: Arc::new(server),
+        client: Arc::new(client),
+        peer_name,
+    })
+}
+
+/// `netveil keygen --name NAME --out DIR`: a P-256 key and a self-signed certificate for `NAME` (DNS name),
+/// written as `DIR/NAME.key` (mode 0600) and `DIR/NAME.crt`. Existing files are not overwritten. Returns the
+/// paths (certificate, key).
+pub fn keygen(name: &str, dir: &Path) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    if ServerName::try_from(name).is_err() || name.contains('/') {
+        return Err(Error::Usage(format!(
+            "--name: '{name}' is not a valid DNS name"
+        )));
+    }
+    let (crt, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    for p in [&crt, &key] {
+        if p.exists() {
+            return Err(Error::Usage(format!(
+                "{} exists; not overwriting it",
+                p.display()
+            )));
+        }
+    }
+    let mut params = rcgen::CertificateParams::new(vec![name.to_string()])
+        .map_err(|e| Error::Usage(format!("--name: {e}")))?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let kp = rcgen::KeyPair::generate().map_err(|e| Error::Other(e.to_string()))?;
+    let cert = params
+        .self_signed(&kp)
+        .map_err(|e| Error::Other(e.to_string()))?;
+    std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
+    let key_pem = Zeroizing::new(kp.serialize_pem());
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&key)
+            .map_err(Error::io(format!("cannot create {}", key.display())))?;
+        f.write_all(key_pem.as_bytes())
+            .map_err(Error::io(format!("cannot write {}", key.display())))?;
+    }
+    std::fs::write(&crt, cert.pem())
+        .map_err(Error::io(format!("cannot write {}", crt.display())))?;
+    Ok((crt, key))
+}
+
+const MSG_ASSOC: u8 = b'A';
+
+/// Connects to `to` from a socket carrying `mark` (so that the connection bypasses the TUN in transport mode),
+/// giving up after `timeout`.
+fn connect_marked(
+    to: SocketAddr,
+    mark: Option<u32>,
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let Some(mark) = mark else {
+        return TcpStream::connect_timeout(&to, timeout);
+    };
+    let fam = if to.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain socket calls on a descriptor we own; it is closed by TcpStream (or here on error).
+    unsafe {
+        let fd = libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        };
+        let set = |opt: libc::c_int, v: *const libc::c_void, len: usize| {
+            if libc::setsockopt(fd, libc::SOL_SOCKET, opt, v, len as libc::socklen_t) < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        set(libc::SO_MARK, &mark as *const u32 as *const _, 4)?;
+        set(
+            libc::SO_SNDTIMEO,
+            &tv as *const libc::timeval as *const _,
+            size_of::<libc::timeval>(),
+        )?;
+        let (sa, len) = sockaddr(&to);
+        if libc::connect(
+            fd,
+            &sa as *const libc::sockaddr_storage as *const libc::sockaddr,
+            len,
+        ) < 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_storage is valid; we fill in the family-specific part.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match a {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_in fits in sockaddr_storage.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
+            (ss, size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            (ss, size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+        }
+    }
+}
+
+/// Binds the key-exchange listener on our outer address (with `mark`, which accepted connections inherit).
+pub fn listen(cfg: &PspConfig, mark: Option<u32>) -> Result<TcpListener> {
+    let l = TcpListener::bind(SocketAddr::new(cfg.local, cfg.control_port)).map_err(Error::io(
+        format!(
+            "cannot listen on {} port {} (psp.control_port)",
+            cfg.local, cfg.control_port
+        ),
+    ))?;
+    if let Some(m) = mark {
+        use std::os::fd::AsRawFd;
+        // SAFETY: setsockopt on our own descriptor with a valid u32.
+        let r = unsafe {
+            libc::setsockopt(
+                l.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_MARK,
+                &m as *const u32 as *const libc::c_void,
+                4,
+            )
+        };
+        if r < 0 {
+            return Err(Error::io("SO_MARK on the PSP key-exchange socket")(
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok(l)
+}
+
+/// Runs the key exchange until `stop`: connects or accepts, associates, rotates, re-associates.
+pub fn run(st: &PspState, tls: &Tls, listener: TcpListener, mark: Option<u32>, stop: &AtomicBool) {
+    let initiator = st.cfg.local < st.cfg.remote;
+    let peer = SocketAddr::new(st.cfg.remote, st.cfg.control_port);
+    let _ = listener.set_nonblocking(true);
+    let mut rot = Rotation::new(st);
+    while !stop.load(Relaxed) {
+        rot.poll(st);
+        let stream = if initiator {
+            match connect_marked(peer, mark, Duration::from_secs(1)) {
+                Ok(s) => s,
+                Err(_) => {
+                    sleep_unless(stop, Duration::from_secs(1));
+                    continue;
+                }
+            }
+        } else {
+            match listener.accept() {
+                Ok((s, from)) if from.ip() == st.cfg.remote => {
+                    let _ = s.set_nonblocking(false);
+                    s
+                }
+                Ok(_) => continue, // Only the configured peer may connect.
+                Err(_) => {
+                    sleep_unless(stop, Duration::from_millis(100));
+                    continue;
+                }
+            }
+        };
+        let r = if initiator {
+            rustls::ClientConnection::new(tls.client.clone(), tls.peer_name.clone())
+                .map_err(|e| e.to_string())
+                .and_then(|c| session(st, rustls::StreamOwned::new(c, stream), &mut rot, stop))
+        } else {
+            rustls::ServerConnection::new(tls.server.clone())
+                .map_err(|e| e.to_string())
+                .and_then(|c| {
+                    let mut s = rustls::StreamOwned::new(c, stream);
+                    handshake(&mut s.conn, &mut s.sock)?;
+                    check_client_name(&s.conn, &tls.peer_name)?;
+                    session(st, s, &mut rot, stop)
+                })
+        };
+        st.connected.store(false, Relaxed);
+        if let Err(e) = r {
+            eprintln!("netveil: PSP key exchange with {peer}: {e}");
+            sleep_unless(stop, Duration::from_secs(1));
+        }
+    }
+}
+
+fn sleep_unless(stop: &AtomicBool, d: Duration) {
+    let end = Instant::now() + d;
+    while !stop.load(Relaxed) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// When to rotate: on request or on the timer.
+struct Rotation {
+    seen: u64,
+    last: Instant,
+}
+
+impl Rotation {
+    fn new(st: &PspState) -> Self {
+        Rotation {
+            seen: st.rotate_requests.load(Relaxed),
+            last: Instant::now(),
+        }
+    }
+
+    /// Rotates if due; returns whether it did.
+    fn poll(&mut self, st: &PspState) -> bool {
+        let req = st.rotate_requests.load(Relaxed);
+        let timer = st.cfg.rotate_seconds > 0
+            && self.last.elapsed() >= Duration::from_secs(st.cfg.rotate_seconds);
+        if req == self.seen && !timer {
+            return false;
+        }
+        self.seen = req;
+        self.last = Instant::now();
+        st.rotate();
+        true
+    }
+}
+
+fn handshake<C, D>(conn: &mut C, sock: &mut TcpStream) -> std::result::Result<(), String>
+where
+    C: core::ops::DerefMut<Target = rustls::ConnectionCommon<D>>,
+    D: rustls::SideData,
+{
+    sock.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    while conn.is_handshaking() {
+        conn.complete_io(sock)
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The server side checks that the client's (already chain-verified) certificate names the configured peer.
+fn check_client_name(
+    conn: &rustls::ServerConnection,
+    name: &ServerName<'static>,
+) -> std::result::Result<(), String> {
+    let der = conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .ok_or("the peer sent no certificate")?;
+    let ee =
+        webpki::EndEntityCert::try_from(der).map_err(|e| format!("peer certificate: {e:?}"))?;
+    ee.verify_is_valid_for_subject_name(name)
+        .map_err(|_| format!("the peer's certificate is not for {}", name.to_str()))
+}
+
+/// One connected session: send our association, install the peer's, rotate and re-associate until the
+/// connection ends or `stop`.
+fn session<C, D>(
+    st: &PspState,
+    mut s: rustls::StreamOwned<C, TcpStream>,
+    rot: &mut Rotation,
+    stop: &AtomicBool,
+) -> std::result::Result<(), String>
+where
+    C: core::ops::DerefMut<Target = rustls::ConnectionCommon<D>>,
+    D: rustls::SideData,
+{
+    handshake(&mut s.conn, &mut s.sock)?;
+    s.sock
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .map_err(|e| e.to_string())?;
+    st.connected.store(true, Relaxed);
+    send_assoc(st, &mut s)?;
+    let mut rbuf: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::with_capacity(256));
+    let mut chunk = Zeroizing::new([0u8; 256]);
+    while !stop.load(Relaxed) {
+        if rot.poll(st) {
+            send_assoc(st, &mut s)?;
+        }
+        match s.read(&mut chunk[..]) {
+            Ok(0) => return Err("the peer closed the connection".into()),
+            Ok(n) => rbuf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        while rbuf.len() >= 3 {
+            let len = u16::from_be_bytes([rbuf[1], rbuf[2]]) as usize;
+            if len > 64 {
+                return Err("oversized message".into());
+            }
+            if rbuf.len() < 3 + len {
+                break;
+            }
+            let (kind, body) = (rbuf[0], &rbuf[3..3 + len]);
+            match kind {
+                MSG_ASSOC => install(st, body)?,
+                k => return Err(format!("unknown message type {k}")),
+            }
+            rbuf.drain(..3 + len);
+        }
+    }
+    s.conn.send_close_notify();
+    let _ = s.flush();
+    Ok(())
+}
+
+/// Allocates a receive SA and sends its SPI and key to the peer.
+fn send_assoc<S: Write>(st: &PspState, s: &mut S) -> std::result::Result<(), String> {
+    let a = st
+        .device
+        .write()
+        .map_err(|_| "device lock poisoned")?
+        .rx_assoc(st.cfg.version)
+        .map_err(|e| format!("cannot allocate an SPI: {e}"))?;
+    let mut m = Zeroizing::new(Vec::with_capacity(9 + a.key.len()));
+    m.push(MSG_ASSOC);
+    m.extend_from_slice(&((6 + a.key.len()) as u16).to_be_bytes());
+    m.push(a.version.number());
+    m.extend_from_slice(&a.spi.to_be_bytes());
+    m.push(a.generation);
+    m.extend_from_slice(&a.key);
+    s.write_all(&m)
+        .and_then(|_| s.flush())
+        .map_err(|e| e.to_string())?;
+    st.rx_spi.store(a.spi, Relaxed);
+    st.assoc_sent.fetch_add(1, Relaxed);
+    Ok(())
+}
+
+/// Installs the peer's association as our transmit SA.
+fn install(st: &PspState, body: &[u8]) -> std::result::Result<(), String> {
+    let (&v, rest) = body.split_first().ok_or("short association")?;
+    if v != st.cfg.version.number() {
+        return Err(format!(
+            "the peer uses PSP version {v}, we are configured for {}",
+            st.cfg.version.number()
+        ));
+    }
+    if rest.len() != 5 + st.cfg.version.key_len() {
+        return Err("association of the wrong length".into());
+    }
+    let spi = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    if spi & 0x7fff_ffff == 0 {
+        return Err("the peer sent an invalid SPI".into());
+    }
+    let sa = TxSa::with_key(&rest[5..], st.tx_config(spi)).map_err(|e| e.to_string())?;
+    *st.tx.lock().map_err(|_| "tx lock poisoned")? = Some(sa);
+    st.tx_spi.store(spi, Relaxed);
+    st.assoc_received.fetch_add(1, Relaxed);
+    Ok(())
+}
+
+/// Outer-header fix-up of a tunnel-mode packet: the addresses become our and the peer's outer addresses
+/// (the encapsulation copied them from the inner packet), with the IPv4 checksum recomputed.
+pub fn set_outer_addresses(p: &mut [u8], cfg: &PspConfig) -> Option<()> {
+    use std::net::IpAddr;
+    match (p.first()? >> 4, cfg.local, cfg.remote) {
+        (4, IpAddr::V4(l), IpAddr::V4(r)) if p.len() >= 20 => {
+            p[12..16].copy_from_slice(&l.octets());
+            p[16..20].copy_from_slice(&r.octets());
+            p[10..12].fill(0);
+            let c = netveil_wire::checksum::checksum(&p[..20]);
+            p[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+        (6, IpAddr::V6(l), IpAddr::V6(r)) if p.len() >= 40 => {
+            p[8..24].copy_from_slice(&l.octets());
+            p[24..40].copy_from_slice(&r.octets());
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+/// Whether the mode of `cfg` is tunnel mode.
+pub fn is_tunnel(cfg: &PspConfig) -> bool {
+    cfg.mode == Mode::Tunnel
+}

@@ -1,0 +1,373 @@
+//! PSP end to end in network namespaces: two hosts on a veth pair, `netveil up` with a `[psp]` section in each,
+//! keys exchanged over mutually authenticated TLS 1.3. Needs root and the tools of .ci/setup.
+
+use netveil::lab::{self, Family, HostPair, Lab, Mode, TwoHosts};
+use serde_json::Value;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
+const CONTROL_PORT: u16 = 1001;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    assert!(
+        lab::is_root(),
+        "the PSP netns tests need root: sudo -E cargo test --release -p netveil --test psp_netns"
+    );
+    for t in ["ip", "ping", "tcpdump", "tshark", "nft"] {
+        assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
+    }
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn psp(st: &Value) -> &Value {
+    &st["psp"]
+}
+
+fn stat(st: &Value, k: &str) -> u64 {
+    st["psp"]["stats"][k].as_u64().unwrap_or(0)
+}
+
+/// Waits until both daemons have each other's association.
+fn wait_associated(hosts: &TwoHosts) {
+    let t = Instant::now();
+    loop {
+        let ok = (0..2).all(|i| {
+            hosts
+                .daemon(i)
+                .status_json()
+                .is_ok_and(|s| psp(&s)["connected"] == true && psp(&s)["tx_spi"] != "0x00000000")
+        });
+        if ok {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "no PSP association after 15 s\n--- a ---\n{}\n--- b ---\n{}",
+            hosts.daemon(0).log(),
+            hosts.daemon(1).log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Sends `n` UDP datagrams of varying sizes from side 0 to an echo server on side 1 (inner addresses); each must
+/// come back unchanged. Returns the number echoed.
+fn udp_echo(hosts: &TwoHosts, n: usize) -> usize {
+    let dst = SocketAddr::new(hosts.addrs[1].inner, 6000);
+    let bind_any: SocketAddr = match dst.ip() {
+        IpAddr::V4(_) => "0.0.0.0:0".parse().unwrap(),
+        IpAddr::V6(_) => "[::]:0".parse().unwrap(),
+    };
+    let server = lab::spawn_in_ns(&hosts.ns[1], move || {
+        let s = UdpSocket::bind(dst).expect("bind echo");
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        let mut buf = vec![0u8; 2000];
+        let mut served = 0usize;
+        while let Ok((k, from)) = s.recv_from(&mut buf) {
+            if &buf[..k] == b"quit" {
+                break;
+            }
+            s.send_to(&buf[..k], from).ok();
+            served += 1;
+        }
+        served
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let client = lab::spawn_in_ns(&hosts.ns[0], move || {
+        let s = UdpSocket::bind(bind_any).expect("bind client");
+        s.set_read_timeout(Some(Duration::from_millis(500))).ok();
+        let mut ok = 0;
+        let mut buf = vec![0u8; 2000];
+        for i in 0..n {
+            let len = 1 + (i * 37) % 1300;
+            let msg: Vec<u8> = (0..len).map(|k| (k + i) as u8).collect();
+            for _try in 0..3 {
+                s.send_to(&msg, dst).ok();
+                if let Ok(k) = s.recv(&mut buf) {
+                    if buf[..k] == msg[..] {
+                        ok += 1;
+                        break;
+                    }
+                }
+            }
+        }
+        s.send_to(b"quit", dst).ok();
+        ok
+    })
+    .unwrap();
+    let ok = client.join().unwrap().unwrap();
+    let _ = server.join();
+    ok
+}
+
+/// Sends raw UDP datagrams to side 1's PSP port from side 0's outer address.
+fn inject(hosts: &TwoHosts, payloads: Vec<Vec<u8>>) {
+    let from = SocketAddr::new(hosts.addrs[0].outer, 0);
+    let to = SocketAddr::new(hosts.addrs[1].outer, netveil_psp::UDP_PORT);
+    lab::spawn_in_ns(&hosts.ns[0], move || {
+        let s = UdpSocket::bind(from).expect("bind");
+        for p in &payloads {
+            s.send_to(p, to).expect("send");
+        }
+    })
+    .unwrap()
+    .join()
+    .unwrap()
+    .unwrap();
+}
+
+/// The UDP payloads to port 1000 in a pcap (Ethernet, IPv4 or IPv6 without extension headers).
+fn psp_payloads(pcap: &std::path::Path) -> Vec<Vec<u8>> {
+    let b = std::fs::read(pcap).unwrap();
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= b.len() {
+        let incl = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+        let f = &b[at + 16..at + 16 + incl];
+        at += 16 + incl;
+        if f.len() < 14 {
+            continue;
+        }
+        let ip = &f[14..];
+        let (proto, l4) = match ip.first().map(|v| v >> 4) {
+            Some(4) => (ip[9], (ip[0] & 0xf) as usize * 4),
+            Some(6) => (ip[6], 40),
+            _ => continue,
+        };
+        if proto == 17 && ip.len() >= l4 + 8 && u16::from_be_bytes([ip[l4 + 2], ip[l4 + 3]]) == 1000
+        {
+            out.push(ip[l4 + 8..].to_vec());
+        }
+    }
+    out
+}
+
+fn tunnel(outer: Family, version: &str) {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").expect("lab").with_netveil(NETVEIL);
+    let pair = HostPair {
+        outer,
+        inner: outer,
+        ..HostPair::psp(version)
+    };
+    let hosts = TwoHosts::up(&mut lab, &pair).unwrap_or_else(|e| panic!("setup: {e}"));
+    wait_associated(&hosts);
+    let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
+        panic!(
+            "{what}: {e}\n--- config a ---\n{}\n--- daemon a ---\n{}\n--- daemon b ---\n{}",
+            hosts.configs[0],
+            hosts.daemon(0).log(),
+            hosts.daemon(1).log()
+        )
+    };
+
+    let mut cap = lab
+        .capture(&hosts.ns[0], hosts.veth[0], "psp.pcap", 200, &[])
+        .unwrap_or_else(|e| fail("tcpdump", &e));
+
+    // Ping.
+    let out = hosts
+        .ping(&lab, 0, 5, "0.1")
+        .unwrap_or_else(|e| fail("ping", &e));
+    assert!(out.contains(" 0% packet loss"), "ping: {out}");
+
+    // TCP, with two master-key rotations on each side while it runs.
+    let gen0 = [0, 1].map(|i| {
+        hosts.daemon(i).status_json().unwrap()["psp"]["generation"]
+            .as_u64()
+            .unwrap()
+    });
+    let bytes: u64 = 500 * 1024 * 1024;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let rotations = {
+        let socks = [0, 1].map(|i| lab.socket_path(["a", "b"][i]));
+        std::thread::spawn(move || {
+            for round in 0..2 {
+                // Wait for the transfer to run (or end) before each round.
+                if rx.recv_timeout(Duration::from_millis(250)).is_ok() {
+                    return round;
+                }
+                for s in &socks {
+                    let st = std::process::Command::new(NETVEIL)
+                        .args(["rotate", "--socket"])
+                        .arg(s)
+                        .output()
+                        .expect("netveil rotate");
+                    assert!(st.status.success(), "netveil rotate: {st:?}");
+                }
+            }
+            2
+        })
+    };
+    let t = hosts
+        .tcp(0, bytes)
+        .unwrap_or_else(|e| fail("TCP transfer", &e));
+    let _ = tx.send(());
+    let rounds = rotations.join().unwrap();
+    assert_eq!(t.bytes, bytes);
+    assert_eq!(
+        rounds, 2,
+        "the transfer ended before two rotations ({:.1} s): make it longer",
+        t.seconds
+    );
+    for (i, g0) in gen0.iter().enumerate() {
+        let st = hosts.daemon(i).status_json().unwrap();
+        let g = st["psp"]["generation"].as_u64().unwrap();
+        assert_eq!(g, g0 + 2, "side {i}: {st}");
+        // SAs from two rotations ago are gone: at most the SAs of the last two generations remain.
+        for sa in st["psp"]["rx_sas"].as_array().unwrap() {
+            assert!(
+                sa["generation"].as_u64().unwrap() + 1 >= g,
+                "stale SA kept: {st}"
+            );
+        }
+        assert!(st["psp"]["assoc_received"].as_u64().unwrap() >= 3, "{st}");
+        assert_eq!(stat(&st, "rx_auth_fail"), 0, "side {i}: {st}");
+        assert_eq!(stat(&st, "tx_error"), 0, "side {i}: {st}");
+    }
+    eprintln!(
+        "PSP {version} tunnel {outer:?}: {} MiB in {:.2} s = {:.0} Mbit/s across 2 rotations per side",
+        bytes >> 20,
+        t.seconds,
+        t.mbit_per_s()
+    );
+
+    // UDP.
+    let echoed = udp_echo(&hosts, 500);
+    assert_eq!(echoed, 500, "UDP echo");
+
+    let pcap = cap.stop().unwrap();
+
+    // The wire: PSP on UDP port 1000 between the outer addresses, plus the TLS key exchange; nothing in clear.
+    let frames = lab::tshark_frames(&pcap, None, None).unwrap_or_else(|e| fail("tshark", &e));
+    let outer_addrs: Vec<String> = hosts.addrs.iter().map(|h| h.outer.to_string()).collect();
+    let inner_addrs: Vec<String> = hosts.addrs.iter().map(|h| h.inner.to_string()).collect();
+    let link_local = |f: &lab::Frame| {
+        f.protocols.ends_with(":icmpv6")
+            && f.icmpv6_types
+                .iter()
+                .all(|t| (130..=137).contains(t) || *t == 143)
+    };
+    let (mut psp_frames, mut ctl_frames) = (0, 0);
+    for f in frames
+        .iter()
+        .filter(|f| f.outer_proto.is_some() && !link_local(f))
+    {
+        assert!(
+            outer_addrs.contains(&f.src) && outer_addrs.contains(&f.dst),
+            "packet not between the outer addresses: {f:?}"
+        );
+        assert!(
+            !f.addrs.iter().any(|a| inner_addrs.contains(a)),
+            "inner address visible: {f:?}"
+        );
+        if f.outer_proto == Some(17) && f.udp_ports.contains(&1000) {
+            assert!(!f.protocols.contains("icmp"), "clear ICMP: {f:?}");
+            psp_frames += 1;
+        } else if f.outer_proto == Some(6) && f.tcp_ports.contains(&CONTROL_PORT) {
+            ctl_frames += 1;
+        } else {
+            panic!("unexpected packet on the wire: {f:?}");
+        }
+    }
+    assert!(psp_frames > 10_000, "PSP frames: {psp_frames}");
+    assert!(ctl_frames < 100, "key-exchange frames: {ctl_frames}");
+
+    // Tampered packets and unknown SPIs are counted and dropped.
+    let real = psp_payloads(&pcap);
+    assert!(!real.is_empty());
+    let before = hosts.daemon(1).status_json().unwrap();
+    let mut bad = Vec::new();
+    // Flip one bit in the encrypted part (or the ICV) of real packets from a to b.
+    for (k, p) in real
+        .iter()
+        .rev()
+        .filter(|p| p.len() > 40)
+        .take(5)
+        .enumerate()
+    {
+        let mut q = p.clone();
+        let at = q.len() - 1 - k * 7;
+        q[at] ^= 0x10;
+        bad.push(q);
+    }
+    let n_tampered = bad.len() as u64;
+    // Unknown SPIs: well-formed headers with SPIs b never handed out.
+    for spi in [0x0000_7777u32, 0x8000_4444, 0x7fff_ffff] {
+        let mut q = vec![4u8, 1, 0, 0x01];
+        q.extend_from_slice(&spi.to_be_bytes());
+        q.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 1]);
+        q.extend_from_slice(&[0x5a; 64]);
+        bad.push(q);
+    }
+    inject(&hosts, bad);
+    std::thread::sleep(Duration::from_millis(300));
+    let after = hosts.daemon(1).status_json().unwrap();
+    let d = |k: &str| stat(&after, k) - stat(&before, k);
+    // A tampered packet whose SPI is that of an SA since forgotten (two rotations old) counts as unknown.
+    assert_eq!(
+        d("rx_auth_fail") + d("rx_unknown_spi"),
+        n_tampered + 3,
+        "before: {before}\nafter: {after}"
+    );
+    assert!(d("rx_unknown_spi") >= 3, "{after}");
+    assert_eq!(d("rx_packets"), 0, "a bad packet was accepted: {after}");
+    let text = hosts.daemon(1).status_text().unwrap();
+    assert!(
+        text.contains("PSP tunnel") && text.contains("auth-fail"),
+        "{text}"
+    );
+
+    // Still working after all that.
+    let out = hosts
+        .ping(&lab, 1, 3, "0.1")
+        .unwrap_or_else(|e| fail("ping", &e));
+    assert!(out.contains(" 0% packet loss"), "ping: {out}");
+}
+
+#[test]
+fn psp_tunnel_v4_gcm128_ping_tcp_udp_rotations_tamper() {
+    tunnel(Family::V4, "aes-gcm-128");
+}
+
+#[test]
+fn psp_tunnel_v6_gcm256_ping_tcp_udp_rotations_tamper() {
+    tunnel(Family::V6, "aes-gcm-256");
+}
+
+/// Transport mode: TCP and UDP between the hosts' own addresses, carried as PSP transport packets.
+#[test]
+fn psp_transport_v4_tcp_udp() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").expect("lab").with_netveil(NETVEIL);
+    let pair = HostPair {
+        mode: Mode::Transport,
+        ..HostPair::psp("aes-gcm-128")
+    };
+    let hosts = TwoHosts::up(&mut lab, &pair).unwrap_or_else(|e| panic!("setup: {e}"));
+    wait_associated(&hosts);
+    let mut cap = lab
+        .capture(&hosts.ns[0], hosts.veth[0], "t.pcap", 200, &[])
+        .unwrap();
+    let out = hosts.ping(&lab, 0, 3, "0.1").unwrap();
+    assert!(out.contains(" 0% packet loss"), "ping: {out}");
+    let t = hosts.tcp(0, 50 * 1024 * 1024).unwrap();
+    assert_eq!(t.bytes, 50 * 1024 * 1024);
+    assert_eq!(udp_echo(&hosts, 200), 200);
+    let pcap = cap.stop().unwrap();
+    let frames = lab::tshark_frames(&pcap, None, None).unwrap();
+    for f in frames.iter().filter(|f| f.outer_proto.is_some()) {
+        let ok = (f.outer_proto == Some(17) && f.udp_ports.contains(&1000))
+            || (f.outer_proto == Some(6) && f.tcp_ports.contains(&CONTROL_PORT));
+        assert!(ok, "unexpected packet on the wire: {f:?}");
+    }
+    let st = hosts.daemon(1).status_json().unwrap();
+    assert!(stat(&st, "rx_packets") > 1000, "{st}");
+    assert_eq!(st["psp"]["mode"], "transport");
+    eprintln!("PSP transport: {:.0} Mbit/s", t.mbit_per_s());
+}
