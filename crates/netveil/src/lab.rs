@@ -993,6 +993,29 @@ impl TwoHosts {
         &self.daemons[side]
     }
 
+    /// PSP: waits until both daemons are connected and hold each other's association.
+    pub fn wait_psp_associated(&self, timeout: Duration) -> Result<()> {
+        let t = std::time::Instant::now();
+        loop {
+            let ok = self.daemons.iter().all(|d| {
+                d.status_json().is_ok_and(|s| {
+                    s["psp"]["connected"] == true && s["psp"]["tx_spi"] != "0x00000000"
+                })
+            });
+            if ok {
+                return Ok(());
+            }
+            if t.elapsed() > timeout {
+                return Err(other(format!(
+                    "no PSP association after {timeout:?}\n--- a ---\n{}\n--- b ---\n{}",
+                    self.daemons.first().map(|d| d.log()).unwrap_or_default(),
+                    self.daemons.get(1).map(|d| d.log()).unwrap_or_default()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// `ping -c COUNT -i INTERVAL` from side `from` to the other side's inner address; returns ping's output.
     pub fn ping(&self, lab: &Lab, from: usize, count: u32, interval: &str) -> Result<String> {
         let dst = self.addrs[1 - from].inner.to_string();

@@ -5,7 +5,7 @@ use netveil::lab::{self, Family, HostPair, Lab, Mode, TwoHosts};
 use serde_json::Value;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
 const CONTROL_PORT: u16 = 1001;
@@ -23,35 +23,15 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn psp(st: &Value) -> &Value {
-    &st["psp"]
-}
-
 fn stat(st: &Value, k: &str) -> u64 {
     st["psp"]["stats"][k].as_u64().unwrap_or(0)
 }
 
 /// Waits until both daemons have each other's association.
 fn wait_associated(hosts: &TwoHosts) {
-    let t = Instant::now();
-    loop {
-        let ok = (0..2).all(|i| {
-            hosts
-                .daemon(i)
-                .status_json()
-                .is_ok_and(|s| psp(&s)["connected"] == true && psp(&s)["tx_spi"] != "0x00000000")
-        });
-        if ok {
-            return;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "no PSP association after 15 s\n--- a ---\n{}\n--- b ---\n{}",
-            hosts.daemon(0).log(),
-            hosts.daemon(1).log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    hosts
+        .wait_psp_associated(Duration::from_secs(15))
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Sends `n` UDP datagrams of varying sizes from side 0 to an echo server on side 1 (inner addresses); each must
@@ -370,4 +350,135 @@ fn psp_transport_v4_tcp_udp() {
     assert!(stat(&st, "rx_packets") > 1000, "{st}");
     assert_eq!(st["psp"]["mode"], "transport");
     eprintln!("PSP transport: {:.0} Mbit/s", t.mbit_per_s());
+}
+
+fn ns_state(lab: &Lab, ns: &str) -> String {
+    let run = |a: &[&str]| lab.exec_ok(ns, a).unwrap_or_default();
+    run(&["ip", "-o", "link", "show"])
+        + &run(&["ip", "-4", "rule", "show"])
+        + &run(&["nft", "list", "ruleset"])
+}
+
+/// Bad PSP settings are refused with exit code 2 naming the key, before anything is changed.
+#[test]
+fn psp_bad_config_names_the_key_and_changes_nothing() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").expect("lab").with_netveil(NETVEIL);
+    let ns = lab.add_ns("a").unwrap();
+    let before = ns_state(&lab, &ns);
+    let sock = lab.socket_path("a");
+    let sock_b = lab.socket_path("b");
+    let good = HostPair::psp("aes-gcm-128")
+        .configs([&sock, &sock_b])
+        .unwrap()[0]
+        .clone();
+    let d = lab.dir().display().to_string();
+    let cases: Vec<(String, &str)> = vec![
+        (
+            good.replace("a.crt\"\nkey", "nothere.crt\"\nkey"),
+            "psp.cert",
+        ),
+        (
+            good.replace(
+                &format!("peer_ca = \"{d}/b.crt\""),
+                &format!("peer_ca = \"{d}/b.key\""),
+            ),
+            "psp.peer_ca",
+        ),
+        (
+            good.replace(
+                &format!("key = \"{d}/a.key\""),
+                &format!("key = \"{d}/b.key\""),
+            ),
+            "psp.key",
+        ),
+        (
+            good.replace("version = \"aes-gcm-128\"", "version = \"aes-gcm-512\""),
+            "psp.version",
+        ),
+        (
+            good.replace("peer_name = \"b\"", "peer_name = \"not a name\""),
+            "psp.peer_name",
+        ),
+        (
+            good.replace("mode = \"tunnel\"", "mode = \"tunnel\"\nreplay_window = 8"),
+            "psp.replay_window",
+        ),
+        (good.replace("[psp]", "[pspx]"), "pspx"),
+        (
+            good[..good.find("[psp]").unwrap()].to_string()
+                + "\n[[policy]]\ndirection = \"out\"\naction = \"protect\"\nprotocol = \"psp\"\n",
+            "policy[0].protocol",
+        ),
+    ];
+    let path = lab.dir().join("bad.toml");
+    for (text, key) in cases {
+        assert_ne!(text, good, "{key}: the case did not change the config");
+        std::fs::write(&path, &text).unwrap();
+        let out = lab
+            .exec(&ns, &[NETVEIL, "up", "-c", path.to_str().unwrap()])
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{key}: {err}");
+        assert!(err.contains(key), "{key}: {err}");
+        assert_eq!(ns_state(&lab, &ns), before, "{key}: namespace changed");
+        assert!(!sock.exists());
+    }
+}
+
+/// A peer whose certificate the other side does not trust never gets (or gives) keys: no association, and the
+/// protected traffic is dropped (counted), not sent in clear.
+#[test]
+fn psp_untrusted_peer_never_associates() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").expect("lab").with_netveil(NETVEIL);
+    let pair = HostPair::psp("aes-gcm-128");
+    let mut hosts = TwoHosts::topology(&mut lab, &pair).unwrap();
+    // "a" trusts a third party's certificate instead of b's.
+    netveil::psp_ctl::keygen("c", lab.dir()).unwrap();
+    let d = lab.dir().display().to_string();
+    hosts.configs[0] = hosts.configs[0].replace(
+        &format!("peer_ca = \"{d}/b.crt\""),
+        &format!("peer_ca = \"{d}/c.crt\""),
+    );
+    hosts.start(&lab).unwrap();
+    assert!(hosts.wait_psp_associated(Duration::from_secs(4)).is_err());
+    let mut cap = lab
+        .capture(&hosts.ns[0], hosts.veth[0], "u.pcap", 200, &[])
+        .unwrap();
+    let out = lab
+        .exec(
+            &hosts.ns[0],
+            &[
+                "ping",
+                "-n",
+                "-c",
+                "3",
+                "-i",
+                "0.2",
+                "-W",
+                "1",
+                &hosts.addrs[1].inner.to_string(),
+            ],
+        )
+        .unwrap();
+    assert!(!out.status.success(), "ping must fail without keys");
+    let pcap = cap.stop().unwrap();
+    for i in 0..2 {
+        let st = hosts.daemon(i).status_json().unwrap();
+        assert_eq!(st["psp"]["tx_spi"], "0x00000000", "{st}");
+        assert_eq!(st["psp"]["assoc_received"], 0, "{st}");
+    }
+    let st = hosts.daemon(0).status_json().unwrap();
+    assert!(stat(&st, "tx_no_sa") >= 3, "{st}");
+    assert!(st["drops"]["tx:no-sa"].as_u64().unwrap_or(0) >= 3, "{st}");
+    let frames = lab::tshark_frames(&pcap, None, None).unwrap();
+    assert!(
+        frames
+            .iter()
+            .all(|f| !f.protocols.contains("icmp") && !f.udp_ports.contains(&1000)),
+        "nothing but the failing handshakes may be on the wire: {frames:?}"
+    );
+    let log = hosts.daemon(0).log() + &hosts.daemon(1).log();
+    assert!(log.contains("PSP key exchange"), "{log}");
 }
