@@ -8,6 +8,7 @@
 //! - [`lab`]: network-namespace labs for `demo`, `bench` and the tests.
 
 pub mod bench;
+pub mod bench_split;
 pub mod config;
 pub mod control;
 pub mod daemon;
