@@ -1,5 +1,6 @@
-//! `netveil bench`: TCP throughput through netveil, per suite and encapsulation, against the same veth path in
-//! clear (and against wireguard-go when it is installed), all measured in one run in network-namespace labs.
+//! `netveil bench`: TCP throughput through netveil, per ESP suite and encapsulation and per PSP version, against the
+//! same veth path in clear (and against wireguard-go when it is installed), all measured in one run in
+//! network-namespace labs; then PSP's per-packet time split (key lookup, crypto, the rest), measured in process.
 //!
 //! Each row builds a fresh two-host lab (two namespaces joined by a veth pair), starts `netveil up` in both, and
 //! runs iperf3 between the inner addresses for `--seconds`. Figures are the receiver's goodput.
@@ -43,6 +44,13 @@ pub struct BenchArgs {
     /// Parallel TCP streams (iperf3 -P).
     #[arg(long, default_value_t = 1)]
     pub streams: u32,
+    /// PSP versions to measure, comma-separated (aes-gcm-128, aes-gcm-256, aes-gmac-128, aes-gmac-256), or
+    /// "none".
+    #[arg(long, value_delimiter = ',', default_value = "aes-gcm-128,aes-gcm-256")]
+    pub psp: Vec<String>,
+    /// Packets for the in-process per-packet time split of PSP (0: skip it).
+    #[arg(long, default_value_t = 200_000)]
+    pub split_packets: usize,
     /// Skip the wireguard-go comparison even if wireguard-go and wg are installed.
     #[arg(long)]
     pub no_peers: bool,
@@ -157,6 +165,27 @@ fn measure_suite(a: &BenchArgs, suite: &str, udp: bool) -> Result<Row> {
         } else {
             "raw (proto 50)".into()
         },
+        gbit_per_s: g,
+        retransmits: r,
+    })
+}
+
+fn measure_psp(a: &BenchArgs, version: &str) -> Result<Row> {
+    let mut lab = Lab::new("nvbench")?;
+    let pair = HostPair::psp(version);
+    let h = TwoHosts::up(&mut lab, &pair)?;
+    h.wait_psp_associated(Duration::from_secs(15))?;
+    let (g, r) = iperf(
+        &lab,
+        &h.ns[1],
+        &h.ns[0],
+        &h.addrs[1].inner.to_string(),
+        a.seconds,
+        a.streams,
+    )?;
+    Ok(Row {
+        path: format!("netveil psp {version} tunnel"),
+        encap: "udp 1000".into(),
         gbit_per_s: g,
         retransmits: r,
     })
@@ -313,6 +342,19 @@ pub fn run(a: BenchArgs) -> Result<()> {
         netveil_ipsec::suite::EspSuite::parse(s, true)
             .map_err(|e| Error::Usage(format!("--suites: {e}")))?;
     }
+    let psp: Vec<String> = a
+        .psp
+        .iter()
+        .filter(|v| v.as_str() != "none")
+        .cloned()
+        .collect();
+    for v in &psp {
+        if !["aes-gcm-128", "aes-gcm-256", "aes-gmac-128", "aes-gmac-256"].contains(&v.as_str()) {
+            return Err(Error::Usage(format!(
+                "--psp: '{v}' must be aes-gcm-128, aes-gcm-256, aes-gmac-128 or aes-gmac-256"
+            )));
+        }
+    }
     let encaps: Vec<bool> = match a.encap.as_str() {
         "raw" => vec![false],
         "udp" => vec![true],
@@ -353,6 +395,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
             report(measure_suite(&a, s, udp), &mut rows);
         }
     }
+    for v in &psp {
+        report(measure_psp(&a, v), &mut rows);
+    }
     let clear = rows.first().map(|r| r.gbit_per_s).unwrap_or(0.0);
     println!();
     println!(
@@ -374,7 +419,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
         std::fs::write(p, serde_json::to_string_pretty(&rows).unwrap_or_default())
             .map_err(Error::io(format!("cannot write {}", p.display())))?;
     }
-    if rows.len() < 1 + suites.len() * encaps.len() {
+    if a.split_packets > 0 {
+        println!();
+        let split = crate::bench_split::psp_split(a.split_packets, 1400);
+        print!("{}", crate::bench_split::render(&split));
+    }
+    if rows.len() < 1 + suites.len() * encaps.len() + psp.len() {
         return Err(Error::Other("some measurements failed".into()));
     }
     Ok(())

@@ -535,28 +535,36 @@ pub fn up(path: &Path) -> Result<()> {
         Mode::Transport => true,
     });
     // PSP: UDP port 1000 on our outer address, and the key-exchange listener.
-    let mut psp_out = UdpOut { v4: None, v6: None };
+    let mut psp_out = UdpOut::default();
     let mut psp_listener = None;
     if let Some(c) = &shared.config.psp {
         let io = |what: &str| Error::io(format!("cannot open {what} socket"));
-        let s = UdpSocket::bind(SocketAddr::new(c.local, netveil_psp::UDP_PORT))
-            .map_err(io("PSP UDP (port 1000)"))?;
-        s.set_buffer_sizes(8 << 20).ok();
+        let udp_sock = |port: u16| -> Result<Arc<UdpSocket>> {
+            let s = UdpSocket::bind(SocketAddr::new(c.local, port))
+                .map_err(io("PSP UDP (port 1000)"))?;
+            s.set_buffer_sizes(8 << 20).ok();
+            if let Some(m) = iface.fwmark {
+                s.set_mark(m).map_err(io("PSP UDP (SO_MARK)"))?;
+            }
+            Ok(Arc::new(s))
+        };
+        // Receive on port 1000; send from a pool of sockets on ephemeral ports, one picked per inner flow, so that
+        // the source port carries the flow's entropy (as the specification asks) while UDP GSO still batches.
+        let s = udp_sock(netveil_psp::UDP_PORT)?;
         s.enable_gro().ok();
-        if let Some(m) = iface.fwmark {
-            s.set_mark(m).map_err(io("PSP UDP (SO_MARK)"))?;
-        }
-        let s = Arc::new(s);
+        let pool = (0..PSP_TX_SOCKETS)
+            .map(|_| udp_sock(0))
+            .collect::<Result<Vec<_>>>()?;
         if c.local.is_ipv6() {
-            psp_out.v6 = Some(s.clone());
+            psp_out.v6 = pool;
         } else {
-            psp_out.v4 = Some(s.clone());
+            psp_out.v4 = pool;
         }
         rx.push(RxSock::Udp(s, UdpKind::Psp));
         psp_listener = Some(psp_ctl::listen(c, iface.fwmark)?);
     }
     let udp = shared.sad.iter().any(|s| s.params.encap.is_some());
-    let mut udp_out = UdpOut { v4: None, v6: None };
+    let mut udp_out = UdpOut::default();
     let io = |what: &str| Error::io(format!("cannot open {what} socket"));
     for (fam_ok, is6) in [(v4, false), (v6, true)] {
         if !fam_ok {
@@ -592,9 +600,9 @@ pub fn up(path: &Path) -> Result<()> {
             }
             let s = Arc::new(s);
             if is6 {
-                udp_out.v6 = Some(s.clone());
+                udp_out.v6 = vec![s.clone()];
             } else {
-                udp_out.v4 = Some(s.clone());
+                udp_out.v4 = vec![s.clone()];
             }
             rx.push(RxSock::Udp(s, UdpKind::NatT));
         }
@@ -727,10 +735,16 @@ fn partition(
 }
 
 /// The outbound UDP sockets (NAT-T), by family.
+/// The UDP sockets packets leave on, per family; with several, the packet's UDP source port (a flow hash) picks
+/// one.
+#[derive(Default)]
 pub struct UdpOut {
-    pub v4: Option<Arc<UdpSocket>>,
-    pub v6: Option<Arc<UdpSocket>>,
+    pub v4: Vec<Arc<UdpSocket>>,
+    pub v6: Vec<Arc<UdpSocket>>,
 }
+
+/// PSP transmit sockets (source ports) per family.
+pub const PSP_TX_SOCKETS: usize = 8;
 
 fn tx_loop(
     sh: &Shared,
@@ -815,8 +829,8 @@ fn tx_loop(
 /// run may be shorter) go out as one buffer that the kernel splits into datagrams.
 struct GsoSender {
     bufs: Vec<Vec<u8>>,
-    /// (length used, segment size, destination, source) per buffer in use.
-    runs: Vec<(usize, u16, SocketAddr, IpAddr)>,
+    /// (length used, segment size, destination, source, socket index) per buffer in use.
+    runs: Vec<(usize, u16, SocketAddr, IpAddr, usize)>,
 }
 
 const GSO_BUFS: usize = 8;
@@ -850,15 +864,27 @@ impl GsoSender {
             if d.len() < hl + 8 {
                 continue;
             }
+            let sport = u16::from_be_bytes([d[hl], d[hl + 1]]);
             let dport = u16::from_be_bytes([d[hl + 2], d[hl + 3]]);
             let payload = &d[hl + 8..];
             let to = SocketAddr::new(dst, dport);
             let len = payload.len();
-            // Append to the current run if it fits: same peer, same size (or shorter, which closes the run).
+            let n_socks = if dst.is_ipv6() {
+                udp.v6.len()
+            } else {
+                udp.v4.len()
+            };
+            if n_socks == 0 {
+                continue;
+            }
+            let sock = sport as usize % n_socks;
+            // Append to the current run if it fits: same peer and socket, same size (or shorter, which closes the
+            // run).
             let append = match self.runs.last() {
-                Some(&(used, seg, rto, rsrc)) => {
+                Some(&(used, seg, rto, rsrc, rsock)) => {
                     rto == to
                         && rsrc == src
+                        && rsock == sock
                         && used % seg as usize == 0
                         && len <= seg as usize
                         && used + len <= netveil_io::udp::GSO_MAX_PAYLOAD
@@ -878,30 +904,32 @@ impl GsoSender {
             }
             let r = self.runs.len();
             self.bufs[r][..len].copy_from_slice(payload);
-            self.runs.push((len, len.max(1) as u16, to, src));
+            self.runs.push((len, len.max(1) as u16, to, src, sock));
         }
         self.flush(udp);
     }
 
     fn flush(&mut self, udp: &UdpOut) {
         for fam6 in [false, true] {
-            let sock = if fam6 { &udp.v6 } else { &udp.v4 };
-            let Some(sock) = sock else { continue };
-            let mut items: [(&[u8], u16, SocketAddr, IpAddr); GSO_BUFS] = [(
-                &[],
-                0,
-                SocketAddr::from(([0, 0, 0, 0], 0)),
-                IpAddr::from([0u8, 0, 0, 0]),
-            ); GSO_BUFS];
-            let mut k = 0;
-            for (i, &(used, seg, to, src)) in self.runs.iter().enumerate() {
-                if to.is_ipv6() == fam6 && used > 0 {
-                    items[k] = (&self.bufs[i][..used], seg, to, src);
-                    k += 1;
+            let socks = if fam6 { &udp.v6 } else { &udp.v4 };
+            for (si, sock) in socks.iter().enumerate() {
+                let mut items: [(&[u8], u16, SocketAddr, IpAddr); GSO_BUFS] = [(
+                    &[],
+                    0,
+                    SocketAddr::from(([0, 0, 0, 0], 0)),
+                    IpAddr::from([0u8, 0, 0, 0]),
+                );
+                    GSO_BUFS];
+                let mut k = 0;
+                for (i, &(used, seg, to, src, rs)) in self.runs.iter().enumerate() {
+                    if to.is_ipv6() == fam6 && rs == si && used > 0 {
+                        items[k] = (&self.bufs[i][..used], seg, to, src);
+                        k += 1;
+                    }
                 }
-            }
-            if k > 0 {
-                let _ = sock.send_gso_batch_from(&items[..k]);
+                if k > 0 {
+                    let _ = sock.send_gso_batch_from(&items[..k]);
+                }
             }
         }
         self.runs.clear();

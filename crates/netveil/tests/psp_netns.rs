@@ -271,6 +271,13 @@ fn tunnel(outer: Family, version: &str, replay_window: u32) {
         }
     }
     assert!(psp_frames > 10_000, "PSP frames: {psp_frames}");
+    // The UDP source port follows the inner flow (ping, the TCP transfer and the UDP exchange differ).
+    let sports: std::collections::BTreeSet<u16> = frames
+        .iter()
+        .filter(|f| f.outer_proto == Some(17) && f.src == outer_addrs[0])
+        .flat_map(|f| f.udp_ports.iter().copied().filter(|&p| p != 1000))
+        .collect();
+    assert!(sports.len() >= 2, "source ports: {sports:?}");
     assert!(ctl_frames < 100, "key-exchange frames: {ctl_frames}");
 
     // Tampered packets and unknown SPIs are counted and dropped.
