@@ -26,7 +26,7 @@ use netveil_wire::PacketBuf;
 use zeroize::Zeroizing;
 
 use crate::kdf;
-use crate::xform::{peek, peek_iv, Decapsulated, RxSa};
+use crate::xform::{locate, peek, Decapsulated, RxSa};
 use crate::{Error, Version};
 
 /// The largest SPI value of a phase (low 31 bits).
@@ -352,21 +352,24 @@ impl Device {
     }
 
     fn decapsulate_uncounted(&self, pkt: &mut PacketBuf) -> Result<Decapsulated, RxDrop> {
-        let (spi, version) = peek(pkt.data()).map_err(RxDrop::Psp)?;
-        let e = self.rx.get(&spi).ok_or(RxDrop::UnknownSpi)?;
-        if e.sa.version() != version {
+        // The header is parsed once: the SA lookup and the transform share it.
+        let loc = locate(pkt.data()).map_err(RxDrop::Psp)?;
+        let e = self.rx.get(&loc.hdr.spi).ok_or(RxDrop::UnknownSpi)?;
+        if e.sa.version() != loc.hdr.version {
             return Err(RxDrop::WrongVersion);
         }
         match &e.replay {
-            None => e.sa.decapsulate(pkt).map_err(RxDrop::Psp),
+            None => e.sa.decapsulate_located(pkt, loc).map_err(RxDrop::Psp),
             Some(w) => {
                 // The check before the (costly) decryption rejects most replays cheaply; the window moves only
                 // for an authenticated packet. IVs are 64-bit, so the window works on full values.
-                let iv = peek_iv(pkt.data()).map_err(RxDrop::Psp)?;
-                if w.lock().map(|w| w.check_full(iv).is_err()).unwrap_or(true) {
+                if w.lock()
+                    .map(|w| w.check_full(loc.hdr.iv).is_err())
+                    .unwrap_or(true)
+                {
                     return Err(RxDrop::Replay);
                 }
-                let d = e.sa.decapsulate(pkt).map_err(RxDrop::Psp)?;
+                let d = e.sa.decapsulate_located(pkt, loc).map_err(RxDrop::Psp)?;
                 let mut w = w.lock().map_err(|_| RxDrop::Replay)?;
                 w.update(d.iv).map_err(|_| RxDrop::Replay)?;
                 Ok(d)

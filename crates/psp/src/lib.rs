@@ -42,6 +42,8 @@ pub enum Error {
     Auth,
     /// The IV counter is exhausted: the SA must be rekeyed.
     IvExhausted,
+    /// Transport mode cannot carry an IPv4 fragment (tunnel mode can).
+    Fragment,
 }
 
 impl Error {
@@ -55,6 +57,7 @@ impl Error {
             Error::NoRoom => "no-room",
             Error::Auth => "auth-failed",
             Error::IvExhausted => "iv-exhausted",
+            Error::Fragment => "fragment-in-transport-mode",
         }
     }
 }

@@ -177,6 +177,11 @@ impl TxSa {
         let (ip_hlen, offset, next_header, sport, added) = match self.cfg.mode {
             Mode::Transport => {
                 let d = pkt.data();
+                // An IPv4 fragment cannot be carried: its header (MF, offset) would become the outer header of a
+                // whole UDP datagram, which receivers would try to reassemble. (Tunnel mode carries fragments.)
+                if d[0] >> 4 == 4 && (d[6] & 0x3f != 0 || d[7] != 0) {
+                    return Err(Error::Fragment);
+                }
                 (
                     ihl,
                     self.cfg.crypt_offset_transport,
@@ -283,14 +288,15 @@ impl core::fmt::Debug for RxSa {
 }
 
 /// The located PSP part of a packet: IP header length, PSP header (parsed), its length.
-struct Located {
-    ip_hlen: usize,
-    hdr: Repr,
-    psp_hlen: usize,
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Located {
+    pub(crate) ip_hlen: usize,
+    pub(crate) hdr: Repr,
+    pub(crate) psp_hlen: usize,
 }
 
 /// Finds and checks the PSP header of an IP packet (UDP to port 1000). `Err(NotPsp)` for other packets.
-fn locate(p: &[u8]) -> Result<Located, Error> {
+pub(crate) fn locate(p: &[u8]) -> Result<Located, Error> {
     let (ip_hlen, proto) = ip_header(p)?;
     if proto != ip_proto::UDP {
         return Err(Error::NotPsp);
@@ -363,6 +369,15 @@ impl RxSa {
     /// header is kept with the next header as protocol). On error the packet is not to be used.
     pub fn decapsulate(&self, pkt: &mut PacketBuf) -> Result<Decapsulated, Error> {
         let loc = locate(pkt.data())?;
+        self.decapsulate_located(pkt, loc)
+    }
+
+    /// [`RxSa::decapsulate`] with the header already located (so that a device parses it once per packet).
+    pub(crate) fn decapsulate_located(
+        &self,
+        pkt: &mut PacketBuf,
+        loc: Located,
+    ) -> Result<Decapsulated, Error> {
         if loc.hdr.spi != self.spi || loc.hdr.version != self.version {
             return Err(Error::Auth);
         }

@@ -274,3 +274,30 @@ fn forgotten_sas_no_longer_decrypt() {
     assert!(format!("{a:?}").contains("spi"));
     assert!(!format!("{a:?}").contains("key:"), "keys are not printed");
 }
+
+#[test]
+fn transport_mode_refuses_ipv4_fragments_and_tunnel_mode_carries_them() {
+    let mut d = Device::new();
+    let a = d.rx_assoc(Version::AesGcm128).unwrap();
+    for (flags, off) in [(0x20u8, 0u8), (0x00, 0x10), (0x01, 0x00)] {
+        let mut b = udp4(100, 7);
+        b.data_mut()[6] = flags;
+        b.data_mut()[7] = off;
+        let before = b.data().to_vec();
+        let mut tx = tx_for(&a, Mode::Transport);
+        assert_eq!(
+            tx.encapsulate(&mut b),
+            Err(netveil_psp::Error::Fragment),
+            "flags {flags:#x} offset {off:#x}"
+        );
+        assert_eq!(b.data(), &before[..], "unchanged on error");
+        let mut tx = tx_for(&a, Mode::Tunnel);
+        tx.encapsulate(&mut b).unwrap();
+        d.decapsulate(&mut b).unwrap();
+        assert_eq!(b.data(), &before[..]);
+    }
+    // DF alone is not a fragment.
+    let mut b = udp4(100, 7);
+    b.data_mut()[6] = 0x40;
+    tx_for(&a, Mode::Transport).encapsulate(&mut b).unwrap();
+}
