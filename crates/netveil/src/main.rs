@@ -82,15 +82,21 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Up { config } => netveil::daemon::up(&config),
         Cmd::Check { config } => netveil::config::Config::load(&config)
-            .map(|c| {
+            .map_err(netveil::Error::Config)
+            .and_then(|c| {
+                // PSP: the certificates and key are read and checked too.
+                if let Some(p) = &c.psp {
+                    netveil::psp_ctl::tls(p)?;
+                }
                 println!(
-                    "{}: ok ({} SAs, {} policies)",
+                    "{}: ok ({} SAs, {} policies{})",
                     config.display(),
                     c.sas.len(),
-                    c.policies.len()
+                    c.policies.len(),
+                    if c.psp.is_some() { ", PSP" } else { "" }
                 );
-            })
-            .map_err(netveil::Error::Config),
+                Ok(())
+            }),
         Cmd::Status {
             interface,
             socket,

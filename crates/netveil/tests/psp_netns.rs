@@ -367,6 +367,7 @@ fn psp_transport_v4_tcp_udp() {
     let mut lab = Lab::new("nvp").expect("lab").with_netveil(NETVEIL);
     let pair = HostPair {
         mode: Mode::Transport,
+        psp_rotate_seconds: 1,
         ..HostPair::psp("aes-gcm-128")
     };
     let hosts = TwoHosts::up(&mut lab, &pair).unwrap_or_else(|e| panic!("setup: {e}"));
@@ -389,6 +390,13 @@ fn psp_transport_v4_tcp_udp() {
     let st = hosts.daemon(1).status_json().unwrap();
     assert!(stat(&st, "rx_packets") > 1000, "{st}");
     assert_eq!(st["psp"]["mode"], "transport");
+    // rotate_seconds = 1: the timer rotates and re-associates; traffic keeps flowing.
+    std::thread::sleep(Duration::from_millis(2500));
+    let st = hosts.daemon(1).status_json().unwrap();
+    assert!(st["psp"]["generation"].as_u64().unwrap() >= 2, "{st}");
+    assert!(st["psp"]["assoc_received"].as_u64().unwrap() >= 3, "{st}");
+    assert_eq!(udp_echo(&hosts, 50), 50);
+    assert_eq!(stat(&st, "rx_bad") + stat(&st, "rx_auth_fail"), 0, "{st}");
     eprintln!("PSP transport: {:.0} Mbit/s", t.mbit_per_s());
 }
 
@@ -521,4 +529,72 @@ fn psp_untrusted_peer_never_associates() {
     );
     let log = hosts.daemon(0).log() + &hosts.daemon(1).log();
     assert!(log.contains("PSP key exchange"), "{log}");
+}
+
+/// Certificates from a CA (not `netveil keygen`): each side trusts the CA and checks the peer's name; a host with
+/// a valid certificate from the same CA but another name is refused.
+#[test]
+fn psp_ca_signed_certificates_and_the_peer_name_is_checked() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").expect("lab").with_netveil(NETVEIL);
+    let dir = lab.dir().to_path_buf();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "netveil test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca_cert.pem()).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    // a, b, and "mallory" whose certificate is also from the CA.
+    for (file, name) in [("a", "a"), ("b", "b"), ("m", "mallory")] {
+        let k = rcgen::KeyPair::generate().unwrap();
+        let c = rcgen::CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .signed_by(&k, &issuer)
+            .unwrap();
+        std::fs::write(dir.join(format!("{file}.crt")), c.pem()).unwrap();
+        std::fs::write(dir.join(format!("{file}.key")), k.serialize_pem()).unwrap();
+    }
+    let d = dir.display().to_string();
+    let pair = HostPair::psp("aes-gcm-128");
+    let mut hosts = TwoHosts::topology(&mut lab, &pair).unwrap();
+    for c in hosts.configs.iter_mut() {
+        for peer in ["a", "b"] {
+            *c = c.replace(
+                &format!("peer_ca = \"{d}/{peer}.crt\""),
+                &format!("peer_ca = \"{d}/ca.crt\""),
+            );
+        }
+        assert!(c.contains("ca.crt"), "{c}");
+    }
+    let good = hosts.configs.clone();
+    // b presents mallory's certificate: a (client, checks the server name) refuses it.
+    hosts.configs[1] = good[1]
+        .replace(&format!("{d}/b.crt"), &format!("{d}/m.crt"))
+        .replace(&format!("{d}/b.key"), &format!("{d}/m.key"));
+    hosts.start(&lab).unwrap();
+    assert!(hosts.wait_psp_associated(Duration::from_secs(4)).is_err());
+    for mut dmn in hosts.daemons.drain(..) {
+        dmn.stop();
+    }
+    // a presents mallory's certificate: b (server, checks the client certificate's names) refuses it.
+    hosts.configs[0] = good[0]
+        .replace(&format!("{d}/a.crt"), &format!("{d}/m.crt"))
+        .replace(&format!("{d}/a.key"), &format!("{d}/m.key"));
+    hosts.configs[1] = good[1].clone();
+    hosts.start(&lab).unwrap();
+    assert!(hosts.wait_psp_associated(Duration::from_secs(4)).is_err());
+    let log = hosts.daemon(1).log();
+    assert!(log.contains("not for a"), "{log}");
+    for mut dmn in hosts.daemons.drain(..) {
+        dmn.stop();
+    }
+    // The right certificates associate, and traffic flows.
+    hosts.configs = good;
+    hosts.start(&lab).unwrap();
+    wait_associated(&hosts);
+    let out = hosts.ping(&lab, 0, 3, "0.1").unwrap();
+    assert!(out.contains(" 0% packet loss"), "ping: {out}");
 }
