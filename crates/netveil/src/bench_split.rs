@@ -504,12 +504,13 @@ mod tests {
         let s = psp_split(8 * BATCH, 1400);
         assert_eq!((s.inner_len, s.outer_len), (1428, 1428 + 28 + 32));
         assert_eq!((s.batches, s.batch, s.packets), (8, BATCH, 8 * BATCH));
+        // Measured quantities are positive; the derived "rest" is a difference of timings and may come out
+        // negative on a loaded machine (this is a structure test, not a timing test).
+        assert!(s.rx_rest_ns().is_finite() && s.tx_rest_ns().is_finite());
         for (name, ns) in [
             ("rx lookup", s.rx_lookup_ns),
             ("rx crypto", s.rx_crypto_ns),
-            ("rx rest", s.rx_rest_ns()),
             ("tx crypto", s.tx_crypto_ns),
-            ("tx rest", s.tx_rest_ns()),
             ("derive", s.derive_ns),
             ("esp rx", s.esp_rx_total_ns),
             ("esp tx", s.esp_tx_total_ns),
@@ -519,7 +520,6 @@ mod tests {
         let rx: f64 = s.rx_shares().iter().sum();
         let tx: f64 = s.tx_shares().iter().sum();
         assert!((rx - 100.0).abs() < 1e-9 && (tx - 100.0).abs() < 1e-9);
-        assert!(s.rx_shares().iter().chain(&s.tx_shares()).all(|&p| p > 0.0));
         assert!(s.gbit_per_s(s.rx_total_ns) > 0.0);
 
         let t = render(&s);

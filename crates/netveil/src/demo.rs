@@ -1,5 +1,6 @@
-//! `netveil demo`: a two-host lab in network namespaces. Brings up ESP in tunnel mode, pings, transfers data, shows
-//! the daemon's status and what an eavesdropper on the wire sees, then decrypts the capture with the exported keys.
+//! `netveil demo`: a two-host lab in network namespaces. Brings up ESP (or, with `--psp`, PSP) in tunnel mode, pings,
+//! transfers data, shows the daemon's status and what an eavesdropper on the wire sees, then decrypts the ESP capture
+//! with the exported keys (PSP: rotates the master keys while traffic flows).
 
 use crate::lab::{self, HostPair, Lab, TwoHosts};
 use crate::{Error, Result};
@@ -11,6 +12,10 @@ pub struct DemoArgs {
     /// ESP suite (strongSwan proposal name), e.g. aes128gcm16, aes256-sha256, chacha20poly1305.
     #[arg(long, default_value = "aes128gcm16")]
     pub suite: String,
+    /// Use PSP instead of ESP, with this version (aes-gcm-128, aes-gcm-256, aes-gmac-128, aes-gmac-256); keys
+    /// are exchanged over TLS 1.3 with certificates from `netveil keygen`.
+    #[arg(long, value_name = "VERSION", num_args = 0..=1, default_missing_value = "aes-gcm-128")]
+    pub psp: Option<String>,
     /// Megabytes to transfer over TCP.
     #[arg(long, default_value_t = 50)]
     pub megabytes: u64,
@@ -46,8 +51,16 @@ pub fn run(a: DemoArgs) -> Result<()> {
             )));
         }
     }
-    netveil_ipsec::suite::EspSuite::parse(&a.suite, false)
-        .map_err(|e| Error::Usage(format!("--suite: {e}")))?;
+    if let Some(v) = &a.psp {
+        if !["aes-gcm-128", "aes-gcm-256", "aes-gmac-128", "aes-gmac-256"].contains(&v.as_str()) {
+            return Err(Error::Usage(format!(
+                "--psp: '{v}' must be aes-gcm-128, aes-gcm-256, aes-gmac-128 or aes-gmac-256"
+            )));
+        }
+    } else {
+        netveil_ipsec::suite::EspSuite::parse(&a.suite, false)
+            .map_err(|e| Error::Usage(format!("--suite: {e}")))?;
+    }
     let mut lab = Lab::new("nvdemo")?;
     if let Some(p) = &a.netveil {
         lab = lab.with_netveil(p);
@@ -55,7 +68,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
     if a.keep {
         lab.keep();
     }
-    let pair = HostPair::esp(&a.suite);
+    let pair = match &a.psp {
+        Some(v) => HostPair::psp(v),
+        None => HostPair::esp(&a.suite),
+    };
 
     header("1. Lab");
     let mut hosts = step("building the lab", TwoHosts::topology(&mut lab, &pair))?;
@@ -65,12 +81,27 @@ pub fn run(a: DemoArgs) -> Result<()> {
         hosts.ns[0], hosts.veth[0], aa.outer, aa.outer_prefix, aa.inner, aa.inner_prefix,
         hosts.ns[1], hosts.veth[1], ba.outer, ba.outer_prefix, ba.inner, ba.inner_prefix
     );
-    println!(
-        "ESP tunnel mode, suite {}, static random keys; configuration of host a: {}",
-        a.suite,
-        lab.dir().join("a.toml").display()
-    );
+    match &a.psp {
+        None => println!(
+            "ESP tunnel mode, suite {}, static random keys; configuration of host a: {}",
+            a.suite,
+            lab.dir().join("a.toml").display()
+        ),
+        Some(v) => println!(
+            "PSP tunnel mode, {v}, keys exchanged over TLS 1.3 (certificates from netveil keygen in {}); \
+             configuration of host a: {}",
+            lab.dir().display(),
+            lab.dir().join("a.toml").display()
+        ),
+    }
     step("starting the daemons", hosts.start(&lab))?;
+    if a.psp.is_some() {
+        step(
+            "PSP association",
+            hosts.wait_psp_associated(std::time::Duration::from_secs(15)),
+        )?;
+        println!("PSP: both hosts handed each other a receive SPI and key over TLS (rx-assoc / tx-assoc)");
+    }
     println!(
         "netveil up: running in both namespaces (TUN device {})",
         pair.tun
@@ -149,10 +180,48 @@ pub fn run(a: DemoArgs) -> Result<()> {
             "  packets showing the inner addresses {} / {}: {leaked}",
             inner[0], inner[1]
         );
-        if leaked > 0 || by_proto.contains_key("icmp") || by_proto.contains_key("tcp") {
+        // PSP's key exchange is TCP (TLS) between the outer addresses; inner TCP would show the inner addresses.
+        let tcp_leak = by_proto.contains_key("tcp") && a.psp.is_none();
+        if leaked > 0 || by_proto.contains_key("icmp") || tcp_leak {
             return Err(Error::Other(
                 "demo: clear traffic of the inner addresses is visible on the wire".into(),
             ));
+        }
+        if a.psp.is_some() {
+            println!(
+                "  => only PSP (UDP port 1000) and the TLS key exchange: no ICMP, no inner TCP, no inner addresses."
+            );
+            header("6. Rotating the master keys while traffic flows");
+            for round in 1..=2 {
+                for (i, n) in ["a", "b"].iter().enumerate() {
+                    let v = step("netveil rotate", hosts.daemon(i).ask("rotate"))?;
+                    println!(
+                        "  netveil rotate (host {n}): generation {}",
+                        v["generation"]
+                    );
+                }
+                let out = step("ping", hosts.ping(&lab, 0, 3, "0.1"))?;
+                let summary = out
+                    .lines()
+                    .find(|l| l.contains("packet loss"))
+                    .unwrap_or("");
+                println!("  after rotation {round}: {summary}");
+            }
+            let st = step("netveil status", hosts.daemon(0).status_json())?;
+            let p = &st["psp"];
+            println!(
+                "  host a: generation {}, sending with SPI {}, receiving on SPI {}; unknown-SPI drops {}, auth failures {}",
+                p["generation"],
+                p["tx_spi"].as_str().unwrap_or("?"),
+                p["rx_spi"].as_str().unwrap_or("?"),
+                p["stats"]["rx_unknown_spi"],
+                p["stats"]["rx_auth_fail"]
+            );
+            header("Done");
+            drop(hosts);
+            drop(lab);
+            println!("lab removed (namespaces, daemons, files). All steps succeeded.");
+            return Ok(());
         }
         println!("  => only ESP on the wire: no ICMP, no TCP, no inner addresses.");
 

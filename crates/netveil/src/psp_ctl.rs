@@ -11,7 +11,7 @@
 //!   allocates a new receive SPI under the new key and sends it. The peer switches its transmit SA when the
 //!   message arrives; packets still in flight with the old SPI decrypt because SAs one rotation old stay valid.
 //!
-//! Messages (inside TLS): `'A'`, length (u16), version (u8), SPI (u32), generation (u8), key (16 or 32 bytes).
+//! Messages (inside TLS): [`netveil_psp::assoc`].
 //! Key material is zeroized after use and never logged.
 
 use crate::config::PspConfig;
@@ -45,6 +45,9 @@ pub struct PspState {
     pub assoc_received: AtomicU64,
     /// Outbound packets dropped because no transmit SA is installed yet.
     pub tx_no_sa: AtomicU64,
+    /// Receive SPIs handed to the peer, oldest first: the latest two are kept (packets sent with the previous
+    /// one may still be in flight), older ones are forgotten, so reconnections cannot grow the SA table.
+    handed: Mutex<Vec<u32>>,
 }
 
 impl PspState {
@@ -63,6 +66,7 @@ impl PspState {
             assoc_sent: AtomicU64::new(0),
             assoc_received: AtomicU64::new(0),
             tx_no_sa: AtomicU64::new(0),
+            handed: Mutex::new(Vec::new()),
         }
     }
 
@@ -226,8 +230,6 @@ pub fn keygen(name: &str, dir: &Path) -> Result<(std::path::PathBuf, std::path::
         .map_err(Error::io(format!("cannot write {}", crt.display())))?;
     Ok((crt, key))
 }
-
-const MSG_ASSOC: u8 = b'A';
 
 /// Connects to `to` from a socket carrying `mark` (so that the connection bypasses the TUN in transport mode),
 /// giving up after `timeout`.
@@ -495,20 +497,15 @@ where
                 ) => {}
             Err(e) => return Err(e.to_string()),
         }
-        while rbuf.len() >= 3 {
-            let len = u16::from_be_bytes([rbuf[1], rbuf[2]]) as usize;
-            if len > 64 {
-                return Err("oversized message".into());
-            }
-            if rbuf.len() < 3 + len {
-                break;
-            }
-            let (kind, body) = (rbuf[0], &rbuf[3..3 + len]);
-            match kind {
-                MSG_ASSOC => install(st, body)?,
-                k => return Err(format!("unknown message type {k}")),
-            }
-            rbuf.drain(..3 + len);
+        loop {
+            let used = match netveil_psp::assoc::decode(&rbuf).map_err(|e| e.to_string())? {
+                None => break,
+                Some((a, used)) => {
+                    install(st, &a)?;
+                    used
+                }
+            };
+            rbuf.drain(..used);
         }
     }
     s.conn.send_close_notify();
@@ -518,19 +515,31 @@ where
 
 /// Allocates a receive SA and sends its SPI and key to the peer.
 fn send_assoc<S: Write>(st: &PspState, s: &mut S) -> std::result::Result<(), String> {
-    let a = st
-        .device
-        .write()
-        .map_err(|_| "device lock poisoned")?
-        .rx_assoc(st.cfg.version)
-        .map_err(|e| format!("cannot allocate an SPI: {e}"))?;
+    let a = {
+        let mut dev = st.device.write().map_err(|_| "device lock poisoned")?;
+        let a = dev
+            .rx_assoc(st.cfg.version)
+            .map_err(|e| format!("cannot allocate an SPI: {e}"))?;
+        let mut handed = st.handed.lock().map_err(|_| "lock poisoned")?;
+        handed.push(a.spi);
+        while handed.len() > 2 {
+            // An SPI value comes back under a fresh master key (counting restarts after a rotation): never
+            // forget the value of an SA still handed out.
+            let old = handed.remove(0);
+            if !handed.contains(&old) {
+                dev.forget(old);
+            }
+        }
+        a
+    };
     let mut m = Zeroizing::new(Vec::with_capacity(9 + a.key.len()));
-    m.push(MSG_ASSOC);
-    m.extend_from_slice(&((6 + a.key.len()) as u16).to_be_bytes());
-    m.push(a.version.number());
-    m.extend_from_slice(&a.spi.to_be_bytes());
-    m.push(a.generation);
-    m.extend_from_slice(&a.key);
+    netveil_psp::assoc::Assoc {
+        version: a.version,
+        spi: a.spi,
+        generation: a.generation,
+        key: &a.key,
+    }
+    .encode(&mut m);
     s.write_all(&m)
         .and_then(|_| s.flush())
         .map_err(|e| e.to_string())?;
@@ -540,24 +549,17 @@ fn send_assoc<S: Write>(st: &PspState, s: &mut S) -> std::result::Result<(), Str
 }
 
 /// Installs the peer's association as our transmit SA.
-fn install(st: &PspState, body: &[u8]) -> std::result::Result<(), String> {
-    let (&v, rest) = body.split_first().ok_or("short association")?;
-    if v != st.cfg.version.number() {
+fn install(st: &PspState, a: &netveil_psp::assoc::Assoc<'_>) -> std::result::Result<(), String> {
+    if a.version != st.cfg.version {
         return Err(format!(
-            "the peer uses PSP version {v}, we are configured for {}",
+            "the peer uses PSP version {}, we are configured for {}",
+            a.version.number(),
             st.cfg.version.number()
         ));
     }
-    if rest.len() != 5 + st.cfg.version.key_len() {
-        return Err("association of the wrong length".into());
-    }
-    let spi = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
-    if spi & 0x7fff_ffff == 0 {
-        return Err("the peer sent an invalid SPI".into());
-    }
-    let sa = TxSa::with_key(&rest[5..], st.tx_config(spi)).map_err(|e| e.to_string())?;
+    let sa = TxSa::with_key(a.key, st.tx_config(a.spi)).map_err(|e| e.to_string())?;
     *st.tx.lock().map_err(|_| "tx lock poisoned")? = Some(sa);
-    st.tx_spi.store(spi, Relaxed);
+    st.tx_spi.store(a.spi, Relaxed);
     st.assoc_received.fetch_add(1, Relaxed);
     Ok(())
 }

@@ -598,3 +598,21 @@ fn psp_ca_signed_certificates_and_the_peer_name_is_checked() {
     let out = hosts.ping(&lab, 0, 3, "0.1").unwrap();
     assert!(out.contains(" 0% packet loss"), "ping: {out}");
 }
+
+/// `netveil demo --psp`: the whole walk-through (association, ping, TCP, eavesdropper, two rotations) succeeds.
+#[test]
+fn psp_demo_runs() {
+    let _g = serial();
+    let out = std::process::Command::new(NETVEIL)
+        .args(["demo", "--psp", "--megabytes", "10"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}\n{err}");
+    assert!(
+        text.contains("after rotation 2: 3 packets transmitted, 3 received"),
+        "{text}"
+    );
+    assert!(text.contains("All steps succeeded"), "{text}");
+}

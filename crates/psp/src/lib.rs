@@ -1,5 +1,6 @@
 //! Google's PSP Security Protocol (PSP Architecture Specification, Nov 2022), offline core.
 //!
+//! - [`assoc`]: the association message of netveil's TLS key exchange (SPI, key), encoded and decoded.
 //! - [`device`]: the device model: two master keys, generations, SPI allocation, rotation, the receive SA
 //!   table and the specification's counters.
 //! - [`header`]: a zero-copy view and a parsed form of the PSP header (16 bytes, plus the optional 8-byte
@@ -11,6 +12,7 @@
 //!
 //! Key objects are built once per SA; per-packet work derives no keys and allocates nothing.
 
+pub mod assoc;
 pub mod device;
 pub mod header;
 pub mod kdf;
