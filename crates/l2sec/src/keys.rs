@@ -1,0 +1,150 @@
+//! Session key material: the encryption key, the HMAC key (version 0) or the nonce salt (version 1), held in
+//! fixed arrays that are zeroized on drop and never printed. Either given explicitly (as the session
+//! establishment protocol hands them over) or derived with HKDF-SHA256 (RFC 5869) from a shared secret.
+//!
+//! Derivation: `okm = HKDF-SHA256(salt = "netveil-l2sec", ikm = secret, info = "netveil-l2sec " ‖ suite name ‖
+//! 0x00 ‖ context, L = enc_key_len + auth_key_len + salt_len)`, split in that order (encryption key, then HMAC
+//! key or salt).
+//!
+//! Group traffic: every sender derives its own keys from the network's group secret with the context
+//! `"group" ‖ source MAC` ([`SessionKeys::group_sender`]); receivers derive the same per sender. A group key is
+//! shared by many hosts, but no two senders use the same (key, sequence number) pair, so AEAD nonces and CBC IVs
+//! never repeat across senders. A sender that restarts starts a fresh random sequence number under the same
+//! group secret: the group secret must be replaced at least when a host restarts (or the context extended with
+//! a per-boot value the receivers learn), or nonces may repeat.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+use crate::suite::{Suite, HMAC_LEN, SALT_LEN};
+use crate::ConfigError;
+
+const MAX_ENC: usize = 32;
+const LABEL: &[u8] = b"netveil-l2sec";
+
+/// The keys of one session direction (or of one group sender).
+#[derive(Clone, Zeroize, ZeroizeOnDrop)]
+pub struct SessionKeys {
+    #[zeroize(skip)]
+    suite: Suite,
+    enc: [u8; MAX_ENC],
+    auth: [u8; HMAC_LEN],
+    salt: [u8; SALT_LEN],
+}
+
+impl core::fmt::Debug for SessionKeys {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SessionKeys")
+            .field("suite", &self.suite)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check(what: &'static str, expected: usize, got: usize) -> Result<(), ConfigError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(ConfigError::KeyLength {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+impl SessionKeys {
+    /// Explicit keys: `enc` of the suite's encryption key length; `auth` the 20-byte HMAC-SHA1 key (version 0,
+    /// empty for version 1); `salt` the 4-byte nonce salt (version 1, empty for version 0).
+    pub fn new(suite: Suite, enc: &[u8], auth: &[u8], salt: &[u8]) -> Result<Self, ConfigError> {
+        check("encryption key", suite.enc_key_len(), enc.len())?;
+        check("HMAC key", suite.auth_key_len(), auth.len())?;
+        check("salt", suite.salt_len(), salt.len())?;
+        let mut k = SessionKeys {
+            suite,
+            enc: [0; MAX_ENC],
+            auth: [0; HMAC_LEN],
+            salt: [0; SALT_LEN],
+        };
+        k.enc[..enc.len()].copy_from_slice(enc);
+        k.auth[..auth.len()].copy_from_slice(auth);
+        k.salt[..salt.len()].copy_from_slice(salt);
+        Ok(k)
+    }
+
+    /// Keys derived from a shared `secret` (at least 16 bytes) for `context` (see the module documentation).
+    pub fn derive(suite: Suite, secret: &[u8], context: &[u8]) -> Result<Self, ConfigError> {
+        if secret.len() < 16 {
+            return Err(ConfigError::KeyLength {
+                what: "secret (at least)",
+                expected: 16,
+                got: secret.len(),
+            });
+        }
+        let (e, a, s) = (suite.enc_key_len(), suite.auth_key_len(), suite.salt_len());
+        let mut okm = zeroize::Zeroizing::new([0u8; MAX_ENC + HMAC_LEN]);
+        let mut info = [0u8; 128];
+        let name = suite.name().as_bytes();
+        let prefix = 14 + name.len() + 1;
+        if prefix + context.len() > info.len() {
+            return Err(ConfigError::ContextTooLong);
+        }
+        info[..14].copy_from_slice(b"netveil-l2sec ");
+        info[14..14 + name.len()].copy_from_slice(name);
+        info[prefix..prefix + context.len()].copy_from_slice(context);
+        hkdf_sha256(
+            LABEL,
+            secret,
+            &info[..prefix + context.len()],
+            &mut okm[..e + a + s],
+        );
+        Self::new(suite, &okm[..e], &okm[e..e + a], &okm[e + a..e + a + s])
+    }
+
+    /// The keys a group member `src` sends with (and that receivers use for frames from `src`), derived from the
+    /// network's group secret.
+    pub fn group_sender(
+        suite: Suite,
+        group_secret: &[u8],
+        src: [u8; 6],
+    ) -> Result<Self, ConfigError> {
+        let mut ctx = [0u8; 11];
+        ctx[..5].copy_from_slice(b"group");
+        ctx[5..].copy_from_slice(&src);
+        Self::derive(suite, group_secret, &ctx)
+    }
+
+    pub fn suite(&self) -> Suite {
+        self.suite
+    }
+    pub(crate) fn enc(&self) -> &[u8] {
+        &self.enc[..self.suite.enc_key_len()]
+    }
+    pub(crate) fn auth(&self) -> &[u8] {
+        &self.auth[..self.suite.auth_key_len()]
+    }
+    pub(crate) fn salt(&self) -> [u8; SALT_LEN] {
+        self.salt
+    }
+}
+
+/// HKDF-SHA256 (RFC 5869): extract with `salt`, expand with `info` into `out` (at most 255 · 32 bytes).
+pub fn hkdf_sha256(salt: &[u8], ikm: &[u8], info: &[u8], out: &mut [u8]) {
+    assert!(out.len() <= 255 * 32, "HKDF output too long");
+    let mut ext = <Hmac<Sha256> as Mac>::new_from_slice(salt).expect("HMAC takes any key length");
+    ext.update(ikm);
+    let mut prk = zeroize::Zeroizing::new([0u8; 32]);
+    prk.copy_from_slice(&ext.finalize().into_bytes());
+    let base = <Hmac<Sha256> as Mac>::new_from_slice(&prk[..]).expect("HMAC takes any key length");
+    let mut t = zeroize::Zeroizing::new([0u8; 32]);
+    let mut t_len = 0;
+    for (i, chunk) in out.chunks_mut(32).enumerate() {
+        let mut m = base.clone();
+        m.update(&t[..t_len]);
+        m.update(info);
+        m.update(&[i as u8 + 1]);
+        t.copy_from_slice(&m.finalize().into_bytes());
+        t_len = 32;
+        chunk.copy_from_slice(&t[..chunk.len()]);
+    }
+}

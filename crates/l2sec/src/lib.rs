@@ -1,0 +1,268 @@
+//! l2sec: a layer-2 protocol that hides and authenticates everything above the MAC addresses of every Ethernet
+//! frame, after R. A. Campillo Terrero, "A Layer 2 Protocol to Protect the IP Communication in a Wired Ethernet
+//! Network" (RIT, 2014). Offline core: no I/O, no clock reads (time is passed in), no allocation per frame;
+//! cipher state is built once per session and secrets are zeroized and never printed.
+//!
+//! - [`header`]: zero-copy view and parsed form of the clear header (versions 0 and 1, every flag combination).
+//! - [`suite`]: the suites (version 0: Blowfish/AES-128/AES-256/3DES in CBC with HMAC-SHA1, ECB only behind
+//!   `insecure_ecb`; version 1: AES-GCM-128/256, ChaCha20-Poly1305).
+//! - [`keys`]: session keys, given or derived with HKDF-SHA256, and the per-sender keys of group traffic.
+//! - [`engine`]: the cipher state and the IV/nonce formulas; Blowfish-CBC behind netveil-crypto's `CbcCipher`.
+//! - [`session`]: [`TxSession::seal`] and [`RxSession::open`] in place on a [`netveil_wire::PacketBuf`], and
+//!   [`peek`] to pick the session of a received frame.
+//!
+//! # Frame
+//!
+//! A clear frame `dst MAC | src MAC | EtherType | L3 packet` becomes
+//!
+//! ```text
+//! +---------+---------+-----------------+--------------+-----------+----------+-----------+---------+-----+
+//! | dst MAC | src MAC | l2sec EtherType | clear header | EtherType | pad size | L3 packet | padding | ICV |
+//! |   6 B   |   6 B   |  2 B (0x88B5)   |   5..13 B    |    2 B    |   1 B    |  n bytes  | 0..b-1  |     |
+//! +---------+---------+-----------------+--------------+-----------+----------+-----------+---------+-----+
+//!                                                      \_______ encrypted section (if ENC) _________/
+//! \_________________________________ covered by the ICV (all bytes before it) _________________________/
+//! ```
+//!
+//! The l2sec EtherType is [`DEFAULT_ETHERTYPE`] (0x88B5, IEEE local experimental) or configured (e.g.
+//! [`THESIS_ETHERTYPE`] 0x1982). The L3 packet is whatever followed the EtherType: IPv4, IPv6, ARP or any other
+//! protocol. Padding (version 0 with ENC only) fills the encrypted section to a multiple of the block length
+//! `b` (8 for Blowfish and 3DES, 16 for AES); its bytes are 1, 2, …, pad size, and the pad size is below `b`.
+//! Without encryption, and always in version 1, the pad size is 0. VLAN tags get no special treatment: an
+//! 802.1Q frame is protected like any other EtherType (the tag and the inner EtherType travel inside the
+//! encrypted section, so switches see an untagged l2sec frame), and it comes out of `open` as it went in.
+//!
+//! # Clear header
+//!
+//! Byte 0, both versions:
+//!
+//! ```text
+//!   7   6   5   4   3   2   1   0
+//! +---+---+---+---+---+---+---+---+
+//! |  version  | SN| TS| R |SIG|ENC|     SN 0x10, TS 0x08, reserved 0x04, SIG 0x02, ENC 0x01
+//! +---+---+---+---+---+---+---+---+
+//! ```
+//!
+//! Version 0 defaults (encryption, nothing else) give 0x01. Version 0, 5 + 3·SN + 4·TS bytes (5, 8, 9, 12):
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |0 0 0|S|T|R|G|E|        sequence number (bits 31..8)           |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! | seq (7..0)    |   security number (24 bits, only if S)        |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |                timestamp (32 bits, only if T)                 |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! ```
+//!
+//! Version 1 (first byte 0x21 with encryption), 6 + 3·SN + 4·TS bytes (6, 9, 10, 13), adds a key id that the
+//! receiver uses to tell the sessions of one peer apart across rekeying:
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |0 0 1|S|T|R|G|E|    key id     |  sequence number (31..16)     |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |  sequence number (15..0)      | security number (24, if S) ...
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//!  ... then the timestamp (32 bits, if T)
+//! ```
+//!
+//! In both versions a field that is absent takes no room: without SN the timestamp follows the sequence number.
+//! All fields are big-endian. The security number (shared by all hosts, changed on a schedule) must be one the
+//! receiver accepts; the timestamp (seconds, normally Unix time modulo 2^32) must be within the receiver's
+//! tolerance of its `now`.
+//!
+//! # Sequence numbers
+//!
+//! 32 bits on the wire, starting at a random value in 1..=2^31 and increasing by one per frame. Internally
+//! they are 64-bit (as ESP's extended sequence numbers, RFC 4303 Appendix A): the receiver infers the high 32
+//! bits from its replay window, and they are authenticated without being sent (they enter the IV, the nonce, the
+//! HMAC and the signature), so a session never wraps. Replay: one [`netveil_sa::replay::ReplayWindow`] per
+//! receive session (per peer, or per group sender), checked before and updated after authentication.
+//!
+//! # Integrity check value and cryptography
+//!
+//! `s` is the 64-bit sequence number, `s_hi` its high 32 bits as 4 bytes big-endian, `F` every byte of the
+//! frame before the ICV (MAC addresses, l2sec EtherType, clear header, encrypted section).
+//!
+//! | version, mode | ICV | bytes |
+//! |---|---|---|
+//! | 0 | HMAC-SHA1(K_auth, F ‖ s_hi), untruncated | 20 |
+//! | 0, SIG | Ed25519 signature over F ‖ s_hi (replaces the HMAC) | 64 |
+//! | 1 | AEAD tag | 16 |
+//! | 1, SIG | AEAD tag, then the signature over F ‖ tag ‖ s_hi | 80 |
+//! | keyless (either version), SIG required, no ENC | the signature over F ‖ s_hi | 64 |
+//!
+//! - Version 0: BIVN = HMAC-SHA1(K_auth, K_enc); `IV = E_K(BIVN[..b] XOR (0^(b-8) ‖ s))`, `b` the block length,
+//!   `s` as 8 bytes big-endian (for 8-byte blocks the whole block). The IV is never sent; it is unpredictable
+//!   without the key and distinct for each frame. CBC over the encrypted section (padded to `b`). ECB suites
+//!   encrypt each block alone (no IV): only with `insecure_ecb`, for the thesis' pattern demonstration.
+//! - Version 1: `nonce = salt (4) ‖ s (8 bytes big-endian)`, i.e. ESP's `salt ‖ 0000 ‖ seq` while `s < 2^32`.
+//!   AAD = the MAC addresses, the l2sec EtherType and the clear header; the encrypted section is the AEAD
+//!   plaintext. Without ENC the whole `F` is AAD and the plaintext is empty (authentication only).
+//! - Signatures: the sender signs with its Ed25519 [`ed25519_dalek::SigningKey`]; the receiver verifies with the
+//!   sender's [`ed25519_dalek::VerifyingKey`], looked up by the caller by source MAC, with `verify_strict`.
+//!   Signature mode serves broadcast and multicast (anyone with the group key could forge an HMAC or AEAD tag of
+//!   another member; a signature names the sender) and hosts without a session ([`TxSession::keyless`]).
+//!
+//! Group traffic (ARP, broadcast, multicast) uses per-sender keys derived from the network's group secret
+//! ([`SessionKeys::group_sender`]): a host without the group secret can neither read nor inject it.
+//!
+//! Not covered here: the session establishment protocol, the daemon, TAP and AF_PACKET I/O.
+
+pub mod engine;
+pub mod header;
+pub mod keys;
+pub mod session;
+pub mod suite;
+
+pub use header::{Header, Repr, Version};
+pub use keys::SessionKeys;
+pub use session::{peek, Opened, Peeked, RxConfig, RxSession, SealOpts, TxConfig, TxSession};
+pub use suite::Suite;
+
+/// l2sec's default EtherType: 0x88B5, IEEE 802 local experimental EtherType 1.
+pub const DEFAULT_ETHERTYPE: u16 = 0x88b5;
+/// The EtherType the thesis used.
+pub const THESIS_ETHERTYPE: u16 = 0x1982;
+
+/// Why a received frame was dropped. [`Drop::name`] gives stable names for counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Drop {
+    /// Not the l2sec EtherType: not a failure of l2sec, the caller may pass the frame on.
+    NotL2sec,
+    /// Too short, inconsistent lengths, or the reserved flag set.
+    Malformed,
+    /// A version this implementation does not know (2..=7).
+    UnknownVersion,
+    /// A known version other than the session's.
+    WrongVersion,
+    /// Version 1: a key id other than the session's.
+    UnknownKeyId,
+    /// The frame lacks what the receiver's configuration requires (encryption, signature, security number,
+    /// timestamp).
+    Policy,
+    /// The session has no keys, and the frame is encrypted or not signed.
+    NoKey,
+    /// The frame is signed and the caller gave no verifying key for its sender.
+    NoPeerKey,
+    /// The sequence number was already received.
+    Replayed,
+    /// The sequence number is left of the replay window.
+    TooOld,
+    /// The sequence number is 0 or its inferred high bits leave the 64-bit space.
+    InvalidSequence,
+    /// The HMAC or AEAD tag did not verify.
+    AuthFailed,
+    /// The signature did not verify.
+    BadSignature,
+    /// The pad size or the padding bytes are wrong (after authentication: a sender bug).
+    BadPadding,
+    /// The security number is not one the receiver accepts.
+    WrongSecurityNumber,
+    /// The timestamp is further from `now` than the tolerance.
+    StaleTimestamp,
+}
+
+impl Drop {
+    /// Every reason, in index order.
+    pub const ALL: [Drop; 16] = [
+        Drop::NotL2sec,
+        Drop::Malformed,
+        Drop::UnknownVersion,
+        Drop::WrongVersion,
+        Drop::UnknownKeyId,
+        Drop::Policy,
+        Drop::NoKey,
+        Drop::NoPeerKey,
+        Drop::Replayed,
+        Drop::TooOld,
+        Drop::InvalidSequence,
+        Drop::AuthFailed,
+        Drop::BadSignature,
+        Drop::BadPadding,
+        Drop::WrongSecurityNumber,
+        Drop::StaleTimestamp,
+    ];
+
+    /// A short stable name (for counters).
+    pub fn name(self) -> &'static str {
+        match self {
+            Drop::NotL2sec => "not-l2sec",
+            Drop::Malformed => "malformed",
+            Drop::UnknownVersion => "unknown-version",
+            Drop::WrongVersion => "wrong-version",
+            Drop::UnknownKeyId => "unknown-key-id",
+            Drop::Policy => "policy",
+            Drop::NoKey => "no-key",
+            Drop::NoPeerKey => "no-peer-key",
+            Drop::Replayed => "replayed",
+            Drop::TooOld => "too-old",
+            Drop::InvalidSequence => "invalid-sequence",
+            Drop::AuthFailed => "auth-failed",
+            Drop::BadSignature => "bad-signature",
+            Drop::BadPadding => "bad-padding",
+            Drop::WrongSecurityNumber => "wrong-security-number",
+            Drop::StaleTimestamp => "stale-timestamp",
+        }
+    }
+}
+
+impl netveil_sa::counters::Reason for Drop {
+    const COUNT: usize = Drop::ALL.len();
+    fn index(self) -> usize {
+        self as usize
+    }
+    fn name(index: usize) -> &'static str {
+        Drop::ALL.get(index).map_or("unknown", |d| d.name())
+    }
+}
+
+impl core::fmt::Display for Drop {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::error::Error for Drop {}
+
+/// Why a frame could not be sealed (the frame is left unchanged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// Shorter than an Ethernet header.
+    #[error("frame shorter than an Ethernet header")]
+    Malformed,
+    /// Not enough head- or tailroom (see [`TxSession::overhead`]).
+    #[error("not enough head- or tailroom")]
+    NoRoom,
+    /// The sequence number space is used up: the session must be rekeyed.
+    #[error("sequence number space exhausted")]
+    SeqExhausted,
+    /// A keyless session can only send signed, unencrypted frames.
+    #[error("keyless session: frames must be signed and cannot be encrypted")]
+    NoKey,
+    /// The security number does not fit in 24 bits.
+    #[error("security number above 24 bits")]
+    SecurityNumberRange,
+}
+
+/// A session could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{what} must be {expected} bytes, got {got}")]
+    KeyLength {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    #[error("ECB suites need the insecure_ecb switch")]
+    EcbNotAllowed,
+    #[error("key derivation context too long")]
+    ContextTooLong,
+    #[error(transparent)]
+    Crypto(#[from] netveil_crypto::KeyError),
+}
