@@ -82,7 +82,13 @@
 //! they are 64-bit (as ESP's extended sequence numbers, RFC 4303 Appendix A): the receiver infers the high 32
 //! bits from its replay window, and they are authenticated without being sent (they enter the IV, the nonce, the
 //! HMAC and the signature), so a session never wraps. Replay: one [`netveil_sa::replay::ReplayWindow`] per
-//! receive session (per peer, or per group sender), checked before and updated after authentication.
+//! receive session (per peer, or per group sender), checked before and updated after all checks passed. A
+//! number left of the window is read by the inference as one from the next 2^32 block; a frame that would put
+//! the window more than 2^31 ahead is dropped as too old (no sender jumps that far). A receive session starting
+//! from nothing infers the high bits as 0, so it must see the sender's traffic before its low 32 bits wrap: true
+//! for unicast sessions (both ends start together); a host that joins a group late cannot follow a group
+//! sender that has sent more than 2^31 frames under the current group secret (rotate group secrets well
+//! before that).
 //!
 //! # Integrity check value and cryptography
 //!
