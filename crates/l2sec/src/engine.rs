@@ -96,6 +96,17 @@ pub(crate) enum Engine {
     },
 }
 
+impl Drop for Engine {
+    /// The key schedules zeroize themselves (RustCrypto `zeroize` features); the BIVN and salt are cleared here.
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        match self {
+            Engine::Block { bivn, .. } => bivn.zeroize(),
+            Engine::Aead { salt, .. } => salt.zeroize(),
+        }
+    }
+}
+
 impl Engine {
     pub(crate) fn new(keys: &SessionKeys, insecure_ecb: bool) -> Result<Engine, ConfigError> {
         let suite = keys.suite();

@@ -126,6 +126,8 @@ pub mod keys;
 pub mod session;
 pub mod suite;
 
+/// The Ed25519 implementation l2sec signs and verifies with (`SigningKey`, `VerifyingKey`).
+pub use ed25519_dalek;
 pub use header::{Header, Repr, Version};
 pub use keys::SessionKeys;
 pub use session::{peek, Opened, Peeked, RxConfig, RxSession, SealOpts, TxConfig, TxSession};
