@@ -2,6 +2,8 @@
 //!
 //! - [`tun`]: TUN devices (tun-rs), with virtio-net header offloads so that one read can carry a TCP super-packet
 //!   that is split into MTU-sized IP packets, and writes coalesce (GRO).
+//! - [`packet`]: layer 2: `AF_PACKET` sockets bound to an interface (whole Ethernet frames, batched) and TAP
+//!   devices.
 //! - [`raw`]: raw IP sockets (receive ESP/AH; send complete IP packets with header included), batched with
 //!   recvmmsg/sendmmsg, with an optional fwmark so that netveil's own packets bypass its routes.
 //! - [`udp`]: UDP sockets for ESP-in-UDP (RFC 3948, port 4500), batched, with the local destination address,
@@ -21,10 +23,12 @@ pub use netveil_wire::PacketBuf;
 
 mod sys;
 
+pub mod packet;
 pub mod raw;
 pub mod tun;
 pub mod udp;
 
+pub use packet::{PacketSocket, Tap};
 pub use raw::RawSocket;
 pub use tun::{Tun, TunConfig};
 pub use udp::{segments, UdpGroMeta, UdpMeta, UdpSocket};
