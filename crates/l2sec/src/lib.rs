@@ -64,11 +64,14 @@
 //!  0                   1                   2                   3
 //!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//! |0 0 1|S|T|R|G|E|    key id     |  sequence number (31..16)     |
+//! |0 0 1|S|T|R|G|E|    key id     |   sequence number (31..16)    |
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//! |  sequence number (15..0)      | security number (24, if S) ...
+//! |   sequence number (15..0)     |  security number (23..8, if S)|
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//!  ... then the timestamp (32 bits, if T)
+//! | SN (7..0)     |       timestamp (31..8, if T)                 |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! | TS (7..0)     |
+//! +-+-+-+-+-+-+-+-+
 //! ```
 //!
 //! In both versions a field that is absent takes no room: without SN the timestamp follows the sequence number.

@@ -151,7 +151,7 @@ impl TxSession {
         self.seq.last()
     }
 
-    /// Bytes of headroom and tailroom a frame needs to be sealed with these options (at most 16 and 80 + 15).
+    /// Bytes of headroom and tailroom a frame needs to be sealed with these options (at most 16 and 80).
     pub fn overhead(&self, opts: &SealOpts<'_>) -> (usize, usize) {
         let h = header::header_len(self.version, self.flags(opts));
         let pad = match self.suite {

@@ -241,7 +241,8 @@ fn wrong_session_key_and_wrong_group_key() {
         let injected = sealed(&mut tx_wrong, &bclear, &SealOpts::default());
         assert_eq!(open(&mut rx_real, &injected, None), Err(Drop::AuthFailed));
         assert_eq!(open(&mut rx_real, &f, None).unwrap(), bclear);
-        // A member cannot pass its frames off as another member's (keys are per source MAC).
+        // Rewriting the source MAC fails: it is authenticated, and the keys are per sender. (A member holding the
+        // group secret can still derive another member's keys: only signatures name the sender.)
         let mut spoof = f.clone();
         spoof[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0x99]);
         let mut rx_other = RxSession::new(
