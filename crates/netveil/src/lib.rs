@@ -14,6 +14,7 @@ pub mod control;
 pub mod daemon;
 pub mod demo;
 pub mod lab;
+pub mod lan;
 pub mod pcap;
 pub mod psp_ctl;
 
