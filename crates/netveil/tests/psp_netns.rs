@@ -616,3 +616,43 @@ fn psp_demo_runs() {
     );
     assert!(text.contains("All steps succeeded"), "{text}");
 }
+
+/// A peer that restarts (new master keys, new SPIs) is re-associated when it comes back: the survivor reconnects
+/// or accepts again, installs the new transmit SA, and traffic flows again in both directions.
+#[test]
+fn psp_peer_restart_reassociates() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").expect("lab").with_netveil(NETVEIL);
+    let hosts_pair = HostPair::psp("aes-gcm-128");
+    let mut hosts = TwoHosts::up(&mut lab, &hosts_pair).unwrap();
+    wait_associated(&hosts);
+    let out = hosts.ping(&lab, 0, 2, "0.1").unwrap();
+    assert!(out.contains(" 0% packet loss"), "ping: {out}");
+    // Restart each side in turn: b (the responder), then a (the initiator).
+    for side in [1usize, 0] {
+        let name = ["a", "b"][side];
+        hosts.daemons[side].stop();
+        let d = lab
+            .start_daemon(&hosts.ns[side], name, &hosts.configs[side])
+            .unwrap();
+        hosts.daemons[side] = d;
+        wait_associated(&hosts);
+        for from in [0, 1] {
+            let out = hosts.ping(&lab, from, 2, "0.1").unwrap();
+            assert!(
+                out.contains(" 0% packet loss"),
+                "after restarting {name}: {out}"
+            );
+        }
+        let survivor = hosts.daemon(1 - side).status_json().unwrap();
+        assert!(
+            survivor["psp"]["assoc_received"].as_u64().unwrap() >= 2,
+            "{survivor}"
+        );
+        // The survivor keeps at most the two latest SAs it handed out.
+        assert!(
+            survivor["psp"]["rx_sas"].as_array().unwrap().len() <= 2,
+            "{survivor}"
+        );
+    }
+}
