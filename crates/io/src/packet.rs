@@ -9,7 +9,7 @@ use std::time::Duration;
 use netveil_wire::PacketBuf;
 use tun_rs::{DeviceBuilder, Layer, SyncDevice};
 
-use crate::sys::{self, Mmsg, MAX_BATCH};
+use crate::sys::{self, Mmsg};
 
 /// `ETH_P_ALL`: every EtherType.
 pub const ETH_P_ALL: u16 = 0x0003;
@@ -20,7 +20,7 @@ pub struct PacketSocket {
     fd: OwnedFd,
     ifindex: i32,
     rx: Mutex<Mmsg>,
-    tx: Mutex<TxState>,
+    tx: Mutex<Mmsg>,
 }
 
 impl std::fmt::Debug for PacketSocket {
@@ -31,15 +31,6 @@ impl std::fmt::Debug for PacketSocket {
             .finish()
     }
 }
-
-/// Pre-allocated sendmmsg headers (no destination address: the bound interface is used).
-struct TxState {
-    hdrs: Vec<libc::mmsghdr>,
-    iovs: Vec<libc::iovec>,
-}
-
-// SAFETY: the raw pointers are scratch values rewritten before each sendmmsg and not shared between threads.
-unsafe impl Send for TxState {}
 
 /// The interface index of `name`.
 pub fn ifindex(name: &str) -> io::Result<i32> {
@@ -88,21 +79,11 @@ impl PacketSocket {
             libc::PACKET_IGNORE_OUTGOING,
             1 as libc::c_int,
         )?;
-        // SAFETY: all-zero is a valid value for these plain C structs.
-        let (hdr, iov) = unsafe {
-            (
-                std::mem::zeroed::<libc::mmsghdr>(),
-                std::mem::zeroed::<libc::iovec>(),
-            )
-        };
         Ok(PacketSocket {
             fd,
             ifindex,
             rx: Mutex::new(Mmsg::new()),
-            tx: Mutex::new(TxState {
-                hdrs: vec![hdr; MAX_BATCH],
-                iovs: vec![iov; MAX_BATCH],
-            }),
+            tx: Mutex::new(Mmsg::new()),
         })
     }
 
@@ -136,59 +117,9 @@ impl PacketSocket {
     /// Returns how many were sent, or the first error if none was.
     pub fn send_batch(&self, frames: &[PacketBuf]) -> io::Result<usize> {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let TxState { hdrs, iovs } = &mut *tx;
-        let mut sent = 0;
-        let mut first_err = None;
-        for chunk in frames.chunks(MAX_BATCH) {
-            for (i, f) in chunk.iter().enumerate() {
-                let d = f.data();
-                iovs[i] = libc::iovec {
-                    iov_base: d.as_ptr() as *mut libc::c_void,
-                    iov_len: d.len(),
-                };
-                let h = &mut hdrs[i];
-                h.msg_len = 0;
-                h.msg_hdr.msg_name = std::ptr::null_mut();
-                h.msg_hdr.msg_namelen = 0;
-                h.msg_hdr.msg_iov = &mut iovs[i];
-                h.msg_hdr.msg_iovlen = 1;
-                h.msg_hdr.msg_control = std::ptr::null_mut();
-                h.msg_hdr.msg_controllen = 0;
-                h.msg_hdr.msg_flags = 0;
-            }
-            let mut start = 0;
-            while start < chunk.len() {
-                // SAFETY: hdrs[start..chunk.len()] point to iovecs over frame data borrowed for this call; the
-                // kernel only reads them. No address: the socket's bound interface and protocol are used.
-                let r = unsafe {
-                    libc::sendmmsg(
-                        self.fd.as_raw_fd(),
-                        hdrs[start..].as_mut_ptr(),
-                        (chunk.len() - start) as _,
-                        0,
-                    )
-                };
-                if r > 0 {
-                    sent += r as usize;
-                    start += r as usize;
-                    continue;
-                }
-                let e = if r < 0 {
-                    io::Error::last_os_error()
-                } else {
-                    io::Error::new(io::ErrorKind::WriteZero, "sendmmsg sent nothing")
-                };
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                first_err.get_or_insert(e);
-                start += 1;
-            }
-        }
-        match first_err {
-            Some(e) if sent == 0 => Err(e),
-            _ => Ok(sent),
-        }
+        tx.send(self.fd.as_fd(), frames.len(), |i| {
+            Some((frames[i].data(), None, None))
+        })
     }
 
     /// `SO_RCVTIMEO`: blocking receives return `WouldBlock` after `timeout` (zero = block forever).

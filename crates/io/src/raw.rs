@@ -188,7 +188,7 @@ impl RawSocket {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         tx.send(self.fd.as_fd(), pkts.len(), |i| {
             let d = pkts[i].data();
-            Some((d, sys::ip_packet_dst(d)?, None))
+            Some((d, Some(sys::ip_packet_dst(d)?), None))
         })
     }
 

@@ -363,14 +363,15 @@ impl Mmsg {
         }
     }
 
-    /// sendmmsg of `count` packets given by `item(i)` (data, destination; `None` = malformed, skipped).
-    /// Packets the kernel refuses are skipped (dropped) and the rest still sent. Returns how many were sent,
-    /// or the first error if none was.
+    /// sendmmsg of `count` packets given by `item(i)` (data, destination, source; `None` = malformed,
+    /// skipped). Without a destination the socket's own (bound or connected) address is used, as for
+    /// `AF_PACKET` sockets bound to an interface. Packets the kernel refuses are skipped (dropped) and the rest
+    /// still sent. Returns how many were sent, or the first error if none was.
     pub(crate) fn send<'a>(
         &mut self,
         fd: BorrowedFd<'_>,
         count: usize,
-        mut item: impl FnMut(usize) -> Option<(&'a [u8], SocketAddr, Option<IpAddr>)>,
+        mut item: impl FnMut(usize) -> Option<(&'a [u8], Option<SocketAddr>, Option<IpAddr>)>,
     ) -> io::Result<usize> {
         let mut next = 0;
         let mut sent = 0;
@@ -386,15 +387,21 @@ impl Mmsg {
                     });
                     continue;
                 };
-                let namelen = encode_sockaddr(&dst, &mut self.names[filled]);
+                let namelen = match dst {
+                    Some(dst) => encode_sockaddr(&dst, &mut self.names[filled]),
+                    None => 0,
+                };
                 self.iovs[filled] = libc::iovec {
                     iov_base: data.as_ptr() as *mut libc::c_void,
                     iov_len: data.len(),
                 };
                 let h = &mut self.hdrs[filled];
                 h.msg_len = 0;
-                h.msg_hdr.msg_name =
-                    (&mut self.names[filled] as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_name = if namelen == 0 {
+                    std::ptr::null_mut()
+                } else {
+                    (&mut self.names[filled] as *mut libc::sockaddr_storage).cast()
+                };
                 h.msg_hdr.msg_namelen = namelen;
                 h.msg_hdr.msg_iov = &mut self.iovs[filled];
                 h.msg_hdr.msg_iovlen = 1;

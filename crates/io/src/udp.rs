@@ -222,7 +222,7 @@ impl UdpSocket {
         let n = pkts.len().min(dsts.len());
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         tx.send(self.fd.as_fd(), n, |i| {
-            Some((pkts[i].data(), dsts[i], None))
+            Some((pkts[i].data(), Some(dsts[i]), None))
         })
     }
 
@@ -240,7 +240,7 @@ impl UdpSocket {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         tx.send(self.fd.as_fd(), n, |i| {
             let src = Some(srcs[i]).filter(|s| !s.is_unspecified());
-            Some((pkts[i].data(), dsts[i], src))
+            Some((pkts[i].data(), Some(dsts[i]), src))
         })
     }
 

@@ -719,27 +719,9 @@ impl HostPair {
             let me = self.addrs(side);
             let peer = self.addrs(1 - side);
             let (me_n, peer_n) = (["a", "b"][side], ["a", "b"][1 - side]);
-            let mut t = String::new();
-            t.push_str("[interface]\n");
-            t.push_str(&format!("name = \"{}\"\n", self.tun));
-            t.push_str(&format!("mtu = {}\n", self.mtu));
-            t.push_str(&format!(
-                "control_socket = \"{}\"\n",
-                sockets[side].display()
-            ));
+            let mut t = self.interface_section(side, sockets[side]);
             if self.allow_null_null {
                 t.push_str("allow_null_null = true\n");
-            }
-            match self.mode {
-                Mode::Tunnel => t.push_str(&format!(
-                    "addresses = [\"{}/{}\"]\n",
-                    me.inner, me.inner_prefix
-                )),
-                Mode::Transport => {
-                    let host = if peer.outer.is_ipv4() { 32 } else { 128 };
-                    t.push_str(&format!("fwmark = {TRANSPORT_FWMARK}\n"));
-                    t.push_str(&format!("routes = [\"{}/{host}\"]\n", peer.outer));
-                }
             }
             let sa = |t: &mut String,
                       name: &str,
