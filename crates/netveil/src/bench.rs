@@ -143,13 +143,13 @@ fn measure_clear(a: &BenchArgs) -> Result<Row> {
     })
 }
 
-fn measure_suite(a: &BenchArgs, suite: &str, udp: bool) -> Result<Row> {
+/// iperf3 through netveil between the inner addresses of a fresh two-host lab built from `pair`.
+fn measure_pair(a: &BenchArgs, pair: &HostPair, path: String, encap: &str) -> Result<Row> {
     let mut lab = Lab::new("nvbench")?;
-    let mut pair = HostPair::esp(suite);
-    pair.udp_encap = udp;
-    pair.outer = Family::V4;
-    pair.inner = Family::V4;
-    let h = TwoHosts::up(&mut lab, &pair)?;
+    let h = TwoHosts::up(&mut lab, pair)?;
+    if pair.protocol == lab::Protocol::Psp {
+        h.wait_psp_associated(Duration::from_secs(15))?;
+    }
     let (g, r) = iperf(
         &lab,
         &h.ns[1],
@@ -159,36 +159,30 @@ fn measure_suite(a: &BenchArgs, suite: &str, udp: bool) -> Result<Row> {
         a.streams,
     )?;
     Ok(Row {
-        path: format!("netveil esp {suite}"),
-        encap: if udp {
-            "udp 4500".into()
-        } else {
-            "raw (proto 50)".into()
-        },
+        path,
+        encap: encap.into(),
         gbit_per_s: g,
         retransmits: r,
     })
 }
 
+fn measure_suite(a: &BenchArgs, suite: &str, udp: bool) -> Result<Row> {
+    let mut pair = HostPair::esp(suite);
+    pair.udp_encap = udp;
+    pair.outer = Family::V4;
+    pair.inner = Family::V4;
+    let encap = if udp { "udp 4500" } else { "raw (proto 50)" };
+    measure_pair(a, &pair, format!("netveil esp {suite}"), encap)
+}
+
 fn measure_psp(a: &BenchArgs, version: &str) -> Result<Row> {
-    let mut lab = Lab::new("nvbench")?;
     let pair = HostPair::psp(version);
-    let h = TwoHosts::up(&mut lab, &pair)?;
-    h.wait_psp_associated(Duration::from_secs(15))?;
-    let (g, r) = iperf(
-        &lab,
-        &h.ns[1],
-        &h.ns[0],
-        &h.addrs[1].inner.to_string(),
-        a.seconds,
-        a.streams,
-    )?;
-    Ok(Row {
-        path: format!("netveil psp {version} tunnel"),
-        encap: "udp 1000".into(),
-        gbit_per_s: g,
-        retransmits: r,
-    })
+    measure_pair(
+        a,
+        &pair,
+        format!("netveil psp {version} tunnel"),
+        "udp 1000",
+    )
 }
 
 /// wireguard-go: on PATH, or built from the Go module proxy into ~/go/bin (where `go install` names it
