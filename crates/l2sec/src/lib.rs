@@ -126,6 +126,7 @@
 pub mod engine;
 pub mod header;
 pub mod keys;
+pub mod sep;
 pub mod session;
 pub mod suite;
 
