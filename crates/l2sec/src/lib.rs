@@ -121,11 +121,15 @@
 //! Group traffic (ARP, broadcast, multicast) uses per-sender keys derived from the network's group secret
 //! ([`SessionKeys::group_sender`]): a host without the group secret can neither read nor inject it.
 //!
-//! Not covered here: the session establishment protocol, the daemon, TAP and AF_PACKET I/O.
+//! - [`sep`]: the Session Establishment Protocol, a sans-I/O state machine.
+//! - [`node`]: one protected host: group traffic, sessions per peer MAC, SEP, the decision for every frame.
+//!
+//! Not covered here: the daemon, TAP and AF_PACKET I/O (`netveil up`).
 
 pub mod engine;
 pub mod header;
 pub mod keys;
+pub mod node;
 pub mod sep;
 pub mod session;
 pub mod suite;
@@ -134,6 +138,7 @@ pub mod suite;
 pub use ed25519_dalek;
 pub use header::{Header, Repr, Version};
 pub use keys::SessionKeys;
+pub use node::{Inbound, Node, NodeConfig, Outbound};
 pub use session::{peek, Opened, Peeked, RxConfig, RxSession, SealOpts, TxConfig, TxSession};
 pub use suite::Suite;
 
@@ -178,11 +183,21 @@ pub enum Drop {
     WrongSecurityNumber,
     /// The timestamp is further from `now` than the tolerance.
     StaleTimestamp,
+    /// Node: a unicast frame from (or for) a host without a session.
+    NoSession,
+    /// Node: a unicast frame for another host (the switch flooded it).
+    NotForUs,
+    /// Node: the frames waiting for a session exceed the queue limit.
+    QueueFull,
+    /// Node: a SEP message was refused (the reason is counted separately).
+    SepRefused,
+    /// Node: a frame could not be sealed (no room, sequence space used up).
+    TxFailed,
 }
 
 impl Drop {
     /// Every reason, in index order.
-    pub const ALL: [Drop; 16] = [
+    pub const ALL: [Drop; 21] = [
         Drop::NotL2sec,
         Drop::Malformed,
         Drop::UnknownVersion,
@@ -199,6 +214,11 @@ impl Drop {
         Drop::BadPadding,
         Drop::WrongSecurityNumber,
         Drop::StaleTimestamp,
+        Drop::NoSession,
+        Drop::NotForUs,
+        Drop::QueueFull,
+        Drop::SepRefused,
+        Drop::TxFailed,
     ];
 
     /// A short stable name (for counters).
@@ -220,6 +240,11 @@ impl Drop {
             Drop::BadPadding => "bad-padding",
             Drop::WrongSecurityNumber => "wrong-security-number",
             Drop::StaleTimestamp => "stale-timestamp",
+            Drop::NoSession => "no-session",
+            Drop::NotForUs => "not-for-us",
+            Drop::QueueFull => "queue-full",
+            Drop::SepRefused => "sep-refused",
+            Drop::TxFailed => "tx-failed",
         }
     }
 }
