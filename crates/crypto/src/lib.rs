@@ -8,6 +8,7 @@
 
 pub mod aead;
 pub mod cbc;
+pub mod dh;
 pub mod mac;
 pub mod rand;
 

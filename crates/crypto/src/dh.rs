@@ -1,0 +1,232 @@
+//! Ephemeral Diffie-Hellman: X25519 (RFC 7748, `x25519-dalek`) and the 2048- and 3072-bit MODP groups of
+//! RFC 3526 (groups 14 and 15, generator 2) with constant-time Montgomery exponentiation (`crypto-bigint`).
+//!
+//! - Public values: X25519 32 bytes; MODP big-endian, left-padded to the length of the prime (256 or 384 bytes).
+//! - Shared secrets: X25519 32 bytes; MODP `g^xy mod p` big-endian, left-padded to the length of the prime (as
+//!   IKEv2 does, RFC 7296 §2.14).
+//! - MODP private exponents are 512 random bits: above the exponent sizes RFC 3526 §8 gives for the groups'
+//!   strength (at most 320 bits for group 14 and 420 bits for group 15, estimate 2), and far below the cost of a
+//!   full-size exponent. The exponent's bit length (512) is the only thing the exponentiation's timing depends on.
+//! - Peer values are validated: MODP `1 < y < p - 1` (0, 1, p - 1 and anything not below p are refused, and
+//!   so is a wrong length); X25519 refuses a shared secret of all zeros (a low-order peer point).
+//!
+//! Private keys and shared secrets are zeroized when dropped and never printed.
+
+use crypto_bigint::modular::runtime_mod::{DynResidue, DynResidueParams};
+use crypto_bigint::{Uint, U2048, U3072, U512};
+use zeroize::Zeroizing;
+
+use crate::rand::fill_random;
+use crate::KeyError;
+
+/// RFC 3526 group 14: `2^2048 - 2^1984 - 1 + 2^64 * ([2^1918 pi] + 124476)`.
+const MODP2048_P: &str = "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7EDEE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF0598DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3BE39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF6955817183995497CEA956AE515D2261898FA051015728E5A8AACAA68FFFFFFFFFFFFFFFF";
+
+/// RFC 3526 group 15: `2^3072 - 2^3008 - 1 + 2^64 * ([2^2942 pi] + 1690314)`.
+const MODP3072_P: &str = "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7EDEE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF0598DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3BE39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF6955817183995497CEA956AE515D2261898FA051015728E5A8AAAC42DAD33170D04507A33A85521ABDF1CBA64ECFB850458DBEF0A8AEA71575D060C7DB3970F85A6E1E4C7ABF5AE8CDB0933D71E8C94E04A25619DCEE3D2261AD2EE6BF12FFA06D98A0864D87602733EC86A64521F2B18177B200CBBE117577A615D6C770988C0BAD946E208E24FA074E5AB3143DB5BFCE0FD108E4B82D120A93AD2CAFFFFFFFFFFFFFFFF";
+
+/// Bits of a MODP private exponent.
+pub const MODP_EXPONENT_BITS: usize = 512;
+/// Bytes of a MODP private exponent (as [`KeyPair::from_private`] takes it, big-endian).
+pub const MODP_EXPONENT_LEN: usize = MODP_EXPONENT_BITS / 8;
+
+/// A Diffie-Hellman group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Group {
+    /// X25519 (RFC 7748).
+    X25519,
+    /// RFC 3526 group 14, 2048-bit MODP, generator 2.
+    Modp2048,
+    /// RFC 3526 group 15, 3072-bit MODP, generator 2.
+    Modp3072,
+}
+
+impl Group {
+    pub const ALL: [Group; 3] = [Group::X25519, Group::Modp2048, Group::Modp3072];
+
+    /// Length of a public value (and of a shared secret) in bytes: 32, 256, 384.
+    pub fn public_len(self) -> usize {
+        match self {
+            Group::X25519 => 32,
+            Group::Modp2048 => 256,
+            Group::Modp3072 => 384,
+        }
+    }
+
+    /// Length of the shared secret in bytes (the same as [`Group::public_len`]).
+    pub fn shared_len(self) -> usize {
+        self.public_len()
+    }
+
+    /// Length of the private key [`KeyPair::from_private`] takes: 32 for X25519, [`MODP_EXPONENT_LEN`] for MODP.
+    pub fn private_len(self) -> usize {
+        match self {
+            Group::X25519 => 32,
+            Group::Modp2048 | Group::Modp3072 => MODP_EXPONENT_LEN,
+        }
+    }
+
+    /// The prime of a MODP group, big-endian (`None` for X25519).
+    pub fn modp_prime(self) -> Option<Vec<u8>> {
+        match self {
+            Group::X25519 => None,
+            Group::Modp2048 => Some(be_bytes(&U2048::from_be_hex(MODP2048_P))),
+            Group::Modp3072 => Some(be_bytes(&U3072::from_be_hex(MODP3072_P))),
+        }
+    }
+}
+
+enum Secret {
+    X25519(x25519_dalek::StaticSecret),
+    Modp(Zeroizing<U512>),
+}
+
+/// An ephemeral key pair of one group: the private key (zeroized on drop) and the public value.
+pub struct KeyPair {
+    group: Group,
+    secret: Secret,
+    public: Vec<u8>,
+}
+
+impl core::fmt::Debug for KeyPair {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("KeyPair")
+            .field("group", &self.group)
+            .finish_non_exhaustive()
+    }
+}
+
+fn bad_peer() -> KeyError {
+    KeyError::Unusable("invalid Diffie-Hellman public value")
+}
+
+/// Big-endian bytes of `x`, `LIMBS * word size` long.
+fn be_bytes<const LIMBS: usize>(x: &Uint<LIMBS>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(LIMBS * crypto_bigint::Limb::BYTES);
+    for w in x.as_words().iter().rev() {
+        out.extend_from_slice(&w.to_be_bytes());
+    }
+    out
+}
+
+/// `base^exp mod p` for a 512-bit exponent, in constant time for a given exponent length.
+fn modp_pow<const LIMBS: usize>(
+    p: &Uint<LIMBS>,
+    base: &Uint<LIMBS>,
+    exp: &U512,
+) -> Zeroizing<Uint<LIMBS>> {
+    let params = DynResidueParams::new(p);
+    let b = DynResidue::new(base, params);
+    let mut r = b.pow_bounded_exp(exp, MODP_EXPONENT_BITS);
+    let out = Zeroizing::new(r.retrieve());
+    zeroize::Zeroize::zeroize(&mut r);
+    out
+}
+
+fn modp_public<const LIMBS: usize>(p_hex: &str, x: &U512) -> Vec<u8> {
+    let p = Uint::<LIMBS>::from_be_hex(p_hex);
+    let y = modp_pow(&p, &Uint::<LIMBS>::from_u8(2), x);
+    be_bytes(&*y)
+}
+
+/// Checks `1 < peer < p - 1` and computes `peer^x mod p`, big-endian at full length.
+fn modp_agree<const LIMBS: usize>(
+    p_hex: &str,
+    x: &U512,
+    peer: &[u8],
+) -> Result<Zeroizing<Vec<u8>>, KeyError> {
+    if peer.len() != LIMBS * crypto_bigint::Limb::BYTES {
+        return Err(bad_peer());
+    }
+    let p = Uint::<LIMBS>::from_be_hex(p_hex);
+    let y = Uint::<LIMBS>::from_be_slice(peer);
+    let p_minus_1 = p.wrapping_sub(&Uint::ONE);
+    // Public values: ordinary comparisons are fine.
+    if y <= Uint::ONE || y >= p_minus_1 {
+        return Err(bad_peer());
+    }
+    let z = modp_pow(&p, &y, x);
+    if *z == Uint::ONE {
+        // Impossible for a valid y and a nonzero exponent below q; refuse rather than hand out a known secret.
+        return Err(bad_peer());
+    }
+    let mut out = Zeroizing::new(Vec::with_capacity(LIMBS * crypto_bigint::Limb::BYTES));
+    for w in z.as_words().iter().rev() {
+        out.extend_from_slice(&w.to_be_bytes());
+    }
+    Ok(out)
+}
+
+impl KeyPair {
+    /// A fresh key pair from the operating system's random number generator.
+    pub fn generate(group: Group) -> KeyPair {
+        let mut private = Zeroizing::new(vec![0u8; group.private_len()]);
+        fill_random(&mut private);
+        Self::from_private(group, &private).expect("private key of the right length")
+    }
+
+    /// A key pair from a fixed private key: 32 bytes for X25519 (clamped as RFC 7748 prescribes), a
+    /// [`MODP_EXPONENT_LEN`]-byte big-endian exponent for MODP. For known-answer tests only.
+    #[doc(hidden)]
+    pub fn from_private(group: Group, private: &[u8]) -> Result<KeyPair, KeyError> {
+        if private.len() != group.private_len() {
+            return Err(KeyError::BadLength {
+                alg: "Diffie-Hellman private key",
+                expected: group.private_len(),
+                got: private.len(),
+            });
+        }
+        let (secret, public) = match group {
+            Group::X25519 => {
+                let mut k = Zeroizing::new([0u8; 32]);
+                k.copy_from_slice(private);
+                let s = x25519_dalek::StaticSecret::from(*k);
+                let p = x25519_dalek::PublicKey::from(&s);
+                (Secret::X25519(s), p.as_bytes().to_vec())
+            }
+            Group::Modp2048 | Group::Modp3072 => {
+                let x = Zeroizing::new(U512::from_be_slice(private));
+                let public = if group == Group::Modp2048 {
+                    modp_public::<{ U2048::LIMBS }>(MODP2048_P, &x)
+                } else {
+                    modp_public::<{ U3072::LIMBS }>(MODP3072_P, &x)
+                };
+                (Secret::Modp(x), public)
+            }
+        };
+        Ok(KeyPair {
+            group,
+            secret,
+            public,
+        })
+    }
+
+    pub fn group(&self) -> Group {
+        self.group
+    }
+
+    /// The public value to send to the peer.
+    pub fn public(&self) -> &[u8] {
+        &self.public
+    }
+
+    /// The shared secret with the peer whose public value is `peer_public`; refused if that value is invalid
+    /// (see the module documentation). The key pair can be used again (e.g. when a retransmitted or corrupted
+    /// peer value arrives before the genuine one); drop it as soon as the exchange is done.
+    pub fn agree(&self, peer_public: &[u8]) -> Result<Zeroizing<Vec<u8>>, KeyError> {
+        match &self.secret {
+            Secret::X25519(s) => {
+                let bytes: [u8; 32] = peer_public.try_into().map_err(|_| bad_peer())?;
+                let shared = s.diffie_hellman(&x25519_dalek::PublicKey::from(bytes));
+                if !shared.was_contributory() {
+                    return Err(bad_peer());
+                }
+                Ok(Zeroizing::new(shared.as_bytes().to_vec()))
+            }
+            Secret::Modp(x) => match self.group {
+                Group::Modp2048 => modp_agree::<{ U2048::LIMBS }>(MODP2048_P, x, peer_public),
+                _ => modp_agree::<{ U3072::LIMBS }>(MODP3072_P, x, peer_public),
+            },
+        }
+    }
+}
