@@ -215,6 +215,20 @@ impl Tap {
         Ok(())
     }
 
+    /// Reads one frame if one is waiting, without waiting (`WouldBlock` otherwise). Needs a receive timeout set
+    /// (which makes the device non-blocking): with it, a batch is one waiting read and then reads that do not wait.
+    pub fn try_recv(&self, buf: &mut PacketBuf, headroom: usize) -> io::Result<()> {
+        buf.reset(headroom);
+        let n = loop {
+            match self.dev.recv(buf.spare_mut()) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r?,
+            }
+        };
+        buf.set_len(n);
+        Ok(())
+    }
+
     /// Writes one frame to the host.
     pub fn send(&self, frame: &[u8]) -> io::Result<()> {
         self.dev.send(frame).map(|_| ())

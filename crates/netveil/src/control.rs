@@ -256,7 +256,7 @@ pub fn status(socket: &Path, json_out: bool) -> Result<()> {
     Ok(())
 }
 
-fn human_bytes(b: u64) -> String {
+pub(crate) fn human_bytes(b: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut f = b as f64;
     let mut u = 0;
@@ -273,6 +273,9 @@ fn human_bytes(b: u64) -> String {
 
 /// The human-readable status table.
 pub fn render_status(v: &Value) -> String {
+    if v.get("l2sec").is_some() {
+        return crate::l2::render_status(v);
+    }
     let mut o = String::new();
     let up = v["uptime_seconds"].as_u64().unwrap_or(0);
     o.push_str(&format!(

@@ -259,12 +259,12 @@ pub fn flow_key(p: &[u8]) -> Option<FlowKey> {
 
 /// System changes made during setup, undone in reverse order on drop.
 #[derive(Default)]
-struct Undo {
+pub(crate) struct Undo {
     cmds: Vec<Vec<String>>,
 }
 
 impl Undo {
-    fn push(&mut self, cmd: &[&str]) {
+    pub(crate) fn push(&mut self, cmd: &[&str]) {
         self.cmds.push(cmd.iter().map(|s| s.to_string()).collect());
     }
 }
@@ -280,7 +280,7 @@ impl core::ops::Drop for Undo {
     }
 }
 
-fn run(cmd: &[&str]) -> Result<()> {
+pub(crate) fn run(cmd: &[&str]) -> Result<()> {
     let out = std::process::Command::new(cmd[0])
         .args(&cmd[1..])
         .output()
@@ -295,7 +295,7 @@ fn run(cmd: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn run_stdin(cmd: &[&str], input: &str) -> Result<()> {
+pub(crate) fn run_stdin(cmd: &[&str], input: &str) -> Result<()> {
     use std::io::Write;
     let mut child = std::process::Command::new(cmd[0])
         .args(&cmd[1..])
@@ -438,13 +438,16 @@ pub fn nft_clear_drops(table: &str) -> u64 {
     total
 }
 
-extern "C" fn on_signal(_: libc::c_int) {
+pub(crate) extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Relaxed);
 }
-static STOP: AtomicBool = AtomicBool::new(false);
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
 
 /// `netveil up -c FILE`.
 pub fn up(path: &Path) -> Result<()> {
+    if std::fs::read_to_string(path).is_ok_and(|t| crate::l2::L2Config::is_l2sec(&t)) {
+        return crate::l2::up(path);
+    }
     let config = Config::load(path)?;
     let mut shared = Shared::new(config)?;
     let iface = shared.config.interface.clone();

@@ -3,6 +3,7 @@
 //!
 //! - [`config`]: `netveil.toml`, validated as a whole before anything is applied.
 //! - [`daemon`]: `netveil up`: TUN + raw/UDP sockets, the data-plane threads, the control socket.
+//! - [`l2`]: `netveil up` for l2sec (TAP + AF_PACKET on a LAN port).
 //! - [`control`]: `netveil status` / `netveil keys` talking to a running daemon.
 //! - [`pcap`]: offline tools over pcap files.
 //! - [`lab`]: network-namespace labs for `demo`, `bench` and the tests.
@@ -13,6 +14,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod demo;
+pub mod l2;
 pub mod lab;
 pub mod lan;
 pub mod pcap;

@@ -57,11 +57,15 @@ enum Cmd {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
-    /// Make a private key and a self-signed certificate for the PSP key exchange (NAME.key, NAME.crt).
+    /// Make a private key and a self-signed certificate for the PSP key exchange (NAME.key, NAME.crt), or with
+    /// --ed25519 an l2sec signing key (NAME.l2key, and its public key printed for the peers' [[l2sec.peer]]).
     Keygen {
         /// The host's name (DNS name in the certificate; the peer's `psp.peer_name`).
         #[arg(short, long)]
         name: String,
+        /// Make an Ed25519 key for l2sec signatures instead.
+        #[arg(long)]
+        ed25519: bool,
         /// Directory to write the files into.
         #[arg(short, long, default_value = ".")]
         out: PathBuf,
@@ -81,6 +85,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Up { config } => netveil::daemon::up(&config),
+        Cmd::Check { config }
+            if std::fs::read_to_string(&config)
+                .is_ok_and(|t| netveil::l2::L2Config::is_l2sec(&t)) =>
+        {
+            netveil::l2::L2Config::load(&config)
+                .map_err(netveil::Error::Config)
+                .map(|c| {
+                    println!(
+                        "{}: ok (l2sec on {}, {} suites, {} peer keys)",
+                        config.display(),
+                        c.interface,
+                        c.suites.len(),
+                        c.peers.len()
+                    )
+                })
+        }
         Cmd::Check { config } => netveil::config::Config::load(&config)
             .map_err(netveil::Error::Config)
             .and_then(|c| {
@@ -110,7 +130,14 @@ fn main() -> ExitCode {
         Cmd::Rotate { interface, socket } => {
             netveil::control::rotate(&socket_path(&interface, socket))
         }
-        Cmd::Keygen { name, out } => netveil::psp_ctl::keygen(&name, &out).map(|(c, k)| {
+        Cmd::Keygen {
+            name,
+            out,
+            ed25519: true,
+        } => netveil::l2::keygen(&name, &out).map(|(path, public)| {
+            println!("private key: {}\npublic key: {public}", path.display());
+        }),
+        Cmd::Keygen { name, out, .. } => netveil::psp_ctl::keygen(&name, &out).map(|(c, k)| {
             println!("certificate: {}\nprivate key: {}", c.display(), k.display());
         }),
         Cmd::Pcap { cmd } => netveil::pcap::run(cmd),

@@ -1,0 +1,1030 @@
+//! `netveil up` for l2sec: a host's LAN port protected frame by frame.
+//!
+//! ```toml
+//! [l2sec]
+//! interface = "eth0"               # the LAN port: it carries only l2sec frames from now on
+//! tap = "l2s0"                     # the host-side TAP device (gets the port's MAC and the address)
+//! address = "192.0.2.10/24"        # default: the port's IPv4 address, moved to the TAP
+//! group_secret = "hex..."          # the network's group secret (at least 16 bytes), or:
+//! # group_secret_file = "/etc/netveil/lan.secret"
+//! group_suite = "aes128gcm"        # group traffic (ARP, broadcast, multicast, SEP)
+//! suites = ["aes128gcm"]           # session suites, preference order (blowfish-cbc-sha1 for the thesis' v0)
+//! dh_groups = ["x25519"]           # SEP stage 3: x25519, modp2048, modp3072
+//! lifetime_seconds = 3600          # session lifetime offered (and longest accepted)
+//! rekey_margin_seconds = 300
+//! ethertype = 0x88b5               # or 0x1982, the thesis'
+//! signing_key = "h1.l2key"         # Ed25519 key (netveil keygen --ed25519): group frames are signed
+//! require_signatures = false       # refuse group frames not signed by a known peer
+//! replay_window = 1024
+//! # security_number = 0x00abcd     # send and require this 24-bit number
+//! # timestamps = true              # send timestamps, accept within timestamp_tolerance seconds
+//! # insecure_ecb = true            # allow the ECB suites (the thesis' pattern demonstration only)
+//!
+//! [[l2sec.peer]]                   # verifying keys of the other hosts (for signatures)
+//! mac = "02:00:5e:00:53:0b"
+//! public_key = "hex (32 bytes)"
+//! ```
+//!
+//! Setup, all of it undone on exit or on a failure: the TAP device with the port's MAC address and an MTU that
+//! leaves room for l2sec's overhead; the address moved from the port to the TAP; ARP and IPv6 off on the port;
+//! and an nftables `netdev` table on the port that drops (and counts) every frame that is not l2sec, in both
+//! directions, so that nothing leaves or enters the host in clear.
+//!
+//! Threads: TAP → seal → AF_PACKET (`sendmmsg` per batch), AF_PACKET (`recvmmsg` per batch) → open → TAP, a timer
+//! thread for SEP retransmissions and rekeys, and the control socket (`netveil status`). The protocol state is
+//! one [`netveil_l2sec::Node`] behind a mutex, taken once per batch.
+
+use crate::daemon::{run, run_stdin, Undo, STOP};
+use crate::{Error, Result};
+use netveil_io::{PacketSocket, Tap};
+use netveil_l2sec::ed25519_dalek::{SigningKey, VerifyingKey};
+use netveil_l2sec::node::{Inbound, Node, NodeConfig, Outbound, PeerStatus};
+use netveil_l2sec::sep::DhGroup;
+use netveil_l2sec::Suite;
+use netveil_wire::PacketBuf;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use zeroize::Zeroizing;
+
+use crate::config::{ConfigError, RUN_DIR};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    l2sec: RawL2,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawL2 {
+    interface: Option<String>,
+    tap: Option<String>,
+    address: Option<String>,
+    group_secret: Option<String>,
+    group_secret_file: Option<String>,
+    group_suite: Option<String>,
+    suites: Option<Vec<String>>,
+    dh_groups: Option<Vec<String>>,
+    lifetime_seconds: Option<i64>,
+    rekey_margin_seconds: Option<i64>,
+    ethertype: Option<i64>,
+    signing_key: Option<String>,
+    #[serde(default)]
+    require_signatures: bool,
+    replay_window: Option<i64>,
+    security_number: Option<i64>,
+    #[serde(default)]
+    timestamps: bool,
+    timestamp_tolerance: Option<i64>,
+    #[serde(default)]
+    insecure_ecb: bool,
+    mtu: Option<i64>,
+    control_socket: Option<String>,
+    #[serde(default)]
+    peer: Vec<RawPeer>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPeer {
+    mac: Option<String>,
+    public_key: Option<String>,
+}
+
+/// A validated `[l2sec]` configuration.
+pub struct L2Config {
+    pub interface: String,
+    pub tap: String,
+    /// `None`: take the port's IPv4 address.
+    pub address: Option<(Ipv4Addr, u8)>,
+    pub group_secret: Zeroizing<Vec<u8>>,
+    pub group_suite: Suite,
+    pub suites: Vec<Suite>,
+    pub groups: Vec<DhGroup>,
+    pub lifetime: Duration,
+    pub rekey_margin: Duration,
+    pub ethertype: u16,
+    pub signing_key: Option<SigningKey>,
+    pub require_signatures: bool,
+    pub replay_window: u32,
+    pub security_number: Option<u32>,
+    pub timestamps: bool,
+    pub timestamp_tolerance: u32,
+    pub insecure_ecb: bool,
+    pub mtu: Option<u16>,
+    pub control_socket: PathBuf,
+    pub peers: HashMap<[u8; 6], VerifyingKey>,
+}
+
+fn cerr<T>(key: &str, reason: impl Into<String>) -> std::result::Result<T, ConfigError> {
+    Err(ConfigError {
+        key: key.to_string(),
+        reason: reason.into(),
+    })
+}
+
+fn int_in(key: &str, v: i64, lo: i64, hi: i64) -> std::result::Result<i64, ConfigError> {
+    if v < lo || v > hi {
+        return cerr(key, format!("{v} is out of range {lo}..={hi}"));
+    }
+    Ok(v)
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|p| {
+            if p.len() == 2 {
+                u8::from_str_radix(p, 16).ok()
+            } else {
+                None
+            }
+        })
+        .collect::<Option<_>>()?;
+    v.try_into().ok()
+}
+
+fn hex_bytes(key: &str, s: &str) -> std::result::Result<Zeroizing<Vec<u8>>, ConfigError> {
+    let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    let t = t.strip_prefix("0x").unwrap_or(&t);
+    hex::decode(t)
+        .map(Zeroizing::new)
+        .or_else(|_| cerr(key, "is not a hex string"))
+}
+
+fn suite(key: &str, s: &str, insecure_ecb: bool) -> std::result::Result<Suite, ConfigError> {
+    let Some(su) = Suite::from_name(s) else {
+        let names: Vec<&str> = Suite::ALL.iter().map(|s| s.name()).collect();
+        return cerr(
+            key,
+            format!("unknown suite '{s}' (one of {})", names.join(", ")),
+        );
+    };
+    if su.is_ecb() && !insecure_ecb {
+        return cerr(
+            key,
+            format!("'{s}' is insecure (equal blocks stay equal): it needs insecure_ecb = true"),
+        );
+    }
+    Ok(su)
+}
+
+/// Reads an Ed25519 signing key file: 64 hex digits (the 32-byte seed), as `netveil keygen --ed25519` writes.
+pub fn read_signing_key(key: &str, path: &Path) -> std::result::Result<SigningKey, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => Zeroizing::new(t),
+        Err(e) => return cerr(key, format!("cannot read {}: {e}", path.display())),
+    };
+    let b = hex_bytes(key, text.trim())?;
+    let seed: [u8; 32] = match b.as_slice().try_into() {
+        Ok(s) => s,
+        Err(_) => return cerr(key, "must hold 64 hex digits (an Ed25519 seed)"),
+    };
+    Ok(SigningKey::from_bytes(&seed))
+}
+
+impl L2Config {
+    /// Is this text an l2sec configuration (a top-level `[l2sec]` table)?
+    pub fn is_l2sec(text: &str) -> bool {
+        toml::from_str::<toml::Value>(text)
+            .ok()
+            .and_then(|v| v.get("l2sec").cloned())
+            .is_some()
+    }
+
+    pub fn load(path: &Path) -> std::result::Result<L2Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .or_else(|e| cerr("", format!("cannot read {}: {e}", path.display())))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base)
+    }
+
+    /// Parses and checks a configuration; relative file names are relative to `base`.
+    pub fn parse(text: &str, base: &Path) -> std::result::Result<L2Config, ConfigError> {
+        let raw: RawFile = match toml::from_str(text) {
+            Ok(r) => r,
+            Err(e) => return cerr("", format!("invalid configuration: {}", e.message())),
+        };
+        let r = raw.l2sec;
+        let file = |p: &str| -> PathBuf {
+            let p = Path::new(p);
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        let Some(interface) = r.interface.filter(|s| !s.is_empty()) else {
+            return cerr(
+                "l2sec.interface",
+                "is required (the LAN port, e.g. \"eth0\")",
+            );
+        };
+        let tap = r.tap.unwrap_or_else(|| "l2s0".into());
+        if tap.is_empty() || tap.len() > 15 || tap == interface {
+            return cerr(
+                "l2sec.tap",
+                "must be an interface name of 1..=15 characters, other than l2sec.interface",
+            );
+        }
+        let address = match r.address {
+            None => None,
+            Some(a) => {
+                let Some((ip, len)) = a.split_once('/') else {
+                    return cerr(
+                        "l2sec.address",
+                        format!("'{a}' must be ADDRESS/PREFIX, e.g. 192.0.2.10/24"),
+                    );
+                };
+                let (Ok(ip), Ok(len)) = (ip.parse::<Ipv4Addr>(), len.parse::<u8>()) else {
+                    return cerr(
+                        "l2sec.address",
+                        format!("'{a}' is not an IPv4 address with a prefix length"),
+                    );
+                };
+                if len > 32 {
+                    return cerr("l2sec.address", format!("prefix length {len} is above 32"));
+                }
+                Some((ip, len))
+            }
+        };
+        let group_secret =
+            match (r.group_secret, r.group_secret_file) {
+                (Some(_), Some(_)) => {
+                    return cerr(
+                        "l2sec.group_secret",
+                        "give group_secret or group_secret_file, not both",
+                    )
+                }
+                (Some(s), None) => hex_bytes("l2sec.group_secret", &s)?,
+                (None, Some(f)) => {
+                    let p = file(&f);
+                    let t = Zeroizing::new(std::fs::read_to_string(&p).or_else(|e| {
+                        cerr(
+                            "l2sec.group_secret_file",
+                            format!("cannot read {}: {e}", p.display()),
+                        )
+                    })?);
+                    hex_bytes("l2sec.group_secret_file", t.trim())?
+                }
+                (None, None) => return cerr(
+                    "l2sec.group_secret",
+                    "is required (the network's shared group secret, hex; or group_secret_file)",
+                ),
+            };
+        if group_secret.len() < 16 {
+            return cerr(
+                "l2sec.group_secret",
+                format!("must be at least 16 bytes, got {}", group_secret.len()),
+            );
+        }
+        let ecb = r.insecure_ecb;
+        let group_suite = suite(
+            "l2sec.group_suite",
+            r.group_suite.as_deref().unwrap_or("aes128gcm"),
+            ecb,
+        )?;
+        let suites = match r.suites {
+            None => vec![group_suite],
+            Some(v) if v.is_empty() => return cerr("l2sec.suites", "must name at least one suite"),
+            Some(v) => v
+                .iter()
+                .enumerate()
+                .map(|(i, s)| suite(&format!("l2sec.suites[{i}]"), s, ecb))
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+        };
+        let groups = match r.dh_groups {
+            None => vec![DhGroup::X25519],
+            Some(v) if v.is_empty() => {
+                return cerr("l2sec.dh_groups", "must name at least one group")
+            }
+            Some(v) => v
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    DhGroup::from_name(g).map_or_else(
+                        || {
+                            cerr(
+                                &format!("l2sec.dh_groups[{i}]"),
+                                format!("unknown group '{g}' (x25519, modp2048 or modp3072)"),
+                            )
+                        },
+                        Ok,
+                    )
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+        };
+        let lifetime = int_in(
+            "l2sec.lifetime_seconds",
+            r.lifetime_seconds.unwrap_or(3600),
+            2,
+            86400 * 7,
+        )? as u64;
+        let margin = int_in(
+            "l2sec.rekey_margin_seconds",
+            r.rekey_margin_seconds
+                .unwrap_or((lifetime / 12).min(300) as i64),
+            1,
+            86400,
+        )? as u64;
+        if margin >= lifetime {
+            return cerr(
+                "l2sec.rekey_margin_seconds",
+                "must be below lifetime_seconds",
+            );
+        }
+        let ethertype = int_in(
+            "l2sec.ethertype",
+            r.ethertype.unwrap_or(0x88b5),
+            0x0600,
+            0xffff,
+        )? as u16;
+        if matches!(ethertype, 0x0800 | 0x0806 | 0x86dd | 0x8100 | 0x88a8) {
+            return cerr(
+                "l2sec.ethertype",
+                format!(
+                    "0x{ethertype:04x} belongs to a protocol l2sec carries; use 0x88b5 or 0x1982"
+                ),
+            );
+        }
+        let signing_key = match r.signing_key {
+            Some(p) => Some(read_signing_key("l2sec.signing_key", &file(&p))?),
+            None => None,
+        };
+        let mut peers = HashMap::new();
+        for (i, p) in r.peer.iter().enumerate() {
+            let k = |f: &str| format!("l2sec.peer[{i}].{f}");
+            let Some(mac) = p.mac.as_deref().and_then(parse_mac) else {
+                return cerr(&k("mac"), "is required, as aa:bb:cc:dd:ee:ff");
+            };
+            let Some(pk) = p.public_key.as_deref() else {
+                return cerr(&k("public_key"), "is required (64 hex digits)");
+            };
+            let b = hex_bytes(&k("public_key"), pk)?;
+            let Ok(arr) = <[u8; 32]>::try_from(b.as_slice()) else {
+                return cerr(&k("public_key"), "must be 32 bytes (64 hex digits)");
+            };
+            let Ok(vk) = VerifyingKey::from_bytes(&arr) else {
+                return cerr(&k("public_key"), "is not a valid Ed25519 public key");
+            };
+            if peers.insert(mac, vk).is_some() {
+                return cerr(&k("mac"), "appears twice");
+            }
+        }
+        if r.require_signatures && peers.is_empty() {
+            return cerr(
+                "l2sec.require_signatures",
+                "needs the peers' public keys ([[l2sec.peer]])",
+            );
+        }
+        let replay_window = int_in(
+            "l2sec.replay_window",
+            r.replay_window.unwrap_or(1024),
+            64,
+            1 << 20,
+        )? as u32;
+        let security_number = match r.security_number {
+            Some(v) => Some(int_in("l2sec.security_number", v, 0, 0xff_ffff)? as u32),
+            None => None,
+        };
+        let timestamp_tolerance = int_in(
+            "l2sec.timestamp_tolerance",
+            r.timestamp_tolerance.unwrap_or(30),
+            1,
+            3600,
+        )? as u32;
+        let mtu = match r.mtu {
+            Some(m) => Some(int_in("l2sec.mtu", m, 576, 9000)? as u16),
+            None => None,
+        };
+        let control_socket = r
+            .control_socket
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(format!("{RUN_DIR}/{tap}.sock")));
+        Ok(L2Config {
+            interface,
+            tap,
+            address,
+            group_secret,
+            group_suite,
+            suites,
+            groups,
+            lifetime: Duration::from_secs(lifetime),
+            rekey_margin: Duration::from_secs(margin),
+            ethertype,
+            signing_key,
+            require_signatures: r.require_signatures,
+            replay_window,
+            security_number,
+            timestamps: r.timestamps,
+            timestamp_tolerance,
+            insecure_ecb: ecb,
+            mtu,
+            control_socket,
+            peers,
+        })
+    }
+
+    /// The node configuration for a port with `mac` and the address `ip/len`.
+    pub fn node_config(&self, mac: [u8; 6], ip: Ipv4Addr, len: u8) -> NodeConfig {
+        let mut n = NodeConfig::new(mac, ip, len, self.group_secret.clone());
+        n.ethertype = self.ethertype;
+        n.group_suite = self.group_suite;
+        n.suites = self.suites.clone();
+        n.groups = self.groups.clone();
+        n.lifetime = self.lifetime;
+        n.rekey_margin = self.rekey_margin;
+        n.signing_key = self.signing_key.clone();
+        n.peer_keys = self.peers.clone();
+        n.require_signatures = self.require_signatures;
+        n.insecure_ecb = self.insecure_ecb;
+        n.replay_window = self.replay_window;
+        n.security_number = self.security_number;
+        n.timestamps = self.timestamps;
+        n.timestamp_tolerance = self.timestamp_tolerance;
+        n
+    }
+}
+
+/// The port's MAC address and MTU (from `ip -j link`, which, unlike sysfs, answers for the current namespace).
+fn port_link(name: &str) -> Result<([u8; 6], u32)> {
+    let out = std::process::Command::new("ip")
+        .args(["-j", "link", "show", "dev", name])
+        .output()
+        .map_err(Error::io("cannot run ip"))?;
+    if !out.status.success() {
+        return Err(Error::Usage(format!(
+            "l2sec.interface: no interface '{name}'"
+        )));
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let l = &v[0];
+    let mac = l["address"].as_str().and_then(parse_mac).ok_or_else(|| {
+        Error::Usage(format!("l2sec.interface: '{name}' has no Ethernet address"))
+    })?;
+    Ok((mac, l["mtu"].as_u64().unwrap_or(1500) as u32))
+}
+
+/// The port's IPv4 addresses (address, prefix length).
+fn port_addrs(name: &str) -> Vec<(Ipv4Addr, u8)> {
+    let Ok(out) = std::process::Command::new("ip")
+        .args(["-j", "-4", "addr", "show", "dev", name])
+        .output()
+    else {
+        return vec![];
+    };
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v[0]["addr_info"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| {
+            Some((
+                a["local"].as_str()?.parse().ok()?,
+                a["prefixlen"].as_u64()? as u8,
+            ))
+        })
+        .collect()
+}
+
+/// The nftables table that keeps the port l2sec-only.
+fn nft_table(tap: &str) -> String {
+    format!("netveil_l2_{}", tap.replace(['-', '.'], "_"))
+}
+
+/// Frames the port's nftables table dropped (not l2sec), in and out.
+fn nft_clear_drops(table: &str) -> (u64, u64) {
+    let out = match std::process::Command::new("nft")
+        .args(["-j", "list", "table", "netdev", table])
+        .output()
+    {
+        Ok(o) if o.status.success() => o.stdout,
+        _ => return (0, 0),
+    };
+    let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
+    let (mut i, mut o) = (0, 0);
+    for it in v["nftables"].as_array().into_iter().flatten() {
+        let r = &it["rule"];
+        for e in r["expr"].as_array().into_iter().flatten() {
+            if let Some(n) = e["counter"]["packets"].as_u64() {
+                if r["chain"] == "egress" {
+                    o += n;
+                } else {
+                    i += n;
+                }
+            }
+        }
+    }
+    (i, o)
+}
+
+struct State {
+    node: Mutex<Node>,
+    cfg: L2Config,
+    mac: [u8; 6],
+    ip: (Ipv4Addr, u8),
+    mtu: u16,
+    started: Instant,
+    nft: String,
+    stop: AtomicBool,
+}
+
+const BATCH: usize = 64;
+
+/// `netveil up` with an `[l2sec]` configuration.
+pub fn up(path: &Path) -> Result<()> {
+    let cfg = L2Config::load(path)?;
+    let (mac, port_mtu) = port_link(&cfg.interface)?;
+    let addrs = port_addrs(&cfg.interface);
+    let ip = match cfg.address.or_else(|| addrs.first().copied()) {
+        Some(a) => a,
+        None => {
+            return Err(Error::Usage(format!(
+                "l2sec.address: not given, and {} has no IPv4 address to take over",
+                cfg.interface
+            )))
+        }
+    };
+    let started = Instant::now();
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let node = Node::new(cfg.node_config(mac, ip.0, ip.1), started, unix)
+        .map_err(|e| Error::Usage(format!("l2sec: {e}")))?;
+    let (head, tail) = node.overhead();
+    let mtu = match cfg.mtu {
+        Some(m) => m,
+        None => (port_mtu as usize).saturating_sub(head + tail).max(576) as u16,
+    };
+
+    let mut undo = Undo::default();
+    let tap = Tap::open(&cfg.tap, mtu, Some(mac))
+        .map_err(Error::io(format!("cannot create TAP device {}", cfg.tap)))?;
+    // The port: no ARP, no IPv6, its IPv4 addresses moved to the TAP.
+    run(&["ip", "link", "set", "dev", &cfg.interface, "arp", "off"])?;
+    undo.push(&["ip", "link", "set", "dev", &cfg.interface, "arp", "on"]);
+    let v6 = format!("net.ipv6.conf.{}.disable_ipv6", cfg.interface);
+    if let Ok(o) = std::process::Command::new("sysctl")
+        .args(["-n", &v6])
+        .output()
+    {
+        let old = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        if old == "0" {
+            let _ = run(&["sysctl", "-qw", &format!("{v6}=1")]);
+            undo.push(&["sysctl", "-qw", &format!("{v6}=0")]);
+        }
+    }
+    for (a, l) in &addrs {
+        let s = format!("{a}/{l}");
+        run(&["ip", "addr", "del", &s, "dev", &cfg.interface])?;
+        undo.push(&["ip", "addr", "add", &s, "dev", &cfg.interface]);
+    }
+    let table = nft_table(&cfg.tap);
+    let et = format!("0x{:04x}", cfg.ethertype);
+    let _ = run(&["nft", "delete", "table", "netdev", &table]);
+    run_stdin(
+        &["nft", "-f", "-"],
+        &format!(
+            "table netdev {table} {{\n  chain ingress {{\n    type filter hook ingress device \"{i}\" priority -500; policy accept;\n    ether type != {et} counter drop comment \"not l2sec\"\n  }}\n  chain egress {{\n    type filter hook egress device \"{i}\" priority -500; policy accept;\n    ether type != {et} counter drop comment \"not l2sec\"\n  }}\n}}\n",
+            i = cfg.interface
+        ),
+    )?;
+    undo.push(&["nft", "delete", "table", "netdev", &table]);
+    let _ = run(&[
+        "sysctl",
+        "-qw",
+        &format!("net.ipv6.conf.{}.disable_ipv6=1", cfg.tap),
+    ]);
+    run(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{}/{}", ip.0, ip.1),
+        "dev",
+        &cfg.tap,
+    ])?;
+    run(&["ip", "link", "set", "dev", &cfg.tap, "up"])?;
+    run(&["ip", "link", "set", "dev", &cfg.interface, "up"])?;
+
+    let sock = PacketSocket::bind(&cfg.interface, cfg.ethertype).map_err(Error::io(format!(
+        "cannot open AF_PACKET socket on {}",
+        cfg.interface
+    )))?;
+    sock.set_buffer_sizes(8 << 20).ok();
+    sock.set_recv_timeout(Duration::from_millis(200))
+        .map_err(Error::io("socket timeout"))?;
+    tap.set_recv_timeout(Duration::from_millis(200))
+        .map_err(Error::io("TAP timeout"))?;
+    let listener = crate::control::listen(&cfg.control_socket)?;
+
+    let st = Arc::new(State {
+        node: Mutex::new(node),
+        mac,
+        ip,
+        mtu,
+        started,
+        nft: table,
+        stop: AtomicBool::new(false),
+        cfg,
+    });
+    let (tap, sock) = (Arc::new(tap), Arc::new(sock));
+    unsafe {
+        // SAFETY: the handler only stores to an atomic.
+        libc::signal(
+            libc::SIGINT,
+            crate::daemon::on_signal as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGTERM,
+            crate::daemon::on_signal as *const () as libc::sighandler_t,
+        );
+    }
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(f)
+            .map_err(Error::io("thread"))
+    };
+    let tx = {
+        let (st, tap, sock) = (st.clone(), tap.clone(), sock.clone());
+        spawn("l2-tx", Box::new(move || tx_loop(&st, &tap, &sock)))?
+    };
+    let rx = {
+        let (st, tap, sock) = (st.clone(), tap.clone(), sock.clone());
+        spawn("l2-rx", Box::new(move || rx_loop(&st, &tap, &sock)))?
+    };
+    let timer = {
+        let (st, sock) = (st.clone(), sock.clone());
+        spawn("l2-timer", Box::new(move || timer_loop(&st, &sock)))?
+    };
+    {
+        let st = st.clone();
+        spawn("l2-ctl", Box::new(move || serve(&st, listener)))?;
+    }
+    eprintln!(
+        "netveil: l2sec on {} (TAP {}, {}/{}, MTU {}); control socket {}",
+        st.cfg.interface,
+        st.cfg.tap,
+        st.ip.0,
+        st.ip.1,
+        st.mtu,
+        st.cfg.control_socket.display()
+    );
+    while !STOP.load(Relaxed) && !tx.is_finished() && !rx.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    st.stop.store(true, Relaxed);
+    let _ = tx.join();
+    let _ = rx.join();
+    let _ = timer.join();
+    let _ = std::fs::remove_file(&st.cfg.control_socket);
+    drop(tap);
+    eprintln!("netveil: l2sec on {} down", st.cfg.interface);
+    drop(undo);
+    Ok(())
+}
+
+fn send_ready(node: &mut Node, out: &mut Vec<PacketBuf>) {
+    while let Some(f) = node.poll_transmit() {
+        out.push(PacketBuf::from_slice(&f, 0, 0));
+    }
+}
+
+fn tx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
+    let (head, tail) = st.node.lock().map(|n| n.overhead()).unwrap_or((16, 80));
+    let cap = head + 16 + st.mtu as usize + 14 + tail + 16;
+    let mut bufs: Vec<PacketBuf> = (0..BATCH).map(|_| PacketBuf::new(cap, head + 16)).collect();
+    let mut send: Vec<usize> = Vec::with_capacity(BATCH);
+    let mut extra: Vec<PacketBuf> = Vec::new();
+    let mut out: Vec<PacketBuf> = Vec::with_capacity(BATCH);
+    while !st.stop.load(Relaxed) {
+        match tap.recv(&mut bufs[0], head + 16) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => {
+                if st.stop.load(Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        }
+        let mut n = 1;
+        while n < BATCH && tap.try_recv(&mut bufs[n], head + 16).is_ok() {
+            n += 1;
+        }
+        send.clear();
+        {
+            let Ok(mut node) = st.node.lock() else { return };
+            let now = Instant::now();
+            for (i, b) in bufs.iter_mut().enumerate().take(n) {
+                if let Ok(Outbound::Send) = node.handle_outbound(b, now) {
+                    send.push(i);
+                }
+            }
+            send_ready(&mut node, &mut extra);
+        }
+        if !extra.is_empty() {
+            let _ = sock.send_batch(&extra);
+            extra.clear();
+        }
+        if send.len() == n {
+            let _ = sock.send_batch(&bufs[..n]);
+        } else {
+            // Rare (frames queued for SEP or dropped): send the sealed ones in order.
+            out.clear();
+            out.extend(
+                send.iter()
+                    .map(|&i| std::mem::replace(&mut bufs[i], PacketBuf::new(0, 0))),
+            );
+            let _ = sock.send_batch(&out);
+            for (&i, b) in send.iter().zip(out.drain(..)) {
+                bufs[i] = b;
+            }
+        }
+    }
+}
+
+fn rx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
+    let mtu = st.mtu as usize + 14 + 256;
+    let mut bufs: Vec<PacketBuf> = (0..BATCH).map(|_| PacketBuf::new(mtu + 64, 0)).collect();
+    let mut deliver: Vec<usize> = Vec::with_capacity(BATCH);
+    let mut extra: Vec<PacketBuf> = Vec::new();
+    while !st.stop.load(Relaxed) {
+        let n = match sock.recv_batch(&mut bufs, 0) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        deliver.clear();
+        {
+            let Ok(mut node) = st.node.lock() else { return };
+            let now = Instant::now();
+            for (i, b) in bufs.iter_mut().enumerate().take(n) {
+                if let Ok(Inbound::Deliver) = node.handle_inbound(b, now) {
+                    deliver.push(i);
+                }
+            }
+            send_ready(&mut node, &mut extra);
+        }
+        if !extra.is_empty() {
+            let _ = sock.send_batch(&extra);
+            extra.clear();
+        }
+        for &i in &deliver {
+            let _ = tap.send(bufs[i].data());
+        }
+    }
+}
+
+fn timer_loop(st: &State, sock: &PacketSocket) {
+    let mut extra = Vec::new();
+    while !st.stop.load(Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = Instant::now();
+        {
+            let Ok(mut node) = st.node.lock() else { return };
+            if node.poll_timeout().is_some_and(|t| t <= now) {
+                node.handle_timeout(now);
+            }
+            send_ready(&mut node, &mut extra);
+        }
+        if !extra.is_empty() {
+            let _ = sock.send_batch(&extra);
+            extra.clear();
+        }
+    }
+}
+
+fn mac_str(m: &[u8; 6]) -> String {
+    crate::lan::mac_str(m)
+}
+
+fn peer_json(p: &PeerStatus) -> Value {
+    json!({
+        "mac": mac_str(&p.mac),
+        "ip": p.ip.map(|i| i.to_string()),
+        "session": p.session.map(|s| json!({
+            "key_id": s.key_id,
+            "suite": s.suite.name(),
+            "age_seconds": s.age.as_secs(),
+            "expires_in_seconds": s.expires_in.as_secs(),
+            "initiator": s.initiator,
+            "tx_seq": s.tx_seq,
+            "rx_seq": s.rx_seq,
+        })),
+        "previous_key_id": p.previous_key_id,
+        "handshaking": p.handshaking,
+        "queued": p.queued,
+        "tx_frames": p.stats.tx_frames,
+        "tx_bytes": p.stats.tx_bytes,
+        "rx_frames": p.stats.rx_frames,
+        "rx_bytes": p.stats.rx_bytes,
+        "sessions": p.stats.sessions,
+        "failures": p.stats.failures,
+        "dropped": p.stats.dropped,
+    })
+}
+
+fn status_json(st: &State) -> Value {
+    let now = Instant::now();
+    let Ok(node) = st.node.lock() else {
+        return json!({"error": "daemon state unavailable"});
+    };
+    let s = node.stats();
+    let drops = |d: &netveil_sa::counters::DropCounters<netveil_l2sec::Drop>| -> Value {
+        d.snapshot()
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| (k.to_string(), json!(n)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let (clear_in, clear_out) = nft_clear_drops(&st.nft);
+    let c = &st.cfg;
+    json!({
+        "l2sec": {
+            "interface": c.interface,
+            "tap": c.tap,
+            "mac": mac_str(&st.mac),
+            "address": format!("{}/{}", st.ip.0, st.ip.1),
+            "mtu": st.mtu,
+            "ethertype": format!("0x{:04x}", c.ethertype),
+            "group_suite": c.group_suite.name(),
+            "suites": c.suites.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            "dh_groups": c.groups.iter().map(|g| g.name()).collect::<Vec<_>>(),
+            "epoch": node.epoch(),
+            "signing": c.signing_key.is_some(),
+            "require_signatures": c.require_signatures,
+            "uptime_seconds": st.started.elapsed().as_secs(),
+            "group_senders": node.group_senders(),
+            "peers": node.peers(now).iter().map(peer_json).collect::<Vec<_>>(),
+            "counters": {
+                "tx_frames": s.tx_frames, "tx_bytes": s.tx_bytes, "tx_group": s.tx_group,
+                "rx_frames": s.rx_frames, "rx_bytes": s.rx_bytes, "rx_group": s.rx_group,
+                "sep_messages": s.sep_messages, "sessions_established": s.sessions_established,
+                "clear_dropped_in": clear_in, "clear_dropped_out": clear_out,
+            },
+            "tx_drops": drops(&s.tx_drops),
+            "rx_drops": drops(&s.rx_drops),
+            "sep_errors": s.sep_errors.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        }
+    })
+}
+
+fn serve(st: &State, l: std::os::unix::net::UnixListener) {
+    for conn in l.incoming() {
+        if st.stop.load(Relaxed) {
+            return;
+        }
+        let Ok(mut c) = conn else { continue };
+        let mut line = String::new();
+        if BufReader::new(&c).read_line(&mut line).is_err() {
+            continue;
+        }
+        let answer = match line.trim() {
+            "status" => status_json(st),
+            other => {
+                json!({ "error": format!("unknown request '{other}' (an l2sec daemon answers 'status')") })
+            }
+        };
+        let _ = c.write_all(answer.to_string().as_bytes());
+    }
+}
+
+/// The human-readable status of an l2sec daemon.
+pub fn render_status(v: &Value) -> String {
+    use crate::control::human_bytes;
+    let l = &v["l2sec"];
+    let c = &l["counters"];
+    let mut o = format!(
+        "l2sec: {} (TAP {}, {} {}, MTU {})  EtherType {}  up {}s\n  group: {} epoch {}{}, {} senders known\n  sessions: {} (dh {})\n  tx: {} frames, {} ({} group)   rx: {} frames, {} ({} group)   SEP messages: {}\n  clear frames dropped on the port: {} in, {} out\n",
+        l["interface"].as_str().unwrap_or("?"),
+        l["tap"].as_str().unwrap_or("?"),
+        l["mac"].as_str().unwrap_or("?"),
+        l["address"].as_str().unwrap_or("?"),
+        l["mtu"],
+        l["ethertype"].as_str().unwrap_or("?"),
+        l["uptime_seconds"],
+        l["group_suite"].as_str().unwrap_or("?"),
+        l["epoch"],
+        if l["signing"].as_bool() == Some(true) { ", signed" } else { "" },
+        l["group_senders"],
+        l["suites"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+        l["dh_groups"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+        c["tx_frames"],
+        human_bytes(c["tx_bytes"].as_u64().unwrap_or(0)),
+        c["tx_group"],
+        c["rx_frames"],
+        human_bytes(c["rx_bytes"].as_u64().unwrap_or(0)),
+        c["rx_group"],
+        c["sep_messages"],
+        c["clear_dropped_in"],
+        c["clear_dropped_out"],
+    );
+    o.push_str(&format!(
+        "\n{:<18} {:<15} {:<4} {:<18} {:>7} {:>9} {:>10} {:>11} {:>10} {:>11}\n",
+        "PEER",
+        "IP",
+        "KEY",
+        "SUITE",
+        "AGE",
+        "EXPIRES",
+        "TX FRAMES",
+        "TX BYTES",
+        "RX FRAMES",
+        "RX BYTES"
+    ));
+    for p in l["peers"].as_array().into_iter().flatten() {
+        let s = &p["session"];
+        let (key, suite, age, exp) = if s.is_null() {
+            (
+                "-".to_string(),
+                if p["handshaking"].as_bool() == Some(true) {
+                    "(SEP running)"
+                } else {
+                    "(none)"
+                }
+                .to_string(),
+                "-".to_string(),
+                "-".to_string(),
+            )
+        } else {
+            (
+                format!(
+                    "{}{}",
+                    s["key_id"],
+                    if s["initiator"].as_bool() == Some(true) {
+                        "i"
+                    } else {
+                        "r"
+                    }
+                ),
+                s["suite"].as_str().unwrap_or("").to_string(),
+                format!("{}s", s["age_seconds"]),
+                format!("{}s", s["expires_in_seconds"]),
+            )
+        };
+        o.push_str(&format!(
+            "{:<18} {:<15} {:<4} {:<18} {:>7} {:>9} {:>10} {:>11} {:>10} {:>11}\n",
+            p["mac"].as_str().unwrap_or(""),
+            p["ip"].as_str().unwrap_or("-"),
+            key,
+            suite,
+            age,
+            exp,
+            p["tx_frames"],
+            human_bytes(p["tx_bytes"].as_u64().unwrap_or(0)),
+            p["rx_frames"],
+            human_bytes(p["rx_bytes"].as_u64().unwrap_or(0)),
+        ));
+    }
+    for (what, k) in [
+        ("tx drops", "tx_drops"),
+        ("rx drops", "rx_drops"),
+        ("SEP refused", "sep_errors"),
+    ] {
+        if let Some(m) = l[k].as_object().filter(|m| !m.is_empty()) {
+            let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            o.push_str(&format!("{what}: {}\n", parts.join(", ")));
+        }
+    }
+    o
+}
+
+/// `netveil keygen --ed25519 --name NAME`: writes `NAME.l2key` (the 32-byte seed in hex, mode 0600) into `dir`
+/// and returns its path and the public key in hex (for the other hosts' `[[l2sec.peer]]`).
+pub fn keygen(name: &str, dir: &Path) -> Result<(PathBuf, String)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if name.is_empty() || name.contains('/') {
+        return Err(Error::Usage(format!(
+            "--name: '{name}' is not a usable file name"
+        )));
+    }
+    let mut seed = Zeroizing::new([0u8; 32]);
+    netveil_crypto::rand::fill_random(&mut seed[..]);
+    let key = SigningKey::from_bytes(&seed);
+    let path = dir.join(format!("{name}.l2key"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(Error::io(format!("cannot create {}", path.display())))?;
+    let text = Zeroizing::new(format!("{}\n", hex::encode(&seed[..])));
+    f.write_all(text.as_bytes())
+        .map_err(Error::io(format!("cannot write {}", path.display())))?;
+    Ok((path, hex::encode(key.verifying_key().as_bytes())))
+}
