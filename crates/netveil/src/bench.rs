@@ -51,6 +51,14 @@ pub struct BenchArgs {
     /// Packets for the in-process per-packet time split of PSP (0: skip it).
     #[arg(long, default_value_t = 200_000)]
     pub split_packets: usize,
+    /// l2sec suites to measure on the wired-LAN lab (a Linux bridge between two hosts), against the plain
+    /// bridge, comma-separated (e.g. aes128gcm, chacha20poly1305, blowfish-cbc-sha1), or "none".
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "aes128gcm,blowfish-cbc-sha1"
+    )]
+    pub l2sec: Vec<String>,
     /// Skip the wireguard-go comparison even if wireguard-go and wg are installed.
     #[arg(long)]
     pub no_peers: bool,
@@ -316,6 +324,80 @@ fn measure_wireguard_go(a: &BenchArgs, wg_go: &std::path::Path) -> Result<Row> {
     })
 }
 
+/// One l2sec measurement (or the plain bridge).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct L2Row {
+    pub path: String,
+    pub gbit_per_s: f64,
+    pub retransmits: u64,
+    /// Mean ping round-trip time.
+    pub rtt_ms: f64,
+    /// The first ping after the neighbour entry was flushed (ARP resolution, and SEP with l2sec).
+    pub first_ping_ms: f64,
+}
+
+fn ping_rtts(lab: &Lab, ns: &str, dst: &str, count: u32) -> Result<Vec<f64>> {
+    let o = lab.exec_ok(
+        ns,
+        &[
+            "ping",
+            "-n",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.02",
+            "-W",
+            "2",
+            dst,
+        ],
+    )?;
+    Ok(o.lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect())
+}
+
+/// The plain bridge (`suite` None) or l2sec with `suite` between two stations of the wired-LAN lab.
+fn measure_l2(a: &BenchArgs, suite: Option<&str>) -> Result<L2Row> {
+    use crate::lan::{L2Opts, Lan, PORT, TAP};
+    let mut lab = Lab::new("nvbench")?
+        .with_netveil(std::env::current_exe().map_err(Error::io("current exe"))?);
+    let lan = Lan::build(&mut lab, &["h1", "h2"])?;
+    let _d = match suite {
+        Some(s) => Some(lan.protect(&lab, &["h1", "h2"], &L2Opts::suite(s))?),
+        None => None,
+    };
+    let dev = if suite.is_some() { TAP } else { PORT };
+    let (h1, h2) = (lan.station("h1")?.clone(), lan.station("h2")?.clone());
+    let dst = h2.ip.to_string();
+    // The first ping after both sides forgot each other: ARP (and SEP, which the ARP reply waits for).
+    let mut first = f64::NAN;
+    for _ in 0..3 {
+        let _ = lab.exec(&h1.ns, &["ip", "neigh", "flush", "dev", dev]);
+        let _ = lab.exec(&h2.ns, &["ip", "neigh", "flush", "dev", dev]);
+        if let Some(t) = ping_rtts(&lab, &h1.ns, &dst, 1)?.first() {
+            first = if first.is_nan() { *t } else { first.min(*t) };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rtts = ping_rtts(&lab, &h1.ns, &dst, 50)?;
+    if rtts.is_empty() {
+        return Err(Error::Other(format!("no ping reply from {dst}")));
+    }
+    let rtt = rtts.iter().sum::<f64>() / rtts.len() as f64;
+    let (g, r) = iperf(&lab, &h2.ns, &h1.ns, &dst, a.seconds, a.streams)?;
+    Ok(L2Row {
+        path: match suite {
+            Some(s) => format!("l2sec {s}"),
+            None => "plain bridge (no protection)".into(),
+        },
+        gbit_per_s: g,
+        retransmits: r,
+        rtt_ms: rtt,
+        first_ping_ms: first,
+    })
+}
+
 pub fn run(a: BenchArgs) -> Result<()> {
     if !lab::is_root() {
         return Err(Error::Usage(
@@ -330,8 +412,23 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let suites: Vec<String> = if a.suites.is_empty() {
         ALL_SUITES.iter().map(|s| s.to_string()).collect()
     } else {
-        a.suites.clone()
+        a.suites
+            .iter()
+            .filter(|s| s.as_str() != "none")
+            .cloned()
+            .collect()
     };
+    let l2suites: Vec<String> = a
+        .l2sec
+        .iter()
+        .filter(|s| s.as_str() != "none")
+        .cloned()
+        .collect();
+    for s in &l2suites {
+        if netveil_l2sec::Suite::from_name(s).is_none() {
+            return Err(Error::Usage(format!("--l2sec: unknown l2sec suite '{s}'")));
+        }
+    }
     for s in &suites {
         netveil_ipsec::suite::EspSuite::parse(s, true)
             .map_err(|e| Error::Usage(format!("--suites: {e}")))?;
@@ -409,8 +506,56 @@ pub fn run(a: BenchArgs) -> Result<()> {
             r.path, r.encap, r.gbit_per_s, pct, r.retransmits
         );
     }
+    let mut l2rows = Vec::new();
+    if !l2suites.is_empty() {
+        println!();
+        println!(
+            "l2sec on the wired-LAN lab (two hosts on a Linux bridge, MTU 1500 on the wire): TCP goodput (iperf3, {} s), \
+             ping round-trip time (50 pings, 56 bytes), and the first ping after the neighbour entry is flushed (ARP, \
+             and with l2sec the SEP exchange)",
+            a.seconds
+        );
+        let mut fails = 0;
+        for s in std::iter::once(None).chain(l2suites.iter().map(|s| Some(s.as_str()))) {
+            match measure_l2(&a, s) {
+                Ok(r) => {
+                    println!(
+                        "  {:<34} {:>7.2} Gbit/s  rtt {:.3} ms  first ping {:.3} ms",
+                        r.path, r.gbit_per_s, r.rtt_ms, r.first_ping_ms
+                    );
+                    l2rows.push(r);
+                }
+                Err(e) => {
+                    fails += 1;
+                    println!("  measurement failed: {e}");
+                }
+            }
+        }
+        if let Some(plain) = l2rows.first().cloned() {
+            println!();
+            println!(
+                "{:<34} {:>8} {:>9} {:>9} {:>9} {:>11}",
+                "path", "Gbit/s", "of plain", "rtt ms", "x plain", "first ms"
+            );
+            for r in &l2rows {
+                println!(
+                    "{:<34} {:>8.2} {:>8.1}% {:>9.3} {:>9.2} {:>11.3}",
+                    r.path,
+                    r.gbit_per_s,
+                    100.0 * r.gbit_per_s / plain.gbit_per_s.max(1e-9),
+                    r.rtt_ms,
+                    r.rtt_ms / plain.rtt_ms.max(1e-9),
+                    r.first_ping_ms
+                );
+            }
+        }
+        if fails > 0 {
+            return Err(Error::Other("some l2sec measurements failed".into()));
+        }
+    }
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&rows).unwrap_or_default())
+        let v = serde_json::json!({ "tunnels": rows, "l2sec": l2rows });
+        std::fs::write(p, serde_json::to_string_pretty(&v).unwrap_or_default())
             .map_err(Error::io(format!("cannot write {}", p.display())))?;
     }
     if a.split_packets > 0 {

@@ -586,7 +586,7 @@ pub fn up(path: &Path) -> Result<()> {
     for (a, l) in &addrs {
         let s = format!("{a}/{l}");
         run(&["ip", "addr", "del", &s, "dev", &cfg.interface])?;
-        undo.push(&["ip", "addr", "add", &s, "dev", &cfg.interface]);
+        undo.push(&["ip", "addr", "add", &s, "brd", "+", "dev", &cfg.interface]);
     }
     let table = nft_table(&cfg.tap);
     let et = format!("0x{:04x}", cfg.ethertype);
@@ -609,6 +609,8 @@ pub fn up(path: &Path) -> Result<()> {
         "addr",
         "add",
         &format!("{}/{}", ip.0, ip.1),
+        "brd",
+        "+",
         "dev",
         &cfg.tap,
     ])?;
