@@ -541,6 +541,15 @@ impl Node {
                 self.drain_sep(now);
                 return match r {
                     Ok(()) => Ok(Inbound::Control),
+                    // Every host sees every SEP message (broadcast); those for others are not a failure.
+                    Err(SepError::NotTarget) => {
+                        *self
+                            .stats
+                            .sep_errors
+                            .entry(SepError::NotTarget.name())
+                            .or_default() += 1;
+                        Ok(Inbound::Control)
+                    }
                     Err(e) => {
                         *self.stats.sep_errors.entry(e.name()).or_default() += 1;
                         Err(Drop::SepRefused)
