@@ -569,6 +569,18 @@ pub fn up(path: &Path) -> Result<()> {
     let mut undo = Undo::default();
     let tap = Tap::open(&cfg.tap, mtu, Some(mac))
         .map_err(Error::io(format!("cannot create TAP device {}", cfg.tap)))?;
+    // First of all, the port carries nothing but l2sec, in and out (nothing escapes while the rest is set up).
+    let table = nft_table(&cfg.tap);
+    let et = format!("0x{:04x}", cfg.ethertype);
+    let _ = run(&["nft", "delete", "table", "netdev", &table]);
+    run_stdin(
+        &["nft", "-f", "-"],
+        &format!(
+            "table netdev {table} {{\n  chain ingress {{\n    type filter hook ingress device \"{i}\" priority -500; policy accept;\n    ether type != {et} counter drop comment \"not l2sec\"\n  }}\n  chain egress {{\n    type filter hook egress device \"{i}\" priority -500; policy accept;\n    ether type != {et} counter drop comment \"not l2sec\"\n  }}\n}}\n",
+            i = cfg.interface
+        ),
+    )?;
+    undo.push(&["nft", "delete", "table", "netdev", &table]);
     // The port: no ARP, no IPv6, its IPv4 addresses moved to the TAP.
     run(&["ip", "link", "set", "dev", &cfg.interface, "arp", "off"])?;
     undo.push(&["ip", "link", "set", "dev", &cfg.interface, "arp", "on"]);
@@ -588,17 +600,6 @@ pub fn up(path: &Path) -> Result<()> {
         run(&["ip", "addr", "del", &s, "dev", &cfg.interface])?;
         undo.push(&["ip", "addr", "add", &s, "brd", "+", "dev", &cfg.interface]);
     }
-    let table = nft_table(&cfg.tap);
-    let et = format!("0x{:04x}", cfg.ethertype);
-    let _ = run(&["nft", "delete", "table", "netdev", &table]);
-    run_stdin(
-        &["nft", "-f", "-"],
-        &format!(
-            "table netdev {table} {{\n  chain ingress {{\n    type filter hook ingress device \"{i}\" priority -500; policy accept;\n    ether type != {et} counter drop comment \"not l2sec\"\n  }}\n  chain egress {{\n    type filter hook egress device \"{i}\" priority -500; policy accept;\n    ether type != {et} counter drop comment \"not l2sec\"\n  }}\n}}\n",
-            i = cfg.interface
-        ),
-    )?;
-    undo.push(&["nft", "delete", "table", "netdev", &table]);
     let _ = run(&[
         "sysctl",
         "-qw",
@@ -987,16 +988,16 @@ pub fn render_status(v: &Value) -> String {
             suite,
             age,
             exp,
-            p["tx_frames"],
+            p["tx_frames"].as_u64().unwrap_or(0),
             human_bytes(p["tx_bytes"].as_u64().unwrap_or(0)),
-            p["rx_frames"],
+            p["rx_frames"].as_u64().unwrap_or(0),
             human_bytes(p["rx_bytes"].as_u64().unwrap_or(0)),
         ));
     }
     for (what, k) in [
         ("tx drops", "tx_drops"),
         ("rx drops", "rx_drops"),
-        ("SEP refused", "sep_errors"),
+        ("SEP (refused, or for other hosts)", "sep_errors"),
     ] {
         if let Some(m) = l[k].as_object().filter(|m| !m.is_empty()) {
             let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v}")).collect();

@@ -46,9 +46,31 @@ impl Lan {
     /// test sends.
     pub fn build(lab: &mut Lab, names: &[&str]) -> Result<Lan> {
         let switch_ns = lab.add_ns("sw")?;
+        // The switch keeps quiet, as an unmanaged one does: no IPv6 (neighbour discovery, MLD) and no multicast
+        // snooping on the bridge, so that captures hold only what the stations send.
+        for k in ["all", "default"] {
+            lab.exec_ok(
+                &switch_ns,
+                &[
+                    "sysctl",
+                    "-qw",
+                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
+                ],
+            )?;
+        }
         lab.ip(
             &switch_ns,
-            &["link", "add", "br0", "type", "bridge", "ageing_time", "0"],
+            &[
+                "link",
+                "add",
+                "br0",
+                "type",
+                "bridge",
+                "ageing_time",
+                "0",
+                "mcast_snooping",
+                "0",
+            ],
         )?;
         lab.ip(&switch_ns, &["link", "set", "br0", "up"])?;
         let mut stations = Vec::new();
