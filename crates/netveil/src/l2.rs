@@ -539,6 +539,13 @@ struct State {
 
 const BATCH: usize = 64;
 
+/// `netveil check` of an l2sec configuration: the file, its key files, and that the port exists.
+pub fn check(path: &Path) -> Result<L2Config> {
+    let cfg = L2Config::load(path)?;
+    port_link(&cfg.interface)?;
+    Ok(cfg)
+}
+
 /// `netveil up` with an `[l2sec]` configuration.
 pub fn up(path: &Path) -> Result<()> {
     let cfg = L2Config::load(path)?;

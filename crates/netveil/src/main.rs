@@ -89,17 +89,15 @@ fn main() -> ExitCode {
             if std::fs::read_to_string(&config)
                 .is_ok_and(|t| netveil::l2::L2Config::is_l2sec(&t)) =>
         {
-            netveil::l2::L2Config::load(&config)
-                .map_err(netveil::Error::Config)
-                .map(|c| {
-                    println!(
-                        "{}: ok (l2sec on {}, {} suites, {} peer keys)",
-                        config.display(),
-                        c.interface,
-                        c.suites.len(),
-                        c.peers.len()
-                    )
-                })
+            netveil::l2::check(&config).map(|c| {
+                println!(
+                    "{}: ok (l2sec on {}, {} suites, {} peer keys)",
+                    config.display(),
+                    c.interface,
+                    c.suites.len(),
+                    c.peers.len()
+                )
+            })
         }
         Cmd::Check { config } => netveil::config::Config::load(&config)
             .map_err(netveil::Error::Config)

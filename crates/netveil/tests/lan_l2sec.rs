@@ -375,3 +375,196 @@ fn ecb_leaks_patterns_cbc_and_aead_do_not() {
         }
     }
 }
+
+fn ns_state(lab: &Lab, ns: &str) -> String {
+    let run = |args: &[&str]| lab.exec_ok(ns, args).unwrap_or_default();
+    run(&["ip", "-o", "link", "show"])
+        + &run(&["ip", "-o", "addr", "show"])
+        + &run(&["nft", "list", "ruleset"])
+}
+
+/// Bad l2sec settings are refused with exit code 2 naming the key, before anything is changed.
+#[test]
+fn bad_l2sec_config_names_the_key_and_changes_nothing() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").unwrap().with_netveil(NETVEIL);
+    let lan = Lan::build(&mut lab, &["h1", "h2"]).unwrap();
+    let h1 = lan.station("h1").unwrap().clone();
+    let good = lan
+        .l2sec_configs(&lab, &["h1", "h2"], &L2Opts::default())
+        .unwrap()[0]
+        .clone();
+    let before = ns_state(&lab, &h1.ns);
+    let secret_line = good
+        .lines()
+        .find(|l| l.starts_with("group_secret"))
+        .unwrap()
+        .to_string();
+    let key_line = good
+        .lines()
+        .find(|l| l.starts_with("public_key"))
+        .unwrap()
+        .to_string();
+    let cases: Vec<(String, &str)> = vec![
+        (
+            good.replace(&secret_line, "group_secret = \"00112233\""),
+            "l2sec.group_secret",
+        ),
+        (
+            good.replace(&secret_line, "group_secret = \"not hex\""),
+            "l2sec.group_secret",
+        ),
+        (
+            good.replace("suites = [\"aes128gcm\"]", "suites = [\"rot13\"]"),
+            "l2sec.suites[0]",
+        ),
+        (
+            good.replace(
+                "suites = [\"aes128gcm\"]",
+                "suites = [\"blowfish-ecb-sha1\"]",
+            ),
+            "l2sec.suites[0]",
+        ),
+        (
+            good.replace("dh_groups = [\"x25519\"]", "dh_groups = [\"modp768\"]"),
+            "l2sec.dh_groups[0]",
+        ),
+        (
+            good.replace("[l2sec]", "[l2sec]\nethertype = 0x0806"),
+            "l2sec.ethertype",
+        ),
+        (
+            good.replace("[l2sec]", "[l2sec]\nlifetime_seconds = 1"),
+            "l2sec.lifetime_seconds",
+        ),
+        (
+            good.replace(&key_line, "public_key = \"abcd\""),
+            "l2sec.peer[0].public_key",
+        ),
+        (good.replace(".l2key\"", ".missing\""), "l2sec.signing_key"),
+        (good.replace("/24\"", "\""), "l2sec.address"),
+        (
+            good.replace("interface = \"eth0\"", "interface = \"eth9\""),
+            "l2sec.interface",
+        ),
+        (
+            good.replace("tap = \"l2s0\"", "tap = \"eth0\""),
+            "l2sec.tap",
+        ),
+        (good.replace("[l2sec]", "[l2sec]\nfoo = 1"), "foo"),
+    ];
+    let path = lab.dir().join("bad.toml");
+    for (text, key) in cases {
+        assert_ne!(text, good, "{key}: the case did not change the config");
+        std::fs::write(&path, &text).unwrap();
+        let out = lab
+            .exec(&h1.ns, &[NETVEIL, "up", "-c", path.to_str().unwrap()])
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{key}: {err}");
+        assert!(err.contains(key), "{key}: {err}");
+        assert_eq!(ns_state(&lab, &h1.ns), before, "{key}: namespace changed");
+        let out = lab
+            .exec(&h1.ns, &[NETVEIL, "check", "-c", path.to_str().unwrap()])
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "check {key}");
+    }
+    std::fs::write(&path, &good).unwrap();
+    let out = lab
+        .exec_ok(&h1.ns, &[NETVEIL, "check", "-c", path.to_str().unwrap()])
+        .unwrap();
+    assert!(out.contains("ok (l2sec on eth0"), "{out}");
+}
+
+/// The thesis' choices (version 0: Blowfish-CBC with HMAC-SHA1, EtherType 0x1982) with a MODP key exchange.
+#[test]
+fn thesis_suite_with_modp_works() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").unwrap().with_netveil(NETVEIL);
+    let lan = Lan::build(&mut lab, &["h1", "h2", "eve"]).unwrap();
+    let (h1, h2, eve) = (
+        lan.station("h1").unwrap().clone(),
+        lan.station("h2").unwrap().clone(),
+        lan.station("eve").unwrap().clone(),
+    );
+    let o = L2Opts {
+        group_suite: "blowfish-cbc-sha1".into(),
+        suites: vec!["blowfish-cbc-sha1".into()],
+        dh_groups: vec!["modp2048".into()],
+        ethertype: Some(netveil_l2sec::THESIS_ETHERTYPE),
+        signatures: false,
+        ..L2Opts::default()
+    };
+    let d = lan.protect(&lab, &["h1", "h2"], &o).unwrap();
+    let mut cap = lab.capture(&eve.ns, PORT, "eve.pcap", 200, &[]).unwrap();
+    let out = ping(&lab, &lan, "h1", "h2", 3);
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    let t = lab::tcp_transfer(&h1.ns, &h2.ns, h2.ip.into(), 5002, 16 << 20).unwrap();
+    println!(
+        "TCP through l2sec v0 blowfish-cbc-sha1: {:.0} Mbit/s",
+        t.mbit_per_s()
+    );
+    let pcap = cap.stop().unwrap();
+    let types = lab
+        .exec_ok(
+            &eve.ns,
+            &[
+                "tshark",
+                "-n",
+                "-r",
+                pcap.to_str().unwrap(),
+                "-T",
+                "fields",
+                "-e",
+                "eth.type",
+            ],
+        )
+        .unwrap();
+    let kinds: std::collections::BTreeSet<&str> = types.lines().collect();
+    assert_eq!(kinds.into_iter().collect::<Vec<_>>(), vec!["0x1982"]);
+    let s = d[1].status_json().unwrap();
+    let p = peer(&s, &h1.mac).expect("peer");
+    assert_eq!(p["session"]["suite"], "blowfish-cbc-sha1", "{p}");
+}
+
+/// A host whose daemon stops gets its port back as it was; when it starts again (a new group epoch, no
+/// sessions, an empty neighbour table) it rejoins: its ARP is accepted and the sessions are set up anew.
+#[test]
+fn a_restarted_host_gets_its_port_back_and_rejoins() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").unwrap().with_netveil(NETVEIL);
+    let lan = Lan::build(&mut lab, &["h1", "h2"]).unwrap();
+    let (h1, h2) = (
+        lan.station("h1").unwrap().clone(),
+        lan.station("h2").unwrap().clone(),
+    );
+    let before = ns_state(&lab, &h2.ns);
+    let cfgs = lan
+        .l2sec_configs(&lab, &["h1", "h2"], &L2Opts::default())
+        .unwrap();
+    let d1 = lab.start_daemon(&h1.ns, "h1", &cfgs[0]).unwrap();
+    let mut d2 = lab.start_daemon(&h2.ns, "h2", &cfgs[1]).unwrap();
+    for _ in 0..3 {
+        let out = ping(&lab, &lan, "h1", "h2", 3);
+        assert!(out.contains(" 0% packet loss"), "{out}");
+        d2.stop();
+        assert_eq!(
+            ns_state(&lab, &h2.ns),
+            before,
+            "h2's namespace after the daemon stopped"
+        );
+        d2 = lab.start_daemon(&h2.ns, "h2", &cfgs[1]).unwrap();
+        // h2 speaks first (ARP request under its new epoch, then SEP when h1 answers).
+        let out = ping(&lab, &lan, "h2", "h1", 3);
+        assert!(out.contains(" 0% packet loss"), "h2 did not rejoin: {out}");
+    }
+    let s = d1.status_json().unwrap();
+    let p = peer(&s, &h2.mac).expect("peer");
+    assert!(p["sessions"].as_u64().unwrap_or(0) >= 4, "{p}");
+    let rx = &l2(&s)["rx_drops"];
+    assert!(
+        rx["auth-failed"].is_null() && rx["replayed"].is_null(),
+        "{rx}"
+    );
+    let _ = h1;
+}
