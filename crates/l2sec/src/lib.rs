@@ -139,6 +139,7 @@ pub use ed25519_dalek;
 pub use header::{Header, Repr, Version};
 pub use keys::SessionKeys;
 pub use node::{Inbound, Node, NodeConfig, Outbound};
+pub use sep::{DhGroup, Established, Sep, SepConfig, SepError, SepEvent};
 pub use session::{peek, Opened, Peeked, RxConfig, RxSession, SealOpts, TxConfig, TxSession};
 pub use suite::Suite;
 

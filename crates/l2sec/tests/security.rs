@@ -681,6 +681,11 @@ fn drop_names_are_stable_and_count() {
             "bad-padding",
             "wrong-security-number",
             "stale-timestamp",
+            "no-session",
+            "not-for-us",
+            "queue-full",
+            "sep-refused",
+            "tx-failed",
         ]
     );
     for (i, d) in Drop::ALL.iter().enumerate() {
