@@ -19,6 +19,7 @@
 //! # security_number = 0x00abcd     # send and require this 24-bit number
 //! # timestamps = true              # send timestamps, accept within timestamp_tolerance seconds
 //! # insecure_ecb = true            # allow the ECB suites (the thesis' pattern demonstration only)
+//! # offload = false                # TAP offloads (TCP super-frames split here, segments coalesced; default on)
 //!
 //! [[l2sec.peer]]                   # verifying keys of the other hosts (for signatures)
 //! mac = "02:00:5e:00:53:0b"
@@ -36,6 +37,7 @@
 
 use crate::daemon::{run, run_stdin, Undo, STOP};
 use crate::{Error, Result};
+use netveil_io::packet::{MAX_SEGMENTS, TAP_SCRATCH_LEN};
 use netveil_io::{PacketSocket, Tap};
 use netveil_l2sec::ed25519_dalek::{SigningKey, VerifyingKey};
 use netveil_l2sec::node::{Inbound, Node, NodeConfig, Outbound, PeerStatus};
@@ -86,6 +88,7 @@ struct RawL2 {
     #[serde(default)]
     insecure_ecb: bool,
     mtu: Option<i64>,
+    offload: Option<bool>,
     control_socket: Option<String>,
     #[serde(default)]
     peer: Vec<RawPeer>,
@@ -119,6 +122,8 @@ pub struct L2Config {
     pub timestamp_tolerance: u32,
     pub insecure_ecb: bool,
     pub mtu: Option<u16>,
+    /// TAP offloads: TCP super-frames from the host split here, received segments coalesced for it.
+    pub offload: bool,
     pub control_socket: PathBuf,
     pub peers: HashMap<[u8; 6], VerifyingKey>,
 }
@@ -428,6 +433,7 @@ impl L2Config {
             timestamp_tolerance,
             insecure_ecb: ecb,
             mtu,
+            offload: r.offload.unwrap_or(true),
             control_socket,
             peers,
         })
@@ -574,7 +580,7 @@ pub fn up(path: &Path) -> Result<()> {
     };
 
     let mut undo = Undo::default();
-    let tap = Tap::open(&cfg.tap, mtu, Some(mac))
+    let tap = Tap::open_offload(&cfg.tap, mtu, Some(mac), cfg.offload)
         .map_err(Error::io(format!("cannot create TAP device {}", cfg.tap)))?;
     // First of all, the port carries nothing but l2sec, in and out (nothing escapes while the rest is set up).
     let table = nft_table(&cfg.tap);
@@ -711,26 +717,33 @@ fn send_ready(node: &mut Node, out: &mut Vec<PacketBuf>) {
 
 fn tx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
     let (head, tail) = st.node.lock().map(|n| n.overhead()).unwrap_or((16, 80));
-    let cap = head + 16 + st.mtu as usize + 14 + tail + 16;
-    let mut bufs: Vec<PacketBuf> = (0..BATCH).map(|_| PacketBuf::new(cap, head + 16)).collect();
-    let mut send: Vec<usize> = Vec::with_capacity(BATCH);
+    let headroom = head + 16;
+    let cap = headroom + st.mtu as usize + 14 + tail + 16;
+    // Room for a super-frame's segments (up to MAX_SEGMENTS) and then some.
+    let batch = 2 * MAX_SEGMENTS;
+    let mut bufs: Vec<PacketBuf> = (0..batch).map(|_| PacketBuf::new(cap, headroom)).collect();
+    let mut scratch = vec![0u8; TAP_SCRATCH_LEN];
+    let mut send: Vec<usize> = Vec::with_capacity(batch);
     let mut extra: Vec<PacketBuf> = Vec::new();
-    let mut out: Vec<PacketBuf> = Vec::with_capacity(BATCH);
+    let mut out: Vec<PacketBuf> = Vec::with_capacity(batch);
     while !st.stop.load(Relaxed) {
-        match tap.recv(&mut bufs[0], head + 16) {
-            Ok(()) => {}
+        let mut n = match tap.recv_batch(&mut scratch, &mut bufs, headroom, true) {
+            Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(_) => {
                 if st.stop.load(Relaxed) {
                     return;
                 }
-                std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
-        }
-        let mut n = 1;
-        while n < BATCH && tap.try_recv(&mut bufs[n], head + 16).is_ok() {
-            n += 1;
+        };
+        // More of what is waiting, without waiting, while a whole super-frame still fits.
+        while batch - n >= MAX_SEGMENTS {
+            match tap.recv_batch(&mut scratch, &mut bufs[n..], headroom, false) {
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => continue,
+            }
         }
         send.clear();
         {
@@ -765,9 +778,13 @@ fn tx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
 }
 
 fn rx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
-    let mtu = st.mtu as usize + 14 + 256;
-    let mut bufs: Vec<PacketBuf> = (0..BATCH).map(|_| PacketBuf::new(mtu + 64, 0)).collect();
-    let mut deliver: Vec<usize> = Vec::with_capacity(BATCH);
+    // With offloads, segments are coalesced into the first one's buffer: room for 64 KiB.
+    let cap = if tap.offload() {
+        65536 + 256
+    } else {
+        st.mtu as usize + 14 + 320
+    };
+    let mut bufs: Vec<PacketBuf> = (0..BATCH).map(|_| PacketBuf::new(cap, 0)).collect();
     let mut extra: Vec<PacketBuf> = Vec::new();
     while !st.stop.load(Relaxed) {
         let n = match sock.recv_batch(&mut bufs, 0) {
@@ -778,13 +795,15 @@ fn rx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
                 continue;
             }
         };
-        deliver.clear();
+        // The frames for the host, moved to the front of `bufs` in order.
+        let mut k = 0;
         {
             let Ok(mut node) = st.node.lock() else { return };
             let now = Instant::now();
-            for (i, b) in bufs.iter_mut().enumerate().take(n) {
-                if let Ok(Inbound::Deliver) = node.handle_inbound(b, now) {
-                    deliver.push(i);
+            for i in 0..n {
+                if let Ok(Inbound::Deliver) = node.handle_inbound(&mut bufs[i], now) {
+                    bufs.swap(k, i);
+                    k += 1;
                 }
             }
             send_ready(&mut node, &mut extra);
@@ -793,9 +812,7 @@ fn rx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
             let _ = sock.send_batch(&extra);
             extra.clear();
         }
-        for &i in &deliver {
-            let _ = tap.send(bufs[i].data());
-        }
+        let _ = tap.send_batch(&mut bufs[..k]);
     }
 }
 
