@@ -428,9 +428,10 @@ impl Tap {
     /// headers, contiguous sequence numbers, equal sizes but possibly the last) are coalesced into one
     /// super-frame, up to 64 KiB, in the tailroom of the first one's buffer. The frames are consumed (their
     /// contents afterwards are unspecified). Write errors do not stop the batch; the last one is returned.
-    pub fn send_batch(&self, frames: &mut [PacketBuf]) -> io::Result<()> {
+    /// Returns the number of writes (super-frames and single frames).
+    pub fn send_batch(&self, frames: &mut [PacketBuf]) -> io::Result<usize> {
         if !self.offload {
-            let mut r = Ok(());
+            let mut r = Ok(frames.len());
             for f in frames.iter() {
                 if let Err(e) = self.send(f.data()) {
                     r = Err(e);
@@ -438,6 +439,7 @@ impl Tap {
             }
             return r;
         }
+        let mut writes = 0;
         let mut r = Ok(());
         let mut i = 0;
         while i < frames.len() {
@@ -465,9 +467,10 @@ impl Tap {
             if let Err(e) = w {
                 r = Err(e);
             }
+            writes += 1;
             i += used;
         }
-        r
+        r.map(|()| writes)
     }
 
     /// Receives return `WouldBlock` when nothing arrived within `timeout` (zero = block forever), as for
