@@ -8,7 +8,7 @@ use std::process::ExitCode;
 #[command(
     name = "netveil",
     version,
-    about = "User-space packet security for Linux (IPsec ESP/AH and PSP over TUN)"
+    about = "User-space packet security for Linux (IPsec ESP/AH and PSP over TUN, l2sec on Ethernet LANs)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -77,7 +77,8 @@ enum Cmd {
     },
     /// Measure throughput through netveil and in clear, in a lab of network namespaces.
     Bench(netveil::bench::BenchArgs),
-    /// Run a two-host lab in network namespaces: bring up ESP, ping, transfer data, show what an eavesdropper sees.
+    /// Run a lab in network namespaces: bring up ESP (or PSP, or l2sec on a wired LAN), ping, transfer data, show
+    /// what an eavesdropper sees (and, for l2sec, an ARP-spoofing attack failing).
     Demo(netveil::demo::DemoArgs),
 }
 
