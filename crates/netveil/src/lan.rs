@@ -47,7 +47,14 @@ impl Lan {
     pub fn build(lab: &mut Lab, names: &[&str]) -> Result<Lan> {
         let switch_ns = lab.add_ns("sw")?;
         // The switch keeps quiet, as an unmanaged one does: no IPv6 (neighbour discovery, MLD) and no multicast
-        // snooping on the bridge, so that captures hold only what the stations send.
+        // snooping on the bridge, so that captures hold only what the stations send. Nor does it run the host's
+        // firewall on the frames it forwards (br_netfilter), which a hardware switch would not either.
+        for t in ["iptables", "ip6tables", "arptables"] {
+            let _ = lab.exec(
+                &switch_ns,
+                &["sysctl", "-qw", &format!("net.bridge.bridge-nf-call-{t}=0")],
+            );
+        }
         for k in ["all", "default"] {
             lab.exec_ok(
                 &switch_ns,
