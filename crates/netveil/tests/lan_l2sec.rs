@@ -568,3 +568,48 @@ fn a_restarted_host_gets_its_port_back_and_rejoins() {
     );
     let _ = h1;
 }
+
+/// Sessions with a 4-second lifetime are rekeyed (a new key id, by SEP, before the old one ends) while traffic
+/// flows, without losing or refusing anything.
+#[test]
+fn sessions_rekey_under_traffic() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").unwrap().with_netveil(NETVEIL);
+    let lan = Lan::build(&mut lab, &["h1", "h2"]).unwrap();
+    let (h1, h2) = (
+        lan.station("h1").unwrap().clone(),
+        lan.station("h2").unwrap().clone(),
+    );
+    let o = L2Opts {
+        lifetime_seconds: Some(4),
+        rekey_margin_seconds: Some(1),
+        ..L2Opts::default()
+    };
+    let d = lan.protect(&lab, &["h1", "h2"], &o).unwrap();
+    let t0 = Instant::now();
+    let mut bytes = 0;
+    while t0.elapsed() < Duration::from_secs(13) {
+        let t = lab::tcp_transfer(&h1.ns, &h2.ns, h2.ip.into(), 5004, 64 << 20).unwrap();
+        bytes += t.bytes;
+        let out = ping(&lab, &lan, "h2", "h1", 2);
+        assert!(out.contains(" 0% packet loss"), "{out}");
+    }
+    for (dm, other) in [(&d[0], &h2), (&d[1], &h1)] {
+        let s = dm.status_json().unwrap();
+        let p = peer(&s, &other.mac).expect("peer");
+        assert!(p["sessions"].as_u64().unwrap_or(0) >= 3, "{}: {p}", dm.name);
+        let rx = &l2(&s)["rx_drops"];
+        for bad in ["auth-failed", "replayed", "no-session", "unknown-key-id"] {
+            assert!(rx[bad].is_null(), "{}: {bad}: {rx}", dm.name);
+        }
+        assert!(
+            l2(&s)["tx_drops"].as_object().is_none_or(|m| m.is_empty()),
+            "{s}"
+        );
+        println!(
+            "{}: {} sessions with {}, current key id {}",
+            dm.name, p["sessions"], other.name, p["session"]["key_id"]
+        );
+    }
+    println!("{} MiB moved across the rekeys", bytes >> 20);
+}
