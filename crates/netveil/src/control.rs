@@ -32,10 +32,14 @@ pub fn listen(path: &Path) -> Result<UnixListener> {
     Ok(l)
 }
 
-/// Answers requests until the daemon stops.
-pub fn serve(sh: &Shared, l: UnixListener) {
+/// Answers one-line requests with `answer` until `stop` is set (checked at each connection).
+pub fn serve_lines(
+    l: UnixListener,
+    stop: &std::sync::atomic::AtomicBool,
+    answer: impl Fn(&str) -> Value,
+) {
     for conn in l.incoming() {
-        if sh.stop.load(Relaxed) {
+        if stop.load(Relaxed) {
             return;
         }
         let Ok(mut c) = conn else { continue };
@@ -43,29 +47,34 @@ pub fn serve(sh: &Shared, l: UnixListener) {
         if BufReader::new(&c).read_line(&mut line).is_err() {
             continue;
         }
-        let answer = match line.trim() {
-            "status" => status_json(sh),
-            "keys" => keys_json(sh),
-            "rotate" => match &sh.psp {
-                Some(st) => {
-                    let before = st.rotations.load(Relaxed);
-                    st.rotate_requests.fetch_add(1, Relaxed);
-                    // Wait (briefly) for the key exchange to carry it out, so that `netveil rotate` returns after.
-                    let t = std::time::Instant::now();
-                    while st.rotations.load(Relaxed) == before
-                        && t.elapsed() < std::time::Duration::from_secs(3)
-                    {
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                    }
-                    let d = st.device.read().map(|d| d.generation()).unwrap_or(0);
-                    json!({ "rotated": st.rotations.load(Relaxed) != before, "generation": d })
-                }
-                None => json!({ "error": "no [psp] section: nothing to rotate" }),
-            },
-            other => json!({ "error": format!("unknown request '{other}'") }),
-        };
-        let _ = c.write_all(answer.to_string().as_bytes());
+        let a = answer(line.trim());
+        let _ = c.write_all(a.to_string().as_bytes());
     }
+}
+
+/// Answers requests until the daemon stops.
+pub fn serve(sh: &Shared, l: UnixListener) {
+    serve_lines(l, &sh.stop, |req| match req {
+        "status" => status_json(sh),
+        "keys" => keys_json(sh),
+        "rotate" => match &sh.psp {
+            Some(st) => {
+                let before = st.rotations.load(Relaxed);
+                st.rotate_requests.fetch_add(1, Relaxed);
+                // Wait (briefly) for the key exchange to carry it out, so that `netveil rotate` returns after.
+                let t = std::time::Instant::now();
+                while st.rotations.load(Relaxed) == before
+                    && t.elapsed() < std::time::Duration::from_secs(3)
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                let d = st.device.read().map(|d| d.generation()).unwrap_or(0);
+                json!({ "rotated": st.rotations.load(Relaxed) != before, "generation": d })
+            }
+            None => json!({ "error": "no [psp] section: nothing to rotate" }),
+        },
+        other => json!({ "error": format!("unknown request '{other}'") }),
+    })
 }
 
 fn suite_name(s: &Suite) -> String {

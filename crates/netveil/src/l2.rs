@@ -47,7 +47,7 @@ use netveil_wire::PacketBuf;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -912,23 +912,12 @@ fn status_json(st: &State) -> Value {
 }
 
 fn serve(st: &State, l: std::os::unix::net::UnixListener) {
-    for conn in l.incoming() {
-        if st.stop.load(Relaxed) {
-            return;
+    crate::control::serve_lines(l, &st.stop, |req| match req {
+        "status" => status_json(st),
+        other => {
+            json!({ "error": format!("unknown request '{other}' (an l2sec daemon answers 'status')") })
         }
-        let Ok(mut c) = conn else { continue };
-        let mut line = String::new();
-        if BufReader::new(&c).read_line(&mut line).is_err() {
-            continue;
-        }
-        let answer = match line.trim() {
-            "status" => status_json(st),
-            other => {
-                json!({ "error": format!("unknown request '{other}' (an l2sec daemon answers 'status')") })
-            }
-        };
-        let _ = c.write_all(answer.to_string().as_bytes());
-    }
+    })
 }
 
 /// The human-readable status of an l2sec daemon.

@@ -41,7 +41,11 @@ fn forward(from: &Tap, to: &Tap, stop: &AtomicBool, c: &Counts) {
         }
         c.frames.fetch_add(n as u64, Relaxed);
         for b in &bufs[..n] {
-            assert!(b.len() <= 14 + 1400, "a split frame exceeds the MTU: {}", b.len());
+            assert!(
+                b.len() <= 14 + 1400,
+                "a split frame exceeds the MTU: {}",
+                b.len()
+            );
         }
         let w = to.send_batch(&mut bufs[..n]).expect("TAP write");
         c.writes.fetch_add(w as u64, Relaxed);
@@ -68,8 +72,10 @@ fn super_frames_are_split_and_coalesced_correctly() {
     for t in [&ta, &tb] {
         t.set_recv_timeout(Duration::from_millis(100)).unwrap();
     }
-    lab.exec_ok(&a, &["ip", "addr", "add", "192.0.2.1/24", "dev", "tapa"]).unwrap();
-    lab.exec_ok(&b, &["ip", "addr", "add", "192.0.2.2/24", "dev", "tapb"]).unwrap();
+    lab.exec_ok(&a, &["ip", "addr", "add", "192.0.2.1/24", "dev", "tapa"])
+        .unwrap();
+    lab.exec_ok(&b, &["ip", "addr", "add", "192.0.2.2/24", "dev", "tapb"])
+        .unwrap();
     for (ns, dev) in [(&a, "tapa"), (&b, "tapb")] {
         lab.exec_ok(ns, &["ip", "link", "set", dev, "up"]).unwrap();
     }
@@ -90,7 +96,10 @@ fn super_frames_are_split_and_coalesced_correctly() {
         .unwrap();
     assert!(out.contains(" 0% packet loss"), "{out}");
     let t = lab::tcp_transfer(&a, &b, "192.0.2.2".parse().unwrap(), 5003, 256 << 20).unwrap();
-    println!("TCP through two offload TAPs and a forwarder: {:.0} Mbit/s", t.mbit_per_s());
+    println!(
+        "TCP through two offload TAPs and a forwarder: {:.0} Mbit/s",
+        t.mbit_per_s()
+    );
     stop.store(true, Relaxed);
     for th in threads {
         th.join().unwrap();
@@ -102,6 +111,12 @@ fn super_frames_are_split_and_coalesced_correctly() {
     );
     println!("a -> b: {r} reads gave {f} frames, written as {w} (super-)frames");
     assert!(f > 150_000, "256 MiB in 1400-byte frames: {f}");
-    assert!(f > 4 * r, "the host did not hand over super-frames: {r} reads, {f} frames");
-    assert!(f > 4 * w, "segments were not coalesced: {f} frames, {w} writes");
+    assert!(
+        f > 4 * r,
+        "the host did not hand over super-frames: {r} reads, {f} frames"
+    );
+    assert!(
+        f > 4 * w,
+        "segments were not coalesced: {f} frames, {w} writes"
+    );
 }
