@@ -147,6 +147,10 @@ pub struct L2Opts {
     pub ethertype: Option<u16>,
     pub lifetime_seconds: Option<u64>,
     pub rekey_margin_seconds: Option<u64>,
+    /// Send and require this 24-bit security number.
+    pub security_number: Option<u32>,
+    /// Send timestamps and require them within the tolerance.
+    pub timestamps: bool,
 }
 
 impl Default for L2Opts {
@@ -160,6 +164,8 @@ impl Default for L2Opts {
             ethertype: None,
             lifetime_seconds: None,
             rekey_margin_seconds: None,
+            security_number: None,
+            timestamps: false,
         }
     }
 }
@@ -223,6 +229,12 @@ impl Lan {
             }
             if let Some(m) = o.rekey_margin_seconds {
                 c.push_str(&format!("rekey_margin_seconds = {m}\n"));
+            }
+            if let Some(n) = o.security_number {
+                c.push_str(&format!("security_number = 0x{n:06x}\n"));
+            }
+            if o.timestamps {
+                c.push_str("timestamps = true\ntimestamp_tolerance = 5\n");
             }
             if o.signatures {
                 c.push_str(&format!(

@@ -602,3 +602,55 @@ fn sessions_rekey_under_traffic() {
     }
     println!("{} MiB moved across the rekeys", bytes >> 20);
 }
+
+/// The optional header fields in use: every frame carries the network's security number and a timestamp. A host
+/// with the group secret but another security number (last schedule's, say) is not heard.
+#[test]
+fn security_number_and_timestamps_are_sent_and_enforced() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").unwrap().with_netveil(NETVEIL);
+    let lan = Lan::build(&mut lab, &["h1", "h2", "h3", "eve"]).unwrap();
+    let eve = lan.station("eve").unwrap().clone();
+    let o = L2Opts {
+        security_number: Some(0x00c0de),
+        timestamps: true,
+        ..L2Opts::default()
+    };
+    let mut cfgs = lan.l2sec_configs(&lab, &["h1", "h2", "h3"], &o).unwrap();
+    // h3: same secret and keys, an old security number.
+    cfgs[2] = cfgs[2].replace("security_number = 0x00c0de", "security_number = 0x00c0dd");
+    let d: Vec<Daemon> = ["h1", "h2", "h3"]
+        .iter()
+        .zip(&cfgs)
+        .map(|(n, c)| lab.start_daemon(&lan.station(n).unwrap().ns, n, c).unwrap())
+        .collect();
+    let mut cap = lab.capture(&eve.ns, PORT, "eve.pcap", 200, &[]).unwrap();
+    let out = ping(&lab, &lan, "h1", "h2", 3);
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    let out = ping(&lab, &lan, "h3", "h1", 2);
+    assert!(out.contains("100% packet loss"), "h3 was heard: {out}");
+    let pcap = cap.stop().unwrap();
+    // First header byte: version 1 with SN and TS (0x39, and 0x3b for signed group frames); the security number
+    // follows the key id and the sequence number.
+    let first = field_histogram(&lab, &eve.ns, &pcap, &["data.data"]);
+    let mut with_sn = 0;
+    for (l, n) in &first {
+        if (l.starts_with("39") || l.starts_with("3b")) && l.len() > 30 {
+            assert!(
+                &l[12..18] == "00c0de" || &l[12..18] == "00c0dd",
+                "security number field: {l}"
+            );
+            with_sn += n;
+        } else {
+            panic!("a frame without SN/TS flags: {l}");
+        }
+    }
+    assert!(with_sn > 10, "{first:?}");
+    let s1 = d[0].status_json().unwrap();
+    let rx = &l2(&s1)["rx_drops"];
+    assert!(
+        rx["wrong-security-number"].as_u64().unwrap_or(0) >= 1,
+        "{rx}"
+    );
+    assert!(rx["stale-timestamp"].is_null(), "{rx}");
+}
