@@ -55,6 +55,8 @@ use crate::{ConfigError, Drop};
 pub const BROADCAST: Mac = [0xff; 6];
 /// Most group senders remembered (each costs a key schedule); beyond, the least recently used is forgotten.
 const MAX_GROUP_SENDERS: usize = 4096;
+/// After a failed rekey, the next try.
+const REKEY_RETRY: Duration = Duration::from_secs(5);
 /// Most peers with state (sessions or queues).
 const MAX_PEERS: usize = 4096;
 
@@ -371,26 +373,18 @@ impl Node {
         (h.max(16), t.max(15 + 20))
     }
 
-    fn seal_opts(&self, now: Instant, group: bool) -> SealOpts<'_> {
+    /// The per-frame options (security number, timestamp) of this host; `signer` for group frames.
+    fn seal_opts<'k>(&self, now: Instant, signer: Option<&'k SigningKey>) -> SealOpts<'k> {
         SealOpts {
             security_number: self.cfg.security_number,
             timestamp: self.cfg.timestamps.then(|| self.unix(now)),
-            signer: if group {
-                self.cfg.signing_key.as_ref()
-            } else {
-                None
-            },
+            signer,
             encrypt: true,
         }
     }
 
     fn seal_group(&mut self, frame: &mut PacketBuf, now: Instant) -> Result<(), Drop> {
-        let opts = SealOpts {
-            security_number: self.cfg.security_number,
-            timestamp: self.cfg.timestamps.then(|| self.unix(now)),
-            signer: self.cfg.signing_key.as_ref(),
-            encrypt: true,
-        };
+        let opts = self.seal_opts(now, self.cfg.signing_key.as_ref());
         self.group_tx
             .seal(frame, &opts)
             .map_err(|_| Drop::TxFailed)?;
@@ -431,17 +425,9 @@ impl Node {
             self.seal_group(frame, now)?;
             return Ok(Outbound::Send);
         }
-        let opts = self.seal_opts(now, false);
-        let (sn, ts) = (opts.security_number, opts.timestamp);
-        let peer = self.peers.get_mut(&dst);
-        if let Some(p) = peer {
+        let opts = self.seal_opts(now, None);
+        if let Some(p) = self.peers.get_mut(&dst) {
             if let Some(s) = p.cur.as_mut().filter(|s| now < s.expires) {
-                let opts = SealOpts {
-                    security_number: sn,
-                    timestamp: ts,
-                    signer: None,
-                    encrypt: true,
-                };
                 s.tx.seal(frame, &opts).map_err(|_| Drop::TxFailed)?;
                 p.stats.tx_frames += 1;
                 p.stats.tx_bytes += frame.len() as u64;
@@ -473,6 +459,7 @@ impl Node {
             return;
         }
         let p = self.peers.entry(peer).or_default();
+        // The next key id (1..=255, 0 never: version 1 group frames carry their epoch there).
         let key_id = match p.cur.as_ref() {
             Some(s) if s.key_id < 255 => s.key_id + 1,
             _ => 1,
@@ -725,23 +712,16 @@ impl Node {
                 p.cur = None;
             }
             if let Some(s) = &p.cur {
-                if now >= s.rekey_at && !matches!(p.last_initiate, Some(t) if t >= s.rekey_at) {
+                // Due, and not tried since it became due (or the last try is a while ago: it failed).
+                let tried = matches!(p.last_initiate,
+                    Some(t) if t >= s.rekey_at && now.saturating_duration_since(t) < REKEY_RETRY);
+                if now >= s.rekey_at && !tried && !self.sep.in_progress(mac) {
                     rekey.push((*mac, p.ip));
                 }
             }
         }
         for (mac, ip) in rekey {
-            if let Some(p) = self.peers.get_mut(&mac) {
-                p.last_initiate = Some(now);
-            }
-            if !self.sep.in_progress(&mac) {
-                let key_id = self
-                    .peers
-                    .get(&mac)
-                    .and_then(|p| p.cur.as_ref())
-                    .map_or(1, |s| if s.key_id < 255 { s.key_id + 1 } else { 1 });
-                self.sep.initiate(mac, ip, key_id, now);
-            }
+            self.start_sep(mac, ip, now);
         }
         self.drain_sep(now);
         // Forget idle peers without sessions or queues.
