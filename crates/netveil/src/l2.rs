@@ -709,9 +709,17 @@ pub fn up(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn send_ready(node: &mut Node, out: &mut Vec<PacketBuf>) {
+/// Sends what the node has ready (SEP messages, frames that waited for a session), while the caller still holds
+/// the node: a new session's first frames must not overtake the SEP message that completes it at the peer (the
+/// initiator's FINISH), and another thread could seal with the new session as soon as the lock is released.
+/// Rare, so the system call under the lock costs nothing in steady state.
+fn send_ready(node: &mut Node, sock: &PacketSocket, scratch: &mut Vec<PacketBuf>) {
     while let Some(f) = node.poll_transmit() {
-        out.push(PacketBuf::from_slice(&f, 0, 0));
+        scratch.push(PacketBuf::from_slice(&f, 0, 0));
+    }
+    if !scratch.is_empty() {
+        let _ = sock.send_batch(scratch);
+        scratch.clear();
     }
 }
 
@@ -754,11 +762,7 @@ fn tx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
                     send.push(i);
                 }
             }
-            send_ready(&mut node, &mut extra);
-        }
-        if !extra.is_empty() {
-            let _ = sock.send_batch(&extra);
-            extra.clear();
+            send_ready(&mut node, sock, &mut extra);
         }
         if send.len() == n {
             let _ = sock.send_batch(&bufs[..n]);
@@ -806,11 +810,7 @@ fn rx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
                     k += 1;
                 }
             }
-            send_ready(&mut node, &mut extra);
-        }
-        if !extra.is_empty() {
-            let _ = sock.send_batch(&extra);
-            extra.clear();
+            send_ready(&mut node, sock, &mut extra);
         }
         let _ = tap.send_batch(&mut bufs[..k]);
     }
@@ -826,11 +826,7 @@ fn timer_loop(st: &State, sock: &PacketSocket) {
             if node.poll_timeout().is_some_and(|t| t <= now) {
                 node.handle_timeout(now);
             }
-            send_ready(&mut node, &mut extra);
-        }
-        if !extra.is_empty() {
-            let _ = sock.send_batch(&extra);
-            extra.clear();
+            send_ready(&mut node, sock, &mut extra);
         }
     }
 }
