@@ -523,10 +523,7 @@ fn a_restarted_host_gets_its_port_back_and_rejoins() {
     let _g = serial();
     let mut lab = Lab::new("nvp").unwrap().with_netveil(NETVEIL);
     let lan = Lan::build(&mut lab, &["h1", "h2"]).unwrap();
-    let (h1, h2) = (
-        lan.station("h1").unwrap().clone(),
-        lan.station("h2").unwrap().clone(),
-    );
+    let h2 = lan.station("h2").unwrap().clone();
     let before = ns_state(&lab, &h2.ns);
     let cfgs = lan
         .l2sec_configs(&lab, &["h1", "h2"], &L2Opts::default())
@@ -555,7 +552,6 @@ fn a_restarted_host_gets_its_port_back_and_rejoins() {
         rx["auth-failed"].is_null() && rx["replayed"].is_null(),
         "{rx}"
     );
-    let _ = h1;
 }
 
 /// Sessions with a 4-second lifetime are rekeyed (a new key id, by SEP, before the old one ends) while traffic
