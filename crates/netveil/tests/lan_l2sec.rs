@@ -523,7 +523,10 @@ fn a_restarted_host_gets_its_port_back_and_rejoins() {
     let _g = serial();
     let mut lab = Lab::new("nvp").unwrap().with_netveil(NETVEIL);
     let lan = Lan::build(&mut lab, &["h1", "h2"]).unwrap();
-    let h2 = lan.station("h2").unwrap().clone();
+    let (h1, h2) = (
+        lan.station("h1").unwrap().clone(),
+        lan.station("h2").unwrap().clone(),
+    );
     let before = ns_state(&lab, &h2.ns);
     let cfgs = lan
         .l2sec_configs(&lab, &["h1", "h2"], &L2Opts::default())
