@@ -19,6 +19,7 @@ pub mod lab;
 pub mod lan;
 pub mod pcap;
 pub mod psp_ctl;
+pub mod state;
 
 /// A failure of a `netveil` command. Bad input (configuration, arguments) exits with code 2.
 #[derive(Debug, thiserror::Error)]
