@@ -230,6 +230,8 @@ def run_netveil(tmp: Path, op: str, config: str, frames, sas=("out",), linktype=
     for s in sas:
         cmd += ["--sa", s]
     cmd += list(extra)
+    if op == "esp-encrypt" and "--seq" not in cmd:
+        cmd += ["--seq", "1"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     if expect_ok:
         assert p.returncode == 0, f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}\n--- config ---\n{config}"

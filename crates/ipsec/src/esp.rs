@@ -258,7 +258,8 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
 
     let seq = match sa.seq.next() {
         Ok(s) => s,
-        Err(_) => {
+        Err(netveil_sa::seq::SeqError::NotReserved) => return Err(Drop::SeqNotReserved),
+        Err(netveil_sa::seq::SeqError::Exhausted) => {
             sa.rekey_needed.store(true, Relaxed);
             return Err(Drop::SeqExhausted);
         }

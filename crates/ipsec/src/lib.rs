@@ -59,10 +59,13 @@ pub enum Drop {
     TtlExceeded,
     /// No SA is installed yet for traffic a protect policy covers (e.g. PSP before the peer's association).
     NoSa,
+    /// The SA's next sequence number is above its durable reservation (the daemon has not synced the next
+    /// high-water mark yet): the packet is dropped rather than risk a number a restart could repeat.
+    SeqNotReserved,
 }
 
 impl Drop {
-    pub const ALL: [Drop; 17] = [
+    pub const ALL: [Drop; 18] = [
         Drop::Malformed,
         Drop::UnknownSpi,
         Drop::Replayed,
@@ -80,6 +83,7 @@ impl Drop {
         Drop::Unsupported,
         Drop::TtlExceeded,
         Drop::NoSa,
+        Drop::SeqNotReserved,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -100,6 +104,7 @@ impl Drop {
             Drop::Unsupported => "unsupported",
             Drop::TtlExceeded => "ttl-exceeded",
             Drop::NoSa => "no-sa",
+            Drop::SeqNotReserved => "seq-not-reserved",
         }
     }
 }

@@ -109,6 +109,17 @@ pub struct Sa {
 impl Sa {
     /// Builds the key schedules and state. `now` is the caller's clock in seconds.
     pub fn new(params: SaParams, now: u64) -> Result<Sa, SuiteError> {
+        Self::build(params, now, None)
+    }
+
+    /// Like [`Sa::new`], for an outbound SA whose sequence numbers may go only up to `reserved` until
+    /// [`Sa::reserve_seq`] raises it (the caller keeps the durable high-water mark: see
+    /// [`netveil_sa::seq::SeqCounter::reserve_to`]).
+    pub fn with_reservation(params: SaParams, now: u64, reserved: u64) -> Result<Sa, SuiteError> {
+        Self::build(params, now, Some(reserved))
+    }
+
+    fn build(params: SaParams, now: u64, reserved: Option<u64>) -> Result<Sa, SuiteError> {
         let keys = match params.suite {
             Suite::Esp(s) => Keys::Esp(s.build(&params.enc_key, &params.auth_key)?),
             Suite::Ah(s) => Keys::Ah(s.integ.build(&params.auth_key)?),
@@ -116,7 +127,10 @@ impl Sa {
         let mut id = [0u8; 2];
         netveil_crypto::rand::fill_random(&mut id);
         Ok(Sa {
-            seq: SeqCounter::new(params.first_seq.max(1), params.esn),
+            seq: match reserved {
+                None => SeqCounter::new(params.first_seq.max(1), params.esn),
+                Some(r) => SeqCounter::with_reservation(params.first_seq.max(1), params.esn, r),
+            },
             replay: Mutex::new(ReplayWindow::new(params.replay_window.max(64), params.esn)),
             keys,
             counters: SaCounters::default(),
@@ -141,6 +155,19 @@ impl Sa {
     pub fn seq_last(&self) -> u64 {
         self.seq.last()
     }
+    /// The largest outbound sequence number that may be used now (see [`Sa::with_reservation`]).
+    pub fn seq_reserved(&self) -> u64 {
+        self.seq.reserved()
+    }
+    /// Raises the outbound reservation to `upto` once it is durable.
+    pub fn reserve_seq(&self, upto: u64) {
+        self.seq.reserve_to(upto)
+    }
+    /// The largest number the sequence space has (2^32-1, or 2^64-1 with ESN).
+    pub fn seq_limit(&self) -> u64 {
+        self.seq.limit()
+    }
+
     /// The highest inbound sequence number accepted.
     pub fn replay_top(&self) -> u64 {
         self.replay.lock().map(|w| w.top()).unwrap_or(0)

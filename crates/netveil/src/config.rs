@@ -107,6 +107,7 @@ struct RawInterface {
     default_policy: Option<String>,
     offload: Option<bool>,
     control_socket: Option<String>,
+    state_dir: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,6 +173,8 @@ pub struct Interface {
     pub default_action: policy::Action,
     pub offload: bool,
     pub control_socket: String,
+    /// Where the daemon keeps what must survive a restart (sequence-number marks of static-key SAs).
+    pub state_dir: std::path::PathBuf,
 }
 
 /// A validated policy rule; `sas` are indices into [`Config::sas`], innermost first.
@@ -405,6 +408,11 @@ impl Config {
             default_action,
             offload: ri.offload.unwrap_or(true),
             control_socket,
+            state_dir: match ri.state_dir {
+                Some(d) if d.is_empty() => return err("interface.state_dir", "must not be empty"),
+                Some(d) => d.into(),
+                None => crate::state::DEFAULT_STATE_DIR.into(),
+            },
         };
 
         let mut sas: Vec<SaParams> = Vec::new();
@@ -588,6 +596,21 @@ impl Config {
                             format!("{s} must be below hard_{f} ({h})"),
                         );
                     }
+                }
+            }
+            if !(enc_key.is_empty() && auth_key.is_empty()) {
+                if let Some(o) = sas
+                    .iter()
+                    .find(|o| o.enc_key[..] == enc_key[..] && o.auth_key[..] == auth_key[..])
+                {
+                    return err(
+                        k(if enc_key.is_empty() { "auth_key" } else { "enc_key" }),
+                        format!(
+                            "SA '{}' has the same keys: every SA needs its own (two SAs under one key would repeat \
+                             sequence numbers, and so nonces, and one's packets would verify as the other's)",
+                            o.name
+                        ),
+                    );
                 }
             }
             if direction == Direction::In
@@ -868,6 +891,29 @@ impl Config {
         for (i, p) in self.sas.iter().enumerate() {
             let sa = netveil_ipsec::Sa::new(p.clone(), now)
                 .or_else(|e| err(format!("sa[{i}]"), format!("cannot install: {e}")))?;
+            sad.insert(sa).or_else(|e| err(format!("sa[{i}].spi"), e))?;
+        }
+        Ok(sad)
+    }
+
+    /// Builds the SA database with the sequence-number starts and reservations of the state directory (see
+    /// [`crate::state::SeqStore`]): outbound SA `i` continues at `starts[i].first`.
+    pub fn build_sad_reserved(
+        &self,
+        now: u64,
+        starts: &[Option<crate::state::SeqStart>],
+    ) -> Result<netveil_ipsec::bundle::Sad, ConfigError> {
+        let mut sad = netveil_ipsec::bundle::Sad::default();
+        for (i, p) in self.sas.iter().enumerate() {
+            let sa = match starts.get(i).copied().flatten() {
+                Some(s) => {
+                    let mut p = p.clone();
+                    p.first_seq = s.first;
+                    netveil_ipsec::Sa::with_reservation(p, now, s.reserved)
+                }
+                None => netveil_ipsec::Sa::new(p.clone(), now),
+            }
+            .or_else(|e| err(format!("sa[{i}]"), format!("cannot install: {e}")))?;
             sad.insert(sa).or_else(|e| err(format!("sa[{i}].spi"), e))?;
         }
         Ok(sad)

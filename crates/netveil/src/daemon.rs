@@ -67,6 +67,11 @@ pub enum Out {
 impl Shared {
     pub fn new(config: Config) -> std::result::Result<Shared, ConfigError> {
         let sad = config.build_sad(0)?;
+        Ok(Shared::with_sad(config, sad))
+    }
+
+    /// With an SA database built elsewhere (with sequence-number reservations: see [`crate::state::SeqStore`]).
+    pub fn with_sad(config: Config, sad: Sad) -> Shared {
         let mut spd = PolicyDb::new(config.interface.default_action);
         for p in &config.policies {
             spd.push(Rule {
@@ -76,7 +81,7 @@ impl Shared {
                 action: p.action,
             });
         }
-        Ok(Shared {
+        Shared {
             tun_name: config.interface.name.clone(),
             psp: config.psp.clone().map(|c| Arc::new(PspState::new(c))),
             config,
@@ -92,7 +97,7 @@ impl Shared {
             started: Instant::now(),
             stop: AtomicBool::new(false),
             nft_table: None,
-        })
+        }
     }
 
     pub fn now(&self) -> u64 {
@@ -449,7 +454,22 @@ pub fn up(path: &Path) -> Result<()> {
         return crate::l2::up(path);
     }
     let config = Config::load(path)?;
-    let mut shared = Shared::new(config)?;
+    // Outbound SAs with static keys continue above every sequence number they ever sent (marks in the state
+    // directory, reserved ahead and synced before use): a restart never repeats a nonce, and the peer's replay
+    // window accepts the restarted side at once.
+    let (mut seq_store, sad) = if config
+        .sas
+        .iter()
+        .any(|s| s.direction == netveil_ipsec::sa::Direction::Out)
+    {
+        let dir = crate::state::StateDir::open(&config.interface.state_dir, "interface.state_dir")?;
+        let (store, starts) = crate::state::SeqStore::start(dir, &config.sas)?;
+        let sad = config.build_sad_reserved(0, &starts)?;
+        (Some(store), sad)
+    } else {
+        (None, config.build_sad(0)?)
+    };
+    let mut shared = Shared::with_sad(config, sad);
     let iface = shared.config.interface.clone();
     // Certificates and keys are read and checked before any change to the system.
     let tls = match &shared.config.psp {
@@ -669,11 +689,19 @@ pub fn up(path: &Path) -> Result<()> {
         iface.control_socket
     );
     while !STOP.load(Relaxed) && !tx.is_finished() && !rxh.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(s) = seq_store.as_mut() {
+            for e in s.top_up(&shared.sad) {
+                eprintln!("netveil: {e}");
+            }
+        }
     }
     shared.stop.store(true, Relaxed);
     let _ = tx.join();
     let _ = rxh.join();
+    if let Some(s) = seq_store.as_mut() {
+        s.finish(&shared.sad);
+    }
     let _ = std::fs::remove_file(&iface.control_socket);
     eprintln!("netveil: {} down", iface.name);
     drop(undo);

@@ -841,11 +841,17 @@ impl HostPair {
     fn interface_section(&self, side: usize, socket: &Path) -> String {
         let me = self.addrs(side);
         let peer = self.addrs(1 - side);
+        // The daemon's state (sequence-number marks) stays in the lab's directory, next to the control socket.
+        let state = socket
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(format!("state-{}", ["a", "b"][side]));
         let mut t = format!(
-            "[interface]\nname = \"{}\"\nmtu = {}\ncontrol_socket = \"{}\"\n",
+            "[interface]\nname = \"{}\"\nmtu = {}\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n",
             self.tun,
             self.mtu,
-            socket.display()
+            socket.display(),
+            state.display()
         );
         match self.mode {
             Mode::Tunnel => t.push_str(&format!(

@@ -66,6 +66,11 @@ pub struct XformArgs {
     /// Succeed even if packets were dropped.
     #[arg(long)]
     pub allow_drops: bool,
+    /// esp-encrypt: the first sequence number (required). Under one key a sequence number, and so the nonce, must
+    /// never be used twice: give a number these keys have never sent with (a running daemon with the same keys
+    /// continues from its mark in the state directory, so do not reuse a live configuration's keys here).
+    #[arg(long, value_name = "N")]
+    pub seq: Option<u64>,
 }
 
 pub fn run(cmd: PcapCmd) -> crate::Result<()> {
@@ -75,8 +80,33 @@ pub fn run(cmd: PcapCmd) -> crate::Result<()> {
         PcapCmd::PspEncrypt(a) => return run_psp(a, Op::Encrypt),
         PcapCmd::PspDecrypt(a) => return run_psp(a, Op::Decrypt),
     };
-    let cfg = Config::load(&args.config)?;
+    let mut cfg = Config::load(&args.config)?;
     let bundle = select_sas(&cfg, &args.sa, dir)?;
+    match (dir, args.seq) {
+        (Op::Encrypt, None) => {
+            return Err(Error::Usage(
+                "esp-encrypt needs --seq N, the first sequence number: a number these keys have never been used \
+                 with (a sequence number, and so the nonce, must never repeat under one key)"
+                    .into(),
+            ))
+        }
+        (Op::Encrypt, Some(0)) => {
+            return Err(Error::Usage(
+                "--seq: sequence numbers start at 1 (0 is never sent)".into(),
+            ))
+        }
+        (Op::Encrypt, Some(n)) => {
+            for &i in &bundle {
+                cfg.sas[i].first_seq = n;
+            }
+        }
+        (Op::Decrypt, Some(_)) => {
+            return Err(Error::Usage(
+                "--seq is for esp-encrypt (decryption takes the numbers from the packets)".into(),
+            ))
+        }
+        (Op::Decrypt, None) => {}
+    }
     let sad = cfg.build_sad(0)?;
     let input = read_file(&args.input)?;
     let (output, stats) = transform(&sad, &bundle, dir, &input);
