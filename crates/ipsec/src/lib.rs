@@ -62,10 +62,13 @@ pub enum Drop {
     /// The SA's next sequence number is above its durable reservation (the daemon has not synced the next
     /// high-water mark yet): the packet is dropped rather than risk a number a restart could repeat.
     SeqNotReserved,
+    /// A later fragment whose first fragment was not seen (or is forgotten), where policies select by port: its
+    /// policy cannot be known, so it is not sent (RFC 4301 section 7).
+    FragmentNoState,
 }
 
 impl Drop {
-    pub const ALL: [Drop; 18] = [
+    pub const ALL: [Drop; 19] = [
         Drop::Malformed,
         Drop::UnknownSpi,
         Drop::Replayed,
@@ -84,6 +87,7 @@ impl Drop {
         Drop::TtlExceeded,
         Drop::NoSa,
         Drop::SeqNotReserved,
+        Drop::FragmentNoState,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -105,6 +109,7 @@ impl Drop {
             Drop::TtlExceeded => "ttl-exceeded",
             Drop::NoSa => "no-sa",
             Drop::SeqNotReserved => "seq-not-reserved",
+            Drop::FragmentNoState => "fragment-without-first",
         }
     }
 }

@@ -108,6 +108,7 @@ struct RawInterface {
     offload: Option<bool>,
     control_socket: Option<String>,
     state_dir: Option<String>,
+    block_when_stopped: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,6 +176,25 @@ pub struct Interface {
     pub control_socket: String,
     /// Where the daemon keeps what must survive a restart (sequence-number marks of static-key SAs).
     pub state_dir: std::path::PathBuf,
+    /// Keep dropping covered traffic after a clean stop too, until `netveil down` (a crash always leaves it
+    /// blocked).
+    pub block_when_stopped: bool,
+}
+
+/// The mark of the daemon's own sockets when `interface.fwmark` is not set: the fail-closed rules let packets
+/// with the daemon's mark through.
+pub const DEFAULT_SOCKET_MARK: u32 = 0x6e76_0001;
+
+impl Interface {
+    /// The mark the daemon's own sockets carry (`fwmark`, or [`DEFAULT_SOCKET_MARK`]).
+    pub fn socket_mark(&self) -> u32 {
+        self.fwmark.unwrap_or(DEFAULT_SOCKET_MARK)
+    }
+
+    /// The name of the nftables table (`inet`) of this interface's filters.
+    pub fn nft_table(&self) -> String {
+        format!("netveil_{}", self.name.replace(['-', '.'], "_"))
+    }
 }
 
 /// A validated policy rule; `sas` are indices into [`Config::sas`], innermost first.
@@ -413,6 +433,7 @@ impl Config {
                 Some(d) => d.into(),
                 None => crate::state::DEFAULT_STATE_DIR.into(),
             },
+            block_when_stopped: ri.block_when_stopped.unwrap_or(true),
         };
 
         let mut sas: Vec<SaParams> = Vec::new();

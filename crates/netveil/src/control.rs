@@ -6,17 +6,36 @@ use crate::{Error, Result};
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::Mode;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
-/// Binds the control socket (replacing a stale one).
+/// Longest request line accepted (the known requests are a few bytes).
+pub const MAX_REQUEST: usize = 256;
+/// Clients served at once; more wait in the listen queue.
+pub const MAX_CLIENTS: usize = 8;
+/// How long a client may take to send its request, and to take its answer.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Binds the control socket (replacing a stale one), mode 0600, in a directory created mode 0700 (the default
+/// directory is made 0700 if it exists with wider permissions).
 pub fn listen(path: &Path) -> Result<UnixListener> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(Error::io(format!("cannot create {}", dir.display())))?;
+        if !dir.as_os_str().is_empty() && !dir.is_dir() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(Error::io(format!("cannot create {}", dir.display())))?;
+        }
+        if dir == Path::new(crate::config::RUN_DIR) {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(Error::io(format!("cannot restrict {}", dir.display())))?;
+        }
     }
     if UnixStream::connect(path).is_ok() {
         return Err(Error::Usage(format!(
@@ -25,31 +44,88 @@ pub fn listen(path: &Path) -> Result<UnixListener> {
         )));
     }
     let _ = std::fs::remove_file(path);
-    let l =
-        UnixListener::bind(path).map_err(Error::io(format!("cannot bind {}", path.display())))?;
+    // The socket is created 0600 (no moment with wider permissions); the daemon has no other thread yet, so the
+    // process-wide umask can be narrowed around the bind.
+    // SAFETY: umask has no memory-safety preconditions.
+    let old = unsafe { libc::umask(0o177) };
+    let l = UnixListener::bind(path);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let l = l.map_err(Error::io(format!("cannot bind {}", path.display())))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(Error::io("chmod control socket"))?;
     Ok(l)
 }
 
-/// Answers one-line requests with `answer` until `stop` is set (checked at each connection).
+/// Reads one request line of at most [`MAX_REQUEST`] bytes (the newline optional at the end of the stream).
+fn read_request(c: &mut UnixStream) -> std::result::Result<String, &'static str> {
+    let mut buf = [0u8; MAX_REQUEST + 1];
+    let mut n = 0;
+    loop {
+        match c.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                if buf[..n].contains(&b'\n') {
+                    break;
+                }
+                if n > MAX_REQUEST {
+                    return Err("request too long");
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Err("no complete request in time"),
+        }
+    }
+    let line = buf[..n].split(|&b| b == b'\n').next().unwrap_or(&[]);
+    std::str::from_utf8(line)
+        .map(|s| s.trim().to_string())
+        .map_err(|_| "the request is not text")
+}
+
+/// Answers one-line requests with `answer` until `stop` is set (checked at each connection). Up to
+/// [`MAX_CLIENTS`] clients are served at once, each with [`CLIENT_TIMEOUT`] to send its request and take the
+/// answer, so an idle or slow client never holds the others. Requests longer than [`MAX_REQUEST`] are refused.
+/// `answer` must not repeat the request in its reply (a request line may hold anything).
 pub fn serve_lines(
     l: UnixListener,
     stop: &std::sync::atomic::AtomicBool,
-    answer: impl Fn(&str) -> Value,
+    answer: impl Fn(&str) -> Value + Sync,
 ) {
-    for conn in l.incoming() {
-        if stop.load(Relaxed) {
-            return;
+    let active = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for conn in l.incoming() {
+            if stop.load(Relaxed) {
+                return;
+            }
+            let Ok(mut c) = conn else { continue };
+            let _ = c.set_read_timeout(Some(CLIENT_TIMEOUT));
+            let _ = c.set_write_timeout(Some(CLIENT_TIMEOUT));
+            if active.load(Relaxed) >= MAX_CLIENTS {
+                let _ = c.write_all(
+                    json!({ "error": "busy: too many control clients" })
+                        .to_string()
+                        .as_bytes(),
+                );
+                continue;
+            }
+            active.fetch_add(1, Relaxed);
+            let (active, answer) = (&active, &answer);
+            let spawned = std::thread::Builder::new()
+                .name("nv-ctl-client".into())
+                .spawn_scoped(scope, move || {
+                    let a = match read_request(&mut c) {
+                        Ok(req) => answer(&req),
+                        Err(why) => json!({ "error": why }),
+                    };
+                    let _ = c.write_all(a.to_string().as_bytes());
+                    active.fetch_sub(1, Relaxed);
+                });
+            if spawned.is_err() {
+                active.fetch_sub(1, Relaxed);
+            }
         }
-        let Ok(mut c) = conn else { continue };
-        let mut line = String::new();
-        if BufReader::new(&c).read_line(&mut line).is_err() {
-            continue;
-        }
-        let a = answer(line.trim());
-        let _ = c.write_all(a.to_string().as_bytes());
-    }
+    });
 }
 
 /// Answers requests until the daemon stops.
@@ -73,8 +149,28 @@ pub fn serve(sh: &Shared, l: UnixListener) {
             }
             None => json!({ "error": "no [psp] section: nothing to rotate" }),
         },
-        other => json!({ "error": format!("unknown request '{other}'") }),
+        "stop" => {
+            // `netveil down`: stop, and remove the fail-closed filters on the way out.
+            crate::daemon::DOWN.store(true, Relaxed);
+            crate::daemon::STOP.store(true, Relaxed);
+            json!({ "stopping": true })
+        }
+        _ => json!({ "error": "unknown request (known: status, keys, rotate, stop)" }),
     })
+}
+
+/// Asks a running daemon to stop and remove its setup, fail-closed filters included (`netveil down`).
+pub fn request_stop(socket: &Path) -> Result<()> {
+    let v = ask(socket, "stop")?;
+    if v["stopping"] == true {
+        Ok(())
+    } else {
+        Err(Error::Other(format!(
+            "the daemon on {} did not accept the stop request: {}",
+            socket.display(),
+            v["error"].as_str().unwrap_or("no reason given")
+        )))
+    }
 }
 
 fn suite_name(s: &Suite) -> String {
@@ -132,7 +228,11 @@ pub fn status_json(sh: &Shared) -> Value {
     if let Some(t) = &sh.nft_table {
         drops.insert(
             "rx:clear-but-protected".into(),
-            json!(crate::daemon::nft_clear_drops(t)),
+            json!(crate::daemon::nft_drops(t, "input")),
+        );
+        drops.insert(
+            "tx:outside-tun-blocked".into(),
+            json!(crate::daemon::nft_drops(t, "output") + crate::daemon::nft_drops(t, "forward")),
         );
     }
     json!({
@@ -239,13 +339,25 @@ fn keys_json(sh: &Shared) -> Value {
     json!({ "sas": sas })
 }
 
-fn ask(socket: &Path, req: &str) -> Result<Value> {
-    let mut s = UnixStream::connect(socket).map_err(|e| {
-        Error::Usage(format!(
-            "cannot reach a netveil daemon at {} ({e}): is `netveil up` running?",
+/// The message for a failed connection to the control socket: what is wrong, and what to do.
+pub fn connect_error(socket: &Path, e: &std::io::Error) -> Error {
+    use std::io::ErrorKind::*;
+    Error::Usage(match e.kind() {
+        NotFound | ConnectionRefused => format!(
+            "no netveil daemon at {}: is `netveil up` running (and is this its interface or --socket)?",
             socket.display()
-        ))
-    })?;
+        ),
+        PermissionDenied => format!(
+            "permission denied on {}: the control socket is for root only (run as root)",
+            socket.display()
+        ),
+        _ => format!("cannot reach the netveil daemon at {}: {e}", socket.display()),
+    })
+}
+
+fn ask(socket: &Path, req: &str) -> Result<Value> {
+    let mut s = UnixStream::connect(socket).map_err(|e| connect_error(socket, &e))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
     s.write_all(format!("{req}\n").as_bytes())
         .map_err(Error::io("control socket"))?;
     s.shutdown(std::net::Shutdown::Write).ok();

@@ -51,6 +51,8 @@ pub struct Shared {
     pub nft_table: Option<String>,
     /// PSP (the `[psp]` section): the device, the transmit SA and the key-exchange state.
     pub psp: Option<Arc<PspState>>,
+    /// Some policy selects by port: later fragments (no ports) need their first fragment's decision.
+    port_selective: bool,
 }
 
 /// How a processed outbound packet leaves.
@@ -82,6 +84,10 @@ impl Shared {
             });
         }
         Shared {
+            port_selective: config
+                .policies
+                .iter()
+                .any(|p| !p.selector.src_ports.is_any() || !p.selector.dst_ports.is_any()),
             tun_name: config.interface.name.clone(),
             psp: config.psp.clone().map(|c| Arc::new(PspState::new(c))),
             config,
@@ -106,9 +112,31 @@ impl Shared {
 
     /// Outbound: a packet read from the TUN becomes the packet to send (in place), or a drop; returns how it
     /// leaves.
-    pub fn process_out(&self, pkt: &mut PacketBuf, now: u64) -> std::result::Result<Out, Drop> {
-        let key = flow_key(pkt.data()).ok_or(Drop::Malformed)?;
-        match self.spd.lookup(Direction::Out, &key).1 {
+    ///
+    /// Fragments (RFC 4301 section 7): a later fragment carries no ports, so it gets the decision its packet's first
+    /// fragment got (remembered in `frags`); if that is not known and some policy selects by port, it is dropped.
+    pub fn process_out(
+        &self,
+        pkt: &mut PacketBuf,
+        now: u64,
+        frags: &mut FragCache,
+    ) -> std::result::Result<Out, Drop> {
+        let (key, frag) = flow_key_frag(pkt.data()).ok_or(Drop::Malformed)?;
+        let action = match frag {
+            Some(f) if !f.first => match frags.get(&key, f.ident, now) {
+                Some(a) => a,
+                None if self.port_selective => return Err(Drop::FragmentNoState),
+                None => self.spd.lookup(Direction::Out, &key).1,
+            },
+            _ => {
+                let a = self.spd.lookup(Direction::Out, &key).1;
+                if let Some(f) = frag {
+                    frags.insert(&key, f.ident, a, now);
+                }
+                a
+            }
+        };
+        match action {
             Action::Protect(i) if self.config.policies[i].psp => self.psp_out(pkt),
             Action::Protect(i) => {
                 let sas = &self.config.policies[i].sas;
@@ -137,18 +165,50 @@ impl Shared {
 
     /// Inbound: a received ESP/AH packet becomes the packet to deliver to the TUN (in place), or a drop.
     /// Decapsulated traffic must match an inbound protect policy whose SAs are exactly the ones it came through.
-    pub fn process_in(&self, pkt: &mut PacketBuf, now: u64) -> std::result::Result<(), Drop> {
+    pub fn process_in(
+        &self,
+        pkt: &mut PacketBuf,
+        now: u64,
+        frags: &mut FragCache,
+    ) -> std::result::Result<(), Drop> {
         match bundle::unprotect(&self.sad, pkt, self.config.interface.nat_t_port, now)? {
             Unprotected::Packet(used) => {
-                let key = flow_key(pkt.data()).ok_or(Drop::Malformed)?;
-                match self.spd.lookup(Direction::In, &key).1 {
-                    Action::Protect(i) if used.matches(&self.config.policies[i].sas) => Ok(()),
-                    Action::Discard => Err(Drop::PolicyDiscard),
-                    _ => Err(Drop::PolicyMismatch),
-                }
+                self.check_in(pkt.data(), now, frags, |p| !p.psp && used.matches(&p.sas))
             }
             Unprotected::Clear | Unprotected::NotEsp => Err(Drop::Unsupported),
         }
+    }
+
+    /// The inbound policy check of a decapsulated packet: the first matching rule must be a protect policy that
+    /// `came_through` accepts (its SAs, or PSP). A later fragment is checked against its first fragment's policy
+    /// (see [`Shared::process_out`]).
+    fn check_in(
+        &self,
+        p: &[u8],
+        now: u64,
+        frags: &mut FragCache,
+        came_through: impl Fn(&crate::config::PolicyRule) -> bool,
+    ) -> std::result::Result<(), Drop> {
+        let (key, frag) = flow_key_frag(p).ok_or(Drop::Malformed)?;
+        let action = match frag {
+            Some(f) if !f.first => match frags.get(&key, f.ident, now) {
+                Some(a) => a,
+                None if self.port_selective => return Err(Drop::FragmentNoState),
+                None => self.spd.lookup(Direction::In, &key).1,
+            },
+            _ => self.spd.lookup(Direction::In, &key).1,
+        };
+        let r = match action {
+            Action::Protect(i) if came_through(&self.config.policies[i]) => Ok(()),
+            Action::Discard => Err(Drop::PolicyDiscard),
+            _ => Err(Drop::PolicyMismatch),
+        };
+        if let (Ok(()), Some(f)) = (r, frag) {
+            if f.first {
+                frags.insert(&key, f.ident, action, now);
+            }
+        }
+        r
     }
 }
 
@@ -196,7 +256,12 @@ impl Shared {
 
     /// PSP inbound: `pkt` is a datagram from the PSP socket with its IP and UDP headers restored. Decapsulated
     /// traffic must come from the peer and match an inbound PSP protect policy.
-    fn psp_in(&self, pkt: &mut PacketBuf) -> std::result::Result<(), Drop> {
+    fn psp_in(
+        &self,
+        pkt: &mut PacketBuf,
+        now: u64,
+        frags: &mut FragCache,
+    ) -> std::result::Result<(), Drop> {
         let st = self.psp.as_ref().ok_or(Drop::Unsupported)?;
         let from_peer = match (pkt.data().first().map(|b| b >> 4), st.cfg.remote) {
             (Some(4), IpAddr::V4(r)) => pkt.data().get(12..16) == Some(&r.octets()[..]),
@@ -215,12 +280,7 @@ impl Shared {
                 _ => Drop::Malformed,
             })?;
         }
-        let key = flow_key(pkt.data()).ok_or(Drop::Malformed)?;
-        match self.spd.lookup(Direction::In, &key).1 {
-            Action::Protect(i) if self.config.policies[i].psp => Ok(()),
-            Action::Discard => Err(Drop::PolicyDiscard),
-            _ => Err(Drop::PolicyMismatch),
-        }
+        self.check_in(pkt.data(), now, frags, |p| p.psp)
     }
 }
 
@@ -252,14 +312,86 @@ fn decrement_ttl(p: &mut [u8]) -> std::result::Result<(), Drop> {
 /// The policy-relevant fields of an IP packet (ports 0 for protocols without ports and for non-first fragments);
 /// `None` for a packet whose headers do not parse.
 pub fn flow_key(p: &[u8]) -> Option<FlowKey> {
+    flow_key_frag(p).map(|(k, _)| k)
+}
+
+/// [`flow_key`], and for a fragment what identifies its packet.
+pub fn flow_key_frag(p: &[u8]) -> Option<(FlowKey, Option<netveil_wire::ip::Fragment>)> {
     let f = netveil_wire::ip::flow_key(p).ok()?;
-    Some(FlowKey {
-        src: f.src,
-        dst: f.dst,
-        proto: f.proto,
-        src_port: f.src_port,
-        dst_port: f.dst_port,
-    })
+    Some((
+        FlowKey {
+            src: f.src,
+            dst: f.dst,
+            proto: f.proto,
+            src_port: f.src_port,
+            dst_port: f.dst_port,
+        },
+        f.frag,
+    ))
+}
+
+/// How long a first fragment's decision is remembered (the IPv4 reassembly timeout).
+const FRAG_SECONDS: u64 = 30;
+/// Packets whose fragments are remembered at once (per thread); a newer packet takes an older one's slot.
+const FRAG_SLOTS: usize = 4096;
+
+/// The policy decisions of first fragments, by (source, destination, protocol, identification), so that later
+/// fragments (without ports) get the same (RFC 4301 section 7): a fixed table owned by one data-plane thread, no
+/// allocation per packet. A slot taken by another packet makes that packet's later fragments unknown (dropped
+/// where policies select by port, never sent in clear).
+pub struct FragCache {
+    slots: Vec<Option<FragSlot>>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+#[derive(Clone, Copy)]
+struct FragSlot {
+    src: IpAddr,
+    dst: IpAddr,
+    proto: u8,
+    ident: u32,
+    action: Action,
+    expires: u64,
+}
+
+impl Default for FragCache {
+    fn default() -> Self {
+        FragCache {
+            slots: vec![None; FRAG_SLOTS],
+            hasher: Default::default(),
+        }
+    }
+}
+
+impl FragCache {
+    fn index(&self, k: &FlowKey, ident: u32) -> usize {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one((k.src, k.dst, k.proto, ident)) as usize % FRAG_SLOTS
+    }
+
+    /// Remembers the decision for the packet of a first fragment.
+    pub fn insert(&mut self, k: &FlowKey, ident: u32, action: Action, now: u64) {
+        let i = self.index(k, ident);
+        self.slots[i] = Some(FragSlot {
+            src: k.src,
+            dst: k.dst,
+            proto: k.proto,
+            ident,
+            action,
+            expires: now + FRAG_SECONDS,
+        });
+    }
+
+    /// The decision of the first fragment of a later fragment's packet, if remembered.
+    pub fn get(&self, k: &FlowKey, ident: u32, now: u64) -> Option<Action> {
+        let s = self.slots[self.index(k, ident)]?;
+        (s.src == k.src
+            && s.dst == k.dst
+            && s.proto == k.proto
+            && s.ident == ident
+            && now < s.expires)
+            .then_some(s.action)
+    }
 }
 
 /// System changes made during setup, undone in reverse order on drop.
@@ -271,6 +403,11 @@ pub(crate) struct Undo {
 impl Undo {
     pub(crate) fn push(&mut self, cmd: &[&str]) {
         self.cmds.push(cmd.iter().map(|s| s.to_string()).collect());
+    }
+
+    /// Forgets `cmd`: what it would undo stays.
+    pub(crate) fn keep(&mut self, cmd: &[&str]) {
+        self.cmds.retain(|c| !c.iter().eq(cmd.iter()));
     }
 }
 
@@ -325,44 +462,101 @@ pub(crate) fn run_stdin(cmd: &[&str], input: &str) -> Result<()> {
     Ok(())
 }
 
-/// The nftables rules that drop (and count) clear traffic that an inbound protect policy covers: such packets must
-/// arrive through the TUN (decapsulated), never directly. ESP, AH and the NAT-T port stay allowed.
-fn nft_rules(sh: &Shared, table: &str) -> Option<String> {
-    let mut rules = String::new();
-    for p in sh
-        .config
+/// The nftables match of a selector: addresses, protocol and ports (`None` for a selector nftables cannot express
+/// in one family).
+fn nft_match(s: &netveil_sa::policy::Selector) -> (String, &'static str) {
+    let fam = if s.src.addr().is_ipv4() { "ip" } else { "ip6" };
+    let mut m = format!(
+        "{fam} saddr {} {fam} daddr {}",
+        s.src.trunc(),
+        s.dst.trunc()
+    );
+    let proto = match s.proto {
+        Some(6) => Some("tcp"),
+        Some(17) => Some("udp"),
+        Some(132) => Some("sctp"),
+        _ => None,
+    };
+    match (s.proto, proto) {
+        (Some(_), Some(p)) => {
+            // A port match implies the protocol.
+            if s.src_ports.is_any() && s.dst_ports.is_any() {
+                m.push_str(&format!(" meta l4proto {p}"));
+            }
+            if !s.src_ports.is_any() {
+                m.push_str(&format!(
+                    " {p} sport {}-{}",
+                    s.src_ports.start, s.src_ports.end
+                ));
+            }
+            if !s.dst_ports.is_any() {
+                m.push_str(&format!(
+                    " {p} dport {}-{}",
+                    s.dst_ports.start, s.dst_ports.end
+                ));
+            }
+        }
+        (Some(x), None) => m.push_str(&format!(" meta l4proto {x}")),
+        (None, _) => {}
+    }
+    (m, fam)
+}
+
+const ND_TYPES: &str =
+    "{ nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect }";
+
+/// The nftables table of an interface (`inet netveil_NAME`):
+///
+/// - **input**: clear traffic that an inbound protect policy covers is dropped (and counted): it must arrive
+///   through the TUN (decapsulated), never directly. ESP, AH, the NAT-T port and PSP's port stay allowed, and the
+///   PSP key exchange only between the outer addresses and on its port at both ends.
+/// - **output** and **forward** (fail closed): traffic that an outbound protect or discard policy covers may leave
+///   only through the TUN device or from the daemon's own sockets (their mark). While the daemon runs, such traffic
+///   is routed into the TUN; when it does not (crashed, killed, stopped), the TUN and its routes are gone and the
+///   traffic would follow the default route in clear: these rules drop it instead. The table outlives the daemon:
+///   `netveil down` removes it.
+///
+/// Returns the whole table text, or `None` if no policy needs a rule.
+pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
+    let tun = &cfg.interface.name;
+    let mark = cfg.interface.socket_mark();
+    let mut input = String::new();
+    let mut output = String::new();
+    if let Some(c) = &cfg.psp {
+        // The TLS key exchange travels in clear TCP between the outer addresses, from port to port (the connecting
+        // side binds the port too): nothing else of the peer's is let through by this rule.
+        let fam = if c.local.is_ipv4() { "ip" } else { "ip6" };
+        input.push_str(&format!(
+            "    {fam} saddr {} {fam} daddr {} tcp sport {p} tcp dport {p} accept comment \"PSP key exchange\"\n",
+            c.remote,
+            c.local,
+            p = c.control_port
+        ));
+    }
+    for p in cfg
         .policies
         .iter()
         .filter(|p| p.direction == Direction::In && matches!(p.action, Action::Protect(_)))
     {
         let s = &p.selector;
-        let fam = if s.src.addr().is_ipv4() { "ip" } else { "ip6" };
+        let (sel, fam) = nft_match(&netveil_sa::policy::Selector {
+            proto: None,
+            src_ports: netveil_sa::policy::PortRange::ANY,
+            dst_ports: netveil_sa::policy::PortRange::ANY,
+            ..s.clone()
+        });
         // The UDP port the protected form of this traffic arrives on.
         let udp_port = if p.psp {
             netveil_psp::UDP_PORT
         } else {
-            sh.config.interface.nat_t_port
+            cfg.interface.nat_t_port
         };
-        let mut m = format!(
-            "iifname != \"{}\" {fam} saddr {} {fam} daddr {}",
-            sh.tun_name,
-            s.src.trunc(),
-            s.dst.trunc()
-        );
-        if let (true, Some(c)) = (p.psp, &sh.config.psp) {
-            // The TLS key exchange between the peers travels in clear TCP (it is TLS).
-            for dir in ["sport", "dport"] {
-                rules.push_str(&format!(
-                    "    {m} tcp {dir} {} accept comment \"{} (PSP key exchange)\"\n",
-                    c.control_port, p.name
-                ));
-            }
-        }
+        let mut m = format!("iifname != \"{tun}\" {sel}");
         if fam == "ip6" && matches!(s.proto, None | Some(58)) {
             // IPv6 neighbour discovery between the peers (transport mode) is never protected: dropping it would
             // leave the peer's link-layer address unresolved and nothing, ESP included, could be sent to it.
-            rules.push_str(&format!(
-                "    {m} icmpv6 type {{ nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect }} accept comment \"{} (neighbour discovery)\"\n",
+            input.push_str(&format!(
+                "    {m} icmpv6 type {ND_TYPES} accept comment \"{} (neighbour discovery)\"\n",
                 p.name
             ));
         }
@@ -383,42 +577,95 @@ fn nft_rules(sh: &Shared, table: &str) -> Option<String> {
         match s.proto {
             Some(17) => {
                 ports(&mut m, "udp");
-                rules.push_str(&format!(
+                input.push_str(&format!(
                     "    {m} udp dport != {udp_port} counter drop comment \"{}\"\n",
                     p.name
                 ));
             }
             Some(6) => {
                 ports(&mut m, "tcp");
-                rules.push_str(&format!("    {m} counter drop comment \"{}\"\n", p.name));
+                input.push_str(&format!("    {m} counter drop comment \"{}\"\n", p.name));
             }
-            Some(x) => rules.push_str(&format!(
+            Some(x) => input.push_str(&format!(
                 "    {m} meta l4proto {x} counter drop comment \"{}\"\n",
                 p.name
             )),
             None => {
                 let allowed = if p.psp { "17" } else { "{ 17, 50, 51 }" };
-                rules.push_str(&format!(
+                input.push_str(&format!(
                     "    {m} meta l4proto != {allowed} counter drop comment \"{}\"\n",
                     p.name
                 ));
-                rules.push_str(&format!(
+                input.push_str(&format!(
                     "    {m} udp dport != {udp_port} counter drop comment \"{}\"\n",
                     p.name
                 ));
             }
         }
     }
-    if rules.is_empty() {
+    // Outbound, in policy order (the first match decides, as in the daemon).
+    for p in cfg
+        .policies
+        .iter()
+        .filter(|p| p.direction == Direction::Out)
+    {
+        let s = &p.selector;
+        let (m, fam) = nft_match(s);
+        match p.action {
+            Action::Bypass => {
+                output.push_str(&format!("    {m} accept comment \"{}\"\n", p.name));
+                continue;
+            }
+            Action::Protect(_) | Action::Discard => {}
+        }
+        if fam == "ip6" && matches!(s.proto, None | Some(58)) {
+            output.push_str(&format!(
+                "    {m} icmpv6 type {ND_TYPES} accept comment \"{} (neighbour discovery)\"\n",
+                p.name
+            ));
+        }
+        let guard = format!("oifname != \"{tun}\" meta mark != {mark:#x} counter drop");
+        if !s.src_ports.is_any() || !s.dst_ports.is_any() {
+            // Later fragments carry no ports: between these addresses they are covered as well (RFC 4301 7).
+            let (addrs, _) = nft_match(&netveil_sa::policy::Selector {
+                proto: None,
+                src_ports: netveil_sa::policy::PortRange::ANY,
+                dst_ports: netveil_sa::policy::PortRange::ANY,
+                ..s.clone()
+            });
+            let frag = if fam == "ip" {
+                "ip frag-off & 0x1fff != 0"
+            } else {
+                "exthdr frag frag-off != 0"
+            };
+            output.push_str(&format!(
+                "    {addrs} {frag} {guard} comment \"{} (later fragments)\"\n",
+                p.name
+            ));
+        }
+        output.push_str(&format!("    {m} {guard} comment \"{}\"\n", p.name));
+    }
+    if input.is_empty() && output.is_empty() {
         return None;
     }
     Some(format!(
-        "table inet {table} {{\n  chain input {{\n    type filter hook input priority -10; policy accept;\n{rules}  }}\n}}\n"
+        "table inet {table} {{\n  chain input {{\n    type filter hook input priority -10; policy accept;\n{input}  }}\n  \
+         chain output {{\n    type filter hook output priority -10; policy accept;\n{output}  }}\n  \
+         chain forward {{\n    type filter hook forward priority -10; policy accept;\n{output}  }}\n}}\n"
     ))
 }
 
-/// Packets dropped by the nftables rules for clear traffic covered by a protect policy.
-pub fn nft_clear_drops(table: &str) -> u64 {
+/// Installs (or replaces, in one transaction, so that nothing passes in between) the interface's table.
+pub fn nft_install(table: &str, text: &str) -> Result<()> {
+    run_stdin(
+        &["nft", "-f", "-"],
+        &format!("table inet {table} {{}}\ndelete table inet {table}\n{text}"),
+    )
+}
+
+/// Packets dropped by the nftables rules of `chain` (input: clear traffic covered by an inbound protect policy;
+/// output/forward: covered traffic that tried to leave outside the TUN).
+pub fn nft_drops(table: &str, chain: &str) -> u64 {
     let out = match std::process::Command::new("nft")
         .args(["-j", "list", "table", "inet", table])
         .output()
@@ -433,6 +680,9 @@ pub fn nft_clear_drops(table: &str) -> u64 {
     let mut total = 0;
     if let Some(items) = v["nftables"].as_array() {
         for it in items {
+            if it["rule"]["chain"].as_str() != Some(chain) {
+                continue;
+            }
             if let Some(exprs) = it["rule"]["expr"].as_array() {
                 for e in exprs {
                     total += e["counter"]["packets"].as_u64().unwrap_or(0);
@@ -454,6 +704,12 @@ pub fn up(path: &Path) -> Result<()> {
         return crate::l2::up(path);
     }
     let config = Config::load(path)?;
+    // Certificates and keys are read and checked before any change to the system, and before the host checks.
+    let tls = match &config.psp {
+        Some(c) => Some(psp_ctl::tls(c)?),
+        None => None,
+    };
+    preflight(&config)?;
     // Outbound SAs with static keys continue above every sequence number they ever sent (marks in the state
     // directory, reserved ahead and synced before use): a restart never repeats a nonce, and the peer's replay
     // window accepts the restarted side at once.
@@ -471,12 +727,19 @@ pub fn up(path: &Path) -> Result<()> {
     };
     let mut shared = Shared::with_sad(config, sad);
     let iface = shared.config.interface.clone();
-    // Certificates and keys are read and checked before any change to the system.
-    let tls = match &shared.config.psp {
-        Some(c) => Some(psp_ctl::tls(c)?),
-        None => None,
-    };
     let mut undo = Undo::default();
+    let table = iface.nft_table();
+
+    // First the fail-closed filters (replacing, in one transaction, those a crashed or stopped instance left): from
+    // now until `netveil down`, covered traffic leaves only through the TUN or the daemon's own sockets.
+    let table_existed = nft_table_exists(&table);
+    if let Some(rules) = nft_table_text(&shared.config, &table) {
+        nft_install(&table, &rules)?;
+        if !table_existed {
+            undo.push(&["nft", "delete", "table", "inet", &table]);
+        }
+        shared.nft_table = Some(table.clone());
+    }
 
     // TUN device with its addresses, MTU and routes.
     let tun = Tun::open(&TunConfig {
@@ -520,6 +783,8 @@ pub fn up(path: &Path) -> Result<()> {
     ])?;
     let mark = iface.fwmark.map(|m| m.to_string());
     if let Some(m) = &mark {
+        // A previous instance killed before it could clean up left its rules: reclaim them.
+        remove_fwmark_rules(m);
         for fam in ["-4", "-6"] {
             run(&[
                 "ip", fam, "rule", "add", "not", "fwmark", m, "table", m, "pref", "1000",
@@ -537,14 +802,6 @@ pub fn up(path: &Path) -> Result<()> {
             cmd.extend(["table", m.as_str()]);
         }
         run(&cmd)?;
-    }
-    // Clear traffic that an inbound protect policy covers is dropped (and counted) by nftables.
-    let table = format!("netveil_{}", iface.name.replace(['-', '.'], "_"));
-    if let Some(rules) = nft_rules(&shared, &table) {
-        let _ = run(&["nft", "delete", "table", "inet", &table]);
-        run_stdin(&["nft", "-f", "-"], &rules)?;
-        undo.push(&["nft", "delete", "table", "inet", &table]);
-        shared.nft_table = Some(table);
     }
 
     // Sockets.
@@ -566,9 +823,8 @@ pub fn up(path: &Path) -> Result<()> {
             let s = UdpSocket::bind(SocketAddr::new(c.local, port))
                 .map_err(io("PSP UDP (port 1000)"))?;
             s.set_buffer_sizes(8 << 20).ok();
-            if let Some(m) = iface.fwmark {
-                s.set_mark(m).map_err(io("PSP UDP (SO_MARK)"))?;
-            }
+            s.set_mark(iface.socket_mark())
+                .map_err(io("PSP UDP (SO_MARK)"))?;
             Ok(Arc::new(s))
         };
         // Receive on port 1000; send from a pool of sockets on ephemeral ports, one picked per inner flow, so that
@@ -584,7 +840,9 @@ pub fn up(path: &Path) -> Result<()> {
             psp_out.v4 = pool;
         }
         rx.push(RxSock::Udp(s, UdpKind::Psp));
-        psp_listener = Some(psp_ctl::listen(c, iface.fwmark)?);
+        if !psp_ctl::is_initiator(c) {
+            psp_listener = Some(psp_ctl::listen(c, iface.socket_mark())?);
+        }
     }
     let udp = shared.sad.iter().any(|s| s.params.encap.is_some());
     let mut udp_out = UdpOut::default();
@@ -618,9 +876,8 @@ pub fn up(path: &Path) -> Result<()> {
             let s = UdpSocket::bind(addr).map_err(io("UDP (NAT-T)"))?;
             s.set_buffer_sizes(8 << 20).ok();
             s.enable_gro().ok();
-            if let Some(m) = iface.fwmark {
-                s.set_mark(m).map_err(io("UDP (SO_MARK)"))?;
-            }
+            s.set_mark(iface.socket_mark())
+                .map_err(io("UDP (SO_MARK)"))?;
             let s = Arc::new(s);
             if is6 {
                 udp_out.v6 = vec![s.clone()];
@@ -634,9 +891,10 @@ pub fn up(path: &Path) -> Result<()> {
     let send6 = RawSocket::send_v6().ok();
     for s in [Some(&send4), send6.as_ref()].into_iter().flatten() {
         s.set_buffer_sizes(8 << 20).ok();
-        if let Some(m) = iface.fwmark {
-            s.set_mark(m).map_err(io("raw (SO_MARK)"))?;
-        }
+        // The daemon's mark: the fail-closed filters let these packets out (and with `fwmark`, they bypass the
+        // TUN's routing table).
+        s.set_mark(iface.socket_mark())
+            .map_err(io("raw (SO_MARK)"))?;
     }
 
     // Control socket.
@@ -673,9 +931,10 @@ pub fn up(path: &Path) -> Result<()> {
             .spawn(move || crate::control::serve(&sh, listener))
             .map_err(Error::io("thread"))?;
     }
-    if let (Some(st), Some(tls), Some(l)) = (shared.psp.clone(), tls, psp_listener) {
+    if let (Some(st), Some(tls)) = (shared.psp.clone(), tls) {
         let sh = shared.clone();
-        let mark = iface.fwmark;
+        let l = psp_listener;
+        let mark = iface.socket_mark();
         std::thread::Builder::new()
             .name("nv-psp".into())
             .spawn(move || psp_ctl::run(&st, &tls, l, mark, &sh.stop))
@@ -703,8 +962,170 @@ pub fn up(path: &Path) -> Result<()> {
         s.finish(&shared.sad);
     }
     let _ = std::fs::remove_file(&iface.control_socket);
-    eprintln!("netveil: {} down", iface.name);
+    let down = DOWN.load(Relaxed);
+    if down || !iface.block_when_stopped {
+        undo.push(&["nft", "delete", "table", "inet", &table]);
+    } else if shared.nft_table.is_some() {
+        undo.keep(&["nft", "delete", "table", "inet", &table]);
+    }
     drop(undo);
+    if shared.nft_table.is_some() && !down && iface.block_when_stopped {
+        eprintln!(
+            "netveil: {} stopped; covered traffic stays blocked until `netveil down`",
+            iface.name
+        );
+    } else {
+        eprintln!("netveil: {} down", iface.name);
+    }
+    Ok(())
+}
+
+/// The IP addresses configured on this host's interfaces (in the current network namespace).
+pub fn host_addresses() -> Result<Vec<IpAddr>> {
+    let out = std::process::Command::new("ip")
+        .args(["-j", "addr", "show"])
+        .output()
+        .map_err(Error::io("cannot run ip"))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| Error::Other(format!("cannot read `ip -j addr show`: {e}")))?;
+    Ok(v.as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a["local"].as_str().and_then(|s| s.parse().ok()))
+        .collect())
+}
+
+/// What `netveil up` would fail on and can be known without changing anything: the TUN name held by another device
+/// (or a running daemon), the control socket in use, tunnel and PSP `local` addresses that are not this host's,
+/// and a state directory that cannot be written. `check` runs it too. Errors name the key (exit code 2).
+pub fn preflight(cfg: &Config) -> Result<()> {
+    let bad = |key: String, reason: String| Error::Config(ConfigError { key, reason });
+    let i = &cfg.interface;
+    if std::os::unix::net::UnixStream::connect(&i.control_socket).is_ok() {
+        return Err(bad(
+            "interface.control_socket".into(),
+            format!(
+                "{} answers: a netveil daemon already runs with it (`netveil down -c` stops it)",
+                i.control_socket
+            ),
+        ));
+    }
+    if Path::new("/sys/class/net").join(&i.name).exists() {
+        return Err(bad(
+            "interface.name".into(),
+            format!("'{}' is in use by another network device", i.name),
+        ));
+    }
+    let mine = host_addresses()?;
+    for (k, s) in cfg.sas.iter().enumerate() {
+        if let Mode::Tunnel { local, .. } = s.mode {
+            if !mine.contains(&local) {
+                return Err(bad(
+                    format!("sa[{k}].local"),
+                    format!("{local} is not an address of this host"),
+                ));
+            }
+        }
+    }
+    if let Some(p) = &cfg.psp {
+        if !mine.contains(&p.local) {
+            return Err(bad(
+                "psp.local".into(),
+                format!("{} is not an address of this host", p.local),
+            ));
+        }
+    }
+    if cfg
+        .sas
+        .iter()
+        .any(|s| s.direction == netveil_ipsec::sa::Direction::Out)
+    {
+        crate::state::StateDir::check(&i.state_dir, "interface.state_dir")?;
+    }
+    Ok(())
+}
+
+/// Set by the control request `stop` (from `netveil down`): the daemon removes its fail-closed filters on exit.
+pub(crate) static DOWN: AtomicBool = AtomicBool::new(false);
+
+/// Whether the table `inet NAME` exists.
+pub fn nft_table_exists(table: &str) -> bool {
+    std::process::Command::new("nft")
+        .args(["list", "table", "inet", table])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Removes every `not fwmark M table M pref 1000` rule (both families), as `netveil up` installs them.
+fn remove_fwmark_rules(m: &str) {
+    for fam in ["-4", "-6"] {
+        for _ in 0..16 {
+            if run(&[
+                "ip", fam, "rule", "del", "not", "fwmark", m, "table", m, "pref", "1000",
+            ])
+            .is_err()
+            {
+                break;
+            }
+        }
+    }
+}
+
+/// `netveil down -c FILE`: stops a running daemon of this configuration (it removes its setup), then removes the
+/// fail-closed filters and whatever a killed instance left (its routing rules, a stale control socket): covered
+/// traffic is no longer blocked.
+pub fn down(path: &Path) -> Result<()> {
+    if std::fs::read_to_string(path).is_ok_and(|t| crate::l2::L2Config::is_l2sec(&t)) {
+        return Err(Error::Usage(
+            "netveil down is for [interface] configurations: an l2sec daemon gives its port back when it stops \
+             (SIGTERM), and a killed one when `netveil up` runs again"
+                .into(),
+        ));
+    }
+    let config = Config::load(path)?;
+    let iface = &config.interface;
+    let sock = Path::new(&iface.control_socket);
+    let mut stopped = false;
+    if std::os::unix::net::UnixStream::connect(sock).is_ok() {
+        crate::control::request_stop(sock)?;
+        let t = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(sock).is_ok() {
+            if t.elapsed() > Duration::from_secs(15) {
+                return Err(Error::Other(format!(
+                    "the daemon on {} did not stop within 15 s",
+                    sock.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Its undo runs after the socket is gone: wait for the TUN to go too.
+        let dev = Path::new("/sys/class/net").join(&iface.name);
+        while dev.exists() && t.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stopped = true;
+    }
+    let table = iface.nft_table();
+    let had_table = nft_table_exists(&table);
+    if had_table {
+        run(&["nft", "delete", "table", "inet", &table])?;
+    }
+    if let Some(m) = iface.fwmark {
+        remove_fwmark_rules(&m.to_string());
+    }
+    let _ = std::fs::remove_file(sock);
+    eprintln!(
+        "netveil: {} down{}",
+        iface.name,
+        match (stopped, had_table) {
+            (true, _) => " (daemon stopped; nothing blocked any more)",
+            (false, true) => " (covered traffic no longer blocked)",
+            (false, false) => " (nothing was running or blocked)",
+        }
+    );
     Ok(())
 }
 
@@ -798,6 +1219,7 @@ fn tx_loop(
     let mut bufs = new_bufs(n_bufs, HEADROOM + mtu.max(tfc) + TAILROOM);
     let mut kinds = vec![Egress::Raw4; n_bufs];
     let mut gso = GsoSender::new();
+    let mut frags = FragCache::default();
     while !sh.stop.load(Relaxed) {
         let n = match tun.recv_batch(&mut scratch, &mut bufs, HEADROOM) {
             Ok(n) => n,
@@ -816,7 +1238,7 @@ fn tx_loop(
         // Process in place; keep the good packets at the front.
         let mut good = 0;
         for i in 0..n {
-            match sh.process_out(&mut bufs[i], now) {
+            match sh.process_out(&mut bufs[i], now, &mut frags) {
                 Ok(out) => {
                     sh.tx_packets.fetch_add(1, Relaxed);
                     sh.tx_bytes.fetch_add(bufs[i].len() as u64, Relaxed);
@@ -972,6 +1394,7 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
     let mut bufs = new_bufs(BATCH, HEADROOM + 65535 + TAILROOM);
     let mut out = new_bufs(2 * BATCH, HEADROOM + 65535 + TAILROOM);
     let mut meta = vec![UdpGroMeta::default(); BATCH];
+    let mut frags = FragCache::default();
     let mut pfds: Vec<libc::pollfd> = socks
         .iter()
         .map(|s| libc::pollfd {
@@ -998,7 +1421,7 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                     let now = sh.now();
                     let mut good = 0;
                     for i in 0..n {
-                        if sh.deliver_in(&mut bufs[i], now, UdpKind::NatT) {
+                        if sh.deliver_in(&mut bufs[i], now, UdpKind::NatT, &mut frags) {
                             bufs.swap(good, i);
                             good += 1;
                         }
@@ -1034,7 +1457,7 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                                 sh.rx_drops.count(Drop::Malformed);
                                 continue;
                             }
-                            if sh.deliver_in(b, now, *kind) {
+                            if sh.deliver_in(b, now, *kind, &mut frags) {
                                 good += 1;
                             }
                         }
@@ -1050,11 +1473,17 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
 
 impl Shared {
     /// Inbound processing with accounting: true if the packet is to be written to the TUN.
-    fn deliver_in(&self, pkt: &mut PacketBuf, now: u64, kind: UdpKind) -> bool {
+    fn deliver_in(
+        &self,
+        pkt: &mut PacketBuf,
+        now: u64,
+        kind: UdpKind,
+        frags: &mut FragCache,
+    ) -> bool {
         let len = pkt.len();
         let r = match kind {
-            UdpKind::Psp => self.psp_in(pkt),
-            UdpKind::NatT => self.process_in(pkt, now),
+            UdpKind::Psp => self.psp_in(pkt, now, frags),
+            UdpKind::NatT => self.process_in(pkt, now, frags),
         };
         match r {
             Ok(()) => {
@@ -1128,6 +1557,85 @@ mod tests {
         decrement_ttl(&mut v6).unwrap();
         assert_eq!(v6[7], 1);
         assert_eq!(decrement_ttl(&mut v6), Err(Drop::TtlExceeded));
+    }
+
+    /// An IPv4 UDP fragment 198.51.100.1 -> 198.51.100.2, identification 0x4242.
+    fn fragment(offset8: u16, more: bool, payload: &[u8]) -> PacketBuf {
+        let mut h = vec![
+            0x45, 0, 0, 0, 0x42, 0x42, 0, 0, 64, 17, 0, 0, 198, 51, 100, 1, 198, 51, 100, 2,
+        ];
+        let len = (20 + payload.len()) as u16;
+        h[2..4].copy_from_slice(&len.to_be_bytes());
+        let fo = offset8 | if more { 0x2000 } else { 0 };
+        h[6..8].copy_from_slice(&fo.to_be_bytes());
+        let c = netveil_wire::checksum::checksum(&h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        h.extend_from_slice(payload);
+        PacketBuf::from_slice(&h, HEADROOM, TAILROOM)
+    }
+
+    /// RFC 4301 section 7: later fragments (no ports) of a packet that a port-selective policy protects are
+    /// protected too, never bypassed in clear; without their first fragment they are dropped.
+    #[test]
+    fn later_fragments_follow_their_first_fragment() {
+        let cfg = Config::parse(
+            r#"
+[interface]
+default_policy = "bypass"
+[[sa]]
+name = "out"
+direction = "out"
+spi = 0x1001
+local = "192.0.2.1"
+remote = "192.0.2.2"
+suite = "aes128gcm16"
+enc_key = "00112233445566778899aabbccddeeff01020304"
+[[policy]]
+direction = "out"
+src = "198.51.100.1/32"
+dst = "198.51.100.2/32"
+proto = "udp"
+dst_ports = 5000
+action = "protect"
+sas = ["out"]
+"#,
+        )
+        .unwrap();
+        let sh = Shared::new(cfg).unwrap();
+        let mut frags = FragCache::default();
+        let proto = |b: &PacketBuf| b.data()[9];
+        // First fragment: UDP header to port 5000 and data.
+        let mut udp = vec![0x13, 0x88, 0x13, 0x88, 0x05, 0xdc, 0, 0];
+        udp.extend_from_slice(&[7u8; 1472]);
+        let mut first = fragment(0, true, &udp);
+        assert_eq!(sh.process_out(&mut first, 0, &mut frags), Ok(Out::Raw));
+        assert_eq!(proto(&first), ip_proto::ESP);
+        let mut later = fragment(185, false, &[8u8; 20]);
+        assert_eq!(sh.process_out(&mut later, 0, &mut frags), Ok(Out::Raw));
+        assert_eq!(
+            proto(&later),
+            ip_proto::ESP,
+            "a later fragment left unprotected"
+        );
+        // A later fragment of a packet whose first fragment was not seen: dropped, not bypassed.
+        let mut orphan = fragment(185, false, &[8u8; 20]);
+        orphan.data_mut()[4] = 0x11;
+        assert_eq!(
+            sh.process_out(&mut orphan, 0, &mut FragCache::default()),
+            Err(Drop::FragmentNoState)
+        );
+        // Forgotten after the reassembly timeout.
+        let mut late = fragment(185, false, &[8u8; 20]);
+        assert_eq!(
+            sh.process_out(&mut late, FRAG_SECONDS + 1, &mut frags),
+            Err(Drop::FragmentNoState)
+        );
+        // Unfragmented traffic to another port is bypassed as configured.
+        let mut other = vec![0x13, 0x88, 0x00, 0x35, 0, 12, 0, 0, 1, 2, 3, 4];
+        other.truncate(12);
+        let mut p = fragment(0, false, &other);
+        assert_eq!(sh.process_out(&mut p, 0, &mut frags), Ok(Out::Raw));
+        assert_eq!(proto(&p), ip_proto::UDP);
     }
 
     #[test]

@@ -985,11 +985,19 @@ impl TwoHosts {
     pub fn wait_psp_associated(&self, timeout: Duration) -> Result<()> {
         let t = std::time::Instant::now();
         loop {
-            let ok = self.daemons.iter().all(|d| {
-                d.status_json().is_ok_and(|s| {
-                    s["psp"]["connected"] == true && s["psp"]["tx_spi"] != "0x00000000"
-                })
-            });
+            // Connected, and each side sends with the SPI the other handed out last (not an older one of a peer
+            // that restarted).
+            let st: Vec<Value> = self
+                .daemons
+                .iter()
+                .filter_map(|d| d.status_json().ok())
+                .collect();
+            let ok = st.len() == 2
+                && st
+                    .iter()
+                    .all(|s| s["psp"]["connected"] == true && s["psp"]["tx_spi"] != "0x00000000")
+                && st[0]["psp"]["tx_spi"] == st[1]["psp"]["rx_spi"]
+                && st[1]["psp"]["tx_spi"] == st[0]["psp"]["rx_spi"];
             if ok {
                 return Ok(());
             }

@@ -23,7 +23,15 @@ enum Cmd {
         #[arg(short, long)]
         config: PathBuf,
     },
-    /// Check a configuration file without applying anything.
+    /// Stop the daemon of a configuration (if it runs) and remove what keeps covered traffic blocked: after a
+    /// crash, a kill or a stop, netveil drops the traffic its policies cover until this command (fail closed).
+    Down {
+        /// The configuration file (netveil.toml) the daemon was started with.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Check a configuration file without applying anything (also what `up` would fail on here: the TUN name in
+    /// use, local addresses not on this host, an unwritable state directory).
     Check {
         #[arg(short, long)]
         config: PathBuf,
@@ -86,6 +94,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Up { config } => netveil::daemon::up(&config),
+        Cmd::Down { config } => netveil::daemon::down(&config),
         Cmd::Check { config }
             if std::fs::read_to_string(&config)
                 .is_ok_and(|t| netveil::l2::L2Config::is_l2sec(&t)) =>
@@ -107,6 +116,7 @@ fn main() -> ExitCode {
                 if let Some(p) = &c.psp {
                     netveil::psp_ctl::tls(p)?;
                 }
+                netveil::daemon::preflight(&c)?;
                 println!(
                     "{}: ok ({} SAs, {} policies{})",
                     config.display(),

@@ -2,9 +2,14 @@
 //! side allocates its receive SPI and key (`rx-assoc`) and sends them to its peer, which installs them as its
 //! transmit SA (`tx-assoc`), as the kernel's PSP documentation and the specification's authors describe.
 //!
-//! - Both daemons listen on `psp.control_port`; the one with the lower outer address connects (so one
-//!   connection exists), and reconnects every second while the peer is unreachable. The data plane keeps its
-//!   SAs while the connection is down.
+//! - The daemon with the higher outer address listens on `psp.control_port`; the one with the lower address
+//!   connects, from the same port (so the connection is exactly `local:port <-> remote:port`, and the input
+//!   filter lets nothing else of the peer's through), and reconnects every second while the peer is unreachable.
+//!   Connections close with a reset (SO_LINGER 0), also when a daemon is killed, so that no TIME_WAIT state holds
+//!   the fixed ports and a restarted daemon reconnects at once. The data plane keeps its SAs while the connection
+//!   is down.
+//! - The TLS handshake must finish within [`HANDSHAKE_DEADLINE`] as a whole (not only per read), so a peer that
+//!   trickles bytes cannot hold the key exchange.
 //! - Each side checks the other's certificate against `psp.peer_ca` and the name `psp.peer_name` (the client
 //!   by TLS server-name verification, the server by checking the client certificate's names).
 //! - Rotation (every `psp.rotate_seconds`, or on `netveil rotate`): the device rotates its master keys, then
@@ -231,17 +236,46 @@ pub fn keygen(name: &str, dir: &Path) -> Result<(std::path::PathBuf, std::path::
     Ok((crt, key))
 }
 
-/// Connects to `to` from a socket carrying `mark` (so that the connection bypasses the TUN in transport mode),
-/// giving up after `timeout`.
+/// The whole TLS handshake must finish within this time.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Whether this side connects (the lower outer address) rather than listens.
+pub fn is_initiator(cfg: &PspConfig) -> bool {
+    cfg.local < cfg.remote
+}
+
+/// SO_LINGER 0: the connection ends with a reset, leaving no TIME_WAIT state on the fixed ports.
+fn set_linger_zero(fd: i32) -> std::io::Result<()> {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on a descriptor we own with a valid `linger`.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &l as *const libc::linger as *const libc::c_void,
+            size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Connects from `from` to `to` on a socket carrying `mark` (the fail-closed filters let it out; in transport mode
+/// the connection bypasses the TUN), giving up after `timeout`.
 fn connect_marked(
+    from: SocketAddr,
     to: SocketAddr,
-    mark: Option<u32>,
+    mark: u32,
     timeout: Duration,
 ) -> std::io::Result<TcpStream> {
     use std::os::fd::FromRawFd;
-    let Some(mark) = mark else {
-        return TcpStream::connect_timeout(&to, timeout);
-    };
     let fam = if to.is_ipv4() {
         libc::AF_INET
     } else {
@@ -271,6 +305,22 @@ fn connect_marked(
             &tv as *const libc::timeval as *const _,
             size_of::<libc::timeval>(),
         )?;
+        let one: libc::c_int = 1;
+        set(
+            libc::SO_REUSEADDR,
+            &one as *const libc::c_int as *const _,
+            size_of::<libc::c_int>(),
+        )?;
+        set_linger_zero(fd)?;
+        let (la, llen) = sockaddr(&from);
+        if libc::bind(
+            fd,
+            &la as *const libc::sockaddr_storage as *const libc::sockaddr,
+            llen,
+        ) < 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
         let (sa, len) = sockaddr(&to);
         if libc::connect(
             fd,
@@ -319,14 +369,14 @@ fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 }
 
 /// Binds the key-exchange listener on our outer address (with `mark`, which accepted connections inherit).
-pub fn listen(cfg: &PspConfig, mark: Option<u32>) -> Result<TcpListener> {
+pub fn listen(cfg: &PspConfig, mark: u32) -> Result<TcpListener> {
     let l = TcpListener::bind(SocketAddr::new(cfg.local, cfg.control_port)).map_err(Error::io(
         format!(
             "cannot listen on {} port {} (psp.control_port)",
             cfg.local, cfg.control_port
         ),
     ))?;
-    if let Some(m) = mark {
+    {
         use std::os::fd::AsRawFd;
         // SAFETY: setsockopt on our own descriptor with a valid u32.
         let r = unsafe {
@@ -334,7 +384,7 @@ pub fn listen(cfg: &PspConfig, mark: Option<u32>) -> Result<TcpListener> {
                 l.as_raw_fd(),
                 libc::SOL_SOCKET,
                 libc::SO_MARK,
-                &m as *const u32 as *const libc::c_void,
+                &mark as *const u32 as *const libc::c_void,
                 4,
             )
         };
@@ -348,34 +398,39 @@ pub fn listen(cfg: &PspConfig, mark: Option<u32>) -> Result<TcpListener> {
 }
 
 /// Runs the key exchange until `stop`: connects or accepts, associates, rotates, re-associates.
-pub fn run(st: &PspState, tls: &Tls, listener: TcpListener, mark: Option<u32>, stop: &AtomicBool) {
-    let initiator = st.cfg.local < st.cfg.remote;
+pub fn run(st: &PspState, tls: &Tls, listener: Option<TcpListener>, mark: u32, stop: &AtomicBool) {
     let peer = SocketAddr::new(st.cfg.remote, st.cfg.control_port);
-    let _ = listener.set_nonblocking(true);
+    let me = SocketAddr::new(st.cfg.local, st.cfg.control_port);
+    if let Some(l) = &listener {
+        let _ = l.set_nonblocking(true);
+    }
     let mut rot = Rotation::new(st);
     while !stop.load(Relaxed) {
         rot.poll(st);
-        let stream = if initiator {
-            match connect_marked(peer, mark, Duration::from_secs(1)) {
+        let stream = match &listener {
+            None => match connect_marked(me, peer, mark, Duration::from_secs(1)) {
                 Ok(s) => s,
                 Err(_) => {
                     sleep_unless(stop, Duration::from_secs(1));
                     continue;
                 }
-            }
-        } else {
-            match listener.accept() {
-                Ok((s, from)) if from.ip() == st.cfg.remote => {
+            },
+            Some(listener) => match listener.accept() {
+                // Only the configured peer, from the key-exchange port, may connect.
+                Ok((s, from)) if from == peer => {
+                    use std::os::fd::AsRawFd;
                     let _ = s.set_nonblocking(false);
+                    let _ = set_linger_zero(s.as_raw_fd());
                     s
                 }
-                Ok(_) => continue, // Only the configured peer may connect.
+                Ok(_) => continue,
                 Err(_) => {
                     sleep_unless(stop, Duration::from_millis(100));
                     continue;
                 }
-            }
+            },
         };
+        let initiator = listener.is_none();
         let r = if initiator {
             rustls::ClientConnection::new(tls.client.clone(), tls.peer_name.clone())
                 .map_err(|e| e.to_string())
@@ -439,11 +494,27 @@ where
     C: core::ops::DerefMut<Target = rustls::ConnectionCommon<D>>,
     D: rustls::SideData,
 {
-    sock.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + HANDSHAKE_DEADLINE;
     while conn.is_handshaking() {
-        conn.complete_io(sock)
-            .map_err(|e| format!("TLS handshake: {e}"))?;
+        // Every read waits at most until the deadline of the whole handshake.
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "TLS handshake: not finished within {} s",
+                HANDSHAKE_DEADLINE.as_secs()
+            ));
+        }
+        sock.set_read_timeout(Some(left.min(Duration::from_secs(1))))
+            .map_err(|e| e.to_string())?;
+        match conn.complete_io(sock) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(format!("TLS handshake: {e}")),
+        }
     }
     Ok(())
 }

@@ -64,6 +64,34 @@ impl StateDir {
         Ok(d)
     }
 
+    /// Whether [`StateDir::open`] would succeed, without creating or writing anything: the directory, or the
+    /// nearest existing parent it would be created in, must be a writable directory.
+    pub fn check(path: &Path, key: &str) -> Result<(), ConfigError> {
+        let mut p = path;
+        while !p.exists() {
+            match p.parent() {
+                Some(q) if !q.as_os_str().is_empty() => p = q,
+                _ => break,
+            }
+        }
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            .map_err(|_| cerr(key, format!("{} is not a usable path", path.display())))?;
+        // SAFETY: access() reads a NUL-terminated path and has no other preconditions.
+        let ok = p.is_dir() && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
+        if !ok {
+            return Err(cerr(
+                key,
+                format!(
+                    "{} cannot hold the state directory ({} is not a writable directory); netveil keeps \
+                     sequence-number marks there so that a restart never reuses a nonce",
+                    path.display(),
+                    p.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

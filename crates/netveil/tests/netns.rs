@@ -428,10 +428,12 @@ fn clear_traffic_dropped_tunnel() {
         hosts.addrs[0].outer.to_string(),
     );
     let b = &hosts.ns[1];
-    // In b, marked packets skip the TUN: route a's inner address straight over the veth.
+    // In b, packets with the daemon's mark (which b's own fail-closed filter lets out) skip the TUN: route a's
+    // inner address straight over the veth.
+    let mark = netveil::config::DEFAULT_SOCKET_MARK.to_string();
     lab.ip(
         b,
-        &["rule", "add", "fwmark", "7", "table", "7", "pref", "10"],
+        &["rule", "add", "fwmark", &mark, "table", "7", "pref", "10"],
     )
     .unwrap();
     lab.ip(
@@ -455,7 +457,7 @@ fn clear_traffic_dropped_tunnel() {
         .exec(
             b,
             &[
-                "ping", "-n", "-m", "7", "-I", &b_in, "-c", "3", "-i", "0.1", "-W", "1", &a_in,
+                "ping", "-n", "-m", &mark, "-I", &b_in, "-c", "3", "-i", "0.1", "-W", "1", &a_in,
             ],
         )
         .unwrap();
@@ -530,6 +532,9 @@ fn bad_config_leaves_nothing_behind() {
     let _g = serial();
     let mut lab = new_lab();
     let ns = lab.add_ns("a").unwrap();
+    // The tunnel's local address is the host's (netveil checks that before it changes anything).
+    lab.ip(&ns, &["addr", "add", "192.0.2.1/32", "dev", "lo"])
+        .unwrap();
     let before = ns_state(&lab, &ns);
     let sock = lab.socket_path("bad");
     let good = HostPair::esp("aes128gcm16")

@@ -99,6 +99,17 @@ pub struct FlowInfo {
     pub dst_port: u16,
     /// Offset of the upper-layer header in the packet.
     pub l4_offset: usize,
+    /// For a fragment: its identification and whether it is the first one (offset 0).
+    pub frag: Option<Fragment>,
+}
+
+/// What identifies a fragment's packet (with the addresses and protocol) and which fragment it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fragment {
+    /// IPv4 identification (16 bits) or IPv6 Fragment header identification (32 bits).
+    pub ident: u32,
+    /// Offset 0 (more fragments follow): the fragment that carries the ports.
+    pub first: bool,
 }
 
 fn has_ports(proto: u8) -> bool {
@@ -110,14 +121,17 @@ fn has_ports(proto: u8) -> bool {
 /// Fails if the IP header is invalid, an IPv6 extension header is cut short, or a TCP/UDP/SCTP header that should be
 /// present has fewer than 4 bytes.
 pub fn flow_key(packet: &[u8]) -> Result<FlowInfo> {
-    let (src, dst, proto, l4_offset, end, later_frag) = match Packet::new_checked(packet)? {
+    let (src, dst, proto, l4_offset, end, frag) = match Packet::new_checked(packet)? {
         Packet::V4(p) => (
             p.src_addr().into(),
             p.dst_addr().into(),
             p.protocol(),
             p.header_len(),
             p.total_len() as usize,
-            p.frag_offset() != 0,
+            (p.more_frags() || p.frag_offset() != 0).then(|| Fragment {
+                ident: u32::from(p.ident()),
+                first: p.frag_offset() == 0,
+            }),
         ),
         Packet::V6(p) => {
             let w = ipv6::walk(packet)?;
@@ -127,10 +141,16 @@ pub fn flow_key(packet: &[u8]) -> Result<FlowInfo> {
                 w.upper_proto,
                 w.upper_offset,
                 p.total_len(),
-                w.is_later_fragment(),
+                w.frag
+                    .filter(|f| f.more_frags || f.frag_offset != 0)
+                    .map(|f| Fragment {
+                        ident: f.ident,
+                        first: f.frag_offset == 0,
+                    }),
             )
         }
     };
+    let later_frag = frag.is_some_and(|f| !f.first);
     let (mut src_port, mut dst_port) = (0, 0);
     if has_ports(proto) && !later_frag {
         if l4_offset + 4 > end {
@@ -146,6 +166,7 @@ pub fn flow_key(packet: &[u8]) -> Result<FlowInfo> {
         src_port,
         dst_port,
         l4_offset,
+        frag,
     })
 }
 
@@ -186,12 +207,29 @@ mod tests {
             (6, 51234, 80, 20)
         );
 
-        // Later fragment: no ports.
+        assert_eq!(f.frag, None);
+
+        // Later fragment: no ports, and what identifies its packet.
         let mut b = ipv4::tests::SYN;
         b[6] = 0x00;
         b[7] = 0x10;
         let f = flow_key(&b).unwrap();
         assert_eq!((f.proto, f.src_port, f.dst_port), (6, 0, 0));
+        let ident = u32::from(u16::from_be_bytes([b[4], b[5]]));
+        assert_eq!(
+            f.frag,
+            Some(Fragment {
+                ident,
+                first: false
+            })
+        );
+        // First fragment (MF, offset 0): ports, and first.
+        let mut b = ipv4::tests::SYN;
+        b[6] = 0x20;
+        b[7] = 0x00;
+        let f = flow_key(&b).unwrap();
+        assert_eq!((f.src_port, f.dst_port), (51234, 80));
+        assert_eq!(f.frag, Some(Fragment { ident, first: true }));
 
         // Ports cut off by the total length.
         let mut b = ipv4::tests::SYN;
