@@ -603,47 +603,63 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
             }
         }
     }
-    // Outbound, in policy order (the first match decides, as in the daemon).
+    // Outbound, in policy order (the first match decides, as in the daemon). Locally sent packets are matched by
+    // destination (and protocol and ports) whatever their source: once the TUN and its addresses are gone, the
+    // kernel picks another source address for the same traffic. Forwarded packets keep their source, so the
+    // forward chain matches the whole selector.
+    let mut forward = String::new();
     for p in cfg
         .policies
         .iter()
         .filter(|p| p.direction == Direction::Out)
     {
         let s = &p.selector;
-        let (m, fam) = nft_match(s);
-        match p.action {
-            Action::Bypass => {
-                output.push_str(&format!("    {m} accept comment \"{}\"\n", p.name));
-                continue;
+        let any_src = netveil_sa::policy::Selector {
+            src: match s.dst {
+                ipnet::IpNet::V4(_) => ipnet::IpNet::V4(Default::default()),
+                ipnet::IpNet::V6(_) => ipnet::IpNet::V6(Default::default()),
+            },
+            ..s.clone()
+        };
+        for (chain, sel) in [(&mut output, &any_src), (&mut forward, s)] {
+            let (m, fam) = nft_match(sel);
+            match p.action {
+                Action::Bypass => {
+                    // Only with the selector's own source (which a stopped daemon's traffic may no longer have:
+                    // then a drop below applies).
+                    let (full, _) = nft_match(s);
+                    chain.push_str(&format!("    {full} accept comment \"{}\"\n", p.name));
+                    continue;
+                }
+                Action::Protect(_) | Action::Discard => {}
             }
-            Action::Protect(_) | Action::Discard => {}
+            if fam == "ip6" && matches!(s.proto, None | Some(58)) {
+                chain.push_str(&format!(
+                    "    {m} icmpv6 type {ND_TYPES} accept comment \"{} (neighbour discovery)\"\n",
+                    p.name
+                ));
+            }
+            let guard = format!("oifname != \"{tun}\" meta mark != {mark:#x} counter drop");
+            if !s.src_ports.is_any() || !s.dst_ports.is_any() {
+                // Later fragments carry no ports: between these addresses they are covered as well (RFC 4301 7).
+                let (addrs, _) = nft_match(&netveil_sa::policy::Selector {
+                    proto: None,
+                    src_ports: netveil_sa::policy::PortRange::ANY,
+                    dst_ports: netveil_sa::policy::PortRange::ANY,
+                    ..sel.clone()
+                });
+                let frag = if fam == "ip" {
+                    "ip frag-off & 0x1fff != 0"
+                } else {
+                    "exthdr frag frag-off != 0"
+                };
+                chain.push_str(&format!(
+                    "    {addrs} {frag} {guard} comment \"{} (later fragments)\"\n",
+                    p.name
+                ));
+            }
+            chain.push_str(&format!("    {m} {guard} comment \"{}\"\n", p.name));
         }
-        if fam == "ip6" && matches!(s.proto, None | Some(58)) {
-            output.push_str(&format!(
-                "    {m} icmpv6 type {ND_TYPES} accept comment \"{} (neighbour discovery)\"\n",
-                p.name
-            ));
-        }
-        let guard = format!("oifname != \"{tun}\" meta mark != {mark:#x} counter drop");
-        if !s.src_ports.is_any() || !s.dst_ports.is_any() {
-            // Later fragments carry no ports: between these addresses they are covered as well (RFC 4301 7).
-            let (addrs, _) = nft_match(&netveil_sa::policy::Selector {
-                proto: None,
-                src_ports: netveil_sa::policy::PortRange::ANY,
-                dst_ports: netveil_sa::policy::PortRange::ANY,
-                ..s.clone()
-            });
-            let frag = if fam == "ip" {
-                "ip frag-off & 0x1fff != 0"
-            } else {
-                "exthdr frag frag-off != 0"
-            };
-            output.push_str(&format!(
-                "    {addrs} {frag} {guard} comment \"{} (later fragments)\"\n",
-                p.name
-            ));
-        }
-        output.push_str(&format!("    {m} {guard} comment \"{}\"\n", p.name));
     }
     if input.is_empty() && output.is_empty() {
         return None;
@@ -651,7 +667,7 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
     Some(format!(
         "table inet {table} {{\n  chain input {{\n    type filter hook input priority -10; policy accept;\n{input}  }}\n  \
          chain output {{\n    type filter hook output priority -10; policy accept;\n{output}  }}\n  \
-         chain forward {{\n    type filter hook forward priority -10; policy accept;\n{output}  }}\n}}\n"
+         chain forward {{\n    type filter hook forward priority -10; policy accept;\n{forward}  }}\n}}\n"
     ))
 }
 

@@ -277,6 +277,33 @@ impl Lab {
         }
     }
 
+    /// `netveil down -c NAME.toml` in a namespace (the configuration [`Lab::start_daemon`] wrote for `name`).
+    pub fn netveil_down(&self, ns: &str, name: &str) -> Result<String> {
+        let cfg = self.dir.join(format!("{name}.toml"));
+        let n = self
+            .netveil
+            .to_str()
+            .ok_or_else(|| other("non-UTF-8 path"))?;
+        let c = cfg.to_str().ok_or_else(|| other("non-UTF-8 path"))?;
+        self.exec_ok(ns, &[n, "down", "-c", c])
+    }
+
+    /// The packets counted by the rules of `chain` in the table `inet TABLE` of a namespace (0 if it is missing).
+    pub fn nft_counter(&self, ns: &str, table: &str, chain: &str) -> u64 {
+        let Ok(out) = self.exec(ns, &["nft", "-j", "list", "table", "inet", table]) else {
+            return 0;
+        };
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        v["nftables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["rule"]["chain"] == chain)
+            .flat_map(|i| i["rule"]["expr"].as_array().cloned().unwrap_or_default())
+            .filter_map(|e| e["counter"]["packets"].as_u64())
+            .sum()
+    }
+
     /// The control socket path for the daemon `name` of this lab.
     pub fn socket_path(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{name}.sock"))
@@ -503,6 +530,12 @@ impl Daemon {
     /// Whether the process still runs.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// Kills the daemon with SIGKILL (as a crash would end it: no cleanup) and returns its exit status.
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        let mut c = self.child.take()?;
+        stop_child(&mut c, libc::SIGKILL, Duration::from_secs(5))
     }
 
     /// Stops the daemon (SIGTERM, SIGKILL after 5 s) and returns its exit status.

@@ -1,0 +1,589 @@
+//! Hardening, end to end in network namespaces (root; the tools of .ci/setup): restarts and crashes never repeat a
+//! sequence number and never let covered traffic out in clear, the PSP key exchange is the only clear traffic the
+//! input filter admits, the control socket holds against misbehaving clients, `check` catches what `up` would fail
+//! on, and later fragments of port-selected traffic are protected like their first fragment.
+
+use netveil::lab::{self, Daemon, HostPair, Lab, Mode, TwoHosts};
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
+const TABLE: &str = "netveil_nv0";
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    assert!(lab::is_root(), "the hardening tests need root");
+    for t in ["ip", "ping", "tcpdump", "tshark", "nft", "setpriv"] {
+        assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
+    }
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn new_lab() -> Lab {
+    Lab::new("nvh").expect("lab").with_netveil(NETVEIL)
+}
+
+fn python() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    assert!(p.exists(), "{} is missing: run .ci/setup", p.display());
+    p
+}
+
+fn ping_once(lab: &Lab, ns: &str, dst: &str) -> bool {
+    lab.exec(ns, &["ping", "-n", "-c", "1", "-W", "2", dst])
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// A ping flood in the background (every 10 ms), killed when dropped.
+struct Pinger(std::process::Child);
+
+impl Pinger {
+    fn start(lab: &Lab, ns: &str, dst: &str) -> Pinger {
+        Pinger(
+            lab.command(ns, &["ping", "-n", "-i", "0.01", "-W", "1", dst])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("ping"),
+        )
+    }
+}
+
+impl Drop for Pinger {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Term,
+    Kill,
+}
+
+fn stop(d: &mut Daemon, how: Stop) {
+    match how {
+        Stop::Term => d.stop(),
+        Stop::Kill => d.kill(),
+    };
+}
+
+/// A daemon restarted three times under traffic (SIGTERM, kill -9, SIGTERM) never sends an (SPI, sequence number)
+/// pair twice, and the peer answers its first ping after each restart (its replay window accepts the restarted
+/// side at once: nothing is dropped as a replay).
+#[test]
+fn restarts_never_repeat_a_sequence_number() {
+    let _g = serial();
+    let mut lab = new_lab();
+    let mut hosts = TwoHosts::up(&mut lab, &HostPair::esp("aes128gcm16")).expect("setup");
+    let (a, b_in) = (hosts.ns[0].clone(), hosts.addrs[1].inner.to_string());
+    let a_out = hosts.addrs[0].outer.to_string();
+    let mut cap = lab
+        .capture(&a, "veth-a", "restarts.pcap", 96, &["esp"])
+        .expect("tcpdump");
+    let mut tops = Vec::new();
+    {
+        let _traffic = Pinger::start(&lab, &a, &b_in);
+        std::thread::sleep(Duration::from_millis(800));
+        for how in [Stop::Term, Stop::Kill, Stop::Term] {
+            let st = hosts.daemon(0).status_json().expect("status");
+            tops.push(st["sas"][0]["seq"].as_u64().unwrap_or(0));
+            stop(&mut hosts.daemons[0], how);
+            std::thread::sleep(Duration::from_millis(300));
+            hosts.daemons[0] = lab
+                .start_daemon(&a, "a", &hosts.configs[0])
+                .unwrap_or_else(|e| panic!("restart after {how:?}: {e}"));
+            assert!(
+                ping_once(&lab, &a, &b_in),
+                "the peer did not answer the first ping after {how:?}\n{}",
+                hosts.daemon(1).log()
+            );
+            std::thread::sleep(Duration::from_millis(600));
+        }
+    }
+    let pcap = cap.stop().unwrap();
+    let frames = lab::tshark_frames(&pcap, None, Some("esp")).expect("tshark");
+    let sent: Vec<(String, u64)> = frames
+        .iter()
+        .filter(|f| f.src == a_out)
+        .filter_map(|f| Some((f.esp_spi.clone()?, f.esp_seq?)))
+        .collect();
+    assert!(
+        sent.len() > 100,
+        "too few ESP packets from a: {}",
+        sent.len()
+    );
+    let unique: HashSet<&(String, u64)> = sent.iter().collect();
+    assert_eq!(
+        unique.len(),
+        sent.len(),
+        "an (SPI, sequence number) pair was sent twice"
+    );
+    // Every restart continued above everything sent before it.
+    let seqs: Vec<u64> = sent.iter().map(|(_, s)| *s).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] > w[0]),
+        "sequence numbers went back: {:?}",
+        seqs.windows(2).find(|w| w[1] <= w[0])
+    );
+    // The peer dropped nothing as a replay.
+    let st = hosts.daemon(1).status_json().unwrap();
+    let sa = st["sas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "a-to-b")
+        .unwrap()
+        .clone();
+    assert_eq!(sa["replayed"].as_u64(), Some(0), "{sa}");
+    assert_eq!(sa["auth_failed"].as_u64(), Some(0), "{sa}");
+    eprintln!(
+        "{} ESP packets from a, all (SPI, seq) distinct; marks before the restarts: {tops:?}",
+        sent.len()
+    );
+}
+
+/// Covered traffic never leaves in clear while the daemon is not forwarding: after kill -9 (and after a clean stop)
+/// the pings that kept going are dropped by the fail-closed filter, never sent on the wire; `up` after the crash
+/// reclaims what the killed instance left and starts; `netveil down` ends the blocking.
+fn fails_closed(pair: HostPair, default_route: bool) {
+    let _g = serial();
+    let mut lab = new_lab();
+    let mut hosts = TwoHosts::up(&mut lab, &pair).expect("setup");
+    let psp = pair.protocol == lab::Protocol::Psp;
+    if psp {
+        hosts.wait_psp_associated(Duration::from_secs(15)).unwrap();
+    }
+    let a = hosts.ns[0].clone();
+    let (a_in, b_in) = (
+        hosts.addrs[0].inner.to_string(),
+        hosts.addrs[1].inner.to_string(),
+    );
+    let b_out = hosts.addrs[1].outer.to_string();
+    if default_route {
+        lab.ip(
+            &a,
+            &["route", "add", "default", "via", &b_out, "dev", "veth-a"],
+        )
+        .unwrap();
+    }
+    assert!(ping_once(&lab, &a, &b_in), "ping before");
+    let label = format!("{:?} {:?}", pair.protocol, pair.mode);
+    for how in [Stop::Kill, Stop::Term] {
+        let before = lab.nft_counter(&a, TABLE, "output");
+        let mut cap = lab
+            .capture(&a, "veth-a", "down.pcap", 200, &["not", "arp"])
+            .unwrap();
+        {
+            let _p = Pinger::start(&lab, &a, &b_in);
+            std::thread::sleep(Duration::from_millis(200));
+            stop(&mut hosts.daemons[0], how);
+            std::thread::sleep(Duration::from_millis(600));
+        }
+        let pcap = cap.stop().unwrap();
+        let frames = lab::tshark_frames(&pcap, None, None).unwrap();
+        let clear: Vec<_> = frames
+            .iter()
+            .filter(|f| {
+                f.protocols.contains(":icmp")
+                    || (pair.mode == Mode::Tunnel
+                        && f.addrs.iter().any(|x| *x == a_in || *x == b_in))
+            })
+            .collect();
+        assert!(
+            clear.is_empty(),
+            "{label}: {} packets of covered traffic left in clear after {how:?}, e.g. {:?}",
+            clear.len(),
+            &clear[..clear.len().min(2)]
+        );
+        let blocked = lab.nft_counter(&a, TABLE, "output") - before;
+        assert!(
+            blocked >= 20,
+            "{label}: after {how:?} the fail-closed filter dropped only {blocked} packets"
+        );
+        // Restart: everything a killed or stopped instance left is reclaimed.
+        hosts.daemons[0] = lab
+            .start_daemon(&a, "a", &hosts.configs[0])
+            .unwrap_or_else(|e| panic!("{label}: restart after {how:?}: {e}"));
+        if psp {
+            hosts.wait_psp_associated(Duration::from_secs(15)).unwrap();
+        }
+        assert!(ping_once(&lab, &a, &b_in), "{label}: ping after {how:?}");
+    }
+    // `netveil down` stops the daemon and lifts the block.
+    lab.netveil_down(&a, "a").expect("netveil down");
+    let t = Instant::now();
+    while hosts.daemons[0].is_running() && t.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!hosts.daemons[0].is_running(), "{label}: still running");
+    assert!(
+        !lab.exec(&a, &["nft", "list", "table", "inet", TABLE])
+            .unwrap()
+            .status
+            .success(),
+        "{label}: the table survived netveil down"
+    );
+}
+
+#[test]
+fn fails_closed_tunnel_with_a_default_route() {
+    fails_closed(HostPair::esp("aes128gcm16"), true);
+}
+
+#[test]
+fn fails_closed_transport() {
+    let mut p = HostPair::esp("aes256-sha256");
+    p.mode = Mode::Transport;
+    fails_closed(p, false);
+}
+
+#[test]
+fn fails_closed_psp_tunnel_with_a_default_route() {
+    fails_closed(HostPair::psp("aes-gcm-128"), true);
+}
+
+/// A configuration option keeps the old behaviour for a clean stop: no blocking after SIGTERM (a crash still
+/// blocks).
+#[test]
+fn block_when_stopped_false_lifts_the_block_on_a_clean_stop() {
+    let _g = serial();
+    let mut lab = new_lab();
+    let mut hosts = TwoHosts::topology(&mut lab, &HostPair::esp("aes128gcm16")).unwrap();
+    hosts.configs[0] = hosts.configs[0].replacen(
+        "[interface]\n",
+        "[interface]\nblock_when_stopped = false\n",
+        1,
+    );
+    hosts.start(&lab).unwrap();
+    let a = hosts.ns[0].clone();
+    hosts.daemons[0].stop();
+    assert!(!lab
+        .exec(&a, &["nft", "list", "table", "inet", TABLE])
+        .unwrap()
+        .status
+        .success());
+}
+
+fn mac_of(lab: &Lab, ns: &str, dev: &str) -> String {
+    let out = lab.exec_ok(ns, &["ip", "-j", "link", "show", dev]).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v[0]["address"].as_str().unwrap().to_string()
+}
+
+/// Sends TCP SYNs with scapy on b's veth at layer 2 (so that b's own filters do not see them): spoofed clear
+/// traffic as an attacker on the wire would send it.
+fn spoof_syns(lab: &Lab, hosts: &TwoHosts, src: &str, dst: &str, sport: u16, dport: u16, n: u32) {
+    let a_mac = mac_of(lab, &hosts.ns[0], "veth-a");
+    let script = format!(
+        "from scapy.all import Ether, IP, IPv6, TCP, sendp\n\
+         ip = IPv6 if ':' in '{dst}' else IP\n\
+         sendp([Ether(dst='{a_mac}')/ip(src='{src}', dst='{dst}')/TCP(sport={sport}, dport={dport}, flags='S', seq=1000 + i) for i in range({n})], iface='veth-b', verbose=False)\n"
+    );
+    let py = python();
+    let out = lab
+        .exec(&hosts.ns[1], &[py.to_str().unwrap(), "-c", &script])
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scapy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn clear_drops(d: &Daemon) -> u64 {
+    d.status_json().unwrap()["drops"]["rx:clear-but-protected"]
+        .as_u64()
+        .unwrap()
+}
+
+/// The PSP input filter admits the clear key exchange only between the outer addresses, from port to port: a
+/// spoofed clear connection from the peer's address with source port 1001 (tunnel: the inner address; transport:
+/// the outer one) never reaches a local service, while the real key exchange associates.
+fn psp_filter(mode: Mode) {
+    let _g = serial();
+    let mut lab = new_lab();
+    let mut pair = HostPair::psp("aes-gcm-128");
+    pair.mode = mode;
+    let hosts = TwoHosts::up(&mut lab, &pair).unwrap();
+    hosts.wait_psp_associated(Duration::from_secs(15)).unwrap();
+    let (a_in, b_in) = (
+        hosts.addrs[0].inner.to_string(),
+        hosts.addrs[1].inner.to_string(),
+    );
+    let a = hosts.ns[0].clone();
+    // A local service on a.
+    let listener = lab
+        .command(&a, &["nc", "-l", "-k", "-n", &a_in, "7777"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut listener = scopeguard(listener);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut cap = lab
+        .capture(
+            &a,
+            "veth-a",
+            "synack.pcap",
+            128,
+            &["tcp", "src", "port", "7777"],
+        )
+        .unwrap();
+    let before = clear_drops(hosts.daemon(0));
+    spoof_syns(&lab, &hosts, &b_in, &a_in, 1001, 7777, 5);
+    // Port to port, but between the inner addresses (tunnel mode): not the key exchange either.
+    if mode == Mode::Tunnel {
+        spoof_syns(&lab, &hosts, &b_in, &a_in, 1001, 1001, 5);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let pcap = cap.stop().unwrap();
+    let answered = lab::tshark_frames(&pcap, None, None).unwrap();
+    assert!(
+        answered.is_empty(),
+        "{mode:?}: a answered spoofed clear SYNs: {answered:?}"
+    );
+    let dropped = clear_drops(hosts.daemon(0)) - before;
+    let want = if mode == Mode::Tunnel { 10 } else { 5 };
+    assert!(
+        dropped >= want,
+        "{mode:?}: rx:clear-but-protected +{dropped}, expected +{want}"
+    );
+    // The key exchange itself still works: rotate and re-associate.
+    let out = std::process::Command::new(NETVEIL)
+        .args(["rotate", "--socket"])
+        .arg(&hosts.daemon(0).socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hosts.wait_psp_associated(Duration::from_secs(10)).unwrap();
+    assert!(ping_once(&lab, &a, &b_in));
+    let _ = listener.0.kill();
+}
+
+struct Guard(std::process::Child);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+fn scopeguard(c: std::process::Child) -> Guard {
+    Guard(c)
+}
+
+#[test]
+fn psp_filter_admits_only_the_key_exchange_tunnel() {
+    psp_filter(Mode::Tunnel);
+}
+
+#[test]
+fn psp_filter_admits_only_the_key_exchange_transport() {
+    psp_filter(Mode::Transport);
+}
+
+/// The control socket: an idle client does not hold `netveil status`; a huge request line is refused after a few
+/// hundred bytes and never echoed; a non-root user is told that the socket is root-only.
+#[test]
+fn control_socket_holds_against_misbehaving_clients() {
+    let _g = serial();
+    let mut lab = new_lab();
+    let hosts = TwoHosts::up(&mut lab, &HostPair::esp("aes128gcm16")).unwrap();
+    let sock = hosts.daemon(0).socket.clone();
+    // Idle clients (they never send a line).
+    let idle: Vec<UnixStream> = (0..3)
+        .map(|_| UnixStream::connect(&sock).unwrap())
+        .collect();
+    let t = Instant::now();
+    let out = std::process::Command::new("timeout")
+        .args(["5", NETVEIL, "status", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && t.elapsed() < Duration::from_secs(2),
+        "status with idle clients: {:?} after {:?}: {}",
+        out.status,
+        t.elapsed(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(idle);
+    // A 4 MiB request line.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let big = vec![b'A'; 4 << 20];
+    let _ = s.write_all(&big); // the daemon stops reading (and closes) early
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.contains("too long"), "{answer}");
+    assert!(!answer.contains("AAAA") && answer.len() < 200, "{answer}");
+    // An unknown request is not repeated back.
+    let v = hosts.daemon(0).ask("secret-looking-request").unwrap();
+    assert!(!v.to_string().contains("secret-looking"), "{v}");
+    // A non-root user.
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            NETVEIL,
+            "status",
+            "--socket",
+        ])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("permission denied") && err.contains("root") && !err.contains("running"),
+        "{err}"
+    );
+    // Still serving.
+    hosts.daemon(0).status_json().unwrap();
+}
+
+/// `netveil check` (and `up`, before it changes anything) refuses what `up` would fail on: the TUN name held by
+/// another device, a tunnel or PSP `local` address that is not the host's, an unwritable state directory.
+#[test]
+fn check_catches_what_up_would_fail_on() {
+    let _g = serial();
+    let mut lab = new_lab();
+    let hosts = TwoHosts::topology(&mut lab, &HostPair::esp("aes128gcm16")).unwrap();
+    let a = hosts.ns[0].clone();
+    let good = hosts.configs[0].clone();
+    let sock = lab.socket_path("psp");
+    let psp = HostPair::psp("aes-gcm-128")
+        .configs([&sock, &sock])
+        .unwrap();
+    let psp_elsewhere = psp[0].replacen("local = \"192.0.2.1\"", "local = \"192.0.2.9\"", 1);
+    assert_ne!(psp_elsewhere, psp[0]);
+    let path = lab.dir().join("c.toml");
+    let run = |cmd: &str, text: &str| {
+        std::fs::write(&path, text).unwrap();
+        let out = lab
+            .exec(&a, &[NETVEIL, cmd, "-c", path.to_str().unwrap()])
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    assert_eq!(run("check", &good).0, Some(0));
+    lab.ip(&a, &["link", "add", "nv0", "type", "bridge"])
+        .unwrap();
+    for cmd in ["check", "up"] {
+        let (code, err) = run(cmd, &good);
+        assert_eq!(code, Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("interface.name") && err.contains("in use"),
+            "{cmd}: {err}"
+        );
+    }
+    lab.ip(&a, &["link", "del", "nv0"]).unwrap();
+    let elsewhere = good.replacen("local = \"192.0.2.1\"", "local = \"192.0.2.9\"", 1);
+    assert_ne!(elsewhere, good);
+    for cmd in ["check", "up"] {
+        let (code, err) = run(cmd, &elsewhere);
+        assert_eq!(code, Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("sa[0].local") && err.contains("192.0.2.9"),
+            "{cmd}: {err}"
+        );
+    }
+    let (code, err) = run("check", &psp_elsewhere);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("psp.local"), "{err}");
+    // A state directory that cannot be made (a file is in its path).
+    let state = regex_replace_state_dir(&good, "/etc/passwd/netveil");
+    let (code, err) = run("check", &state);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("interface.state_dir"), "{err}");
+    // Nothing was applied by the refused `up`s.
+    assert!(!lab
+        .exec(&a, &["nft", "list", "table", "inet", TABLE])
+        .unwrap()
+        .status
+        .success());
+}
+
+fn regex_replace_state_dir(text: &str, dir: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.starts_with("state_dir = ") {
+                format!("state_dir = \"{dir}\"")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A policy that protects only UDP to port 5000: a 4000-byte datagram leaves the host as fragments (the TUN's MTU
+/// is 1400), and the later ones carry no ports. Each is protected like the first (RFC 4301 section 7): the datagram
+/// arrives whole, and only ESP is on the wire.
+#[test]
+fn later_fragments_are_protected_like_the_first() {
+    let _g = serial();
+    let mut lab = new_lab();
+    let mut hosts = TwoHosts::topology(&mut lab, &HostPair::esp("aes128gcm16")).unwrap();
+    for c in hosts.configs.iter_mut() {
+        *c = c.replace(
+            "action = \"protect\"",
+            "proto = \"udp\"\ndst_ports = 5000\naction = \"protect\"",
+        );
+    }
+    hosts.start(&lab).unwrap();
+    let b_in = hosts.addrs[1].inner;
+    let mut cap = lab
+        .capture(&hosts.ns[0], "veth-a", "frag.pcap", 128, &["ip"])
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = lab::spawn_in_ns(&hosts.ns[1], move || -> netveil::Result<Vec<u8>> {
+        let s = std::net::UdpSocket::bind((b_in, 5000)).map_err(netveil::Error::io("bind"))?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        let _ = tx.send(());
+        let mut buf = vec![0u8; 65536];
+        let (n, _) = s.recv_from(&mut buf).map_err(netveil::Error::io("recv"))?;
+        Ok(buf[..n].to_vec())
+    })
+    .unwrap();
+    rx.recv().unwrap();
+    let payload: Vec<u8> = (0..4000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let p2 = payload.clone();
+    lab.in_ns(&hosts.ns[0], move || {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        for _ in 0..3 {
+            s.send_to(&p2, (b_in, 5000)).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .unwrap();
+    let got = server
+        .join()
+        .unwrap()
+        .unwrap()
+        .expect("the datagram did not arrive");
+    assert_eq!(got, payload);
+    let pcap = cap.stop().unwrap();
+    let frames = lab::tshark_frames(&pcap, None, None).unwrap();
+    assert!(frames.len() >= 3, "{frames:?}");
+    assert!(
+        frames.iter().all(|f| f.outer_proto == Some(50)),
+        "clear packets on the wire: {frames:?}"
+    );
+}
