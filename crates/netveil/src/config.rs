@@ -61,6 +61,45 @@ fn err<T>(key: impl Into<String>, reason: impl Into<String>) -> Result<T, Config
     })
 }
 
+/// A key as written in the file (hex): zeroized when dropped, never printed.
+pub struct Secret(zeroize::Zeroizing<String>);
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| Secret(zeroize::Zeroizing::new(s)))
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl std::ops::Deref for Secret {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A TOML error without the excerpt of the file that the toml crate would print (the line may hold a key): the
+/// position and the reason only.
+pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(s) => {
+            let before = &text[..s.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!(
+                "invalid configuration at line {line}, column {col}: {}",
+                e.message().trim_end()
+            )
+        }
+        None => format!("invalid configuration: {}", e.message().trim_end()),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -122,8 +161,8 @@ struct RawSa {
     local: Option<String>,
     remote: Option<String>,
     suite: Option<String>,
-    enc_key: Option<String>,
-    auth_key: Option<String>,
+    enc_key: Option<Secret>,
+    auth_key: Option<Secret>,
     #[serde(default)]
     esn: bool,
     replay_window: Option<i64>,
@@ -227,7 +266,7 @@ pub struct PspConfig {
     pub peer_name: String,
     /// Master-key rotation interval (0: only on `netveil rotate`).
     pub rotate_seconds: u64,
-    /// netveil's IV replay check (tunnel mode; 0: off, as PSP specifies).
+    /// netveil's IV replay check (tunnel mode; default [`DEFAULT_REPLAY_WINDOW`]; 0: off, as PSP specifies).
     pub replay_window: u32,
     /// Crypt offset in 4-byte units (transport mode and both tunnel families).
     pub crypt_offset: u8,
@@ -280,11 +319,12 @@ fn parse_net(key: &str, s: &str) -> Result<IpNet, ConfigError> {
 fn parse_hex(key: &str, s: &str) -> Result<zeroize::Zeroizing<Vec<u8>>, ConfigError> {
     let t = s.trim();
     let t = t.strip_prefix("0x").unwrap_or(t);
-    let t: String = t
-        .chars()
-        .filter(|c| *c != ':' && !c.is_whitespace())
-        .collect();
-    match hex::decode(&t) {
+    let t = zeroize::Zeroizing::new(
+        t.chars()
+            .filter(|c| *c != ':' && !c.is_whitespace())
+            .collect::<String>(),
+    );
+    match hex::decode(t.as_bytes()) {
         Ok(v) => Ok(zeroize::Zeroizing::new(v)),
         Err(_) => err(key, "is not a hexadecimal string"),
     }
@@ -354,8 +394,10 @@ fn opt_u64(key: &str, v: Option<i64>) -> Result<Option<u64>, ConfigError> {
 impl Config {
     /// Reads and validates a configuration file.
     pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .or_else(|e| err("", format!("cannot read {}: {e}", path.display())))?;
+        let text = zeroize::Zeroizing::new(
+            std::fs::read_to_string(path)
+                .or_else(|e| err("", format!("cannot read {}: {e}", path.display())))?,
+        );
         Config::parse(&text)
     }
 
@@ -363,7 +405,7 @@ impl Config {
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
             key: String::new(),
-            reason: format!("invalid configuration: {}", e.to_string().trim_end()),
+            reason: toml_error(text, &e),
         })?;
         let ri = raw.interface;
         let name = ri.name.unwrap_or_else(|| "nv0".into());
@@ -861,7 +903,9 @@ fn parse_psp(r: RawPsp) -> Result<PspConfig, ConfigError> {
             format!("'{peer_name}' is not a valid DNS name"),
         );
     }
+    // netveil's extension: on by default in tunnel mode (PSP itself has no replay check; 0 switches it off).
     let replay_window = match r.replay_window {
+        None if mode == PMode::Tunnel => DEFAULT_REPLAY_WINDOW,
         None | Some(0) => 0,
         Some(v) => int_in("psp.replay_window", v, 64, 1 << 20)? as u32,
     };
@@ -943,5 +987,64 @@ impl Config {
     /// Index of the SA named `name`.
     pub fn sa_index(&self, name: &str) -> Option<usize> {
         self.sas.iter().position(|s| s.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn psp(mode: &str, extra: &str) -> Result<Config, ConfigError> {
+        Config::parse(&format!(
+            "[interface]\n[psp]\nmode = \"{mode}\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\ncert = \"a.crt\"\n\
+             key = \"a.key\"\npeer_ca = \"b.crt\"\npeer_name = \"b\"\n{extra}"
+        ))
+    }
+
+    /// PSP tunnel mode has netveil's replay window unless it is switched off; transport mode has none.
+    #[test]
+    fn psp_replay_window_defaults() {
+        let w = |c: Config| c.psp.unwrap().replay_window;
+        assert_eq!(w(psp("tunnel", "").unwrap()), DEFAULT_REPLAY_WINDOW);
+        assert_eq!(w(psp("tunnel", "replay_window = 0").unwrap()), 0);
+        assert_eq!(w(psp("tunnel", "replay_window = 4096").unwrap()), 4096);
+        assert_eq!(w(psp("transport", "").unwrap()), 0);
+        assert_eq!(
+            psp("transport", "replay_window = 1024").unwrap_err().key,
+            "psp.replay_window"
+        );
+    }
+
+    /// A syntax error names the line and column and never prints the line (it may hold a key).
+    #[test]
+    fn syntax_errors_do_not_print_the_file() {
+        let e = Config::parse("[interface]\nname = \"nv0\"\n[[sa]]\nenc_key = \"c0ffee5ecret\n")
+            .unwrap_err();
+        assert!(e.reason.contains("line 4"), "{e}");
+        assert!(!e.reason.contains("c0ffee5ecret"), "{e}");
+        let e = Config::parse("[interface]\nbogus = \"c0ffee5ecret\"\n").unwrap_err();
+        assert!(
+            e.reason.contains("bogus") && !e.reason.contains("c0ffee5ecret"),
+            "{e}"
+        );
+    }
+
+    /// Two SAs with the same keys would repeat nonces: refused, naming the key.
+    #[test]
+    fn two_sas_may_not_share_keys() {
+        let sa = |name: &str, dir: &str, spi: u32| {
+            format!(
+                "[[sa]]\nname = \"{name}\"\ndirection = \"{dir}\"\nspi = {spi}\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+                 suite = \"aes128gcm16\"\nenc_key = \"00112233445566778899aabbccddeeff01020304\"\n"
+            )
+        };
+        let e = Config::parse(&format!(
+            "[interface]\n{}{}",
+            sa("a", "out", 0x1001),
+            sa("b", "in", 0x2001)
+        ))
+        .unwrap_err();
+        assert_eq!(e.key, "sa[1].enc_key");
+        assert!(e.reason.contains("'a'"), "{e}");
     }
 }

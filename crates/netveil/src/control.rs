@@ -497,7 +497,7 @@ pub fn render_status(v: &Value) -> String {
 /// `netveil keys --wireshark DIR`: writes DIR/esp_sa (Wireshark's ESP SA table).
 pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
     let v = ask(socket, "keys")?;
-    let mut out = String::new();
+    let mut out = zeroize::Zeroizing::new(String::new());
     for sa in v["sas"].as_array().into_iter().flatten() {
         let f = |k: &str| sa[k].as_str().unwrap_or("").to_string();
         // Wireshark's table knows only "IPv4" and "IPv6" (an unknown value makes it ignore the line silently): a
@@ -522,18 +522,27 @@ pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
     }
     std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
     let path = dir.join("esp_sa");
+    // A new file (mode 0600, never through a symlink) renamed over the old one: a symlink planted at esp_sa is
+    // replaced, not followed, and an existing file's wider permissions are not kept.
+    let tmp = dir.join(format!(".esp_sa.{}.tmp", std::process::id()));
     {
         use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::remove_file(&tmp);
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
-            .open(&path)
-            .map_err(Error::io(format!("cannot write {}", path.display())))?;
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(Error::io(format!("cannot write {}", tmp.display())))?;
         f.write_all(out.as_bytes())
-            .map_err(Error::io(format!("cannot write {}", path.display())))?;
+            .and_then(|()| f.sync_all())
+            .map_err(Error::io(format!("cannot write {}", tmp.display())))?;
     }
+    std::fs::rename(&tmp, &path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(format!("cannot write {}", path.display()))(e)
+    })?;
     eprintln!(
         "wrote {} SAs to {}; decrypt with: tshark -o esp.enable_encryption_decode:TRUE -o esp.enable_authentication_check:TRUE ... (with {} as the Wireshark configuration directory)",
         v["sas"].as_array().map_or(0, |a| a.len()),
@@ -541,4 +550,23 @@ pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
         dir.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The control socket's directory is created 0700 and the socket is 0600.
+    #[test]
+    fn socket_directory_is_private() {
+        let base = std::env::temp_dir().join(format!("netveil-ctl-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let sock = base.join("run/x.sock");
+        let l = listen(&sock).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&base.join("run")), 0o700);
+        assert_eq!(mode(&sock), 0o600);
+        drop(l);
+        let _ = std::fs::remove_dir_all(&base);
+    }
 }

@@ -619,8 +619,8 @@ pub struct HostPair {
     /// TUN device name.
     pub tun: String,
     pub mtu: u16,
-    /// PSP: netveil's IV replay window (0: off).
-    pub psp_replay_window: u32,
+    /// PSP: netveil's IV replay window (0: off; `None`: the default, on in tunnel mode).
+    pub psp_replay_window: Option<u32>,
     /// PSP: master-key rotation interval in seconds (0: only on request).
     pub psp_rotate_seconds: u64,
 }
@@ -639,7 +639,7 @@ impl Default for HostPair {
             bundle_ah: None,
             tun: "nv0".into(),
             mtu: 1400,
-            psp_replay_window: 0,
+            psp_replay_window: None,
             psp_rotate_seconds: 0,
         }
     }
@@ -929,8 +929,8 @@ impl HostPair {
                 "cert = \"{d}/{me_n}.crt\"\nkey = \"{d}/{me_n}.key\"\npeer_ca = \"{d}/{peer_n}.crt\"\npeer_name = \"{peer_n}\"\n",
                 d = dir.display()
             ));
-            if self.psp_replay_window > 0 {
-                t.push_str(&format!("replay_window = {}\n", self.psp_replay_window));
+            if let Some(w) = self.psp_replay_window {
+                t.push_str(&format!("replay_window = {w}\n"));
             }
             if self.psp_rotate_seconds > 0 {
                 t.push_str(&format!("rotate_seconds = {}\n", self.psp_rotate_seconds));

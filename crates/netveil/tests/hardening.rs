@@ -454,6 +454,26 @@ fn control_socket_holds_against_misbehaving_clients() {
     );
     // Still serving.
     hosts.daemon(0).status_json().unwrap();
+    // `keys --wireshark` replaces a planted symlink instead of writing through it, and its file is 0600 even
+    // where a wider file was.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = lab.dir().join("ws");
+    std::fs::create_dir_all(&dir).unwrap();
+    let victim = lab.dir().join("victim");
+    std::fs::write(&victim, "untouched").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("esp_sa")).unwrap();
+    hosts.daemon(0).keys_wireshark(&dir).unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+    let meta = std::fs::symlink_metadata(dir.join("esp_sa")).unwrap();
+    assert!(meta.file_type().is_file());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    std::fs::set_permissions(dir.join("esp_sa"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    hosts.daemon(0).keys_wireshark(&dir).unwrap();
+    let meta = std::fs::metadata(dir.join("esp_sa")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(std::fs::read_to_string(dir.join("esp_sa"))
+        .unwrap()
+        .contains("0x00001001"));
 }
 
 /// `netveil check` (and `up`, before it changes anything) refuses what `up` would fail on: the TUN name held by

@@ -138,7 +138,8 @@ fn psp_payloads(pcap: &std::path::Path, src: IpAddr) -> Vec<Vec<u8>> {
     out
 }
 
-fn tunnel(outer: Family, version: &str, replay_window: u32) {
+/// `replay_window`: `None` for the default (1024 in tunnel mode), `Some(0)` to switch netveil's check off.
+fn tunnel(outer: Family, version: &str, replay_window: Option<u32>) {
     let _g = serial();
     let mut lab = Lab::new("nvp").expect("lab").with_netveil(NETVEIL);
     let pair = HostPair {
@@ -149,6 +150,11 @@ fn tunnel(outer: Family, version: &str, replay_window: u32) {
     };
     let hosts = TwoHosts::up(&mut lab, &pair).unwrap_or_else(|e| panic!("setup: {e}"));
     wait_associated(&hosts);
+    let replay_window = replay_window.unwrap_or(1024);
+    assert_eq!(
+        hosts.daemon(1).status_json().unwrap()["psp"]["replay_window"].as_u64(),
+        Some(u64::from(replay_window))
+    );
     let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
         panic!(
             "{what}: {e}\n--- config a ---\n{}\n--- daemon a ---\n{}\n--- daemon b ---\n{}",
@@ -352,12 +358,13 @@ fn tunnel(outer: Family, version: &str, replay_window: u32) {
 
 #[test]
 fn psp_tunnel_v4_gcm128_ping_tcp_udp_rotations_tamper() {
-    tunnel(Family::V4, "aes-gcm-128", 0);
+    tunnel(Family::V4, "aes-gcm-128", Some(0));
 }
 
 #[test]
 fn psp_tunnel_v6_gcm256_replay_window_ping_tcp_udp_rotations_tamper() {
-    tunnel(Family::V6, "aes-gcm-256", 1024);
+    // The default: netveil's replay window is on in tunnel mode.
+    tunnel(Family::V6, "aes-gcm-256", None);
 }
 
 /// Transport mode: TCP and UDP between the hosts' own addresses, carried as PSP transport packets.
