@@ -22,10 +22,17 @@ if [ "${NETVEIL_SKIP_FUZZ:-0}" != 1 ]; then
   command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
   secs="${NETVEIL_FUZZ_SECONDS:-10}"
   ( cd fuzz
-    for t in $(cargo +nightly fuzz list); do
+    targets=$(cargo +nightly fuzz list)
+    n=$(echo "$targets" | grep -c . || true)
+    [ "$n" -gt 0 ] || { echo "fuzz smoke: no fuzz target found (cargo fuzz list printed nothing)"; exit 1; }
+    ran=0
+    for t in $targets; do
       echo "-- $t (${secs}s)"
       cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -max_len=2048 2>&1 | tail -n 2
       [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz target $t failed"; exit 1; }
-    done )
+      ran=$((ran + 1))
+    done
+    [ "$ran" -eq "$n" ] || { echo "fuzz smoke: ran $ran of $n targets"; exit 1; }
+    echo "fuzz smoke: $ran targets ran" )
 fi
 echo "== all tests passed"

@@ -1,6 +1,11 @@
 //! Inbound ESP/AH processing on hostile input: arbitrary bytes as a received IP packet, and valid protected packets
 //! with arbitrary corruptions, go through `bundle::unprotect` against SAs of every kind (including null-null, whose
-//! lack of authentication lets garbage reach the trailer and header-fixing code). Nothing may panic.
+//! lack of authentication lets garbage reach the trailer and header-fixing code). Nothing may panic, and:
+//!
+//! - an untouched protected packet opens, to exactly the packet that was protected;
+//! - a packet with any byte changed from its ESP/AH header on (SPI, sequence number, IV, payload, trailer, ICV)
+//!   never opens under an SA that authenticates (every suite but null-null). Bytes before it (the outer IP and UDP
+//!   headers) are not all covered (ESP does not authenticate the outer header; AH skips mutable fields).
 
 #![no_main]
 
@@ -70,7 +75,12 @@ fn world() -> &'static World {
 fn inbound() -> Sad {
     let mut sad = Sad::default();
     for (spi, suite, mode, esn, udp) in &world().specs {
-        sad.insert(Sa::new(params(*spi, Direction::In, *suite, *mode, *esn, *udp), 0).unwrap()).unwrap();
+        // The receiving end of the outbound SA: a tunnel's ends swap.
+        let mode = match *mode {
+            Mode::Tunnel { local, remote } => Mode::Tunnel { local: remote, remote: local },
+            m => m,
+        };
+        sad.insert(Sa::new(params(*spi, Direction::In, *suite, mode, *esn, *udp), 0).unwrap()).unwrap();
     }
     sad
 }
@@ -91,25 +101,48 @@ fuzz_target!(|data: &[u8]| {
     let (edits, payload) = rest.split_at((n * 3).min(rest.len()));
     let v6 = matches!(w.specs[idx].2, Mode::Tunnel { local: IpAddr::V6(_), .. });
     let mut inner = if v6 {
-        let mut h = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
+        let mut h = vec![0x60, 0, 0, 0, 0, 0, 253, 64];
         h[4..6].copy_from_slice(&(payload.len() as u16).to_be_bytes());
         h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
         h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
         h
     } else {
-        let mut h = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2];
+        let mut h = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 253, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2];
         h[2..4].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
         h
     };
+    // (Protocol 253, experimental: a transport-mode payload that cannot be mistaken for a nested ESP/AH layer.)
     inner.extend_from_slice(payload);
+    if !v6 {
+        let c = netveil_wire::checksum::checksum(&inner[..20]);
+        inner[10..12].copy_from_slice(&c.to_be_bytes());
+    }
     let mut pkt = PacketBuf::from_slice(&inner, 256, 640);
     if bundle::protect(&w.out, &[idx], &mut pkt, 0).is_err() {
         return;
     }
+    let genuine = pkt.data().to_vec();
     let len = pkt.len();
     for e in edits.chunks_exact(3) {
         let pos = u16::from_be_bytes([e[0], e[1]]) as usize % len.max(1);
         pkt.data_mut()[pos] ^= e[2];
     }
-    let _ = bundle::unprotect(&sad, &mut pkt, 4500, 0);
+    // Where the ESP/AH header starts: after the outer IP header (and the UDP header of ESP-in-UDP).
+    let (_, suite, _, _, udp) = w.specs[idx];
+    let ip_len = if genuine[0] >> 4 == 6 { 40 } else { usize::from(genuine[0] & 0x0f) * 4 };
+    let hdr_at = ip_len + if udp { 8 } else { 0 };
+    let untouched = pkt.data() == &genuine[..];
+    let auth_changed = pkt.data()[hdr_at..] != genuine[hdr_at..];
+    let authenticates = !matches!(suite, Suite::Esp(s) if s.integ.is_none() && !s.enc.is_aead());
+    let r = bundle::unprotect(&sad, &mut pkt, 4500, 0);
+    if untouched {
+        assert!(matches!(r, Ok(bundle::Unprotected::Packet(_))), "a genuine packet of SA {idx} did not open: {r:?} {:02x?}", &genuine[..genuine.len().min(64)]);
+        assert_eq!(pkt.data(), &inner[..], "a genuine packet opened to other bytes");
+    } else if auth_changed && authenticates {
+        assert!(
+            !matches!(r, Ok(bundle::Unprotected::Packet(_))),
+            "a packet changed at or after its {} header opened",
+            if matches!(suite, Suite::Ah(_)) { "AH" } else { "ESP" }
+        );
+    }
 });

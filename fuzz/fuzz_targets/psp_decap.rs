@@ -62,8 +62,13 @@ fuzz_target!(|data: &[u8]| {
     if pkt.data() != clean.as_slice() {
         changed = true;
     }
+    // The PSP header and everything after it are authenticated (the outer IPv4 and UDP headers are not).
+    let psp_changed = pkt.data().get(28..) != clean.get(28..);
     let r = dec.decapsulate(&mut pkt);
     if !changed {
         assert!(r.is_ok(), "an untouched PSP packet must decrypt");
+        assert_eq!(pkt.data(), &ip[..], "an untouched PSP packet decrypted to other bytes");
+    } else if psp_changed {
+        assert!(r.is_err(), "a PSP packet changed at or after its PSP header decrypted");
     }
 });
