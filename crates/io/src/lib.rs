@@ -23,6 +23,7 @@ pub use netveil_wire::PacketBuf;
 
 mod sys;
 
+pub mod filter;
 pub mod packet;
 pub mod raw;
 pub mod tun;

@@ -65,7 +65,9 @@ pub(crate) fn setsockopt<T: Copy>(
     value: T,
 ) -> io::Result<()> {
     // SAFETY: the pointer and length describe `value`, which lives for the duration of the call; `T: Copy`
-    // values used here are integers and `libc::timeval`, valid for any bit pattern the kernel reads.
+    // values used here are integers, `libc::timeval`, `libc::linger` and `libc::sock_fprog` (whose program pointer
+    // the caller keeps valid for the call; the kernel copies the program), valid for any bit pattern the kernel
+    // reads.
     cvt(unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
@@ -76,6 +78,26 @@ pub(crate) fn setsockopt<T: Copy>(
         )
     })?;
     Ok(())
+}
+
+/// Packets the kernel dropped on their way to this socket (`SO_MEMINFO`, `SK_MEMINFO_DROPS`): those its socket
+/// filter refused and those that found the receive buffer full.
+pub(crate) fn socket_drops(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    // SK_MEMINFO_VARS is 9 (linux/sock_diag.h); SK_MEMINFO_DROPS is index 8.
+    let mut info = [0u32; 9];
+    let mut len = size_of::<[u32; 9]>() as libc::socklen_t;
+    // SAFETY: the pointer and length describe `info`, which outlives the call; the kernel writes at most `len`
+    // bytes and updates `len`.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    })?;
+    Ok(info[8])
 }
 
 pub(crate) fn set_mark(fd: BorrowedFd<'_>, mark: u32) -> io::Result<()> {

@@ -62,6 +62,24 @@ pub struct BenchArgs {
     /// Skip the wireguard-go comparison even if wireguard-go and wg are installed.
     #[arg(long)]
     pub no_peers: bool,
+    /// Measure goodput under floods instead (ESP-in-UDP and PSP; see `bench_flood`): a baseline, the closed-port
+    /// control, and random data, unknown SPIs, bad ICVs and replays from a non-peer and from the spoofed peer.
+    #[arg(long)]
+    pub flood: bool,
+    /// Packets per second of each flood.
+    #[arg(long, default_value_t = 300_000)]
+    pub flood_pps: u64,
+    /// The floods to run (closed is the control): closed, random, unknown-spi, bad-icv, replay; each but
+    /// closed and replay from a non-peer and from the spoofed peer.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "closed,random,unknown-spi,bad-icv,replay"
+    )]
+    pub flood_kinds: Vec<String>,
+    /// The tunnels to flood: esp (ESP-in-UDP aes128gcm16), psp (aes-gcm-128).
+    #[arg(long, value_delimiter = ',', default_value = "esp,psp")]
+    pub flood_tunnels: Vec<String>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -76,7 +94,7 @@ pub struct Row {
     pub retransmits: u64,
 }
 
-fn iperf(
+pub(crate) fn iperf(
     lab: &Lab,
     server_ns: &str,
     client_ns: &str,
@@ -408,6 +426,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Err(Error::Usage(
             "netveil bench needs iperf3 (apt-get install iperf3)".into(),
         ));
+    }
+    if a.flood {
+        let rows = crate::bench_flood::run(&a)?;
+        if let Some(p) = &a.json {
+            let v = serde_json::json!({ "floods": rows });
+            std::fs::write(p, serde_json::to_string_pretty(&v).unwrap_or_default())
+                .map_err(Error::io(format!("cannot write {}", p.display())))?;
+        }
+        return Ok(());
     }
     let suites: Vec<String> = if a.suites.is_empty() {
         ALL_SUITES.iter().map(|s| s.to_string()).collect()

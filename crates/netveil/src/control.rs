@@ -225,10 +225,15 @@ pub fn status_json(sh: &Shared) -> Value {
     for (name, n) in sh.rx_drops.snapshot() {
         drops.insert(format!("rx:{name}"), json!(n));
     }
+    drops.insert("rx:socket-filter-or-full".into(), json!(sh.kernel_drops()));
     if let Some(t) = &sh.nft_table {
         drops.insert(
             "rx:clear-but-protected".into(),
             json!(crate::daemon::nft_drops(t, "input")),
+        );
+        drops.insert(
+            "rx:not-from-a-peer".into(),
+            json!(crate::daemon::nft_drops(t, "prerouting")),
         );
         drops.insert(
             "tx:outside-tun-blocked".into(),

@@ -12,6 +12,7 @@
 use crate::config::{Config, ConfigError};
 use crate::psp_ctl::{self, PspState};
 use crate::{Error, Result};
+use netveil_io::filter::{spi_filter, Layout, Program, SpiRule};
 use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpGroMeta, UdpSocket};
 use netveil_ipsec::bundle::{self, Sad, Unprotected};
 use netveil_ipsec::{Drop, Mode};
@@ -53,6 +54,8 @@ pub struct Shared {
     pub psp: Option<Arc<PspState>>,
     /// Some policy selects by port: later fragments (no ports) need their first fragment's decision.
     port_selective: bool,
+    /// The receive sockets, for the packets the kernel dropped before them (socket filter, full buffer).
+    pub(crate) rx_sockets: Vec<FilterSock>,
 }
 
 /// How a processed outbound packet leaves.
@@ -103,7 +106,17 @@ impl Shared {
             started: Instant::now(),
             stop: AtomicBool::new(false),
             nft_table: None,
+            rx_sockets: Vec::new(),
         }
+    }
+
+    /// Packets the kernel dropped on their way to the receive sockets: refused by the socket filters (unknown SPI,
+    /// left of the replay window) or with a receive buffer full.
+    pub fn kernel_drops(&self) -> u64 {
+        self.rx_sockets
+            .iter()
+            .map(|s| u64::from(s.kernel_drops().unwrap_or(0)))
+            .sum()
     }
 
     pub fn now(&self) -> u64 {
@@ -505,6 +518,84 @@ fn nft_match(s: &netveil_sa::policy::Selector) -> (String, &'static str) {
 const ND_TYPES: &str =
     "{ nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect }";
 
+/// The prerouting rules that keep floods from non-peers away from the daemon: ESP, AH, ESP-in-UDP (the NAT-T port)
+/// and PSP (UDP 1000) are taken only from the configured peers (tunnel SAs' remote ends, the PSP peer, and the
+/// sources of the inbound policies that transport-mode SAs serve), and dropped (counted) in the kernel before any
+/// socket sees them. A family with a transport-mode policy open to any source gets no rule.
+fn nft_peer_filter(cfg: &Config) -> String {
+    use netveil_ipsec::sa::Direction as SaDir;
+    let mut rules = String::new();
+    for v6 in [false, true] {
+        let fam = if v6 { "ip6" } else { "ip" };
+        let mut peers: Vec<String> = Vec::new();
+        let mut open = false;
+        let mut esp = false;
+        let mut natt = false;
+        for (i, s) in cfg.sas.iter().enumerate() {
+            if s.direction != SaDir::In {
+                continue;
+            }
+            match s.mode {
+                Mode::Tunnel { remote, .. } => {
+                    if remote.is_ipv6() != v6 {
+                        continue;
+                    }
+                    peers.push(remote.to_string());
+                }
+                Mode::Transport => {
+                    let srcs: Vec<_> = cfg
+                        .policies
+                        .iter()
+                        .filter(|p| p.direction == Direction::In && p.sas.contains(&i))
+                        .map(|p| p.selector.src.trunc())
+                        .filter(|n| n.addr().is_ipv6() == v6)
+                        .collect();
+                    if srcs.is_empty() {
+                        continue;
+                    }
+                    if srcs.iter().any(|n| n.prefix_len() == 0) {
+                        open = true;
+                    }
+                    peers.extend(srcs.iter().map(|n| n.to_string()));
+                }
+            }
+            esp = true;
+            natt |= s.encap.is_some();
+        }
+        let mut dports = Vec::new();
+        if natt {
+            dports.push(cfg.interface.nat_t_port);
+        }
+        if let Some(p) = &cfg.psp {
+            if p.remote.is_ipv6() == v6 {
+                peers.push(p.remote.to_string());
+                dports.push(netveil_psp::UDP_PORT);
+            }
+        }
+        if open || peers.is_empty() {
+            continue;
+        }
+        peers.sort();
+        peers.dedup();
+        let set = peers.join(", ");
+        let l4 = if v6 { "meta l4proto" } else { "ip protocol" };
+        if esp {
+            rules.push_str(&format!(
+                "    {l4} {{ esp, ah }} {fam} saddr != {{ {set} }} counter drop comment \"not from a peer\"\n"
+            ));
+        }
+        if !dports.is_empty() {
+            let ports: Vec<String> = dports.iter().map(|p| p.to_string()).collect();
+            rules.push_str(&format!(
+                "    meta nfproto {} udp dport {{ {} }} {fam} saddr != {{ {set} }} counter drop comment \"not from a peer\"\n",
+                if v6 { "ipv6" } else { "ipv4" },
+                ports.join(", ")
+            ));
+        }
+    }
+    rules
+}
+
 /// The nftables table of an interface (`inet netveil_NAME`):
 ///
 /// - **input**: clear traffic that an inbound protect policy covers is dropped (and counted): it must arrive
@@ -661,11 +752,13 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
             chain.push_str(&format!("    {m} {guard} comment \"{}\"\n", p.name));
         }
     }
-    if input.is_empty() && output.is_empty() {
+    let prerouting = nft_peer_filter(cfg);
+    if input.is_empty() && output.is_empty() && prerouting.is_empty() {
         return None;
     }
     Some(format!(
-        "table inet {table} {{\n  chain input {{\n    type filter hook input priority -10; policy accept;\n{input}  }}\n  \
+        "table inet {table} {{\n  chain prerouting {{\n    type filter hook prerouting priority -300; policy accept;\n{prerouting}  }}\n  \
+         chain input {{\n    type filter hook input priority -10; policy accept;\n{input}  }}\n  \
          chain output {{\n    type filter hook output priority -10; policy accept;\n{output}  }}\n  \
          chain forward {{\n    type filter hook forward priority -10; policy accept;\n{forward}  }}\n}}\n"
     ))
@@ -855,13 +948,19 @@ pub fn up(path: &Path) -> Result<()> {
         } else {
             psp_out.v4 = pool;
         }
-        rx.push(RxSock::Udp(s, UdpKind::Psp));
+        rx.push(RxSock::Udp(s.clone(), UdpKind::Psp));
+        if let Some(st) = &shared.psp {
+            // Only the SPIs the device handed out pass the socket (refreshed on every association and rotation).
+            st.set_rx_socket(s);
+        }
         if !psp_ctl::is_initiator(c) {
             psp_listener = Some(psp_ctl::listen(c, iface.socket_mark())?);
         }
     }
     let udp = shared.sad.iter().any(|s| s.params.encap.is_some());
     let mut udp_out = UdpOut::default();
+    // The ESP receive sockets that get socket filters (see `esp_filter`).
+    let mut filters: Vec<(Layout, FilterSock)> = Vec::new();
     let io = |what: &str| Error::io(format!("cannot open {what} socket"));
     for (fam_ok, is6) in [(v4, false), (v6, true)] {
         if !fam_ok {
@@ -876,6 +975,10 @@ pub fn up(path: &Path) -> Result<()> {
             match s {
                 Ok(s) => {
                     s.set_buffer_sizes(8 << 20).ok();
+                    let s = Arc::new(s);
+                    if proto == ip_proto::ESP && !is6 {
+                        filters.push((Layout::EspRawV4, FilterSock::Raw(s.clone())));
+                    }
                     rx.push(RxSock::Raw(s));
                 }
                 Err(e) if is6 && !v4 => return Err(io("raw IPv6")(e)),
@@ -900,6 +1003,7 @@ pub fn up(path: &Path) -> Result<()> {
             } else {
                 udp_out.v4 = vec![s.clone()];
             }
+            filters.push((Layout::EspInUdp, FilterSock::Udp(s.clone())));
             rx.push(RxSock::Udp(s, UdpKind::NatT));
         }
     }
@@ -912,6 +1016,14 @@ pub fn up(path: &Path) -> Result<()> {
         s.set_mark(iface.socket_mark())
             .map_err(io("raw (SO_MARK)"))?;
     }
+
+    shared.rx_sockets = rx
+        .iter()
+        .map(|s| match s {
+            RxSock::Raw(r) => FilterSock::Raw(r.clone()),
+            RxSock::Udp(u, _) => FilterSock::Udp(u.clone()),
+        })
+        .collect();
 
     // Control socket.
     let listener = crate::control::listen(Path::new(&iface.control_socket))?;
@@ -963,7 +1075,25 @@ pub fn up(path: &Path) -> Result<()> {
         shared.config.policies.len(),
         iface.control_socket
     );
+    let mut installed: Vec<Option<Program>> = vec![None; filters.len()];
+    let mut tick: u64 = 0;
     while !STOP.load(Relaxed) && !tx.is_finished() && !rxh.is_finished() {
+        if tick == 0 {
+            // Socket filters: only our SPIs, and only sequence numbers not already left of the window.
+            for (i, (layout, sock)) in filters.iter().enumerate() {
+                let p = esp_filter(&shared.sad, *layout);
+                if p != installed[i] {
+                    if let Err(e) = sock.attach(p.as_ref()) {
+                        eprintln!("netveil: cannot attach a socket filter: {e}");
+                    }
+                    installed[i] = p;
+                }
+            }
+            if let Some(st) = &shared.psp {
+                st.refresh_filter_now();
+            }
+        }
+        tick = (tick + 1) % 5;
         std::thread::sleep(Duration::from_millis(20));
         if let Some(s) = seq_store.as_mut() {
             for e in s.top_up(&shared.sad) {
@@ -1062,6 +1192,47 @@ pub fn preflight(cfg: &Config) -> Result<()> {
     Ok(())
 }
 
+/// A receive socket with a socket filter.
+pub(crate) enum FilterSock {
+    Udp(Arc<UdpSocket>),
+    Raw(Arc<RawSocket>),
+}
+
+impl FilterSock {
+    fn attach(&self, p: Option<&Program>) -> std::io::Result<()> {
+        match self {
+            FilterSock::Udp(s) => s.attach_filter(p),
+            FilterSock::Raw(s) => s.attach_filter(p),
+        }
+    }
+
+    fn kernel_drops(&self) -> std::io::Result<u32> {
+        match self {
+            FilterSock::Udp(s) => s.kernel_drops(),
+            FilterSock::Raw(s) => s.kernel_drops(),
+        }
+    }
+}
+
+/// The socket filter of an ESP receive socket: the inbound ESP SAs that arrive that way (in UDP, or raw), each
+/// with the floor of its replay window. `None` (no filter) if there are too many SAs for one filter.
+fn esp_filter(sad: &Sad, layout: Layout) -> Option<Program> {
+    let udp = layout == Layout::EspInUdp;
+    let rules: Vec<SpiRule> = sad
+        .iter()
+        .filter(|s| {
+            s.params.direction == netveil_ipsec::sa::Direction::In
+                && s.protocol() == netveil_ipsec::Protocol::Esp
+                && s.params.encap.is_some() == udp
+        })
+        .map(|s| SpiRule {
+            spi: s.spi(),
+            floor: s.replay_floor(),
+        })
+        .collect();
+    spi_filter(layout, &rules)
+}
+
 /// Set by the control request `stop` (from `netveil down`): the daemon removes its fail-closed filters on exit.
 pub(crate) static DOWN: AtomicBool = AtomicBool::new(false);
 
@@ -1148,7 +1319,7 @@ pub fn down(path: &Path) -> Result<()> {
 /// A receiving socket. Built once per protocol and family, so the size difference of the variants is irrelevant.
 #[allow(clippy::large_enum_variant)]
 enum RxSock {
-    Raw(RawSocket),
+    Raw(Arc<RawSocket>),
     Udp(Arc<UdpSocket>, UdpKind),
 }
 

@@ -532,6 +532,11 @@ impl Daemon {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
 
+    /// The daemon's process id (`ip netns exec` execs netveil in place).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Kills the daemon with SIGKILL (as a crash would end it: no cleanup) and returns its exit status.
     pub fn kill(&mut self) -> Option<ExitStatus> {
         let mut c = self.child.take()?;

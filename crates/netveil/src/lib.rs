@@ -9,11 +9,13 @@
 //! - [`lab`]: network-namespace labs for `demo`, `bench` and the tests.
 
 pub mod bench;
+pub mod bench_flood;
 pub mod bench_split;
 pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod demo;
+pub mod flood;
 pub mod l2;
 pub mod lab;
 pub mod lan;

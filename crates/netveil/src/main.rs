@@ -85,6 +85,9 @@ enum Cmd {
     },
     /// Measure throughput through netveil and in clear, in a lab of network namespaces.
     Bench(netveil::bench::BenchArgs),
+    /// Lab tool: flood an interface with packets aimed at a tunnel endpoint (what `netveil bench --flood` uses).
+    #[command(hide = true)]
+    Flood(netveil::flood::FloodArgs),
     /// Run a lab in network namespaces: bring up ESP (or PSP, or l2sec on a wired LAN), ping, transfer data, show
     /// what an eavesdropper sees (and, for l2sec, an ARP-spoofing attack failing).
     Demo(netveil::demo::DemoArgs),
@@ -152,6 +155,7 @@ fn main() -> ExitCode {
         Cmd::Pcap { cmd } => netveil::pcap::run(cmd),
         Cmd::Bench(a) => netveil::bench::run(a),
         Cmd::Demo(a) => netveil::demo::run(a),
+        Cmd::Flood(a) => netveil::flood::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -50,6 +50,13 @@ pub struct PspState {
     pub assoc_received: AtomicU64,
     /// Outbound packets dropped because no transmit SA is installed yet.
     pub tx_no_sa: AtomicU64,
+    /// The PSP receive socket, whose socket filter passes only the device's SPIs (and IVs not left of the window).
+    rx_socket: Mutex<
+        Option<(
+            Arc<netveil_io::UdpSocket>,
+            Option<netveil_io::filter::Program>,
+        )>,
+    >,
     /// Receive SPIs handed to the peer, oldest first: the latest two are kept (packets sent with the previous
     /// one may still be in flight), older ones are forgotten, so reconnections cannot grow the SA table.
     handed: Mutex<Vec<u32>>,
@@ -72,6 +79,45 @@ impl PspState {
             assoc_received: AtomicU64::new(0),
             tx_no_sa: AtomicU64::new(0),
             handed: Mutex::new(Vec::new()),
+            rx_socket: Mutex::new(None),
+        }
+    }
+
+    /// The socket PSP packets arrive on: from now on its filter follows the device's receive SAs.
+    pub fn set_rx_socket(&self, s: Arc<netveil_io::UdpSocket>) {
+        if let Ok(mut g) = self.rx_socket.lock() {
+            *g = Some((s, None));
+        }
+        self.refresh_filter_now();
+    }
+
+    /// Re-attaches the receive socket's filter if the device's SPIs or replay floors changed.
+    pub fn refresh_filter_now(&self) {
+        if let Ok(d) = self.device.read() {
+            self.refresh_filter(&d);
+        }
+    }
+
+    /// As [`PspState::refresh_filter_now`], for a caller that holds the device. Called before a new receive SPI is
+    /// handed to the peer, so the filter never refuses the peer's first packets with it.
+    fn refresh_filter(&self, dev: &Device) {
+        let Ok(mut g) = self.rx_socket.lock() else {
+            return;
+        };
+        let Some((sock, installed)) = g.as_mut() else {
+            return;
+        };
+        let rules: Vec<netveil_io::filter::SpiRule> = dev
+            .rx_floors()
+            .into_iter()
+            .map(|(spi, floor)| netveil_io::filter::SpiRule { spi, floor })
+            .collect();
+        let p = netveil_io::filter::spi_filter(netveil_io::filter::Layout::PspInUdp, &rules);
+        if p != *installed {
+            match sock.attach_filter(p.as_ref()) {
+                Ok(()) => *installed = p,
+                Err(e) => eprintln!("netveil: cannot attach the PSP socket filter: {e}"),
+            }
         }
     }
 
@@ -93,6 +139,7 @@ impl PspState {
     fn rotate(&self) {
         if let Ok(mut d) = self.device.write() {
             d.rotate();
+            self.refresh_filter(&d);
         }
         self.rotations.fetch_add(1, Relaxed);
     }
@@ -601,6 +648,7 @@ fn send_assoc<S: Write>(st: &PspState, s: &mut S) -> std::result::Result<(), Str
                 dev.forget(old);
             }
         }
+        st.refresh_filter(&dev);
         a
     };
     let mut m = Zeroizing::new(Vec::with_capacity(9 + a.key.len()));

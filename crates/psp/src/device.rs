@@ -257,6 +257,26 @@ impl Device {
         v
     }
 
+    /// For a socket filter in front of the device: every receive SPI and, with the replay window, an IV below
+    /// which every packet is left of the window (twice the window below the highest IV accepted, so a filter that
+    /// lags behind never refuses what the window would take).
+    pub fn rx_floors(&self) -> Vec<(u32, Option<u64>)> {
+        let mut v: Vec<_> = self
+            .rx
+            .iter()
+            .map(|(&spi, e)| {
+                let floor = e.replay.as_ref().and_then(|w| {
+                    let w = w.lock().ok()?;
+                    let f = w.top().saturating_sub(2 * u64::from(w.size()));
+                    (f > 0).then_some(f)
+                });
+                (spi, floor)
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Allocates a receive SPI under the active master key, derives its key, builds and keeps the SA, and
     /// returns what the peer needs. `Err(NoRoom)` when the phase's 2^31 - 1 SPIs are used up (rotate first).
     pub fn rx_assoc(&mut self, version: Version) -> Result<RxAssoc, Error> {

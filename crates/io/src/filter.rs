@@ -1,0 +1,312 @@
+//! Classic BPF socket filters (`SO_ATTACH_FILTER`): the kernel runs them on every packet before it queues the
+//! packet for the socket, and drops what they refuse. netveil uses them to keep a flood of packets that can never
+//! authenticate away from the data plane: only the receive SPIs the daemon holds pass, and, where a replay window
+//! runs, only sequence numbers (ESP) or IVs (PSP) that are not already left of the window. A filter is a fast path,
+//! never the check itself: what it lets through is still checked in full, and a floor that lags behind the window
+//! only lets more through.
+//!
+//! Layouts (where the SPI and the counter are, relative to what a socket's filter sees):
+//!
+//! | socket | filter sees | SPI | counter |
+//! |---|---|---|---|
+//! | UDP (ESP-in-UDP, RFC 3948) | the UDP header | bytes 8..12 | sequence number, 12..16 |
+//! | UDP (PSP) | the UDP header | bytes 12..16 | IV, 16..24 |
+//! | raw IPv4, protocol 50 | the IPv4 header | after the IPv4 header | the next 4 bytes |
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+
+/// One instruction (`struct sock_filter`).
+pub type Insn = libc::sock_filter;
+
+const LD_W_ABS: u16 = 0x20;
+const LD_W_IND: u16 = 0x40;
+const LDX_B_MSH: u16 = 0xb1;
+const JEQ_K: u16 = 0x15;
+const JGT_K: u16 = 0x25;
+const JGE_K: u16 = 0x35;
+const RET_K: u16 = 0x06;
+/// `ret` value that keeps the whole packet.
+const ACCEPT: u32 = 0xffff_ffff;
+/// Most SPIs one filter lists (beyond, no filter is built: everything passes).
+pub const MAX_SPIS: usize = 32;
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
+    Insn { code, jt, jf, k }
+}
+
+/// Where a filter finds the SPI and the counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// ESP in UDP: SPI and 32-bit sequence number after the UDP header.
+    EspInUdp,
+    /// PSP: SPI at 4 and 64-bit IV at 8 of the PSP header, after the UDP header.
+    PspInUdp,
+    /// ESP on a raw IPv4 socket: after the IPv4 header (of any length).
+    EspRawV4,
+}
+
+/// A receive SA the filter lets through: its SPI and, if a replay window runs, the lowest counter value not yet
+/// left of it (ESP: the low 32 bits of the sequence number; PSP: the IV).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpiRule {
+    pub spi: u32,
+    pub floor: Option<u64>,
+}
+
+/// A compiled filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program(pub Vec<(u16, u8, u8, u32)>);
+
+/// The filter that passes only packets of `rules` (at most [`MAX_SPIS`]; `None` with more) and, for rules with a
+/// floor, only counters at or above it. Packets too short to hold the SPI (and counter) are dropped.
+pub fn spi_filter(layout: Layout, rules: &[SpiRule]) -> Option<Program> {
+    if rules.len() > MAX_SPIS {
+        return None;
+    }
+    // Loads: (instruction code, offset) of the SPI and of the counter (high and low words for PSP).
+    let (ld, spi_at, ctr_at) = match layout {
+        Layout::EspInUdp => (LD_W_ABS, 8, 12),
+        Layout::PspInUdp => (LD_W_ABS, 12, 16),
+        Layout::EspRawV4 => (LD_W_IND, 0, 4),
+    };
+    let mut blocks: Vec<Vec<Insn>> = Vec::new();
+    for r in rules {
+        let b = match (r.floor, layout) {
+            (None, _) => vec![insn(RET_K, 0, 0, ACCEPT)],
+            (Some(f), Layout::PspInUdp) => vec![
+                insn(ld, 0, 0, ctr_at),
+                insn(JGT_K, 3, 0, (f >> 32) as u32),
+                insn(JEQ_K, 0, 3, (f >> 32) as u32),
+                insn(ld, 0, 0, ctr_at + 4),
+                insn(JGE_K, 0, 1, f as u32),
+                insn(RET_K, 0, 0, ACCEPT),
+                insn(RET_K, 0, 0, 0),
+            ],
+            (Some(f), _) => vec![
+                insn(ld, 0, 0, ctr_at),
+                insn(JGE_K, 0, 1, f.min(u64::from(u32::MAX)) as u32),
+                insn(RET_K, 0, 0, ACCEPT),
+                insn(RET_K, 0, 0, 0),
+            ],
+        };
+        blocks.push(b);
+    }
+    let mut p: Vec<Insn> = Vec::new();
+    if layout == Layout::EspRawV4 {
+        // X = the IPv4 header length.
+        p.push(insn(LDX_B_MSH, 0, 0, 0));
+    }
+    p.push(insn(ld, 0, 0, spi_at));
+    let n = rules.len();
+    // After the n comparisons comes `ret 0`, then the blocks in order.
+    let mut block_at = n + 1;
+    for (i, r) in rules.iter().enumerate() {
+        // From comparison i (jumps count from the next instruction) to its block.
+        let jt = block_at - (i + 1);
+        p.push(insn(JEQ_K, u8::try_from(jt).ok()?, 0, r.spi));
+        block_at += blocks[i].len();
+    }
+    p.push(insn(RET_K, 0, 0, 0));
+    for b in blocks {
+        p.extend(b);
+    }
+    Some(Program(
+        p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect(),
+    ))
+}
+
+/// Runs `p` on `pkt` as the kernel would (for tests): true if the packet passes.
+pub fn run(p: &Program, pkt: &[u8]) -> bool {
+    let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+    let word = |at: usize| -> Option<u32> {
+        pkt.get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    while let Some(&(code, jt, jf, k)) = p.0.get(pc) {
+        pc += 1;
+        let jump = |c: bool| if c { jt as usize } else { jf as usize };
+        match code {
+            LD_W_ABS => match word(k as usize) {
+                Some(v) => a = v,
+                None => return false,
+            },
+            LD_W_IND => match word(x as usize + k as usize) {
+                Some(v) => a = v,
+                None => return false,
+            },
+            LDX_B_MSH => match pkt.get(k as usize) {
+                Some(b) => x = 4 * u32::from(b & 0x0f),
+                None => return false,
+            },
+            JEQ_K => pc += jump(a == k),
+            JGT_K => pc += jump(a > k),
+            JGE_K => pc += jump(a >= k),
+            RET_K => return k != 0,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Attaches `p` to the socket `fd` (replacing any filter), or detaches with `None`.
+pub(crate) fn attach(fd: BorrowedFd<'_>, p: Option<&Program>) -> io::Result<()> {
+    match p {
+        Some(p) => {
+            let insns: Vec<Insn> =
+                p.0.iter()
+                    .map(|&(code, jt, jf, k)| insn(code, jt, jf, k))
+                    .collect();
+            let prog = libc::sock_fprog {
+                len: insns.len() as u16,
+                filter: insns.as_ptr() as *mut Insn,
+            };
+            // `prog` points at `insns`, which lives until the call returns (the kernel copies the program).
+            crate::sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, prog)
+        }
+        None => {
+            match crate::sys::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_DETACH_FILTER,
+                0 as libc::c_int,
+            ) {
+                // ENOENT: there was none.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+                r => r,
+            }
+        }
+    }
+}
+
+impl crate::UdpSocket {
+    /// Attaches a socket filter (see [`spi_filter`]), or detaches it with `None`.
+    pub fn attach_filter(&self, p: Option<&Program>) -> io::Result<()> {
+        attach(self.as_fd(), p)
+    }
+
+    /// Packets the kernel dropped before this socket: refused by its filter, or with the receive buffer full
+    /// (a 32-bit counter that wraps).
+    pub fn kernel_drops(&self) -> io::Result<u32> {
+        crate::sys::socket_drops(self.as_fd())
+    }
+}
+
+impl crate::RawSocket {
+    /// Attaches a socket filter (see [`spi_filter`]), or detaches it with `None`.
+    pub fn attach_filter(&self, p: Option<&Program>) -> io::Result<()> {
+        attach(self.as_fd(), p)
+    }
+
+    /// As [`crate::UdpSocket::kernel_drops`].
+    pub fn kernel_drops(&self) -> io::Result<u32> {
+        crate::sys::socket_drops(self.as_fd())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn esp_udp(spi: u32, seq: u32) -> Vec<u8> {
+        let mut p = vec![0x11, 0x94, 0x11, 0x94, 0, 40, 0, 0];
+        p.extend_from_slice(&spi.to_be_bytes());
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&[0xab; 24]);
+        p
+    }
+
+    #[test]
+    fn esp_spis_and_floors() {
+        let p = spi_filter(
+            Layout::EspInUdp,
+            &[
+                SpiRule {
+                    spi: 0x1001,
+                    floor: None,
+                },
+                SpiRule {
+                    spi: 0x2001,
+                    floor: Some(500),
+                },
+            ],
+        )
+        .unwrap();
+        assert!(run(&p, &esp_udp(0x1001, 1)));
+        assert!(run(&p, &esp_udp(0x2001, 500)));
+        assert!(run(&p, &esp_udp(0x2001, 501)));
+        assert!(!run(&p, &esp_udp(0x2001, 499)));
+        assert!(!run(&p, &esp_udp(0x3001, 1000)));
+        assert!(!run(&p, &esp_udp(0x3001, 1000)[..10]));
+        // Nothing listed: nothing passes.
+        let none = spi_filter(Layout::EspInUdp, &[]).unwrap();
+        assert!(!run(&none, &esp_udp(0x1001, 1)));
+        let many: Vec<SpiRule> = (0..=MAX_SPIS as u32)
+            .map(|s| SpiRule {
+                spi: s,
+                floor: None,
+            })
+            .collect();
+        assert!(spi_filter(Layout::EspInUdp, &many).is_none());
+        // The most SPIs, all with floors: every jump still fits.
+        let all: Vec<SpiRule> = (1..=MAX_SPIS as u32)
+            .map(|s| SpiRule {
+                spi: s,
+                floor: Some(u64::from(s) * 10),
+            })
+            .collect();
+        let p = spi_filter(Layout::EspInUdp, &all).unwrap();
+        for s in 1..=MAX_SPIS as u32 {
+            assert!(run(&p, &esp_udp(s, s * 10)));
+            assert!(!run(&p, &esp_udp(s, s * 10 - 1)));
+        }
+    }
+
+    #[test]
+    fn psp_64_bit_floors() {
+        let psp = |spi: u32, iv: u64| {
+            let mut p = vec![0xc3, 0x50, 0x03, 0xe8, 0, 40, 0, 0, 17, 1, 0, 1];
+            p.extend_from_slice(&spi.to_be_bytes());
+            p.extend_from_slice(&iv.to_be_bytes());
+            p.extend_from_slice(&[0xab; 32]);
+            p
+        };
+        let floor = (7u64 << 32) | 100;
+        let p = spi_filter(
+            Layout::PspInUdp,
+            &[SpiRule {
+                spi: 0x8000_0001,
+                floor: Some(floor),
+            }],
+        )
+        .unwrap();
+        assert!(run(&p, &psp(0x8000_0001, floor)));
+        assert!(run(&p, &psp(0x8000_0001, floor + 1)));
+        assert!(run(&p, &psp(0x8000_0001, 8 << 32)));
+        assert!(!run(&p, &psp(0x8000_0001, floor - 1)));
+        assert!(!run(&p, &psp(0x8000_0001, (6 << 32) | 0xffff_ffff)));
+        assert!(!run(&p, &psp(0x8000_0002, floor)));
+    }
+
+    #[test]
+    fn raw_ipv4_with_options() {
+        let p = spi_filter(
+            Layout::EspRawV4,
+            &[SpiRule {
+                spi: 0x1001,
+                floor: Some(10),
+            }],
+        )
+        .unwrap();
+        for ihl in [5u8, 7] {
+            let mut pkt = vec![0u8; usize::from(ihl) * 4];
+            pkt[0] = 0x40 | ihl;
+            pkt.extend_from_slice(&0x1001u32.to_be_bytes());
+            pkt.extend_from_slice(&10u32.to_be_bytes());
+            assert!(run(&p, &pkt), "ihl {ihl}");
+            let n = pkt.len();
+            pkt[n - 1] = 9;
+            assert!(!run(&p, &pkt), "ihl {ihl}");
+        }
+    }
+}
