@@ -607,3 +607,98 @@ fn later_fragments_are_protected_like_the_first() {
         "clear packets on the wire: {frames:?}"
     );
 }
+
+/// Flood packets that can never authenticate are dropped before the daemon: from a non-peer address by the
+/// prerouting filter, with the peer's address but an unknown SPI by the socket filter; only the right SPI with a
+/// fresh sequence number reaches the data plane (and fails authentication there). Memory stays flat.
+#[test]
+fn floods_are_dropped_before_the_daemon_where_they_can_be() {
+    let _g = serial();
+    let mut lab = new_lab();
+    let mut pair = HostPair::esp("aes128gcm16");
+    pair.udp_encap = true;
+    let hosts = TwoHosts::up(&mut lab, &pair).unwrap();
+    let a = hosts.ns[0].clone();
+    let b_mac = mac_of(&lab, &hosts.ns[1], "veth-b");
+    let drops = |k: &str| {
+        hosts.daemon(1).status_json().unwrap()["drops"][k]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let rss = || {
+        let pid = hosts.daemon(1).pid().unwrap();
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        s.lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap()
+    };
+    let flood = |src: &str, kind: &str| {
+        let out = lab
+            .exec_ok(
+                &a,
+                &[
+                    NETVEIL,
+                    "flood",
+                    "--interface",
+                    "veth-a",
+                    "--dst-mac",
+                    &b_mac,
+                    "--src",
+                    src,
+                    "--dst",
+                    "192.0.2.2",
+                    "--kind",
+                    kind,
+                    "--spi",
+                    "4097",
+                    "--pps",
+                    "20000",
+                    "--seconds",
+                    "1",
+                ],
+            )
+            .unwrap();
+        out.split_whitespace()
+            .next()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let rss0 = rss();
+    let (nf0, sf0, uk0, af0) = (
+        drops("rx:not-from-a-peer"),
+        drops("rx:socket-filter-or-full"),
+        drops("rx:unknown-spi"),
+        drops("rx:auth-failed"),
+    );
+    let n = flood("192.0.2.77", "unknown-spi");
+    assert!(n > 5000, "sent {n}");
+    assert!(
+        drops("rx:not-from-a-peer") - nf0 >= n,
+        "non-peer flood not dropped by the prerouting filter"
+    );
+    let n = flood("192.0.2.1", "random");
+    let sf = drops("rx:socket-filter-or-full") - sf0;
+    assert!(
+        sf >= n,
+        "spoofed random flood: {sf} of {n} refused by the socket filter"
+    );
+    let n = flood("192.0.2.1", "unknown-spi");
+    assert!(drops("rx:socket-filter-or-full") - sf0 - sf >= n);
+    assert_eq!(
+        drops("rx:unknown-spi"),
+        uk0,
+        "unknown SPIs reached the data plane"
+    );
+    let n = flood("192.0.2.1", "bad-icv");
+    let af = drops("rx:auth-failed") - af0;
+    assert!(af > n / 2, "bad ICVs that passed the filter: {af} of {n}");
+    assert!(ping_once(&lab, &a, &hosts.addrs[1].inner.to_string()));
+    let grown = rss().saturating_sub(rss0);
+    assert!(
+        grown < 4096,
+        "the daemon grew by {grown} KiB under the floods"
+    );
+}
