@@ -269,24 +269,26 @@ fn measure(
 
 const B_OUTER: &str = "192.0.2.2";
 
+fn row_text(r: &FloodRow) -> String {
+    format!(
+        "{:<24} {:<36} {:<18} {:>6.2} {:>8.2} {:>10.0}% {:>10} {:>8}/{:<8}",
+        r.tunnel,
+        r.flood,
+        r.source,
+        r.packets_per_s / 1e6,
+        r.gbit_per_s,
+        100.0 * r.share,
+        r.drops,
+        r.rss_kib_before,
+        r.rss_kib_after
+    )
+}
+
 /// Runs every flood against one tunnel; prints each row as it comes.
 fn run_tunnel(a: &BenchArgs, pair: &HostPair, tunnel: &str) -> Result<Vec<FloodRow>> {
     let f = build(pair)?;
     let mut rows = Vec::new();
-    let print = |r: &FloodRow| {
-        println!(
-            "  {:<24} {:<36} {:<18} {:>6.2} Mpps {:>6.2} Gbit/s {:>5.0}%  drops {:>9}  RSS {} -> {} KiB",
-            r.tunnel,
-            r.flood,
-            r.source,
-            r.packets_per_s / 1e6,
-            r.gbit_per_s,
-            100.0 * r.share,
-            r.drops,
-            r.rss_kib_before,
-            r.rss_kib_after
-        )
-    };
+    let print = |r: &FloodRow| println!("  {}", row_text(r));
     let base = measure(&f, a, tunnel, None, 0.0)?;
     print(&base);
     let baseline = base.gbit_per_s;
@@ -347,21 +349,11 @@ pub fn run(a: &BenchArgs) -> Result<Vec<FloodRow>> {
     }
     println!();
     println!(
-        "{:<24} {:<36} {:<18} {:>6} {:>8} {:>11} {:>10} {:>9}",
-        "tunnel", "flood", "from", "Mpps", "Gbit/s", "of baseline", "drops", "RSS KiB"
+        "{:<24} {:<36} {:<18} {:>6} {:>8} {:>11} {:>10} {:>17}",
+        "tunnel", "flood", "from", "Mpps", "Gbit/s", "of baseline", "drops", "RSS KiB before/after"
     );
     for r in &rows {
-        println!(
-            "{:<24} {:<36} {:<18} {:>6.2} {:>8.2} {:>10.0}% {:>10} {:>9}",
-            r.tunnel,
-            r.flood,
-            r.source,
-            r.packets_per_s / 1e6,
-            r.gbit_per_s,
-            100.0 * r.share,
-            r.drops,
-            r.rss_kib_after
-        );
+        println!("{}", row_text(r));
     }
     Ok(rows)
 }

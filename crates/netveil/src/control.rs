@@ -527,27 +527,10 @@ pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
     }
     std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
     let path = dir.join("esp_sa");
-    // A new file (mode 0600, never through a symlink) renamed over the old one: a symlink planted at esp_sa is
-    // replaced, not followed, and an existing file's wider permissions are not kept.
-    let tmp = dir.join(format!(".esp_sa.{}.tmp", std::process::id()));
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(Error::io(format!("cannot write {}", tmp.display())))?;
-        f.write_all(out.as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(Error::io(format!("cannot write {}", tmp.display())))?;
-    }
-    std::fs::rename(&tmp, &path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(format!("cannot write {}", path.display()))(e)
-    })?;
+    // A new file (mode 0600) renamed over the old one: a symlink planted at esp_sa is replaced, not followed, and an
+    // existing file's wider permissions are not kept.
+    crate::state::write_private(&path, out.as_bytes())
+        .map_err(Error::io(format!("cannot write {}", path.display())))?;
     eprintln!(
         "wrote {} SAs to {}; decrypt with: tshark -o esp.enable_encryption_decode:TRUE -o esp.enable_authentication_check:TRUE ... (with {} as the Wireshark configuration directory)",
         v["sas"].as_array().map_or(0, |a| a.len()),

@@ -19,6 +19,36 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/netveil";
 
 /// A writable state directory.
+/// Replaces the file at `path` with `bytes`, atomically and durably: a new file (mode 0600, never opened through a
+/// symlink) in the same directory, synced, renamed over the old one (a symlink there is replaced, not followed),
+/// and the directory synced.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let r = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
 #[derive(Debug, Clone)]
 pub struct StateDir {
     path: PathBuf,
@@ -113,20 +143,7 @@ impl StateDir {
 
     /// Stores `v` under `name`, durably (see the module documentation) before returning.
     pub fn write_u64(&self, name: &str, v: u64) -> std::io::Result<()> {
-        let tmp = self.path.join(format!(".{name}.tmp"));
-        let _ = std::fs::remove_file(&tmp);
-        {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)?;
-            f.write_all(format!("{v}\n").as_bytes())?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, self.path.join(name))?;
-        std::fs::File::open(&self.path)?.sync_all()
+        write_private(&self.path.join(name), format!("{v}\n").as_bytes())
     }
 }
 
