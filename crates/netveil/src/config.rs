@@ -661,21 +661,6 @@ impl Config {
                     }
                 }
             }
-            if !(enc_key.is_empty() && auth_key.is_empty()) {
-                if let Some(o) = sas
-                    .iter()
-                    .find(|o| o.enc_key[..] == enc_key[..] && o.auth_key[..] == auth_key[..])
-                {
-                    return err(
-                        k(if enc_key.is_empty() { "auth_key" } else { "enc_key" }),
-                        format!(
-                            "SA '{}' has the same keys: every SA needs its own (two SAs under one key would repeat \
-                             sequence numbers, and so nonces, and one's packets would verify as the other's)",
-                            o.name
-                        ),
-                    );
-                }
-            }
             if direction == Direction::In
                 && sas.iter().any(|o| {
                     o.direction == Direction::In
@@ -984,6 +969,34 @@ impl Config {
         Ok(sad)
     }
 
+    /// Every SA has keys of its own (what `up` and `check` require; the offline pcap tools may use one key for an
+    /// outbound SA and the inbound SA that opens what it made). Two SAs under one key would repeat sequence numbers,
+    /// and so nonces (the two directions of a pair each start at 1), and one's packets would verify as the other's.
+    pub fn check_distinct_keys(&self) -> Result<(), ConfigError> {
+        for (i, s) in self.sas.iter().enumerate() {
+            if s.enc_key.is_empty() && s.auth_key.is_empty() {
+                continue;
+            }
+            if let Some(o) = self.sas[..i]
+                .iter()
+                .find(|o| o.enc_key[..] == s.enc_key[..] && o.auth_key[..] == s.auth_key[..])
+            {
+                return err(
+                    format!(
+                        "sa[{i}].{}",
+                        if s.enc_key.is_empty() { "auth_key" } else { "enc_key" }
+                    ),
+                    format!(
+                        "SA '{}' has the same keys: every SA needs its own (two SAs under one key would repeat \
+                         sequence numbers, and so nonces, and one's packets would verify as the other's)",
+                        o.name
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Index of the SA named `name`.
     pub fn sa_index(&self, name: &str) -> Option<usize> {
         self.sas.iter().position(|s| s.name == name)
@@ -1043,6 +1056,8 @@ mod tests {
             sa("a", "out", 0x1001),
             sa("b", "in", 0x2001)
         ))
+        .unwrap()
+        .check_distinct_keys()
         .unwrap_err();
         assert_eq!(e.key, "sa[1].enc_key");
         assert!(e.reason.contains("'a'"), "{e}");

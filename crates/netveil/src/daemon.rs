@@ -1147,6 +1147,7 @@ pub fn host_addresses() -> Result<Vec<IpAddr>> {
 /// and a state directory that cannot be written. `check` runs it too. Errors name the key (exit code 2).
 pub fn preflight(cfg: &Config) -> Result<()> {
     let bad = |key: String, reason: String| Error::Config(ConfigError { key, reason });
+    cfg.check_distinct_keys()?;
     let i = &cfg.interface;
     if std::os::unix::net::UnixStream::connect(&i.control_socket).is_ok() {
         return Err(bad(
