@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use netveil_crypto::{new_aead, new_mac, AeadAlg, HashAlg};
-use netveil_l2sec::header::{FLAG_RESERVED, FLAG_SN};
+use netveil_l2sec::header::{FLAG_EPOCH, FLAG_RESERVED, FLAG_SN};
 use netveil_l2sec::{
     ConfigError, Drop, RxConfig, RxSession, SealError, SealOpts, SessionKeys, Suite, TxConfig,
     TxSession, Version, DEFAULT_ETHERTYPE,
@@ -130,9 +130,11 @@ fn flips_name_the_right_reason() {
         open(&mut rx, &flip(14, 0x60), None),
         Err(Drop::UnknownVersion)
     );
+    // Version 1: the EP flag makes 8 bytes after the sequence number an epoch, which no session of this key
+    // expects.
     assert_eq!(
-        open(&mut rx, &flip(14, FLAG_RESERVED), None),
-        Err(Drop::Malformed)
+        open(&mut rx, &flip(14, FLAG_EPOCH), None),
+        Err(Drop::UnknownKeyId)
     );
     assert_eq!(open(&mut rx, &flip(15, 1), None), Err(Drop::UnknownKeyId));
     assert_eq!(open(&mut rx, &flip(19, 1), None), Err(Drop::AuthFailed)); // sequence number
@@ -141,6 +143,11 @@ fn flips_name_the_right_reason() {
     assert_eq!(open(&mut rx, &flip(n - 1, 1), None), Err(Drop::AuthFailed)); // tag
                                                                              // SN flag set without room for it becomes a different, failing layout.
     assert!(open(&mut rx, &flip(14, FLAG_SN), None).is_err());
+    // Version 0: the same bit is reserved.
+    let (mut tx, mut rx) = pair(Suite::Aes128Cbc);
+    let mut f = sealed(&mut tx, &clear, &SealOpts::default());
+    f[14] ^= FLAG_RESERVED;
+    assert_eq!(open(&mut rx, &f, None), Err(Drop::Malformed));
 }
 
 #[test]
@@ -686,6 +693,8 @@ fn drop_names_are_stable_and_count() {
             "queue-full",
             "sep-refused",
             "tx-failed",
+            "old-epoch",
+            "arp-spoofed",
         ]
     );
     for (i, d) in Drop::ALL.iter().enumerate() {
