@@ -417,6 +417,83 @@ fn signatures() {
     }
 }
 
+/// Finding: the signature was verified before the cheaper AEAD tag. A frame whose tag is wrong is now refused by
+/// the tag (`auth-failed`) even when its signature is wrong too; a member's frame (tag right) with another
+/// signer is `bad-signature`; and the signature still covers the ciphertext (checked on a copy).
+#[test]
+fn the_aead_tag_is_checked_before_the_signature() {
+    let alice = signer(1);
+    let mallory = signer(2);
+    let clear = frame_bytes(BCAST, SRC, 0x0806, &l3(0x0806, 28));
+    for suite in [Suite::Aes128Gcm, Suite::Aes256Gcm, Suite::ChaCha20Poly1305] {
+        let (mut tx, mut rx) = pair(suite);
+        let by = |k| SealOpts {
+            signer: Some(k),
+            ..SealOpts::default()
+        };
+        let f = sealed(&mut tx, &clear, &by(&mallory));
+        let mut bad = f.clone();
+        let tag_end = bad.len() - 64;
+        bad[tag_end - 1] ^= 1;
+        assert_eq!(
+            open(&mut rx, &bad, Some(&alice.verifying_key())),
+            Err(Drop::AuthFailed),
+            "{suite}"
+        );
+        assert_eq!(
+            open(&mut rx, &f, Some(&alice.verifying_key())),
+            Err(Drop::BadSignature),
+            "{suite}"
+        );
+        // A changed signature under a right tag: bad-signature; the original opens, once.
+        let g = sealed(&mut tx, &clear, &by(&alice));
+        let mut h = g.clone();
+        let last = h.len() - 1;
+        h[last] ^= 0x40;
+        assert_eq!(
+            open(&mut rx, &h, Some(&alice.verifying_key())),
+            Err(Drop::BadSignature)
+        );
+        assert_eq!(
+            open(&mut rx, &g, Some(&alice.verifying_key())).unwrap(),
+            clear
+        );
+        assert_eq!(
+            open(&mut rx, &g, Some(&alice.verifying_key())),
+            Err(Drop::Replayed)
+        );
+    }
+}
+
+/// A candidate session (a sender not heard yet) has no replay window until a frame authenticated.
+#[test]
+fn candidate_sessions_get_a_window_only_when_a_frame_authenticated() {
+    let alice = signer(1);
+    let clear = frame_bytes(BCAST, SRC, 0x0800, &l3(0x0800, 40));
+    for suite in secure_suites() {
+        let (mut tx, _) = pair(suite);
+        let signed = suite.version() == Version::V1;
+        let opts = SealOpts {
+            signer: signed.then_some(&alice),
+            ..SealOpts::default()
+        };
+        let f = sealed(&mut tx, &clear, &opts);
+        let mut cand = RxSession::candidate(&keys(suite), rx_cfg(suite)).unwrap();
+        let vk = alice.verifying_key();
+        for i in [14 + 2, f.len() - 1, 30] {
+            let mut bad = f.clone();
+            bad[i] ^= 4;
+            assert!(open(&mut cand, &bad, Some(&vk)).is_err(), "{suite} {i}");
+            assert!(!cand.has_window(), "{suite}: a window for a bad frame");
+            assert_eq!(cand.top_seq(), 0);
+        }
+        assert_eq!(open(&mut cand, &f, Some(&vk)).unwrap(), clear, "{suite}");
+        assert!(cand.has_window());
+        assert_eq!(cand.top_seq(), tx.last_seq());
+        assert_eq!(open(&mut cand, &f, Some(&vk)), Err(Drop::Replayed));
+    }
+}
+
 #[test]
 fn policy_version_key_id_and_ethertype() {
     let clear = frame_bytes(DST, SRC, 0x0800, &l3(0x0800, 30));

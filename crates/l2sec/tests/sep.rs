@@ -970,21 +970,146 @@ fn restarted_initiator_replaces_the_exchange() {
     assert_eq!(lan.est(B)[0].key_id, 2);
 }
 
+/// Finding: a replayed REQUEST displaced a live exchange. A REQUEST in a carrying frame no fresher than one
+/// already seen from the same peer is refused: it neither replaces a responder's exchange...
+#[test]
+fn a_stale_request_does_not_replace_a_responder_exchange() {
+    let mut lan = Lan::two();
+    assert!(lan.initiate(A, B, None, 1));
+    let mut first = Vec::new();
+    lan.drain(&mut first);
+    let old = first[0].clone();
+    // A gives up on that one (never delivered) and starts another, which B answers.
+    lan.host(A).abort(&B);
+    assert!(lan.initiate(A, B, None, 2));
+    let mut second = Vec::new();
+    lan.drain(&mut second);
+    lan.deliver(&second[0]);
+    assert!(lan.host(B).in_progress(&A));
+    // Now the recorded older REQUEST (another exchange id) arrives.
+    assert!(old.order < second[0].order);
+    lan.deliver(&old);
+    assert_eq!(lan.errors, [(B, SepError::Stale)]);
+    lan.run_clean();
+    assert_one_session(&lan, A, B);
+    assert_eq!(lan.est(B)[0].key_id, 2);
+}
+
+/// ... nor makes the host with the higher MAC (B) abandon its own exchange for it.
+#[test]
+fn a_stale_request_does_not_preempt_a_higher_mac_initiator() {
+    let mut lan = Lan::two();
+    assert!(lan.initiate(A, B, None, 1));
+    lan.run_clean();
+    assert_one_session(&lan, A, B);
+    let old = lan.log[0].clone();
+    assert_eq!(old.ty(), msg_type::REQUEST);
+    // Later (the exchange forgotten), B starts one of its own; the recorded REQUEST of A comes first.
+    assert!(lan.hosts.iter().all(|h| h.poll_timeout().is_none()));
+    assert!(lan.initiate(B, A, None, 2));
+    lan.deliver(&old);
+    assert_eq!(lan.errors, [(B, SepError::Stale)]);
+    lan.run_clean();
+    assert_eq!(lan.est(B).len(), 2);
+    let e = &lan.est(B)[1];
+    assert!(e.initiator && e.key_id == 2);
+    assert!(lan.fails(A).is_empty() && lan.fails(B).is_empty());
+}
+
+/// A REQUEST to `to` from a new peer number `i`.
+fn request_from(i: u32, to: Mac) -> (Mac, Vec<u8>) {
+    let mac: Mac = [0x02, 0x10, 0, (i >> 8) as u8, i as u8, 1];
+    let mut m = vec![1u8, msg_type::REQUEST];
+    m.extend_from_slice(&mac);
+    m.extend_from_slice(&to);
+    m.extend_from_slice(&[i as u8; 8]);
+    m.extend_from_slice(&[192, 0, 2, 100]);
+    m.extend_from_slice(&[0, 0, 0, 0]);
+    m.extend_from_slice(&[0x33; 32]);
+    (mac, m)
+}
+
+/// Exchanges started, as initiator and as responder, share one token bucket (here 20 per second, burst 20).
+#[test]
+fn exchanges_started_are_rate_limited() {
+    let now = Instant::now();
+    let mut c = cfg(B, IP_B);
+    c.max_starts_per_second = 20;
+    let mut b = Sep::new(c);
+    let peer = |i: u8| -> Mac { [0x02, 0x20, 0, 0, 1, i] };
+    for i in 0..20 {
+        assert_eq!(b.try_initiate(peer(i), None, 1, now), Ok(()), "{i}");
+    }
+    assert_eq!(
+        b.try_initiate(peer(20), None, 1, now),
+        Err(SepError::RateLimited)
+    );
+    assert!(!b.initiate(peer(20), None, 1, now + Duration::from_millis(49)));
+    assert!(!b.in_progress(&peer(20)));
+    // One token per 50 ms.
+    let t = now + Duration::from_millis(50);
+    assert!(b.initiate(peer(20), None, 1, t));
+    while b.poll_event().is_some() {}
+    // Requests take from the same bucket: refused without a token (no answer, no state).
+    let (mac, m) = request_from(1, B);
+    assert_eq!(
+        b.handle_message(mac, &m, fresh(), t),
+        Err(SepError::RateLimited)
+    );
+    assert!(b.poll_event().is_none() && !b.in_progress(&mac));
+    assert_eq!(b.rate_limited(), 3);
+    // A second later the burst is back: 20 requests answered, the 21st refused.
+    let t = t + Duration::from_secs(1);
+    for i in 0..20 {
+        let (mac, m) = request_from(100 + i, B);
+        assert_eq!(b.handle_message(mac, &m, fresh(), t), Ok(()), "{i}");
+        assert!(matches!(b.poll_event(), Some(SepEvent::Transmit { .. })));
+    }
+    let (mac, m) = request_from(200, B);
+    assert_eq!(
+        b.handle_message(mac, &m, fresh(), t),
+        Err(SepError::RateLimited)
+    );
+    // A duplicate of an answered request costs no token: it is answered again.
+    let (mac, m) = request_from(105, B);
+    assert_eq!(b.handle_message(mac, &m, fresh(), t), Ok(()));
+    assert!(b.poll_event().is_some());
+    assert_eq!(b.rate_limited(), 4);
+}
+
+/// ANNOUNCE: accepted from its sender to the broadcast address, with no effect; anything else like it is
+/// malformed.
+#[test]
+fn announce_is_accepted_and_does_nothing() {
+    let now = Instant::now();
+    let mut b = Sep::new(cfg(B, IP_B));
+    let m = netveil_l2sec::sep::announce_message(A);
+    assert_eq!(m.len(), HEADER_LEN);
+    assert_eq!(b.handle_message(A, &m, fresh(), now), Ok(()));
+    assert_eq!(
+        b.handle_message(C, &m, fresh(), now),
+        Err(SepError::WrongSender)
+    );
+    let mut long = m.clone();
+    long.push(0);
+    assert_eq!(
+        b.handle_message(A, &long, fresh(), now),
+        Err(SepError::Malformed)
+    );
+    let mut to_b = m.clone();
+    to_b[8..14].copy_from_slice(&B);
+    assert_eq!(
+        b.handle_message(A, &to_b, fresh(), now),
+        Err(SepError::Malformed)
+    );
+    assert!(b.poll_event().is_none() && !b.in_progress(&A) && b.poll_timeout().is_none());
+}
+
 #[test]
 fn responder_exchanges_are_bounded() {
     let now = Instant::now();
     let mut b = Sep::new(cfg(B, IP_B));
-    let request = |i: u32| {
-        let mac: Mac = [0x02, 0x10, 0, (i >> 8) as u8, i as u8, 1];
-        let mut m = vec![1u8, msg_type::REQUEST];
-        m.extend_from_slice(&mac);
-        m.extend_from_slice(&B);
-        m.extend_from_slice(&[i as u8; 8]);
-        m.extend_from_slice(&[192, 0, 2, 100]);
-        m.extend_from_slice(&[0, 0, 0, 0]);
-        m.extend_from_slice(&[0x33; 32]);
-        (mac, m)
-    };
+    let request = |i: u32| request_from(i, B);
     for i in 0..MAX_RESPONDERS as u32 {
         let (mac, m) = request(i);
         assert_eq!(b.handle_message(mac, &m, fresh(), now), Ok(()));
