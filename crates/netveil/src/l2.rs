@@ -601,18 +601,13 @@ pub fn next_epoch(
     let last = dir
         .read_u64(&name)
         .or_else(|e| cerr("l2sec.state_dir", e))?;
-    let epoch = match last {
-        None => unix_us.max(1),
-        Some(l) => match l.checked_add(1) {
-            Some(n) => n.max(unix_us),
-            None => return cerr(
-                "l2sec.state_dir",
-                format!(
-                    "{name} holds the last possible epoch: change the group secret and remove it"
-                ),
-            ),
-        },
+    // (u64::MAX would take half a million years of microseconds: only a damaged or forged file holds it.)
+    let Some(next) = last.map_or(Some(1), |l| l.checked_add(1)) else {
+        let why =
+            format!("{name} holds the last possible epoch: change the group secret, remove it");
+        return cerr("l2sec.state_dir", why);
     };
+    let epoch = next.max(unix_us);
     dir.write_u64(&name, epoch).or_else(|e| {
         cerr(
             "l2sec.state_dir",
