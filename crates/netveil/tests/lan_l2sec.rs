@@ -458,6 +458,24 @@ fn bad_l2sec_config_names_the_key_and_changes_nothing() {
             "l2sec.tap",
         ),
         (good.replace("[l2sec]", "[l2sec]\nfoo = 1"), "foo"),
+        // The state directory is a file (the configuration itself).
+        (
+            good.lines()
+                .map(|l| {
+                    if l.starts_with("state_dir") {
+                        format!("state_dir = \"{}\"", lab.dir().join("bad.toml").display())
+                    } else {
+                        l.to_string()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            "l2sec.state_dir",
+        ),
+        (
+            good.replacen("ip = \"192.0.2.11\"", "ip = \"192.0.2.10\"", 1),
+            "l2sec.peer[0].ip",
+        ),
     ];
     let path = lab.dir().join("bad.toml");
     for (text, key) in cases {
@@ -556,6 +574,18 @@ fn a_restarted_host_gets_its_port_back_and_rejoins() {
     let s = d1.status_json().unwrap();
     let p = peer(&s, &h2.mac).expect("peer");
     assert!(p["sessions"].as_u64().unwrap_or(0) >= 4, "{p}");
+    // Each restart was learnt from h2's announcement (a newer epoch), and h2's epochs increased.
+    assert!(
+        count(&s, "counters", "peer_restarts") >= 3,
+        "{}",
+        l2(&s)["counters"]
+    );
+    let e = |d: &Daemon| l2(&d.status_json().unwrap())["epoch"].as_u64().unwrap();
+    assert_eq!(p["epoch"].as_u64(), Some(e(&d2)), "{p}");
+    assert!(d1
+        .status_text()
+        .unwrap()
+        .contains(&format!("epoch {}", e(&d1))));
     let rx = &l2(&s)["rx_drops"];
     assert!(
         rx["auth-failed"].is_null() && rx["replayed"].is_null(),
@@ -635,20 +665,22 @@ fn security_number_and_timestamps_are_sent_and_enforced() {
     let out = ping(&lab, &lan, "h3", "h1", 2);
     assert!(out.contains("100% packet loss"), "h3 was heard: {out}");
     let pcap = cap.stop().unwrap();
-    // First header byte: version 1 with SN and TS (0x39, and 0x3b for signed group frames); the security number
-    // follows the key id and the sequence number.
+    // First header byte: version 1 with SN and TS (0x39 for unicast frames; group frames add EP and SIG, 0x3f);
+    // the security number follows the key id and the sequence number, and in group frames the 8-byte epoch.
     let first = field_histogram(&lab, &eve.ns, &pcap, &["data.data"]);
     let mut with_sn = 0;
     for (l, n) in &first {
-        if (l.starts_with("39") || l.starts_with("3b")) && l.len() > 30 {
-            assert!(
-                &l[12..18] == "00c0de" || &l[12..18] == "00c0dd",
-                "security number field: {l}"
-            );
-            with_sn += n;
-        } else {
-            panic!("a frame without SN/TS flags: {l}");
-        }
+        let sn_at = match &l[..2.min(l.len())] {
+            "39" => 12,
+            "3f" => 28,
+            _ => panic!("a frame without SN/TS flags: {l}"),
+        };
+        assert!(l.len() > sn_at + 20, "{l}");
+        assert!(
+            &l[sn_at..sn_at + 6] == "00c0de" || &l[sn_at..sn_at + 6] == "00c0dd",
+            "security number field: {l}"
+        );
+        with_sn += n;
     }
     assert!(with_sn > 10, "{first:?}");
     let s1 = d[0].status_json().unwrap();
