@@ -1,6 +1,7 @@
 //! l2sec on hostile input: the clear-header view and `peek` on arbitrary bytes; arbitrary frames through
 //! `RxSession::open` for several suites (CBC, ECB, AEAD, keyless); and valid frames of any suite, flag
-//! combination, EtherType and length, sealed and then corrupted (byte edits, truncation). Nothing may panic; an
+//! combination (a version-1 epoch included), EtherType and length, sealed and then corrupted (byte edits,
+//! truncation), opened by a session or by a candidate (no window yet). Nothing may panic; an
 //! untouched frame must open to exactly the clear frame, and a changed one must never open (every byte of an
 //! l2sec frame is authenticated).
 
@@ -21,16 +22,24 @@ fn signer() -> SigningKey {
     SigningKey::from_bytes(&[7; 32])
 }
 
-fn rx_for(suite: Option<Suite>, version: Version) -> RxSession {
+fn rx_for(suite: Option<Suite>, version: Version, epoch: Option<u64>, candidate: bool) -> RxSession {
     let cfg = RxConfig {
         insecure_ecb: true,
         require_encryption: false,
         security_numbers: [Some(0x12_3456), None],
         timestamp_tolerance: 10,
+        epoch,
         ..RxConfig::default()
     };
     match suite {
-        Some(s) => RxSession::new(&SessionKeys::derive(s, &SECRET, b"fuzz").unwrap(), cfg).unwrap(),
+        Some(s) => {
+            let k = SessionKeys::derive(s, &SECRET, b"fuzz").unwrap();
+            if candidate {
+                RxSession::candidate(&k, cfg).unwrap()
+            } else {
+                RxSession::new(&k, cfg).unwrap()
+            }
+        }
         None => RxSession::keyless(version, cfg),
     }
 }
@@ -47,6 +56,7 @@ fuzz_target!(|data: &[u8]| {
             h.seq(),
             h.security_number(),
             h.timestamp(),
+            h.epoch(),
             h.header_len(),
         );
         assert!(h.header_len() <= rest.len());
@@ -69,7 +79,7 @@ fuzz_target!(|data: &[u8]| {
             (None, Version::V1),
         ];
         for (suite, version) in sessions {
-            let mut rx = rx_for(suite, version);
+            let mut rx = rx_for(suite, version, (sel & 4 != 0).then_some(7), sel & 8 != 0);
             let mut pkt = PacketBuf::from_slice(&frame, 32, 32);
             let _ = rx.open(&mut pkt, NOW, Some(&vk));
         }
@@ -88,6 +98,7 @@ fuzz_target!(|data: &[u8]| {
         suite.version()
     };
     let flags = cfg[1];
+    let epoch = (flags & 16 != 0).then_some(u64::from(cfg[2]) << 40 | 1);
     let key = signer();
     let opts = SealOpts {
         security_number: (flags & 1 != 0).then_some(0x12_3456),
@@ -116,6 +127,7 @@ fuzz_target!(|data: &[u8]| {
             TxConfig {
                 insecure_ecb: true,
                 first_seq: Some(1000),
+                epoch,
                 ..TxConfig::default()
             },
         )
@@ -133,7 +145,9 @@ fuzz_target!(|data: &[u8]| {
         pkt.truncate(len.saturating_sub(1 + (cfg[3] & 0x7f) as usize));
     }
     let changed = pkt.data() != sealed.as_slice();
-    let mut rx = rx_for((!keyless).then_some(suite), version);
+    // A keyless session sends no epoch (it has no keys it could bind it to) and expects none.
+    let rx_epoch = if keyless || version == Version::V0 { None } else { epoch };
+    let mut rx = rx_for((!keyless).then_some(suite), version, rx_epoch, flags & 32 != 0);
     let r = rx.open(&mut pkt, NOW, Some(&key.verifying_key()));
     if changed {
         assert!(r.is_err(), "a corrupted l2sec frame opened");

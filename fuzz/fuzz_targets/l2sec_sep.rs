@@ -1,10 +1,12 @@
 //! SEP on hostile input. Three scenarios, chosen by the first byte:
 //!
 //! - responder: arbitrary messages from a peer to a fresh `Sep`, raw or with a header the harness writes (right
-//!   sender, receiver and exchange id, any type), so the bodies reach every stage;
+//!   sender, receiver and exchange id, any type), so the bodies reach every stage; each in a fresher carrying
+//!   frame, or (as the input decides) in the same frame as the previous one (a replay);
 //! - initiator: the same against a `Sep` that has started an exchange (the harness learns its exchange id);
 //! - two real hosts running an exchange while the input decides, message by message, to deliver, drop,
-//!   duplicate, corrupt a byte, truncate, inject arbitrary bytes, or let time pass.
+//!   duplicate (the same carrying frame twice), corrupt a byte, truncate, inject arbitrary bytes, or let time
+//!   pass; with or without a rate limit on exchanges started.
 //!
 //! Nothing may panic; in the third scenario, if both hosts establish, their sessions must agree (a frame sealed
 //! by one opens at the other, both ways).
@@ -41,6 +43,7 @@ fn cfg(mac: Mac, ip: Ipv4Addr, opts: u8) -> SepConfig {
         lifetime: Duration::from_secs(u64::from(opts) * 10),
         retransmit: Duration::from_millis(100),
         attempts: u32::from(opts & 3) + 1,
+        max_starts_per_second: u32::from(opts & 0x0c),
     }
 }
 
@@ -70,6 +73,7 @@ fn drain(sep: &mut Sep, out: &mut Vec<Vec<u8>>, est: &mut Vec<Established>) {
 fn feed(sep: &mut Sep, own: Mac, peer: Mac, id: Option<[u8; 8]>, data: &[u8], mut now: Instant) {
     let mut out = Vec::new();
     let mut est = Vec::new();
+    let mut order = (1u64, 0u64);
     for c in chunks(data) {
         let Some((&ctl, body)) = c.split_first() else {
             sep.handle_timeout(now);
@@ -79,18 +83,24 @@ fn feed(sep: &mut Sep, own: Mac, peer: Mac, id: Option<[u8; 8]>, data: &[u8], mu
         if ctl == 0xff {
             now += Duration::from_millis(u64::from(body.first().copied().unwrap_or(0)) * 20);
             sep.handle_timeout(now);
-        } else if ctl & 1 == 1 {
+            continue;
+        }
+        // Bit 1: the same carrying frame as the previous message (a replay); otherwise a fresher one.
+        if ctl & 2 == 0 {
+            order.1 += 1;
+        }
+        if ctl & 1 == 1 {
             let Some((&t, body)) = body.split_first() else {
                 continue;
             };
-            let mut m = vec![1, 1 + t % 8];
+            let mut m = vec![1, 1 + t % 9];
             m.extend_from_slice(&peer);
             m.extend_from_slice(&own);
             m.extend_from_slice(&id.unwrap_or([ctl; 8]));
             m.extend_from_slice(body);
-            let _ = sep.handle_message(peer, &m, now);
+            let _ = sep.handle_message(peer, &m, order, now);
         } else {
-            let _ = sep.handle_message(peer, body, now);
+            let _ = sep.handle_message(peer, body, order, now);
         }
         drain(sep, &mut out, &mut est);
         let _ = sep.poll_timeout();
@@ -148,12 +158,17 @@ fn pair(opts: u8, data: &[u8]) {
         hosts[1].initiate(A, None, 9, now);
     }
     let mut input = data.iter().copied();
+    // Group frames sent by each host: every transmission is a new, fresher carrying frame.
+    let mut frames = [0u64; 2];
     for _ in 0..200 {
-        let mut flight: Vec<(usize, Vec<u8>)> = Vec::new();
+        let mut flight: Vec<(usize, Vec<u8>, (u64, u64))> = Vec::new();
         for (i, h) in hosts.iter_mut().enumerate() {
             let mut out = Vec::new();
             drain(h, &mut out, &mut est[i]);
-            flight.extend(out.into_iter().map(|m| (i, m)));
+            for m in out {
+                frames[i] += 1;
+                flight.push((i, m, (1, frames[i])));
+            }
         }
         if flight.is_empty() {
             let next = hosts.iter().filter_map(|h| h.poll_timeout()).min();
@@ -164,7 +179,7 @@ fn pair(opts: u8, data: &[u8]) {
             }
             continue;
         }
-        for (i, mut m) in flight {
+        for (i, mut m, order) in flight {
             let to = 1 - i;
             let op = input.next().unwrap_or(0);
             let arg = input.next().unwrap_or(0);
@@ -185,7 +200,8 @@ fn pair(opts: u8, data: &[u8]) {
                 5 => {
                     let n = usize::from(arg);
                     let junk: Vec<u8> = input.by_ref().take(n).collect();
-                    let _ = hosts[to].handle_message(macs[i], &junk, now);
+                    frames[i] += 1;
+                    let _ = hosts[to].handle_message(macs[i], &junk, (1, frames[i]), now);
                     1
                 }
                 6 => {
@@ -197,13 +213,13 @@ fn pair(opts: u8, data: &[u8]) {
                 }
                 7 => {
                     // From the wrong source.
-                    let _ = hosts[to].handle_message(macs[to], &m, now);
+                    let _ = hosts[to].handle_message(macs[to], &m, order, now);
                     1
                 }
                 _ => 1,
             };
             for _ in 0..times {
-                let _ = hosts[to].handle_message(macs[i], &m, now);
+                let _ = hosts[to].handle_message(macs[i], &m, order, now);
             }
         }
     }

@@ -1,13 +1,17 @@
 //! The l2sec clear header: a zero-copy view ([`Header`]) and a parsed form ([`Repr`]) for both versions.
 //!
 //! Byte 0 is shared by every version: the version in the top 3 bits, then five flags ([`FLAG_SN`] 0x10,
-//! [`FLAG_TS`] 0x08, [`FLAG_RESERVED`] 0x04, [`FLAG_SIG`] 0x02, [`FLAG_ENC`] 0x01). The rest depends on the
+//! [`FLAG_TS`] 0x08, [`FLAG_EPOCH`] 0x04, [`FLAG_SIG`] 0x02, [`FLAG_ENC`] 0x01). The rest depends on the
 //! version (multi-byte fields big-endian):
 //!
-//! | version | byte 1 | then | then, if SN | then, if TS | length |
-//! |---|---|---|---|---|---|
-//! | 0 | sequence number (4 B, bytes 1..5) | | security number (3 B) | timestamp (4 B) | 5, 8, 9 or 12 |
-//! | 1 | key id (1 B) | sequence number (4 B, bytes 2..6) | security number (3 B) | timestamp (4 B) | 6, 9, 10 or 13 |
+//! | version | byte 1 | then | then, if EP | then, if SN | then, if TS | length |
+//! |---|---|---|---|---|---|---|
+//! | 0 | sequence number (4 B, bytes 1..5) | | (none: 0x04 is reserved) | security number (3 B) | timestamp (4 B) | 5, 8, 9 or 12 |
+//! | 1 | key id (1 B) | sequence number (4 B, bytes 2..6) | epoch (8 B) | security number (3 B) | timestamp (4 B) | 6 + 8·EP + 3·SN + 4·TS (6..=21) |
+//!
+//! In version 1 the 0x04 flag (EP) says that the sender's 64-bit epoch follows the sequence number: group frames
+//! carry it (see [`crate::node`]), unicast frames do not. In version 0 (the thesis' format) the bit is reserved:
+//! it takes no room and frames with it set are refused ([`Repr::reserved`]).
 //!
 //! See the crate documentation for the byte diagrams.
 
@@ -17,8 +21,11 @@ use netveil_wire::{Error, Result};
 pub const FLAG_SN: u8 = 0x10;
 /// Flag: a 32-bit timestamp follows (after the security number, if any).
 pub const FLAG_TS: u8 = 0x08;
-/// Reserved flag: sent as zero; frames with it set are refused by [`crate::RxSession::open`].
-pub const FLAG_RESERVED: u8 = 0x04;
+/// Version 1: an 8-byte epoch follows the sequence number (group frames).
+pub const FLAG_EPOCH: u8 = 0x04;
+/// Version 0: the same bit is reserved (sent as zero; frames with it set are refused by
+/// [`crate::RxSession::open`]).
+pub const FLAG_RESERVED: u8 = FLAG_EPOCH;
 /// Flag: the ICV is (or ends with) the sender's Ed25519 signature.
 pub const FLAG_SIG: u8 = 0x02;
 /// Flag: the encrypted section is encrypted (clear: authenticated only).
@@ -26,6 +33,8 @@ pub const FLAG_ENC: u8 = 0x01;
 /// All five flag bits.
 pub const FLAG_MASK: u8 = 0x1f;
 
+/// Length of the optional epoch (version 1).
+pub const EPOCH_LEN: usize = 8;
 /// Length of the optional security number.
 pub const SN_LEN: usize = 3;
 /// Length of the optional timestamp.
@@ -69,9 +78,19 @@ impl Version {
     }
 }
 
-/// Header length for a version and the flags byte (only SN and TS change it).
+/// Length of the epoch field for a version and the flags byte (8 with EP in version 1, else 0).
+fn epoch_len(version: Version, flags: u8) -> usize {
+    if version == Version::V1 && flags & FLAG_EPOCH != 0 {
+        EPOCH_LEN
+    } else {
+        0
+    }
+}
+
+/// Header length for a version and the flags byte (EP in version 1, SN and TS change it).
 pub fn header_len(version: Version, flags: u8) -> usize {
     version.base_len()
+        + epoch_len(version, flags)
         + if flags & FLAG_SN != 0 { SN_LEN } else { 0 }
         + if flags & FLAG_TS != 0 { TS_LEN } else { 0 }
 }
@@ -133,8 +152,26 @@ impl<T: AsRef<[u8]>> Header<T> {
     pub fn has_timestamp(&self) -> bool {
         self.flags() & FLAG_TS != 0
     }
+    /// Version 0: the reserved bit is set (never in version 1, where the bit is EP).
     pub fn reserved(&self) -> bool {
-        self.flags() & FLAG_RESERVED != 0
+        self.version() == Version::V0 && self.flags() & FLAG_RESERVED != 0
+    }
+    /// Version 1: the EP flag is set (an 8-byte epoch follows the sequence number).
+    pub fn has_epoch(&self) -> bool {
+        epoch_len(self.version(), self.flags()) != 0
+    }
+    /// The 64-bit epoch, if the header has one (version 1 with EP).
+    pub fn epoch(&self) -> Option<u64> {
+        if !self.has_epoch() {
+            return None;
+        }
+        let at = self.version().base_len();
+        let mut e = [0u8; EPOCH_LEN];
+        e.copy_from_slice(&self.buffer.as_ref()[at..at + EPOCH_LEN]);
+        Some(u64::from_be_bytes(e))
+    }
+    fn sn_at(&self) -> usize {
+        self.version().base_len() + epoch_len(self.version(), self.flags())
     }
     pub fn signed(&self) -> bool {
         self.flags() & FLAG_SIG != 0
@@ -160,7 +197,7 @@ impl<T: AsRef<[u8]>> Header<T> {
         if !self.has_security_number() {
             return None;
         }
-        let at = self.version().base_len();
+        let at = self.sn_at();
         let b = self.buffer.as_ref();
         Some(u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]]))
     }
@@ -178,7 +215,7 @@ impl<T: AsRef<[u8]>> Header<T> {
         header_len(self.version(), self.flags())
     }
     fn ts_at(&self) -> usize {
-        self.version().base_len()
+        self.sn_at()
             + if self.has_security_number() {
                 SN_LEN
             } else {
@@ -202,9 +239,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Header<T> {
         let at = self.version().seq_at();
         self.buffer.as_mut()[at..at + 4].copy_from_slice(&v.to_be_bytes());
     }
+    /// Writes the epoch (version 1 with the EP flag set; ignored otherwise).
+    pub fn set_epoch(&mut self, v: u64) {
+        if self.has_epoch() {
+            let at = self.version().base_len();
+            self.buffer.as_mut()[at..at + EPOCH_LEN].copy_from_slice(&v.to_be_bytes());
+        }
+    }
     /// Writes the low 24 bits of `v` as security number (the SN flag must be set).
     pub fn set_security_number(&mut self, v: u32) {
-        let at = self.version().base_len();
+        let at = self.sn_at();
         self.buffer.as_mut()[at..at + SN_LEN].copy_from_slice(&v.to_be_bytes()[1..]);
     }
     /// Writes the timestamp (the TS flag must be set).
@@ -218,8 +262,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Header<T> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Repr {
     pub version: Version,
-    /// The reserved flag (sent as zero; kept here so that every flag combination round-trips).
+    /// Version 0: the reserved flag (sent as zero; kept here so that every flag combination round-trips). Not
+    /// written for version 1, where the bit is EP.
     pub reserved: bool,
+    /// Version 1: the sender's 64-bit epoch (EP flag; group frames). Not written for version 0, which has no such
+    /// field.
+    pub epoch: Option<u64>,
     pub signed: bool,
     pub encrypted: bool,
     /// Key id (version 1); must be 0 for version 0, which has no such field.
@@ -239,6 +287,7 @@ impl Repr {
         Ok(Repr {
             version: h.version(),
             reserved: h.reserved(),
+            epoch: h.epoch(),
             signed: h.signed(),
             encrypted: h.encrypted(),
             key_id: h.key_id(),
@@ -250,12 +299,16 @@ impl Repr {
 
     /// The flags byte (without the version) this header has.
     pub fn flags(&self) -> u8 {
+        let bit2 = match self.version {
+            Version::V0 => self.reserved,
+            Version::V1 => self.epoch.is_some(),
+        };
         (if self.security_number.is_some() {
             FLAG_SN
         } else {
             0
         }) | if self.timestamp.is_some() { FLAG_TS } else { 0 }
-            | if self.reserved { FLAG_RESERVED } else { 0 }
+            | if bit2 { FLAG_EPOCH } else { 0 }
             | if self.signed { FLAG_SIG } else { 0 }
             | if self.encrypted { FLAG_ENC } else { 0 }
     }
@@ -265,11 +318,14 @@ impl Repr {
     }
 
     /// Writes the header into the first `buffer_len()` bytes. Panics if the buffer is shorter. A security number
-    /// above 24 bits is truncated to its low 24 bits; a key id is not written for version 0.
+    /// above 24 bits is truncated to its low 24 bits; a key id and an epoch are not written for version 0.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, h: &mut Header<&mut T>) {
         h.set_version_flags(self.version, self.flags());
         h.set_key_id(self.key_id);
         h.set_seq(self.seq);
+        if let Some(e) = self.epoch {
+            h.set_epoch(e);
+        }
         if let Some(sn) = self.security_number {
             h.set_security_number(sn);
         }

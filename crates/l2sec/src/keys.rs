@@ -6,12 +6,18 @@
 //! 0x00 ‖ context, L = enc_key_len + auth_key_len + salt_len)`, split in that order (encryption key, then HMAC
 //! key or salt).
 //!
-//! Group traffic: every sender derives its own keys from the network's group secret with the context
-//! `"group" ‖ source MAC` ([`SessionKeys::group_sender`]); receivers derive the same per sender. A group key is
-//! shared by many hosts, but no two senders use the same (key, sequence number) pair, so AEAD nonces and CBC IVs
-//! never repeat across senders. A sender that restarts starts a fresh random sequence number under the same
-//! group secret: the group secret must be replaced at least when a host restarts (or the context extended with
-//! a per-boot value the receivers learn), or nonces may repeat.
+//! Group traffic: every sender derives its own keys from the network's group secret, so that no two senders use
+//! the same (key, sequence number) pair and AEAD nonces and CBC IVs never repeat across senders; receivers derive
+//! the same per sender.
+//!
+//! - Version 1 ([`SessionKeys::group_sender_epoch`]): context `"group" ‖ source MAC ‖ epoch` (the epoch as 8 bytes
+//!   big-endian). The epoch is the sender's per-start value, strictly increasing across its restarts (persisted by
+//!   the caller) and carried in every group frame: a restarted sender has new keys, so it never repeats a nonce
+//!   even though its sequence numbers start afresh.
+//! - Version 0 ([`SessionKeys::group_sender`], the thesis' static keys): context `"group" ‖ source MAC`. A sender
+//!   that restarts under the same group secret starts a fresh random sequence number under the same keys: its
+//!   CBC IVs may repeat, and receivers refuse what falls into their replay window. The group secret must be
+//!   replaced when a version-0 host restarts.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -111,6 +117,20 @@ impl SessionKeys {
         let mut ctx = [0u8; 11];
         ctx[..5].copy_from_slice(b"group");
         ctx[5..].copy_from_slice(&src);
+        Self::derive(suite, group_secret, &ctx)
+    }
+
+    /// Version 1: the keys a group member `src` sends with in its `epoch` (see the module documentation).
+    pub fn group_sender_epoch(
+        suite: Suite,
+        group_secret: &[u8],
+        src: [u8; 6],
+        epoch: u64,
+    ) -> Result<Self, ConfigError> {
+        let mut ctx = [0u8; 19];
+        ctx[..5].copy_from_slice(b"group");
+        ctx[5..11].copy_from_slice(&src);
+        ctx[11..].copy_from_slice(&epoch.to_be_bytes());
         Self::derive(suite, group_secret, &ctx)
     }
 

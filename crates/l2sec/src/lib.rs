@@ -18,7 +18,7 @@
 //! ```text
 //! +---------+---------+-----------------+--------------+-----------+----------+-----------+---------+-----+
 //! | dst MAC | src MAC | l2sec EtherType | clear header | EtherType | pad size | L3 packet | padding | ICV |
-//! |   6 B   |   6 B   |  2 B (0x88B5)   |   5..13 B    |    2 B    |   1 B    |  n bytes  | 0..b-1  |     |
+//! |   6 B   |   6 B   |  2 B (0x88B5)   |   5..21 B    |    2 B    |   1 B    |  n bytes  | 0..b-1  |     |
 //! +---------+---------+-----------------+--------------+-----------+----------+-----------+---------+-----+
 //!                                                      \_______ encrypted section (if ENC) _________/
 //! \_________________________________ covered by the ICV (all bytes before it) _________________________/
@@ -39,7 +39,7 @@
 //! ```text
 //!   7   6   5   4   3   2   1   0
 //! +---+---+---+---+---+---+---+---+
-//! |  version  | SN| TS| R |SIG|ENC|     SN 0x10, TS 0x08, reserved 0x04, SIG 0x02, ENC 0x01
+//! |  version  | SN| TS|R/E|SIG|ENC|     SN 0x10, TS 0x08, reserved (v0) / EP (v1) 0x04, SIG 0x02, ENC 0x01
 //! +---+---+---+---+---+---+---+---+
 //! ```
 //!
@@ -57,16 +57,23 @@
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //! ```
 //!
-//! Version 1 (first byte 0x21 with encryption), 6 + 3·SN + 4·TS bytes (6, 9, 10, 13), adds a key id that the
-//! receiver uses to tell the sessions of one peer apart across rekeying:
+//! In version 0 the bit 0x04 is the thesis' reserved bit: sent as zero, and a frame with it set is refused.
+//!
+//! Version 1 (first byte 0x21 with encryption), 6 + 8·EP + 3·SN + 4·TS bytes (6 to 21), adds a key id that the
+//! receiver uses to tell the sessions of one peer apart across rekeying, and for group frames (EP set, first
+//! byte 0x25, 0x27 signed) the sender's 64-bit epoch:
 //!
 //! ```text
 //!  0                   1                   2                   3
 //!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//! |0 0 1|S|T|R|G|E|    key id     |   sequence number (31..16)    |
+//! |0 0 1|S|T|P|G|E|    key id     |   sequence number (31..16)    |
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//! |   sequence number (15..0)     |  security number (23..8, if S)|
+//! |   sequence number (15..0)     |     epoch (63..48, if P)      |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |                    epoch (47..16, if P)                       |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |     epoch (15..0, if P)       |  security number (23..8, if S)|
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //! | SN (7..0)     |       timestamp (31..8, if T)                 |
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
@@ -74,7 +81,12 @@
 //! +-+-+-+-+-+-+-+-+
 //! ```
 //!
-//! In both versions a field that is absent takes no room: without SN the timestamp follows the sequence number.
+//! Group frames carry key id 0 and the epoch; unicast frames carry their session's key id (1..=255) and no epoch.
+//! (This is a wire change from netveil's first version-1 frames, whose group frames had an 8-bit epoch in the
+//! key-id byte and no EP field: the two do not interoperate.)
+//!
+//! In both versions a field that is absent takes no room: without EP the security number follows the sequence
+//! number, without SN the timestamp does.
 //! All fields are big-endian. The security number (shared by all hosts, changed on a schedule) must be one the
 //! receiver accepts; the timestamp (seconds, normally Unix time modulo 2^32) must be within the receiver's
 //! tolerance of its `now`.
@@ -116,10 +128,19 @@
 //! - Signatures: the sender signs with its Ed25519 [`ed25519_dalek::SigningKey`]; the receiver verifies with the
 //!   sender's [`ed25519_dalek::VerifyingKey`], looked up by the caller by source MAC, with `verify_strict`.
 //!   Signature mode serves broadcast and multicast (anyone with the group key could forge an HMAC or AEAD tag of
-//!   another member; a signature names the sender) and hosts without a session ([`TxSession::keyless`]).
+//!   another member; a signature names the sender) and hosts without a session ([`TxSession::keyless`]). In
+//!   version 1 the receiver checks the AEAD tag first (cheap, and it proves the sender holds the group secret)
+//!   and the signature after it, over a copy of the bytes it covers that the session keeps in a reused buffer;
+//!   in version 0 and keyless sessions the signature is the only check.
 //!
 //! Group traffic (ARP, broadcast, multicast) uses per-sender keys derived from the network's group secret
-//! ([`SessionKeys::group_sender`]): a host without the group secret can neither read nor inject it.
+//! ([`SessionKeys::group_sender_epoch`] in version 1, with the sender's epoch; [`SessionKeys::group_sender`] in
+//! version 0): a host without the group secret can neither read nor inject it.
+//!
+//! Version 0's limits, kept as the thesis defined them: no key id (a receiver tries the current session, then the
+//! previous), no epoch (group keys are static per sender, so a restarted sender reuses them: its CBC IVs may
+//! repeat and receivers refuse its frames until their window moves or the group secret changes), and signed
+//! frames carry the signature instead of the HMAC (no cheaper check before it).
 //!
 //! - [`sep`]: the Session Establishment Protocol, a sans-I/O state machine.
 //! - [`node`]: one protected host: group traffic, sessions per peer MAC, SEP, the decision for every frame.
@@ -159,10 +180,10 @@ pub enum Drop {
     UnknownVersion,
     /// A known version other than the session's.
     WrongVersion,
-    /// Version 1: a key id other than the session's.
+    /// Version 1: a key id (or a group epoch) other than the session's.
     UnknownKeyId,
     /// The frame lacks what the receiver's configuration requires (encryption, signature, security number,
-    /// timestamp).
+    /// timestamp; the epoch of a version-1 group frame).
     Policy,
     /// The session has no keys, and the frame is encrypted or not signed.
     NoKey,
@@ -194,11 +215,16 @@ pub enum Drop {
     SepRefused,
     /// Node: a frame could not be sealed (no room, sequence space used up).
     TxFailed,
+    /// Node: a group frame of an epoch older than its sender's current one (a replay from before a restart).
+    OldEpoch,
+    /// Node: an ARP packet whose sender hardware address is not the frame's source, or whose sender IPv4 address
+    /// is not the one bound to the source (or is bound to another host).
+    ArpSpoofed,
 }
 
 impl Drop {
     /// Every reason, in index order.
-    pub const ALL: [Drop; 21] = [
+    pub const ALL: [Drop; 23] = [
         Drop::NotL2sec,
         Drop::Malformed,
         Drop::UnknownVersion,
@@ -220,6 +246,8 @@ impl Drop {
         Drop::QueueFull,
         Drop::SepRefused,
         Drop::TxFailed,
+        Drop::OldEpoch,
+        Drop::ArpSpoofed,
     ];
 
     /// A short stable name (for counters).
@@ -246,6 +274,8 @@ impl Drop {
             Drop::QueueFull => "queue-full",
             Drop::SepRefused => "sep-refused",
             Drop::TxFailed => "tx-failed",
+            Drop::OldEpoch => "old-epoch",
+            Drop::ArpSpoofed => "arp-spoofed",
         }
     }
 }
@@ -301,6 +331,10 @@ pub enum ConfigError {
     EcbNotAllowed,
     #[error("key derivation context too long")]
     ContextTooLong,
+    #[error("the group epoch must be at least 1")]
+    ZeroEpoch,
+    #[error("{0} is bound to two MAC addresses")]
+    IpBoundTwice(std::net::Ipv4Addr),
     #[error(transparent)]
     Crypto(#[from] netveil_crypto::KeyError),
 }

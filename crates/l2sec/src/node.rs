@@ -6,27 +6,69 @@
 //! # Frames
 //!
 //! - **Group frames** (destination MAC with the group bit: broadcast, multicast; ARP requests among them) are
-//!   sealed with this host's group sender keys, derived from the network's group secret (see
-//!   [`crate::keys`]), and signed when the host has a signing key. Version 1 group frames carry a random
-//!   per-start *epoch* (1..=255) in the key-id byte, which enters the key derivation (context `"group" ‖ MAC ‖
-//!   epoch`): a restarted sender uses fresh keys and a fresh replay window at its receivers, so it neither
-//!   repeats nonces (unless its 8-bit epoch repeats too) nor gets its frames dropped as replays. Version 0 has
-//!   no key-id byte: its group keys are [`SessionKeys::group_sender`]'s, and a sender restarted under the same
-//!   group secret is refused as replaying until the secret changes (the thesis used static keys).
+//!   sealed with this host's group sender keys, derived from the network's group secret (see [`crate::keys`]),
+//!   and signed when the host has a signing key. Version 1 group frames carry the sender's 64-bit *epoch*
+//!   ([`NodeConfig::epoch`]: strictly increasing across the host's restarts, persisted by the caller, e.g.
+//!   `max(Unix time in µs, last + 1)`) in an 8-byte header field (EP flag), and key id 0; the epoch enters the
+//!   key derivation (context `"group" ‖ MAC ‖ epoch (8 bytes BE)`), so a restarted sender never repeats a
+//!   (key, nonce) pair. Version 0 (the thesis' format) has no epoch: its group keys are
+//!   [`SessionKeys::group_sender`]'s, static per sender, and a sender restarted under the same group secret
+//!   repeats CBC IVs and is refused as replaying until the secret changes. Replace the group secret when a
+//!   version-0 host restarts.
 //! - **Unicast frames** use the session with the destination. A frame for a peer without a session is kept
 //!   (up to [`NodeConfig::queue_limit`] frames per peer) while SEP sets one up, and sent when it is
 //!   established; dropped if SEP fails. The peer's IPv4 address, when the frame shows it (IPv4 destination,
 //!   ARP target), goes into the SEP request.
 //! - **SEP messages** travel as group frames to the broadcast address with the l2sec EtherType as the inner
-//!   EtherType; every host opens them with the sender's group keys, and only the addressed host answers.
+//!   EtherType; every host opens them with the sender's group keys, and only the addressed host answers. When it
+//!   starts, and again 1 and 3 seconds later, a version-1 host broadcasts a SEP ANNOUNCE: an authenticated group
+//!   frame of its new epoch, from which the others learn of the restart at once.
 //!
-//! # Receiving
+//! # Receiving group frames
 //!
-//! A unicast frame for this host is opened with the session of its source MAC: in version 1 the one whose key
-//! id the frame carries (the current session or, during a rekey, the previous one); in version 0 the current
-//! session, then the previous one. A unicast frame from a host without a session is dropped (`no-session`) and
-//! starts SEP with that host, at most once per second: after a peer restarts, the sessions heal themselves.
-//! Frames for other hosts (a switch flooding) are dropped as `not-for-us`.
+//! Per sender MAC the host keeps the sender's current epoch and one replay window. A frame of an older epoch is
+//! dropped (`old-epoch`) before any cryptography; one of the current epoch goes through the window; one of a
+//! newer epoch (or from a sender not heard yet) is checked with keys derived on the spot (AEAD tag, then the
+//! signature when signed) and, only if it authenticated, its epoch and a new window replace the sender's state:
+//! no per-sender state exists for a frame that did not authenticate. So recorded frames from before and after a
+//! restart of a sender, replayed in any order, are all refused. At most [`MAX_GROUP_SENDERS`] senders are
+//! remembered (the least recently heard is forgotten; a forgotten sender's old epochs are recognised again from
+//! the peer state, see below, or not at all if the host has no session with it).
+//!
+//! A newer epoch that authenticates means the sender restarted: its unicast sessions here are dropped (their
+//! keys are gone on the other side), an exchange with it in progress is abandoned, and if there was a session or
+//! queued traffic, SEP starts with it again (unless the frame itself started one).
+//!
+//! # Receiving unicast frames
+//!
+//! A unicast frame for this host is opened with the session of its source MAC: in version 1 the one whose key id
+//! the frame carries (the current session or, during a rekey, the previous one); in version 0 the current
+//! session, then the previous one. A unicast frame from a host without a session (`no-session`), or with a key id
+//! of none of its sessions (`unknown-key-id`), is dropped and counted, and starts nothing: it creates no peer
+//! state and no exchange (anyone can forge its clear header). Frames for other hosts (a switch flooding) are
+//! dropped as `not-for-us`.
+//!
+//! # SEP triggers
+//!
+//! An exchange starts only for (a) outbound traffic without a session, (b) a rekey, (c) an authenticated new
+//! epoch of a peer this host had a session or queued traffic with (learnt at once from its ANNOUNCE), and (d)
+//! [`Node::connect`].
+//! Exchanges started (as initiator, and accepted as responder) share one token bucket of
+//! [`NodeConfig::sep_per_second`] (burst as many); an initiation that finds no token is retried by
+//! [`Node::handle_timeout`], a refused request is counted (`sep-rate-limited`).
+//!
+//! # Address bindings and ARP
+//!
+//! The host binds IPv4 addresses to MAC addresses: its own, the configured ones ([`NodeConfig::peer_ips`]), and
+//! the address a peer stated in an established SEP exchange (kept while the host has state for the peer). An
+//! address is bound to one MAC only: a SEP message stating an address bound to another MAC (or another address
+//! than a peer's configured one) is refused (`sep-ip-bound`). A received ARP packet (request or reply, group or
+//! unicast) is dropped (`arp-spoofed`) if its sender hardware address is not the frame's source MAC, if its
+//! sender IPv4 address is bound to another MAC, or if the source has a binding and claims another address. A
+//! member without a binding yet may claim any address that is not bound (so that a host's first ARP works before
+//! any session); configure `ip` for every peer to close that gap. ARP probes (sender address 0.0.0.0) claim
+//! nothing and pass. With signatures, a member can thus claim only its own address; without them any member can
+//! forge any member's group frames, source MAC included.
 //!
 //! # Sessions
 //!
@@ -46,19 +88,23 @@ use zeroize::Zeroizing;
 
 use crate::header::Version;
 use crate::keys::SessionKeys;
-use crate::sep::{DhGroup, Established, Mac, Sep, SepConfig, SepError, SepEvent};
+use crate::sep::{self, DhGroup, Established, Mac, Sep, SepConfig, SepError, SepEvent};
 use crate::session::{peek, RxConfig, RxSession, SealOpts, TxConfig, TxSession};
 use crate::suite::Suite;
 use crate::{ConfigError, Drop};
 
 /// Broadcast MAC address.
 pub const BROADCAST: Mac = [0xff; 6];
-/// Most group senders remembered (each costs a key schedule); beyond, the least recently used is forgotten.
-const MAX_GROUP_SENDERS: usize = 4096;
+/// Most group senders remembered (each costs a key schedule); beyond, the least recently heard is forgotten.
+pub const MAX_GROUP_SENDERS: usize = 4096;
 /// After a failed rekey, the next try.
 const REKEY_RETRY: Duration = Duration::from_secs(5);
 /// Most peers with state (sessions or queues).
-const MAX_PEERS: usize = 4096;
+pub const MAX_PEERS: usize = 4096;
+/// When a version-1 host announces its epoch again after the start (the first goes out at once).
+const ANNOUNCE_AGAIN: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(3)];
+/// After an initiation the rate limit postponed, the next try.
+const SEP_RETRY: Duration = Duration::from_millis(50);
 
 /// How a host is set up.
 pub struct NodeConfig {
@@ -72,6 +118,9 @@ pub struct NodeConfig {
     /// The suite of group traffic and the network's group secret (at least 16 bytes).
     pub group_suite: Suite,
     pub group_secret: Zeroizing<Vec<u8>>,
+    /// Version 1: this start's group epoch (at least 1). It must be strictly greater than every epoch this host
+    /// used before under the same group secret (the caller persists it before use), or group nonces repeat.
+    pub epoch: u64,
     /// Session suites and key-exchange groups, in preference order.
     pub suites: Vec<Suite>,
     pub groups: Vec<DhGroup>,
@@ -82,10 +131,14 @@ pub struct NodeConfig {
     /// SEP retransmission: first timeout and attempts.
     pub retransmit: Duration,
     pub attempts: u32,
+    /// SEP exchanges started per second (initiated and accepted together, burst as many); 0: no limit.
+    pub sep_per_second: u32,
     /// This host's Ed25519 key: group frames (and SEP) are signed with it.
     pub signing_key: Option<SigningKey>,
     /// The other hosts' verifying keys, by MAC address.
     pub peer_keys: HashMap<Mac, VerifyingKey>,
+    /// The other hosts' IPv4 addresses, by MAC address (bindings, see the module documentation).
+    pub peer_ips: HashMap<Mac, Ipv4Addr>,
     /// Refuse group frames without a valid signature of a known host.
     pub require_signatures: bool,
     /// Allow the ECB suites (the thesis' pattern demonstration; insecure).
@@ -102,8 +155,8 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
-    /// Defaults: version 1 (AES-128-GCM sessions and group traffic, X25519), one-hour sessions rekeyed five
-    /// minutes before their end, no signatures, 1024-frame replay windows.
+    /// Defaults: version 1 (AES-128-GCM sessions and group traffic, X25519), epoch 1, one-hour sessions rekeyed
+    /// five minutes before their end, 20 SEP exchanges per second, no signatures, 1024-frame replay windows.
     pub fn new(mac: Mac, ip: Ipv4Addr, prefix_len: u8, group_secret: Zeroizing<Vec<u8>>) -> Self {
         NodeConfig {
             mac,
@@ -112,14 +165,17 @@ impl NodeConfig {
             ethertype: crate::DEFAULT_ETHERTYPE,
             group_suite: Suite::Aes128Gcm,
             group_secret,
+            epoch: 1,
             suites: vec![Suite::Aes128Gcm],
             groups: vec![DhGroup::X25519],
             lifetime: Duration::from_secs(3600),
             rekey_margin: Duration::from_secs(300),
             retransmit: Duration::from_millis(500),
             attempts: 5,
+            sep_per_second: 20,
             signing_key: None,
             peer_keys: HashMap::new(),
+            peer_ips: HashMap::new(),
             require_signatures: false,
             insecure_ecb: false,
             replay_window: 1024,
@@ -165,9 +221,21 @@ struct Peer {
     cur: Option<Session>,
     prev: Option<Session>,
     queue: VecDeque<Vec<u8>>,
+    /// The address SEP requests target (from the frames for the peer, then from SEP).
     ip: Option<Ipv4Addr>,
+    /// The address bound to the peer by an established exchange.
+    bound_ip: Option<Ipv4Addr>,
+    /// The peer's group epoch when the current session was established (0: unknown).
+    epoch: u64,
     last_initiate: Option<Instant>,
     stats: PeerStats,
+}
+
+/// The state of one group sender: its current epoch and the replay window of that epoch.
+struct GroupSender {
+    epoch: u64,
+    rx: RxSession,
+    seen: Instant,
 }
 
 /// Counters of one peer.
@@ -190,6 +258,10 @@ pub struct PeerStats {
 pub struct PeerStatus {
     pub mac: Mac,
     pub ip: Option<Ipv4Addr>,
+    /// The address bound to the peer (configured, or from SEP).
+    pub bound_ip: Option<Ipv4Addr>,
+    /// The peer's current group epoch, as far as this host knows (0: not heard, or version 0).
+    pub epoch: u64,
     /// The current session: key id, suite, age, time left, whether this host initiated it.
     pub session: Option<SessionStatus>,
     /// A previous session still accepted (during a rekey).
@@ -221,34 +293,46 @@ pub struct NodeStats {
     pub rx_group: u64,
     pub sep_messages: u64,
     pub sessions_established: u64,
+    /// Peers seen restarting (a newer group epoch authenticated).
+    pub peer_restarts: u64,
+    /// SEP ANNOUNCE messages sent.
+    pub announces: u64,
     pub tx_drops: DropCounters<Drop>,
     pub rx_drops: DropCounters<Drop>,
-    /// SEP messages refused, by reason.
+    /// SEP messages refused and exchanges not started or failed, by reason.
     pub sep_errors: HashMap<&'static str, u64>,
+}
+
+impl NodeStats {
+    fn sep_error(&mut self, e: SepError) {
+        *self.sep_errors.entry(e.name()).or_default() += 1;
+    }
 }
 
 /// One protected host (see the module documentation).
 pub struct Node {
     cfg: NodeConfig,
     unix_base: (Instant, u64),
-    epoch: u8,
+    epoch: u64,
     group_tx: TxSession,
-    group_rx: HashMap<(Mac, u8), (RxSession, Instant)>,
+    group_rx: HashMap<Mac, GroupSender>,
     peers: HashMap<Mac, Peer>,
+    /// Address -> MAC: this host's, the configured and the SEP bindings.
+    bound: HashMap<Ipv4Addr, Mac>,
     sep: Sep,
     ready: VecDeque<Vec<u8>>,
+    /// When to announce the epoch again.
+    announce_at: VecDeque<Instant>,
+    /// When to retry initiations the rate limit postponed.
+    sep_retry_at: Option<Instant>,
     stats: NodeStats,
 }
 
-fn group_keys(cfg: &NodeConfig, src: Mac, epoch: u8) -> Result<SessionKeys, ConfigError> {
+fn group_keys(cfg: &NodeConfig, src: Mac, epoch: u64) -> Result<SessionKeys, ConfigError> {
     match cfg.group_suite.version() {
         Version::V0 => SessionKeys::group_sender(cfg.group_suite, &cfg.group_secret, src),
         Version::V1 => {
-            let mut ctx = [0u8; 12];
-            ctx[..5].copy_from_slice(b"group");
-            ctx[5..11].copy_from_slice(&src);
-            ctx[11] = epoch;
-            SessionKeys::derive(cfg.group_suite, &cfg.group_secret, &ctx)
+            SessionKeys::group_sender_epoch(cfg.group_suite, &cfg.group_secret, src, epoch)
         }
     }
 }
@@ -269,23 +353,36 @@ fn target_ipv4(frame: &[u8]) -> Option<Ipv4Addr> {
     Some(Ipv4Addr::from(b))
 }
 
+/// An Ethernet/IPv4 ARP packet's sender hardware and protocol addresses (`None` for anything else).
+fn arp_sender(frame: &[u8]) -> Option<(Mac, Ipv4Addr)> {
+    if frame.get(12..14)? != [0x08, 0x06] {
+        return None;
+    }
+    let a = frame.get(14..14 + 28)?;
+    if a[..6] != [0, 1, 8, 0, 6, 4] {
+        return None;
+    }
+    let sha: Mac = a[8..14].try_into().ok()?;
+    let spa: [u8; 4] = a[14..18].try_into().ok()?;
+    Some((sha, Ipv4Addr::from(spa)))
+}
+
 impl Node {
-    /// A host, started at `now` (monotonic) which is `unix_now` seconds of Unix time (for timestamps).
+    /// A host, started at `now` (monotonic) which is `unix_now` seconds of Unix time (for timestamps). A version-1
+    /// host queues the ANNOUNCE of its epoch (see [`Node::poll_transmit`]).
     pub fn new(cfg: NodeConfig, now: Instant, unix_now: u64) -> Result<Node, ConfigError> {
-        let mut e = [0u8; 1];
-        while e[0] == 0 {
-            netveil_crypto::rand::fill_random(&mut e);
-        }
         let epoch = match cfg.group_suite.version() {
             Version::V0 => 0,
-            Version::V1 => e[0],
+            Version::V1 if cfg.epoch == 0 => return Err(ConfigError::ZeroEpoch),
+            Version::V1 => cfg.epoch,
         };
         let keys = group_keys(&cfg, cfg.mac, epoch)?;
         let group_tx = TxSession::new(
             &keys,
             TxConfig {
                 ethertype: cfg.ethertype,
-                key_id: epoch,
+                key_id: 0,
+                epoch: Some(epoch),
                 insecure_ecb: cfg.insecure_ecb,
                 first_seq: None,
             },
@@ -301,6 +398,13 @@ impl Node {
                 },
             )?;
         }
+        let mut bound = HashMap::new();
+        bound.insert(cfg.ip, cfg.mac);
+        for (mac, ip) in &cfg.peer_ips {
+            if bound.insert(*ip, *mac).is_some_and(|m| m != *mac) {
+                return Err(ConfigError::IpBoundTwice(*ip));
+            }
+        }
         let sep = Sep::new(SepConfig {
             mac: cfg.mac,
             ip: cfg.ip,
@@ -310,18 +414,28 @@ impl Node {
             lifetime: cfg.lifetime,
             retransmit: cfg.retransmit,
             attempts: cfg.attempts,
+            max_starts_per_second: cfg.sep_per_second,
         });
-        Ok(Node {
+        let v1 = cfg.group_suite.version() == Version::V1;
+        let mut node = Node {
             cfg,
             unix_base: (now, unix_now),
             epoch,
             group_tx,
             group_rx: HashMap::new(),
             peers: HashMap::new(),
+            bound,
             sep,
             ready: VecDeque::new(),
+            announce_at: VecDeque::new(),
+            sep_retry_at: None,
             stats: NodeStats::default(),
-        })
+        };
+        if v1 {
+            node.announce(now);
+            node.announce_at = ANNOUNCE_AGAIN.iter().map(|d| now + *d).collect();
+        }
+        Ok(node)
     }
 
     pub fn config(&self) -> &NodeConfig {
@@ -331,12 +445,20 @@ impl Node {
         &self.stats
     }
     /// The epoch of this host's group frames (version 1; 0 in version 0).
-    pub fn epoch(&self) -> u8 {
+    pub fn epoch(&self) -> u64 {
         self.epoch
     }
     /// Group senders currently known.
     pub fn group_senders(&self) -> usize {
         self.group_rx.len()
+    }
+    /// The epoch this host knows for the group sender `mac` (`None`: not heard, or forgotten).
+    pub fn sender_epoch(&self, mac: &Mac) -> Option<u64> {
+        self.group_rx.get(mac).map(|g| g.epoch)
+    }
+    /// The MAC address an IPv4 address is bound to (this host's own included).
+    pub fn bound_mac(&self, ip: Ipv4Addr) -> Option<Mac> {
+        self.bound.get(&ip).copied()
     }
 
     fn unix(&self, now: Instant) -> u32 {
@@ -344,10 +466,12 @@ impl Node {
         (u + now.saturating_duration_since(i).as_secs()) as u32
     }
 
-    fn rx_config(&self, key_id: u8, group: bool) -> RxConfig {
+    fn rx_config(&self, key_id: u8, group_epoch: Option<u64>) -> RxConfig {
+        let group = group_epoch.is_some();
         RxConfig {
             ethertype: self.cfg.ethertype,
             key_id,
+            epoch: group_epoch.filter(|_| self.cfg.group_suite.version() == Version::V1),
             insecure_ecb: self.cfg.insecure_ecb,
             replay_window: self.cfg.replay_window,
             require_encryption: true,
@@ -454,19 +578,56 @@ impl Node {
         Ok(Outbound::Queued)
     }
 
-    fn start_sep(&mut self, peer: Mac, ip: Option<Ipv4Addr>, now: Instant) {
+    /// Starts SEP with `peer` unless an exchange runs; false if the rate limit postponed it (counted, and retried
+    /// by [`Node::handle_timeout`]).
+    fn start_sep(&mut self, peer: Mac, ip: Option<Ipv4Addr>, now: Instant) -> bool {
         if self.sep.in_progress(&peer) {
-            return;
+            return true;
         }
         let p = self.peers.entry(peer).or_default();
-        // The next key id (1..=255, 0 never: version 1 group frames carry their epoch there).
+        // The next key id (1..=255; 0 never: it is the key id of group frames).
         let key_id = match p.cur.as_ref() {
             Some(s) if s.key_id < 255 => s.key_id + 1,
             _ => 1,
         };
-        p.last_initiate = Some(now);
-        self.sep.initiate(peer, ip, key_id, now);
-        self.drain_sep(now);
+        match self.sep.try_initiate(peer, ip, key_id, now) {
+            Ok(()) => {
+                p.last_initiate = Some(now);
+                self.drain_sep(now);
+                true
+            }
+            Err(e) => {
+                if e == SepError::RateLimited {
+                    self.stats.sep_error(e);
+                    let t = now + SEP_RETRY;
+                    self.sep_retry_at = Some(self.sep_retry_at.map_or(t, |r| r.min(t)));
+                }
+                false
+            }
+        }
+    }
+
+    /// Broadcasts the SEP ANNOUNCE of this host's epoch.
+    fn announce(&mut self, now: Instant) {
+        let msg = sep::announce_message(self.cfg.mac);
+        self.send_control(&msg, now);
+        self.stats.announces += 1;
+    }
+
+    /// Seals a SEP message as a group frame to the broadcast address and queues it.
+    fn send_control(&mut self, msg: &[u8], now: Instant) {
+        let mut b = PacketBuf::new(msg.len() + 14 + 256, 32);
+        if let Some(d) = b.push_back(14 + msg.len()) {
+            d[..6].copy_from_slice(&BROADCAST);
+            d[6..12].copy_from_slice(&self.cfg.mac);
+            d[12..14].copy_from_slice(&self.cfg.ethertype.to_be_bytes());
+            d[14..].copy_from_slice(msg);
+        }
+        if self.seal_group(&mut b, now).is_ok() {
+            self.ready.push_back(b.data().to_vec());
+        } else {
+            self.stats.tx_drops.count(Drop::TxFailed);
+        }
     }
 
     /// A frame from the wire. `Ok(Deliver)`: opened in place, for the host; `Ok(Control)`: a SEP message,
@@ -490,68 +651,17 @@ impl Node {
         if src == self.cfg.mac || is_group(&src) {
             return Err(Drop::Malformed);
         }
-        let unix = self.unix(now);
         if is_group(&dst) {
-            let key_id = p.header.key_id;
-            let peer_key = self.cfg.peer_keys.get(&src);
-            let opened = match self.group_rx.get_mut(&(src, key_id)) {
-                Some((rx, seen)) => {
-                    *seen = now;
-                    rx.open(frame, unix, peer_key)?
-                }
-                None => {
-                    // A sender not seen yet (or a new epoch of one): keys derived now, kept only if the frame
-                    // is genuine.
-                    let keys = group_keys(&self.cfg, src, key_id).map_err(|_| Drop::NoKey)?;
-                    let mut rx = RxSession::new(&keys, self.rx_config(key_id, true))
-                        .map_err(|_| Drop::NoKey)?;
-                    let o = rx.open(frame, unix, peer_key)?;
-                    self.group_rx.retain(|(m, _), _| *m != src);
-                    if self.group_rx.len() >= MAX_GROUP_SENDERS {
-                        if let Some(k) = self
-                            .group_rx
-                            .iter()
-                            .min_by_key(|(_, (_, seen))| *seen)
-                            .map(|(k, _)| *k)
-                        {
-                            self.group_rx.remove(&k);
-                        }
-                    }
-                    self.group_rx.insert((src, key_id), (rx, now));
-                    o
-                }
-            };
-            self.stats.rx_group += 1;
-            if opened.ethertype == self.cfg.ethertype {
-                let msg = frame.data().get(14..).unwrap_or(&[]).to_vec();
-                let r = self.sep.handle_message(src, &msg, now);
-                self.drain_sep(now);
-                return match r {
-                    Ok(()) => Ok(Inbound::Control),
-                    // Every host sees every SEP message (broadcast); those for others are not a failure.
-                    Err(SepError::NotTarget) => {
-                        *self
-                            .stats
-                            .sep_errors
-                            .entry(SepError::NotTarget.name())
-                            .or_default() += 1;
-                        Ok(Inbound::Control)
-                    }
-                    Err(e) => {
-                        *self.stats.sep_errors.entry(e.name()).or_default() += 1;
-                        Err(Drop::SepRefused)
-                    }
-                };
-            }
-            return Ok(Inbound::Deliver);
+            return self.group_inbound(frame, src, p.header.epoch, now);
         }
         if dst != self.cfg.mac {
             return Err(Drop::NotForUs);
         }
+        let unix = self.unix(now);
         let v1 = p.header.version == Version::V1;
         let key_id = p.header.key_id;
+        // Only a peer with a session is looked at: nothing is created, nothing started for anyone else.
         let Some(peer) = self.peers.get_mut(&src) else {
-            self.no_session(src, now);
             return Err(Drop::NoSession);
         };
         let mut result = Err(Drop::NoSession);
@@ -559,7 +669,11 @@ impl Node {
             .into_iter()
             .flatten()
         {
-            if now >= s.expires || (v1 && s.key_id != key_id) {
+            if now >= s.expires {
+                continue;
+            }
+            if v1 && s.key_id != key_id {
+                result = Err(Drop::UnknownKeyId);
                 continue;
             }
             result = s.rx.open(frame, unix, None);
@@ -568,58 +682,176 @@ impl Node {
                 break;
             }
         }
-        match result {
-            Ok(_) => {
-                peer.stats.rx_frames += 1;
-                peer.stats.rx_bytes += frame.len() as u64;
-                Ok(Inbound::Deliver)
-            }
-            Err(Drop::NoSession) => {
-                self.no_session(src, now);
-                Err(Drop::NoSession)
-            }
-            Err(e) => Err(e),
-        }
+        result?;
+        peer.stats.rx_frames += 1;
+        peer.stats.rx_bytes += frame.len() as u64;
+        self.check_arp(frame.data(), src)?;
+        Ok(Inbound::Deliver)
     }
 
-    /// A unicast frame from a host we have no session with: it probably restarted; set up a new one (at most
-    /// once a second per host).
-    fn no_session(&mut self, src: Mac, now: Instant) {
-        if self.peers.len() >= MAX_PEERS && !self.peers.contains_key(&src) {
-            return;
+    /// A group frame from `src` (see the module documentation: epochs, authentication before state).
+    fn group_inbound(
+        &mut self,
+        frame: &mut PacketBuf,
+        src: Mac,
+        epoch: Option<u64>,
+        now: Instant,
+    ) -> Result<Inbound, Drop> {
+        let unix = self.unix(now);
+        let ep = match self.cfg.group_suite.version() {
+            // (A version-0 session refuses a frame with the bit set as malformed.)
+            Version::V0 => 0,
+            Version::V1 => epoch.ok_or(Drop::Policy)?,
+        };
+        let known = self.group_rx.get(&src).map(|g| g.epoch);
+        let peer_epoch = self.peers.get(&src).map_or(0, |p| p.epoch);
+        if ep < known.unwrap_or(0).max(peer_epoch) {
+            return Err(Drop::OldEpoch);
         }
-        let recent = self
-            .peers
-            .get(&src)
-            .and_then(|p| p.last_initiate)
-            .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(1));
-        if !recent {
+        let peer_key = self.cfg.peer_keys.get(&src);
+        let (opened, restarted) = match self.group_rx.get_mut(&src) {
+            Some(g) if g.epoch == ep => {
+                let o = g.rx.open(frame, unix, peer_key)?;
+                g.seen = now;
+                (o, false)
+            }
+            _ => {
+                // A sender not heard yet, or a newer epoch of one: keys derived now, a window only once the frame
+                // authenticated.
+                let keys = group_keys(&self.cfg, src, ep).map_err(|_| Drop::NoKey)?;
+                let mut rx = RxSession::candidate(&keys, self.rx_config(0, Some(ep)))
+                    .map_err(|_| Drop::NoKey)?;
+                let o = rx.open(frame, unix, peer_key)?;
+                let restarted =
+                    known.is_some_and(|k| k < ep) || (peer_epoch != 0 && peer_epoch < ep);
+                if known.is_none() && self.group_rx.len() >= MAX_GROUP_SENDERS {
+                    if let Some(k) = self
+                        .group_rx
+                        .iter()
+                        .min_by_key(|(_, g)| g.seen)
+                        .map(|(k, _)| *k)
+                    {
+                        self.group_rx.remove(&k);
+                    }
+                }
+                self.group_rx.insert(
+                    src,
+                    GroupSender {
+                        epoch: ep,
+                        rx,
+                        seen: now,
+                    },
+                );
+                (o, restarted)
+            }
+        };
+        self.stats.rx_group += 1;
+        let resume = restarted && self.peer_restarted(src);
+        let r = if opened.ethertype == self.cfg.ethertype {
+            self.control(frame, src, (ep, opened.seq), now)
+        } else {
+            self.check_arp(frame.data(), src).map(|_| Inbound::Deliver)
+        };
+        if resume && !self.sep.in_progress(&src) {
             let ip = self.peers.get(&src).and_then(|p| p.ip);
             self.start_sep(src, ip, now);
         }
+        r
+    }
+
+    /// `src` restarted (a newer epoch authenticated): its sessions and any exchange with it are dropped. True if
+    /// there was something to resume (a session, queued frames).
+    fn peer_restarted(&mut self, src: Mac) -> bool {
+        self.stats.peer_restarts += 1;
+        self.sep.abort(&src);
+        let Some(p) = self.peers.get_mut(&src) else {
+            return false;
+        };
+        let had = p.cur.is_some() || p.prev.is_some() || !p.queue.is_empty();
+        p.cur = None;
+        p.prev = None;
+        had
+    }
+
+    /// A SEP message (an opened group frame with the l2sec EtherType inside) from `src`.
+    fn control(
+        &mut self,
+        frame: &PacketBuf,
+        src: Mac,
+        order: (u64, u64),
+        now: Instant,
+    ) -> Result<Inbound, Drop> {
+        let msg = frame.data().get(14..).unwrap_or(&[]).to_vec();
+        if let Some(ip) = sep::stated_ip(&msg, self.cfg.mac) {
+            if !self.binding_allows(src, ip) {
+                self.stats.sep_error(SepError::IpBound);
+                return Err(Drop::SepRefused);
+            }
+        }
+        let r = self.sep.handle_message(src, &msg, order, now);
+        self.drain_sep(now);
+        match r {
+            Ok(()) => Ok(Inbound::Control),
+            // Every host sees every SEP message (broadcast); those for others are not a failure.
+            Err(SepError::NotTarget) => {
+                self.stats.sep_error(SepError::NotTarget);
+                Ok(Inbound::Control)
+            }
+            Err(e) => {
+                self.stats.sep_error(e);
+                Err(Drop::SepRefused)
+            }
+        }
+    }
+
+    /// The address bound to `mac` (configured, or from SEP).
+    fn binding(&self, mac: &Mac) -> Option<Ipv4Addr> {
+        if *mac == self.cfg.mac {
+            return Some(self.cfg.ip);
+        }
+        self.cfg
+            .peer_ips
+            .get(mac)
+            .copied()
+            .or_else(|| self.peers.get(mac).and_then(|p| p.bound_ip))
+    }
+
+    /// May `mac` use (and be bound to) `ip`?
+    fn binding_allows(&self, mac: Mac, ip: Ipv4Addr) -> bool {
+        if let Some(c) = self.cfg.peer_ips.get(&mac) {
+            return *c == ip;
+        }
+        self.bound.get(&ip).is_none_or(|m| *m == mac)
+    }
+
+    /// An opened frame from `src`: if it is ARP, may `src` say what it says?
+    fn check_arp(&self, frame: &[u8], src: Mac) -> Result<(), Drop> {
+        let Some((sha, spa)) = arp_sender(frame) else {
+            return Ok(());
+        };
+        if sha != src {
+            return Err(Drop::ArpSpoofed);
+        }
+        if spa.is_unspecified() {
+            return Ok(());
+        }
+        if self.binding(&src).is_some_and(|b| b != spa) {
+            return Err(Drop::ArpSpoofed);
+        }
+        if self.bound.get(&spa).is_some_and(|m| *m != src) {
+            return Err(Drop::ArpSpoofed);
+        }
+        Ok(())
     }
 
     /// Handles what SEP produced: messages to send, sessions to install, failures.
     fn drain_sep(&mut self, now: Instant) {
         while let Some(ev) = self.sep.poll_event() {
             match ev {
-                SepEvent::Transmit { to: _, msg } => {
-                    let mut b = PacketBuf::new(msg.len() + 14 + 256, 32);
-                    if let Some(d) = b.push_back(14 + msg.len()) {
-                        d[..6].copy_from_slice(&BROADCAST);
-                        d[6..12].copy_from_slice(&self.cfg.mac);
-                        d[12..14].copy_from_slice(&self.cfg.ethertype.to_be_bytes());
-                        d[14..].copy_from_slice(&msg);
-                    }
-                    if self.seal_group(&mut b, now).is_ok() {
-                        self.ready.push_back(b.data().to_vec());
-                    } else {
-                        self.stats.tx_drops.count(Drop::TxFailed);
-                    }
-                }
+                SepEvent::Transmit { to: _, msg } => self.send_control(&msg, now),
                 SepEvent::Established(est) => self.install(*est, now),
                 SepEvent::Failed { peer, reason } => {
-                    *self.stats.sep_errors.entry(reason.name()).or_default() += 1;
+                    self.stats.sep_error(reason);
                     if let Some(p) = self.peers.get_mut(&peer) {
                         p.stats.failures += 1;
                         let n = p.queue.len() as u64;
@@ -635,22 +867,24 @@ impl Node {
     }
 
     fn install(&mut self, est: Established, now: Instant) {
+        // The address the peer stated was checked when its message came; bindings may have changed since.
+        if !self.binding_allows(est.peer, est.peer_ip) {
+            self.stats.sep_error(SepError::IpBound);
+            return;
+        }
         let tx_cfg = TxConfig {
             ethertype: self.cfg.ethertype,
             key_id: est.key_id,
+            epoch: None,
             insecure_ecb: self.cfg.insecure_ecb,
             first_seq: None,
         };
-        let rx_cfg = self.rx_config(est.key_id, false);
+        let rx_cfg = self.rx_config(est.key_id, None);
         let (Ok(tx), Ok(rx)) = (
             TxSession::new(&est.tx, tx_cfg),
             RxSession::new(&est.rx, rx_cfg),
         ) else {
-            *self
-                .stats
-                .sep_errors
-                .entry(SepError::NoCommonSuite.name())
-                .or_default() += 1;
+            self.stats.sep_error(SepError::NoCommonSuite);
             return;
         };
         let margin = if est.initiator {
@@ -671,8 +905,20 @@ impl Node {
             rekey_at,
         };
         self.stats.sessions_established += 1;
+        let peer_epoch = self.group_rx.get(&est.peer).map_or(0, |g| g.epoch);
+        let configured = self.cfg.peer_ips.contains_key(&est.peer);
         let p = self.peers.entry(est.peer).or_default();
         p.ip = Some(est.peer_ip);
+        p.epoch = peer_epoch;
+        if !configured && p.bound_ip != Some(est.peer_ip) {
+            if let Some(old) = p.bound_ip.take() {
+                if self.bound.get(&old) == Some(&est.peer) {
+                    self.bound.remove(&old);
+                }
+            }
+            p.bound_ip = Some(est.peer_ip);
+            self.bound.insert(est.peer_ip, est.peer);
+        }
         p.stats.sessions += 1;
         p.prev = p.cur.take().filter(|old| old.key_id != s.key_id);
         p.cur = Some(s);
@@ -699,11 +945,19 @@ impl Node {
         self.ready.pop_front()
     }
 
-    /// Timers: SEP retransmissions, rekeys, expiries.
+    /// Timers: SEP retransmissions, rekeys, expiries, initiations the rate limit postponed, announcements.
     pub fn handle_timeout(&mut self, now: Instant) {
+        while self.announce_at.front().is_some_and(|t| *t <= now) {
+            self.announce_at.pop_front();
+            self.announce(now);
+        }
         self.sep.handle_timeout(now);
         self.drain_sep(now);
-        let mut rekey = Vec::new();
+        let mut start = Vec::new();
+        let retry = self.sep_retry_at.is_some_and(|t| t <= now);
+        if retry {
+            self.sep_retry_at = None;
+        }
         for (mac, p) in self.peers.iter_mut() {
             if p.prev.as_ref().is_some_and(|s| now >= s.expires) {
                 p.prev = None;
@@ -711,34 +965,61 @@ impl Node {
             if p.cur.as_ref().is_some_and(|s| now >= s.expires) {
                 p.cur = None;
             }
+            if self.sep.in_progress(mac) {
+                continue;
+            }
             if let Some(s) = &p.cur {
                 // Due, and not tried since it became due (or the last try is a while ago: it failed).
                 let tried = matches!(p.last_initiate,
                     Some(t) if t >= s.rekey_at && now.saturating_duration_since(t) < REKEY_RETRY);
-                if now >= s.rekey_at && !tried && !self.sep.in_progress(mac) {
-                    rekey.push((*mac, p.ip));
+                if now >= s.rekey_at && !tried {
+                    start.push((*mac, p.ip));
                 }
+            } else if retry && !p.queue.is_empty() {
+                start.push((*mac, p.ip));
             }
         }
-        for (mac, ip) in rekey {
+        start.sort_unstable_by_key(|(m, _)| *m);
+        for (mac, ip) in start {
             self.start_sep(mac, ip, now);
         }
         self.drain_sep(now);
-        // Forget idle peers without sessions or queues.
-        self.peers.retain(|m, p| {
-            p.cur.is_some() || p.prev.is_some() || !p.queue.is_empty() || self.sep.in_progress(m)
-        });
+        // Forget idle peers without sessions or queues (and the addresses SEP bound to them).
+        let gone: Vec<Mac> = self
+            .peers
+            .iter()
+            .filter(|(m, p)| {
+                p.cur.is_none()
+                    && p.prev.is_none()
+                    && p.queue.is_empty()
+                    && !self.sep.in_progress(m)
+            })
+            .map(|(m, _)| *m)
+            .collect();
+        for m in gone {
+            if let Some(ip) = self.peers.remove(&m).and_then(|p| p.bound_ip) {
+                if self.bound.get(&ip) == Some(&m) {
+                    self.bound.remove(&ip);
+                }
+            }
+        }
     }
 
     /// When [`Node::handle_timeout`] should run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t = self.sep.poll_timeout();
+        let mut at = |x: Instant| t = Some(t.map_or(x, |t: Instant| t.min(x)));
         for p in self.peers.values() {
             for s in [&p.cur, &p.prev].into_iter().flatten() {
-                for x in [s.expires, s.rekey_at] {
-                    t = Some(t.map_or(x, |t: Instant| t.min(x)));
-                }
+                at(s.expires);
+                at(s.rekey_at);
             }
+        }
+        if let Some(x) = self.announce_at.front() {
+            at(*x);
+        }
+        if let Some(x) = self.sep_retry_at {
+            at(x);
         }
         t
     }
@@ -756,6 +1037,8 @@ impl Node {
             .map(|(mac, p)| PeerStatus {
                 mac: *mac,
                 ip: p.ip,
+                bound_ip: self.binding(mac),
+                epoch: self.group_rx.get(mac).map_or(p.epoch, |g| g.epoch),
                 session: p.cur.as_ref().map(|s| SessionStatus {
                     key_id: s.key_id,
                     suite: s.suite,

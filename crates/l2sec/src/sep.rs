@@ -5,8 +5,9 @@
 //!
 //! The caller (the node) carries SEP messages as l2sec group frames (broadcast, under the group key, signed when
 //! signatures are configured) with the l2sec EtherType as the inner EtherType, hands received ones to
-//! [`Sep::handle_message`], and sends what [`Sep::poll_event`] returns. SEP itself does no I/O and reads no
-//! clock: time is passed in, and [`Sep::poll_timeout`] tells when [`Sep::handle_timeout`] is due.
+//! [`Sep::handle_message`] with the (epoch, sequence number) of the group frame that carried them, and sends what
+//! [`Sep::poll_event`] returns. SEP itself does no I/O and reads no clock: time is passed in, and
+//! [`Sep::poll_timeout`] tells when [`Sep::handle_timeout`] is due.
 //!
 //! # Exchange
 //!
@@ -49,6 +50,11 @@
 //! | 6 | KEY_EXCHANGE_ACCEPT | accepted lifetime (4, 1..=offer), KEr (public value length), MAC_r (32) |
 //! | 7 | FINISH | MAC_i (32) |
 //! | 8 | REJECT | reason (1): 1 no common suite, 2 no common group |
+//! | 9 | ANNOUNCE | none; receiver ff:ff:ff:ff:ff:ff, exchange id 0 |
+//!
+//! ANNOUNCE belongs to no exchange: a host sends it when it starts ([`announce_message`]), so that the others
+//! learn its new group epoch at once from an authenticated frame (see [`crate::node`]); SEP accepts it and does
+//! nothing else.
 //!
 //! A message of any other length (trailing bytes included), an unknown version or type, a zero key id or
 //! lifetime, or empty lists is [`SepError::Malformed`]. Unknown suite or group codes in an OFFER are skipped
@@ -105,6 +111,15 @@
 //!   [`SepError::Unexpected`]); otherwise it abandons its own exchange (without a `Failed` event: it gets the
 //!   responder's `Established` instead) and answers. Exactly one exchange survives, initiated by the lower MAC.
 //! - **Restarts.** A REQUEST with a new exchange id from a peer we are responding to replaces that exchange.
+//! - **Freshness.** [`Sep::handle_message`] takes the (epoch, sequence number) of the group frame that carried the
+//!   message. A REQUEST that is not strictly fresher than the freshest REQUEST seen from the same peer is refused
+//!   ([`SepError::Stale`]) before anything else: a replayed REQUEST can neither replace a responder exchange nor
+//!   make a host with the higher MAC abandon its own exchange. (A retransmitted REQUEST travels in a new group
+//!   frame, so it is fresher.) The last [`MAX_FRESHNESS`] peers are remembered.
+//! - **Rate.** Exchanges started (as initiator, and accepted as responder) take a token from one bucket of
+//!   `max_starts_per_second` tokens, refilled at that rate; without a token, `initiate` does nothing and a REQUEST
+//!   is refused ([`SepError::RateLimited`]), so a flood of requests cannot make this host compute key shares
+//!   without bound.
 //! - **Bounds.** At most one exchange per peer; at most [`MAX_RESPONDERS`] responder exchanges at once (further
 //!   requests from new peers: [`SepError::Busy`]).
 //! - **Errors.** `handle_message` returns `Err` when the message was dropped with no effect on any exchange (a
@@ -176,6 +191,9 @@ pub struct SepConfig {
     pub retransmit: Duration,
     /// Transmissions of one message before the exchange fails.
     pub attempts: u32,
+    /// Exchanges started per second (as initiator and accepted as responder together), with a burst of as many;
+    /// 0: no limit.
+    pub max_starts_per_second: u32,
 }
 
 /// A session both sides agreed on.
@@ -231,6 +249,13 @@ pub enum SepError {
     Timeout,
     /// Too many exchanges in progress: a request from a new peer is dropped.
     Busy,
+    /// The rate limit on exchanges started: a request is dropped (or an initiation postponed).
+    RateLimited,
+    /// A REQUEST not fresher than one already seen from the same peer (a replay).
+    Stale,
+    /// The caller refused the IPv4 address the peer stated: it is bound to another MAC address (or the peer's
+    /// configured address is another one).
+    IpBound,
 }
 
 impl SepError {
@@ -247,6 +272,9 @@ impl SepError {
             SepError::BadConfirm => "sep-bad-confirm",
             SepError::Timeout => "sep-timeout",
             SepError::Busy => "sep-busy",
+            SepError::RateLimited => "sep-rate-limited",
+            SepError::Stale => "sep-stale",
+            SepError::IpBound => "sep-ip-bound",
         }
     }
 }
@@ -269,6 +297,10 @@ pub const CONFIRM_LEN: usize = 32;
 pub const MAX_RESPONDERS: usize = 256;
 /// Most finished exchanges remembered (for retransmitted last messages).
 const MAX_LINGER: usize = 1024;
+/// Most peers whose freshest REQUEST is remembered.
+pub const MAX_FRESHNESS: usize = 4096;
+/// The broadcast address, the receiver of ANNOUNCE.
+const BROADCAST: Mac = [0xff; 6];
 
 /// Message types (the second byte of every message).
 pub mod msg_type {
@@ -280,6 +312,7 @@ pub mod msg_type {
     pub const KEY_EXCHANGE_ACCEPT: u8 = 6;
     pub const FINISH: u8 = 7;
     pub const REJECT: u8 = 8;
+    pub const ANNOUNCE: u8 = 9;
 }
 use msg_type as ty;
 
@@ -356,7 +389,7 @@ fn parse_header(msg: &[u8]) -> Result<(Hdr, &[u8]), SepError> {
         receiver: [0; 6],
         id: [0; 8],
     };
-    if !(ty::REQUEST..=ty::REJECT).contains(&h.ty) {
+    if !(ty::REQUEST..=ty::ANNOUNCE).contains(&h.ty) {
         return Err(SepError::Malformed);
     }
     h.sender.copy_from_slice(&msg[2..8]);
@@ -373,6 +406,26 @@ fn header(msg_ty: u8, sender: Mac, receiver: Mac, id: &[u8; 8]) -> Vec<u8> {
     m.extend_from_slice(&receiver);
     m.extend_from_slice(id);
     m
+}
+
+/// The ANNOUNCE message of the host `mac` (see the module documentation).
+pub fn announce_message(mac: Mac) -> Vec<u8> {
+    header(ty::ANNOUNCE, mac, BROADCAST, &[0; 8])
+}
+
+/// The IPv4 address a REQUEST (the initiator's) or an ACCEPT (the responder's) addressed to `to` states for its
+/// sender, for a caller that binds addresses to MAC addresses before SEP acts on the message. `None` for any other
+/// message, or one that is malformed or for another host.
+pub fn stated_ip(msg: &[u8], to: Mac) -> Option<Ipv4Addr> {
+    let (h, body) = parse_header(msg).ok()?;
+    if h.receiver != to {
+        return None;
+    }
+    match (h.ty, body.len()) {
+        (ty::REQUEST, n) if n == 8 + NONCE_LEN => Some(ip_at(body)),
+        (ty::ACCEPT, n) if n == NONCE_LEN + 4 => Some(ip_at(&body[NONCE_LEN..])),
+        _ => None,
+    }
 }
 
 fn ip_at(b: &[u8]) -> Ipv4Addr {
@@ -546,12 +599,54 @@ struct Linger {
     until: Instant,
 }
 
+/// A token bucket for exchanges started.
+#[derive(Default)]
+struct Bucket {
+    tokens: u32,
+    last: Option<Instant>,
+}
+
+impl Bucket {
+    /// Takes a token if there is one (`rate` per second, burst `rate`; 0: no limit).
+    fn take(&mut self, rate: u32, now: Instant) -> bool {
+        if rate == 0 {
+            return true;
+        }
+        let interval = Duration::from_secs(1) / rate;
+        match self.last {
+            None => {
+                self.tokens = rate;
+                self.last = Some(now);
+            }
+            Some(last) => {
+                let n = now.saturating_duration_since(last).as_nanos() / interval.as_nanos().max(1);
+                if n >= u128::from(rate) {
+                    self.tokens = rate;
+                    self.last = Some(now);
+                } else if n > 0 {
+                    self.tokens = (self.tokens + n as u32).min(rate);
+                    self.last = Some(last + interval * n as u32);
+                }
+            }
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
 /// The SEP state of one host: the exchanges in progress, one per peer.
 pub struct Sep {
     cfg: SepConfig,
     exchanges: HashMap<Mac, Exchange>,
     lingers: HashMap<Mac, Linger>,
     events: VecDeque<SepEvent>,
+    /// Per peer, the (epoch, sequence number) of the freshest REQUEST seen, and when.
+    freshest: HashMap<Mac, ((u64, u64), Instant)>,
+    bucket: Bucket,
+    rate_limited: u64,
 }
 
 fn later(now: Instant, d: Duration) -> Instant {
@@ -573,10 +668,54 @@ impl Sep {
             exchanges: HashMap::new(),
             lingers: HashMap::new(),
             events: VecDeque::new(),
+            freshest: HashMap::new(),
+            bucket: Bucket::default(),
+            rate_limited: 0,
         }
     }
     pub fn config(&self) -> &SepConfig {
         &self.cfg
+    }
+    /// Exchanges not started (initiations postponed, requests refused) because of the rate limit.
+    pub fn rate_limited(&self) -> u64 {
+        self.rate_limited
+    }
+
+    fn take_token(&mut self, now: Instant) -> bool {
+        let ok = self.bucket.take(self.cfg.max_starts_per_second, now);
+        if !ok {
+            self.rate_limited += 1;
+        }
+        ok
+    }
+
+    /// Records the freshness of a REQUEST from `from`; `Stale` if it is not fresher than the freshest seen.
+    fn fresh_request(
+        &mut self,
+        from: Mac,
+        order: (u64, u64),
+        now: Instant,
+    ) -> Result<(), SepError> {
+        if let Some((seen, at)) = self.freshest.get_mut(&from) {
+            if order <= *seen {
+                return Err(SepError::Stale);
+            }
+            *seen = order;
+            *at = now;
+            return Ok(());
+        }
+        if self.freshest.len() >= MAX_FRESHNESS {
+            if let Some(old) = self
+                .freshest
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(m, _)| *m)
+            {
+                self.freshest.remove(&old);
+            }
+        }
+        self.freshest.insert(from, (order, now));
+        Ok(())
     }
 
     fn attempts(&self) -> u32 {
@@ -632,8 +771,8 @@ impl Sep {
 
     /// Starts an exchange with `peer` (whose IPv4 address the caller may know from the frame that needs the
     /// session), proposing `key_id` (1..=255) for the new session. Returns false (and does nothing) if an
-    /// exchange with `peer` is already in progress (also if `key_id` is 0, `peer` is this host, or the
-    /// configuration has no suite or no group).
+    /// exchange with `peer` is already in progress (also if `key_id` is 0, `peer` is this host or a group
+    /// address, the configuration has no suite or no group, or the rate limit allows no exchange now).
     pub fn initiate(
         &mut self,
         peer: Mac,
@@ -641,13 +780,29 @@ impl Sep {
         key_id: u8,
         now: Instant,
     ) -> bool {
+        self.try_initiate(peer, peer_ip, key_id, now).is_ok()
+    }
+
+    /// [`Sep::initiate`], saying why not: `Unexpected` (an exchange in progress, or arguments it cannot use) or
+    /// `RateLimited`.
+    pub fn try_initiate(
+        &mut self,
+        peer: Mac,
+        peer_ip: Option<Ipv4Addr>,
+        key_id: u8,
+        now: Instant,
+    ) -> Result<(), SepError> {
         if self.exchanges.contains_key(&peer)
             || key_id == 0
             || peer == self.cfg.mac
+            || peer[0] & 1 == 1
             || self.cfg.suites.is_empty()
             || self.cfg.groups.is_empty()
         {
-            return false;
+            return Err(SepError::Unexpected);
+        }
+        if !self.take_token(now) {
+            return Err(SepError::RateLimited);
         }
         self.lingers.remove(&peer);
         let id = random::<8>();
@@ -680,7 +835,7 @@ impl Sep {
         };
         self.exchanges.insert(peer, x);
         self.transmit(peer, m1);
-        true
+        Ok(())
     }
 
     /// Forgets the exchange with `peer` (in progress or finished), without an event.
@@ -689,15 +844,35 @@ impl Sep {
         self.lingers.remove(peer);
     }
 
-    /// A SEP message received from `from` (the frame's source MAC, already authenticated as a group frame).
-    /// On error nothing is sent (silent drop); the caller counts the reason.
-    pub fn handle_message(&mut self, from: Mac, msg: &[u8], now: Instant) -> Result<(), SepError> {
+    /// A SEP message received from `from` (the frame's source MAC, already authenticated as a group frame) in
+    /// the group frame numbered `order` = (the sender's epoch, the frame's sequence number): strictly increasing
+    /// for one sender, so that a stale REQUEST is recognised (see the module documentation). On error nothing is
+    /// sent (silent drop); the caller counts the reason.
+    pub fn handle_message(
+        &mut self,
+        from: Mac,
+        msg: &[u8],
+        order: (u64, u64),
+        now: Instant,
+    ) -> Result<(), SepError> {
         let (h, body) = parse_header(msg)?;
+        if h.ty == ty::ANNOUNCE {
+            if h.receiver != BROADCAST || h.id != [0; 8] || !body.is_empty() {
+                return Err(SepError::Malformed);
+            }
+            if h.sender != from || from == self.cfg.mac {
+                return Err(SepError::WrongSender);
+            }
+            return Ok(());
+        }
         if h.receiver != self.cfg.mac {
             return Err(SepError::NotTarget);
         }
         if h.sender != from || from == self.cfg.mac {
             return Err(SepError::WrongSender);
+        }
+        if h.ty == ty::REQUEST {
+            self.fresh_request(from, order, now)?;
         }
         let in_exchange = self.exchanges.get(&from).is_some_and(|x| x.id == h.id);
         if !in_exchange {
@@ -766,6 +941,9 @@ impl Sep {
                     return Err(SepError::Busy);
                 }
             }
+        }
+        if !self.take_token(now) {
+            return Err(SepError::RateLimited);
         }
         self.exchanges.remove(&from);
         self.lingers.remove(&from);

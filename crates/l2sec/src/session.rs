@@ -25,6 +25,9 @@ pub struct TxConfig {
     pub ethertype: u16,
     /// Version 1: the key id sent in every frame (the receiver's selector across rekeys).
     pub key_id: u8,
+    /// Version 1: the 64-bit epoch sent in every frame (EP flag): group senders set it (it is also in their key
+    /// derivation, see [`crate::node`]); sessions leave it `None`. Ignored in version 0, which has no such field.
+    pub epoch: Option<u64>,
     /// Allow the ECB suites (insecure: equal plaintext blocks give equal ciphertext blocks).
     pub insecure_ecb: bool,
     /// The first sequence number (low 32 bits on the wire). `None`: random in 1..=2^31, as the thesis
@@ -37,6 +40,7 @@ impl Default for TxConfig {
         TxConfig {
             ethertype: DEFAULT_ETHERTYPE,
             key_id: 0,
+            epoch: None,
             insecure_ecb: false,
             first_seq: None,
         }
@@ -151,7 +155,7 @@ impl TxSession {
         self.seq.last()
     }
 
-    /// Bytes of headroom and tailroom a frame needs to be sealed with these options (at most 16 and 80).
+    /// Bytes of headroom and tailroom a frame needs to be sealed with these options (at most 24 and 80).
     pub fn overhead(&self, opts: &SealOpts<'_>) -> (usize, usize) {
         let h = header::header_len(self.version, self.flags(opts));
         let pad = match self.suite {
@@ -164,10 +168,19 @@ impl TxSession {
         )
     }
 
+    /// The epoch this session sends (version 1 only).
+    fn epoch(&self) -> Option<u64> {
+        match self.version {
+            Version::V0 => None,
+            Version::V1 => self.cfg.epoch,
+        }
+    }
+
     fn flags(&self, opts: &SealOpts<'_>) -> u8 {
         Repr {
             version: self.version,
             reserved: false,
+            epoch: self.epoch(),
             signed: opts.signer.is_some(),
             encrypted: opts.encrypt,
             key_id: 0,
@@ -202,6 +215,7 @@ impl TxSession {
         let repr = Repr {
             version: self.version,
             reserved: false,
+            epoch: self.epoch(),
             signed,
             encrypted: opts.encrypt,
             key_id: if self.version == Version::V1 {
@@ -296,6 +310,8 @@ pub struct RxConfig {
     pub ethertype: u16,
     /// Version 1: the key id frames must carry.
     pub key_id: u8,
+    /// Version 1: the epoch frames must carry (group senders); `None`: frames must carry none.
+    pub epoch: Option<u64>,
     /// Allow the ECB suites.
     pub insecure_ecb: bool,
     /// Anti-replay window in frames (at least 64).
@@ -320,6 +336,7 @@ impl Default for RxConfig {
         RxConfig {
             ethertype: DEFAULT_ETHERTYPE,
             key_id: 0,
+            epoch: None,
             insecure_ecb: false,
             replay_window: 1024,
             require_encryption: true,
@@ -343,6 +360,8 @@ pub struct Opened {
     /// The full (64-bit) sequence number.
     pub seq: u64,
     pub key_id: u8,
+    /// Version 1 group frames: the sender's epoch.
+    pub epoch: Option<u64>,
     pub signed: bool,
     pub encrypted: bool,
     pub security_number: Option<u32>,
@@ -350,13 +369,18 @@ pub struct Opened {
 }
 
 /// The receiving side of a session with one peer (or of one group sender): cipher state built once, the
-/// replay window.
+/// replay window, and a scratch buffer for what a signature covers.
 pub struct RxSession {
     cfg: RxConfig,
     version: Version,
     suite: Option<Suite>,
     engine: Option<Engine>,
-    window: ReplayWindow,
+    /// `None` for a candidate ([`RxSession::candidate`]) until a frame authenticated.
+    window: Option<ReplayWindow>,
+    /// Version 1, signed frames: a copy of the bytes the signature covers (the frame before the signature and the
+    /// high sequence bits), taken before the AEAD decrypts in place and checked after the tag. Reused: it grows to
+    /// the largest signed frame once.
+    scratch: Vec<u8>,
 }
 
 impl core::fmt::Debug for RxSession {
@@ -365,7 +389,7 @@ impl core::fmt::Debug for RxSession {
             .field("version", &self.version)
             .field("suite", &self.suite)
             .field("cfg", &self.cfg)
-            .field("top_seq", &self.window.top())
+            .field("top_seq", &self.top_seq())
             .finish_non_exhaustive()
     }
 }
@@ -407,12 +431,22 @@ pub fn peek(frame: &[u8], ethertype: u16) -> Result<Peeked, Drop> {
 impl RxSession {
     /// A keyed session with `keys` (whose suite fixes the version).
     pub fn new(keys: &SessionKeys, cfg: RxConfig) -> Result<Self, ConfigError> {
+        let mut s = Self::candidate(keys, cfg)?;
+        s.window = Some(ReplayWindow::new(cfg.replay_window, true));
+        Ok(s)
+    }
+
+    /// A keyed session that has no replay window yet: it gets one (empty, then updated with the frame's number)
+    /// only when a frame authenticated. For a sender not heard yet (or a new epoch of one): a frame that does not
+    /// authenticate leaves nothing behind but the cipher state, which the caller drops.
+    pub fn candidate(keys: &SessionKeys, cfg: RxConfig) -> Result<Self, ConfigError> {
         let engine = Engine::new(keys, cfg.insecure_ecb)?;
         Ok(RxSession {
             version: keys.suite().version(),
             suite: Some(keys.suite()),
             engine: Some(engine),
-            window: ReplayWindow::new(cfg.replay_window, true),
+            window: None,
+            scratch: Vec::new(),
             cfg,
         })
     }
@@ -423,7 +457,8 @@ impl RxSession {
             version,
             suite: None,
             engine: None,
-            window: ReplayWindow::new(cfg.replay_window, true),
+            window: Some(ReplayWindow::new(cfg.replay_window, true)),
+            scratch: Vec::new(),
             cfg,
         }
     }
@@ -443,12 +478,23 @@ impl RxSession {
     }
     /// The highest sequence number accepted so far (0 if none).
     pub fn top_seq(&self) -> u64 {
-        self.window.top()
+        self.window.as_ref().map_or(0, |w| w.top())
+    }
+
+    /// The replay window exists (a candidate gets it with its first authentic frame).
+    pub fn has_window(&self) -> bool {
+        self.window.is_some()
     }
 
     /// Checks and decrypts the l2sec frame in `frame` in place, leaving the original Ethernet frame. `now` is the
     /// caller's clock in seconds (compared with a timestamp when the frame has one); `peer_key` the sender's
     /// verifying key (looked up by source MAC), needed for signed frames. On error the frame is not to be used.
+    ///
+    /// Order of the checks, cheapest first: header, version, key id and epoch, policy, lengths; the replay window
+    /// (before any cryptography); the HMAC or AEAD tag (decrypting); then, for signed frames, the signature
+    /// (version 1: over the copy of the ciphertext taken before decryption; version 0 and keyless sessions, where
+    /// the signature is the only check, first); then security number, timestamp and padding. The window is
+    /// updated only when everything passed.
     pub fn open(
         &mut self,
         frame: &mut PacketBuf,
@@ -463,8 +509,16 @@ impl RxSession {
         if hdr.reserved {
             return Err(Drop::Malformed);
         }
-        if hdr.version == Version::V1 && hdr.key_id != self.cfg.key_id {
-            return Err(Drop::UnknownKeyId);
+        if hdr.version == Version::V1 {
+            if hdr.key_id != self.cfg.key_id {
+                return Err(Drop::UnknownKeyId);
+            }
+            match (hdr.epoch, self.cfg.epoch) {
+                (None, None) => {}
+                (Some(a), Some(b)) if a == b => {}
+                (None, Some(_)) => return Err(Drop::Policy),
+                _ => return Err(Drop::UnknownKeyId),
+            }
         }
         if self.engine.is_none() && (hdr.encrypted || !hdr.signed) {
             return Err(Drop::NoKey);
@@ -496,24 +550,42 @@ impl RxSession {
         if partial != 0 {
             return Err(Drop::Malformed);
         }
-        let seq = self.window.check(hdr.seq).map_err(replay_drop)?;
-        // With 64-bit inference a number left of the window reads as one from the next 2^32 block. No sender
-        // jumps 2^31 ahead, so call it what it most likely is (it could not authenticate anyway).
-        let top = self.window.top();
-        if top != 0 && seq > top && seq - top > 1 << 31 {
-            return Err(Drop::TooOld);
-        }
+        let seq = match &self.window {
+            Some(w) => {
+                let seq = w.check(hdr.seq).map_err(replay_drop)?;
+                // With 64-bit inference a number left of the window reads as one from the next 2^32 block. No
+                // sender jumps 2^31 ahead, so call it what it most likely is (it could not authenticate anyway).
+                let top = w.top();
+                if top != 0 && seq > top && seq - top > 1 << 31 {
+                    return Err(Drop::TooOld);
+                }
+                seq
+            }
+            // A candidate: an empty window infers the high bits as 0 (checked again when the window is made).
+            None if hdr.seq == 0 => return Err(Drop::InvalidSequence),
+            None => u64::from(hdr.seq),
+        };
         let seq_hi = ((seq >> 32) as u32).to_be_bytes();
         let d = frame.data_mut();
 
+        // The signature: checked now where it is the only check (version 0, keyless sessions); after the cheaper
+        // AEAD tag in version 1, over a copy of what it covers (the AEAD decrypts the section in place).
+        let mut deferred = None;
         if let Some(key) = peer_key {
             let sig_at = len - SIG_LEN;
             let mut sig = [0u8; SIG_LEN];
             sig.copy_from_slice(&d[sig_at..]);
-            d[sig_at..sig_at + 4].copy_from_slice(&seq_hi);
             let sig = Signature::from_bytes(&sig);
-            key.verify_strict(&d[..sig_at + 4], &sig)
-                .map_err(|_| Drop::BadSignature)?;
+            if matches!(self.engine, Some(Engine::Aead { .. })) {
+                self.scratch.clear();
+                self.scratch.extend_from_slice(&d[..sig_at]);
+                self.scratch.extend_from_slice(&seq_hi);
+                deferred = Some((key, sig));
+            } else {
+                d[sig_at..sig_at + 4].copy_from_slice(&seq_hi);
+                key.verify_strict(&d[..sig_at + 4], &sig)
+                    .map_err(|_| Drop::BadSignature)?;
+            }
         }
         match &self.engine {
             Some(Engine::Block {
@@ -547,6 +619,10 @@ impl RxSession {
             }
             None => {}
         }
+        if let Some((key, sig)) = deferred {
+            key.verify_strict(&self.scratch, &sig)
+                .map_err(|_| Drop::BadSignature)?;
+        }
         if let Some(sn) = hdr.security_number {
             if !self.cfg.security_numbers.contains(&Some(sn)) {
                 return Err(Drop::WrongSecurityNumber);
@@ -572,7 +648,14 @@ impl RxSession {
         }
         let ethertype = u16::from_be_bytes([section[0], section[1]]);
         let l3_len = section.len() - SECTION_PREFIX - pad;
-        self.window.update(seq).map_err(replay_drop)?;
+        match &mut self.window {
+            Some(w) => w.update(seq).map_err(replay_drop)?,
+            None => {
+                let mut w = ReplayWindow::new(self.cfg.replay_window, true);
+                w.update(seq).map_err(replay_drop)?;
+                self.window = Some(w);
+            }
+        }
 
         // [MACs][l2sec type][header][type][pad len][L3]... -> [MACs][type][L3]
         d.copy_within(s..s + 2, s + 1);
@@ -587,6 +670,7 @@ impl RxSession {
             ethertype,
             seq,
             key_id: hdr.key_id,
+            epoch: hdr.epoch,
             signed: hdr.signed,
             encrypted: hdr.encrypted,
             security_number: hdr.security_number,

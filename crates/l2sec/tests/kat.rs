@@ -257,6 +257,35 @@ fn frames_computed_outside_the_crate() {
     let v = hx("02000000000202000000000188b529070102030465432100546b04debf27defd5959a9fed4f54ff5eb80f3666f0595a4a1232c86ad145e131f7854bca5");
     assert_eq!(seal_kat(Suite::Aes128Gcm, 7, &opts), v);
     open_kat(Suite::Aes128Gcm, 7, &v, 0x6543_2100 - 5);
+
+    // A version-1 group frame: EP flag (0x25), key id 0, the 8-byte epoch after the sequence number, all in the
+    // AAD.
+    let v = hx("02000000000202000000000188b52500010203040102030405060708546b04debf27defd5959a9fed4f54ff5eb80f3666f0e7ceba9ea12d12ca1a31cf100774beb");
+    let epoch = Some(0x0102_0304_0506_0708);
+    let mut tx = TxSession::new(
+        &kat_keys(Suite::Aes128Gcm),
+        TxConfig {
+            epoch,
+            first_seq: Some(0x0102_0304),
+            ..TxConfig::default()
+        },
+    )
+    .unwrap();
+    let mut f = PacketBuf::from_slice(&clear(), 32, 64);
+    tx.seal(&mut f, &SealOpts::default()).unwrap();
+    assert_eq!(f.data(), &v[..]);
+    let mut rx = RxSession::new(
+        &kat_keys(Suite::Aes128Gcm),
+        RxConfig {
+            epoch,
+            ..RxConfig::default()
+        },
+    )
+    .unwrap();
+    let mut f = PacketBuf::from_slice(&v, 0, 0);
+    let o = rx.open(&mut f, 0, None).unwrap();
+    assert_eq!((o.seq, o.epoch), (0x0102_0304, epoch));
+    assert_eq!(f.data(), &clear()[..]);
 }
 
 /// The documented version-0 formulas re-implemented with RustCrypto primitives directly (not through

@@ -37,15 +37,26 @@ struct Lan {
 }
 
 impl Lan {
+    /// The nodes, connected after their start: their first ANNOUNCEs are delivered, then the records cleared.
     fn new(nodes: Vec<Node>, now: Instant) -> Lan {
         let n = nodes.len();
-        Lan {
+        let mut lan = Lan {
             nodes,
             delivered: vec![vec![]; n],
             drops: vec![HashMap::new(); n],
             wire: vec![],
             now,
-        }
+        };
+        lan.pump();
+        lan.drops = vec![HashMap::new(); n];
+        lan.wire.clear();
+        lan
+    }
+
+    /// Node `i` restarts as `node`; its ANNOUNCE goes out.
+    fn restart(&mut self, i: usize, node: Node) {
+        self.nodes[i] = node;
+        self.pump();
     }
 
     /// Host `i` sends `frame`; returns what the node did with it.
@@ -305,22 +316,35 @@ fn a_restarted_host_is_heard_again_and_sessions_heal() {
     let g = eth(bcast, mac(1), 0x0806, &arp(1, mac(1), ip(1), [0; 6], ip(2)));
     lan.send(1, &g).unwrap();
     assert_eq!(lan.delivered[0].len(), 2);
-    // h2 restarts: a new epoch for its group frames, no sessions.
+    assert_eq!(lan.nodes[0].peers(lan.now)[0].stats.sessions, 1);
+    // h2 restarts: a new epoch for its group frames, no sessions. Its ANNOUNCE tells h1 at once, which drops its
+    // session with h2 and sets up a new one, before anyone sends anything.
     lan.advance(Duration::from_secs(2));
-    lan.nodes[1] = Node::new(cfg(1, &SECRET), lan.now, 0).unwrap();
+    let mut c = cfg(1, &SECRET);
+    c.epoch = 2;
+    lan.restart(1, Node::new(c, lan.now, 0).unwrap());
+    assert_eq!(lan.nodes[0].stats().peer_restarts, 1);
+    assert_eq!(lan.nodes[0].sender_epoch(&mac(1)), Some(2));
+    let p = &lan.nodes[0].peers(lan.now)[0];
+    assert_eq!(p.stats.sessions, 2, "{p:?}");
+    assert!(p.session.is_some() && lan.nodes[1].peers(lan.now)[0].session.is_some());
     lan.send(1, &g).unwrap();
     assert_eq!(
         lan.delivered[0].len(),
         3,
         "h1 accepts the restarted host's group frames"
     );
-    // h1 still has the old session: its frame is refused, which makes h2 set up a new session.
+    // Both directions work at once, nothing refused.
     assert_eq!(lan.send(0, &data(0, 1, b"c")), Ok(Outbound::Send));
-    assert!(lan.drops[1][&Drop::NoSession] >= 1);
-    assert_eq!(lan.send(0, &data(0, 1, b"d")), Ok(Outbound::Send));
-    assert_eq!(lan.delivered[1].last(), Some(&data(0, 1, b"d")));
+    assert_eq!(lan.delivered[1].last(), Some(&data(0, 1, b"c")));
     assert_eq!(lan.send(1, &data(1, 0, b"e")), Ok(Outbound::Send));
     assert_eq!(lan.delivered[0].last(), Some(&data(1, 0, b"e")));
+    for d in &lan.drops {
+        assert!(
+            d.keys().all(|k| *k == Drop::NotForUs),
+            "nothing but flooding refused: {d:?}"
+        );
+    }
 }
 
 #[test]
@@ -409,4 +433,447 @@ fn a_peer_that_never_answers_costs_a_bounded_queue() {
     );
     // Other hosts never answered a request for someone else.
     assert!(lan.nodes[1].peers(lan.now).is_empty());
+}
+
+/// Nodes with signing keys; every node knows every other's key (and, with `ips`, its address).
+fn signed(now: Instant, n: u8, ips: bool) -> Lan {
+    let keys: Vec<SigningKey> = (0..n)
+        .map(|i| SigningKey::from_bytes(&[i + 1; 32]))
+        .collect();
+    let nodes = (0..n)
+        .map(|i| {
+            let mut c = cfg(i, &SECRET);
+            c.require_signatures = true;
+            c.signing_key = Some(keys[i as usize].clone());
+            for j in (0..n).filter(|j| *j != i) {
+                c.peer_keys.insert(mac(j), keys[j as usize].verifying_key());
+                if ips {
+                    c.peer_ips.insert(mac(j), ip(j));
+                }
+            }
+            Node::new(c, now, 0).unwrap()
+        })
+        .collect();
+    Lan::new(nodes, now)
+}
+
+/// Hands `frame` (bytes as they were on the wire) to node `to` only.
+fn inject(lan: &mut Lan, to: usize, frame: &[u8]) -> Result<Inbound, Drop> {
+    let mut b = PacketBuf::from_slice(frame, 0, 0);
+    let r = lan.nodes[to].handle_inbound(&mut b, lan.now);
+    match r {
+        Ok(Inbound::Deliver) => lan.delivered[to].push(b.data().to_vec()),
+        Ok(Inbound::Control) => {}
+        Err(d) => *lan.drops[to].entry(d).or_default() += 1,
+    }
+    r
+}
+
+/// The group frames node `i` put on the wire since `from` (an index into `lan.wire`).
+fn group_frames_of(lan: &Lan, i: u8, from: usize) -> Vec<Vec<u8>> {
+    lan.wire[from..]
+        .iter()
+        .filter(|f| f[0] & 1 == 1 && f[6..12] == mac(i))
+        .cloned()
+        .collect()
+}
+
+/// Finding: recorded group frames from before and after a restart of h1, replayed alternately, were all accepted
+/// (each epoch got a fresh window when it came back). Now the old epoch is refused and the new one's window holds.
+#[test]
+fn group_frames_replayed_across_a_restart_are_refused() {
+    let now = Instant::now();
+    let mut lan = three(now, |_| {});
+    let bcast = [0xff; 6];
+    let data = |i: u8, j: u8, m: &[u8]| eth(mac(j), mac(i), 0x0800, &ipv4(ip(i), ip(j), m));
+    // Before: ARP, a broadcast, and a session h1 -> h2 (its SEP messages are group frames too).
+    let arp_req = eth(bcast, mac(0), 0x0806, &arp(1, mac(0), ip(0), [0; 6], ip(1)));
+    let udp = eth(
+        bcast,
+        mac(0),
+        0x0800,
+        &ipv4(ip(0), Ipv4Addr::new(192, 0, 2, 255), b"b"),
+    );
+    lan.send(0, &arp_req).unwrap();
+    lan.send(0, &udp).unwrap();
+    lan.send(0, &data(0, 1, b"x")).unwrap();
+    let before = group_frames_of(&lan, 0, 0);
+    assert!(before.len() >= 6, "{}", before.len());
+    // h1 restarts (epoch 2) and does it all again.
+    lan.advance(Duration::from_secs(1));
+    let mark = lan.wire.len();
+    let mut c = cfg(0, &SECRET);
+    c.epoch = 2;
+    lan.restart(0, Node::new(c, lan.now, 0).unwrap());
+    lan.send(0, &arp_req).unwrap();
+    lan.send(0, &udp).unwrap();
+    lan.send(0, &data(0, 1, b"y")).unwrap();
+    let after = group_frames_of(&lan, 0, mark);
+    assert!(after.len() >= 3, "{}", after.len());
+    assert_eq!(lan.nodes[1].sender_epoch(&mac(0)), Some(2));
+    // The attacker replays them to h2, alternately: nothing is delivered or handled, all counted.
+    let delivered = lan.delivered[1].len();
+    let st = |l: &Lan| {
+        let s = l.nodes[1].stats();
+        (s.rx_group, s.sep_messages, s.sessions_established)
+    };
+    let counts = st(&lan);
+    lan.drops[1].clear();
+    for k in 0..before.len().max(after.len()) {
+        for f in [before.get(k), after.get(k)].into_iter().flatten() {
+            assert!(inject(&mut lan, 1, f).is_err(), "replay {k} accepted");
+        }
+    }
+    assert_eq!(lan.delivered[1].len(), delivered);
+    assert_eq!(st(&lan), counts, "a replay was opened or handled");
+    assert_eq!(lan.drops[1][&Drop::OldEpoch], before.len());
+    assert_eq!(lan.drops[1][&Drop::Replayed], after.len());
+    assert_eq!(lan.nodes[1].sender_epoch(&mac(0)), Some(2));
+    // h1 and h2 still talk.
+    assert_eq!(lan.send(0, &data(0, 1, b"z")), Ok(Outbound::Send));
+    assert_eq!(lan.delivered[1].last(), Some(&data(0, 1, b"z")));
+}
+
+/// Finding: a replayed SEP REQUEST (an old epoch's) displaced a live exchange. Now it is refused before SEP.
+#[test]
+fn a_replayed_request_does_not_displace_a_live_exchange() {
+    let now = Instant::now();
+    let mut lan = three(now, |_| {});
+    let data = |i: u8, j: u8, m: &[u8]| eth(mac(j), mac(i), 0x0800, &ipv4(ip(i), ip(j), m));
+    lan.send(0, &data(0, 1, b"x")).unwrap();
+    let old_request = group_frames_of(&lan, 0, 0)
+        .into_iter()
+        .next()
+        .expect("h1's REQUEST");
+    // h1 restarts; h2 learns it from the ANNOUNCE and starts a new exchange. Deliver nothing else yet: h2's
+    // REQUEST is in flight and h2 waits for the ACCEPT.
+    let mut c = cfg(0, &SECRET);
+    c.epoch = 2;
+    lan.nodes[0] = Node::new(c, lan.now, 0).unwrap();
+    let announce = lan.nodes[0].poll_transmit().unwrap();
+    assert_eq!(inject(&mut lan, 1, &announce), Ok(Inbound::Control));
+    let request = lan.nodes[1]
+        .poll_transmit()
+        .expect("h2 restarts SEP with h1");
+    assert!(lan.nodes[1].peers(lan.now)[0].handshaking);
+    // The replayed old REQUEST: refused as an old epoch; h2's exchange goes on.
+    assert_eq!(inject(&mut lan, 1, &old_request), Err(Drop::OldEpoch));
+    assert!(
+        lan.nodes[1].poll_transmit().is_none(),
+        "h2 answered a replay"
+    );
+    assert!(lan.nodes[1].peers(lan.now)[0].handshaking);
+    // The real exchange completes.
+    lan.flood(1, request);
+    lan.pump();
+    let p = &lan.nodes[1].peers(lan.now)[0];
+    assert!(p.session.is_some() && p.session.unwrap().initiator, "{p:?}");
+    assert_eq!(lan.send(1, &data(1, 0, b"y")), Ok(Outbound::Send));
+    assert_eq!(lan.delivered[0].last(), Some(&data(1, 0, b"y")));
+}
+
+/// Findings: a forged unicast frame with a peer's source MAC and an unknown key id started a full SEP with that peer
+/// (once a second), and random source MACs filled the peer table. Now they are dropped, counted, and start nothing.
+#[test]
+fn forged_unicast_frames_start_nothing_and_create_no_peer() {
+    let now = Instant::now();
+    let mut lan = three(now, |_| {});
+    let data = |i: u8, j: u8, m: &[u8]| eth(mac(j), mac(i), 0x0800, &ipv4(ip(i), ip(j), m));
+    lan.send(0, &data(0, 1, b"x")).unwrap();
+    // (Past the start announcements, so that h2's group frames below would all be SEP.)
+    lan.advance(Duration::from_secs(4));
+    let mut genuine = PacketBuf::from_slice(&data(0, 1, b"y"), 64, 128);
+    assert_eq!(
+        lan.nodes[0].handle_outbound(&mut genuine, lan.now),
+        Ok(Outbound::Send)
+    );
+    let genuine = genuine.data().to_vec();
+    let sessions = |l: &Lan| l.nodes[1].stats().sessions_established;
+    let before = sessions(&lan);
+    let tx_group = lan.nodes[1].stats().tx_group;
+    // h1's MAC, every other key id, repeated over several seconds.
+    for round in 0..3 {
+        for k in 0..=255u8 {
+            let mut f = genuine.clone();
+            if f[15] == k {
+                continue;
+            }
+            f[15] = k;
+            assert_eq!(
+                inject(&mut lan, 1, &f),
+                Err(Drop::UnknownKeyId),
+                "key id {k}"
+            );
+        }
+        lan.advance(Duration::from_millis(1100));
+        assert_eq!(sessions(&lan), before, "round {round}");
+    }
+    // To h3, which has no session with h1: dropped, no peer.
+    let mut to_h3 = genuine.clone();
+    to_h3[..6].copy_from_slice(&mac(2));
+    assert_eq!(inject(&mut lan, 2, &to_h3), Err(Drop::NoSession));
+    // Random source MACs.
+    for i in 0..5000u32 {
+        let mut f = genuine.clone();
+        f[6..12].copy_from_slice(&[0x02, 0xee, (i >> 16) as u8, (i >> 8) as u8, i as u8, 7]);
+        assert_eq!(inject(&mut lan, 1, &f), Err(Drop::NoSession));
+    }
+    assert!(lan.nodes[1].poll_transmit().is_none(), "h2 sent something");
+    assert!(lan.nodes[2].poll_transmit().is_none(), "h3 sent something");
+    assert_eq!(lan.nodes[1].stats().tx_group, tx_group, "h2 started SEP");
+    assert_eq!(lan.nodes[1].peers(lan.now).len(), 1, "the peer table grew");
+    assert!(lan.nodes[2].peers(lan.now).is_empty());
+    assert_eq!(lan.nodes[1].stats().rx_drops.get(Drop::NoSession), 5000);
+    assert_eq!(sessions(&lan), before);
+    // The genuine frame still opens.
+    assert_eq!(inject(&mut lan, 1, &genuine), Ok(Inbound::Deliver));
+}
+
+/// Group frames that do not authenticate (a non-member's, a forged epoch, a member's bad signature) leave no
+/// sender state.
+#[test]
+fn unauthenticated_group_frames_leave_no_sender_state() {
+    let now = Instant::now();
+    let mut lan = signed(now, 2, false);
+    let mallory_key = SigningKey::from_bytes(&[9; 32]);
+    // An outsider (another secret), and a member signing with a key that is not h1's, both as h1.
+    let mut outsider = cfg(0, &[9u8; 32]);
+    outsider.epoch = 5;
+    outsider.signing_key = Some(SigningKey::from_bytes(&[1; 32]));
+    let mut forger = cfg(0, &SECRET);
+    forger.epoch = 6;
+    forger.signing_key = Some(mallory_key);
+    let g = eth(
+        [0xff; 6],
+        mac(0),
+        0x0806,
+        &arp(1, mac(0), ip(0), [0; 6], ip(1)),
+    );
+    lan.nodes[1] = {
+        let mut c = cfg(1, &SECRET);
+        c.require_signatures = true;
+        c.signing_key = Some(SigningKey::from_bytes(&[2; 32]));
+        c.peer_keys
+            .insert(mac(0), SigningKey::from_bytes(&[1; 32]).verifying_key());
+        Node::new(c, now, 0).unwrap()
+    };
+    for (c, want) in [(outsider, Drop::AuthFailed), (forger, Drop::BadSignature)] {
+        let mut n = Node::new(c, now, 0).unwrap();
+        let mut f = PacketBuf::from_slice(&g, 64, 128);
+        n.handle_outbound(&mut f, now).unwrap();
+        for x in [f.data().to_vec(), n.poll_transmit().unwrap()] {
+            assert_eq!(inject(&mut lan, 1, &x), Err(want));
+        }
+        assert_eq!(lan.nodes[1].group_senders(), 0);
+        assert_eq!(lan.nodes[1].sender_epoch(&mac(0)), None);
+    }
+}
+
+/// The epoch on the wire and in the key derivation, checked with an independent implementation (HKDF-SHA256 from
+/// `hmac`/`sha2`, AES-GCM from `aes-gcm`): EP flag, key id 0, 8-byte epoch, keys from "group" ‖ MAC ‖ epoch.
+#[test]
+fn group_frames_carry_the_64_bit_epoch_that_keys_them() {
+    use aes_gcm::aead::{AeadInPlace, KeyInit};
+    use hmac::Mac as _;
+    type H = hmac::Hmac<sha2::Sha256>;
+    let now = Instant::now();
+    let epoch = 0x0001_8f3a_1234_5678u64;
+    let mut c = cfg(0, &SECRET);
+    c.epoch = epoch;
+    let mut n = Node::new(c, now, 0).unwrap();
+    assert_eq!(n.epoch(), epoch);
+    let clear = eth(
+        [0xff; 6],
+        mac(0),
+        0x0806,
+        &arp(1, mac(0), ip(0), [0; 6], ip(1)),
+    );
+    let mut f = PacketBuf::from_slice(&clear, 64, 128);
+    n.handle_outbound(&mut f, now).unwrap();
+    let w = f.data().to_vec();
+    assert_eq!(w[14], 0x25, "version 1, EP, ENC");
+    assert_eq!(w[15], 0, "group frames carry key id 0");
+    assert_eq!(&w[20..28], &epoch.to_be_bytes());
+    // okm = HKDF(salt "netveil-l2sec", ikm secret, info "netveil-l2sec aes128gcm" 0x00 "group" MAC epoch)
+    let mut x = <H as hmac::Mac>::new_from_slice(b"netveil-l2sec").unwrap();
+    x.update(&SECRET);
+    let prk = x.finalize().into_bytes();
+    let mut e = <H as hmac::Mac>::new_from_slice(&prk).unwrap();
+    e.update(b"netveil-l2sec aes128gcm\0group");
+    e.update(&mac(0));
+    e.update(&epoch.to_be_bytes());
+    e.update(&[1]);
+    let okm = e.finalize().into_bytes();
+    let (key, salt) = (&okm[..16], &okm[16..20]);
+    let seq = u32::from_be_bytes(w[16..20].try_into().unwrap());
+    let mut nonce = salt.to_vec();
+    nonce.extend_from_slice(&u64::from(seq).to_be_bytes());
+    let (aad, rest) = w.split_at(28);
+    let (ct, tag) = rest.split_at(rest.len() - 16);
+    let mut section = ct.to_vec();
+    aes_gcm::Aes128Gcm::new_from_slice(key)
+        .unwrap()
+        .decrypt_in_place_detached(nonce[..].into(), aad, &mut section, tag.into())
+        .unwrap();
+    assert_eq!(&section[..3], &[0x08, 0x06, 0]);
+    assert_eq!(&section[3..], &clear[14..]);
+    // The next epoch gives other keys: the same frame does not open under it.
+    let mut c = cfg(0, &SECRET);
+    c.epoch = epoch + 1;
+    let mut n2 = Node::new(c, now, 0).unwrap();
+    let mut f2 = PacketBuf::from_slice(&clear, 64, 128);
+    n2.handle_outbound(&mut f2, now).unwrap();
+    assert_eq!(&f2.data()[20..28], &(epoch + 1).to_be_bytes());
+    let mut forged = w.clone();
+    forged[20..28].copy_from_slice(&(epoch + 1).to_be_bytes());
+    let mut r = Node::new(cfg(1, &SECRET), now, 0).unwrap();
+    let mut b = PacketBuf::from_slice(&forged, 0, 0);
+    assert_eq!(r.handle_inbound(&mut b, now), Err(Drop::AuthFailed));
+    // A version-1 node refuses epoch 0.
+    let mut c = cfg(0, &SECRET);
+    c.epoch = 0;
+    assert!(Node::new(c, now, 0).is_err());
+}
+
+/// A restarted host announces its epoch: a peer with a session heals at once, one without does nothing.
+#[test]
+fn a_restart_announcement_heals_sessions_without_traffic() {
+    let now = Instant::now();
+    let mut lan = three(now, |_| {});
+    let data = |i: u8, j: u8, m: &[u8]| eth(mac(j), mac(i), 0x0800, &ipv4(ip(i), ip(j), m));
+    lan.send(0, &data(0, 1, b"x")).unwrap();
+    let mut c = cfg(1, &SECRET);
+    c.epoch = 9;
+    lan.restart(1, Node::new(c, lan.now, 0).unwrap());
+    assert_eq!(lan.nodes[0].stats().peer_restarts, 1);
+    assert_eq!(lan.nodes[2].stats().peer_restarts, 1);
+    assert_eq!(lan.nodes[0].peers(lan.now)[0].stats.sessions, 2);
+    assert!(
+        lan.nodes[2].peers(lan.now).is_empty(),
+        "h3 had no session with h2: nothing to heal, no exchange"
+    );
+    // The announcements repeat (1 s, 3 s) under the same epoch: nothing more happens.
+    lan.advance(Duration::from_secs(4));
+    assert_eq!(lan.nodes[1].stats().announces, 3);
+    assert_eq!(lan.nodes[0].stats().peer_restarts, 1);
+    assert_eq!(lan.nodes[0].peers(lan.now)[0].stats.sessions, 2);
+}
+
+/// Findings: any member could claim any address in ARP. Now the sender hardware address must be the frame's
+/// source, and the sender address the source's binding (configured here).
+#[test]
+fn a_signed_member_can_claim_only_its_own_address() {
+    let now = Instant::now();
+    let mut lan = signed(now, 3, true);
+    let bcast = [0xff; 6];
+    // h3 claims h2's address (gratuitous ARP, then a reply to h1): dropped.
+    for f in [
+        eth(bcast, mac(2), 0x0806, &arp(1, mac(2), ip(1), [0; 6], ip(1))),
+        eth(
+            mac(0),
+            mac(2),
+            0x0806,
+            &arp(2, mac(2), ip(1), mac(0), ip(0)),
+        ),
+        // Its own address with h2's hardware address.
+        eth(bcast, mac(2), 0x0806, &arp(1, mac(1), ip(2), [0; 6], ip(0))),
+        // h1's own address (bound to h1 itself).
+        eth(bcast, mac(2), 0x0806, &arp(1, mac(2), ip(0), [0; 6], ip(0))),
+    ] {
+        let _ = lan.send(2, &f);
+    }
+    assert!(lan.delivered[0].is_empty(), "{:?}", lan.delivered[0]);
+    assert_eq!(lan.drops[0][&Drop::ArpSpoofed], 4);
+    assert_eq!(lan.drops[1][&Drop::ArpSpoofed], 3);
+    // Its own address, and an ARP probe (0.0.0.0), pass.
+    let own = eth(bcast, mac(2), 0x0806, &arp(1, mac(2), ip(2), [0; 6], ip(0)));
+    let probe = eth(
+        bcast,
+        mac(2),
+        0x0806,
+        &arp(1, mac(2), Ipv4Addr::UNSPECIFIED, [0; 6], ip(0)),
+    );
+    lan.send(2, &own).unwrap();
+    lan.send(2, &probe).unwrap();
+    assert_eq!(lan.delivered[0], vec![own, probe]);
+}
+
+/// Without configured addresses, SEP binds the address a peer stated; another MAC can then neither bind it in SEP
+/// nor claim it in ARP. A member without a binding may claim an address nobody holds.
+#[test]
+fn sep_binds_addresses_to_one_mac() {
+    let now = Instant::now();
+    let mut lan = signed(now, 3, false);
+    let data = |i: u8, j: u8, m: &[u8]| eth(mac(j), mac(i), 0x0800, &ipv4(ip(i), ip(j), m));
+    lan.send(0, &data(0, 1, b"x")).unwrap();
+    assert_eq!(lan.nodes[0].bound_mac(ip(1)), Some(mac(1)));
+    assert_eq!(lan.nodes[0].peers(lan.now)[0].bound_ip, Some(ip(1)));
+    // h3 (a signed member) is configured with h2's address and asks h1 for a session: refused.
+    let keys: Vec<SigningKey> = (0..3u8)
+        .map(|i| SigningKey::from_bytes(&[i + 1; 32]))
+        .collect();
+    let mut c = NodeConfig::new(mac(2), ip(1), 24, Zeroizing::new(SECRET.to_vec()));
+    c.epoch = 2;
+    c.signing_key = Some(keys[2].clone());
+    c.require_signatures = true;
+    for j in 0..2u8 {
+        c.peer_keys.insert(mac(j), keys[j as usize].verifying_key());
+    }
+    lan.restart(2, Node::new(c, lan.now, 0).unwrap());
+    assert_eq!(
+        lan.send(2, &data(2, 0, b"y")),
+        Ok(Outbound::Queued),
+        "h3 queues for SEP"
+    );
+    lan.advance(Duration::from_secs(20));
+    assert!(lan.nodes[2]
+        .peers(lan.now)
+        .iter()
+        .all(|p| p.session.is_none()));
+    assert!(lan.nodes[0].stats().sep_errors["sep-ip-bound"] >= 1);
+    assert_eq!(lan.nodes[0].bound_mac(ip(1)), Some(mac(1)));
+    // Nor in ARP.
+    let bcast = [0xff; 6];
+    let before = lan.delivered[0].len();
+    lan.send(
+        2,
+        &eth(bcast, mac(2), 0x0806, &arp(1, mac(2), ip(1), [0; 6], ip(0))),
+    )
+    .unwrap();
+    assert_eq!(lan.delivered[0].len(), before);
+    // An address nobody holds: h3 has no binding at h1 yet, so it may claim it.
+    let free = Ipv4Addr::new(192, 0, 2, 77);
+    let claim = eth(bcast, mac(2), 0x0806, &arp(1, mac(2), free, [0; 6], ip(0)));
+    lan.send(2, &claim).unwrap();
+    assert_eq!(lan.delivered[0].last(), Some(&claim));
+}
+
+/// SEP exchanges started are rate-limited (20 per second by default); postponed ones are retried.
+#[test]
+fn sep_exchanges_are_rate_limited_and_postponed_ones_retried() {
+    let now = Instant::now();
+    let mut lan = three(now, |_| {});
+    let ghost = |k: u8| [0x02, 0, 0x5e, 0, 0x54, k];
+    for k in 0..30u8 {
+        let d = eth(
+            ghost(k),
+            mac(0),
+            0x0800,
+            &ipv4(ip(0), Ipv4Addr::new(192, 0, 2, 100 + k), b"x"),
+        );
+        assert_eq!(lan.send(0, &d), Ok(Outbound::Queued));
+    }
+    let handshaking = |l: &Lan| {
+        l.nodes[0]
+            .peers(l.now)
+            .iter()
+            .filter(|p| p.handshaking)
+            .count()
+    };
+    assert_eq!(handshaking(&lan), 20);
+    assert_eq!(lan.nodes[0].stats().sep_errors["sep-rate-limited"], 10);
+    // Tokens come back at 20 per second; the postponed exchanges start.
+    lan.advance(Duration::from_millis(600));
+    assert_eq!(handshaking(&lan), 30);
+    // Responder side: a burst of requests beyond the bucket is refused and counted (h2 answers h1's first 20).
 }

@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use netveil_crypto::{new_aead, new_mac, AeadAlg, HashAlg};
-use netveil_l2sec::header::{FLAG_RESERVED, FLAG_SN};
+use netveil_l2sec::header::{FLAG_EPOCH, FLAG_RESERVED, FLAG_SN};
 use netveil_l2sec::{
     ConfigError, Drop, RxConfig, RxSession, SealError, SealOpts, SessionKeys, Suite, TxConfig,
     TxSession, Version, DEFAULT_ETHERTYPE,
@@ -130,9 +130,11 @@ fn flips_name_the_right_reason() {
         open(&mut rx, &flip(14, 0x60), None),
         Err(Drop::UnknownVersion)
     );
+    // Version 1: the EP flag makes 8 bytes after the sequence number an epoch, which no session of this key
+    // expects.
     assert_eq!(
-        open(&mut rx, &flip(14, FLAG_RESERVED), None),
-        Err(Drop::Malformed)
+        open(&mut rx, &flip(14, FLAG_EPOCH), None),
+        Err(Drop::UnknownKeyId)
     );
     assert_eq!(open(&mut rx, &flip(15, 1), None), Err(Drop::UnknownKeyId));
     assert_eq!(open(&mut rx, &flip(19, 1), None), Err(Drop::AuthFailed)); // sequence number
@@ -141,6 +143,11 @@ fn flips_name_the_right_reason() {
     assert_eq!(open(&mut rx, &flip(n - 1, 1), None), Err(Drop::AuthFailed)); // tag
                                                                              // SN flag set without room for it becomes a different, failing layout.
     assert!(open(&mut rx, &flip(14, FLAG_SN), None).is_err());
+    // Version 0: the same bit is reserved.
+    let (mut tx, mut rx) = pair(Suite::Aes128Cbc);
+    let mut f = sealed(&mut tx, &clear, &SealOpts::default());
+    f[14] ^= FLAG_RESERVED;
+    assert_eq!(open(&mut rx, &f, None), Err(Drop::Malformed));
 }
 
 #[test]
@@ -407,6 +414,83 @@ fn signatures() {
             open(&mut rx, &f, Some(&alice.verifying_key())),
             Err(Drop::NoKey)
         );
+    }
+}
+
+/// Finding: the signature was verified before the cheaper AEAD tag. A frame whose tag is wrong is now refused by
+/// the tag (`auth-failed`) even when its signature is wrong too; a member's frame (tag right) with another
+/// signer is `bad-signature`; and the signature still covers the ciphertext (checked on a copy).
+#[test]
+fn the_aead_tag_is_checked_before_the_signature() {
+    let alice = signer(1);
+    let mallory = signer(2);
+    let clear = frame_bytes(BCAST, SRC, 0x0806, &l3(0x0806, 28));
+    for suite in [Suite::Aes128Gcm, Suite::Aes256Gcm, Suite::ChaCha20Poly1305] {
+        let (mut tx, mut rx) = pair(suite);
+        let by = |k| SealOpts {
+            signer: Some(k),
+            ..SealOpts::default()
+        };
+        let f = sealed(&mut tx, &clear, &by(&mallory));
+        let mut bad = f.clone();
+        let tag_end = bad.len() - 64;
+        bad[tag_end - 1] ^= 1;
+        assert_eq!(
+            open(&mut rx, &bad, Some(&alice.verifying_key())),
+            Err(Drop::AuthFailed),
+            "{suite}"
+        );
+        assert_eq!(
+            open(&mut rx, &f, Some(&alice.verifying_key())),
+            Err(Drop::BadSignature),
+            "{suite}"
+        );
+        // A changed signature under a right tag: bad-signature; the original opens, once.
+        let g = sealed(&mut tx, &clear, &by(&alice));
+        let mut h = g.clone();
+        let last = h.len() - 1;
+        h[last] ^= 0x40;
+        assert_eq!(
+            open(&mut rx, &h, Some(&alice.verifying_key())),
+            Err(Drop::BadSignature)
+        );
+        assert_eq!(
+            open(&mut rx, &g, Some(&alice.verifying_key())).unwrap(),
+            clear
+        );
+        assert_eq!(
+            open(&mut rx, &g, Some(&alice.verifying_key())),
+            Err(Drop::Replayed)
+        );
+    }
+}
+
+/// A candidate session (a sender not heard yet) has no replay window until a frame authenticated.
+#[test]
+fn candidate_sessions_get_a_window_only_when_a_frame_authenticated() {
+    let alice = signer(1);
+    let clear = frame_bytes(BCAST, SRC, 0x0800, &l3(0x0800, 40));
+    for suite in secure_suites() {
+        let (mut tx, _) = pair(suite);
+        let signed = suite.version() == Version::V1;
+        let opts = SealOpts {
+            signer: signed.then_some(&alice),
+            ..SealOpts::default()
+        };
+        let f = sealed(&mut tx, &clear, &opts);
+        let mut cand = RxSession::candidate(&keys(suite), rx_cfg(suite)).unwrap();
+        let vk = alice.verifying_key();
+        for i in [14 + 2, f.len() - 1, 30] {
+            let mut bad = f.clone();
+            bad[i] ^= 4;
+            assert!(open(&mut cand, &bad, Some(&vk)).is_err(), "{suite} {i}");
+            assert!(!cand.has_window(), "{suite}: a window for a bad frame");
+            assert_eq!(cand.top_seq(), 0);
+        }
+        assert_eq!(open(&mut cand, &f, Some(&vk)).unwrap(), clear, "{suite}");
+        assert!(cand.has_window());
+        assert_eq!(cand.top_seq(), tx.last_seq());
+        assert_eq!(open(&mut cand, &f, Some(&vk)), Err(Drop::Replayed));
     }
 }
 
@@ -686,6 +770,8 @@ fn drop_names_are_stable_and_count() {
             "queue-full",
             "sep-refused",
             "tx-failed",
+            "old-epoch",
+            "arp-spoofed",
         ]
     );
     for (i, d) in Drop::ALL.iter().enumerate() {

@@ -39,7 +39,14 @@ fn cfg(mac: Mac, ip: Ipv4Addr) -> SepConfig {
         lifetime: Duration::from_secs(3600),
         retransmit: RTX,
         attempts: ATTEMPTS,
+        max_starts_per_second: 0,
     }
+}
+
+/// A fresh (epoch, sequence number) for a message handed to SEP directly: as if each came in a new group frame.
+fn fresh() -> (u64, u64) {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    (1, N.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
 }
 
 /// One message in flight.
@@ -50,6 +57,8 @@ struct Wire {
     msg: Vec<u8>,
     /// When it was sent.
     at: Instant,
+    /// The (epoch, sequence number) of the group frame that carries it: every transmission is a new frame.
+    order: (u64, u64),
 }
 
 impl Wire {
@@ -76,6 +85,8 @@ struct Lan {
     log: Vec<Wire>,
     /// Results of `handle_message` at the addressed host.
     errors: Vec<(Mac, SepError)>,
+    /// Group frames sent by each host so far.
+    frames: HashMap<Mac, u64>,
 }
 
 impl Lan {
@@ -87,6 +98,7 @@ impl Lan {
             failed: HashMap::new(),
             log: Vec::new(),
             errors: Vec::new(),
+            frames: HashMap::new(),
         }
     }
     fn two() -> Lan {
@@ -115,11 +127,14 @@ impl Lan {
             while let Some(ev) = h.poll_event() {
                 match ev {
                     SepEvent::Transmit { to, msg } => {
+                        let n = self.frames.entry(me).or_default();
+                        *n += 1;
                         let w = Wire {
                             from: me,
                             to,
                             msg,
                             at,
+                            order: (1, *n),
                         };
                         self.log.push(w.clone());
                         out.push(w);
@@ -172,7 +187,7 @@ impl Lan {
             if me == w.from {
                 continue;
             }
-            let r = h.handle_message(w.from, &w.msg, now);
+            let r = h.handle_message(w.from, &w.msg, w.order, now);
             if me == w.to {
                 if let Err(e) = r {
                     self.errors.push((me, e));
@@ -470,17 +485,17 @@ fn wrong_sender_and_malformed_messages() {
         let mut to = Sep::new(cfg(w.to, if w.to == A { IP_A } else { IP_B }));
         // The frame came from C, but the message says A (or B).
         assert_eq!(
-            to.handle_message(C, &w.msg, now),
+            to.handle_message(C, &w.msg, fresh(), now),
             Err(SepError::WrongSender)
         );
         // A message claiming to come from the receiver itself.
         assert_eq!(
-            to.handle_message(w.to, &w.msg, now),
+            to.handle_message(w.to, &w.msg, fresh(), now),
             Err(SepError::WrongSender)
         );
         // Truncated or extended.
         for n in 0..w.msg.len() {
-            let r = to.handle_message(w.from, &w.msg[..n], now);
+            let r = to.handle_message(w.from, &w.msg[..n], fresh(), now);
             assert!(r.is_err(), "type {} cut at {n}", w.ty());
             if n < HEADER_LEN {
                 assert_eq!(r, Err(SepError::Malformed));
@@ -488,12 +503,15 @@ fn wrong_sender_and_malformed_messages() {
         }
         let mut long = w.msg.clone();
         long.push(0);
-        assert!(to.handle_message(w.from, &long, now).is_err());
+        assert!(to.handle_message(w.from, &long, fresh(), now).is_err());
         // Unknown version and types.
         for (at, v) in [(0, 0u8), (0, 2), (1, 0), (1, 9), (1, 0xff)] {
             let mut m = w.msg.clone();
             m[at] = v;
-            assert_eq!(to.handle_message(w.from, &m, now), Err(SepError::Malformed));
+            assert_eq!(
+                to.handle_message(w.from, &m, fresh(), now),
+                Err(SepError::Malformed)
+            );
         }
         assert!(!to.in_progress(&w.from));
         assert!(to.poll_event().is_none());
@@ -510,19 +528,25 @@ fn unexpected_messages_change_nothing() {
         .iter()
         .filter(|w| w.to == B && w.ty() != msg_type::REQUEST)
     {
-        assert_eq!(b.handle_message(A, &w.msg, now), Err(SepError::Unexpected));
+        assert_eq!(
+            b.handle_message(A, &w.msg, fresh(), now),
+            Err(SepError::Unexpected)
+        );
     }
     let mut a = Sep::new(cfg(A, IP_A));
     for w in log.iter().filter(|w| w.to == A) {
-        assert_eq!(a.handle_message(B, &w.msg, now), Err(SepError::Unexpected));
+        assert_eq!(
+            a.handle_message(B, &w.msg, fresh(), now),
+            Err(SepError::Unexpected)
+        );
     }
     assert!(b.poll_event().is_none() && a.poll_event().is_none());
     // Out of order within a live exchange: B has answered the REQUEST; KEY_EXCHANGE and FINISH come too early.
-    assert_eq!(b.handle_message(A, &log[0].msg, now), Ok(()));
+    assert_eq!(b.handle_message(A, &log[0].msg, fresh(), now), Ok(()));
     assert!(matches!(b.poll_event(), Some(SepEvent::Transmit { .. })));
     for k in [4, 6] {
         assert_eq!(
-            b.handle_message(A, &log[k].msg, now),
+            b.handle_message(A, &log[k].msg, fresh(), now),
             Err(SepError::Unexpected)
         );
     }
@@ -530,7 +554,10 @@ fn unexpected_messages_change_nothing() {
     // Another exchange id.
     let mut m3 = log[2].msg.clone();
     m3[20] ^= 1;
-    assert_eq!(b.handle_message(A, &m3, now), Err(SepError::Unexpected));
+    assert_eq!(
+        b.handle_message(A, &m3, fresh(), now),
+        Err(SepError::Unexpected)
+    );
     assert!(b.in_progress(&A));
 }
 
@@ -649,11 +676,13 @@ fn duplicate_delivery_of_every_message_is_harmless() {
     assert!(lan.initiate(A, B, None, 5));
     lan.run(&mut |_| Fate::Twice);
     assert_one_session(&lan, A, B);
-    assert!(lan.errors.is_empty(), "{:?}", lan.errors);
-    // The responder answers each duplicate request once more; the initiator answers each copy of
-    // KEY_EXCHANGE_ACCEPT (two sent, each delivered twice) with FINISH; nothing else.
+    // The second copy of the REQUEST's frame is no fresher than the first: refused (the group layer's replay
+    // window would have dropped it already).
+    assert_eq!(lan.errors, [(B, SepError::Stale)]);
+    // The responder answers each other duplicate once more (OFFER, KEY_EXCHANGE); the initiator answers each
+    // copy of KEY_EXCHANGE_ACCEPT (two sent, each delivered twice) with FINISH; nothing else.
     let n = lan.log.len();
-    assert_eq!(n, 7 + 3 + 3, "{n}");
+    assert_eq!(n, 7 + 2 + 3, "{n}");
 }
 
 #[test]
@@ -672,16 +701,23 @@ fn replayed_exchange_gives_nothing() {
     assert_eq!(lan.est(B).len(), 1);
     assert!(lan.fails(A).is_empty() && lan.fails(B).is_empty());
     lan.run_clean();
-    // After they forgot it: B takes the old REQUEST, OFFER and KEY_EXCHANGE as a new exchange, but the old
-    // FINISH does not confirm its new keys, and A ignores all of it.
+    // After they forgot it: the old REQUEST is not fresher than the one B saw, so B starts nothing (the rest is
+    // unexpected), and A ignores all of it. (Without the freshness check B took the old REQUEST as a new
+    // exchange, which only the old FINISH's wrong confirmation ended.)
+    lan.errors.clear();
     for w in &old {
         lan.deliver(w);
     }
+    assert!(!lan.host(B).in_progress(&A));
     lan.run_clean();
     assert_eq!(lan.est(A).len(), 1);
     assert_eq!(lan.est(B).len(), 1);
-    assert!(lan.fails(A).is_empty());
-    assert_eq!(lan.fails(B), &[(A, SepError::BadConfirm)]);
+    assert!(lan.fails(A).is_empty() && lan.fails(B).is_empty());
+    assert!(
+        lan.errors.contains(&(B, SepError::Stale)),
+        "{:?}",
+        lan.errors
+    );
 }
 
 #[test]
@@ -934,32 +970,157 @@ fn restarted_initiator_replaces_the_exchange() {
     assert_eq!(lan.est(B)[0].key_id, 2);
 }
 
+/// Finding: a replayed REQUEST displaced a live exchange. A REQUEST in a carrying frame no fresher than one
+/// already seen from the same peer is refused: it neither replaces a responder's exchange...
+#[test]
+fn a_stale_request_does_not_replace_a_responder_exchange() {
+    let mut lan = Lan::two();
+    assert!(lan.initiate(A, B, None, 1));
+    let mut first = Vec::new();
+    lan.drain(&mut first);
+    let old = first[0].clone();
+    // A gives up on that one (never delivered) and starts another, which B answers.
+    lan.host(A).abort(&B);
+    assert!(lan.initiate(A, B, None, 2));
+    let mut second = Vec::new();
+    lan.drain(&mut second);
+    lan.deliver(&second[0]);
+    assert!(lan.host(B).in_progress(&A));
+    // Now the recorded older REQUEST (another exchange id) arrives.
+    assert!(old.order < second[0].order);
+    lan.deliver(&old);
+    assert_eq!(lan.errors, [(B, SepError::Stale)]);
+    lan.run_clean();
+    assert_one_session(&lan, A, B);
+    assert_eq!(lan.est(B)[0].key_id, 2);
+}
+
+/// ... nor makes the host with the higher MAC (B) abandon its own exchange for it.
+#[test]
+fn a_stale_request_does_not_preempt_a_higher_mac_initiator() {
+    let mut lan = Lan::two();
+    assert!(lan.initiate(A, B, None, 1));
+    lan.run_clean();
+    assert_one_session(&lan, A, B);
+    let old = lan.log[0].clone();
+    assert_eq!(old.ty(), msg_type::REQUEST);
+    // Later (the exchange forgotten), B starts one of its own; the recorded REQUEST of A comes first.
+    assert!(lan.hosts.iter().all(|h| h.poll_timeout().is_none()));
+    assert!(lan.initiate(B, A, None, 2));
+    lan.deliver(&old);
+    assert_eq!(lan.errors, [(B, SepError::Stale)]);
+    lan.run_clean();
+    assert_eq!(lan.est(B).len(), 2);
+    let e = &lan.est(B)[1];
+    assert!(e.initiator && e.key_id == 2);
+    assert!(lan.fails(A).is_empty() && lan.fails(B).is_empty());
+}
+
+/// A REQUEST to `to` from a new peer number `i`.
+fn request_from(i: u32, to: Mac) -> (Mac, Vec<u8>) {
+    let mac: Mac = [0x02, 0x10, 0, (i >> 8) as u8, i as u8, 1];
+    let mut m = vec![1u8, msg_type::REQUEST];
+    m.extend_from_slice(&mac);
+    m.extend_from_slice(&to);
+    m.extend_from_slice(&[i as u8; 8]);
+    m.extend_from_slice(&[192, 0, 2, 100]);
+    m.extend_from_slice(&[0, 0, 0, 0]);
+    m.extend_from_slice(&[0x33; 32]);
+    (mac, m)
+}
+
+/// Exchanges started, as initiator and as responder, share one token bucket (here 20 per second, burst 20).
+#[test]
+fn exchanges_started_are_rate_limited() {
+    let now = Instant::now();
+    let mut c = cfg(B, IP_B);
+    c.max_starts_per_second = 20;
+    let mut b = Sep::new(c);
+    let peer = |i: u8| -> Mac { [0x02, 0x20, 0, 0, 1, i] };
+    for i in 0..20 {
+        assert_eq!(b.try_initiate(peer(i), None, 1, now), Ok(()), "{i}");
+    }
+    assert_eq!(
+        b.try_initiate(peer(20), None, 1, now),
+        Err(SepError::RateLimited)
+    );
+    assert!(!b.initiate(peer(20), None, 1, now + Duration::from_millis(49)));
+    assert!(!b.in_progress(&peer(20)));
+    // One token per 50 ms.
+    let t = now + Duration::from_millis(50);
+    assert!(b.initiate(peer(20), None, 1, t));
+    while b.poll_event().is_some() {}
+    // Requests take from the same bucket: refused without a token (no answer, no state).
+    let (mac, m) = request_from(1, B);
+    assert_eq!(
+        b.handle_message(mac, &m, fresh(), t),
+        Err(SepError::RateLimited)
+    );
+    assert!(b.poll_event().is_none() && !b.in_progress(&mac));
+    assert_eq!(b.rate_limited(), 3);
+    // A second later the burst is back: 20 requests answered, the 21st refused.
+    let t = t + Duration::from_secs(1);
+    for i in 0..20 {
+        let (mac, m) = request_from(100 + i, B);
+        assert_eq!(b.handle_message(mac, &m, fresh(), t), Ok(()), "{i}");
+        assert!(matches!(b.poll_event(), Some(SepEvent::Transmit { .. })));
+    }
+    let (mac, m) = request_from(200, B);
+    assert_eq!(
+        b.handle_message(mac, &m, fresh(), t),
+        Err(SepError::RateLimited)
+    );
+    // A duplicate of an answered request costs no token: it is answered again.
+    let (mac, m) = request_from(105, B);
+    assert_eq!(b.handle_message(mac, &m, fresh(), t), Ok(()));
+    assert!(b.poll_event().is_some());
+    assert_eq!(b.rate_limited(), 4);
+}
+
+/// ANNOUNCE: accepted from its sender to the broadcast address, with no effect; anything else like it is
+/// malformed.
+#[test]
+fn announce_is_accepted_and_does_nothing() {
+    let now = Instant::now();
+    let mut b = Sep::new(cfg(B, IP_B));
+    let m = netveil_l2sec::sep::announce_message(A);
+    assert_eq!(m.len(), HEADER_LEN);
+    assert_eq!(b.handle_message(A, &m, fresh(), now), Ok(()));
+    assert_eq!(
+        b.handle_message(C, &m, fresh(), now),
+        Err(SepError::WrongSender)
+    );
+    let mut long = m.clone();
+    long.push(0);
+    assert_eq!(
+        b.handle_message(A, &long, fresh(), now),
+        Err(SepError::Malformed)
+    );
+    let mut to_b = m.clone();
+    to_b[8..14].copy_from_slice(&B);
+    assert_eq!(
+        b.handle_message(A, &to_b, fresh(), now),
+        Err(SepError::Malformed)
+    );
+    assert!(b.poll_event().is_none() && !b.in_progress(&A) && b.poll_timeout().is_none());
+}
+
 #[test]
 fn responder_exchanges_are_bounded() {
     let now = Instant::now();
     let mut b = Sep::new(cfg(B, IP_B));
-    let request = |i: u32| {
-        let mac: Mac = [0x02, 0x10, 0, (i >> 8) as u8, i as u8, 1];
-        let mut m = vec![1u8, msg_type::REQUEST];
-        m.extend_from_slice(&mac);
-        m.extend_from_slice(&B);
-        m.extend_from_slice(&[i as u8; 8]);
-        m.extend_from_slice(&[192, 0, 2, 100]);
-        m.extend_from_slice(&[0, 0, 0, 0]);
-        m.extend_from_slice(&[0x33; 32]);
-        (mac, m)
-    };
+    let request = |i: u32| request_from(i, B);
     for i in 0..MAX_RESPONDERS as u32 {
         let (mac, m) = request(i);
-        assert_eq!(b.handle_message(mac, &m, now), Ok(()));
+        assert_eq!(b.handle_message(mac, &m, fresh(), now), Ok(()));
         assert!(matches!(b.poll_event(), Some(SepEvent::Transmit { to, .. }) if to == mac));
     }
     let (mac, m) = request(MAX_RESPONDERS as u32);
-    assert_eq!(b.handle_message(mac, &m, now), Err(SepError::Busy));
+    assert_eq!(b.handle_message(mac, &m, fresh(), now), Err(SepError::Busy));
     assert!(b.poll_event().is_none());
     // A known peer's duplicate is still answered.
     let (mac, m) = request(3);
-    assert_eq!(b.handle_message(mac, &m, now), Ok(()));
+    assert_eq!(b.handle_message(mac, &m, fresh(), now), Ok(()));
     assert!(b.poll_event().is_some());
     // All forgotten after the retransmission span; then new peers are welcome again.
     let later = now + RTX * ((1 << ATTEMPTS) - 1) + Duration::from_millis(1);
@@ -967,7 +1128,7 @@ fn responder_exchanges_are_bounded() {
     assert!(b.poll_event().is_none(), "responders forget silently");
     assert_eq!(b.poll_timeout(), None);
     let (mac, m) = request(MAX_RESPONDERS as u32);
-    assert_eq!(b.handle_message(mac, &m, later), Ok(()));
+    assert_eq!(b.handle_message(mac, &m, fresh(), later), Ok(()));
 }
 
 #[test]

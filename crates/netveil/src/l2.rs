@@ -14,7 +14,9 @@
 //! rekey_margin_seconds = 300
 //! ethertype = 0x88b5               # or 0x1982, the thesis'
 //! signing_key = "h1.l2key"         # Ed25519 key (netveil keygen --ed25519): group frames are signed
-//! require_signatures = false       # refuse group frames not signed by a known peer
+//! # require_signatures = true      # refuse group frames not signed by a known peer (default: true when
+//!                                  # [[l2sec.peer]] entries are listed, false otherwise)
+//! # state_dir = "/var/lib/netveil" # where the group epoch (l2sec-<interface>.epoch) persists
 //! replay_window = 1024
 //! # security_number = 0x00abcd     # send and require this 24-bit number
 //! # timestamps = true              # send timestamps, accept within timestamp_tolerance seconds
@@ -24,7 +26,12 @@
 //! [[l2sec.peer]]                   # verifying keys of the other hosts (for signatures)
 //! mac = "02:00:5e:00:53:0b"
 //! public_key = "hex (32 bytes)"
+//! ip = "192.0.2.11"                # optional: the only IPv4 address this host may claim (ARP, SEP)
 //! ```
+//!
+//! The group epoch: at every start, `max(Unix time in µs, last epoch + 1)`, written durably to
+//! `state_dir/l2sec-<interface>.epoch` before the first frame goes out, so that it strictly increases across
+//! restarts even when the clock goes back (see [`netveil_l2sec::node`]).
 //!
 //! Setup, all of it undone on exit or on a failure: the TAP device with the port's MAC address and an MTU that
 //! leaves room for l2sec's overhead; the address moved from the port to the TAP; ARP and IPv6 off on the port;
@@ -56,6 +63,7 @@ use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
 use crate::config::{ConfigError, RUN_DIR};
+use crate::state::StateDir;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,8 +86,8 @@ struct RawL2 {
     rekey_margin_seconds: Option<i64>,
     ethertype: Option<i64>,
     signing_key: Option<String>,
-    #[serde(default)]
-    require_signatures: bool,
+    require_signatures: Option<bool>,
+    state_dir: Option<String>,
     replay_window: Option<i64>,
     security_number: Option<i64>,
     #[serde(default)]
@@ -99,6 +107,7 @@ struct RawL2 {
 struct RawPeer {
     mac: Option<String>,
     public_key: Option<String>,
+    ip: Option<String>,
 }
 
 /// A validated `[l2sec]` configuration.
@@ -125,7 +134,11 @@ pub struct L2Config {
     /// TAP offloads: TCP super-frames from the host split here, received segments coalesced for it.
     pub offload: bool,
     pub control_socket: PathBuf,
+    /// Where the group epoch persists (`l2sec.state_dir`).
+    pub state_dir: PathBuf,
     pub peers: HashMap<[u8; 6], VerifyingKey>,
+    /// Configured address bindings (`l2sec.peer[i].ip`).
+    pub peer_ips: HashMap<[u8; 6], Ipv4Addr>,
 }
 
 fn cerr<T>(key: &str, reason: impl Into<String>) -> std::result::Result<T, ConfigError> {
@@ -365,6 +378,7 @@ impl L2Config {
             None => None,
         };
         let mut peers = HashMap::new();
+        let mut peer_ips: HashMap<[u8; 6], Ipv4Addr> = HashMap::new();
         for (i, p) in r.peer.iter().enumerate() {
             let k = |f: &str| format!("l2sec.peer[{i}].{f}");
             let Some(mac) = p.mac.as_deref().and_then(parse_mac) else {
@@ -383,8 +397,25 @@ impl L2Config {
             if peers.insert(mac, vk).is_some() {
                 return cerr(&k("mac"), "appears twice");
             }
+            if let Some(ip) = p.ip.as_deref() {
+                let Ok(ip) = ip.parse::<Ipv4Addr>() else {
+                    return cerr(&k("ip"), format!("'{ip}' is not an IPv4 address"));
+                };
+                if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+                    return cerr(&k("ip"), format!("{ip} is not a host address"));
+                }
+                if address.is_some_and(|(own, _)| own == ip) {
+                    return cerr(&k("ip"), format!("{ip} is this host's address"));
+                }
+                if peer_ips.values().any(|o| *o == ip) {
+                    return cerr(&k("ip"), format!("{ip} is bound to another peer already"));
+                }
+                peer_ips.insert(mac, ip);
+            }
         }
-        if r.require_signatures && peers.is_empty() {
+        // Signatures are what makes a peer's group frames its own: on by default as soon as peers are listed.
+        let require_signatures = r.require_signatures.unwrap_or(!peers.is_empty());
+        if require_signatures && peers.is_empty() {
             return cerr(
                 "l2sec.require_signatures",
                 "needs the peers' public keys ([[l2sec.peer]])",
@@ -414,6 +445,11 @@ impl L2Config {
             .control_socket
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(format!("{RUN_DIR}/{tap}.sock")));
+        let state_dir = match r.state_dir {
+            Some(d) if d.is_empty() => return cerr("l2sec.state_dir", "must not be empty"),
+            Some(d) => file(&d),
+            None => PathBuf::from(crate::state::DEFAULT_STATE_DIR),
+        };
         Ok(L2Config {
             interface,
             tap,
@@ -426,7 +462,7 @@ impl L2Config {
             rekey_margin: Duration::from_secs(margin),
             ethertype,
             signing_key,
-            require_signatures: r.require_signatures,
+            require_signatures,
             replay_window,
             security_number,
             timestamps: r.timestamps,
@@ -435,13 +471,17 @@ impl L2Config {
             mtu,
             offload: r.offload.unwrap_or(true),
             control_socket,
+            state_dir,
             peers,
+            peer_ips,
         })
     }
 
-    /// The node configuration for a port with `mac` and the address `ip/len`.
-    pub fn node_config(&self, mac: [u8; 6], ip: Ipv4Addr, len: u8) -> NodeConfig {
+    /// The node configuration for a port with `mac` and the address `ip/len`, in group `epoch`.
+    pub fn node_config(&self, mac: [u8; 6], ip: Ipv4Addr, len: u8, epoch: u64) -> NodeConfig {
         let mut n = NodeConfig::new(mac, ip, len, self.group_secret.clone());
+        n.epoch = epoch;
+        n.peer_ips = self.peer_ips.clone();
         n.ethertype = self.ethertype;
         n.group_suite = self.group_suite;
         n.suites = self.suites.clone();
@@ -545,10 +585,64 @@ struct State {
 
 const BATCH: usize = 64;
 
-/// `netveil check` of an l2sec configuration: the file, its key files, and that the port exists.
+/// The name of the file in the state directory that holds the group epoch of `interface`.
+fn epoch_file(interface: &str) -> String {
+    format!("l2sec-{interface}.epoch")
+}
+
+/// The group epoch of this start: `max(unix_us, last + 1)`, `last` being the epoch stored in `dir` for
+/// `interface` (if any), written durably to `dir` before it is returned. Errors name `l2sec.state_dir`.
+pub fn next_epoch(
+    dir: &StateDir,
+    interface: &str,
+    unix_us: u64,
+) -> std::result::Result<u64, ConfigError> {
+    let name = epoch_file(interface);
+    let last = dir
+        .read_u64(&name)
+        .or_else(|e| cerr("l2sec.state_dir", e))?;
+    // (u64::MAX would take half a million years of microseconds: only a damaged or forged file holds it.)
+    let Some(next) = last.map_or(Some(1), |l| l.checked_add(1)) else {
+        let why =
+            format!("{name} holds the last possible epoch: change the group secret, remove it");
+        return cerr("l2sec.state_dir", why);
+    };
+    let epoch = next.max(unix_us);
+    dir.write_u64(&name, epoch).or_else(|e| {
+        cerr(
+            "l2sec.state_dir",
+            format!(
+                "cannot store the group epoch in {}: {e}",
+                dir.path().display()
+            ),
+        )
+    })?;
+    Ok(epoch)
+}
+
+/// `netveil check` of an l2sec configuration: the file, its key files, that the port exists, and, without
+/// changing anything, that the state directory is not something else and that a stored epoch is readable.
 pub fn check(path: &Path) -> Result<L2Config> {
     let cfg = L2Config::load(path)?;
     port_link(&cfg.interface)?;
+    let d = &cfg.state_dir;
+    if d.exists() && !d.is_dir() {
+        return Err(ConfigError {
+            key: "l2sec.state_dir".into(),
+            reason: format!("{} is not a directory", d.display()),
+        }
+        .into());
+    }
+    let f = d.join(epoch_file(&cfg.interface));
+    if let Ok(t) = std::fs::read_to_string(&f) {
+        if t.trim().parse::<u64>().is_err() {
+            return Err(ConfigError {
+                key: "l2sec.state_dir".into(),
+                reason: format!("{} is damaged (not a number)", f.display()),
+            }
+            .into());
+        }
+    }
     Ok(cfg)
 }
 
@@ -566,13 +660,20 @@ pub fn up(path: &Path) -> Result<()> {
             )))
         }
     };
-    let started = Instant::now();
-    let unix = std::time::SystemTime::now()
+    // The group epoch, persisted before anything is set up (a state directory that cannot be used is a
+    // configuration error: nothing applied).
+    let state = StateDir::open(&cfg.state_dir, "l2sec.state_dir")?;
+    let since_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let node = Node::new(cfg.node_config(mac, ip.0, ip.1), started, unix)
-        .map_err(|e| Error::Usage(format!("l2sec: {e}")))?;
+        .unwrap_or_default();
+    let epoch = next_epoch(&state, &cfg.interface, since_unix.as_micros() as u64)?;
+    let started = Instant::now();
+    let node = Node::new(
+        cfg.node_config(mac, ip.0, ip.1, epoch),
+        started,
+        since_unix.as_secs(),
+    )
+    .map_err(|e| Error::Usage(format!("l2sec: {e}")))?;
     let (head, tail) = node.overhead();
     let mtu = match cfg.mtu {
         Some(m) => m,
@@ -839,6 +940,8 @@ fn peer_json(p: &PeerStatus) -> Value {
     json!({
         "mac": mac_str(&p.mac),
         "ip": p.ip.map(|i| i.to_string()),
+        "bound_ip": p.bound_ip.map(|i| i.to_string()),
+        "epoch": p.epoch,
         "session": p.session.map(|s| json!({
             "key_id": s.key_id,
             "suite": s.suite.name(),
@@ -889,6 +992,7 @@ fn status_json(st: &State) -> Value {
             "suites": c.suites.iter().map(|s| s.name()).collect::<Vec<_>>(),
             "dh_groups": c.groups.iter().map(|g| g.name()).collect::<Vec<_>>(),
             "epoch": node.epoch(),
+            "state_dir": c.state_dir.display().to_string(),
             "signing": c.signing_key.is_some(),
             "require_signatures": c.require_signatures,
             "uptime_seconds": st.started.elapsed().as_secs(),
@@ -898,6 +1002,8 @@ fn status_json(st: &State) -> Value {
                 "tx_frames": s.tx_frames, "tx_bytes": s.tx_bytes, "tx_group": s.tx_group,
                 "rx_frames": s.rx_frames, "rx_bytes": s.rx_bytes, "rx_group": s.rx_group,
                 "sep_messages": s.sep_messages, "sessions_established": s.sessions_established,
+                "peer_restarts": s.peer_restarts, "announces": s.announces,
+                "sep_rate_limited": s.sep_errors.get("sep-rate-limited").copied().unwrap_or(0),
                 "clear_dropped_in": clear_in, "clear_dropped_out": clear_out,
             },
             "tx_drops": drops(&s.tx_drops),
@@ -920,7 +1026,7 @@ pub fn render_status(v: &Value) -> String {
     let l = &v["l2sec"];
     let c = &l["counters"];
     let mut o = format!(
-        "l2sec: {} (TAP {}, {} {}, MTU {})  EtherType {}  up {}s\n  group: {} epoch {}{}, {} senders known\n  sessions: {} (dh {})\n  tx: {} frames, {} ({} group)   rx: {} frames, {} ({} group)   SEP messages: {}\n  clear frames dropped on the port: {} in, {} out\n",
+        "l2sec: {} (TAP {}, {} {}, MTU {})  EtherType {}  up {}s\n  group: {} epoch {}{}, {} senders known, {} peer restarts seen\n  sessions: {} (dh {})\n  tx: {} frames, {} ({} group)   rx: {} frames, {} ({} group)   SEP messages: {}, exchanges postponed or refused by the rate limit: {}\n  clear frames dropped on the port: {} in, {} out\n",
         l["interface"].as_str().unwrap_or("?"),
         l["tap"].as_str().unwrap_or("?"),
         l["mac"].as_str().unwrap_or("?"),
@@ -932,6 +1038,7 @@ pub fn render_status(v: &Value) -> String {
         l["epoch"],
         if l["signing"].as_bool() == Some(true) { ", signed" } else { "" },
         l["group_senders"],
+        c["peer_restarts"],
         l["suites"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
         l["dh_groups"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
         c["tx_frames"],
@@ -941,6 +1048,7 @@ pub fn render_status(v: &Value) -> String {
         human_bytes(c["rx_bytes"].as_u64().unwrap_or(0)),
         c["rx_group"],
         c["sep_messages"],
+        c["sep_rate_limited"],
         c["clear_dropped_in"],
         c["clear_dropped_out"],
     );
@@ -1037,4 +1145,131 @@ pub fn keygen(name: &str, dir: &Path) -> Result<(PathBuf, String)> {
     f.write_all(text.as_bytes())
         .map_err(Error::io(format!("cannot write {}", path.display())))?;
     Ok((path, hex::encode(key.verifying_key().as_bytes())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> String {
+        format!(
+            "[l2sec]\ninterface = \"eth0\"\naddress = \"192.0.2.10/24\"\ngroup_secret = \"{}\"\n",
+            "11".repeat(32)
+        )
+    }
+
+    fn peer(seed: u8, mac: &str, ip: Option<&str>) -> String {
+        let pk = hex::encode(
+            SigningKey::from_bytes(&[seed; 32])
+                .verifying_key()
+                .as_bytes(),
+        );
+        let ip = ip.map(|i| format!("ip = \"{i}\"\n")).unwrap_or_default();
+        format!("\n[[l2sec.peer]]\nmac = \"{mac}\"\npublic_key = \"{pk}\"\n{ip}")
+    }
+
+    fn parse(text: &str) -> std::result::Result<L2Config, ConfigError> {
+        L2Config::parse(text, Path::new("/nonexistent"))
+    }
+
+    #[test]
+    fn signatures_are_required_by_default_when_peers_are_listed() {
+        let none = parse(&base()).unwrap();
+        assert!(!none.require_signatures);
+        let with = base() + &peer(1, "02:00:5e:00:53:0b", None);
+        assert!(parse(&with).unwrap().require_signatures);
+        // An explicit false still works.
+        let off = with.replace("[l2sec]\n", "[l2sec]\nrequire_signatures = false\n");
+        assert!(!parse(&off).unwrap().require_signatures);
+        let e = parse(&base().replace("[l2sec]\n", "[l2sec]\nrequire_signatures = true\n"))
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "l2sec.require_signatures");
+    }
+
+    #[test]
+    fn peer_addresses_are_bound_once() {
+        let ok = base()
+            + &peer(1, "02:00:5e:00:53:0b", Some("192.0.2.11"))
+            + &peer(2, "02:00:5e:00:53:0c", None);
+        let c = parse(&ok).unwrap();
+        assert_eq!(
+            c.peer_ips.get(&[2, 0, 0x5e, 0, 0x53, 0x0b]),
+            Some(&Ipv4Addr::new(192, 0, 2, 11))
+        );
+        assert_eq!(c.peer_ips.len(), 1);
+        let n = c.node_config(
+            [2, 0, 0x5e, 0, 0x53, 0x0a],
+            Ipv4Addr::new(192, 0, 2, 10),
+            24,
+            7,
+        );
+        assert_eq!(n.peer_ips, c.peer_ips);
+        assert_eq!(n.epoch, 7);
+        for (text, key) in [
+            (
+                base()
+                    + &peer(1, "02:00:5e:00:53:0b", Some("192.0.2.11"))
+                    + &peer(2, "02:00:5e:00:53:0c", Some("192.0.2.11")),
+                "l2sec.peer[1].ip",
+            ),
+            (
+                base() + &peer(1, "02:00:5e:00:53:0b", Some("192.0.2.10")),
+                "l2sec.peer[0].ip",
+            ),
+            (
+                base() + &peer(1, "02:00:5e:00:53:0b", Some("192.0.2")),
+                "l2sec.peer[0].ip",
+            ),
+            (
+                base() + &peer(1, "02:00:5e:00:53:0b", Some("255.255.255.255")),
+                "l2sec.peer[0].ip",
+            ),
+        ] {
+            assert_eq!(parse(&text).err().unwrap().key, key, "{text}");
+        }
+    }
+
+    #[test]
+    fn state_dir_default_and_relative() {
+        assert_eq!(
+            parse(&base()).unwrap().state_dir,
+            Path::new(crate::state::DEFAULT_STATE_DIR)
+        );
+        let c = parse(&base().replace("[l2sec]\n", "[l2sec]\nstate_dir = \"st\"\n")).unwrap();
+        assert_eq!(c.state_dir, Path::new("/nonexistent/st"));
+        let e = parse(&base().replace("[l2sec]\n", "[l2sec]\nstate_dir = \"\"\n"))
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "l2sec.state_dir");
+    }
+
+    #[test]
+    fn the_epoch_strictly_increases_and_persists_before_use() {
+        let dir = std::env::temp_dir().join(format!("netveil-l2-epoch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let st = StateDir::open(&dir, "l2sec.state_dir").unwrap();
+        let now = 1_700_000_000_000_000u64;
+        let e1 = next_epoch(&st, "eth0", now).unwrap();
+        assert_eq!(e1, now);
+        assert_eq!(st.read_u64("l2sec-eth0.epoch"), Ok(Some(e1)));
+        // The same instant, and a clock gone back by an hour: still strictly increasing.
+        let e2 = next_epoch(&st, "eth0", now).unwrap();
+        assert_eq!(e2, e1 + 1);
+        let e3 = next_epoch(&st, "eth0", now - 3_600_000_000).unwrap();
+        assert_eq!(e3, e2 + 1);
+        // Time moves on: the clock again.
+        assert_eq!(next_epoch(&st, "eth0", now + 5).unwrap(), now + 5);
+        // Another port has its own epoch; a clock at 0 still gives a usable (non-zero) epoch.
+        assert_eq!(next_epoch(&st, "eth1", 0).unwrap(), 1);
+        // A damaged file is an error naming the key, never a silent reset.
+        std::fs::write(dir.join("l2sec-eth0.epoch"), "junk").unwrap();
+        assert_eq!(
+            next_epoch(&st, "eth0", now).err().unwrap().key,
+            "l2sec.state_dir"
+        );
+        std::fs::write(dir.join("l2sec-eth0.epoch"), format!("{}\n", u64::MAX)).unwrap();
+        assert!(next_epoch(&st, "eth0", now).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

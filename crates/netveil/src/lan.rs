@@ -151,6 +151,8 @@ pub struct L2Opts {
     pub security_number: Option<u32>,
     /// Send timestamps and require them within the tolerance.
     pub timestamps: bool,
+    /// With signatures: every `[[l2sec.peer]]` also binds the peer's address (`ip`).
+    pub peer_ips: bool,
 }
 
 impl Default for L2Opts {
@@ -166,6 +168,7 @@ impl Default for L2Opts {
             rekey_margin_seconds: None,
             security_number: None,
             timestamps: false,
+            peer_ips: true,
         }
     }
 }
@@ -186,8 +189,9 @@ impl L2Opts {
 pub const TAP: &str = "l2s0";
 
 impl Lan {
-    /// The `[l2sec]` configurations of the stations `names` (same group secret; with signatures, every station's
-    /// key written into the lab directory and every other station's public key listed).
+    /// The `[l2sec]` configurations of the stations `names` (same group secret; each station's state directory
+    /// in the lab directory, `state-NAME`; with signatures, every station's key written into the lab directory and
+    /// every other station's public key listed, with its address unless `peer_ips` is off).
     pub fn l2sec_configs(&self, lab: &Lab, names: &[&str], o: &L2Opts) -> Result<Vec<String>> {
         let mut secret = [0u8; 32];
         netveil_crypto::rand::fill_random(&mut secret);
@@ -211,12 +215,13 @@ impl Lan {
         for (i, n) in names.iter().enumerate() {
             let st = self.station(n)?;
             let mut c = format!(
-                "[l2sec]\ninterface = \"{PORT}\"\ntap = \"{TAP}\"\naddress = \"{}/24\"\ngroup_secret = \"{secret}\"\ngroup_suite = \"{}\"\nsuites = [{}]\ndh_groups = [{}]\ncontrol_socket = \"{}\"\n",
+                "[l2sec]\ninterface = \"{PORT}\"\ntap = \"{TAP}\"\naddress = \"{}/24\"\ngroup_secret = \"{secret}\"\ngroup_suite = \"{}\"\nsuites = [{}]\ndh_groups = [{}]\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n",
                 st.ip,
                 o.group_suite,
                 list(&o.suites),
                 list(&o.dh_groups),
-                lab.socket_path(n).display()
+                lab.socket_path(n).display(),
+                lab.dir().join(format!("state-{n}")).display()
             );
             if o.insecure_ecb {
                 c.push_str("insecure_ecb = true\n");
@@ -243,11 +248,15 @@ impl Lan {
                 ));
                 for (j, m) in names.iter().enumerate() {
                     if j != i {
+                        let peer = self.station(m)?;
                         c.push_str(&format!(
                             "\n[[l2sec.peer]]\nmac = \"{}\"\npublic_key = \"{}\"\n",
-                            mac_str(&self.station(m)?.mac),
+                            mac_str(&peer.mac),
                             keys[j].1
                         ));
+                        if o.peer_ips {
+                            c.push_str(&format!("ip = \"{}\"\n", peer.ip));
+                        }
                     }
                 }
             }

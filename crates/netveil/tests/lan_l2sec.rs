@@ -27,8 +27,14 @@ fn python() -> PathBuf {
     p
 }
 
+fn attack(script: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/attacks")
+        .join(script)
+}
+
 fn spoof_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/attacks/arp_spoof.py")
+    attack("arp_spoof.py")
 }
 
 fn ping(lab: &Lab, lan: &Lan, from: &str, to: &str, count: u32) -> String {
@@ -452,6 +458,24 @@ fn bad_l2sec_config_names_the_key_and_changes_nothing() {
             "l2sec.tap",
         ),
         (good.replace("[l2sec]", "[l2sec]\nfoo = 1"), "foo"),
+        // The state directory is a file (the configuration itself).
+        (
+            good.lines()
+                .map(|l| {
+                    if l.starts_with("state_dir") {
+                        format!("state_dir = \"{}\"", lab.dir().join("bad.toml").display())
+                    } else {
+                        l.to_string()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            "l2sec.state_dir",
+        ),
+        (
+            good.replacen("ip = \"192.0.2.11\"", "ip = \"192.0.2.10\"", 1),
+            "l2sec.peer[0].ip",
+        ),
     ];
     let path = lab.dir().join("bad.toml");
     for (text, key) in cases {
@@ -550,6 +574,18 @@ fn a_restarted_host_gets_its_port_back_and_rejoins() {
     let s = d1.status_json().unwrap();
     let p = peer(&s, &h2.mac).expect("peer");
     assert!(p["sessions"].as_u64().unwrap_or(0) >= 4, "{p}");
+    // Each restart was learnt from h2's announcement (a newer epoch), and h2's epochs increased.
+    assert!(
+        count(&s, "counters", "peer_restarts") >= 3,
+        "{}",
+        l2(&s)["counters"]
+    );
+    let e = |d: &Daemon| l2(&d.status_json().unwrap())["epoch"].as_u64().unwrap();
+    assert_eq!(p["epoch"].as_u64(), Some(e(&d2)), "{p}");
+    assert!(d1
+        .status_text()
+        .unwrap()
+        .contains(&format!("epoch {}", e(&d1))));
     let rx = &l2(&s)["rx_drops"];
     assert!(
         rx["auth-failed"].is_null() && rx["replayed"].is_null(),
@@ -629,20 +665,22 @@ fn security_number_and_timestamps_are_sent_and_enforced() {
     let out = ping(&lab, &lan, "h3", "h1", 2);
     assert!(out.contains("100% packet loss"), "h3 was heard: {out}");
     let pcap = cap.stop().unwrap();
-    // First header byte: version 1 with SN and TS (0x39, and 0x3b for signed group frames); the security number
-    // follows the key id and the sequence number.
+    // First header byte: version 1 with SN and TS (0x39 for unicast frames; group frames add EP and SIG, 0x3f);
+    // the security number follows the key id and the sequence number, and in group frames the 8-byte epoch.
     let first = field_histogram(&lab, &eve.ns, &pcap, &["data.data"]);
     let mut with_sn = 0;
     for (l, n) in &first {
-        if (l.starts_with("39") || l.starts_with("3b")) && l.len() > 30 {
-            assert!(
-                &l[12..18] == "00c0de" || &l[12..18] == "00c0dd",
-                "security number field: {l}"
-            );
-            with_sn += n;
-        } else {
-            panic!("a frame without SN/TS flags: {l}");
-        }
+        let sn_at = match &l[..2.min(l.len())] {
+            "39" => 12,
+            "3f" => 28,
+            _ => panic!("a frame without SN/TS flags: {l}"),
+        };
+        assert!(l.len() > sn_at + 20, "{l}");
+        assert!(
+            &l[sn_at..sn_at + 6] == "00c0de" || &l[sn_at..sn_at + 6] == "00c0dd",
+            "security number field: {l}"
+        );
+        with_sn += n;
     }
     assert!(with_sn > 10, "{first:?}");
     let s1 = d[0].status_json().unwrap();
@@ -652,4 +690,298 @@ fn security_number_and_timestamps_are_sent_and_enforced() {
         "{rx}"
     );
     assert!(rx["stale-timestamp"].is_null(), "{rx}");
+}
+
+/// A counter of a status (`rx_drops`, `counters`, ...), 0 if absent.
+fn count(st: &Value, section: &str, name: &str) -> u64 {
+    l2(st)[section][name].as_u64().unwrap_or(0)
+}
+
+/// The review's replay across a restart, on the wire: mallory records h1's group frames (ARP, UDP broadcasts,
+/// SEP, announcements) before and after a restart of h1's daemon, and scapy replays them to the LAN alternately,
+/// one of each epoch. h2 delivers none of them and handles none (old epoch, replayed: counted); its host sees no
+/// replayed datagram; h1 and h2 still talk.
+#[test]
+fn group_frames_replayed_across_a_restart_are_refused() {
+    let _g = serial();
+    let mut lab = Lab::new("nvr").unwrap().with_netveil(NETVEIL);
+    let lan = Lan::build(&mut lab, &["h1", "h2", "mallory"]).unwrap();
+    let st = |n: &str| lan.station(n).unwrap().clone();
+    let (h1, h2, mal) = (st("h1"), st("h2"), st("mallory"));
+    let cfgs = lan
+        .l2sec_configs(&lab, &["h1", "h2"], &L2Opts::default())
+        .unwrap();
+    let mut d1 = lab.start_daemon(&h1.ns, "h1", &cfgs[0]).unwrap();
+    let d2 = lab.start_daemon(&h2.ns, "h2", &cfgs[1]).unwrap();
+    let epoch = |d: &Daemon| l2(&d.status_json().unwrap())["epoch"].as_u64().unwrap();
+    let mut cap = lab
+        .capture(&mal.ns, PORT, "recorded.pcap", 2000, &[])
+        .unwrap();
+    let traffic = |lab: &Lab| {
+        let out = ping(lab, &lan, "h1", "h2", 2);
+        assert!(out.contains(" 0% packet loss"), "{out}");
+        assert_eq!(
+            broadcast_exchange(&lan, "h1", &["h2"], 9999, 3),
+            vec![h2.ip]
+        );
+    };
+    traffic(&lab);
+    let e1 = epoch(&d1);
+    d1.stop();
+    d1 = lab.start_daemon(&h1.ns, "h1", &cfgs[0]).unwrap();
+    let restarted = Instant::now();
+    let e2 = epoch(&d1);
+    assert!(e2 > e1, "epochs {e1} then {e2}");
+    traffic(&lab);
+    // Past h1's last announcement (3 s after its start): from now on h1 sends no group frame by itself.
+    std::thread::sleep(Duration::from_secs(4).saturating_sub(restarted.elapsed()));
+    let pcap = cap.stop().unwrap();
+    let rec = netveil::pcap::read_file(&pcap).unwrap();
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for r in &rec.records {
+        let Ok(p) = netveil_l2sec::peek(&r.data, netveil_l2sec::DEFAULT_ETHERTYPE) else {
+            continue;
+        };
+        if p.src.0 != h1.mac || p.dst.0[0] & 1 == 0 {
+            continue;
+        }
+        match p.header.epoch {
+            Some(e) if e == e1 => before.push(r.clone()),
+            Some(e) if e == e2 => after.push(r.clone()),
+            e => panic!("a group frame of h1 with epoch {e:?} (expected {e1} or {e2})"),
+        }
+    }
+    // ARP request, 3 broadcasts, SEP messages, announcements: in each epoch.
+    assert!(
+        before.len() >= 6 && after.len() >= 6,
+        "{} and {}",
+        before.len(),
+        after.len()
+    );
+    let mut alternate = Vec::new();
+    for k in 0..before.len().max(after.len()) {
+        alternate.extend(before.get(k).cloned());
+        alternate.extend(after.get(k).cloned());
+    }
+    let replay = lab.dir().join("alternate.pcap");
+    netveil::pcap::write_file(
+        &replay,
+        &netveil::pcap::Pcap {
+            records: alternate.clone(),
+            ..rec.clone()
+        },
+    )
+    .unwrap();
+
+    let s0 = d2.status_json().unwrap();
+    // h2's host listens for the replayed broadcasts meanwhile.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let listener = lab::spawn_in_ns(&h2.ns, move || -> netveil::Result<usize> {
+        let s = UdpSocket::bind(("0.0.0.0", 9999)).map_err(netveil::Error::io("bind"))?;
+        s.set_read_timeout(Some(Duration::from_millis(200))).ok();
+        let _ = ready_tx.send(());
+        let (mut n, mut buf, t0) = (0, [0u8; 1500], Instant::now());
+        while t0.elapsed() < Duration::from_secs(6) {
+            if s.recv_from(&mut buf).is_ok() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    })
+    .unwrap();
+    ready_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    let sent = lab
+        .exec_ok(
+            &mal.ns,
+            &[
+                python().to_str().unwrap(),
+                attack("replay.py").to_str().unwrap(),
+                PORT,
+                replay.to_str().unwrap(),
+                "0.02",
+            ],
+        )
+        .unwrap();
+    assert_eq!(sent.trim(), alternate.len().to_string(), "scapy: {sent}");
+    let heard = listener.join().unwrap().unwrap().unwrap();
+    let s1 = d2.status_json().unwrap();
+    // (Only group frames were replayed; h1 may send a unicast ARP probe meanwhile, so rx_frames may move.)
+    for c in ["rx_group", "sep_messages", "sessions_established"] {
+        assert_eq!(
+            count(&s1, "counters", c),
+            count(&s0, "counters", c),
+            "h2's {c} moved: a replay was accepted"
+        );
+    }
+    assert_eq!(heard, 0, "h2's host received {heard} replayed datagrams");
+    let delta = |name: &str| count(&s1, "rx_drops", name) - count(&s0, "rx_drops", name);
+    assert_eq!(
+        delta("old-epoch"),
+        before.len() as u64,
+        "{}",
+        l2(&s1)["rx_drops"]
+    );
+    assert_eq!(
+        delta("replayed"),
+        after.len() as u64,
+        "{}",
+        l2(&s1)["rx_drops"]
+    );
+    let p = peer(&s1, &h1.mac).expect("h2 has h1 as a peer");
+    assert_eq!(p["epoch"].as_u64(), Some(e2), "{p}");
+    println!(
+        "replayed {} group frames of h1 (epoch {e1}: {}, epoch {e2}: {}) alternately: none accepted, {} old-epoch and {} replayed drops at h2",
+        alternate.len(),
+        before.len(),
+        after.len(),
+        delta("old-epoch"),
+        delta("replayed")
+    );
+    let out = ping(&lab, &lan, "h1", "h2", 2);
+    assert!(out.contains(" 0% packet loss"), "{out}");
+}
+
+/// The review's forged unicast frames, on the wire: scapy on mallory's port sends l2sec-looking unicast frames to h2
+/// with h1's source MAC and every key id but the session's (three rounds, over seconds), and frames from hundreds
+/// of random source MACs. h2 starts no SEP (h1 receives no SEP message), keeps one peer and one session, and
+/// counts the drops.
+#[test]
+fn forged_unicast_frames_start_no_sep_and_do_not_grow_the_peer_table() {
+    let _g = serial();
+    let mut lab = Lab::new("nvf").unwrap().with_netveil(NETVEIL);
+    let lan = Lan::build(&mut lab, &["h1", "h2", "mallory"]).unwrap();
+    let st = |n: &str| lan.station(n).unwrap().clone();
+    let (h1, h2, mal) = (st("h1"), st("h2"), st("mallory"));
+    let d = lan
+        .protect(&lab, &["h1", "h2"], &L2Opts::default())
+        .unwrap();
+    let out = ping(&lab, &lan, "h1", "h2", 2);
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    // Past the start announcements.
+    std::thread::sleep(Duration::from_secs(3));
+    let (a0, b0) = (d[0].status_json().unwrap(), d[1].status_json().unwrap());
+    let p0 = peer(&b0, &h1.mac).expect("h2 has h1 as a peer").clone();
+    let key_id = p0["session"]["key_id"].as_u64().expect("a session");
+    let randoms = 600;
+    let sent = lab
+        .exec_ok(
+            &mal.ns,
+            &[
+                python().to_str().unwrap(),
+                attack("forge_unicast.py").to_str().unwrap(),
+                PORT,
+                "88b5",
+                &mac_str(&h2.mac),
+                &mac_str(&h1.mac),
+                &key_id.to_string(),
+                "3",
+                &randoms.to_string(),
+                "0.002",
+            ],
+        )
+        .unwrap();
+    let sent: u64 = sent.trim().parse().unwrap();
+    assert_eq!(sent, 3 * 255 + randoms);
+    std::thread::sleep(Duration::from_millis(500));
+    let (a1, b1) = (d[0].status_json().unwrap(), d[1].status_json().unwrap());
+    let peers = l2(&b1)["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), 1, "h2's peer table grew: {peers:?}");
+    let p1 = peer(&b1, &h1.mac).unwrap();
+    assert_eq!(p1["sessions"], p0["sessions"], "{p1}");
+    assert_eq!(p1["session"]["key_id"].as_u64(), Some(key_id));
+    assert_eq!(p1["handshaking"], false);
+    assert_eq!(
+        count(&b1, "counters", "sessions_established"),
+        count(&b0, "counters", "sessions_established")
+    );
+    assert_eq!(
+        count(&a1, "counters", "sep_messages"),
+        count(&a0, "counters", "sep_messages"),
+        "h2 sent SEP messages to h1"
+    );
+    let delta = |name: &str| count(&b1, "rx_drops", name) - count(&b0, "rx_drops", name);
+    assert_eq!(delta("unknown-key-id"), 3 * 255, "{}", l2(&b1)["rx_drops"]);
+    assert_eq!(delta("no-session"), randoms, "{}", l2(&b1)["rx_drops"]);
+    println!(
+        "{sent} forged unicast frames: h2 counted {} unknown-key-id and {} no-session drops, started no SEP, still one peer",
+        delta("unknown-key-id"),
+        delta("no-session")
+    );
+    let out = ping(&lab, &lan, "h1", "h2", 2);
+    assert!(out.contains(" 0% packet loss"), "{out}");
+}
+
+/// A signed member spoofs ARP from inside (scapy on its own TAP: the daemon seals the forged replies, h1 opens
+/// them): h3 tells h1 that h2's address is at h3's MAC. h1 drops them (`arp-spoofed`, the peers' addresses are
+/// bound by the configuration) and keeps h2's entry; h3's own address still resolves.
+#[test]
+fn a_member_can_claim_only_its_own_address() {
+    let _g = serial();
+    let mut lab = Lab::new("nva").unwrap().with_netveil(NETVEIL);
+    let lan = Lan::build(&mut lab, &["h1", "h2", "h3"]).unwrap();
+    let st = |n: &str| lan.station(n).unwrap().clone();
+    let (h1, h2, h3) = (st("h1"), st("h2"), st("h3"));
+    let d = lan
+        .protect(&lab, &["h1", "h2", "h3"], &L2Opts::default())
+        .unwrap();
+    for (a, b) in [("h1", "h2"), ("h3", "h1")] {
+        let out = ping(&lab, &lan, a, b, 2);
+        assert!(out.contains(" 0% packet loss"), "{a} -> {b}: {out}");
+    }
+    let before = d[0].status_json().unwrap();
+    let mut spoofer = lab
+        .command(
+            &h3.ns,
+            &[
+                python().to_str().unwrap(),
+                spoof_script().to_str().unwrap(),
+                TAP,
+                &h1.ip.to_string(),
+                &mac_str(&h1.mac),
+                &h2.ip.to_string(),
+                &mac_str(&h3.mac),
+                "15",
+                "0.2",
+            ],
+        )
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        let out = lab
+            .exec_ok(
+                &h1.ns,
+                &["ip", "-4", "neigh", "show", &h2.ip.to_string(), "dev", TAP],
+            )
+            .unwrap();
+        assert!(
+            !out.contains(&mac_str(&h3.mac)),
+            "the member's spoofed ARP entry took: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = spoofer.wait();
+    let after = d[0].status_json().unwrap();
+    let spoofed =
+        count(&after, "rx_drops", "arp-spoofed") - count(&before, "rx_drops", "arp-spoofed");
+    assert!(
+        spoofed >= 10,
+        "h1 dropped {spoofed} spoofed ARP replies: {}",
+        l2(&after)["rx_drops"]
+    );
+    let out = ping(&lab, &lan, "h1", "h2", 2);
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    let out = lab
+        .exec_ok(
+            &h1.ns,
+            &["ip", "-4", "neigh", "show", &h2.ip.to_string(), "dev", TAP],
+        )
+        .unwrap();
+    assert!(out.contains(&mac_str(&h2.mac)), "{out}");
+    let p = peer(&after, &h3.mac).expect("h1 has h3 as a peer");
+    assert_eq!(p["bound_ip"], h3.ip.to_string(), "{p}");
+    println!(
+        "h3's {spoofed} forged ARP replies for {} dropped at h1 (arp-spoofed)",
+        h2.ip
+    );
 }
