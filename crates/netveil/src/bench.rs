@@ -66,8 +66,10 @@ pub struct BenchArgs {
     /// control, and random data, unknown SPIs, bad ICVs and replays from a non-peer and from the spoofed peer.
     #[arg(long)]
     pub flood: bool,
-    /// Packets per second of each flood.
-    #[arg(long, default_value_t = 300_000)]
+    /// Packets per second of each flood; 0 (the default): line rate, i.e. the closed-port control runs unpaced,
+    /// as fast as this machine sends it, and every other flood is paced to the rate it reached (equal rates,
+    /// comparable rows).
+    #[arg(long, default_value_t = 0)]
     pub flood_pps: u64,
     /// The floods to run (closed is the control): closed, random, unknown-spi, bad-icv, replay; each but
     /// closed and replay from a non-peer and from the spoofed peer.
@@ -77,6 +79,9 @@ pub struct BenchArgs {
         default_value = "closed,random,unknown-spi,bad-icv,replay"
     )]
     pub flood_kinds: Vec<String>,
+    /// Rounds of every measurement (each with its own baseline); the table shows medians.
+    #[arg(long, default_value_t = 3)]
+    pub flood_rounds: u32,
     /// The tunnels to flood: esp (ESP-in-UDP aes128gcm16), psp (aes-gcm-128).
     #[arg(long, value_delimiter = ',', default_value = "esp,psp")]
     pub flood_tunnels: Vec<String>,

@@ -21,6 +21,8 @@ pub struct FloodRow {
     pub source: String,
     pub packets_per_s: f64,
     pub gbit_per_s: f64,
+    /// TCP retransmissions of the transfer (the tunnel lost packets).
+    pub retransmits: u64,
     /// Goodput as a share of the baseline of the same run (1.0 = no loss).
     pub share: f64,
     /// b's daemon: packets dropped by its filters and data plane during the flood.
@@ -145,15 +147,16 @@ fn measure(
     tunnel: &str,
     kind: Option<(&str, bool)>,
     baseline: f64,
+    pps: u64,
 ) -> Result<FloodRow> {
     let b = f.hosts.daemon(1);
     let pid = b.pid().unwrap_or(0);
     let rss_before = rss_kib(pid);
     let drops_before = drops(b);
     let dst = f.hosts.addrs[1].inner.to_string();
-    let (gbit, pps, flood, source) = match kind {
+    let (gbit, retransmits, pps, flood, source) = match kind {
         None => {
-            let (g, _) = iperf(
+            let (g, r) = iperf(
                 &f.lab,
                 &f.hosts.ns[1],
                 &f.hosts.ns[0],
@@ -161,7 +164,7 @@ fn measure(
                 a.seconds,
                 a.streams,
             )?;
-            (g, 0.0, "none (baseline)".to_string(), "-".to_string())
+            (g, r, 0.0, "none (baseline)".to_string(), "-".to_string())
         }
         Some((k, spoof)) => {
             let src = if spoof {
@@ -170,7 +173,7 @@ fn measure(
                 M_ADDR.to_string()
             };
             let secs = format!("{}", a.seconds as f64 + 2.5);
-            let pps = a.flood_pps.to_string();
+            let pps = pps.to_string();
             let spi = b_rx_spi(f)?.to_string();
             let netveil = f.lab.netveil().to_string_lossy().to_string();
             let mut args = vec![
@@ -232,7 +235,7 @@ fn measure(
                 .and_then(|s| s.split_whitespace().next())
                 .and_then(|s| s.parse::<f64>().ok())
                 .unwrap_or(0.0);
-            let (g, _) = r?;
+            let (g, retr) = r?;
             let label = match k {
                 "closed" => "closed port (control)".to_string(),
                 "random" => format!("random data to UDP {}", f.port),
@@ -243,6 +246,7 @@ fn measure(
             };
             (
                 g,
+                retr,
                 pps,
                 label,
                 if spoof {
@@ -260,6 +264,7 @@ fn measure(
         source,
         packets_per_s: pps,
         gbit_per_s: gbit,
+        retransmits,
         share: if baseline > 0.0 { gbit / baseline } else { 1.0 },
         drops: drops(b).saturating_sub(drops_before),
         rss_kib_before: rss_before,
@@ -271,54 +276,96 @@ const B_OUTER: &str = "192.0.2.2";
 
 fn row_text(r: &FloodRow) -> String {
     format!(
-        "{:<24} {:<36} {:<18} {:>6.2} {:>8.2} {:>10.0}% {:>10} {:>8}/{:<8}",
+        "{:<24} {:<36} {:<18} {:>6.2} {:>8.2} {:>10.0}% {:>8} {:>10} {:>8}/{:<8}",
         r.tunnel,
         r.flood,
         r.source,
         r.packets_per_s / 1e6,
         r.gbit_per_s,
         100.0 * r.share,
+        r.retransmits,
         r.drops,
         r.rss_kib_before,
         r.rss_kib_after
     )
 }
 
-/// Runs every flood against one tunnel; prints each row as it comes.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Runs every flood against one tunnel, `--flood-rounds` times, each round with a baseline of its own; prints each
+/// measurement as it comes and returns one row per flood: medians over the rounds (the share is the median goodput
+/// under the flood over the median baseline), drops summed, memory before the first and after the last.
 fn run_tunnel(a: &BenchArgs, pair: &HostPair, tunnel: &str) -> Result<Vec<FloodRow>> {
     let f = build(pair)?;
-    let mut rows = Vec::new();
     let print = |r: &FloodRow| println!("  {}", row_text(r));
-    let base = measure(&f, a, tunnel, None, 0.0)?;
-    print(&base);
-    let baseline = base.gbit_per_s;
-    rows.push(base);
-    let mut kinds = Vec::new();
+    let mut kinds: Vec<Option<(&str, bool)>> = vec![None];
     for k in ["closed", "random", "unknown-spi", "bad-icv", "replay"] {
         if !a.flood_kinds.iter().any(|x| x == k) {
             continue;
         }
         if k != "replay" {
-            kinds.push((k, false));
+            kinds.push(Some((k, false)));
         }
         if k != "closed" {
-            kinds.push((k, true));
+            kinds.push(Some((k, true)));
         }
     }
-    for k in kinds {
-        let r = measure(&f, a, tunnel, Some(k), baseline)?;
-        print(&r);
-        rows.push(r);
+    // Line rate: what the closed-port control reaches unpaced in the first round, for every flood (unless a rate
+    // is asked).
+    let mut pps = a.flood_pps;
+    let mut runs: Vec<Vec<FloodRow>> = vec![Vec::new(); kinds.len()];
+    for round in 0..a.flood_rounds.max(1) {
+        println!("  round {}", round + 1);
+        let mut baseline = 0.0;
+        for (i, k) in kinds.iter().enumerate() {
+            let r = measure(&f, a, tunnel, *k, baseline, pps)?;
+            match k {
+                None => baseline = r.gbit_per_s,
+                Some(("closed", _)) if pps == 0 => pps = r.packets_per_s as u64,
+                _ => {}
+            }
+            print(&r);
+            runs[i].push(r);
+        }
     }
-    Ok(rows)
+    let base = median(runs[0].iter().map(|r| r.gbit_per_s).collect());
+    Ok(runs
+        .into_iter()
+        .map(|rs| {
+            let g = median(rs.iter().map(|r| r.gbit_per_s).collect());
+            FloodRow {
+                gbit_per_s: g,
+                share: if base > 0.0 { g / base } else { 1.0 },
+                packets_per_s: median(rs.iter().map(|r| r.packets_per_s).collect()),
+                retransmits: median(rs.iter().map(|r| r.retransmits as f64).collect()) as u64,
+                drops: rs.iter().map(|r| r.drops).sum(),
+                rss_kib_before: rs.first().map_or(0, |r| r.rss_kib_before),
+                rss_kib_after: rs.last().map_or(0, |r| r.rss_kib_after),
+                ..rs[0].clone()
+            }
+        })
+        .collect())
 }
 
 /// `netveil bench --flood`: ESP-in-UDP (aes128gcm16) and PSP (aes-gcm-128) under every flood.
 pub fn run(a: &BenchArgs) -> Result<Vec<FloodRow>> {
     println!(
         "netveil bench --flood: TCP goodput a -> b through the tunnel (iperf3, {} s) while m floods b's outer address \
-         ({} packets/s asked, {}-byte UDP payloads, AF_PACKET), against the same run's baseline",
-        a.seconds, a.flood_pps, 100
+         ({}, 100-byte UDP payloads, AF_PACKET), against the same run's baseline; {} rounds, medians",
+        a.seconds,
+        if a.flood_pps == 0 {
+            "at line rate: the rate the unpaced closed-port control reaches".to_string()
+        } else {
+            format!("{} packets/s asked", a.flood_pps)
+        },
+        a.flood_rounds.max(1)
     );
     for k in &a.flood_kinds {
         if !["closed", "random", "unknown-spi", "bad-icv", "replay"].contains(&k.as_str()) {
@@ -348,9 +395,10 @@ pub fn run(a: &BenchArgs) -> Result<Vec<FloodRow>> {
         }
     }
     println!();
+    println!("medians over {} rounds:", a.flood_rounds.max(1));
     println!(
-        "{:<24} {:<36} {:<18} {:>6} {:>8} {:>11} {:>10} {:>17}",
-        "tunnel", "flood", "from", "Mpps", "Gbit/s", "of baseline", "drops", "RSS KiB before/after"
+        "{:<24} {:<36} {:<18} {:>6} {:>8} {:>11} {:>8} {:>10} {:>17}",
+        "tunnel", "flood", "from", "Mpps", "Gbit/s", "of baseline", "retrans", "drops", "RSS KiB before/after"
     );
     for r in &rows {
         println!("{}", row_text(r));

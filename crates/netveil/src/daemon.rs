@@ -1629,6 +1629,26 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                     let now = sh.now();
                     let mut good = 0;
                     for m in 0..n {
+                        let whole = meta[m].segment_size == 0
+                            || meta[m].segment_size >= bufs[m].len();
+                        if whole {
+                            // One datagram (no GRO): processed in its own buffer, swapped into the output batch,
+                            // without a copy.
+                            if good == out.len() {
+                                let _ = tun.send_batch(&mut out[..good]);
+                                good = 0;
+                            }
+                            std::mem::swap(&mut bufs[m], &mut out[good]);
+                            let b = &mut out[good];
+                            if synth_udp_headers(b, meta[m].src, meta[m].dst, port).is_none() {
+                                sh.rx_drops.count(Drop::Malformed);
+                                continue;
+                            }
+                            if sh.deliver_in(b, now, *kind, &mut frags) {
+                                good += 1;
+                            }
+                            continue;
+                        }
                         for seg in meta[m].segments(bufs[m].data()) {
                             if good == out.len() {
                                 let _ = tun.send_batch(&mut out[..good]);
