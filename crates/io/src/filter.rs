@@ -47,70 +47,155 @@ pub enum Layout {
 }
 
 /// A receive SA the filter lets through: its SPI and, if a replay window runs, the lowest counter value not yet
-/// left of it (ESP: the low 32 bits of the sequence number; PSP: the IV).
+/// left of it (ESP: the low 32 bits of the sequence number; PSP: the IV), and optionally the highest one accepted
+/// (see [`SpiRule::ceiling`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpiRule {
     pub spi: u32,
     pub floor: Option<u64>,
+    /// Counters above this are refused too. The daemon sets it only during a storm of authentication failures,
+    /// far above the window (beyond the largest jump a genuine sender makes), so that a forger who does not see
+    /// the peer's counters cannot make the receiver decrypt: a blind guess lands below it with a tiny probability.
+    pub ceiling: Option<u64>,
 }
 
 /// A compiled filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Program(pub Vec<(u16, u8, u8, u32)>);
 
+/// One instruction with symbolic jump targets, resolved by [`assemble`].
+#[derive(Clone, Copy)]
+enum Op {
+    /// A plain instruction.
+    I(u16, u32),
+    /// A conditional jump: code, constant, then the labels for true and false.
+    J(u16, u32, usize, usize),
+    /// `ret`.
+    Ret(u32),
+    /// A label (no instruction).
+    L(usize),
+}
+
+/// Resolves labels into jump offsets; `None` if one is out of the 8-bit range or undefined.
+fn assemble(ops: &[Op]) -> Option<Vec<Insn>> {
+    let mut at = std::collections::HashMap::new();
+    let mut pc = 0usize;
+    for op in ops {
+        match op {
+            Op::L(l) => {
+                at.insert(*l, pc);
+            }
+            _ => pc += 1,
+        }
+    }
+    let mut out = Vec::new();
+    for op in ops {
+        let here = out.len();
+        let off = |l: &usize| -> Option<u8> {
+            let to = *at.get(l)?;
+            u8::try_from(to.checked_sub(here + 1)?).ok()
+        };
+        match op {
+            Op::I(code, k) => out.push(insn(*code, 0, 0, *k)),
+            Op::J(code, k, t, f) => out.push(insn(*code, off(t)?, off(f)?, *k)),
+            Op::Ret(k) => out.push(insn(RET_K, 0, 0, *k)),
+            Op::L(_) => {}
+        }
+    }
+    Some(out)
+}
+
 /// The filter that passes only packets of `rules` (at most [`MAX_SPIS`]; `None` with more) and, for rules with a
-/// floor, only counters at or above it. Packets too short to hold the SPI (and counter) are dropped.
+/// floor or a ceiling, only counters within them. Packets too short to hold the SPI (and counter) are dropped.
 pub fn spi_filter(layout: Layout, rules: &[SpiRule]) -> Option<Program> {
     if rules.len() > MAX_SPIS {
         return None;
     }
-    // Loads: (instruction code, offset) of the SPI and of the counter (high and low words for PSP).
+    // Loads: (instruction code, offset) of the SPI and of the counter (high word first for PSP's 64-bit IV).
     let (ld, spi_at, ctr_at) = match layout {
         Layout::EspInUdp => (LD_W_ABS, 8, 12),
         Layout::PspInUdp => (LD_W_ABS, 12, 16),
         Layout::EspRawV4 => (LD_W_IND, 0, 4),
     };
-    let mut blocks: Vec<Vec<Insn>> = Vec::new();
-    for r in rules {
-        let b = match (r.floor, layout) {
-            (None, _) => vec![insn(RET_K, 0, 0, ACCEPT)],
-            (Some(f), Layout::PspInUdp) => vec![
-                insn(ld, 0, 0, ctr_at),
-                insn(JGT_K, 3, 0, (f >> 32) as u32),
-                insn(JEQ_K, 0, 3, (f >> 32) as u32),
-                insn(ld, 0, 0, ctr_at + 4),
-                insn(JGE_K, 0, 1, f as u32),
-                insn(RET_K, 0, 0, ACCEPT),
-                insn(RET_K, 0, 0, 0),
-            ],
-            (Some(f), _) => vec![
-                insn(ld, 0, 0, ctr_at),
-                insn(JGE_K, 0, 1, f.min(u64::from(u32::MAX)) as u32),
-                insn(RET_K, 0, 0, ACCEPT),
-                insn(RET_K, 0, 0, 0),
-            ],
-        };
-        blocks.push(b);
-    }
-    let mut p: Vec<Insn> = Vec::new();
+    const DROP: usize = 0;
+    const ACCEPT_L: usize = 1;
+    let mut labels = 2usize;
+    let mut label = || {
+        labels += 1;
+        labels
+    };
+    let mut ops = Vec::new();
     if layout == Layout::EspRawV4 {
         // X = the IPv4 header length.
-        p.push(insn(LDX_B_MSH, 0, 0, 0));
+        ops.push(Op::I(LDX_B_MSH, 0));
     }
-    p.push(insn(ld, 0, 0, spi_at));
-    let n = rules.len();
-    // After the n comparisons comes `ret 0`, then the blocks in order.
-    let mut block_at = n + 1;
+    ops.push(Op::I(ld, spi_at));
+    let blocks: Vec<usize> = rules.iter().map(|_| label()).collect();
     for (i, r) in rules.iter().enumerate() {
-        // From comparison i (jumps count from the next instruction) to its block.
-        let jt = block_at - (i + 1);
-        p.push(insn(JEQ_K, u8::try_from(jt).ok()?, 0, r.spi));
-        block_at += blocks[i].len();
+        let next = if i + 1 < rules.len() { label() } else { DROP };
+        ops.push(Op::J(JEQ_K, r.spi, blocks[i], next));
+        if next != DROP {
+            ops.push(Op::L(next));
+        }
     }
-    p.push(insn(RET_K, 0, 0, 0));
-    for b in blocks {
-        p.extend(b);
+    if rules.is_empty() {
+        ops.push(Op::Ret(0));
     }
+    let clamp = |v: u64| v.min(u64::from(u32::MAX)) as u32;
+    for (i, r) in rules.iter().enumerate() {
+        let ceil = label();
+        ops.push(Op::L(blocks[i]));
+        match layout {
+            Layout::PspInUdp => {
+                // 64-bit comparisons, high word first.
+                let (hi_at, lo_at) = (ctr_at, ctr_at + 4);
+                if let Some(f) = r.floor {
+                    let (eq, lo) = (label(), label());
+                    ops.push(Op::I(ld, hi_at));
+                    ops.push(Op::J(JGT_K, (f >> 32) as u32, ceil, eq));
+                    ops.push(Op::L(eq));
+                    ops.push(Op::J(JEQ_K, (f >> 32) as u32, lo, DROP));
+                    ops.push(Op::L(lo));
+                    ops.push(Op::I(ld, lo_at));
+                    ops.push(Op::J(JGE_K, f as u32, ceil, DROP));
+                }
+                ops.push(Op::L(ceil));
+                match r.ceiling {
+                    Some(c) => {
+                        let (eq, lo) = (label(), label());
+                        ops.push(Op::I(ld, hi_at));
+                        ops.push(Op::J(JGT_K, (c >> 32) as u32, DROP, eq));
+                        ops.push(Op::L(eq));
+                        ops.push(Op::J(JEQ_K, (c >> 32) as u32, lo, ACCEPT_L));
+                        ops.push(Op::L(lo));
+                        ops.push(Op::I(ld, lo_at));
+                        ops.push(Op::J(JGT_K, c as u32, DROP, ACCEPT_L));
+                    }
+                    None => ops.push(Op::Ret(ACCEPT)),
+                }
+            }
+            _ => {
+                if r.floor.is_some() || r.ceiling.is_some() {
+                    ops.push(Op::I(ld, ctr_at));
+                }
+                if let Some(f) = r.floor {
+                    ops.push(Op::J(JGE_K, clamp(f), ceil, DROP));
+                }
+                ops.push(Op::L(ceil));
+                match r.ceiling {
+                    Some(c) if c < u64::from(u32::MAX) => {
+                        ops.push(Op::J(JGT_K, clamp(c), DROP, ACCEPT_L))
+                    }
+                    _ => ops.push(Op::Ret(ACCEPT)),
+                }
+            }
+        }
+    }
+    ops.push(Op::L(ACCEPT_L));
+    ops.push(Op::Ret(ACCEPT));
+    ops.push(Op::L(DROP));
+    ops.push(Op::Ret(0));
+    let p = assemble(&ops)?;
     Some(Program(
         p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect(),
     ))
@@ -223,10 +308,12 @@ mod tests {
             &[
                 SpiRule {
                     spi: 0x1001,
+                    ceiling: None,
                     floor: None,
                 },
                 SpiRule {
                     spi: 0x2001,
+                    ceiling: None,
                     floor: Some(500),
                 },
             ],
@@ -244,21 +331,25 @@ mod tests {
         let many: Vec<SpiRule> = (0..=MAX_SPIS as u32)
             .map(|s| SpiRule {
                 spi: s,
+                ceiling: None,
                 floor: None,
             })
             .collect();
         assert!(spi_filter(Layout::EspInUdp, &many).is_none());
-        // The most SPIs, all with floors: every jump still fits.
+        // The most SPIs, all with floors and ceilings: every jump still fits.
         let all: Vec<SpiRule> = (1..=MAX_SPIS as u32)
             .map(|s| SpiRule {
                 spi: s,
                 floor: Some(u64::from(s) * 10),
+                ceiling: Some(u64::from(s) * 10 + 5),
             })
             .collect();
         let p = spi_filter(Layout::EspInUdp, &all).unwrap();
         for s in 1..=MAX_SPIS as u32 {
             assert!(run(&p, &esp_udp(s, s * 10)));
+            assert!(run(&p, &esp_udp(s, s * 10 + 5)));
             assert!(!run(&p, &esp_udp(s, s * 10 - 1)));
+            assert!(!run(&p, &esp_udp(s, s * 10 + 6)));
         }
     }
 
@@ -276,6 +367,7 @@ mod tests {
             Layout::PspInUdp,
             &[SpiRule {
                 spi: 0x8000_0001,
+                ceiling: None,
                 floor: Some(floor),
             }],
         )
@@ -286,6 +378,25 @@ mod tests {
         assert!(!run(&p, &psp(0x8000_0001, floor - 1)));
         assert!(!run(&p, &psp(0x8000_0001, (6 << 32) | 0xffff_ffff)));
         assert!(!run(&p, &psp(0x8000_0002, floor)));
+        // With a ceiling (and without a floor).
+        let ceiling = (9u64 << 32) | 7;
+        for fl in [Some(floor), None] {
+            let p = spi_filter(
+                Layout::PspInUdp,
+                &[SpiRule {
+                    spi: 0x8000_0001,
+                    floor: fl,
+                    ceiling: Some(ceiling),
+                }],
+            )
+            .unwrap();
+            assert!(run(&p, &psp(0x8000_0001, ceiling)));
+            assert!(run(&p, &psp(0x8000_0001, 8 << 32)));
+            assert!(run(&p, &psp(0x8000_0001, (9 << 32) | 6)));
+            assert!(!run(&p, &psp(0x8000_0001, ceiling + 1)));
+            assert!(!run(&p, &psp(0x8000_0001, 10 << 32)));
+            assert_eq!(run(&p, &psp(0x8000_0001, floor - 1)), fl.is_none());
+        }
     }
 
     #[test]
@@ -294,6 +405,7 @@ mod tests {
             Layout::EspRawV4,
             &[SpiRule {
                 spi: 0x1001,
+                ceiling: None,
                 floor: Some(10),
             }],
         )

@@ -168,16 +168,14 @@ impl Sa {
         self.seq.limit()
     }
 
-    /// For a socket filter in front of an inbound SA: a sequence number (its low 32 bits) below which every packet
-    /// is left of the replay window (twice the window below the highest accepted, so a filter that lags behind never
-    /// refuses what the window would take); `None` with ESN (the high bits are not on the wire) or before that.
-    pub fn replay_floor(&self) -> Option<u64> {
+    /// For a socket filter in front of an inbound SA: the replay window's highest sequence number accepted and its
+    /// size; `None` with ESN (the high bits are not on the wire).
+    pub fn replay_state(&self) -> Option<(u64, u32)> {
         if self.params.esn {
             return None;
         }
         let w = self.replay.lock().ok()?;
-        let f = w.top().saturating_sub(2 * u64::from(w.size()));
-        (f > 0).then_some(f)
+        Some((w.top(), w.size()))
     }
 
     /// The highest inbound sequence number accepted.

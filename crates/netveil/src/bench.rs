@@ -71,12 +71,13 @@ pub struct BenchArgs {
     /// comparable rows).
     #[arg(long, default_value_t = 0)]
     pub flood_pps: u64,
-    /// The floods to run (closed is the control): closed, random, unknown-spi, bad-icv, replay; each but
-    /// closed and replay from a non-peer and from the spoofed peer.
+    /// The floods to run (closed is the control): closed, random, unknown-spi, bad-icv (sequence numbers far
+    /// ahead: a blind forger), bad-icv-aimed (just above the window: a forger who sees the wire), replay; random,
+    /// unknown-spi and bad-icv from a non-peer and from the spoofed peer, the others as their names say.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "closed,random,unknown-spi,bad-icv,replay"
+        default_value = "closed,random,unknown-spi,bad-icv,bad-icv-aimed,replay"
     )]
     pub flood_kinds: Vec<String>,
     /// Rounds of every measurement (each with its own baseline); the table shows medians.

@@ -125,6 +125,24 @@ fn build(pair: &HostPair) -> Result<FloodLab> {
     })
 }
 
+/// The highest sequence number (ESP) or IV (PSP) b's window for a's traffic has accepted.
+fn b_rx_top(f: &FloodLab) -> Result<u64> {
+    let st = f.hosts.daemon(1).status_json()?;
+    let top = if f.psp {
+        let spi = st["psp"]["rx_spi"].clone();
+        st["psp"]["rx_sas"]
+            .as_array()
+            .and_then(|v| v.iter().find(|s| s["spi"] == spi))
+            .and_then(|s| s["replay_top"].as_u64())
+    } else {
+        st["sas"]
+            .as_array()
+            .and_then(|v| v.iter().find(|s| s["direction"] == "in"))
+            .and_then(|s| s["seq"].as_u64())
+    };
+    top.ok_or_else(|| Error::Other(format!("no replay window top in b's status: {st}")))
+}
+
 /// The SPI b receives with (the one a sends to).
 fn b_rx_spi(f: &FloodLab) -> Result<u32> {
     let st = f.hosts.daemon(1).status_json()?;
@@ -188,7 +206,7 @@ fn measure(
                 "--dst",
                 B_OUTER,
                 "--kind",
-                k,
+                if k == "bad-icv-aimed" { "bad-icv" } else { k },
                 "--proto",
                 if f.psp { "psp" } else { "esp" },
                 "--pps",
@@ -199,6 +217,15 @@ fn measure(
                 &spi,
             ];
             let pcap = f.replay_pcap.to_string_lossy().to_string();
+            // Aimed: what a forger who sees the wire sends, just above the window and moving faster than the
+            // real sender, so every packet passes the replay check (and any filter) and costs a decryption.
+            let start = match k {
+                "bad-icv-aimed" => (b_rx_top(f)? + 20_000).to_string(),
+                _ => String::new(),
+            };
+            if k == "bad-icv-aimed" {
+                args.extend(["--counter-start", start.as_str(), "--counter-step", "2"]);
+            }
             if k == "replay" {
                 args.extend(["--pcap", pcap.as_str()]);
             }
@@ -240,7 +267,8 @@ fn measure(
                 "closed" => "closed port (control)".to_string(),
                 "random" => format!("random data to UDP {}", f.port),
                 "unknown-spi" => "unknown SPIs".to_string(),
-                "bad-icv" => "right SPI, fresh sequence, bad ICV".to_string(),
+                "bad-icv" => "right SPI, bad ICV, blind sequence".to_string(),
+                "bad-icv-aimed" => "right SPI, bad ICV, aimed sequence".to_string(),
                 "replay" => "recorded packets replayed".to_string(),
                 o => o.to_string(),
             };
@@ -306,11 +334,18 @@ fn run_tunnel(a: &BenchArgs, pair: &HostPair, tunnel: &str) -> Result<Vec<FloodR
     let f = build(pair)?;
     let print = |r: &FloodRow| println!("  {}", row_text(r));
     let mut kinds: Vec<Option<(&str, bool)>> = vec![None];
-    for k in ["closed", "random", "unknown-spi", "bad-icv", "replay"] {
+    for k in [
+        "closed",
+        "random",
+        "unknown-spi",
+        "bad-icv",
+        "bad-icv-aimed",
+        "replay",
+    ] {
         if !a.flood_kinds.iter().any(|x| x == k) {
             continue;
         }
-        if k != "replay" {
+        if k != "replay" && k != "bad-icv-aimed" {
             kinds.push(Some((k, false)));
         }
         if k != "closed" {
@@ -368,9 +403,18 @@ pub fn run(a: &BenchArgs) -> Result<Vec<FloodRow>> {
         a.flood_rounds.max(1)
     );
     for k in &a.flood_kinds {
-        if !["closed", "random", "unknown-spi", "bad-icv", "replay"].contains(&k.as_str()) {
+        if ![
+            "closed",
+            "random",
+            "unknown-spi",
+            "bad-icv",
+            "bad-icv-aimed",
+            "replay",
+        ]
+        .contains(&k.as_str())
+        {
             return Err(Error::Usage(format!(
-                "--flood-kinds: '{k}' must be closed, random, unknown-spi, bad-icv or replay"
+                "--flood-kinds: '{k}' must be closed, random, unknown-spi, bad-icv, bad-icv-aimed or replay"
             )));
         }
     }
@@ -398,7 +442,15 @@ pub fn run(a: &BenchArgs) -> Result<Vec<FloodRow>> {
     println!("medians over {} rounds:", a.flood_rounds.max(1));
     println!(
         "{:<24} {:<36} {:<18} {:>6} {:>8} {:>11} {:>8} {:>10} {:>17}",
-        "tunnel", "flood", "from", "Mpps", "Gbit/s", "of baseline", "retrans", "drops", "RSS KiB before/after"
+        "tunnel",
+        "flood",
+        "from",
+        "Mpps",
+        "Gbit/s",
+        "of baseline",
+        "retrans",
+        "drops",
+        "RSS KiB before/after"
     );
     for r in &rows {
         println!("{}", row_text(r));

@@ -262,9 +262,21 @@ pub fn status_json(sh: &Shared) -> Value {
 
 /// PSP: the device (generation, phase, receive SAs), the association and the specification's counters.
 fn psp_json(st: &crate::psp_ctl::PspState) -> Value {
-    let (gen, phase, rx_sas, c) = match st.device.read() {
-        Ok(d) => (d.generation(), d.phase(), d.rx_spis(), d.stats.snapshot()),
+    let (gen, phase, rx_sas, windows, c) = match st.device.read() {
+        Ok(d) => (
+            d.generation(),
+            d.phase(),
+            d.rx_spis(),
+            d.rx_windows(),
+            d.stats.snapshot(),
+        ),
         Err(_) => return json!(null),
+    };
+    let top = |spi: u32| {
+        windows
+            .iter()
+            .find(|(s, _)| *s == spi)
+            .and_then(|(_, w)| w.map(|(top, _)| top))
     };
     json!({
         "peer": st.cfg.remote.to_string(),
@@ -277,7 +289,7 @@ fn psp_json(st: &crate::psp_ctl::PspState) -> Value {
         "rotations": st.rotations.load(Relaxed),
         "tx_spi": format!("{:#010x}", st.tx_spi.load(Relaxed)),
         "rx_spi": format!("{:#010x}", st.rx_spi.load(Relaxed)),
-        "rx_sas": rx_sas.iter().map(|(s, g)| json!({"spi": format!("{s:#010x}"), "generation": g})).collect::<Vec<_>>(),
+        "rx_sas": rx_sas.iter().map(|(s, g)| json!({"spi": format!("{s:#010x}"), "generation": g, "replay_top": top(*s)})).collect::<Vec<_>>(),
         "assoc_sent": st.assoc_sent.load(Relaxed),
         "assoc_received": st.assoc_received.load(Relaxed),
         "replay_window": st.cfg.replay_window,

@@ -56,6 +56,8 @@ pub struct Shared {
     port_selective: bool,
     /// The receive sockets, for the packets the kernel dropped before them (socket filter, full buffer).
     pub(crate) rx_sockets: Vec<FilterSock>,
+    /// A storm of authentication failures is on (see [`STORM_AUTH_FAILURES_PER_S`]).
+    pub storm: AtomicBool,
 }
 
 /// How a processed outbound packet leaves.
@@ -107,6 +109,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             nft_table: None,
             rx_sockets: Vec::new(),
+            storm: AtomicBool::new(false),
         }
     }
 
@@ -1077,11 +1080,42 @@ pub fn up(path: &Path) -> Result<()> {
     );
     let mut installed: Vec<Option<Program>> = vec![None; filters.len()];
     let mut tick: u64 = 0;
+    let auth_failures = |sh: &Shared| {
+        sh.rx_drops.get(Drop::AuthFailed)
+            + sh.psp.as_ref().map_or(0, |p| {
+                p.device
+                    .read()
+                    .map(|d| d.stats.snapshot().rx_auth_fail)
+                    .unwrap_or(0)
+            })
+    };
+    let mut failures_before = auth_failures(&shared);
+    let mut storm_until: Option<Instant> = None;
     while !STOP.load(Relaxed) && !tx.is_finished() && !rxh.is_finished() {
         if tick == 0 {
+            // Storm: forged packets with the right SPI fail authentication by the thousand.
+            let f = auth_failures(&shared);
+            if f.saturating_sub(failures_before) * 10 >= STORM_AUTH_FAILURES_PER_S {
+                if storm_until.is_none() {
+                    eprintln!(
+                        "netveil: {}: authentication failures above {}/s: socket filters refuse counters far ahead of the windows",
+                        iface.name, STORM_AUTH_FAILURES_PER_S
+                    );
+                }
+                storm_until = Some(Instant::now() + STORM_HOLD);
+            } else if storm_until.is_some_and(|t| Instant::now() > t) {
+                storm_until = None;
+                eprintln!(
+                    "netveil: {}: the authentication-failure storm is over",
+                    iface.name
+                );
+            }
+            failures_before = f;
+            let storm = storm_until.is_some();
+            shared.storm.store(storm, Relaxed);
             // Socket filters: only our SPIs, and only sequence numbers not already left of the window.
             for (i, (layout, sock)) in filters.iter().enumerate() {
-                let p = esp_filter(&shared.sad, *layout);
+                let p = esp_filter(&shared.sad, *layout, storm);
                 if p != installed[i] {
                     if let Err(e) = sock.attach(p.as_ref()) {
                         eprintln!("netveil: cannot attach a socket filter: {e}");
@@ -1090,6 +1124,7 @@ pub fn up(path: &Path) -> Result<()> {
                 }
             }
             if let Some(st) = &shared.psp {
+                st.storm.store(storm, Relaxed);
                 st.refresh_filter_now();
             }
         }
@@ -1215,9 +1250,31 @@ impl FilterSock {
     }
 }
 
+/// How far above a window's top the socket filters refuse counters during a storm of authentication failures:
+/// twice the reservation block, more than a genuine sender ever jumps (a restarted one skips at most one block).
+pub const STORM_CEILING_AHEAD: u64 = 2 * crate::state::SEQ_BLOCK;
+
+/// The socket-filter rule of a receive SA with window state `w` (top, size): the floor (twice the window below the
+/// top, so a filter that lags behind never refuses what the window would take) and, during a storm, the ceiling
+/// ([`STORM_CEILING_AHEAD`] above the top; none before the first packet authenticated).
+pub fn window_rule(spi: u32, w: Option<(u64, u32)>, storm: bool) -> SpiRule {
+    let (floor, ceiling) = match w {
+        Some((top, size)) => (
+            Some(top.saturating_sub(2 * u64::from(size))).filter(|f| *f > 0),
+            (storm && top > 0).then(|| top.saturating_add(STORM_CEILING_AHEAD)),
+        ),
+        None => (None, None),
+    };
+    SpiRule {
+        spi,
+        floor,
+        ceiling,
+    }
+}
+
 /// The socket filter of an ESP receive socket: the inbound ESP SAs that arrive that way (in UDP, or raw), each
-/// with the floor of its replay window. `None` (no filter) if there are too many SAs for one filter.
-fn esp_filter(sad: &Sad, layout: Layout) -> Option<Program> {
+/// with its window (see [`window_rule`]). `None` (no filter) if there are too many SAs for one filter.
+fn esp_filter(sad: &Sad, layout: Layout, storm: bool) -> Option<Program> {
     let udp = layout == Layout::EspInUdp;
     let rules: Vec<SpiRule> = sad
         .iter()
@@ -1226,13 +1283,16 @@ fn esp_filter(sad: &Sad, layout: Layout) -> Option<Program> {
                 && s.protocol() == netveil_ipsec::Protocol::Esp
                 && s.params.encap.is_some() == udp
         })
-        .map(|s| SpiRule {
-            spi: s.spi(),
-            floor: s.replay_floor(),
-        })
+        .map(|s| window_rule(s.spi(), s.replay_state(), storm))
         .collect();
     spi_filter(layout, &rules)
 }
+
+/// Authentication failures per second from which the receive path counts as under a storm (forged packets with
+/// the right SPI): the socket filters then also refuse counters far above the window.
+pub const STORM_AUTH_FAILURES_PER_S: u64 = 1000;
+/// How long the storm mode outlasts the last second with that many failures.
+pub const STORM_HOLD: Duration = Duration::from_secs(2);
 
 /// Set by the control request `stop` (from `netveil down`): the daemon removes its fail-closed filters on exit.
 pub(crate) static DOWN: AtomicBool = AtomicBool::new(false);
@@ -1629,8 +1689,8 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                     let now = sh.now();
                     let mut good = 0;
                     for m in 0..n {
-                        let whole = meta[m].segment_size == 0
-                            || meta[m].segment_size >= bufs[m].len();
+                        let whole =
+                            meta[m].segment_size == 0 || meta[m].segment_size >= bufs[m].len();
                         if whole {
                             // One datagram (no GRO): processed in its own buffer, swapped into the output batch,
                             // without a copy.
@@ -1844,6 +1904,23 @@ sas = ["out"]
         let mut p = fragment(0, false, &other);
         assert_eq!(sh.process_out(&mut p, 0, &mut frags), Ok(Out::Raw));
         assert_eq!(proto(&p), ip_proto::UDP);
+    }
+
+    /// The socket-filter rule of a window: a floor twice the window below the top, and a ceiling only in a storm
+    /// and only once the window has a top (a sender far ahead of a window that saw nothing is never refused).
+    #[test]
+    fn window_rules() {
+        let r = window_rule(7, Some((10_000, 1024)), false);
+        assert_eq!((r.spi, r.floor, r.ceiling), (7, Some(10_000 - 2048), None));
+        let r = window_rule(7, Some((10_000, 1024)), true);
+        assert_eq!(r.ceiling, Some(10_000 + STORM_CEILING_AHEAD));
+        const { assert!(STORM_CEILING_AHEAD > crate::state::SEQ_BLOCK) };
+        let r = window_rule(7, Some((0, 1024)), true);
+        assert_eq!((r.floor, r.ceiling), (None, None));
+        let r = window_rule(7, Some((100, 1024)), true);
+        assert_eq!(r.floor, None);
+        let r = window_rule(7, None, true);
+        assert_eq!((r.floor, r.ceiling), (None, None));
     }
 
     #[test]

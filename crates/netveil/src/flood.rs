@@ -7,7 +7,7 @@
 //! | `closed` | UDP to a closed port (the control: what the kernel's own work costs) |
 //! | `random` | random bytes as UDP datagrams to the protocol's port (4500: ESP-in-UDP, 1000: PSP) |
 //! | `unknown-spi` | well-formed ESP or PSP headers with SPIs the receiver does not have |
-//! | `bad-icv` | the receiver's SPI with fresh sequence numbers (ESP) or IVs (PSP) and a wrong ICV: each passes the replay check and costs the receiver its decryption |
+//! | `bad-icv` | the receiver's SPI with fresh sequence numbers (ESP) or IVs (PSP) and a wrong ICV: each passes the replay check and costs the receiver its decryption (`--counter-start`: far ahead by default, a blind forger; just above the window, one who sees the wire) |
 //! | `replay` | packets recorded from the real peer (a pcap), sent again |
 //!
 //! The source address is the attacker's own, or spoofs the peer's (`--src`).
@@ -55,9 +55,20 @@ pub struct FloodArgs {
     /// The UDP port (default: 4500 for ESP, 1000 for PSP; `closed`: 9).
     #[arg(long)]
     pub port: Option<u16>,
+    /// The UDP source port (default: 4500 for ESP, which is where the peer's ESP-in-UDP comes from; for PSP the
+    /// flow-hash ports 40000-40999).
+    #[arg(long)]
+    pub sport: Option<u16>,
     /// bad-icv: the receiver's SPI.
     #[arg(long, default_value_t = 0)]
     pub spi: u32,
+    /// bad-icv: the first sequence number (ESP) or IV (PSP); the default lies far ahead of any window (a blind
+    /// forger); just above the receiver's window it is what a forger who sees the wire sends.
+    #[arg(long, default_value_t = 1 << 31)]
+    pub counter_start: u64,
+    /// bad-icv: how much the counter grows per packet.
+    #[arg(long, default_value_t = 1)]
+    pub counter_step: u64,
     /// replay: a pcap (Ethernet) whose UDP datagrams to the port are sent again.
     #[arg(long)]
     pub pcap: Option<std::path::PathBuf>,
@@ -160,10 +171,11 @@ fn frames(a: &FloodArgs) -> Result<(Vec<PacketBuf>, Counter)> {
         (_, Proto::Esp) => 4500,
         (_, Proto::Psp) => netveil_psp::UDP_PORT,
     });
-    let sport = |i: usize| match a.proto {
+    let sport = |i: usize| match (a.sport, a.proto) {
+        (Some(p), _) => p,
         // ESP-in-UDP comes from the peer's NAT-T port; PSP from the flow-hash ports.
-        Proto::Esp => 4500,
-        Proto::Psp => 40000 + (i % 1000) as u16,
+        (None, Proto::Esp) => 4500,
+        (None, Proto::Psp) => 40000 + (i % 1000) as u16,
     };
     let mut out = Vec::new();
     match a.kind {
@@ -242,7 +254,7 @@ pub fn run(a: FloodArgs) -> Result<()> {
     let t0 = Instant::now();
     let end = Duration::from_secs_f64(a.seconds.max(0.0));
     let mut sent: u64 = 0;
-    let mut next: u64 = 1 << 31;
+    let mut next: u64 = a.counter_start;
     let mut at = 0;
     while t0.elapsed() < end {
         if a.pps > 0 {
@@ -259,7 +271,7 @@ pub fn run(a: FloodArgs) -> Result<()> {
             for f in &mut frames[at..at + n] {
                 let v = next.to_be_bytes();
                 f.data_mut()[off..off + len].copy_from_slice(&v[8 - len..]);
-                next += 1;
+                next = next.wrapping_add(a.counter_step);
             }
         }
         sent += sock.send_batch(&frames[at..at + n]).unwrap_or(0) as u64;

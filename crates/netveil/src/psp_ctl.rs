@@ -50,6 +50,8 @@ pub struct PspState {
     pub assoc_received: AtomicU64,
     /// Outbound packets dropped because no transmit SA is installed yet.
     pub tx_no_sa: AtomicU64,
+    /// A storm of authentication failures is on: the socket filter refuses IVs far above the windows.
+    pub storm: AtomicBool,
     /// The PSP receive socket, whose socket filter passes only the device's SPIs (and IVs not left of the window).
     rx_socket: Mutex<
         Option<(
@@ -80,6 +82,7 @@ impl PspState {
             tx_no_sa: AtomicU64::new(0),
             handed: Mutex::new(Vec::new()),
             rx_socket: Mutex::new(None),
+            storm: AtomicBool::new(false),
         }
     }
 
@@ -107,10 +110,11 @@ impl PspState {
         let Some((sock, installed)) = g.as_mut() else {
             return;
         };
+        let storm = self.storm.load(Relaxed);
         let rules: Vec<netveil_io::filter::SpiRule> = dev
-            .rx_floors()
+            .rx_windows()
             .into_iter()
-            .map(|(spi, floor)| netveil_io::filter::SpiRule { spi, floor })
+            .map(|(spi, w)| crate::daemon::window_rule(spi, w, storm))
             .collect();
         let p = netveil_io::filter::spi_filter(netveil_io::filter::Layout::PspInUdp, &rules);
         if p != *installed {

@@ -634,38 +634,36 @@ fn floods_are_dropped_before_the_daemon_where_they_can_be() {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap()
     };
-    let flood = |src: &str, kind: &str| {
-        let out = lab
-            .exec_ok(
-                &a,
-                &[
-                    NETVEIL,
-                    "flood",
-                    "--interface",
-                    "veth-a",
-                    "--dst-mac",
-                    &b_mac,
-                    "--src",
-                    src,
-                    "--dst",
-                    "192.0.2.2",
-                    "--kind",
-                    kind,
-                    "--spi",
-                    "4097",
-                    "--pps",
-                    "20000",
-                    "--seconds",
-                    "1",
-                ],
-            )
-            .unwrap();
+    let flood_from = |src: &str, kind: &str, extra: &[&str]| {
+        let mut args = vec![
+            NETVEIL,
+            "flood",
+            "--interface",
+            "veth-a",
+            "--dst-mac",
+            &b_mac,
+            "--src",
+            src,
+            "--dst",
+            "192.0.2.2",
+            "--kind",
+            kind,
+            "--spi",
+            "4097",
+            "--pps",
+            "20000",
+            "--seconds",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        let out = lab.exec_ok(&a, &args).unwrap();
         out.split_whitespace()
             .next()
             .unwrap()
             .parse::<u64>()
             .unwrap()
     };
+    let flood = |src: &str, kind: &str| flood_from(src, kind, &[]);
     let rss0 = rss();
     let (nf0, sf0, uk0, af0) = (
         drops("rx:not-from-a-peer"),
@@ -692,9 +690,45 @@ fn floods_are_dropped_before_the_daemon_where_they_can_be() {
         uk0,
         "unknown SPIs reached the data plane"
     );
-    let n = flood("192.0.2.1", "bad-icv");
+    // Forged ICVs with sequence numbers just above the window reach the data plane and fail there.
+    let top = |st: &serde_json::Value| {
+        st["sas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["direction"] == "in")
+            .unwrap()["seq"]
+            .as_u64()
+            .unwrap()
+    };
+    // (Some genuine traffic first, so the window has a top.)
+    assert!(ping_once(&lab, &a, &hosts.addrs[1].inner.to_string()));
+    let start = (top(&hosts.daemon(1).status_json().unwrap()) + 10).to_string();
+    let n = flood_from("192.0.2.1", "bad-icv", &["--counter-start", &start]);
     let af = drops("rx:auth-failed") - af0;
-    assert!(af > n / 2, "bad ICVs that passed the filter: {af} of {n}");
+    assert!(
+        af > n / 2,
+        "aimed bad ICVs that reached the data plane: {af} of {n}"
+    );
+    // That was a storm: now sequence numbers far ahead of the window (a blind forger's) are refused by the socket
+    // filter, and the daemon says so.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        hosts
+            .daemon(1)
+            .log()
+            .contains("authentication failures above"),
+        "{}",
+        hosts.daemon(1).log()
+    );
+    let (sf1, af1) = (drops("rx:socket-filter-or-full"), drops("rx:auth-failed"));
+    let n = flood("192.0.2.1", "bad-icv");
+    let sf = drops("rx:socket-filter-or-full") - sf1;
+    assert!(
+        sf > n * 9 / 10,
+        "blind bad ICVs refused by the filter in a storm: {sf} of {n}"
+    );
+    assert!(drops("rx:auth-failed") - af1 < n / 10);
     assert!(ping_once(&lab, &a, &hosts.addrs[1].inner.to_string()));
     let grown = rss().saturating_sub(rss0);
     assert!(

@@ -257,20 +257,18 @@ impl Device {
         v
     }
 
-    /// For a socket filter in front of the device: every receive SPI and, with the replay window, an IV below
-    /// which every packet is left of the window (twice the window below the highest IV accepted, so a filter that
-    /// lags behind never refuses what the window would take).
-    pub fn rx_floors(&self) -> Vec<(u32, Option<u64>)> {
+    /// For a socket filter in front of the device: every receive SPI and, with the replay window, the window's
+    /// highest IV accepted and its size (`None` without the window).
+    pub fn rx_windows(&self) -> Vec<(u32, Option<(u64, u32)>)> {
         let mut v: Vec<_> = self
             .rx
             .iter()
             .map(|(&spi, e)| {
-                let floor = e.replay.as_ref().and_then(|w| {
-                    let w = w.lock().ok()?;
-                    let f = w.top().saturating_sub(2 * u64::from(w.size()));
-                    (f > 0).then_some(f)
-                });
-                (spi, floor)
+                let w = e
+                    .replay
+                    .as_ref()
+                    .and_then(|w| w.lock().ok().map(|w| (w.top(), w.size())));
+                (spi, w)
             })
             .collect();
         v.sort_unstable();
