@@ -736,3 +736,53 @@ fn floods_are_dropped_before_the_daemon_where_they_can_be() {
         "the daemon grew by {grown} KiB under the floods"
     );
 }
+
+/// The PSP key exchange's TLS handshake has a deadline as a whole: a peer address that trickles a byte every two
+/// seconds (each read returns well within any per-read timeout) is cut off after 10 s, not served forever.
+#[test]
+fn psp_handshake_has_an_overall_deadline() {
+    let _g = serial();
+    let mut lab = new_lab();
+    let mut hosts = TwoHosts::topology(&mut lab, &HostPair::psp("aes-gcm-128")).unwrap();
+    // Only b, the responder (the higher address), runs; a's address trickles.
+    let d = lab
+        .start_daemon(&hosts.ns[1], "b", &hosts.configs[1])
+        .unwrap();
+    hosts.daemons.push(d);
+    let script = format!(
+        "import socket, time\n\
+         s = socket.socket()\n\
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         s.bind(('{a}', 1001))\n\
+         s.connect(('{b}', 1001))\n\
+         t0 = time.time()\n\
+         hello = bytes([0x16, 0x03, 0x01, 0x02, 0x00]) + bytes(512)\n\
+         try:\n\
+         \x20   for i in range(20):\n\
+         \x20       s.send(hello[i:i+1])\n\
+         \x20       time.sleep(2)\n\
+         \x20   print('still open after', round(time.time() - t0, 1))\n\
+         except OSError:\n\
+         \x20   print('closed after', round(time.time() - t0, 1))\n",
+        a = hosts.addrs[0].outer,
+        b = hosts.addrs[1].outer
+    );
+    let out = lab
+        .exec_ok(&hosts.ns[0], &["python3", "-c", &script])
+        .unwrap();
+    let secs: f64 = out
+        .split_whitespace()
+        .last()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        out.starts_with("closed") && (9.0..16.0).contains(&secs),
+        "{out}\n{}",
+        hosts.daemon(0).log()
+    );
+    assert!(
+        hosts.daemon(0).log().contains("not finished within 10 s"),
+        "{}",
+        hosts.daemon(0).log()
+    );
+}
