@@ -21,6 +21,7 @@ pub type Insn = libc::sock_filter;
 
 const LD_W_ABS: u16 = 0x20;
 const LD_W_IND: u16 = 0x40;
+const LD_W_LEN: u16 = 0x80;
 const LDX_B_MSH: u16 = 0xb1;
 const JEQ_K: u16 = 0x15;
 const JGT_K: u16 = 0x25;
@@ -28,6 +29,12 @@ const JGE_K: u16 = 0x35;
 const RET_K: u16 = 0x06;
 /// `ret` value that keeps the whole packet.
 const ACCEPT: u32 = 0xffff_ffff;
+/// `ld` of the kernel's per-packet random number (`SKF_AD_OFF + SKF_AD_RANDOM`).
+const RANDOM_K: u32 = 0xffff_f000 + 56;
+/// Above a ceiling, one packet in [`CEILING_LETS_THROUGH`] passes anyway (a random draw): should a genuine sender
+/// be ahead of the ceiling, its packets still reach the window, and the first that authenticates moves it.
+pub const CEILING_LETS_THROUGH: u32 = 64;
+const RANDOM_PASS_FROM: u32 = u32::MAX - u32::MAX / CEILING_LETS_THROUGH;
 /// Most SPIs one filter lists (beyond, no filter is built: everything passes).
 pub const MAX_SPIS: usize = 32;
 
@@ -53,9 +60,10 @@ pub enum Layout {
 pub struct SpiRule {
     pub spi: u32,
     pub floor: Option<u64>,
-    /// Counters above this are refused too. The daemon sets it only during a storm of authentication failures,
-    /// far above the window (beyond the largest jump a genuine sender makes), so that a forger who does not see
-    /// the peer's counters cannot make the receiver decrypt: a blind guess lands below it with a tiny probability.
+    /// Counters above this are refused too, but for one packet in [`CEILING_LETS_THROUGH`] (random). The daemon
+    /// sets it only during a storm of authentication failures, far above the window (beyond the largest jump a
+    /// genuine sender makes), so that a forger who does not see the peer's counters makes the receiver decrypt
+    /// little: a blind guess lands below it with a tiny probability.
     pub ceiling: Option<u64>,
 }
 
@@ -105,9 +113,21 @@ fn assemble(ops: &[Op]) -> Option<Vec<Insn>> {
     Some(out)
 }
 
+/// [`spi_filter`] for a socket with UDP GRO: the kernel may coalesce datagrams of one flow into one packet and
+/// run the filter once, on the first datagram's header, so a forged first datagram would take genuine ones with it.
+/// Packets longer than `single_max` (more than one datagram can be) therefore pass unfiltered: the daemon checks
+/// every datagram in them.
+pub fn spi_filter_gro(layout: Layout, rules: &[SpiRule], single_max: u32) -> Option<Program> {
+    spi_filter_with(layout, rules, Some(single_max))
+}
+
 /// The filter that passes only packets of `rules` (at most [`MAX_SPIS`]; `None` with more) and, for rules with a
 /// floor or a ceiling, only counters within them. Packets too short to hold the SPI (and counter) are dropped.
 pub fn spi_filter(layout: Layout, rules: &[SpiRule]) -> Option<Program> {
+    spi_filter_with(layout, rules, None)
+}
+
+fn spi_filter_with(layout: Layout, rules: &[SpiRule], single_max: Option<u32>) -> Option<Program> {
     if rules.len() > MAX_SPIS {
         return None;
     }
@@ -119,12 +139,19 @@ pub fn spi_filter(layout: Layout, rules: &[SpiRule]) -> Option<Program> {
     };
     const DROP: usize = 0;
     const ACCEPT_L: usize = 1;
-    let mut labels = 2usize;
+    const RAND: usize = 2;
+    let mut labels = 3usize;
     let mut label = || {
         labels += 1;
         labels
     };
     let mut ops = Vec::new();
+    if let Some(m) = single_max {
+        let filtered = label();
+        ops.push(Op::I(LD_W_LEN, 0));
+        ops.push(Op::J(JGT_K, m, ACCEPT_L, filtered));
+        ops.push(Op::L(filtered));
+    }
     if layout == Layout::EspRawV4 {
         // X = the IPv4 header length.
         ops.push(Op::I(LDX_B_MSH, 0));
@@ -164,12 +191,12 @@ pub fn spi_filter(layout: Layout, rules: &[SpiRule]) -> Option<Program> {
                     Some(c) => {
                         let (eq, lo) = (label(), label());
                         ops.push(Op::I(ld, hi_at));
-                        ops.push(Op::J(JGT_K, (c >> 32) as u32, DROP, eq));
+                        ops.push(Op::J(JGT_K, (c >> 32) as u32, RAND, eq));
                         ops.push(Op::L(eq));
                         ops.push(Op::J(JEQ_K, (c >> 32) as u32, lo, ACCEPT_L));
                         ops.push(Op::L(lo));
                         ops.push(Op::I(ld, lo_at));
-                        ops.push(Op::J(JGT_K, c as u32, DROP, ACCEPT_L));
+                        ops.push(Op::J(JGT_K, c as u32, RAND, ACCEPT_L));
                     }
                     None => ops.push(Op::Ret(ACCEPT)),
                 }
@@ -184,13 +211,16 @@ pub fn spi_filter(layout: Layout, rules: &[SpiRule]) -> Option<Program> {
                 ops.push(Op::L(ceil));
                 match r.ceiling {
                     Some(c) if c < u64::from(u32::MAX) => {
-                        ops.push(Op::J(JGT_K, clamp(c), DROP, ACCEPT_L))
+                        ops.push(Op::J(JGT_K, clamp(c), RAND, ACCEPT_L))
                     }
                     _ => ops.push(Op::Ret(ACCEPT)),
                 }
             }
         }
     }
+    ops.push(Op::L(RAND));
+    ops.push(Op::I(LD_W_ABS, RANDOM_K));
+    ops.push(Op::J(JGE_K, RANDOM_PASS_FROM, ACCEPT_L, DROP));
     ops.push(Op::L(ACCEPT_L));
     ops.push(Op::Ret(ACCEPT));
     ops.push(Op::L(DROP));
@@ -201,8 +231,14 @@ pub fn spi_filter(layout: Layout, rules: &[SpiRule]) -> Option<Program> {
     ))
 }
 
-/// Runs `p` on `pkt` as the kernel would (for tests): true if the packet passes.
+/// Runs `p` on `pkt` as the kernel would (for tests): true if the packet passes. The kernel's random number is 0
+/// here (see [`run_with_random`]).
 pub fn run(p: &Program, pkt: &[u8]) -> bool {
+    run_with_random(p, pkt, 0)
+}
+
+/// [`run`] with `random` as the kernel's per-packet random number.
+pub fn run_with_random(p: &Program, pkt: &[u8], random: u32) -> bool {
     let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
     let word = |at: usize| -> Option<u32> {
         pkt.get(at..at + 4)
@@ -212,10 +248,12 @@ pub fn run(p: &Program, pkt: &[u8]) -> bool {
         pc += 1;
         let jump = |c: bool| if c { jt as usize } else { jf as usize };
         match code {
+            LD_W_ABS if k == RANDOM_K => a = random,
             LD_W_ABS => match word(k as usize) {
                 Some(v) => a = v,
                 None => return false,
             },
+            LD_W_LEN => a = pkt.len() as u32,
             LD_W_IND => match word(x as usize + k as usize) {
                 Some(v) => a = v,
                 None => return false,
@@ -350,7 +388,31 @@ mod tests {
             assert!(run(&p, &esp_udp(s, s * 10 + 5)));
             assert!(!run(&p, &esp_udp(s, s * 10 - 1)));
             assert!(!run(&p, &esp_udp(s, s * 10 + 6)));
+            // Above the ceiling, the random draw lets one in CEILING_LETS_THROUGH through; below the floor, none.
+            assert!(run_with_random(&p, &esp_udp(s, s * 10 + 6), u32::MAX));
+            assert!(!run_with_random(&p, &esp_udp(s, s * 10 - 1), u32::MAX));
         }
+    }
+
+    #[test]
+    fn gro_merges_pass() {
+        let p = spi_filter_gro(
+            Layout::EspInUdp,
+            &[SpiRule {
+                spi: 0x1001,
+                floor: None,
+                ceiling: None,
+            }],
+            1000,
+        )
+        .unwrap();
+        assert!(run(&p, &esp_udp(0x1001, 1)));
+        assert!(!run(&p, &esp_udp(0x3001, 1)));
+        let mut long = esp_udp(0x3001, 1);
+        long.resize(1001, 0);
+        assert!(run(&p, &long));
+        long.truncate(1000);
+        assert!(!run(&p, &long));
     }
 
     #[test]

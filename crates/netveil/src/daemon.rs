@@ -12,7 +12,7 @@
 use crate::config::{Config, ConfigError};
 use crate::psp_ctl::{self, PspState};
 use crate::{Error, Result};
-use netveil_io::filter::{spi_filter, Layout, Program, SpiRule};
+use netveil_io::filter::{spi_filter, spi_filter_gro, Layout, Program, SpiRule};
 use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpGroMeta, UdpSocket};
 use netveil_ipsec::bundle::{self, Sad, Unprotected};
 use netveil_ipsec::{Drop, Mode};
@@ -94,7 +94,11 @@ impl Shared {
                 .iter()
                 .any(|p| !p.selector.src_ports.is_any() || !p.selector.dst_ports.is_any()),
             tun_name: config.interface.name.clone(),
-            psp: config.psp.clone().map(|c| Arc::new(PspState::new(c))),
+            psp: config.psp.clone().map(|c| {
+                let mut st = PspState::new(c);
+                st.mtu = config.interface.mtu;
+                Arc::new(st)
+            }),
             config,
             sad,
             spd,
@@ -1041,6 +1045,9 @@ pub fn up(path: &Path) -> Result<()> {
     tun.set_recv_timeout(Duration::from_millis(200))
         .map_err(Error::io("TUN timeout"))?;
 
+    if let Some(s) = seq_store.as_mut() {
+        s.arm();
+    }
     let tx = {
         let (sh, tun) = (shared.clone(), tun.clone());
         std::thread::Builder::new()
@@ -1115,7 +1122,7 @@ pub fn up(path: &Path) -> Result<()> {
             shared.storm.store(storm, Relaxed);
             // Socket filters: only our SPIs, and only sequence numbers not already left of the window.
             for (i, (layout, sock)) in filters.iter().enumerate() {
-                let p = esp_filter(&shared.sad, *layout, storm);
+                let p = esp_filter(&shared.sad, *layout, storm, iface.mtu);
                 if p != installed[i] {
                     if let Err(e) = sock.attach(p.as_ref()) {
                         eprintln!("netveil: cannot attach a socket filter: {e}");
@@ -1274,7 +1281,7 @@ pub fn window_rule(spi: u32, w: Option<(u64, u32)>, storm: bool) -> SpiRule {
 
 /// The socket filter of an ESP receive socket: the inbound ESP SAs that arrive that way (in UDP, or raw), each
 /// with its window (see [`window_rule`]). `None` (no filter) if there are too many SAs for one filter.
-fn esp_filter(sad: &Sad, layout: Layout, storm: bool) -> Option<Program> {
+fn esp_filter(sad: &Sad, layout: Layout, storm: bool, mtu: u16) -> Option<Program> {
     let udp = layout == Layout::EspInUdp;
     let rules: Vec<SpiRule> = sad
         .iter()
@@ -1285,7 +1292,17 @@ fn esp_filter(sad: &Sad, layout: Layout, storm: bool) -> Option<Program> {
         })
         .map(|s| window_rule(s.spi(), s.replay_state(), storm))
         .collect();
-    spi_filter(layout, &rules)
+    if udp {
+        spi_filter_gro(layout, &rules, single_datagram_max(mtu))
+    } else {
+        spi_filter(layout, &rules)
+    }
+}
+
+/// The longest single ESP-in-UDP or PSP datagram a peer sends with a tunnel MTU of `mtu` (the inner packet and every
+/// header and trailer, generously): anything longer on a GRO socket is datagrams coalesced by the kernel.
+pub fn single_datagram_max(mtu: u16) -> u32 {
+    u32::from(mtu) + 512
 }
 
 /// Authentication failures per second from which the receive path counts as under a storm (forged packets with

@@ -52,6 +52,8 @@ pub struct PspState {
     pub tx_no_sa: AtomicU64,
     /// A storm of authentication failures is on: the socket filter refuses IVs far above the windows.
     pub storm: AtomicBool,
+    /// The tunnel MTU (for the longest single datagram, see [`crate::daemon::single_datagram_max`]).
+    pub mtu: u16,
     /// The PSP receive socket, whose socket filter passes only the device's SPIs (and IVs not left of the window).
     rx_socket: Mutex<
         Option<(
@@ -83,6 +85,7 @@ impl PspState {
             handed: Mutex::new(Vec::new()),
             rx_socket: Mutex::new(None),
             storm: AtomicBool::new(false),
+            mtu: crate::config::DEFAULT_MTU,
         }
     }
 
@@ -116,7 +119,11 @@ impl PspState {
             .into_iter()
             .map(|(spi, w)| crate::daemon::window_rule(spi, w, storm))
             .collect();
-        let p = netveil_io::filter::spi_filter(netveil_io::filter::Layout::PspInUdp, &rules);
+        let p = netveil_io::filter::spi_filter_gro(
+            netveil_io::filter::Layout::PspInUdp,
+            &rules,
+            crate::daemon::single_datagram_max(self.mtu),
+        );
         if p != *installed {
             match sock.attach_filter(p.as_ref()) {
                 Ok(()) => *installed = p,

@@ -161,11 +161,15 @@ pub const SEQ_BLOCK: u64 = 1 << 20;
 ///   only then lets the data plane go on (a data plane that catches up drops, never sends an unreserved number);
 /// - on a clean stop, [`SeqStore::finish`] writes the last number used, so no numbers are skipped.
 ///
-/// A crash (kill -9, power loss) loses at most the rest of a block. Since every restart continues above anything
+/// A crash (kill -9, power loss) skips at most one block (the next one is reserved one block above what is used),
+/// and an `up` that fails before it sends gives its first block back. Since every restart continues above anything
 /// ever sent, the peer's replay window accepts the restarted side at once.
 pub struct SeqStore {
     dir: StateDir,
     slots: Vec<SeqSlot>,
+    /// Set once the data plane may send: until then, dropping the store (a failed `up`) gives the first blocks
+    /// back, so a setup that fails again and again does not use up the sequence space.
+    armed: bool,
 }
 
 struct SeqSlot {
@@ -246,7 +250,14 @@ impl SeqStore {
                 failed: false,
             });
         }
-        Ok((SeqStore { dir, slots }, starts))
+        Ok((
+            SeqStore {
+                dir,
+                slots,
+                armed: false,
+            },
+            starts,
+        ))
     }
 
     /// Reserves the next block of every SA that has used half of its current one (durably, then in memory).
@@ -261,7 +272,9 @@ impl SeqStore {
             if reserved >= s.limit || reserved - used > SEQ_BLOCK / 2 {
                 continue;
             }
-            let next = reserved.saturating_add(SEQ_BLOCK).min(s.limit);
+            // One block above what is used (not above the reservation): a crash right after this write skips at
+            // most one block.
+            let next = used.saturating_add(SEQ_BLOCK).min(s.limit);
             match self.dir.write_u64(&s.file, next) {
                 Ok(()) => {
                     sa.reserve_seq(next);
@@ -281,6 +294,11 @@ impl SeqStore {
         errors
     }
 
+    /// The data plane is about to send: from now on the reservations stay (see [`SeqStore::finish`]).
+    pub fn arm(&mut self) {
+        self.armed = true;
+    }
+
     /// After the data plane stopped: the marks become the last numbers used, so the next start skips none.
     pub fn finish(&mut self, sad: &netveil_ipsec::bundle::Sad) {
         for s in &self.slots {
@@ -290,9 +308,95 @@ impl SeqStore {
     }
 }
 
+impl Drop for SeqStore {
+    fn drop(&mut self) {
+        if !self.armed {
+            // Nothing was sent under these reservations: the marks go back to what they were.
+            for s in &self.slots {
+                let _ = self.dir.write_u64(&s.file, s.first - 1);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn out_sa(name: &str) -> netveil_ipsec::SaParams {
+        let cfg = crate::config::Config::parse(&format!(
+            "[interface]\nallow_null_null = true\n[[sa]]\nname = \"{name}\"\ndirection = \"out\"\nspi = 0x1001\n\
+             local = \"192.0.2.1\"\nremote = \"192.0.2.2\"\nsuite = \"null-null\"\n"
+        ))
+        .unwrap();
+        cfg.sas[0].clone()
+    }
+
+    /// Marks: the first block is synced before use and given back by a start that never sent; a block is topped
+    /// up one block above what is used (so a crash skips at most one block), and a clean stop writes what was
+    /// used.
+    #[test]
+    fn sequence_marks_across_starts_crashes_and_stops() {
+        let dir = std::env::temp_dir().join(format!("netveil-seq-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let open = || StateDir::open(&dir, "state_dir").unwrap();
+        let p = out_sa("a");
+        let file = seq_file(&p);
+        let (store, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
+        let s = starts[0].unwrap();
+        assert_eq!((s.first, s.reserved), (1, SEQ_BLOCK));
+        assert_eq!(open().read_u64(&file), Ok(Some(SEQ_BLOCK)));
+        // A failed start (never armed) gives its block back.
+        drop(store);
+        assert_eq!(open().read_u64(&file), Ok(Some(0)));
+        // A real run: send past half the block, top up.
+        let (mut store, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
+        store.arm();
+        let s = starts[0].unwrap();
+        let mut sad = netveil_ipsec::bundle::Sad::default();
+        let mut q = p.clone();
+        q.first_seq = s.first;
+        sad.insert(netveil_ipsec::Sa::with_reservation(q, 0, s.reserved).unwrap())
+            .unwrap();
+        let pkt = [
+            0x45u8, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 51, 100, 1, 198, 51, 100, 2, 0, 1,
+            0, 2, 0, 8, 0, 0,
+        ];
+        let send = |sad: &netveil_ipsec::bundle::Sad, n: u64| {
+            for _ in 0..n {
+                let mut b = netveil_wire::PacketBuf::from_slice(&pkt, 256, 640);
+                netveil_ipsec::bundle::protect(sad, &[0], &mut b, 0).unwrap();
+            }
+        };
+        send(&sad, SEQ_BLOCK / 2 + 10);
+        assert!(store.top_up(&sad).is_empty());
+        let used = sad.get(0).seq_last();
+        assert_eq!(used, SEQ_BLOCK / 2 + 10);
+        assert_eq!(sad.get(0).seq_reserved(), used + SEQ_BLOCK);
+        assert_eq!(open().read_u64(&file), Ok(Some(used + SEQ_BLOCK)));
+        // A crash now (no finish): the next start continues above everything sent, at most one block ahead.
+        drop(store);
+        let (store2, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
+        let first = starts[0].unwrap().first;
+        assert!(
+            first > used && first <= used + SEQ_BLOCK + 1,
+            "{first} after {used}"
+        );
+        drop(store2); // (given back: it sent nothing)
+                      // A clean stop writes the last number used.
+        let (mut store, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
+        store.arm();
+        let s = starts[0].unwrap();
+        let mut sad = netveil_ipsec::bundle::Sad::default();
+        let mut q = p.clone();
+        q.first_seq = s.first;
+        sad.insert(netveil_ipsec::Sa::with_reservation(q, 0, s.reserved).unwrap())
+            .unwrap();
+        send(&sad, 3);
+        store.finish(&sad);
+        assert_eq!(open().read_u64(&file), Ok(Some(s.first + 2)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn values_survive_and_damage_is_an_error() {
