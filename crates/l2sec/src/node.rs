@@ -86,7 +86,7 @@ use netveil_sa::counters::DropCounters;
 use netveil_wire::PacketBuf;
 use zeroize::Zeroizing;
 
-use crate::header::Version;
+use crate::header::{Repr, Version};
 use crate::keys::SessionKeys;
 use crate::sep::{self, DhGroup, Established, Mac, Sep, SepConfig, SepError, SepEvent};
 use crate::session::{peek, RxConfig, RxSession, SealOpts, TxConfig, TxSession};
@@ -297,6 +297,9 @@ pub struct NodeStats {
     pub peer_restarts: u64,
     /// SEP ANNOUNCE messages sent.
     pub announces: u64,
+    /// Group keys derived for a (sender, epoch) not heard yet, before its first frame authenticated (what a forged
+    /// group frame can cost; a header that policy refuses costs none).
+    pub group_key_derivations: u64,
     pub tx_drops: DropCounters<Drop>,
     pub rx_drops: DropCounters<Drop>,
     /// SEP messages refused and exchanges not started or failed, by reason.
@@ -652,7 +655,7 @@ impl Node {
             return Err(Drop::Malformed);
         }
         if is_group(&dst) {
-            return self.group_inbound(frame, src, p.header.epoch, now);
+            return self.group_inbound(frame, src, &p.header, now);
         }
         if dst != self.cfg.mac {
             return Err(Drop::NotForUs);
@@ -694,15 +697,23 @@ impl Node {
         &mut self,
         frame: &mut PacketBuf,
         src: Mac,
-        epoch: Option<u64>,
+        hdr: &Repr,
         now: Instant,
     ) -> Result<Inbound, Drop> {
         let unix = self.unix(now);
         let ep = match self.cfg.group_suite.version() {
             // (A version-0 session refuses a frame with the bit set as malformed.)
             Version::V0 => 0,
-            Version::V1 => epoch.ok_or(Drop::Policy)?,
+            Version::V1 => hdr.epoch.ok_or(Drop::Policy)?,
         };
+        // What the header alone refuses is refused before any key is derived or any state looked up: an unsigned
+        // frame where signatures are required, a signed one from a sender without a listed key.
+        if self.cfg.require_signatures && !hdr.signed {
+            return Err(Drop::Policy);
+        }
+        if hdr.signed && !self.cfg.peer_keys.contains_key(&src) {
+            return Err(Drop::NoPeerKey);
+        }
         let known = self.group_rx.get(&src).map(|g| g.epoch);
         let peer_epoch = self.peers.get(&src).map_or(0, |p| p.epoch);
         if ep < known.unwrap_or(0).max(peer_epoch) {
@@ -718,6 +729,7 @@ impl Node {
             _ => {
                 // A sender not heard yet, or a newer epoch of one: keys derived now, a window only once the frame
                 // authenticated.
+                self.stats.group_key_derivations += 1;
                 let keys = group_keys(&self.cfg, src, ep).map_err(|_| Drop::NoKey)?;
                 let mut rx = RxSession::candidate(&keys, self.rx_config(0, Some(ep)))
                     .map_err(|_| Drop::NoKey)?;

@@ -669,6 +669,51 @@ fn unauthenticated_group_frames_leave_no_sender_state() {
     }
 }
 
+#[test]
+fn frames_refused_by_their_header_cost_no_key_derivation() {
+    let now = Instant::now();
+    let mut lan = signed(now, 2, false);
+    let g = eth(
+        [0xff; 6],
+        mac(0),
+        0x0806,
+        &arp(1, mac(0), ip(0), [0; 6], ip(1)),
+    );
+    lan.nodes[1] = {
+        let mut c = cfg(1, &SECRET);
+        c.require_signatures = true;
+        c.signing_key = Some(SigningKey::from_bytes(&[2; 32]));
+        c.peer_keys
+            .insert(mac(0), SigningKey::from_bytes(&[1; 32]).verifying_key());
+        Node::new(c, now, 0).unwrap()
+    };
+    // A member that does not sign, as h1; a member signing as h3, whose key nobody listed. Each with new epochs.
+    let mut unsigned = cfg(0, &SECRET);
+    unsigned.epoch = 5;
+    let mut stranger = cfg(3, &SECRET);
+    stranger.epoch = 6;
+    stranger.signing_key = Some(SigningKey::from_bytes(&[4; 32]));
+    let g3 = eth(
+        [0xff; 6],
+        mac(3),
+        0x0806,
+        &arp(1, mac(3), ip(3), [0; 6], ip(1)),
+    );
+    for (c, frame, want) in [
+        (unsigned, &g, Drop::Policy),
+        (stranger, &g3, Drop::NoPeerKey),
+    ] {
+        let mut n = Node::new(c, now, 0).unwrap();
+        let mut f = PacketBuf::from_slice(frame, 64, 128);
+        n.handle_outbound(&mut f, now).unwrap();
+        for _ in 0..3 {
+            assert_eq!(inject(&mut lan, 1, f.data()), Err(want));
+        }
+    }
+    assert_eq!(lan.nodes[1].stats().group_key_derivations, 0);
+    assert_eq!(lan.nodes[1].group_senders(), 0);
+}
+
 /// The epoch on the wire and in the key derivation, checked with an independent implementation (HKDF-SHA256 from
 /// `hmac`/`sha2`, AES-GCM from `aes-gcm`): EP flag, key id 0, 8-byte epoch, keys from "group" ‖ MAC ‖ epoch.
 #[test]

@@ -1003,6 +1003,7 @@ fn status_json(st: &State) -> Value {
                 "rx_frames": s.rx_frames, "rx_bytes": s.rx_bytes, "rx_group": s.rx_group,
                 "sep_messages": s.sep_messages, "sessions_established": s.sessions_established,
                 "peer_restarts": s.peer_restarts, "announces": s.announces,
+                "group_key_derivations": s.group_key_derivations,
                 "sep_rate_limited": s.sep_errors.get("sep-rate-limited").copied().unwrap_or(0),
                 "clear_dropped_in": clear_in, "clear_dropped_out": clear_out,
             },
