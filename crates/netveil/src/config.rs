@@ -66,7 +66,48 @@ pub struct Secret(zeroize::Zeroizing<String>);
 
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(|s| Secret(zeroize::Zeroizing::new(s)))
+        d.deserialize_str(SecretVisitor)
+    }
+}
+
+/// Takes a string only; any other value is refused with an error that does not show it (serde's own would quote
+/// it: a key written as a number, say).
+struct SecretVisitor;
+
+impl SecretVisitor {
+    fn refuse<E: serde::de::Error>(what: &str) -> E {
+        E::custom(format_args!("expected a hex string, found {what} (value not shown)"))
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for SecretVisitor {
+    type Value = Secret;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a hex string")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Secret, E> {
+        Ok(Secret(zeroize::Zeroizing::new(v.to_owned())))
+    }
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Secret, E> {
+        Ok(Secret(zeroize::Zeroizing::new(v)))
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Secret, E> {
+        Err(Self::refuse("a boolean"))
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Secret, E> {
+        Err(Self::refuse("an integer"))
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Secret, E> {
+        Err(Self::refuse("an integer"))
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Secret, E> {
+        Err(Self::refuse("a float"))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<Secret, A::Error> {
+        Err(Self::refuse("an array"))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<Secret, A::Error> {
+        Err(Self::refuse("a table"))
     }
 }
 
@@ -1040,6 +1081,21 @@ mod tests {
             e.reason.contains("bogus") && !e.reason.contains("c0ffee5ecret"),
             "{e}"
         );
+    }
+
+    /// A key written as another type (a number, an array) is refused without its value.
+    #[test]
+    fn keys_of_the_wrong_type_are_not_printed() {
+        for v in ["1234567890123", "[98765, 43210]", "9876.54321"] {
+            let e = Config::parse(&format!(
+                "[interface]\nname = \"nv0\"\n[[sa]]\nname = \"a\"\nenc_key = {v}\n"
+            ))
+            .unwrap_err();
+            assert!(e.reason.contains("expected a hex string"), "{e}");
+            for digits in ["12345", "98765", "43210", "9876"] {
+                assert!(!e.to_string().contains(digits), "{e}");
+            }
+        }
     }
 
     /// Two SAs with the same keys would repeat nonces: refused, naming the key.
