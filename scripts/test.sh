@@ -24,15 +24,21 @@ if [ "${NETVEIL_SKIP_FUZZ:-0}" != 1 ]; then
   ( cd fuzz
     targets=$(cargo +nightly fuzz list)
     n=$(echo "$targets" | grep -c . || true)
+    declared=$(grep -c '^\[\[bin\]\]' Cargo.toml || true)
     [ "$n" -gt 0 ] || { echo "fuzz smoke: no fuzz target found (cargo fuzz list printed nothing)"; exit 1; }
+    [ "$n" -eq "$declared" ] || { echo "fuzz smoke: cargo fuzz lists $n targets, fuzz/Cargo.toml declares $declared"; exit 1; }
     ran=0
     for t in $targets; do
       echo "-- $t (${secs}s)"
-      cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -max_len=2048 2>&1 | tail -n 2
-      [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz target $t failed"; exit 1; }
+      out=$(cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -max_len=2048 2>&1) \
+        || { echo "$out" | tail -n 30; echo "fuzz target $t failed"; exit 1; }
+      # libFuzzer's last words: "Done N runs in S second(s)"; a target that ran no input did not run.
+      runs=$(echo "$out" | sed -n 's/^Done \([0-9]*\) runs.*/\1/p' | tail -n 1)
+      [ "${runs:-0}" -gt 0 ] || { echo "$out" | tail -n 5; echo "fuzz target $t ran no input"; exit 1; }
+      echo "$t: $runs runs"
       ran=$((ran + 1))
     done
-    [ "$ran" -eq "$n" ] || { echo "fuzz smoke: ran $ran of $n targets"; exit 1; }
+    [ "$ran" -eq "$declared" ] || { echo "fuzz smoke: ran $ran of $declared targets"; exit 1; }
     echo "fuzz smoke: $ran targets ran" )
 fi
 echo "== all tests passed"
