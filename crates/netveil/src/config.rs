@@ -76,7 +76,9 @@ struct SecretVisitor;
 
 impl SecretVisitor {
     fn refuse<E: serde::de::Error>(what: &str) -> E {
-        E::custom(format_args!("expected a hex string, found {what} (value not shown)"))
+        E::custom(format_args!(
+            "expected a hex string, found {what} (value not shown)"
+        ))
     }
 }
 

@@ -61,7 +61,13 @@ pub fn listen(path: &Path) -> Result<UnixListener> {
 fn read_request(c: &mut UnixStream) -> std::result::Result<String, &'static str> {
     let mut buf = [0u8; MAX_REQUEST + 1];
     let mut n = 0;
+    // One deadline for the whole request: a client that trickles a byte now and then is cut off too.
+    let deadline = std::time::Instant::now() + CLIENT_TIMEOUT;
     loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || c.set_read_timeout(Some(left)).is_err() {
+            return Err("no complete request in time");
+        }
         match c.read(&mut buf[n..]) {
             Ok(0) => break,
             Ok(k) => {
@@ -568,5 +574,28 @@ mod tests {
         assert_eq!(mode(&sock), 0o600);
         drop(l);
         let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// A client that sends a byte now and then, never a whole line, is cut off after [`CLIENT_TIMEOUT`] in all.
+    #[test]
+    fn a_trickling_client_is_cut_off() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let t = std::time::Instant::now();
+        let writer = std::thread::spawn(move || {
+            for _ in 0..12 {
+                if a.write_all(b"s").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(400));
+            }
+        });
+        assert_eq!(read_request(&mut b), Err("no complete request in time"));
+        let took = t.elapsed();
+        assert!(
+            took >= CLIENT_TIMEOUT && took < CLIENT_TIMEOUT + Duration::from_millis(1500),
+            "{took:?}"
+        );
+        drop(b);
+        writer.join().unwrap();
     }
 }

@@ -855,6 +855,9 @@ pub fn up(path: &Path) -> Result<()> {
             undo.push(&["nft", "delete", "table", "inet", &table]);
         }
         shared.nft_table = Some(table.clone());
+    } else if table_existed {
+        // A previous instance's rules, for a config that covered more: they would block what this one does not.
+        run(&["nft", "delete", "table", "inet", &table])?;
     }
 
     // TUN device with its addresses, MTU and routes.
