@@ -1189,21 +1189,38 @@ pub fn host_addresses() -> Result<Vec<IpAddr>> {
 
 /// What `netveil up` would fail on and can be known without changing anything: the TUN name held by another device
 /// (or a running daemon), the control socket in use, tunnel and PSP `local` addresses that are not this host's,
-/// and a state directory that cannot be written. `check` runs it too. Errors name the key (exit code 2).
+/// and a state directory that cannot be written. Errors name the key (exit code 2).
 pub fn preflight(cfg: &Config) -> Result<()> {
+    preflight_with(cfg, false).map(|_| ())
+}
+
+/// [`preflight`] for `netveil check`, which may run beside the config's own daemon (to check an edit before a
+/// restart): a daemon that answers on the config's control socket holds its TUN name and socket, so those two
+/// checks give way to a note (returned) saying `up` needs a `down` first; everything else is checked as for `up`.
+pub fn preflight_check(cfg: &Config) -> Result<Option<String>> {
+    preflight_with(cfg, true)
+}
+
+fn preflight_with(cfg: &Config, live_ok: bool) -> Result<Option<String>> {
     let bad = |key: String, reason: String| Error::Config(ConfigError { key, reason });
     cfg.check_distinct_keys()?;
     let i = &cfg.interface;
+    let mut note = None;
     if std::os::unix::net::UnixStream::connect(&i.control_socket).is_ok() {
-        return Err(bad(
-            "interface.control_socket".into(),
-            format!(
-                "{} answers: a netveil daemon already runs with it (`netveil down -c` stops it)",
-                i.control_socket
-            ),
+        if !live_ok {
+            return Err(bad(
+                "interface.control_socket".into(),
+                format!(
+                    "{} answers: a netveil daemon already runs with it (`netveil down -c` stops it)",
+                    i.control_socket
+                ),
+            ));
+        }
+        note = Some(format!(
+            "a netveil daemon runs with this config's control socket ({}) and interface {}: `up` needs `netveil down -c` first",
+            i.control_socket, i.name
         ));
-    }
-    if Path::new("/sys/class/net").join(&i.name).exists() {
+    } else if Path::new("/sys/class/net").join(&i.name).exists() {
         return Err(bad(
             "interface.name".into(),
             format!("'{}' is in use by another network device", i.name),
@@ -1235,7 +1252,7 @@ pub fn preflight(cfg: &Config) -> Result<()> {
     {
         crate::state::StateDir::check(&i.state_dir, "interface.state_dir")?;
     }
-    Ok(())
+    Ok(note)
 }
 
 /// A receive socket with a socket filter.

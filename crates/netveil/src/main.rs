@@ -119,7 +119,9 @@ fn main() -> ExitCode {
                 if let Some(p) = &c.psp {
                     netveil::psp_ctl::tls(p)?;
                 }
-                netveil::daemon::preflight(&c)?;
+                if let Some(note) = netveil::daemon::preflight_check(&c)? {
+                    eprintln!("netveil: note: {note}");
+                }
                 println!(
                     "{}: ok ({} SAs, {} policies{})",
                     config.display(),

@@ -482,7 +482,7 @@ fn control_socket_holds_against_misbehaving_clients() {
 fn check_catches_what_up_would_fail_on() {
     let _g = serial();
     let mut lab = new_lab();
-    let hosts = TwoHosts::topology(&mut lab, &HostPair::esp("aes128gcm16")).unwrap();
+    let mut hosts = TwoHosts::topology(&mut lab, &HostPair::esp("aes128gcm16")).unwrap();
     let a = hosts.ns[0].clone();
     let good = hosts.configs[0].clone();
     let sock = lab.socket_path("psp");
@@ -538,6 +538,16 @@ fn check_catches_what_up_would_fail_on() {
         .unwrap()
         .status
         .success());
+    // Beside the config's own running daemon, `check` still checks the file and notes that `up` needs a `down`.
+    hosts.start(&lab).unwrap();
+    let (code, err) = run("check", &good);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("needs `netveil down -c` first"), "{err}");
+    let (code, err) = run("check", &elsewhere);
+    assert_eq!(code, Some(2), "{err}");
+    let (code, err) = run("up", &good);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("interface.control_socket"), "{err}");
 }
 
 fn regex_replace_state_dir(text: &str, dir: &str) -> String {
