@@ -534,7 +534,7 @@ fn nft_peer_filter(cfg: &Config) -> String {
     let mut rules = String::new();
     for v6 in [false, true] {
         let fam = if v6 { "ip6" } else { "ip" };
-        let mut peers: Vec<String> = Vec::new();
+        let mut peers: Vec<ipnet::IpNet> = Vec::new();
         let mut open = false;
         let mut esp = false;
         let mut natt = false;
@@ -547,7 +547,7 @@ fn nft_peer_filter(cfg: &Config) -> String {
                     if remote.is_ipv6() != v6 {
                         continue;
                     }
-                    peers.push(remote.to_string());
+                    peers.push(remote.into());
                 }
                 Mode::Transport => {
                     let srcs: Vec<_> = cfg
@@ -563,7 +563,7 @@ fn nft_peer_filter(cfg: &Config) -> String {
                     if srcs.iter().any(|n| n.prefix_len() == 0) {
                         open = true;
                     }
-                    peers.extend(srcs.iter().map(|n| n.to_string()));
+                    peers.extend(srcs.iter().copied());
                 }
             }
             esp = true;
@@ -575,16 +575,21 @@ fn nft_peer_filter(cfg: &Config) -> String {
         }
         if let Some(p) = &cfg.psp {
             if p.remote.is_ipv6() == v6 {
-                peers.push(p.remote.to_string());
+                peers.push(p.remote.into());
                 dports.push(netveil_psp::UDP_PORT);
             }
         }
         if open || peers.is_empty() {
             continue;
         }
-        peers.sort();
-        peers.dedup();
-        let set = peers.join(", ");
+        // One set without overlaps (sets without auto-merge refuse overlapping intervals: "conflicting
+        // intervals"), so the table does not depend on the nft version: a peer inside a listed network, or a
+        // network inside another, merges into it.
+        let set = ipnet::IpNet::aggregate(&peers)
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
         let l4 = if v6 { "meta l4proto" } else { "ip protocol" };
         if esp {
             rules.push_str(&format!(
@@ -1862,6 +1867,56 @@ mod tests {
         decrement_ttl(&mut v6).unwrap();
         assert_eq!(v6[7], 1);
         assert_eq!(decrement_ttl(&mut v6), Err(Drop::TtlExceeded));
+    }
+
+    /// The peer filter's address set has no overlapping elements: peers inside listed networks, and networks
+    /// inside others, merge.
+    #[test]
+    fn peer_sets_merge_overlapping_networks() {
+        let sa = |name: &str, spi: u32, mode: &str| {
+            format!(
+                "[[sa]]\nname = \"{name}\"\ndirection = \"in\"\nspi = {spi}\nmode = \"{mode}\"\nlocal = \"10.9.0.1\"\nremote = \"10.2.3.4\"\nsuite = \"aes128gcm16\"\nenc_key = \"{spi:08x}445566778899aabbccddeeff01020304\"\n"
+            )
+        };
+        let pol = |src: &str, sa: &str| {
+            format!("[[policy]]\ndirection = \"in\"\nsrc = \"{src}\"\ndst = \"10.9.0.1/32\"\naction = \"protect\"\nsas = [\"{sa}\"]\n")
+        };
+        let text = format!(
+            "[interface]\n{}{}{}{}{}{}",
+            sa("t1", 0x2001, "transport"),
+            sa("t2", 0x2002, "transport"),
+            sa("tun", 0x2003, "tunnel"),
+            pol("10.0.0.0/8", "t1"),
+            pol("10.1.0.0/16", "t2"),
+            pol("172.16.0.0/12", "tun"),
+        );
+        let cfg = Config::parse(&text).unwrap();
+        let rules = nft_peer_filter(&cfg);
+        assert!(rules.contains("saddr != { 10.0.0.0/8 }"), "{rules}");
+        if let Some(t) = nft_table_text(&cfg, "netveil_peer_set_test") {
+            // Root with nft: the kernel's parser takes it (check only, nothing applied).
+            if std::process::Command::new("nft")
+                .arg("--version")
+                .output()
+                .is_ok()
+                && crate::lab::is_root()
+            {
+                let mut c = std::process::Command::new("nft")
+                    .args(["-c", "-f", "-"])
+                    .stdin(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(t.as_bytes()).unwrap();
+                let out = c.wait_with_output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}\n{t}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
     }
 
     /// An IPv4 UDP fragment 198.51.100.1 -> 198.51.100.2, identification 0x4242.
