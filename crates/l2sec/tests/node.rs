@@ -631,6 +631,25 @@ fn forged_unicast_frames_start_nothing_and_create_no_peer() {
 
 /// Group frames that do not authenticate (a non-member's, a forged epoch, a member's bad signature) leave no
 /// sender state.
+/// h2 requires signatures and knows h1's key (that of `SigningKey::from_bytes(&[1; 32])`); returns an ARP
+/// broadcast from h1.
+fn strict_receiver(lan: &mut Lan, now: Instant) -> Vec<u8> {
+    lan.nodes[1] = {
+        let mut c = cfg(1, &SECRET);
+        c.require_signatures = true;
+        c.signing_key = Some(SigningKey::from_bytes(&[2; 32]));
+        c.peer_keys
+            .insert(mac(0), SigningKey::from_bytes(&[1; 32]).verifying_key());
+        Node::new(c, now, 0).unwrap()
+    };
+    eth(
+        [0xff; 6],
+        mac(0),
+        0x0806,
+        &arp(1, mac(0), ip(0), [0; 6], ip(1)),
+    )
+}
+
 #[test]
 fn unauthenticated_group_frames_leave_no_sender_state() {
     let now = Instant::now();
@@ -643,20 +662,7 @@ fn unauthenticated_group_frames_leave_no_sender_state() {
     let mut forger = cfg(0, &SECRET);
     forger.epoch = 6;
     forger.signing_key = Some(mallory_key);
-    let g = eth(
-        [0xff; 6],
-        mac(0),
-        0x0806,
-        &arp(1, mac(0), ip(0), [0; 6], ip(1)),
-    );
-    lan.nodes[1] = {
-        let mut c = cfg(1, &SECRET);
-        c.require_signatures = true;
-        c.signing_key = Some(SigningKey::from_bytes(&[2; 32]));
-        c.peer_keys
-            .insert(mac(0), SigningKey::from_bytes(&[1; 32]).verifying_key());
-        Node::new(c, now, 0).unwrap()
-    };
+    let g = strict_receiver(&mut lan, now);
     for (c, want) in [(outsider, Drop::AuthFailed), (forger, Drop::BadSignature)] {
         let mut n = Node::new(c, now, 0).unwrap();
         let mut f = PacketBuf::from_slice(&g, 64, 128);
@@ -673,20 +679,7 @@ fn unauthenticated_group_frames_leave_no_sender_state() {
 fn frames_refused_by_their_header_cost_no_key_derivation() {
     let now = Instant::now();
     let mut lan = signed(now, 2, false);
-    let g = eth(
-        [0xff; 6],
-        mac(0),
-        0x0806,
-        &arp(1, mac(0), ip(0), [0; 6], ip(1)),
-    );
-    lan.nodes[1] = {
-        let mut c = cfg(1, &SECRET);
-        c.require_signatures = true;
-        c.signing_key = Some(SigningKey::from_bytes(&[2; 32]));
-        c.peer_keys
-            .insert(mac(0), SigningKey::from_bytes(&[1; 32]).verifying_key());
-        Node::new(c, now, 0).unwrap()
-    };
+    let g = strict_receiver(&mut lan, now);
     // A member that does not sign, as h1; a member signing as h3, whose key nobody listed. Each with new epochs.
     let mut unsigned = cfg(0, &SECRET);
     unsigned.epoch = 5;

@@ -349,15 +349,20 @@ mod tests {
         // A failed start (never armed) gives its block back.
         drop(store);
         assert_eq!(open().read_u64(&file), Ok(Some(0)));
+        // A started, armed daemon with its SAD.
+        let run = || {
+            let (mut store, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
+            store.arm();
+            let s = starts[0].unwrap();
+            let mut sad = netveil_ipsec::bundle::Sad::default();
+            let mut q = p.clone();
+            q.first_seq = s.first;
+            sad.insert(netveil_ipsec::Sa::with_reservation(q, 0, s.reserved).unwrap())
+                .unwrap();
+            (store, sad, s.first)
+        };
         // A real run: send past half the block, top up.
-        let (mut store, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
-        store.arm();
-        let s = starts[0].unwrap();
-        let mut sad = netveil_ipsec::bundle::Sad::default();
-        let mut q = p.clone();
-        q.first_seq = s.first;
-        sad.insert(netveil_ipsec::Sa::with_reservation(q, 0, s.reserved).unwrap())
-            .unwrap();
+        let (mut store, sad, _) = run();
         let pkt = [
             0x45u8, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 51, 100, 1, 198, 51, 100, 2, 0, 1,
             0, 2, 0, 8, 0, 0,
@@ -382,19 +387,13 @@ mod tests {
             first > used && first <= used + SEQ_BLOCK + 1,
             "{first} after {used}"
         );
-        drop(store2); // (given back: it sent nothing)
-                      // A clean stop writes the last number used.
-        let (mut store, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
-        store.arm();
-        let s = starts[0].unwrap();
-        let mut sad = netveil_ipsec::bundle::Sad::default();
-        let mut q = p.clone();
-        q.first_seq = s.first;
-        sad.insert(netveil_ipsec::Sa::with_reservation(q, 0, s.reserved).unwrap())
-            .unwrap();
+        // (Given back: it sent nothing.)
+        drop(store2);
+        // A clean stop writes the last number used.
+        let (mut store, sad, first) = run();
         send(&sad, 3);
         store.finish(&sad);
-        assert_eq!(open().read_u64(&file), Ok(Some(s.first + 2)));
+        assert_eq!(open().read_u64(&file), Ok(Some(first + 2)));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
