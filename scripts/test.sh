@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
-# The whole test suite: unit and known-answer tests, namespace and interop tests (root), scapy interop, fuzz smoke.
+# The whole test suite: format, lints, docs and layers; unit and known-answer tests, namespace and interop tests (root),
+# scapy interop, fuzz smoke.
 # Installs what it needs first (.ci/setup). Run as root: `sudo scripts/test.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/setup
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 export CARGO_TERM_COLOR=never
+
+echo "== hygiene: format, lints, docs, layers"
+for c in rustfmt clippy; do
+  rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+done
+cargo fmt --all --check
+cargo clippy --release --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
+if [ -x ../shared/tools/check-layers ]; then
+  ../shared/tools/check-layers
+else
+  echo "(../shared/tools/check-layers not present: layer check skipped)"
+fi
 
 echo "== cargo test (release; includes network-namespace tests, which need root)"
 cargo build --release -p netveil

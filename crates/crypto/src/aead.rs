@@ -2,7 +2,7 @@
 //! ChaCha20-Poly1305 (aws-lc-rs).
 //!
 //! aes-gcm 0.10 only supports tags of 12..=16 bytes, so the 8-byte ICV of RFC 4106 is built from the full-tag
-//! cipher by truncation (see [`RcGcm8`]). AES-GMAC is AES-GCM with an empty plaintext: callers pass everything as AAD.
+//! cipher by truncation (see `RcGcm8`). AES-GMAC is AES-GCM with an empty plaintext: callers pass everything as AAD.
 
 use core::fmt;
 

@@ -50,7 +50,7 @@ pub struct PspArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct XformArgs {
-    /// A netveil.toml: only its [[sa]] tables and interface.allow_null_null are used (a bare `[interface]` suffices).
+    /// A netveil.toml: only its `[[sa]]` tables and interface.allow_null_null are used (a bare `[interface]` suffices).
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
     /// An SA to apply (repeatable, innermost first). Encrypt: required, "out" SAs. Decrypt: optional, "in" SAs;
