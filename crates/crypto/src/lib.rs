@@ -6,6 +6,8 @@
 //!
 //! The traits know nothing of ESP: the `netveil-ipsec` crate composes them into ESP and AH transforms.
 
+#![forbid(unsafe_code)]
+
 pub mod aead;
 pub mod cbc;
 pub mod dh;

@@ -24,6 +24,7 @@ pub use netveil_wire::PacketBuf;
 mod sys;
 
 pub mod filter;
+pub mod os;
 pub mod packet;
 pub mod raw;
 pub mod tun;

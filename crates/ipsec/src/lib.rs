@@ -10,6 +10,8 @@
 //! - [`sa`]: an SA: parameters, keys, sequence counter or replay window, lifetime, counters.
 //! - [`bundle`]: applying and checking an ordered bundle of SAs (e.g. ESP inside AH).
 
+#![forbid(unsafe_code)]
+
 pub mod ah;
 pub mod bundle;
 pub mod esp;

@@ -147,6 +147,8 @@
 //!
 //! Not covered here: the daemon, TAP and AF_PACKET I/O (`netveil up`).
 
+#![forbid(unsafe_code)]
+
 pub mod engine;
 pub mod header;
 pub mod keys;

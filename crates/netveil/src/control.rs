@@ -46,11 +46,7 @@ pub fn listen(path: &Path) -> Result<UnixListener> {
     let _ = std::fs::remove_file(path);
     // The socket is created 0600 (no moment with wider permissions); the daemon has no other thread yet, so the
     // process-wide umask can be narrowed around the bind.
-    // SAFETY: umask has no memory-safety preconditions.
-    let old = unsafe { libc::umask(0o177) };
-    let l = UnixListener::bind(path);
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
+    let l = netveil_io::os::with_umask(0o177, || UnixListener::bind(path));
     let l = l.map_err(Error::io(format!("cannot bind {}", path.display())))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(Error::io("chmod control socket"))?;
@@ -158,7 +154,7 @@ pub fn serve(sh: &Shared, l: UnixListener) {
         "stop" => {
             // `netveil down`: stop, and remove the fail-closed filters on the way out.
             crate::daemon::DOWN.store(true, Relaxed);
-            crate::daemon::STOP.store(true, Relaxed);
+            netveil_io::os::stop_flag().store(true, Relaxed);
             json!({ "stopping": true })
         }
         _ => json!({ "error": "unknown request (known: status, keys, rotate, stop)" }),

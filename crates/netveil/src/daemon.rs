@@ -814,11 +814,6 @@ pub fn nft_drops(table: &str, chain: &str) -> u64 {
     total
 }
 
-pub(crate) extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Relaxed);
-}
-pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
-
 /// `netveil up -c FILE`.
 pub fn up(path: &Path) -> Result<()> {
     if std::fs::read_to_string(path).is_ok_and(|t| crate::l2::L2Config::is_l2sec(&t)) {
@@ -1045,11 +1040,7 @@ pub fn up(path: &Path) -> Result<()> {
 
     let shared = Arc::new(shared);
     let tun = Arc::new(tun);
-    unsafe {
-        // SAFETY: the handler only stores to an atomic.
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
+    let stop = netveil_io::os::stop_on_signals();
     tun.set_recv_timeout(Duration::from_millis(200))
         .map_err(Error::io("TUN timeout"))?;
 
@@ -1106,7 +1097,7 @@ pub fn up(path: &Path) -> Result<()> {
     };
     let mut failures_before = auth_failures(&shared);
     let mut storm_until: Option<Instant> = None;
-    while !STOP.load(Relaxed) && !tx.is_finished() && !rxh.is_finished() {
+    while !stop.load(Relaxed) && !tx.is_finished() && !rxh.is_finished() {
         if tick == 0 {
             // Storm: forged packets with the right SPI fail authentication by the thousand.
             let f = auth_failures(&shared);
@@ -1694,9 +1685,7 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
         })
         .collect();
     while !sh.stop.load(Relaxed) {
-        // SAFETY: pfds is a valid array of pollfd for the duration of the call.
-        let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 200) };
-        if r <= 0 {
+        if !matches!(netveil_io::os::poll(&mut pfds, 200), Ok(n) if n > 0) {
             continue;
         }
         for (k, s) in socks.iter().enumerate() {

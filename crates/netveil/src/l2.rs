@@ -42,7 +42,7 @@
 //! thread for SEP retransmissions and rekeys, and the control socket (`netveil status`). The protocol state is
 //! one [`netveil_l2sec::Node`] behind a mutex, taken once per batch.
 
-use crate::daemon::{run, run_stdin, Undo, STOP};
+use crate::daemon::{run, run_stdin, Undo};
 use crate::{Error, Result};
 use netveil_io::packet::{MAX_SEGMENTS, TAP_SCRATCH_LEN};
 use netveil_io::{PacketSocket, Tap};
@@ -754,17 +754,7 @@ pub fn up(path: &Path) -> Result<()> {
         cfg,
     });
     let (tap, sock) = (Arc::new(tap), Arc::new(sock));
-    unsafe {
-        // SAFETY: the handler only stores to an atomic.
-        libc::signal(
-            libc::SIGINT,
-            crate::daemon::on_signal as *const () as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGTERM,
-            crate::daemon::on_signal as *const () as libc::sighandler_t,
-        );
-    }
+    let stop = netveil_io::os::stop_on_signals();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
             .name(name.into())
@@ -796,7 +786,7 @@ pub fn up(path: &Path) -> Result<()> {
         st.mtu,
         st.cfg.control_socket.display()
     );
-    while !STOP.load(Relaxed) && !tx.is_finished() && !rx.is_finished() {
+    while !stop.load(Relaxed) && !tx.is_finished() && !rx.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
     }
     st.stop.store(true, Relaxed);

@@ -31,8 +31,7 @@ fn other(msg: impl Into<String>) -> Error {
 
 /// Whether this process runs as root (labs need it).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    netveil_io::os::is_root()
 }
 
 /// Whether a program is on PATH.
@@ -43,10 +42,7 @@ pub fn have_tool(name: &str) -> bool {
 }
 
 fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill has no memory-safety preconditions; pid is one of our own children.
-    unsafe {
-        libc::kill(pid as libc::pid_t, sig);
-    }
+    let _ = netveil_io::os::kill(pid, sig);
 }
 
 /// Waits for a child up to `timeout`; returns None if it is still running.
@@ -458,14 +454,7 @@ where
     std::thread::Builder::new()
         .name(format!("ns-{ns}"))
         .spawn(move || {
-            use std::os::fd::AsRawFd;
-            // SAFETY: setns on a valid namespace fd only changes this thread's network namespace.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(Error::Io {
-                    context: "setns".into(),
-                    source: std::io::Error::last_os_error(),
-                });
-            }
+            netveil_io::os::enter_net_namespace(&file).map_err(Error::io("setns"))?;
             Ok(f())
         })
         .map_err(Error::io("thread"))

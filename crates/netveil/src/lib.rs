@@ -8,6 +8,8 @@
 //! - [`pcap`]: offline tools over pcap files.
 //! - [`lab`]: network-namespace labs for `demo`, `bench` and the tests.
 
+#![forbid(unsafe_code)]
+
 pub mod bench;
 pub mod bench_flood;
 pub mod bench_split;

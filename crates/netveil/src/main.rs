@@ -1,5 +1,7 @@
 //! The `netveil` command.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -302,128 +302,16 @@ pub fn is_initiator(cfg: &PspConfig) -> bool {
     cfg.local < cfg.remote
 }
 
-/// SO_LINGER 0: the connection ends with a reset, leaving no TIME_WAIT state on the fixed ports.
-fn set_linger_zero(fd: i32) -> std::io::Result<()> {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: setsockopt on a descriptor we own with a valid `linger`.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            &l as *const libc::linger as *const libc::c_void,
-            size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Connects from `from` to `to` on a socket carrying `mark` (the fail-closed filters let it out; in transport mode
-/// the connection bypasses the TUN), giving up after `timeout`.
+/// the connection bypasses the TUN), with SO_REUSEADDR and SO_LINGER 0 (a reset ends it: no TIME_WAIT state on
+/// the fixed ports), giving up after `timeout`.
 fn connect_marked(
     from: SocketAddr,
     to: SocketAddr,
     mark: u32,
     timeout: Duration,
 ) -> std::io::Result<TcpStream> {
-    use std::os::fd::FromRawFd;
-    let fam = if to.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    // SAFETY: plain socket calls on a descriptor we own; it is closed by TcpStream (or here on error).
-    unsafe {
-        let fd = libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let stream = TcpStream::from_raw_fd(fd);
-        let tv = libc::timeval {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
-        };
-        let set = |opt: libc::c_int, v: *const libc::c_void, len: usize| {
-            if libc::setsockopt(fd, libc::SOL_SOCKET, opt, v, len as libc::socklen_t) < 0 {
-                Err(std::io::Error::last_os_error())
-            } else {
-                Ok(())
-            }
-        };
-        set(libc::SO_MARK, &mark as *const u32 as *const _, 4)?;
-        set(
-            libc::SO_SNDTIMEO,
-            &tv as *const libc::timeval as *const _,
-            size_of::<libc::timeval>(),
-        )?;
-        let one: libc::c_int = 1;
-        set(
-            libc::SO_REUSEADDR,
-            &one as *const libc::c_int as *const _,
-            size_of::<libc::c_int>(),
-        )?;
-        set_linger_zero(fd)?;
-        let (la, llen) = sockaddr(&from);
-        if libc::bind(
-            fd,
-            &la as *const libc::sockaddr_storage as *const libc::sockaddr,
-            llen,
-        ) < 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-        let (sa, len) = sockaddr(&to);
-        if libc::connect(
-            fd,
-            &sa as *const libc::sockaddr_storage as *const libc::sockaddr,
-            len,
-        ) < 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(stream)
-    }
-}
-
-fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: an all-zero sockaddr_storage is valid; we fill in the family-specific part.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    match a {
-        SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_in fits in sockaddr_storage.
-            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
-            (ss, size_of::<libc::sockaddr_in>() as libc::socklen_t)
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            };
-            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
-            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
-            (ss, size_of::<libc::sockaddr_in6>() as libc::socklen_t)
-        }
-    }
+    netveil_io::os::tcp_connect_from(from, to, mark, timeout)
 }
 
 /// Binds the key-exchange listener on our outer address (with `mark`, which accepted connections inherit).
@@ -434,24 +322,8 @@ pub fn listen(cfg: &PspConfig, mark: u32) -> Result<TcpListener> {
             cfg.local, cfg.control_port
         ),
     ))?;
-    {
-        use std::os::fd::AsRawFd;
-        // SAFETY: setsockopt on our own descriptor with a valid u32.
-        let r = unsafe {
-            libc::setsockopt(
-                l.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_MARK,
-                &mark as *const u32 as *const libc::c_void,
-                4,
-            )
-        };
-        if r < 0 {
-            return Err(Error::io("SO_MARK on the PSP key-exchange socket")(
-                std::io::Error::last_os_error(),
-            ));
-        }
-    }
+    netveil_io::os::set_mark(&l, mark)
+        .map_err(Error::io("SO_MARK on the PSP key-exchange socket"))?;
     Ok(l)
 }
 
@@ -476,9 +348,8 @@ pub fn run(st: &PspState, tls: &Tls, listener: Option<TcpListener>, mark: u32, s
             Some(listener) => match listener.accept() {
                 // Only the configured peer, from the key-exchange port, may connect.
                 Ok((s, from)) if from == peer => {
-                    use std::os::fd::AsRawFd;
                     let _ = s.set_nonblocking(false);
-                    let _ = set_linger_zero(s.as_raw_fd());
+                    let _ = netveil_io::os::set_linger_zero(&s);
                     s
                 }
                 Ok(_) => continue,

@@ -104,10 +104,13 @@ impl StateDir {
                 _ => break,
             }
         }
-        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
-            .map_err(|_| cerr(key, format!("{} is not a usable path", path.display())))?;
-        // SAFETY: access() reads a NUL-terminated path and has no other preconditions.
-        let ok = p.is_dir() && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
+        if p.as_os_str().as_encoded_bytes().contains(&0) {
+            return Err(cerr(
+                key,
+                format!("{} is not a usable path", path.display()),
+            ));
+        }
+        let ok = netveil_io::os::may_write_dir(p);
         if !ok {
             return Err(cerr(
                 key,

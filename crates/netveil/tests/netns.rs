@@ -385,20 +385,8 @@ fn clear_traffic_dropped_transport() {
     );
     let dst = std::net::SocketAddr::new(hosts.addrs[0].inner, 9999);
     lab.in_ns(&hosts.ns[1], move || {
-        use std::os::fd::AsRawFd;
         let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-        let m: libc::c_int = lab::TRANSPORT_FWMARK as libc::c_int;
-        // SAFETY: setsockopt with a valid fd and an int option value.
-        let r = unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_MARK,
-                &m as *const libc::c_int as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(r, 0, "SO_MARK");
+        netveil_io::os::set_mark(&s, lab::TRANSPORT_FWMARK).expect("SO_MARK");
         for _ in 0..2 {
             s.send_to(b"clear", dst).unwrap();
         }

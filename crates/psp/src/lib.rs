@@ -12,6 +12,8 @@
 //!
 //! Key objects are built once per SA; per-packet work derives no keys and allocates nothing.
 
+#![forbid(unsafe_code)]
+
 pub mod assoc;
 pub mod device;
 pub mod header;

@@ -9,6 +9,8 @@
 //!
 //! ESP, AH and later PSP and l2sec build their SAs from these pieces.
 
+#![forbid(unsafe_code)]
+
 pub mod counters;
 pub mod lifetime;
 pub mod policy;

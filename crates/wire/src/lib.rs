@@ -5,6 +5,8 @@
 //! `buffer_len`). [`PacketBuf`] is the owned buffer with head- and tailroom that the data plane encapsulates into in
 //! place.
 
+#![forbid(unsafe_code)]
+
 pub mod ah;
 pub mod arp;
 pub mod buf;

@@ -1,0 +1,216 @@
+//! Process, file-system and socket calls that the layers above need, as safe functions, so that every `unsafe`
+//! block of the workspace is in this crate: stop signals, the umask around a bind, poll, root and signals for the
+//! lab's children, network namespaces, TCP connections from a fixed address with a mark.
+
+use crate::sys;
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::Duration;
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Relaxed);
+}
+
+/// Installs a handler for SIGINT and SIGTERM that only sets a flag, and returns the flag (the same for every
+/// caller: one process, one stop).
+pub fn stop_on_signals() -> &'static AtomicBool {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_stop as *const () as libc::sighandler_t) };
+    }
+    &STOP
+}
+
+/// The flag [`stop_on_signals`] sets (also set by hand, e.g. by a control request to stop).
+pub fn stop_flag() -> &'static AtomicBool {
+    &STOP
+}
+
+/// Runs `f` with the process's umask set to `mask`, then restores it (e.g. so that a socket is never created with
+/// wider permissions, not even for an instant). The umask is process-wide: other threads creating files meanwhile
+/// get it too.
+pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
+    // SAFETY: umask has no memory-safety preconditions.
+    let old = unsafe { libc::umask(mask as libc::mode_t) };
+    let r = f();
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    r
+}
+
+/// `poll(2)` on `fds` for up to `timeout_ms` (negative: forever): the number of descriptors with events.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: the pointer and length describe `fds`, which outlives the call.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Whether the process runs as root (effective user id 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Sends `sig` to process `pid`.
+pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill has no memory-safety preconditions.
+    if unsafe { libc::kill(pid as libc::pid_t, sig) } < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Moves the calling thread into the network namespace `ns` (an open `/run/netns/NAME` or `/proc/PID/ns/net`).
+pub fn enter_net_namespace(ns: &impl AsFd) -> io::Result<()> {
+    // SAFETY: setns on a valid descriptor only changes this thread's network namespace.
+    if unsafe { libc::setns(ns.as_fd().as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether this process may create files in the directory `dir` (`access(W_OK | X_OK)`, by the real user id).
+pub fn may_write_dir(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access() reads a NUL-terminated path and has no other preconditions.
+    dir.is_dir() && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0
+}
+
+/// `SO_MARK` on a socket (its packets carry the fwmark `mark`; a listener's accepted connections inherit it).
+pub fn set_mark(sock: &impl AsFd, mark: u32) -> io::Result<()> {
+    sys::set_mark(sock.as_fd(), mark)
+}
+
+/// `SO_LINGER` 0: the connection ends with a reset, leaving no TIME_WAIT state (on fixed ports).
+pub fn set_linger_zero(sock: &impl AsFd) -> io::Result<()> {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    sys::setsockopt(sock.as_fd(), libc::SOL_SOCKET, libc::SO_LINGER, l)
+}
+
+/// A TCP connection from `from` (bound with `SO_REUSEADDR`, so a fixed port can be reused at once) to `to`, on a
+/// socket carrying `mark`, with `SO_LINGER` 0, giving up after `timeout`.
+pub fn tcp_connect_from(
+    from: SocketAddr,
+    to: SocketAddr,
+    mark: u32,
+    timeout: Duration,
+) -> io::Result<TcpStream> {
+    let fam = if to.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let fd = sys::socket(fam, libc::SOCK_STREAM, 0)?;
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    sys::set_mark(fd.as_fd(), mark)?;
+    sys::setsockopt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDTIMEO, tv)?;
+    sys::setsockopt(
+        fd.as_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_REUSEADDR,
+        1 as libc::c_int,
+    )?;
+    set_linger_zero(&fd)?;
+    // SAFETY: an all-zero sockaddr_storage is valid; encode_sockaddr fills in the family's part.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = sys::encode_sockaddr(&from, &mut ss);
+    // SAFETY: `ss` holds a valid address of `len` bytes.
+    if unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = sys::encode_sockaddr(&to, &mut ss);
+    // SAFETY: as above; `connect` blocks at most SO_SNDTIMEO.
+    if unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(TcpStream::from(fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// The mask applies inside and the previous one is back after (a file made inside is 0600).
+    #[test]
+    fn umask_applies_and_is_restored() {
+        // SAFETY: umask has no memory-safety preconditions (read the current mask by setting it back).
+        let before = unsafe { libc::umask(0o022) };
+        // SAFETY: as above.
+        unsafe { libc::umask(before) };
+        let f = std::env::temp_dir().join(format!("netveil-umask-test-{}", std::process::id()));
+        let _ = std::fs::remove_file(&f);
+        with_umask(0o077, || std::fs::File::create(&f)).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&f).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        std::fs::remove_file(&f).unwrap();
+        // SAFETY: as above.
+        let after = unsafe { libc::umask(before) };
+        assert_eq!(after, before);
+    }
+
+    #[test]
+    fn writable_directories() {
+        let d = std::env::temp_dir();
+        assert!(may_write_dir(&d));
+        assert!(!may_write_dir(&d.join("netveil-no-such-dir-for-the-test")));
+    }
+
+    /// A connection from a fixed local port to a listener on loopback: the listener sees that port. The mark needs
+    /// CAP_NET_ADMIN (mark 0 is always allowed).
+    #[test]
+    fn tcp_from_a_fixed_port() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = l.local_addr().unwrap();
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let from = probe.local_addr().unwrap();
+        drop(probe);
+        let mark = if is_root() { 0x6e76_0001 } else { 0 };
+        let mut c = tcp_connect_from(from, to, mark, Duration::from_secs(2)).unwrap();
+        let (mut s, peer) = l.accept().unwrap();
+        assert_eq!(peer, from);
+        c.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"x");
+    }
+}
