@@ -1888,7 +1888,7 @@ mod tests {
                 .arg("--version")
                 .output()
                 .is_ok()
-                && crate::lab::is_root()
+                && netveil_io::os::is_root()
             {
                 let mut c = std::process::Command::new("nft")
                     .args(["-c", "-f", "-"])
