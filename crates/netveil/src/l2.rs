@@ -923,7 +923,7 @@ fn timer_loop(st: &State, sock: &PacketSocket) {
 }
 
 fn mac_str(m: &[u8; 6]) -> String {
-    crate::lan::mac_str(m)
+    netveil_wire::ethernet::Address(*m).to_string()
 }
 
 fn peer_json(p: &PeerStatus) -> Value {

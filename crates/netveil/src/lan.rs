@@ -34,10 +34,7 @@ pub const PORT: &str = "eth0";
 
 /// Formats a MAC address as `02:00:5e:..`.
 pub fn mac_str(m: &[u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    netveil_wire::ethernet::Address(*m).to_string()
 }
 
 impl Lan {
