@@ -127,6 +127,27 @@ pub fn spi_filter(layout: Layout, rules: &[SpiRule]) -> Option<Program> {
     spi_filter_with(layout, rules, None)
 }
 
+/// A 64-bit comparison of the counter (high word at `hi_at`, low at `lo_at`, loaded with `ld`) with `v`: jumps to
+/// `yes` if it is greater (`lo_op` = `JGT_K`) or greater or equal (`JGE_K`) than `v`, else to `no`. `scratch` are
+/// two fresh labels.
+fn cmp64(
+    ops: &mut Vec<Op>,
+    (ld, hi_at, lo_at): (u16, u32, u32),
+    lo_op: u16,
+    v: u64,
+    (yes, no): (usize, usize),
+    (eq, lo): (usize, usize),
+) {
+    let hi = (v >> 32) as u32;
+    ops.push(Op::I(ld, hi_at));
+    ops.push(Op::J(JGT_K, hi, yes, eq));
+    ops.push(Op::L(eq));
+    ops.push(Op::J(JEQ_K, hi, lo, no));
+    ops.push(Op::L(lo));
+    ops.push(Op::I(ld, lo_at));
+    ops.push(Op::J(lo_op, v as u32, yes, no));
+}
+
 fn spi_filter_with(layout: Layout, rules: &[SpiRule], single_max: Option<u32>) -> Option<Program> {
     if rules.len() > MAX_SPIS {
         return None;
@@ -176,28 +197,15 @@ fn spi_filter_with(layout: Layout, rules: &[SpiRule], single_max: Option<u32>) -
             Layout::PspInUdp => {
                 // 64-bit comparisons, high word first.
                 let (hi_at, lo_at) = (ctr_at, ctr_at + 4);
+                let at = (ld, hi_at, lo_at);
                 if let Some(f) = r.floor {
-                    let (eq, lo) = (label(), label());
-                    ops.push(Op::I(ld, hi_at));
-                    ops.push(Op::J(JGT_K, (f >> 32) as u32, ceil, eq));
-                    ops.push(Op::L(eq));
-                    ops.push(Op::J(JEQ_K, (f >> 32) as u32, lo, DROP));
-                    ops.push(Op::L(lo));
-                    ops.push(Op::I(ld, lo_at));
-                    ops.push(Op::J(JGE_K, f as u32, ceil, DROP));
+                    // At or above the floor: on to the ceiling.
+                    cmp64(&mut ops, at, JGE_K, f, (ceil, DROP), (label(), label()));
                 }
                 ops.push(Op::L(ceil));
                 match r.ceiling {
-                    Some(c) => {
-                        let (eq, lo) = (label(), label());
-                        ops.push(Op::I(ld, hi_at));
-                        ops.push(Op::J(JGT_K, (c >> 32) as u32, RAND, eq));
-                        ops.push(Op::L(eq));
-                        ops.push(Op::J(JEQ_K, (c >> 32) as u32, lo, ACCEPT_L));
-                        ops.push(Op::L(lo));
-                        ops.push(Op::I(ld, lo_at));
-                        ops.push(Op::J(JGT_K, c as u32, RAND, ACCEPT_L));
-                    }
+                    // Above the ceiling: the random draw.
+                    Some(c) => cmp64(&mut ops, at, JGT_K, c, (RAND, ACCEPT_L), (label(), label())),
                     None => ops.push(Op::Ret(ACCEPT)),
                 }
             }

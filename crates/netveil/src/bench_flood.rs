@@ -172,16 +172,20 @@ fn measure(
     let rss_before = rss_kib(pid);
     let drops_before = drops(b);
     let dst = f.hosts.addrs[1].inner.to_string();
+    // TCP a -> b through the tunnel: Gbit/s and retransmits.
+    let goodput = || {
+        iperf(
+            &f.lab,
+            &f.hosts.ns[1],
+            &f.hosts.ns[0],
+            &dst,
+            a.seconds,
+            a.streams,
+        )
+    };
     let (gbit, retransmits, pps, flood, source) = match kind {
         None => {
-            let (g, r) = iperf(
-                &f.lab,
-                &f.hosts.ns[1],
-                &f.hosts.ns[0],
-                &dst,
-                a.seconds,
-                a.streams,
-            )?;
+            let (g, r) = goodput()?;
             (g, r, 0.0, "none (baseline)".to_string(), "-".to_string())
         }
         Some((k, spoof)) => {
@@ -237,14 +241,7 @@ fn measure(
                 .spawn()
                 .map_err(Error::io("cannot start netveil flood"))?;
             std::thread::sleep(Duration::from_millis(700));
-            let r = iperf(
-                &f.lab,
-                &f.hosts.ns[1],
-                &f.hosts.ns[0],
-                &dst,
-                a.seconds,
-                a.streams,
-            );
+            let r = goodput();
             let out = child
                 .wait_with_output()
                 .map_err(Error::io("netveil flood"))?;

@@ -101,7 +101,6 @@ pub fn serve_lines(
                 return;
             }
             let Ok(mut c) = conn else { continue };
-            let _ = c.set_read_timeout(Some(CLIENT_TIMEOUT));
             let _ = c.set_write_timeout(Some(CLIENT_TIMEOUT));
             if active.load(Relaxed) >= MAX_CLIENTS {
                 let _ = c.write_all(

@@ -142,20 +142,10 @@ impl Shared {
         frags: &mut FragCache,
     ) -> std::result::Result<Out, Drop> {
         let (key, frag) = flow_key_frag(pkt.data()).ok_or(Drop::Malformed)?;
-        let action = match frag {
-            Some(f) if !f.first => match frags.get(&key, f.ident, now) {
-                Some(a) => a,
-                None if self.port_selective => return Err(Drop::FragmentNoState),
-                None => self.spd.lookup(Direction::Out, &key).1,
-            },
-            _ => {
-                let a = self.spd.lookup(Direction::Out, &key).1;
-                if let Some(f) = frag {
-                    frags.insert(&key, f.ident, a, now);
-                }
-                a
-            }
-        };
+        let action = self.decide(Direction::Out, &key, frag, now, frags)?;
+        if let Some(f) = frag.filter(|f| f.first) {
+            frags.insert(&key, f.ident, action, now);
+        }
         match action {
             Action::Protect(i) if self.config.policies[i].psp => self.psp_out(pkt),
             Action::Protect(i) => {
@@ -199,6 +189,27 @@ impl Shared {
         }
     }
 
+    /// The policy decision for a packet of `key` in `dir`. A later fragment (no ports) gets the decision its first
+    /// fragment got, from `frags`; if that is not known, it is dropped where some policy selects by port, else looked
+    /// up like any packet.
+    fn decide(
+        &self,
+        dir: Direction,
+        key: &FlowKey,
+        frag: Option<netveil_wire::ip::Fragment>,
+        now: u64,
+        frags: &FragCache,
+    ) -> std::result::Result<Action, Drop> {
+        match frag {
+            Some(f) if !f.first => match frags.get(key, f.ident, now) {
+                Some(a) => Ok(a),
+                None if self.port_selective => Err(Drop::FragmentNoState),
+                None => Ok(self.spd.lookup(dir, key).1),
+            },
+            _ => Ok(self.spd.lookup(dir, key).1),
+        }
+    }
+
     /// The inbound policy check of a decapsulated packet: the first matching rule must be a protect policy that
     /// `came_through` accepts (its SAs, or PSP). A later fragment is checked against its first fragment's policy
     /// (see [`Shared::process_out`]).
@@ -210,14 +221,7 @@ impl Shared {
         came_through: impl Fn(&crate::config::PolicyRule) -> bool,
     ) -> std::result::Result<(), Drop> {
         let (key, frag) = flow_key_frag(p).ok_or(Drop::Malformed)?;
-        let action = match frag {
-            Some(f) if !f.first => match frags.get(&key, f.ident, now) {
-                Some(a) => a,
-                None if self.port_selective => return Err(Drop::FragmentNoState),
-                None => self.spd.lookup(Direction::In, &key).1,
-            },
-            _ => self.spd.lookup(Direction::In, &key).1,
-        };
+        let action = self.decide(Direction::In, &key, frag, now, frags)?;
         let r = match action {
             Action::Protect(i) if came_through(&self.config.policies[i]) => Ok(()),
             Action::Discard => Err(Drop::PolicyDiscard),
@@ -503,23 +507,23 @@ fn nft_match(s: &netveil_sa::policy::Selector) -> (String, &'static str) {
             if s.src_ports.is_any() && s.dst_ports.is_any() {
                 m.push_str(&format!(" meta l4proto {p}"));
             }
-            if !s.src_ports.is_any() {
-                m.push_str(&format!(
-                    " {p} sport {}-{}",
-                    s.src_ports.start, s.src_ports.end
-                ));
-            }
-            if !s.dst_ports.is_any() {
-                m.push_str(&format!(
-                    " {p} dport {}-{}",
-                    s.dst_ports.start, s.dst_ports.end
-                ));
-            }
+            m.push_str(&nft_ports(s, p));
         }
         (Some(x), None) => m.push_str(&format!(" meta l4proto {x}")),
         (None, _) => {}
     }
     (m, fam)
+}
+
+/// The nftables port match of a selector for `proto` (tcp, udp, sctp): empty where both ranges are any.
+fn nft_ports(s: &netveil_sa::policy::Selector, proto: &str) -> String {
+    let mut m = String::new();
+    for (dir, r) in [("sport", &s.src_ports), ("dport", &s.dst_ports)] {
+        if !r.is_any() {
+            m.push_str(&format!(" {proto} {dir} {}-{}", r.start, r.end));
+        }
+    }
+    m
 }
 
 const ND_TYPES: &str =
@@ -663,30 +667,16 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
                 p.name
             ));
         }
-        let ports = |m: &mut String, proto: &str| {
-            if !s.src_ports.is_any() {
-                m.push_str(&format!(
-                    " {proto} sport {}-{}",
-                    s.src_ports.start, s.src_ports.end
-                ));
-            }
-            if !s.dst_ports.is_any() {
-                m.push_str(&format!(
-                    " {proto} dport {}-{}",
-                    s.dst_ports.start, s.dst_ports.end
-                ));
-            }
-        };
         match s.proto {
             Some(17) => {
-                ports(&mut m, "udp");
+                m.push_str(&nft_ports(s, "udp"));
                 input.push_str(&format!(
                     "    {m} udp dport != {udp_port} counter drop comment \"{}\"\n",
                     p.name
                 ));
             }
             Some(6) => {
-                ports(&mut m, "tcp");
+                m.push_str(&nft_ports(s, "tcp"));
                 input.push_str(&format!("    {m} counter drop comment \"{}\"\n", p.name));
             }
             Some(x) => input.push_str(&format!(

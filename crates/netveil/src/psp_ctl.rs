@@ -302,18 +302,6 @@ pub fn is_initiator(cfg: &PspConfig) -> bool {
     cfg.local < cfg.remote
 }
 
-/// Connects from `from` to `to` on a socket carrying `mark` (the fail-closed filters let it out; in transport mode
-/// the connection bypasses the TUN), with SO_REUSEADDR and SO_LINGER 0 (a reset ends it: no TIME_WAIT state on
-/// the fixed ports), giving up after `timeout`.
-fn connect_marked(
-    from: SocketAddr,
-    to: SocketAddr,
-    mark: u32,
-    timeout: Duration,
-) -> std::io::Result<TcpStream> {
-    netveil_io::os::tcp_connect_from(from, to, mark, timeout)
-}
-
 /// Binds the key-exchange listener on our outer address (with `mark`, which accepted connections inherit).
 pub fn listen(cfg: &PspConfig, mark: u32) -> Result<TcpListener> {
     let l = TcpListener::bind(SocketAddr::new(cfg.local, cfg.control_port)).map_err(Error::io(
@@ -338,13 +326,17 @@ pub fn run(st: &PspState, tls: &Tls, listener: Option<TcpListener>, mark: u32, s
     while !stop.load(Relaxed) {
         rot.poll(st);
         let stream = match &listener {
-            None => match connect_marked(me, peer, mark, Duration::from_secs(1)) {
-                Ok(s) => s,
-                Err(_) => {
-                    sleep_unless(stop, Duration::from_secs(1));
-                    continue;
+            // From our key-exchange port, marked (the fail-closed filters let it out; in transport mode it bypasses
+            // the TUN), SO_LINGER 0 (no TIME_WAIT on the fixed ports).
+            None => {
+                match netveil_io::os::tcp_connect_from(me, peer, mark, Duration::from_secs(1)) {
+                    Ok(s) => s,
+                    Err(_) => {
+                        sleep_unless(stop, Duration::from_secs(1));
+                        continue;
+                    }
                 }
-            },
+            }
             Some(listener) => match listener.accept() {
                 // Only the configured peer, from the key-exchange port, may connect.
                 Ok((s, from)) if from == peer => {
