@@ -12,7 +12,7 @@
 //!
 //! The source address is the attacker's own, or spoofs the peer's (`--src`).
 
-use crate::{Error, Result};
+use netveil_daemon::{Error, Result};
 use netveil_io::PacketSocket;
 use netveil_wire::ethernet::{self, Address};
 use netveil_wire::{ipv4, udp, PacketBuf};
@@ -213,7 +213,7 @@ fn frames(a: &FloodArgs) -> Result<(Vec<PacketBuf>, Counter)> {
                 .pcap
                 .as_ref()
                 .ok_or_else(|| Error::Usage("--kind replay needs --pcap".into()))?;
-            let p = crate::pcap::read_file(path)?;
+            let p = crate::pcap_tools::read_file(path)?;
             for r in &p.records {
                 let d = &r.data;
                 if r.orig_len as usize != d.len() {

@@ -2,6 +2,9 @@
 
 #![forbid(unsafe_code)]
 
+mod flood;
+mod pcap_tools;
+
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -83,85 +86,42 @@ enum Cmd {
     /// Offline packet tools on pcap files.
     Pcap {
         #[command(subcommand)]
-        cmd: netveil::pcap::PcapCmd,
+        cmd: pcap_tools::PcapCmd,
     },
     /// Measure throughput through netveil and in clear, in a lab of network namespaces.
-    Bench(netveil::bench::BenchArgs),
+    Bench(netveil_lab::bench::BenchArgs),
     /// Lab tool: flood an interface with packets aimed at a tunnel endpoint (what `netveil bench --flood` uses).
     #[command(hide = true)]
-    Flood(netveil::flood::FloodArgs),
+    Flood(flood::FloodArgs),
     /// Run a lab in network namespaces: bring up ESP (or PSP, or l2sec on a wired LAN), ping, transfer data, show
     /// what an eavesdropper sees (and, for l2sec, an ARP-spoofing attack failing).
-    Demo(netveil::demo::DemoArgs),
+    Demo(netveil_lab::demo::DemoArgs),
+}
+
+/// A failed command: the daemon's, the lab's or the control client's error. Bad input exits with code 2.
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error(transparent)]
+    Daemon(#[from] netveil_daemon::Error),
+    #[error(transparent)]
+    Lab(#[from] netveil_lab::Error),
+    #[error(transparent)]
+    Control(#[from] netveil_control::Error),
+}
+
+impl Error {
+    fn exit_code(&self) -> u8 {
+        match self {
+            Error::Daemon(e) => e.exit_code(),
+            Error::Lab(e) => e.exit_code(),
+            Error::Control(netveil_control::Error::Usage(_)) => 2,
+            Error::Control(_) => 1,
+        }
+    }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let r = match cli.cmd {
-        Cmd::Up { config } => netveil::daemon::up(&config),
-        Cmd::Down { config } => netveil::daemon::down(&config),
-        Cmd::Check { config }
-            if std::fs::read_to_string(&config)
-                .is_ok_and(|t| netveil::l2::L2Config::is_l2sec(&t)) =>
-        {
-            netveil::l2::check(&config).map(|c| {
-                println!(
-                    "{}: ok (l2sec on {}, {} suites, {} peer keys)",
-                    config.display(),
-                    c.interface,
-                    c.suites.len(),
-                    c.peers.len()
-                )
-            })
-        }
-        Cmd::Check { config } => netveil::config::Config::load(&config)
-            .map_err(netveil::Error::Config)
-            .and_then(|c| {
-                // PSP: the certificates and key are read and checked too.
-                if let Some(p) = &c.psp {
-                    netveil::psp_ctl::tls(p)?;
-                }
-                if let Some(note) = netveil::daemon::preflight_check(&c)? {
-                    eprintln!("netveil: note: {note}");
-                }
-                println!(
-                    "{}: ok ({} SAs, {} policies{})",
-                    config.display(),
-                    c.sas.len(),
-                    c.policies.len(),
-                    if c.psp.is_some() { ", PSP" } else { "" }
-                );
-                Ok(())
-            }),
-        Cmd::Status {
-            interface,
-            socket,
-            json,
-        } => netveil::control::status(&socket_path(&interface, socket), json),
-        Cmd::Keys {
-            wireshark,
-            interface,
-            socket,
-        } => netveil::control::keys_wireshark(&socket_path(&interface, socket), &wireshark),
-        Cmd::Rotate { interface, socket } => {
-            netveil::control::rotate(&socket_path(&interface, socket))
-        }
-        Cmd::Keygen {
-            name,
-            out,
-            ed25519: true,
-        } => netveil::l2::keygen(&name, &out).map(|(path, public)| {
-            println!("private key: {}\npublic key: {public}", path.display());
-        }),
-        Cmd::Keygen { name, out, .. } => netveil::psp_ctl::keygen(&name, &out).map(|(c, k)| {
-            println!("certificate: {}\nprivate key: {}", c.display(), k.display());
-        }),
-        Cmd::Pcap { cmd } => netveil::pcap::run(cmd),
-        Cmd::Bench(a) => netveil::bench::run(a),
-        Cmd::Demo(a) => netveil::demo::run(a),
-        Cmd::Flood(a) => netveil::flood::run(a),
-    };
-    match r {
+    match run(Cli::parse().cmd) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("netveil: {e}");
@@ -170,7 +130,45 @@ fn main() -> ExitCode {
     }
 }
 
+fn run(cmd: Cmd) -> Result<(), Error> {
+    match cmd {
+        Cmd::Up { config } => netveil_daemon::runtime::up(&config)?,
+        Cmd::Down { config } => netveil_daemon::runtime::down(&config)?,
+        Cmd::Check { config } => println!("{}", netveil_daemon::runtime::check(&config)?),
+        Cmd::Status {
+            interface,
+            socket,
+            json,
+        } => netveil_control::status(&socket_path(&interface, socket), json)?,
+        Cmd::Keys {
+            wireshark,
+            interface,
+            socket,
+        } => netveil_control::keys_wireshark(&socket_path(&interface, socket), &wireshark)?,
+        Cmd::Rotate { interface, socket } => {
+            netveil_control::rotate(&socket_path(&interface, socket))?
+        }
+        Cmd::Keygen {
+            name,
+            out,
+            ed25519: true,
+        } => {
+            let (path, public) = netveil_daemon::l2::keygen(&name, &out)?;
+            println!("private key: {}\npublic key: {public}", path.display());
+        }
+        Cmd::Keygen { name, out, .. } => {
+            let (c, k) = netveil_daemon::psp_kx::keygen(&name, &out)?;
+            println!("certificate: {}\nprivate key: {}", c.display(), k.display());
+        }
+        Cmd::Pcap { cmd } => pcap_tools::run(cmd)?,
+        Cmd::Bench(a) => netveil_lab::bench::run(a)?,
+        Cmd::Demo(a) => netveil_lab::demo::run(a)?,
+        Cmd::Flood(a) => flood::run(a)?,
+    }
+    Ok(())
+}
+
 fn socket_path(interface: &str, socket: Option<PathBuf>) -> PathBuf {
     socket
-        .unwrap_or_else(|| PathBuf::from(format!("{}/{interface}.sock", netveil::config::RUN_DIR)))
+        .unwrap_or_else(|| PathBuf::from(format!("{}/{interface}.sock", netveil_control::RUN_DIR)))
 }

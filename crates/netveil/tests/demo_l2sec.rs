@@ -1,7 +1,7 @@
 //! `netveil demo --l2sec`: the wired-LAN walk-through (clear LAN, l2sec-protected LAN, eavesdropper, ARP spoofing)
 //! runs to the end. Needs root and the tools of .ci/setup (tcpdump, tshark, nft, scapy in .venv).
 
-use netveil::lab;
+use netveil_lab::lab;
 
 const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
 

@@ -3,7 +3,7 @@
 //! input filter admits, the control socket holds against misbehaving clients, `check` catches what `up` would fail
 //! on, and later fragments of port-selected traffic are protected like their first fragment.
 
-use netveil::lab::{self, Daemon, HostPair, Lab, Mode, TwoHosts};
+use netveil_lab::lab::{self, Daemon, HostPair, Lab, Mode, TwoHosts};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -583,12 +583,14 @@ fn later_fragments_are_protected_like_the_first() {
         .capture(&hosts.ns[0], "veth-a", "frag.pcap", 128, &["ip"])
         .unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    let server = lab::spawn_in_ns(&hosts.ns[1], move || -> netveil::Result<Vec<u8>> {
-        let s = std::net::UdpSocket::bind((b_in, 5000)).map_err(netveil::Error::io("bind"))?;
+    let server = lab::spawn_in_ns(&hosts.ns[1], move || -> netveil_lab::Result<Vec<u8>> {
+        let s = std::net::UdpSocket::bind((b_in, 5000)).map_err(netveil_lab::Error::io("bind"))?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok();
         let _ = tx.send(());
         let mut buf = vec![0u8; 65536];
-        let (n, _) = s.recv_from(&mut buf).map_err(netveil::Error::io("recv"))?;
+        let (n, _) = s
+            .recv_from(&mut buf)
+            .map_err(netveil_lab::Error::io("recv"))?;
         Ok(buf[..n].to_vec())
     })
     .unwrap();

@@ -2,8 +2,8 @@
 //! every host's addresses and traffic, and an ARP-spoofing attacker (scapy, independent of netveil) redirects a
 //! victim's traffic to itself. Needs root and the tools of .ci/setup (tcpdump, tshark, scapy in .venv).
 
-use netveil::lab::{self, Lab};
-use netveil::lan::{mac_str, Lan, PORT};
+use netveil_lab::lab::{self, Lab};
+use netveil_lab::lan::{mac_str, Lan, PORT};
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! l2sec end to end on the wired-LAN lab (a Linux bridge as the switch): three protected hosts, an eavesdropper and
 //! an attacker. Needs root and the tools of .ci/setup (tcpdump, tshark, nft, scapy in .venv).
 
-use netveil::lab::{self, Daemon, Lab};
-use netveil::lan::{mac_str, repeated_blocks, L2Opts, Lan, PORT, TAP};
+use netveil_lab::lab::{self, Daemon, Lab};
+use netveil_lab::lan::{mac_str, repeated_blocks, L2Opts, Lan, PORT, TAP};
 use serde_json::Value;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -66,8 +66,9 @@ fn broadcast_exchange(lan: &Lan, from: &str, to: &[&str], port: u16, n: usize) -
         let ns = lan.station(t).unwrap().ns.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         servers.push(
-            lab::spawn_in_ns(&ns, move || -> netveil::Result<usize> {
-                let s = UdpSocket::bind(("0.0.0.0", port)).map_err(netveil::Error::io("bind"))?;
+            lab::spawn_in_ns(&ns, move || -> netveil_lab::Result<usize> {
+                let s =
+                    UdpSocket::bind(("0.0.0.0", port)).map_err(netveil_lab::Error::io("bind"))?;
                 s.set_read_timeout(Some(Duration::from_secs(5))).ok();
                 let _ = ready_tx.send(());
                 let mut buf = [0u8; 1500];
@@ -77,7 +78,7 @@ fn broadcast_exchange(lan: &Lan, from: &str, to: &[&str], port: u16, n: usize) -
                         break;
                     };
                     s.send_to(&buf[..len], from)
-                        .map_err(netveil::Error::io("send"))?;
+                        .map_err(netveil_lab::Error::io("send"))?;
                     answered += 1;
                 }
                 Ok(answered)
@@ -88,10 +89,10 @@ fn broadcast_exchange(lan: &Lan, from: &str, to: &[&str], port: u16, n: usize) -
     }
     let src = lan.station(from).unwrap().clone();
     let expect = to.len();
-    let client = lab::spawn_in_ns(&src.ns, move || -> netveil::Result<Vec<Ipv4Addr>> {
-        let s = UdpSocket::bind((src.ip, 0)).map_err(netveil::Error::io("bind"))?;
+    let client = lab::spawn_in_ns(&src.ns, move || -> netveil_lab::Result<Vec<Ipv4Addr>> {
+        let s = UdpSocket::bind((src.ip, 0)).map_err(netveil_lab::Error::io("bind"))?;
         s.set_broadcast(true)
-            .map_err(netveil::Error::io("SO_BROADCAST"))?;
+            .map_err(netveil_lab::Error::io("SO_BROADCAST"))?;
         s.set_read_timeout(Some(Duration::from_millis(1500))).ok();
         let mut counts: std::collections::HashMap<Ipv4Addr, usize> = Default::default();
         let mut buf = [0u8; 1500];
@@ -99,7 +100,7 @@ fn broadcast_exchange(lan: &Lan, from: &str, to: &[&str], port: u16, n: usize) -
             let msg = format!("l2sec broadcast {i}");
             let dst = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 255), port));
             s.send_to(msg.as_bytes(), dst)
-                .map_err(netveil::Error::io("send"))?;
+                .map_err(netveil_lab::Error::io("send"))?;
             let t = Instant::now();
             let mut got = 0;
             while got < expect && t.elapsed() < Duration::from_secs(3) {
@@ -736,7 +737,7 @@ fn group_frames_replayed_across_a_restart_are_refused() {
     // Past h1's last announcement (3 s after its start): from now on h1 sends no group frame by itself.
     std::thread::sleep(Duration::from_secs(4).saturating_sub(restarted.elapsed()));
     let pcap = cap.stop().unwrap();
-    let rec = netveil::pcap::read_file(&pcap).unwrap();
+    let rec = netveil_pcap::read_file(&pcap).unwrap();
     let (mut before, mut after) = (Vec::new(), Vec::new());
     for r in &rec.records {
         let Ok(p) = netveil_l2sec::peek(&r.data, netveil_l2sec::DEFAULT_ETHERTYPE) else {
@@ -764,9 +765,9 @@ fn group_frames_replayed_across_a_restart_are_refused() {
         alternate.extend(after.get(k).cloned());
     }
     let replay = lab.dir().join("alternate.pcap");
-    netveil::pcap::write_file(
+    netveil_pcap::write_file(
         &replay,
-        &netveil::pcap::Pcap {
+        &netveil_pcap::Pcap {
             records: alternate.clone(),
             ..rec.clone()
         },
@@ -776,8 +777,8 @@ fn group_frames_replayed_across_a_restart_are_refused() {
     let s0 = d2.status_json().unwrap();
     // h2's host listens for the replayed broadcasts meanwhile.
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let listener = lab::spawn_in_ns(&h2.ns, move || -> netveil::Result<usize> {
-        let s = UdpSocket::bind(("0.0.0.0", 9999)).map_err(netveil::Error::io("bind"))?;
+    let listener = lab::spawn_in_ns(&h2.ns, move || -> netveil_lab::Result<usize> {
+        let s = UdpSocket::bind(("0.0.0.0", 9999)).map_err(netveil_lab::Error::io("bind"))?;
         s.set_read_timeout(Some(Duration::from_millis(200))).ok();
         let _ = ready_tx.send(());
         let (mut n, mut buf, t0) = (0, [0u8; 1500], Instant::now());
@@ -984,4 +985,105 @@ fn a_member_can_claim_only_its_own_address() {
         "h3's {spoofed} forged ARP replies for {} dropped at h1 (arp-spoofed)",
         h2.ip
     );
+}
+
+/// One configuration with an `[l2sec]` port and an ESP tunnel runs both engines in one `netveil up`: one process,
+/// one control socket, one status. The tunnel's outer addresses are the stations' addresses on the l2sec LAN, so
+/// the inner traffic is ESP inside l2sec, and the eavesdropper on the switch sees nothing but l2sec frames.
+#[test]
+fn one_up_runs_the_l2sec_and_the_ip_engine() {
+    let _g = serial();
+    let mut lab = Lab::new("nv1").unwrap().with_netveil(NETVEIL);
+    let lan = Lan::build(&mut lab, &["h1", "h2", "eve"]).unwrap();
+    let (h1, h2, eve) = (
+        lan.station("h1").unwrap().clone(),
+        lan.station("h2").unwrap().clone(),
+        lan.station("eve").unwrap().clone(),
+    );
+    let l2 = lan
+        .l2sec_configs(&lab, &["h1", "h2"], &L2Opts::default())
+        .unwrap();
+    // The tunnel's MTU leaves room for ESP inside l2sec's TAP MTU.
+    let pair = lab::HostPair {
+        suite: "aes128gcm16".into(),
+        mtu: 1300,
+        ..lab::HostPair::default()
+    };
+    let ip = pair
+        .configs([&lab.socket_path("h1"), &lab.socket_path("h2")])
+        .unwrap();
+    // HostPair's outer addresses (192.0.2.1 and .2) become the stations' LAN addresses.
+    let outer = |t: &str| {
+        t.replace("\"192.0.2.1\"", &format!("\"{}\"", h1.ip))
+            .replace("\"192.0.2.2\"", &format!("\"{}\"", h2.ip))
+    };
+    let mut daemons = Vec::new();
+    for (i, st) in [&h1, &h2].into_iter().enumerate() {
+        let text = format!("{}\n{}", l2[i], outer(&ip[i]));
+        let path = lab.dir().join(format!("both-{}.toml", st.name));
+        std::fs::write(&path, &text).unwrap();
+        let check = lab
+            .exec(&st.ns, &[NETVEIL, "check", "-c", path.to_str().unwrap()])
+            .unwrap();
+        let said = String::from_utf8_lossy(&check.stdout);
+        assert!(
+            check.status.success() && said.contains("2 SAs") && said.contains("l2sec on eth0"),
+            "{said} {}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        daemons.push(lab.start_daemon(&st.ns, &st.name, &text).unwrap());
+    }
+    let mut cap = lab.capture(&eve.ns, PORT, "eve.pcap", 200, &[]).unwrap();
+    let out = lab
+        .exec(
+            &h1.ns,
+            &[
+                "ping",
+                "-n",
+                "-c",
+                "3",
+                "-i",
+                "0.2",
+                "-W",
+                "2",
+                "198.51.100.2",
+            ],
+        )
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    let t = lab::tcp_transfer(
+        &h1.ns,
+        &h2.ns,
+        "198.51.100.2".parse().unwrap(),
+        5003,
+        4 << 20,
+    )
+    .unwrap();
+    println!("TCP through ESP inside l2sec: {:.0} Mbit/s", t.mbit_per_s());
+    let pcap = cap.stop().unwrap();
+    let kinds = field_histogram(&lab, &eve.ns, &pcap, &["eth.type"]);
+    assert_eq!(
+        kinds.keys().collect::<Vec<_>>(),
+        vec!["0x88b5"],
+        "{kinds:?}"
+    );
+    // One process, one control socket, one status holding both engines.
+    for (d, peer) in daemons.iter().zip([&h2, &h1]) {
+        let s = d.status_json().unwrap();
+        assert!(peer_of(&s, &peer.mac), "{s}");
+        let sas = s["sas"].as_array().expect("the IP engine's SAs");
+        assert_eq!(sas.len(), 2, "{s}");
+        assert!(sas.iter().all(|sa| sa["packets"].as_u64() > Some(0)), "{s}");
+        assert_eq!(s["drops"]["rx:auth-failed"].as_u64().unwrap_or(0), 0, "{s}");
+        let text = d.status_text().unwrap();
+        assert!(
+            text.contains("l2sec: eth0") && text.contains("SA "),
+            "{text}"
+        );
+    }
+}
+
+fn peer_of(status: &Value, mac: &[u8; 6]) -> bool {
+    peer(status, mac).is_some_and(|p| p["session"].is_object())
 }

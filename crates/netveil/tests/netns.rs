@@ -2,7 +2,7 @@
 //! They need root (CI runs them as root) and the tools installed by .ci/setup (iproute2, iputils-ping, tcpdump,
 //! tshark, nftables). The tests are serialized: each one saturates the two CPUs during its TCP transfer.
 
-use netveil::lab::{self, Family, HostPair, Lab, Mode, TwoHosts};
+use netveil_lab::lab::{self, Family, HostPair, Lab, Mode, TwoHosts};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -418,7 +418,7 @@ fn clear_traffic_dropped_tunnel() {
     let b = &hosts.ns[1];
     // In b, packets with the daemon's mark (which b's own fail-closed filter lets out) skip the TUN: route a's
     // inner address straight over the veth.
-    let mark = netveil::config::DEFAULT_SOCKET_MARK.to_string();
+    let mark = netveil_daemon::config::DEFAULT_SOCKET_MARK.to_string();
     lab.ip(
         b,
         &["rule", "add", "fwmark", &mark, "table", "7", "pref", "10"],

@@ -2,7 +2,7 @@
 //! configuration and its cleartext captures, encrypting then decrypting gives the capture back byte for byte
 //! (records and timestamps, so `tcpdump -xx` dumps are identical), and a tampered PSP packet is refused.
 
-use netveil::pcap::{parse, serialize, LinkType, Pcap};
+use netveil_pcap::{parse, serialize, LinkType, Pcap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

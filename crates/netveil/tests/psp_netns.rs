@@ -1,7 +1,7 @@
 //! PSP end to end in network namespaces: two hosts on a veth pair, `netveil up` with a `[psp]` section in each,
 //! keys exchanged over mutually authenticated TLS 1.3. Needs root and the tools of .ci/setup.
 
-use netveil::lab::{self, Family, HostPair, Lab, Mode, TwoHosts};
+use netveil_lab::lab::{self, Family, HostPair, Lab, Mode, TwoHosts};
 use serde_json::Value;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Mutex, MutexGuard};
@@ -494,7 +494,7 @@ fn psp_untrusted_peer_never_associates() {
     let pair = HostPair::psp("aes-gcm-128");
     let mut hosts = TwoHosts::topology(&mut lab, &pair).unwrap();
     // "a" trusts a third party's certificate instead of b's.
-    netveil::psp_ctl::keygen("c", lab.dir()).unwrap();
+    netveil_daemon::psp_kx::keygen("c", lab.dir()).unwrap();
     let d = lab.dir().display().to_string();
     hosts.configs[0] = hosts.configs[0].replace(
         &format!("peer_ca = \"{d}/b.crt\""),

@@ -3,9 +3,9 @@
 //! (coalesced again). A byte-checked TCP transfer must come through intact, which needs every split and every
 //! coalesced super-frame to have correct lengths and checksums (the kernel checks them). Needs root.
 
-use netveil::lab::{self, Lab};
 use netveil_io::packet::{MAX_SEGMENTS, TAP_SCRATCH_LEN};
 use netveil_io::Tap;
+use netveil_lab::lab::{self, Lab};
 use netveil_wire::PacketBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

@@ -7,8 +7,8 @@
 //! packets recorded from the real tunnel. Reported per flood: the rate achieved, goodput and its share of the
 //! baseline, b's daemon drop counters, and b's daemon memory before and after.
 
-use crate::bench::{iperf, BenchArgs};
-use crate::lab::{self, HostPair, Lab, TwoHosts};
+use crate::bench_args::BenchArgs;
+use crate::lab::{self, iperf, HostPair, Lab, TwoHosts};
 use crate::{Error, Result};
 use std::process::Stdio;
 use std::time::Duration;

@@ -5,9 +5,10 @@
 //! The bridge does not learn addresses (ageing time 0), so it floods every frame to every port, as a hub or a
 //! switch with a mirror port would: the eavesdropper sees all traffic between the other hosts.
 
-use crate::lab::{Daemon, Lab};
+use crate::lab::{run_ok, Daemon, Lab};
 use crate::{Error, Result};
 use std::net::Ipv4Addr;
+use std::process::Command;
 
 /// One station on the LAN.
 #[derive(Debug, Clone)]
@@ -198,8 +199,18 @@ impl Lan {
             if o.signatures {
                 let path = lab.dir().join(format!("{n}.l2key"));
                 let _ = std::fs::remove_file(&path);
-                let (p, public) = crate::l2::keygen(n, lab.dir())?;
-                keys.push((p, public));
+                let out = run_ok(
+                    Command::new(lab.netveil())
+                        .args(["keygen", "--ed25519", "-n", n, "-o"])
+                        .arg(lab.dir()),
+                )?;
+                let public = out
+                    .lines()
+                    .find_map(|l| l.strip_prefix("public key: "))
+                    .ok_or_else(|| {
+                        Error::Other(format!("netveil keygen printed no public key: {out}"))
+                    })?;
+                keys.push((path, public.trim().to_string()));
             }
         }
         let list = |v: &[String]| {
@@ -290,7 +301,7 @@ pub fn repeated_blocks(
     block: usize,
     icv: usize,
 ) -> Result<BlockStats> {
-    let cap = crate::pcap::read_file(pcap)?;
+    let cap = netveil_pcap::read_file(pcap).map_err(|e| Error::Usage(e.to_string()))?;
     let mut seen = std::collections::HashSet::new();
     let mut st = BlockStats::default();
     for rec in &cap.records {

@@ -10,7 +10,9 @@
 //! exit. Packets are read in batches into pre-allocated buffers with head- and tailroom and transformed in place.
 
 use crate::config::{Config, ConfigError};
-use crate::psp_ctl::{self, PspState};
+use crate::engine::{nft_install, nft_table_exists, remove_fwmark_rules, run, Engine, Undo};
+use crate::filters::{single_datagram_max, window_rule, STORM_AUTH_FAILURES_PER_S, STORM_HOLD};
+use crate::psp_kx::{self, PspState};
 use crate::{Error, Result};
 use netveil_io::filter::{spi_filter, spi_filter_gro, Layout, Program, SpiRule};
 use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpGroMeta, UdpSocket};
@@ -250,7 +252,7 @@ impl Shared {
                     return Err(Drop::NoSa);
                 }
                 Some(sa) => {
-                    let tunnel = psp_ctl::is_tunnel(&st.cfg);
+                    let tunnel = psp_kx::is_tunnel(&st.cfg);
                     if tunnel
                         && (pkt.data().first().map(|b| b >> 4) == Some(4)) != st.cfg.local.is_ipv4()
                     {
@@ -259,7 +261,7 @@ impl Shared {
                     } else {
                         sa.encapsulate(pkt).and_then(|()| {
                             if tunnel {
-                                psp_ctl::set_outer_addresses(pkt.data_mut(), &st.cfg)
+                                psp_kx::set_outer_addresses(pkt.data_mut(), &st.cfg)
                                     .ok_or(netveil_psp::Error::Malformed)
                             } else {
                                 Ok(())
@@ -416,74 +418,6 @@ impl FragCache {
             && now < s.expires)
             .then_some(s.action)
     }
-}
-
-/// System changes made during setup, undone in reverse order on drop.
-#[derive(Default)]
-pub(crate) struct Undo {
-    cmds: Vec<Vec<String>>,
-}
-
-impl Undo {
-    pub(crate) fn push(&mut self, cmd: &[&str]) {
-        self.cmds.push(cmd.iter().map(|s| s.to_string()).collect());
-    }
-
-    /// Forgets `cmd`: what it would undo stays.
-    pub(crate) fn keep(&mut self, cmd: &[&str]) {
-        self.cmds.retain(|c| !c.iter().eq(cmd.iter()));
-    }
-}
-
-impl core::ops::Drop for Undo {
-    fn drop(&mut self) {
-        for c in self.cmds.iter().rev() {
-            let _ = std::process::Command::new(&c[0])
-                .args(&c[1..])
-                .stderr(std::process::Stdio::null())
-                .status();
-        }
-    }
-}
-
-pub(crate) fn run(cmd: &[&str]) -> Result<()> {
-    let out = std::process::Command::new(cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .map_err(Error::io(format!("cannot run {}", cmd[0])))?;
-    if !out.status.success() {
-        return Err(Error::Other(format!(
-            "'{}' failed: {}",
-            cmd.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
-}
-
-pub(crate) fn run_stdin(cmd: &[&str], input: &str) -> Result<()> {
-    use std::io::Write;
-    let mut child = std::process::Command::new(cmd[0])
-        .args(&cmd[1..])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(Error::io(format!("cannot run {}", cmd[0])))?;
-    child
-        .stdin
-        .take()
-        .map(|mut s| s.write_all(input.as_bytes()));
-    let out = child
-        .wait_with_output()
-        .map_err(Error::io(cmd[0].to_string()))?;
-    if !out.status.success() {
-        return Err(Error::Other(format!(
-            "'{}' failed: {}",
-            cmd.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
 }
 
 /// The nftables match of a selector: addresses, protocol and ports (`None` for a selector nftables cannot express
@@ -766,60 +700,28 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
     ))
 }
 
-/// Installs (or replaces, in one transaction, so that nothing passes in between) the interface's table.
-pub fn nft_install(table: &str, text: &str) -> Result<()> {
-    run_stdin(
-        &["nft", "-f", "-"],
-        &format!("table inet {table} {{}}\ndelete table inet {table}\n{text}"),
-    )
+/// The IP engine's configuration, checked and with its key schedules and sequence reservations made, before any
+/// change to the system.
+pub struct Prepared {
+    config: Config,
+    tls: Option<psp_kx::Tls>,
+    seq_store: Option<crate::state::SeqStore>,
+    sad: Sad,
 }
 
-/// Packets dropped by the nftables rules of `chain` (input: clear traffic covered by an inbound protect policy;
-/// output/forward: covered traffic that tried to leave outside the TUN).
-pub fn nft_drops(table: &str, chain: &str) -> u64 {
-    let out = match std::process::Command::new("nft")
-        .args(["-j", "list", "table", "inet", table])
-        .output()
-    {
-        Ok(o) if o.status.success() => o.stdout,
-        _ => return 0,
-    };
-    let v: serde_json::Value = match serde_json::from_slice(&out) {
-        Ok(v) => v,
-        Err(_) => return 0,
-    };
-    let mut total = 0;
-    if let Some(items) = v["nftables"].as_array() {
-        for it in items {
-            if it["rule"]["chain"].as_str() != Some(chain) {
-                continue;
-            }
-            if let Some(exprs) = it["rule"]["expr"].as_array() {
-                for e in exprs {
-                    total += e["counter"]["packets"].as_u64().unwrap_or(0);
-                }
-            }
-        }
-    }
-    total
-}
-
-/// `netveil up -c FILE`.
-pub fn up(path: &Path) -> Result<()> {
-    if std::fs::read_to_string(path).is_ok_and(|t| crate::l2::L2Config::is_l2sec(&t)) {
-        return crate::l2::up(path);
-    }
-    let config = Config::load(path)?;
+/// Checks what `up` needs of the IP sections (certificates and keys, the host: addresses, the TUN name, the state
+/// directory) and builds every key schedule, changing nothing on the system.
+pub fn prepare(config: Config) -> Result<Prepared> {
     // Certificates and keys are read and checked before any change to the system, and before the host checks.
     let tls = match &config.psp {
-        Some(c) => Some(psp_ctl::tls(c)?),
+        Some(c) => Some(psp_kx::tls(c)?),
         None => None,
     };
     preflight(&config)?;
     // Outbound SAs with static keys continue above every sequence number they ever sent (marks in the state
     // directory, reserved ahead and synced before use): a restart never repeats a nonce, and the peer's replay
     // window accepts the restarted side at once.
-    let (mut seq_store, sad) = if config
+    let (seq_store, sad) = if config
         .sas
         .iter()
         .any(|s| s.direction == netveil_ipsec::sa::Direction::Out)
@@ -831,9 +733,48 @@ pub fn up(path: &Path) -> Result<()> {
     } else {
         (None, config.build_sad(0)?)
     };
+    Ok(Prepared {
+        config,
+        tls,
+        seq_store,
+        sad,
+    })
+}
+
+impl Prepared {
+    /// The control socket the configuration names.
+    pub fn control_socket(&self) -> &Path {
+        Path::new(&self.config.interface.control_socket)
+    }
+}
+
+/// The running IP engine: its shared state (also what the control answers read) and its threads.
+pub struct IpEngine {
+    shared: Arc<Shared>,
+    iface: crate::config::Interface,
+    table: String,
+    tx: std::thread::JoinHandle<()>,
+    rx: std::thread::JoinHandle<()>,
+    seq_store: Option<crate::state::SeqStore>,
+    filters: Vec<(Layout, FilterSock)>,
+    installed: Vec<Option<Program>>,
+    tick: u64,
+    failures_before: u64,
+    storm_until: Option<Instant>,
+}
+
+/// Sets up the TUN device, routes, rules, the fail-closed nftables table and the sockets (each change recorded in
+/// `undo`) and starts the data-plane threads (and the PSP key exchange). `control`: the control socket, for the
+/// startup line.
+pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
+    let Prepared {
+        config,
+        tls,
+        mut seq_store,
+        sad,
+    } = p;
     let mut shared = Shared::with_sad(config, sad);
     let iface = shared.config.interface.clone();
-    let mut undo = Undo::default();
     let table = iface.nft_table();
 
     // First the fail-closed filters (replacing, in one transaction, those a crashed or stopped instance left): from
@@ -953,8 +894,8 @@ pub fn up(path: &Path) -> Result<()> {
             // Only the SPIs the device handed out pass the socket (refreshed on every association and rotation).
             st.set_rx_socket(s);
         }
-        if !psp_ctl::is_initiator(c) {
-            psp_listener = Some(psp_ctl::listen(c, iface.socket_mark())?);
+        if !psp_kx::is_initiator(c) {
+            psp_listener = Some(psp_kx::listen(c, iface.socket_mark())?);
         }
     }
     let udp = shared.sad.iter().any(|s| s.params.encap.is_some());
@@ -1025,12 +966,8 @@ pub fn up(path: &Path) -> Result<()> {
         })
         .collect();
 
-    // Control socket.
-    let listener = crate::control::listen(Path::new(&iface.control_socket))?;
-
     let shared = Arc::new(shared);
     let tun = Arc::new(tun);
-    let stop = netveil_io::os::stop_on_signals();
     tun.set_recv_timeout(Duration::from_millis(200))
         .map_err(Error::io("TUN timeout"))?;
 
@@ -1051,20 +988,13 @@ pub fn up(path: &Path) -> Result<()> {
             .spawn(move || rx_loop(&sh, &tun, &rx))
             .map_err(Error::io("thread"))?
     };
-    {
-        let sh = shared.clone();
-        std::thread::Builder::new()
-            .name("nv-ctl".into())
-            .spawn(move || crate::control::serve(&sh, listener))
-            .map_err(Error::io("thread"))?;
-    }
     if let (Some(st), Some(tls)) = (shared.psp.clone(), tls) {
         let sh = shared.clone();
         let l = psp_listener;
         let mark = iface.socket_mark();
         std::thread::Builder::new()
             .name("nv-psp".into())
-            .spawn(move || psp_ctl::run(&st, &tls, l, mark, &sh.stop))
+            .spawn(move || psp_kx::run(&st, &tls, l, mark, &sh.stop))
             .map_err(Error::io("thread"))?;
     }
     eprintln!(
@@ -1072,89 +1002,115 @@ pub fn up(path: &Path) -> Result<()> {
         iface.name,
         shared.config.sas.len(),
         shared.config.policies.len(),
-        iface.control_socket
+        control.display()
     );
-    let mut installed: Vec<Option<Program>> = vec![None; filters.len()];
-    let mut tick: u64 = 0;
-    let auth_failures = |sh: &Shared| {
-        sh.rx_drops.get(Drop::AuthFailed)
-            + sh.psp.as_ref().map_or(0, |p| {
-                p.device
-                    .read()
-                    .map(|d| d.stats.snapshot().rx_auth_fail)
-                    .unwrap_or(0)
-            })
-    };
-    let mut failures_before = auth_failures(&shared);
-    let mut storm_until: Option<Instant> = None;
-    while !stop.load(Relaxed) && !tx.is_finished() && !rxh.is_finished() {
-        if tick == 0 {
+
+    let failures_before = auth_failures(&shared);
+    Ok(IpEngine {
+        installed: vec![None; filters.len()],
+        shared,
+        iface,
+        table,
+        tx,
+        rx: rxh,
+        seq_store,
+        filters,
+        tick: 0,
+        failures_before,
+        storm_until: None,
+    })
+}
+
+/// Authentication failures so far (ESP/AH and PSP).
+fn auth_failures(sh: &Shared) -> u64 {
+    sh.rx_drops.get(Drop::AuthFailed)
+        + sh.psp.as_ref().map_or(0, |p| {
+            p.device
+                .read()
+                .map(|d| d.stats.snapshot().rx_auth_fail)
+                .unwrap_or(0)
+        })
+}
+
+impl IpEngine {
+    /// The state the data plane and the control answers share.
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+}
+
+impl Engine for IpEngine {
+    fn tick(&mut self) -> bool {
+        if self.tx.is_finished() || self.rx.is_finished() {
+            return false;
+        }
+        if self.tick == 0 {
             // Storm: forged packets with the right SPI fail authentication by the thousand.
-            let f = auth_failures(&shared);
-            if f.saturating_sub(failures_before) * 10 >= STORM_AUTH_FAILURES_PER_S {
-                if storm_until.is_none() {
+            let f = auth_failures(&self.shared);
+            if f.saturating_sub(self.failures_before) * 10 >= STORM_AUTH_FAILURES_PER_S {
+                if self.storm_until.is_none() {
                     eprintln!(
                         "netveil: {}: authentication failures above {}/s: socket filters refuse counters far ahead of the windows",
-                        iface.name, STORM_AUTH_FAILURES_PER_S
+                        self.iface.name, STORM_AUTH_FAILURES_PER_S
                     );
                 }
-                storm_until = Some(Instant::now() + STORM_HOLD);
-            } else if storm_until.is_some_and(|t| Instant::now() > t) {
-                storm_until = None;
+                self.storm_until = Some(Instant::now() + STORM_HOLD);
+            } else if self.storm_until.is_some_and(|t| Instant::now() > t) {
+                self.storm_until = None;
                 eprintln!(
                     "netveil: {}: the authentication-failure storm is over",
-                    iface.name
+                    self.iface.name
                 );
             }
-            failures_before = f;
-            let storm = storm_until.is_some();
-            shared.storm.store(storm, Relaxed);
+            self.failures_before = f;
+            let storm = self.storm_until.is_some();
+            self.shared.storm.store(storm, Relaxed);
             // Socket filters: only our SPIs, and only sequence numbers not already left of the window.
-            for (i, (layout, sock)) in filters.iter().enumerate() {
-                let p = esp_filter(&shared.sad, *layout, storm, iface.mtu);
-                if p != installed[i] {
+            for (i, (layout, sock)) in self.filters.iter().enumerate() {
+                let p = esp_filter(&self.shared.sad, *layout, storm, self.iface.mtu);
+                if p != self.installed[i] {
                     if let Err(e) = sock.attach(p.as_ref()) {
                         eprintln!("netveil: cannot attach a socket filter: {e}");
                     }
-                    installed[i] = p;
+                    self.installed[i] = p;
                 }
             }
-            if let Some(st) = &shared.psp {
+            if let Some(st) = &self.shared.psp {
                 st.storm.store(storm, Relaxed);
                 st.refresh_filter_now();
             }
         }
-        tick = (tick + 1) % 5;
-        std::thread::sleep(Duration::from_millis(20));
-        if let Some(s) = seq_store.as_mut() {
-            for e in s.top_up(&shared.sad) {
+        self.tick = (self.tick + 1) % 5;
+        if let Some(s) = self.seq_store.as_mut() {
+            for e in s.top_up(&self.shared.sad) {
                 eprintln!("netveil: {e}");
             }
         }
+        true
     }
-    shared.stop.store(true, Relaxed);
-    let _ = tx.join();
-    let _ = rxh.join();
-    if let Some(s) = seq_store.as_mut() {
-        s.finish(&shared.sad);
+
+    fn stop(mut self: Box<Self>, undo: &mut Undo, down: bool) {
+        self.shared.stop.store(true, Relaxed);
+        let _ = self.tx.join();
+        let _ = self.rx.join();
+        if let Some(s) = self.seq_store.as_mut() {
+            s.finish(&self.shared.sad);
+        }
+        let (iface, table) = (&self.iface, &self.table);
+        if down || !iface.block_when_stopped {
+            undo.push(&["nft", "delete", "table", "inet", table]);
+        } else if self.shared.nft_table.is_some() {
+            undo.keep(&["nft", "delete", "table", "inet", table]);
+        }
+        if self.shared.nft_table.is_some() && !down && iface.block_when_stopped {
+            eprintln!(
+                "netveil: {} stopped; covered traffic stays blocked until `netveil down`",
+                iface.name
+            );
+        } else {
+            eprintln!("netveil: {} down", iface.name);
+        }
     }
-    let _ = std::fs::remove_file(&iface.control_socket);
-    let down = DOWN.load(Relaxed);
-    if down || !iface.block_when_stopped {
-        undo.push(&["nft", "delete", "table", "inet", &table]);
-    } else if shared.nft_table.is_some() {
-        undo.keep(&["nft", "delete", "table", "inet", &table]);
-    }
-    drop(undo);
-    if shared.nft_table.is_some() && !down && iface.block_when_stopped {
-        eprintln!(
-            "netveil: {} stopped; covered traffic stays blocked until `netveil down`",
-            iface.name
-        );
-    } else {
-        eprintln!("netveil: {} down", iface.name);
-    }
-    Ok(())
 }
 
 /// The IP addresses configured on this host's interfaces (in the current network namespace).
@@ -1263,28 +1219,6 @@ impl FilterSock {
     }
 }
 
-/// How far above a window's top the socket filters refuse counters during a storm of authentication failures:
-/// twice the reservation block, more than a genuine sender ever jumps (a restarted one skips at most one block).
-pub const STORM_CEILING_AHEAD: u64 = 2 * crate::state::SEQ_BLOCK;
-
-/// The socket-filter rule of a receive SA with window state `w` (top, size): the floor (twice the window below the
-/// top, so a filter that lags behind never refuses what the window would take) and, during a storm, the ceiling
-/// ([`STORM_CEILING_AHEAD`] above the top; none before the first packet authenticated).
-pub fn window_rule(spi: u32, w: Option<(u64, u32)>, storm: bool) -> SpiRule {
-    let (floor, ceiling) = match w {
-        Some((top, size)) => (
-            Some(top.saturating_sub(2 * u64::from(size))).filter(|f| *f > 0),
-            (storm && top > 0).then(|| top.saturating_add(STORM_CEILING_AHEAD)),
-        ),
-        None => (None, None),
-    };
-    SpiRule {
-        spi,
-        floor,
-        ceiling,
-    }
-}
-
 /// The socket filter of an ESP receive socket: the inbound ESP SAs that arrive that way (in UDP, or raw), each
 /// with its window (see [`window_rule`]). `None` (no filter) if there are too many SAs for one filter.
 fn esp_filter(sad: &Sad, layout: Layout, storm: bool, mtu: u16) -> Option<Program> {
@@ -1303,101 +1237,6 @@ fn esp_filter(sad: &Sad, layout: Layout, storm: bool, mtu: u16) -> Option<Progra
     } else {
         spi_filter(layout, &rules)
     }
-}
-
-/// The longest single ESP-in-UDP or PSP datagram a peer sends with a tunnel MTU of `mtu` (the inner packet and every
-/// header and trailer, generously): anything longer on a GRO socket is datagrams coalesced by the kernel.
-pub fn single_datagram_max(mtu: u16) -> u32 {
-    u32::from(mtu) + 512
-}
-
-/// Authentication failures per second from which the receive path counts as under a storm (forged packets with
-/// the right SPI): the socket filters then also refuse counters far above the window.
-pub const STORM_AUTH_FAILURES_PER_S: u64 = 1000;
-/// How long the storm mode outlasts the last second with that many failures.
-pub const STORM_HOLD: Duration = Duration::from_secs(2);
-
-/// Set by the control request `stop` (from `netveil down`): the daemon removes its fail-closed filters on exit.
-pub(crate) static DOWN: AtomicBool = AtomicBool::new(false);
-
-/// Whether the table `inet NAME` exists.
-pub fn nft_table_exists(table: &str) -> bool {
-    std::process::Command::new("nft")
-        .args(["list", "table", "inet", table])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Removes every `not fwmark M table M pref 1000` rule (both families), as `netveil up` installs them.
-fn remove_fwmark_rules(m: &str) {
-    for fam in ["-4", "-6"] {
-        for _ in 0..16 {
-            if run(&[
-                "ip", fam, "rule", "del", "not", "fwmark", m, "table", m, "pref", "1000",
-            ])
-            .is_err()
-            {
-                break;
-            }
-        }
-    }
-}
-
-/// `netveil down -c FILE`: stops a running daemon of this configuration (it removes its setup), then removes the
-/// fail-closed filters and whatever a killed instance left (its routing rules, a stale control socket): covered
-/// traffic is no longer blocked.
-pub fn down(path: &Path) -> Result<()> {
-    if std::fs::read_to_string(path).is_ok_and(|t| crate::l2::L2Config::is_l2sec(&t)) {
-        return Err(Error::Usage(
-            "netveil down is for [interface] configurations: an l2sec daemon gives its port back when it stops \
-             (SIGTERM), and a killed one when `netveil up` runs again"
-                .into(),
-        ));
-    }
-    let config = Config::load(path)?;
-    let iface = &config.interface;
-    let sock = Path::new(&iface.control_socket);
-    let mut stopped = false;
-    if std::os::unix::net::UnixStream::connect(sock).is_ok() {
-        crate::control::request_stop(sock)?;
-        let t = std::time::Instant::now();
-        while std::os::unix::net::UnixStream::connect(sock).is_ok() {
-            if t.elapsed() > Duration::from_secs(15) {
-                return Err(Error::Other(format!(
-                    "the daemon on {} did not stop within 15 s",
-                    sock.display()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // Its undo runs after the socket is gone: wait for the TUN to go too.
-        let dev = Path::new("/sys/class/net").join(&iface.name);
-        while dev.exists() && t.elapsed() < Duration::from_secs(15) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        stopped = true;
-    }
-    let table = iface.nft_table();
-    let had_table = nft_table_exists(&table);
-    if had_table {
-        run(&["nft", "delete", "table", "inet", &table])?;
-    }
-    if let Some(m) = iface.fwmark {
-        remove_fwmark_rules(&m.to_string());
-    }
-    let _ = std::fs::remove_file(sock);
-    eprintln!(
-        "netveil: {} down{}",
-        iface.name,
-        match (stopped, had_table) {
-            (true, _) => " (daemon stopped; nothing blocked any more)",
-            (false, true) => " (covered traffic no longer blocked)",
-            (false, false) => " (nothing was running or blocked)",
-        }
-    );
-    Ok(())
 }
 
 /// A receiving socket. Built once per protocol and family, so the size difference of the variants is irrelevant.
@@ -1979,20 +1818,6 @@ sas = ["out"]
 
     /// The socket-filter rule of a window: a floor twice the window below the top, and a ceiling only in a storm
     /// and only once the window has a top (a sender far ahead of a window that saw nothing is never refused).
-    #[test]
-    fn window_rules() {
-        let r = window_rule(7, Some((10_000, 1024)), false);
-        assert_eq!((r.spi, r.floor, r.ceiling), (7, Some(10_000 - 2048), None));
-        let r = window_rule(7, Some((10_000, 1024)), true);
-        assert_eq!(r.ceiling, Some(10_000 + STORM_CEILING_AHEAD));
-        const { assert!(STORM_CEILING_AHEAD > crate::state::SEQ_BLOCK) };
-        let r = window_rule(7, Some((0, 1024)), true);
-        assert_eq!((r.floor, r.ceiling), (None, None));
-        let r = window_rule(7, Some((100, 1024)), true);
-        assert_eq!(r.floor, None);
-        let r = window_rule(7, None, true);
-        assert_eq!((r.floor, r.ceiling), (None, None));
-    }
 
     #[test]
     fn flow_key_reads_ports_behind_ipv6_extension_headers() {

@@ -1,18 +1,46 @@
-//! The control socket (a Unix socket, mode 0600, under /run/netveil): `netveil status` and `netveil keys` ask a
-//! running daemon. One request line (`status` or `keys`), one JSON answer.
+//! The control socket (a Unix socket, mode 0600, under /run/netveil): `netveil status`, `keys`, `rotate` and
+//! `down` ask a running daemon. One request line, one JSON answer. The server half ([`listen`], [`serve_lines`])
+//! runs in the daemon, which answers each request; the client half runs in the `netveil` command and the lab.
 
-use crate::daemon::Shared;
-use crate::{Error, Result};
-use netveil_ipsec::sa::{Direction, Suite};
-use netveil_ipsec::Mode;
+#![forbid(unsafe_code)]
+
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
+
+/// The directory of the control sockets by default (`/run/netveil/NAME.sock`).
+pub const RUN_DIR: &str = "/run/netveil";
+
+/// A failed control-socket operation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Nothing to talk to, no permission, or a request the daemon refuses: the user's to fix.
+    #[error("{0}")]
+    Usage(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    /// The daemon answered something unexpected.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Io { context, source }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
 
 /// Longest request line accepted (the known requests are a few bytes).
 pub const MAX_REQUEST: usize = 256;
@@ -22,8 +50,12 @@ pub const MAX_CLIENTS: usize = 8;
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Binds the control socket (replacing a stale one), mode 0600, in a directory created mode 0700 (the default
-/// directory is made 0700 if it exists with wider permissions).
-pub fn listen(path: &Path) -> Result<UnixListener> {
+/// directory is made 0700 if it exists with wider permissions). `bind` binds the socket: the daemon narrows its
+/// umask around it, so that the socket never exists with wider permissions.
+pub fn listen(
+    path: &Path,
+    bind: impl FnOnce(&Path) -> std::io::Result<UnixListener>,
+) -> Result<UnixListener> {
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() && !dir.is_dir() {
             std::fs::DirBuilder::new()
@@ -32,7 +64,7 @@ pub fn listen(path: &Path) -> Result<UnixListener> {
                 .create(dir)
                 .map_err(Error::io(format!("cannot create {}", dir.display())))?;
         }
-        if dir == Path::new(crate::config::RUN_DIR) {
+        if dir == Path::new(RUN_DIR) {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
                 .map_err(Error::io(format!("cannot restrict {}", dir.display())))?;
         }
@@ -44,10 +76,7 @@ pub fn listen(path: &Path) -> Result<UnixListener> {
         )));
     }
     let _ = std::fs::remove_file(path);
-    // The socket is created 0600 (no moment with wider permissions); the daemon has no other thread yet, so the
-    // process-wide umask can be narrowed around the bind.
-    let l = netveil_io::os::with_umask(0o177, || UnixListener::bind(path));
-    let l = l.map_err(Error::io(format!("cannot bind {}", path.display())))?;
+    let l = bind(path).map_err(Error::io(format!("cannot bind {}", path.display())))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(Error::io("chmod control socket"))?;
     Ok(l)
@@ -129,37 +158,6 @@ pub fn serve_lines(
     });
 }
 
-/// Answers requests until the daemon stops.
-pub fn serve(sh: &Shared, l: UnixListener) {
-    serve_lines(l, &sh.stop, |req| match req {
-        "status" => status_json(sh),
-        "keys" => keys_json(sh),
-        "rotate" => match &sh.psp {
-            Some(st) => {
-                let before = st.rotations.load(Relaxed);
-                st.rotate_requests.fetch_add(1, Relaxed);
-                // Wait (briefly) for the key exchange to carry it out, so that `netveil rotate` returns after.
-                let t = std::time::Instant::now();
-                while st.rotations.load(Relaxed) == before
-                    && t.elapsed() < std::time::Duration::from_secs(3)
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                let d = st.device.read().map(|d| d.generation()).unwrap_or(0);
-                json!({ "rotated": st.rotations.load(Relaxed) != before, "generation": d })
-            }
-            None => json!({ "error": "no [psp] section: nothing to rotate" }),
-        },
-        "stop" => {
-            // `netveil down`: stop, and remove the fail-closed filters on the way out.
-            crate::daemon::DOWN.store(true, Relaxed);
-            netveil_io::os::stop_flag().store(true, Relaxed);
-            json!({ "stopping": true })
-        }
-        _ => json!({ "error": "unknown request (known: status, keys, rotate, stop)" }),
-    })
-}
-
 /// Asks a running daemon to stop and remove its setup, fail-closed filters included (`netveil down`).
 pub fn request_stop(socket: &Path) -> Result<()> {
     let v = ask(socket, "stop")?;
@@ -174,135 +172,6 @@ pub fn request_stop(socket: &Path) -> Result<()> {
     }
 }
 
-fn suite_name(s: &Suite) -> String {
-    match s {
-        Suite::Esp(e) => e.name(),
-        Suite::Ah(a) => a.name(),
-    }
-}
-
-/// The daemon's state as JSON (what `netveil status --json` prints).
-pub fn status_json(sh: &Shared) -> Value {
-    let now = sh.now();
-    let sas: Vec<Value> = sh
-        .sad
-        .iter()
-        .map(|sa| {
-            let p = &sa.params;
-            let c = sa.counters.snapshot();
-            let (mode, local, remote) = match p.mode {
-                Mode::Transport => ("transport", None, None),
-                Mode::Tunnel { local, remote } => {
-                    ("tunnel", Some(local.to_string()), Some(remote.to_string()))
-                }
-            };
-            json!({
-                "name": p.name,
-                "direction": if p.direction == Direction::Out { "out" } else { "in" },
-                "protocol": match p.suite { Suite::Esp(_) => "esp", Suite::Ah(_) => "ah" },
-                "spi": format!("{:#010x}", p.spi),
-                "mode": mode,
-                "local": local,
-                "remote": remote,
-                "suite": suite_name(&p.suite),
-                "esn": p.esn,
-                "encap": p.encap.map(|u| format!("udp {}->{}", u.local_port, u.remote_port)),
-                "packets": c.packets,
-                "bytes": c.bytes,
-                "dropped": c.dropped,
-                "auth_failed": c.auth_failed,
-                "replayed": c.replayed,
-                "seq": if p.direction == Direction::Out { sa.seq_last() } else { sa.replay_top() },
-                "replay_window": p.replay_window,
-                "lifetime": format!("{:?}", sa.lifetime_state(now)).to_lowercase(),
-                "rekey_needed": sa.rekey_needed.load(Relaxed),
-            })
-        })
-        .collect();
-    let mut drops = serde_json::Map::new();
-    for (name, n) in sh.tx_drops.snapshot() {
-        drops.insert(format!("tx:{name}"), json!(n));
-    }
-    for (name, n) in sh.rx_drops.snapshot() {
-        drops.insert(format!("rx:{name}"), json!(n));
-    }
-    drops.insert("rx:socket-filter-or-full".into(), json!(sh.kernel_drops()));
-    if let Some(t) = &sh.nft_table {
-        drops.insert(
-            "rx:clear-but-protected".into(),
-            json!(crate::daemon::nft_drops(t, "input")),
-        );
-        drops.insert(
-            "rx:not-from-a-peer".into(),
-            json!(crate::daemon::nft_drops(t, "prerouting")),
-        );
-        drops.insert(
-            "tx:outside-tun-blocked".into(),
-            json!(crate::daemon::nft_drops(t, "output") + crate::daemon::nft_drops(t, "forward")),
-        );
-    }
-    json!({
-        "interface": sh.tun_name,
-        "uptime_seconds": now,
-        "psp": sh.psp.as_ref().map(|st| psp_json(st)),
-        "tx": { "packets": sh.tx_packets.load(Relaxed), "bytes": sh.tx_bytes.load(Relaxed), "bypassed": sh.bypassed.load(Relaxed) },
-        "rx": { "packets": sh.rx_packets.load(Relaxed), "bytes": sh.rx_bytes.load(Relaxed) },
-        "sas": sas,
-        "drops": drops,
-        "policies": sh.config.policies.iter().map(|p| json!({
-            "name": p.name,
-            "direction": format!("{:?}", p.direction).to_lowercase(),
-            "src": p.selector.src.to_string(),
-            "dst": p.selector.dst.to_string(),
-            "proto": p.selector.proto,
-            "action": match p.action { netveil_sa::policy::Action::Protect(_) => "protect", netveil_sa::policy::Action::Bypass => "bypass", netveil_sa::policy::Action::Discard => "discard" },
-            "sas": p.sas.iter().map(|i| sh.config.sas[*i].name.clone()).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    })
-}
-
-/// PSP: the device (generation, phase, receive SAs), the association and the specification's counters.
-fn psp_json(st: &crate::psp_ctl::PspState) -> Value {
-    let (gen, phase, rx_sas, windows, c) = match st.device.read() {
-        Ok(d) => (
-            d.generation(),
-            d.phase(),
-            d.rx_spis(),
-            d.rx_windows(),
-            d.stats.snapshot(),
-        ),
-        Err(_) => return json!(null),
-    };
-    let top = |spi: u32| {
-        windows
-            .iter()
-            .find(|(s, _)| *s == spi)
-            .and_then(|(_, w)| w.map(|(top, _)| top))
-    };
-    json!({
-        "peer": st.cfg.remote.to_string(),
-        "local": st.cfg.local.to_string(),
-        "mode": if st.cfg.mode == netveil_psp::Mode::Tunnel { "tunnel" } else { "transport" },
-        "version": st.cfg.version.number(),
-        "connected": st.connected.load(Relaxed),
-        "generation": gen,
-        "phase": phase,
-        "rotations": st.rotations.load(Relaxed),
-        "tx_spi": format!("{:#010x}", st.tx_spi.load(Relaxed)),
-        "rx_spi": format!("{:#010x}", st.rx_spi.load(Relaxed)),
-        "rx_sas": rx_sas.iter().map(|(s, g)| json!({"spi": format!("{s:#010x}"), "generation": g, "replay_top": top(*s)})).collect::<Vec<_>>(),
-        "assoc_sent": st.assoc_sent.load(Relaxed),
-        "assoc_received": st.assoc_received.load(Relaxed),
-        "replay_window": st.cfg.replay_window,
-        "stats": {
-            "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes, "rx_auth_fail": c.rx_auth_fail,
-            "rx_error": c.rx_error, "rx_bad": c.rx_bad, "rx_unknown_spi": c.rx_unknown_spi,
-            "rx_replay": c.rx_replay, "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
-            "tx_error": c.tx_error, "tx_no_sa": st.tx_no_sa.load(Relaxed),
-        },
-    })
-}
-
 /// `netveil rotate`: rotates the PSP master keys of a running daemon and re-associates with the peer.
 pub fn rotate(socket: &Path) -> Result<()> {
     let v = ask(socket, "rotate")?;
@@ -315,46 +184,6 @@ pub fn rotate(socket: &Path) -> Result<()> {
         v["generation"]
     );
     Ok(())
-}
-
-/// The running SAs' keys, with Wireshark's algorithm names (only over the root-only control socket).
-fn keys_json(sh: &Shared) -> Value {
-    let sas: Vec<Value> = sh
-        .sad
-        .iter()
-        .filter_map(|sa| {
-            let p = &sa.params;
-            let Suite::Esp(es) = p.suite else { return None };
-            let (fam, src, dst) = match p.mode {
-                Mode::Tunnel { local, remote } => {
-                    let (s, d) = if p.direction == Direction::Out {
-                        (local, remote)
-                    } else {
-                        (remote, local)
-                    };
-                    (
-                        if s.is_ipv4() { "IPv4" } else { "IPv6" },
-                        s.to_string(),
-                        d.to_string(),
-                    )
-                }
-                Mode::Transport => ("Any", "*".to_string(), "*".to_string()),
-            };
-            Some(json!({
-                "name": p.name,
-                "family": fam,
-                "src": src,
-                "dst": dst,
-                "spi": format!("{:#010x}", p.spi),
-                "enc_alg": es.enc.wireshark_name(),
-                "enc_key": format!("0x{}", hex::encode(&p.enc_key[..])),
-                "auth_alg": es.integ.map_or("NULL", |i| i.rfc_name()),
-                "auth_key": format!("0x{}", hex::encode(&p.auth_key[..])),
-                "esn": p.esn,
-            }))
-        })
-        .collect();
-    json!({ "sas": sas })
 }
 
 /// The message for a failed connection to the control socket: what is wrong, and what to do.
@@ -395,7 +224,7 @@ pub fn status(socket: &Path, json_out: bool) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn human_bytes(b: u64) -> String {
+pub fn human_bytes(b: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut f = b as f64;
     let mut u = 0;
@@ -412,10 +241,15 @@ pub(crate) fn human_bytes(b: u64) -> String {
 
 /// The human-readable status table.
 pub fn render_status(v: &Value) -> String {
-    if v.get("l2sec").is_some() {
-        return crate::l2::render_status(v);
-    }
+    // One daemon may run both engines: the L2 engine's table, then the IP engine's.
     let mut o = String::new();
+    if v.get("l2sec").is_some() {
+        o.push_str(&render_l2_status(v));
+        if v.get("interface").is_none() {
+            return o;
+        }
+        o.push('\n');
+    }
     let up = v["uptime_seconds"].as_u64().unwrap_or(0);
     o.push_str(&format!(
         "interface: {}  up {}h{:02}m{:02}s\n  tx: {} packets, {}   rx: {} packets, {}\n\n",
@@ -542,7 +376,7 @@ pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
     let path = dir.join("esp_sa");
     // A new file (mode 0600) renamed over the old one: a symlink planted at esp_sa is replaced, not followed, and an
     // existing file's wider permissions are not kept.
-    crate::state::write_private(&path, out.as_bytes())
+    write_private(&path, out.as_bytes())
         .map_err(Error::io(format!("cannot write {}", path.display())))?;
     eprintln!(
         "wrote {} SAs to {}; decrypt with: tshark -o esp.enable_encryption_decode:TRUE -o esp.enable_authentication_check:TRUE ... (with {} as the Wireshark configuration directory)",
@@ -551,6 +385,137 @@ pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
         dir.display()
     );
     Ok(())
+}
+
+/// The human-readable status of an l2sec daemon.
+fn render_l2_status(v: &Value) -> String {
+    let l = &v["l2sec"];
+    let c = &l["counters"];
+    let mut o = format!(
+        "l2sec: {} (TAP {}, {} {}, MTU {})  EtherType {}  up {}s\n  group: {} epoch {}{}, {} senders known, {} peer restarts seen\n  sessions: {} (dh {})\n  tx: {} frames, {} ({} group)   rx: {} frames, {} ({} group)   SEP messages: {}, exchanges postponed or refused by the rate limit: {}\n  clear frames dropped on the port: {} in, {} out\n",
+        l["interface"].as_str().unwrap_or("?"),
+        l["tap"].as_str().unwrap_or("?"),
+        l["mac"].as_str().unwrap_or("?"),
+        l["address"].as_str().unwrap_or("?"),
+        l["mtu"],
+        l["ethertype"].as_str().unwrap_or("?"),
+        l["uptime_seconds"],
+        l["group_suite"].as_str().unwrap_or("?"),
+        l["epoch"],
+        if l["signing"].as_bool() == Some(true) { ", signed" } else { "" },
+        l["group_senders"],
+        c["peer_restarts"],
+        l["suites"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+        l["dh_groups"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+        c["tx_frames"],
+        human_bytes(c["tx_bytes"].as_u64().unwrap_or(0)),
+        c["tx_group"],
+        c["rx_frames"],
+        human_bytes(c["rx_bytes"].as_u64().unwrap_or(0)),
+        c["rx_group"],
+        c["sep_messages"],
+        c["sep_rate_limited"],
+        c["clear_dropped_in"],
+        c["clear_dropped_out"],
+    );
+    o.push_str(&format!(
+        "\n{:<18} {:<15} {:<4} {:<18} {:>7} {:>9} {:>10} {:>11} {:>10} {:>11}\n",
+        "PEER",
+        "IP",
+        "KEY",
+        "SUITE",
+        "AGE",
+        "EXPIRES",
+        "TX FRAMES",
+        "TX BYTES",
+        "RX FRAMES",
+        "RX BYTES"
+    ));
+    for p in l["peers"].as_array().into_iter().flatten() {
+        let s = &p["session"];
+        let (key, suite, age, exp) = if s.is_null() {
+            (
+                "-".to_string(),
+                if p["handshaking"].as_bool() == Some(true) {
+                    "(SEP running)"
+                } else {
+                    "(none)"
+                }
+                .to_string(),
+                "-".to_string(),
+                "-".to_string(),
+            )
+        } else {
+            (
+                format!(
+                    "{}{}",
+                    s["key_id"],
+                    if s["initiator"].as_bool() == Some(true) {
+                        "i"
+                    } else {
+                        "r"
+                    }
+                ),
+                s["suite"].as_str().unwrap_or("").to_string(),
+                format!("{}s", s["age_seconds"]),
+                format!("{}s", s["expires_in_seconds"]),
+            )
+        };
+        o.push_str(&format!(
+            "{:<18} {:<15} {:<4} {:<18} {:>7} {:>9} {:>10} {:>11} {:>10} {:>11}\n",
+            p["mac"].as_str().unwrap_or(""),
+            p["ip"].as_str().unwrap_or("-"),
+            key,
+            suite,
+            age,
+            exp,
+            p["tx_frames"].as_u64().unwrap_or(0),
+            human_bytes(p["tx_bytes"].as_u64().unwrap_or(0)),
+            p["rx_frames"].as_u64().unwrap_or(0),
+            human_bytes(p["rx_bytes"].as_u64().unwrap_or(0)),
+        ));
+    }
+    for (what, k) in [
+        ("tx drops", "tx_drops"),
+        ("rx drops", "rx_drops"),
+        ("SEP (refused, or for other hosts)", "sep_errors"),
+    ] {
+        if let Some(m) = l[k].as_object().filter(|m| !m.is_empty()) {
+            let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            o.push_str(&format!("{what}: {}\n", parts.join(", ")));
+        }
+    }
+    o
+}
+
+/// Replaces the file at `path` with `bytes`, atomically and durably: a new file (mode 0600, never opened through a
+/// symlink) in the same directory, synced, renamed over the old one (a symlink there is replaced, not followed),
+/// and the directory synced.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let r = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
 }
 
 #[cfg(test)]
@@ -563,7 +528,7 @@ mod tests {
         let base = std::env::temp_dir().join(format!("netveil-ctl-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         let sock = base.join("run/x.sock");
-        let l = listen(&sock).unwrap();
+        let l = listen(&sock, |p| UnixListener::bind(p)).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&base.join("run")), 0o700);
         assert_eq!(mode(&sock), 0o600);

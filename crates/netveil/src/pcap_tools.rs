@@ -9,10 +9,11 @@
 //!
 //! `psp-encrypt` / `psp-decrypt` do the same for PSP, configured as Google's reference tools (`netveil_psp::refcfg`).
 
-use crate::config::Config;
-use crate::Error;
+use netveil_daemon::config::Config;
+use netveil_daemon::Error;
 use netveil_ipsec::bundle::{self, Sad, Unprotected};
 use netveil_ipsec::sa::Direction;
+use netveil_pcap::{ip_own, split_frame, LinkType, Pcap, Record, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use netveil_wire::PacketBuf;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -73,7 +74,7 @@ pub struct XformArgs {
     pub seq: Option<u64>,
 }
 
-pub fn run(cmd: PcapCmd) -> crate::Result<()> {
+pub fn run(cmd: PcapCmd) -> netveil_daemon::Result<()> {
     let (args, dir) = match cmd {
         PcapCmd::EspEncrypt(a) => (a, Op::Encrypt),
         PcapCmd::EspDecrypt(a) => (a, Op::Decrypt),
@@ -130,7 +131,7 @@ pub enum Op {
 }
 
 /// Resolves `--sa` names to SAD indices (the SAD built from `cfg` has SA `i` at index `i`).
-fn select_sas(cfg: &Config, names: &[String], op: Op) -> crate::Result<Vec<usize>> {
+fn select_sas(cfg: &Config, names: &[String], op: Op) -> netveil_daemon::Result<Vec<usize>> {
     let want = match op {
         Op::Encrypt => Direction::Out,
         Op::Decrypt => Direction::In,
@@ -331,7 +332,7 @@ fn map_packets(
 // PSP
 
 /// Reads a reference-tool PSP configuration file (parsed by `netveil_psp::refcfg`).
-fn read_psp_config(path: &Path) -> crate::Result<String> {
+fn read_psp_config(path: &Path) -> netveil_daemon::Result<String> {
     std::fs::read_to_string(path).map_err(Error::io(format!("cannot read {}", path.display())))
 }
 
@@ -354,7 +355,7 @@ pub fn psp_decrypt(dec: &mut netveil_psp::Decrypter, input: &Pcap) -> (Pcap, Sta
     })
 }
 
-fn run_psp(args: PspArgs, op: Op) -> crate::Result<()> {
+fn run_psp(args: PspArgs, op: Op) -> netveil_daemon::Result<()> {
     let text = read_psp_config(&args.config)?;
     let bad = |e: String| Error::Usage(format!("{}: {e}", args.config.display()));
     let input = read_file(&args.input)?;
@@ -382,270 +383,26 @@ fn run_psp(args: PspArgs, op: Op) -> crate::Result<()> {
     Ok(())
 }
 
-/// The IP packet at the start of `p`, cut to the length its header gives (link-layer padding, FCS removed);
-/// `None` if `p` is shorter than that.
-fn ip_own(p: &[u8]) -> Option<&[u8]> {
-    let len = match p.first().map(|b| b >> 4) {
-        Some(4) if p.len() >= 20 => u16::from_be_bytes([p[2], p[3]]) as usize,
-        // A zero payload length (jumbogram) is left to the IPsec code to refuse.
-        Some(6) if p.len() >= 40 && (p[4], p[5]) == (0, 0) => p.len(),
-        Some(6) if p.len() >= 40 => 40 + u16::from_be_bytes([p[4], p[5]]) as usize,
-        _ => return None,
-    };
-    p.get(..len)
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// pcap files
-
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-pub const ETHERTYPE_IPV6: u16 = 0x86dd;
-const ETHERTYPE_VLAN: [u16; 3] = [0x8100, 0x88a8, 0x9100];
-
-/// The link types this module reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkType {
-    /// LINKTYPE_RAW (101; DLT_RAW 12 and 14 are read as this too); IPV4 (228) and IPV6 (229) also read as this.
-    Raw,
-    Ethernet,
-    LinuxSll,
-    LinuxSll2,
-}
-
-impl LinkType {
-    fn from_number(n: u32) -> Option<LinkType> {
-        Some(match n {
-            1 => LinkType::Ethernet,
-            12 | 14 | 101 | 228 | 229 => LinkType::Raw,
-            113 => LinkType::LinuxSll,
-            276 => LinkType::LinuxSll2,
-            _ => return None,
-        })
+/// A pcap file error as a command error: a file that is not a pcap file is bad input (exit code 2).
+fn pcap_error(e: netveil_pcap::FileError) -> Error {
+    match e {
+        netveil_pcap::FileError::Format(m) => Error::Usage(m),
+        netveil_pcap::FileError::Io { context, source } => Error::Io { context, source },
     }
-    pub fn number(self) -> u32 {
-        match self {
-            LinkType::Raw => 101,
-            LinkType::Ethernet => 1,
-            LinkType::LinuxSll => 113,
-            LinkType::LinuxSll2 => 276,
-        }
-    }
-}
-
-/// One captured packet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub ts_sec: u32,
-    /// Microseconds, or nanoseconds if the file's [`Pcap::nanos`].
-    pub ts_frac: u32,
-    /// The packet's length on the wire (more than `data.len()` if the capture truncated it).
-    pub orig_len: u32,
-    pub data: Vec<u8>,
-}
-
-/// A classic pcap file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pcap {
-    pub link: LinkType,
-    pub nanos: bool,
-    pub snaplen: u32,
-    pub records: Vec<Record>,
-}
-
-/// A frame split into its link-layer header (for Ethernet: up to, not including, the last EtherType) and the IP
-/// packet.
-struct Frame<'a> {
-    link_hdr: &'a [u8],
-    ip: &'a [u8],
-}
-
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    b.get(at..at + 2).map(|x| u16::from_be_bytes([x[0], x[1]]))
-}
-
-/// Splits a frame into link header and IP packet; `None` for non-IP frames.
-fn split_frame(link: LinkType, f: &[u8]) -> Option<Frame<'_>> {
-    let ip_by_type = |et: u16, at: usize| -> Option<Frame<'_>> {
-        let ip = f.get(at..)?;
-        let v = ip.first()? >> 4;
-        match (et, v) {
-            (ETHERTYPE_IPV4, 4) | (ETHERTYPE_IPV6, 6) => Some(Frame {
-                link_hdr: &f[..at - 2],
-                ip,
-            }),
-            _ => None,
-        }
-    };
-    match link {
-        LinkType::Raw => match f.first().map(|b| b >> 4) {
-            Some(4) | Some(6) => Some(Frame {
-                link_hdr: &f[..0],
-                ip: f,
-            }),
-            _ => None,
-        },
-        LinkType::Ethernet => {
-            let mut at = 12;
-            let mut et = be16(f, at)?;
-            while ETHERTYPE_VLAN.contains(&et) {
-                at += 4;
-                et = be16(f, at)?;
-            }
-            ip_by_type(et, at + 2)
-        }
-        LinkType::LinuxSll => ip_by_type(be16(f, 14)?, 16),
-        LinkType::LinuxSll2 => {
-            let et = be16(f, 0)?;
-            let ip = f.get(20..)?;
-            match (et, ip.first()? >> 4) {
-                (ETHERTYPE_IPV4, 4) | (ETHERTYPE_IPV6, 6) => Some(Frame {
-                    link_hdr: &f[..0],
-                    ip,
-                }),
-                _ => None,
-            }
-        }
-    }
-}
-
-const MAGIC_US: u32 = 0xa1b2_c3d4;
-const MAGIC_NS: u32 = 0xa1b2_3c4d;
-const MAGIC_PCAPNG: u32 = 0x0a0d_0d0a;
-/// Larger records are taken for a corrupt file.
-const MAX_RECORD: u32 = 16 << 20;
-
-/// Parses a classic pcap file. Errors describe the problem (the caller adds the file name).
-pub fn parse(b: &[u8]) -> Result<Pcap, String> {
-    if b.len() < 24 {
-        return Err(format!(
-            "not a pcap file: {} bytes, shorter than the 24-byte file header",
-            b.len()
-        ));
-    }
-    let raw = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    let (le, nanos) = match raw {
-        MAGIC_US => (true, false),
-        MAGIC_NS => (true, true),
-        m if m.swap_bytes() == MAGIC_US => (false, false),
-        m if m.swap_bytes() == MAGIC_NS => (false, true),
-        MAGIC_PCAPNG => {
-            return Err(
-                "pcapng files are not supported: convert with `editcap -F pcap IN OUT`".into(),
-            )
-        }
-        m => {
-            return Err(format!(
-                "not a pcap file: bad magic number {m:#010x} (want a1b2c3d4 or a1b23c4d)"
-            ))
-        }
-    };
-    let u32_at = |at: usize| {
-        let x = [b[at], b[at + 1], b[at + 2], b[at + 3]];
-        if le {
-            u32::from_le_bytes(x)
-        } else {
-            u32::from_be_bytes(x)
-        }
-    };
-    let major = if le {
-        u16::from_le_bytes([b[4], b[5]])
-    } else {
-        u16::from_be_bytes([b[4], b[5]])
-    };
-    if major != 2 {
-        return Err(format!("unsupported pcap version {major} (want 2)"));
-    }
-    let snaplen = u32_at(16);
-    // The upper bits may carry FCS information; the link type is the low 16 bits.
-    let network = u32_at(20) & 0xffff;
-    let link = LinkType::from_number(network).ok_or_else(|| {
-        format!(
-            "unsupported link type {network} (supported: 1 Ethernet, 101/12/14 raw IP, 228 IPv4, 229 IPv6, \
-             113 Linux cooked, 276 Linux cooked v2)"
-        )
-    })?;
-    let mut records = Vec::new();
-    let mut at = 24;
-    while at < b.len() {
-        if b.len() - at < 16 {
-            return Err(format!(
-                "truncated record header at offset {at} (record {}): {} of 16 bytes",
-                records.len() + 1,
-                b.len() - at
-            ));
-        }
-        let ts_sec = u32_at(at);
-        let ts_frac = u32_at(at + 4);
-        let incl = u32_at(at + 8);
-        let orig_len = u32_at(at + 12);
-        if incl > MAX_RECORD {
-            return Err(format!(
-                "record {} at offset {at}: captured length {incl} is implausible (corrupt file?)",
-                records.len() + 1
-            ));
-        }
-        let start = at + 16;
-        let end = start + incl as usize;
-        if end > b.len() {
-            return Err(format!(
-                "record {} at offset {at} is truncated: {} of {incl} bytes present",
-                records.len() + 1,
-                b.len() - start
-            ));
-        }
-        records.push(Record {
-            ts_sec,
-            ts_frac,
-            orig_len: orig_len.max(incl),
-            data: b[start..end].to_vec(),
-        });
-        at = end;
-    }
-    Ok(Pcap {
-        link,
-        nanos,
-        snaplen,
-        records,
-    })
-}
-
-/// Serializes as a little-endian pcap file with the file's timestamp resolution.
-pub fn serialize(p: &Pcap) -> Vec<u8> {
-    let size = 24 + p.records.iter().map(|r| 16 + r.data.len()).sum::<usize>();
-    let mut o = Vec::with_capacity(size);
-    let magic = if p.nanos { MAGIC_NS } else { MAGIC_US };
-    o.extend_from_slice(&magic.to_le_bytes());
-    o.extend_from_slice(&2u16.to_le_bytes());
-    o.extend_from_slice(&4u16.to_le_bytes());
-    o.extend_from_slice(&0u32.to_le_bytes()); // thiszone
-    o.extend_from_slice(&0u32.to_le_bytes()); // sigfigs
-    let longest = p.records.iter().map(|r| r.data.len()).max().unwrap_or(0) as u32;
-    o.extend_from_slice(&p.snaplen.max(longest).to_le_bytes());
-    o.extend_from_slice(&p.link.number().to_le_bytes());
-    for r in &p.records {
-        o.extend_from_slice(&r.ts_sec.to_le_bytes());
-        o.extend_from_slice(&r.ts_frac.to_le_bytes());
-        o.extend_from_slice(&(r.data.len() as u32).to_le_bytes());
-        o.extend_from_slice(&r.orig_len.max(r.data.len() as u32).to_le_bytes());
-        o.extend_from_slice(&r.data);
-    }
-    o
 }
 
 /// Reads a pcap file; bad input is a usage error naming the file.
-pub fn read_file(path: &Path) -> crate::Result<Pcap> {
-    let b = std::fs::read(path).map_err(Error::io(format!("cannot read {}", path.display())))?;
-    parse(&b).map_err(|e| Error::Usage(format!("{}: {e}", path.display())))
+pub fn read_file(path: &Path) -> netveil_daemon::Result<Pcap> {
+    netveil_pcap::read_file(path).map_err(pcap_error)
 }
 
-pub fn write_file(path: &Path, p: &Pcap) -> crate::Result<()> {
-    std::fs::write(path, serialize(p))
-        .map_err(Error::io(format!("cannot write {}", path.display())))
+fn write_file(path: &Path, p: &Pcap) -> netveil_daemon::Result<()> {
+    netveil_pcap::write_file(path, p).map_err(pcap_error)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netveil_pcap::{be16, parse, serialize};
 
     fn ipv4(payload: &[u8]) -> Vec<u8> {
         let len = 20 + payload.len();
@@ -720,123 +477,7 @@ mod tests {
         }
     }
 
-    /// A pcap file written by hand in the given byte order.
-    fn handmade(be: bool, magic: u32, link: u32, recs: &[(u32, u32, &[u8])]) -> Vec<u8> {
-        let w32 = |o: &mut Vec<u8>, v: u32| {
-            o.extend_from_slice(&if be { v.to_be_bytes() } else { v.to_le_bytes() })
-        };
-        let w16 = |o: &mut Vec<u8>, v: u16| {
-            o.extend_from_slice(&if be { v.to_be_bytes() } else { v.to_le_bytes() })
-        };
-        let mut o = Vec::new();
-        w32(&mut o, magic);
-        w16(&mut o, 2);
-        w16(&mut o, 4);
-        w32(&mut o, 0);
-        w32(&mut o, 0);
-        w32(&mut o, 65535);
-        w32(&mut o, link);
-        for (s, f, d) in recs {
-            w32(&mut o, *s);
-            w32(&mut o, *f);
-            w32(&mut o, d.len() as u32);
-            w32(&mut o, d.len() as u32);
-            o.extend_from_slice(d);
-        }
-        o
-    }
-
-    #[test]
-    fn roundtrip_raw() {
-        let p = file(LinkType::Raw, vec![ipv4(&udp(3)), ipv6(&udp(0)), vec![]]);
-        let b = serialize(&p);
-        assert_eq!(&b[..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
-        assert_eq!(&b[20..24], &101u32.to_le_bytes());
-        assert_eq!(parse(&b).unwrap(), p);
-    }
-
-    #[test]
-    fn reads_both_byte_orders_and_nanoseconds() {
-        let pkt = ipv4(&udp(5));
-        for be in [false, true] {
-            for (magic, nanos) in [(MAGIC_US, false), (MAGIC_NS, true)] {
-                let b = handmade(be, magic, 101, &[(7, 999, &pkt), (8, 1, &pkt[..20])]);
-                let p = parse(&b).unwrap();
-                assert_eq!(p.nanos, nanos);
-                assert_eq!(p.link, LinkType::Raw);
-                assert_eq!(p.records.len(), 2);
-                assert_eq!(p.records[0].ts_sec, 7);
-                assert_eq!(p.records[0].ts_frac, 999);
-                assert_eq!(p.records[0].data, pkt);
-                assert_eq!(p.records[1].data, &pkt[..20]);
-            }
-        }
-        for dlt in [12, 14, 228, 229] {
-            assert_eq!(
-                parse(&handmade(false, MAGIC_US, dlt, &[])).unwrap().link,
-                LinkType::Raw
-            );
-        }
-        // FCS bits above the link type are ignored.
-        assert_eq!(
-            parse(&handmade(false, MAGIC_US, 0x1000_0001, &[]))
-                .unwrap()
-                .link,
-            LinkType::Ethernet
-        );
-    }
-
-    #[test]
-    fn bad_files_are_refused_with_a_reason() {
-        let pkt = ipv4(&udp(5));
-        let good = handmade(false, MAGIC_US, 101, &[(1, 2, &pkt)]);
-        let e = parse(&good[..10]).unwrap_err();
-        assert!(e.contains("24-byte file header"), "{e}");
-        let mut bad = good.clone();
-        bad[0] = 0;
-        assert!(parse(&bad).unwrap_err().contains("bad magic"));
-        let e = parse(&good[..good.len() - 1]).unwrap_err();
-        assert!(e.contains("truncated") && e.contains("record 1"), "{e}");
-        let e = parse(&good[..24 + 7]).unwrap_err();
-        assert!(e.contains("truncated record header"), "{e}");
-        let e = parse(&handmade(false, MAGIC_US, 105, &[])).unwrap_err();
-        assert!(e.contains("unsupported link type 105"), "{e}");
-        let mut ng = good.clone();
-        ng[..4].copy_from_slice(&MAGIC_PCAPNG.to_le_bytes());
-        assert!(parse(&ng).unwrap_err().contains("pcapng"));
-        let mut v = good.clone();
-        v[4] = 3;
-        assert!(parse(&v).unwrap_err().contains("version"));
-        let mut huge = good;
-        huge[24 + 8..24 + 12].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(parse(&huge).unwrap_err().contains("implausible"));
-        // Empty file of records is fine.
-        assert!(parse(&handmade(true, MAGIC_US, 1, &[]))
-            .unwrap()
-            .records
-            .is_empty());
-    }
-
-    #[test]
-    fn read_file_names_the_file() {
-        let dir = std::env::temp_dir().join(format!("netveil-pcap-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("bad.pcap");
-        std::fs::write(&f, b"hello").unwrap();
-        match read_file(&f) {
-            Err(Error::Usage(m)) => assert!(m.contains("bad.pcap") && m.contains("not a pcap")),
-            other => panic!("{other:?}"),
-        }
-        let missing = dir.join("missing.pcap");
-        let e = read_file(&missing).unwrap_err();
-        assert!(e.to_string().contains("missing.pcap"));
-        let p = file(LinkType::Ethernet, vec![vec![1, 2, 3]]);
-        let g = dir.join("good.pcap");
-        write_file(&g, &p).unwrap();
-        assert_eq!(read_file(&g).unwrap(), p);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
+    /// An Ethernet frame with VLAN tags `tags`.
     fn eth(tags: &[u16], et: u16, ip: &[u8]) -> Vec<u8> {
         let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
         for t in tags {
@@ -846,48 +487,6 @@ mod tests {
         f.extend_from_slice(&et.to_be_bytes());
         f.extend_from_slice(ip);
         f
-    }
-
-    #[test]
-    fn splits_link_layers() {
-        let v4 = ipv4(&udp(2));
-        let v6 = ipv6(&udp(2));
-        let f = eth(&[], ETHERTYPE_IPV4, &v4);
-        let s = split_frame(LinkType::Ethernet, &f).unwrap();
-        assert_eq!(s.ip, &v4[..]);
-        assert_eq!(s.link_hdr, &f[..12]);
-        let f = eth(&[0x88a8, 0x8100], ETHERTYPE_IPV6, &v6);
-        let s = split_frame(LinkType::Ethernet, &f).unwrap();
-        assert_eq!(s.ip, &v6[..]);
-        assert_eq!(s.link_hdr.len(), 20);
-        assert!(split_frame(LinkType::Ethernet, &eth(&[], 0x0806, &[0; 28])).is_none());
-        // EtherType and version disagree.
-        assert!(split_frame(LinkType::Ethernet, &eth(&[], ETHERTYPE_IPV6, &v4)).is_none());
-        assert!(split_frame(LinkType::Ethernet, &f[..13]).is_none());
-
-        let mut sll = vec![0, 0, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0];
-        sll.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-        sll.extend_from_slice(&v4);
-        assert_eq!(split_frame(LinkType::LinuxSll, &sll).unwrap().ip, &v4[..]);
-        let mut sll2 = ETHERTYPE_IPV6.to_be_bytes().to_vec();
-        sll2.extend_from_slice(&[0; 18]);
-        sll2.extend_from_slice(&v6);
-        assert_eq!(split_frame(LinkType::LinuxSll2, &sll2).unwrap().ip, &v6[..]);
-        assert!(split_frame(LinkType::Raw, &[0x10, 0]).is_none());
-        assert!(split_frame(LinkType::Raw, &[]).is_none());
-    }
-
-    #[test]
-    fn ip_own_length_cuts_padding() {
-        let v4 = ipv4(&udp(0));
-        let mut padded = v4.clone();
-        padded.extend_from_slice(&[0; 18]);
-        assert_eq!(ip_own(&padded).unwrap(), &v4[..]);
-        assert!(ip_own(&v4[..v4.len() - 1]).is_none());
-        let v6 = ipv6(&udp(1));
-        let mut padded = v6.clone();
-        padded.extend_from_slice(&[0xee; 4]);
-        assert_eq!(ip_own(&padded).unwrap(), &v6[..]);
     }
 
     const CONF: &str = r#"

@@ -42,7 +42,7 @@
 //! thread for SEP retransmissions and rekeys, and the control socket (`netveil status`). The protocol state is
 //! one [`netveil_l2sec::Node`] behind a mutex, taken once per batch.
 
-use crate::daemon::{run, run_stdin, Undo};
+use crate::engine::{run, run_stdin, Control, Engine, Undo};
 use crate::{Error, Result};
 use netveil_io::packet::{MAX_SEGMENTS, TAP_SCRATCH_LEN};
 use netveil_io::{PacketSocket, Tap};
@@ -69,6 +69,15 @@ use crate::state::StateDir;
 #[serde(deny_unknown_fields)]
 struct RawFile {
     l2sec: RawL2,
+    // The IP engine's sections, parsed by [`crate::config::Config`].
+    #[serde(default, rename = "interface")]
+    _interface: Option<toml::Value>,
+    #[serde(default, rename = "sa")]
+    _sa: Option<toml::Value>,
+    #[serde(default, rename = "policy")]
+    _policy: Option<toml::Value>,
+    #[serde(default, rename = "psp")]
+    _psp: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -622,8 +631,7 @@ pub fn next_epoch(
 
 /// `netveil check` of an l2sec configuration: the file, its key files, that the port exists, and, without
 /// changing anything, that the state directory is not something else and that a stored epoch is readable.
-pub fn check(path: &Path) -> Result<L2Config> {
-    let cfg = L2Config::load(path)?;
+pub fn check(cfg: &L2Config) -> Result<()> {
     port_link(&cfg.interface)?;
     let d = &cfg.state_dir;
     if d.exists() && !d.is_dir() {
@@ -643,12 +651,31 @@ pub fn check(path: &Path) -> Result<L2Config> {
             .into());
         }
     }
-    Ok(cfg)
+    Ok(())
 }
 
-/// `netveil up` with an `[l2sec]` configuration.
-pub fn up(path: &Path) -> Result<()> {
-    let cfg = L2Config::load(path)?;
+/// The L2 engine's configuration, checked, with its node built and its epoch persisted, before any change to the
+/// system.
+pub struct Prepared {
+    cfg: L2Config,
+    node: Node,
+    mac: [u8; 6],
+    ip: (Ipv4Addr, u8),
+    addrs: Vec<(Ipv4Addr, u8)>,
+    mtu: u16,
+    started: Instant,
+}
+
+impl Prepared {
+    /// The control socket the configuration names.
+    pub fn control_socket(&self) -> &Path {
+        &self.cfg.control_socket
+    }
+}
+
+/// Checks what `up` needs of the `[l2sec]` section (the port, its addresses, the state directory), persists the
+/// next group epoch and builds the node, changing nothing on the system.
+pub fn prepare(cfg: L2Config) -> Result<Prepared> {
     let (mac, port_mtu) = port_link(&cfg.interface)?;
     let addrs = port_addrs(&cfg.interface);
     let ip = match cfg.address.or_else(|| addrs.first().copied()) {
@@ -679,8 +706,39 @@ pub fn up(path: &Path) -> Result<()> {
         Some(m) => m,
         None => (port_mtu as usize).saturating_sub(head + tail).max(576) as u16,
     };
+    Ok(Prepared {
+        cfg,
+        node,
+        mac,
+        ip,
+        addrs,
+        mtu,
+        started,
+    })
+}
 
-    let mut undo = Undo::default();
+/// The running L2 engine.
+pub struct L2Engine {
+    st: Arc<State>,
+    tx: std::thread::JoinHandle<()>,
+    rx: std::thread::JoinHandle<()>,
+    timer: std::thread::JoinHandle<()>,
+    tap: Arc<Tap>,
+}
+
+/// Sets up the port, the TAP device and the port's nftables table (each change recorded in `undo`) and starts the
+/// data-plane threads. `control`: the control socket, for the startup line.
+pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
+    let Prepared {
+        cfg,
+        node,
+        mac,
+        ip,
+        addrs,
+        mtu,
+        started,
+    } = p;
+
     let tap = Tap::open_offload(&cfg.tap, mtu, Some(mac), cfg.offload)
         .map_err(Error::io(format!("cannot create TAP device {}", cfg.tap)))?;
     // First of all, the port carries nothing but l2sec, in and out (nothing escapes while the rest is set up).
@@ -741,7 +799,6 @@ pub fn up(path: &Path) -> Result<()> {
         .map_err(Error::io("socket timeout"))?;
     tap.set_recv_timeout(Duration::from_millis(200))
         .map_err(Error::io("TAP timeout"))?;
-    let listener = crate::control::listen(&cfg.control_socket)?;
 
     let st = Arc::new(State {
         node: Mutex::new(node),
@@ -754,7 +811,6 @@ pub fn up(path: &Path) -> Result<()> {
         cfg,
     });
     let (tap, sock) = (Arc::new(tap), Arc::new(sock));
-    let stop = netveil_io::os::stop_on_signals();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
             .name(name.into())
@@ -773,10 +829,6 @@ pub fn up(path: &Path) -> Result<()> {
         let (st, sock) = (st.clone(), sock.clone());
         spawn("l2-timer", Box::new(move || timer_loop(&st, &sock)))?
     };
-    {
-        let st = st.clone();
-        spawn("l2-ctl", Box::new(move || serve(&st, listener)))?;
-    }
     eprintln!(
         "netveil: l2sec on {} (TAP {}, {}/{}, MTU {}); control socket {}",
         st.cfg.interface,
@@ -784,20 +836,44 @@ pub fn up(path: &Path) -> Result<()> {
         st.ip.0,
         st.ip.1,
         st.mtu,
-        st.cfg.control_socket.display()
+        control.display()
     );
-    while !stop.load(Relaxed) && !tx.is_finished() && !rx.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
+    Ok(L2Engine {
+        st,
+        tx,
+        rx,
+        timer,
+        tap,
+    })
+}
+
+impl L2Engine {
+    /// The engine's answers on the control socket.
+    pub fn control(&self) -> Arc<dyn Control> {
+        self.st.clone()
     }
-    st.stop.store(true, Relaxed);
-    let _ = tx.join();
-    let _ = rx.join();
-    let _ = timer.join();
-    let _ = std::fs::remove_file(&st.cfg.control_socket);
-    drop(tap);
-    eprintln!("netveil: l2sec on {} down", st.cfg.interface);
-    drop(undo);
-    Ok(())
+}
+
+impl Engine for L2Engine {
+    fn tick(&mut self) -> bool {
+        !self.tx.is_finished() && !self.rx.is_finished()
+    }
+
+    fn stop(self: Box<Self>, _undo: &mut Undo, _down: bool) {
+        let L2Engine {
+            st,
+            tx,
+            rx,
+            timer,
+            tap,
+        } = *self;
+        st.stop.store(true, Relaxed);
+        let _ = tx.join();
+        let _ = rx.join();
+        let _ = timer.join();
+        drop(tap);
+        eprintln!("netveil: l2sec on {} down", st.cfg.interface);
+    }
 }
 
 /// Sends what the node has ready (SEP messages, frames that waited for a session), while the caller still holds
@@ -1004,113 +1080,16 @@ fn status_json(st: &State) -> Value {
     })
 }
 
-fn serve(st: &State, l: std::os::unix::net::UnixListener) {
-    crate::control::serve_lines(l, &st.stop, |req| match req {
-        "status" => status_json(st),
-        _ => json!({ "error": "unknown request (an l2sec daemon answers 'status')" }),
-    })
-}
-
-/// The human-readable status of an l2sec daemon.
-pub fn render_status(v: &Value) -> String {
-    use crate::control::human_bytes;
-    let l = &v["l2sec"];
-    let c = &l["counters"];
-    let mut o = format!(
-        "l2sec: {} (TAP {}, {} {}, MTU {})  EtherType {}  up {}s\n  group: {} epoch {}{}, {} senders known, {} peer restarts seen\n  sessions: {} (dh {})\n  tx: {} frames, {} ({} group)   rx: {} frames, {} ({} group)   SEP messages: {}, exchanges postponed or refused by the rate limit: {}\n  clear frames dropped on the port: {} in, {} out\n",
-        l["interface"].as_str().unwrap_or("?"),
-        l["tap"].as_str().unwrap_or("?"),
-        l["mac"].as_str().unwrap_or("?"),
-        l["address"].as_str().unwrap_or("?"),
-        l["mtu"],
-        l["ethertype"].as_str().unwrap_or("?"),
-        l["uptime_seconds"],
-        l["group_suite"].as_str().unwrap_or("?"),
-        l["epoch"],
-        if l["signing"].as_bool() == Some(true) { ", signed" } else { "" },
-        l["group_senders"],
-        c["peer_restarts"],
-        l["suites"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
-        l["dh_groups"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
-        c["tx_frames"],
-        human_bytes(c["tx_bytes"].as_u64().unwrap_or(0)),
-        c["tx_group"],
-        c["rx_frames"],
-        human_bytes(c["rx_bytes"].as_u64().unwrap_or(0)),
-        c["rx_group"],
-        c["sep_messages"],
-        c["sep_rate_limited"],
-        c["clear_dropped_in"],
-        c["clear_dropped_out"],
-    );
-    o.push_str(&format!(
-        "\n{:<18} {:<15} {:<4} {:<18} {:>7} {:>9} {:>10} {:>11} {:>10} {:>11}\n",
-        "PEER",
-        "IP",
-        "KEY",
-        "SUITE",
-        "AGE",
-        "EXPIRES",
-        "TX FRAMES",
-        "TX BYTES",
-        "RX FRAMES",
-        "RX BYTES"
-    ));
-    for p in l["peers"].as_array().into_iter().flatten() {
-        let s = &p["session"];
-        let (key, suite, age, exp) = if s.is_null() {
-            (
-                "-".to_string(),
-                if p["handshaking"].as_bool() == Some(true) {
-                    "(SEP running)"
-                } else {
-                    "(none)"
-                }
-                .to_string(),
-                "-".to_string(),
-                "-".to_string(),
-            )
-        } else {
-            (
-                format!(
-                    "{}{}",
-                    s["key_id"],
-                    if s["initiator"].as_bool() == Some(true) {
-                        "i"
-                    } else {
-                        "r"
-                    }
-                ),
-                s["suite"].as_str().unwrap_or("").to_string(),
-                format!("{}s", s["age_seconds"]),
-                format!("{}s", s["expires_in_seconds"]),
-            )
-        };
-        o.push_str(&format!(
-            "{:<18} {:<15} {:<4} {:<18} {:>7} {:>9} {:>10} {:>11} {:>10} {:>11}\n",
-            p["mac"].as_str().unwrap_or(""),
-            p["ip"].as_str().unwrap_or("-"),
-            key,
-            suite,
-            age,
-            exp,
-            p["tx_frames"].as_u64().unwrap_or(0),
-            human_bytes(p["tx_bytes"].as_u64().unwrap_or(0)),
-            p["rx_frames"].as_u64().unwrap_or(0),
-            human_bytes(p["rx_bytes"].as_u64().unwrap_or(0)),
-        ));
+impl Control for State {
+    fn answer(&self, _req: &str) -> Option<Value> {
+        None
     }
-    for (what, k) in [
-        ("tx drops", "tx_drops"),
-        ("rx drops", "rx_drops"),
-        ("SEP (refused, or for other hosts)", "sep_errors"),
-    ] {
-        if let Some(m) = l[k].as_object().filter(|m| !m.is_empty()) {
-            let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            o.push_str(&format!("{what}: {}\n", parts.join(", ")));
+
+    fn status(&self, status: &mut serde_json::Map<String, Value>) {
+        if let Value::Object(m) = status_json(self) {
+            status.extend(m);
         }
     }
-    o
 }
 
 /// `netveil keygen --ed25519 --name NAME`: writes `NAME.l2key` (the 32-byte seed in hex, mode 0600) into `dir`

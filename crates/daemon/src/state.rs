@@ -10,44 +10,15 @@
 //! directory synced, so a crash at any moment leaves either the old or the new value. A file that does not parse is
 //! an error (the daemon refuses to start rather than guess a mark), never silently reset.
 
-use crate::config::ConfigError;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use crate::error::ConfigError;
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Where the daemon keeps its state unless `state_dir` says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/netveil";
 
 /// A writable state directory.
-/// Replaces the file at `path` with `bytes`, atomically and durably: a new file (mode 0600, never opened through a
-/// symlink) in the same directory, synced, renamed over the old one (a symlink there is replaced, not followed),
-/// and the directory synced.
-pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let r = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r
-}
 
 #[derive(Debug, Clone)]
 pub struct StateDir {
@@ -146,7 +117,7 @@ impl StateDir {
 
     /// Stores `v` under `name`, durably (see the module documentation) before returning.
     pub fn write_u64(&self, name: &str, v: u64) -> std::io::Result<()> {
-        write_private(&self.path.join(name), format!("{v}\n").as_bytes())
+        netveil_control::write_private(&self.path.join(name), format!("{v}\n").as_bytes())
     }
 }
 

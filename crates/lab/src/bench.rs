@@ -5,7 +5,8 @@
 //! Each row builds a fresh two-host lab (two namespaces joined by a veth pair), starts `netveil up` in both, and
 //! runs iperf3 between the inner addresses for `--seconds`. Figures are the receiver's goodput.
 
-use crate::lab::{self, Family, HostPair, Lab, TwoHosts};
+pub use crate::bench_args::BenchArgs;
+use crate::lab::{self, iperf, Family, HostPair, Lab, TwoHosts};
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -30,67 +31,6 @@ pub const ALL_SUITES: &[&str] = &[
     "null-null",
 ];
 
-#[derive(clap::Args, Debug)]
-pub struct BenchArgs {
-    /// ESP suites to measure, comma-separated (default: all).
-    #[arg(long, value_delimiter = ',')]
-    pub suites: Vec<String>,
-    /// Encapsulations: raw (IP protocol 50), udp (RFC 3948, port 4500) or both.
-    #[arg(long, default_value = "both")]
-    pub encap: String,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 4)]
-    pub seconds: u32,
-    /// Parallel TCP streams (iperf3 -P).
-    #[arg(long, default_value_t = 1)]
-    pub streams: u32,
-    /// PSP versions to measure, comma-separated (aes-gcm-128, aes-gcm-256, aes-gmac-128, aes-gmac-256), or
-    /// "none".
-    #[arg(long, value_delimiter = ',', default_value = "aes-gcm-128,aes-gcm-256")]
-    pub psp: Vec<String>,
-    /// Packets for the in-process per-packet time split of PSP (0: skip it).
-    #[arg(long, default_value_t = 200_000)]
-    pub split_packets: usize,
-    /// l2sec suites to measure on the wired-LAN lab (a Linux bridge between two hosts), against the plain
-    /// bridge, comma-separated (e.g. aes128gcm, chacha20poly1305, blowfish-cbc-sha1), or "none".
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "aes128gcm,blowfish-cbc-sha1"
-    )]
-    pub l2sec: Vec<String>,
-    /// Skip the wireguard-go comparison even if wireguard-go and wg are installed.
-    #[arg(long)]
-    pub no_peers: bool,
-    /// Measure goodput under floods instead (ESP-in-UDP and PSP; see `bench_flood`): a baseline, the closed-port
-    /// control, and random data, unknown SPIs, bad ICVs and replays from a non-peer and from the spoofed peer.
-    #[arg(long)]
-    pub flood: bool,
-    /// Packets per second of each flood; 0 (the default): line rate, i.e. the closed-port control runs unpaced,
-    /// as fast as this machine sends it, and every other flood is paced to the rate it reached (equal rates,
-    /// comparable rows).
-    #[arg(long, default_value_t = 0)]
-    pub flood_pps: u64,
-    /// The floods to run (closed is the control): closed, random, unknown-spi, bad-icv (sequence numbers far
-    /// ahead: a blind forger), bad-icv-aimed (just above the window: a forger who sees the wire), replay; random,
-    /// unknown-spi and bad-icv from a non-peer and from the spoofed peer, the others as their names say.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "closed,random,unknown-spi,bad-icv,bad-icv-aimed,replay"
-    )]
-    pub flood_kinds: Vec<String>,
-    /// Rounds of every measurement (each with its own baseline); the table shows medians.
-    #[arg(long, default_value_t = 3)]
-    pub flood_rounds: u32,
-    /// The tunnels to flood: esp (ESP-in-UDP aes128gcm16), psp (aes-gcm-128).
-    #[arg(long, value_delimiter = ',', default_value = "esp,psp")]
-    pub flood_tunnels: Vec<String>,
-    /// Also write the results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-}
-
 /// One measured row.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Row {
@@ -98,62 +38,6 @@ pub struct Row {
     pub encap: String,
     pub gbit_per_s: f64,
     pub retransmits: u64,
-}
-
-pub(crate) fn iperf(
-    lab: &Lab,
-    server_ns: &str,
-    client_ns: &str,
-    dst: &str,
-    secs: u32,
-    streams: u32,
-) -> Result<(f64, u64)> {
-    let mut server = lab
-        .command(server_ns, &["iperf3", "-s", "-1", "-B", dst])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(Error::io("cannot start iperf3"))?;
-    // Wait for the server to listen.
-    let mut out = None;
-    for _ in 0..50 {
-        std::thread::sleep(Duration::from_millis(100));
-        let o = lab.exec(
-            client_ns,
-            &[
-                "iperf3",
-                "-c",
-                dst,
-                "-t",
-                &secs.to_string(),
-                "-P",
-                &streams.to_string(),
-                "-J",
-            ],
-        )?;
-        if o.status.success() {
-            out = Some(o);
-            break;
-        }
-        let text = String::from_utf8_lossy(&o.stdout);
-        if !text.contains("Connection refused") && !text.contains("unable to connect") {
-            let _ = server.kill();
-            return Err(Error::Other(format!(
-                "iperf3 to {dst} failed: {}",
-                text.trim()
-            )));
-        }
-    }
-    let _ = server.kill();
-    let _ = server.wait();
-    let o = out.ok_or_else(|| Error::Other(format!("iperf3 server at {dst} did not start")))?;
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .map_err(|e| Error::Other(format!("cannot parse iperf3 output: {e}")))?;
-    let bps = v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0);
-    let retr = v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
-    Ok((bps / 1e9, retr))
 }
 
 fn measure_clear(a: &BenchArgs) -> Result<Row> {

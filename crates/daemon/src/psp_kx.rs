@@ -52,7 +52,7 @@ pub struct PspState {
     pub tx_no_sa: AtomicU64,
     /// A storm of authentication failures is on: the socket filter refuses IVs far above the windows.
     pub storm: AtomicBool,
-    /// The tunnel MTU (for the longest single datagram, see [`crate::daemon::single_datagram_max`]).
+    /// The tunnel MTU (for the longest single datagram, see [`crate::filters::single_datagram_max`]).
     pub mtu: u16,
     /// The PSP receive socket, whose socket filter passes only the device's SPIs (and IVs not left of the window).
     rx_socket: Mutex<
@@ -117,12 +117,12 @@ impl PspState {
         let rules: Vec<netveil_io::filter::SpiRule> = dev
             .rx_windows()
             .into_iter()
-            .map(|(spi, w)| crate::daemon::window_rule(spi, w, storm))
+            .map(|(spi, w)| crate::filters::window_rule(spi, w, storm))
             .collect();
         let p = netveil_io::filter::spi_filter_gro(
             netveil_io::filter::Layout::PspInUdp,
             &rules,
-            crate::daemon::single_datagram_max(self.mtu),
+            crate::filters::single_datagram_max(self.mtu),
         );
         if p != *installed {
             match sock.attach_filter(p.as_ref()) {

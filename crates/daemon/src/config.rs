@@ -35,24 +35,7 @@ use netveil_sa::policy::{self, PortRange, Selector};
 use serde::Deserialize;
 use std::net::IpAddr;
 
-/// A configuration error: the key it concerns and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub key: String,
-    pub reason: String,
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.key.is_empty() {
-            write!(f, "{}", self.reason)
-        } else {
-            write!(f, "{}: {}", self.key, self.reason)
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
+pub use crate::error::ConfigError;
 
 fn err<T>(key: impl Into<String>, reason: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError {
@@ -147,6 +130,9 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     interface: RawInterface,
+    /// The L2 engine's section, parsed by [`crate::l2::L2Config`].
+    #[serde(default, rename = "l2sec")]
+    _l2sec: Option<toml::Value>,
     #[serde(default)]
     sa: Vec<RawSa>,
     #[serde(default)]
@@ -330,7 +316,8 @@ pub struct Config {
 
 pub const DEFAULT_REPLAY_WINDOW: u32 = 1024;
 pub const DEFAULT_MTU: u16 = 1400;
-pub const RUN_DIR: &str = "/run/netveil";
+/// The directory of the control sockets by default.
+pub use netveil_control::RUN_DIR;
 
 fn int_in(key: &str, v: i64, lo: i64, hi: i64) -> Result<i64, ConfigError> {
     if v < lo || v > hi {

@@ -31,7 +31,31 @@ fn other(msg: impl Into<String>) -> Error {
 
 /// Whether this process runs as root (labs need it).
 pub fn is_root() -> bool {
-    netveil_io::os::is_root()
+    nix::unistd::geteuid().is_root()
+}
+
+/// The `netveil` binary a lab runs: `$NETVEIL_BIN` if set; this program if it is `netveil` (demo, bench); else the
+/// `netveil` that cargo built beside this program (a test binary in `target/PROFILE/deps/`).
+pub fn netveil_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("NETVEIL_BIN") {
+        return PathBuf::from(p);
+    }
+    let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("netveil"));
+    if me.file_name().is_some_and(|n| n == "netveil") {
+        return me;
+    }
+    me.parent()
+        .and_then(|d| {
+            [d.join("netveil"), d.parent()?.join("netveil")]
+                .into_iter()
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| PathBuf::from("netveil"))
+}
+
+/// Runs `netveil ARGS` (the binary of [`netveil_binary`]) and returns its standard output.
+pub fn run_netveil(args: &[&std::ffi::OsStr]) -> Result<String> {
+    run_ok(Command::new(netveil_binary()).args(args))
 }
 
 /// Whether a program is on PATH.
@@ -42,7 +66,9 @@ pub fn have_tool(name: &str) -> bool {
 }
 
 fn signal(pid: u32, sig: libc::c_int) {
-    let _ = netveil_io::os::kill(pid, sig);
+    if let (Ok(pid), Ok(sig)) = (i32::try_from(pid), nix::sys::signal::Signal::try_from(sig)) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+    }
 }
 
 /// Waits for a child up to `timeout`; returns None if it is still running.
@@ -104,7 +130,7 @@ impl Lab {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)
             .map_err(Error::io(format!("cannot create {}", dir.display())))?;
-        let netveil = std::env::current_exe().map_err(Error::io("current executable"))?;
+        let netveil = netveil_binary();
         Ok(Lab {
             id,
             namespaces: Vec::new(),
@@ -423,7 +449,7 @@ impl Drop for Lab {
     }
 }
 
-fn run_ok(cmd: &mut Command) -> Result<String> {
+pub(crate) fn run_ok(cmd: &mut Command) -> Result<String> {
     let out = cmd
         .output()
         .map_err(Error::io(format!("cannot run {:?}", cmd.get_program())))?;
@@ -454,7 +480,8 @@ where
     std::thread::Builder::new()
         .name(format!("ns-{ns}"))
         .spawn(move || {
-            netveil_io::os::enter_net_namespace(&file).map_err(Error::io("setns"))?;
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| Error::io("setns")(e.into()))?;
             Ok(f())
         })
         .map_err(Error::io("thread"))
@@ -902,7 +929,13 @@ impl HostPair {
             .ok_or_else(|| other("control socket without a directory"))?;
         for n in ["a", "b"] {
             if !dir.join(format!("{n}.crt")).exists() {
-                crate::psp_ctl::keygen(n, dir)?;
+                run_netveil(&[
+                    "keygen".as_ref(),
+                    "-n".as_ref(),
+                    n.as_ref(),
+                    "-o".as_ref(),
+                    dir.as_os_str(),
+                ])?;
             }
         }
         let mut out = [String::new(), String::new()];
@@ -1307,4 +1340,62 @@ pub fn tshark_frames(
         });
     }
     Ok(frames)
+}
+
+/// Runs iperf3 for `secs` seconds with `streams` TCP streams from `client_ns` to a server at `dst` in `server_ns`;
+/// returns the receiver's goodput in Gbit/s and the sender's retransmits.
+pub fn iperf(
+    lab: &Lab,
+    server_ns: &str,
+    client_ns: &str,
+    dst: &str,
+    secs: u32,
+    streams: u32,
+) -> Result<(f64, u64)> {
+    let mut server = lab
+        .command(server_ns, &["iperf3", "-s", "-1", "-B", dst])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(Error::io("cannot start iperf3"))?;
+    // Wait for the server to listen.
+    let mut out = None;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let o = lab.exec(
+            client_ns,
+            &[
+                "iperf3",
+                "-c",
+                dst,
+                "-t",
+                &secs.to_string(),
+                "-P",
+                &streams.to_string(),
+                "-J",
+            ],
+        )?;
+        if o.status.success() {
+            out = Some(o);
+            break;
+        }
+        let text = String::from_utf8_lossy(&o.stdout);
+        if !text.contains("Connection refused") && !text.contains("unable to connect") {
+            let _ = server.kill();
+            return Err(Error::Other(format!(
+                "iperf3 to {dst} failed: {}",
+                text.trim()
+            )));
+        }
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let o = out.ok_or_else(|| Error::Other(format!("iperf3 server at {dst} did not start")))?;
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .map_err(|e| Error::Other(format!("cannot parse iperf3 output: {e}")))?;
+    let bps = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let retr = v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
+    Ok((bps / 1e9, retr))
 }

@@ -1,0 +1,162 @@
+//! What every engine plugs into: the [`Engine`] and [`Control`] traits the runtime drives, and the setup helpers
+//! they share (commands recorded in an [`Undo`], nftables tables and their counters).
+//!
+//! An engine (the IP engine in [`crate::ip`], the L2 engine in [`crate::l2`]) is set up by its own `start`, which
+//! records every system change in the runtime's one [`Undo`] and starts the engine's data-plane threads. The
+//! runtime ([`crate::runtime`]) then calls [`Engine::tick`] every 20 ms on its own thread until a signal, a `stop`
+//! request or the end of a data-plane thread, and [`Engine::stop`] at the end. Control requests go to each
+//! engine's [`Control`] in turn.
+
+use crate::{Error, Result};
+use serde_json::{Map, Value};
+
+/// A running engine, as the runtime drives it.
+pub trait Engine: Send {
+    /// Housekeeping on the runtime's thread, every 20 ms (socket filters, sequence reservations, storms). `false`
+    /// when one of the engine's data-plane threads has ended: the runtime stops everything.
+    fn tick(&mut self) -> bool;
+    /// Stops the engine's threads and writes what must persist. `down`: the user asked for everything to be removed
+    /// (`netveil down`), fail-closed filters included; otherwise the engine decides what stays in `undo`.
+    fn stop(self: Box<Self>, undo: &mut Undo, down: bool);
+}
+
+/// An engine's answers on the control socket.
+pub trait Control: Send + Sync {
+    /// The answer to `req`, or `None` if the request is not this engine's.
+    fn answer(&self, req: &str) -> Option<Value>;
+    /// Adds this engine's part of the status (`netveil status --json`) to `status`.
+    fn status(&self, status: &mut Map<String, Value>);
+}
+
+/// System changes made during setup, undone in reverse order on drop.
+#[derive(Default)]
+pub struct Undo {
+    cmds: Vec<Vec<String>>,
+}
+
+impl Undo {
+    pub fn push(&mut self, cmd: &[&str]) {
+        self.cmds.push(cmd.iter().map(|s| s.to_string()).collect());
+    }
+
+    /// Forgets `cmd`: what it would undo stays.
+    pub fn keep(&mut self, cmd: &[&str]) {
+        self.cmds.retain(|c| !c.iter().eq(cmd.iter()));
+    }
+}
+
+impl core::ops::Drop for Undo {
+    fn drop(&mut self) {
+        for c in self.cmds.iter().rev() {
+            let _ = std::process::Command::new(&c[0])
+                .args(&c[1..])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Runs a command; its failure (with what it printed on stderr) is an error.
+pub fn run(cmd: &[&str]) -> Result<()> {
+    let out = std::process::Command::new(cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .map_err(Error::io(format!("cannot run {}", cmd[0])))?;
+    if !out.status.success() {
+        return Err(Error::Other(format!(
+            "'{}' failed: {}",
+            cmd.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs a command with `input` on its standard input.
+pub fn run_stdin(cmd: &[&str], input: &str) -> Result<()> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(cmd[0])
+        .args(&cmd[1..])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(Error::io(format!("cannot run {}", cmd[0])))?;
+    child
+        .stdin
+        .take()
+        .map(|mut s| s.write_all(input.as_bytes()));
+    let out = child
+        .wait_with_output()
+        .map_err(Error::io(cmd[0].to_string()))?;
+    if !out.status.success() {
+        return Err(Error::Other(format!(
+            "'{}' failed: {}",
+            cmd.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Installs (or replaces, in one transaction, so that nothing passes in between) the interface's table.
+pub fn nft_install(table: &str, text: &str) -> Result<()> {
+    run_stdin(
+        &["nft", "-f", "-"],
+        &format!("table inet {table} {{}}\ndelete table inet {table}\n{text}"),
+    )
+}
+
+/// Packets dropped by the nftables rules of `chain` (input: clear traffic covered by an inbound protect policy;
+/// output/forward: covered traffic that tried to leave outside the TUN).
+pub fn nft_drops(table: &str, chain: &str) -> u64 {
+    let out = match std::process::Command::new("nft")
+        .args(["-j", "list", "table", "inet", table])
+        .output()
+    {
+        Ok(o) if o.status.success() => o.stdout,
+        _ => return 0,
+    };
+    let v: serde_json::Value = match serde_json::from_slice(&out) {
+        Ok(v) => v,
+        Err(_) => return 0,
+    };
+    let mut total = 0;
+    if let Some(items) = v["nftables"].as_array() {
+        for it in items {
+            if it["rule"]["chain"].as_str() != Some(chain) {
+                continue;
+            }
+            if let Some(exprs) = it["rule"]["expr"].as_array() {
+                for e in exprs {
+                    total += e["counter"]["packets"].as_u64().unwrap_or(0);
+                }
+            }
+        }
+    }
+    total
+}
+
+/// Whether the table `inet NAME` exists.
+pub fn nft_table_exists(table: &str) -> bool {
+    std::process::Command::new("nft")
+        .args(["list", "table", "inet", table])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Removes every `not fwmark M table M pref 1000` rule (both families), as `netveil up` installs them.
+pub fn remove_fwmark_rules(m: &str) {
+    for fam in ["-4", "-6"] {
+        for _ in 0..16 {
+            if run(&[
+                "ip", fam, "rule", "del", "not", "fwmark", m, "table", m, "pref", "1000",
+            ])
+            .is_err()
+            {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The rules of the socket filters every engine installs on its receive sockets, and when an engine counts as under
+//! a storm of forged packets.
+
+use netveil_io::filter::SpiRule;
+use std::time::Duration;
+
+/// How far above a window's top the socket filters refuse counters during a storm of authentication failures:
+/// twice the reservation block, more than a genuine sender ever jumps (a restarted one skips at most one block).
+pub const STORM_CEILING_AHEAD: u64 = 2 * crate::state::SEQ_BLOCK;
+
+/// The socket-filter rule of a receive SA with window state `w` (top, size): the floor (twice the window below the
+/// top, so a filter that lags behind never refuses what the window would take) and, during a storm, the ceiling
+/// ([`STORM_CEILING_AHEAD`] above the top; none before the first packet authenticated).
+pub fn window_rule(spi: u32, w: Option<(u64, u32)>, storm: bool) -> SpiRule {
+    let (floor, ceiling) = match w {
+        Some((top, size)) => (
+            Some(top.saturating_sub(2 * u64::from(size))).filter(|f| *f > 0),
+            (storm && top > 0).then(|| top.saturating_add(STORM_CEILING_AHEAD)),
+        ),
+        None => (None, None),
+    };
+    SpiRule {
+        spi,
+        floor,
+        ceiling,
+    }
+}
+
+/// The longest single ESP-in-UDP or PSP datagram a peer sends with a tunnel MTU of `mtu` (the inner packet and every
+/// header and trailer, generously): anything longer on a GRO socket is datagrams coalesced by the kernel.
+pub fn single_datagram_max(mtu: u16) -> u32 {
+    u32::from(mtu) + 512
+}
+
+/// Authentication failures per second from which the receive path counts as under a storm (forged packets with
+/// the right SPI): the socket filters then also refuse counters far above the window.
+pub const STORM_AUTH_FAILURES_PER_S: u64 = 1000;
+/// How long the storm mode outlasts the last second with that many failures.
+pub const STORM_HOLD: Duration = Duration::from_secs(2);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_rules() {
+        let r = window_rule(7, Some((10_000, 1024)), false);
+        assert_eq!((r.spi, r.floor, r.ceiling), (7, Some(10_000 - 2048), None));
+        let r = window_rule(7, Some((10_000, 1024)), true);
+        assert_eq!(r.ceiling, Some(10_000 + STORM_CEILING_AHEAD));
+        const { assert!(STORM_CEILING_AHEAD > crate::state::SEQ_BLOCK) };
+        let r = window_rule(7, Some((0, 1024)), true);
+        assert_eq!((r.floor, r.ceiling), (None, None));
+        let r = window_rule(7, Some((100, 1024)), true);
+        assert_eq!(r.floor, None);
+        let r = window_rule(7, None, true);
+        assert_eq!((r.floor, r.ceiling), (None, None));
+    }
+}

@@ -1,0 +1,214 @@
+//! The IP engine's answers on the control socket (ESP, AH, PSP): status, keys, rotate.
+
+use crate::engine::Control;
+use crate::ip::Shared;
+use netveil_ipsec::sa::{Direction, Suite};
+use netveil_ipsec::Mode;
+use serde_json::{json, Map, Value};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// The IP engine's answers: `keys` (the running SAs' keys, for Wireshark), `rotate` (PSP master keys), and its
+/// part of `status`.
+pub struct IpControl(pub Arc<Shared>);
+
+impl Control for IpControl {
+    fn answer(&self, req: &str) -> Option<Value> {
+        let sh = &self.0;
+        Some(match req {
+            "keys" => keys_json(sh),
+            "rotate" => match &sh.psp {
+                Some(st) => {
+                    let before = st.rotations.load(Relaxed);
+                    st.rotate_requests.fetch_add(1, Relaxed);
+                    // Wait (briefly) for the key exchange to carry it out, so that `netveil rotate` returns after.
+                    let t = std::time::Instant::now();
+                    while st.rotations.load(Relaxed) == before
+                        && t.elapsed() < std::time::Duration::from_secs(3)
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    let d = st.device.read().map(|d| d.generation()).unwrap_or(0);
+                    json!({ "rotated": st.rotations.load(Relaxed) != before, "generation": d })
+                }
+                None => json!({ "error": "no [psp] section: nothing to rotate" }),
+            },
+            _ => return None,
+        })
+    }
+
+    fn status(&self, status: &mut Map<String, Value>) {
+        if let Value::Object(m) = status_json(&self.0) {
+            status.extend(m);
+        }
+    }
+}
+
+fn suite_name(s: &Suite) -> String {
+    match s {
+        Suite::Esp(e) => e.name(),
+        Suite::Ah(a) => a.name(),
+    }
+}
+
+/// The daemon's state as JSON (what `netveil status --json` prints).
+pub fn status_json(sh: &Shared) -> Value {
+    let now = sh.now();
+    let sas: Vec<Value> = sh
+        .sad
+        .iter()
+        .map(|sa| {
+            let p = &sa.params;
+            let c = sa.counters.snapshot();
+            let (mode, local, remote) = match p.mode {
+                Mode::Transport => ("transport", None, None),
+                Mode::Tunnel { local, remote } => {
+                    ("tunnel", Some(local.to_string()), Some(remote.to_string()))
+                }
+            };
+            json!({
+                "name": p.name,
+                "direction": if p.direction == Direction::Out { "out" } else { "in" },
+                "protocol": match p.suite { Suite::Esp(_) => "esp", Suite::Ah(_) => "ah" },
+                "spi": format!("{:#010x}", p.spi),
+                "mode": mode,
+                "local": local,
+                "remote": remote,
+                "suite": suite_name(&p.suite),
+                "esn": p.esn,
+                "encap": p.encap.map(|u| format!("udp {}->{}", u.local_port, u.remote_port)),
+                "packets": c.packets,
+                "bytes": c.bytes,
+                "dropped": c.dropped,
+                "auth_failed": c.auth_failed,
+                "replayed": c.replayed,
+                "seq": if p.direction == Direction::Out { sa.seq_last() } else { sa.replay_top() },
+                "replay_window": p.replay_window,
+                "lifetime": format!("{:?}", sa.lifetime_state(now)).to_lowercase(),
+                "rekey_needed": sa.rekey_needed.load(Relaxed),
+            })
+        })
+        .collect();
+    let mut drops = serde_json::Map::new();
+    for (name, n) in sh.tx_drops.snapshot() {
+        drops.insert(format!("tx:{name}"), json!(n));
+    }
+    for (name, n) in sh.rx_drops.snapshot() {
+        drops.insert(format!("rx:{name}"), json!(n));
+    }
+    drops.insert("rx:socket-filter-or-full".into(), json!(sh.kernel_drops()));
+    if let Some(t) = &sh.nft_table {
+        drops.insert(
+            "rx:clear-but-protected".into(),
+            json!(crate::engine::nft_drops(t, "input")),
+        );
+        drops.insert(
+            "rx:not-from-a-peer".into(),
+            json!(crate::engine::nft_drops(t, "prerouting")),
+        );
+        drops.insert(
+            "tx:outside-tun-blocked".into(),
+            json!(crate::engine::nft_drops(t, "output") + crate::engine::nft_drops(t, "forward")),
+        );
+    }
+    json!({
+        "interface": sh.tun_name,
+        "uptime_seconds": now,
+        "psp": sh.psp.as_ref().map(|st| psp_json(st)),
+        "tx": { "packets": sh.tx_packets.load(Relaxed), "bytes": sh.tx_bytes.load(Relaxed), "bypassed": sh.bypassed.load(Relaxed) },
+        "rx": { "packets": sh.rx_packets.load(Relaxed), "bytes": sh.rx_bytes.load(Relaxed) },
+        "sas": sas,
+        "drops": drops,
+        "policies": sh.config.policies.iter().map(|p| json!({
+            "name": p.name,
+            "direction": format!("{:?}", p.direction).to_lowercase(),
+            "src": p.selector.src.to_string(),
+            "dst": p.selector.dst.to_string(),
+            "proto": p.selector.proto,
+            "action": match p.action { netveil_sa::policy::Action::Protect(_) => "protect", netveil_sa::policy::Action::Bypass => "bypass", netveil_sa::policy::Action::Discard => "discard" },
+            "sas": p.sas.iter().map(|i| sh.config.sas[*i].name.clone()).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// PSP: the device (generation, phase, receive SAs), the association and the specification's counters.
+fn psp_json(st: &crate::psp_kx::PspState) -> Value {
+    let (gen, phase, rx_sas, windows, c) = match st.device.read() {
+        Ok(d) => (
+            d.generation(),
+            d.phase(),
+            d.rx_spis(),
+            d.rx_windows(),
+            d.stats.snapshot(),
+        ),
+        Err(_) => return json!(null),
+    };
+    let top = |spi: u32| {
+        windows
+            .iter()
+            .find(|(s, _)| *s == spi)
+            .and_then(|(_, w)| w.map(|(top, _)| top))
+    };
+    json!({
+        "peer": st.cfg.remote.to_string(),
+        "local": st.cfg.local.to_string(),
+        "mode": if st.cfg.mode == netveil_psp::Mode::Tunnel { "tunnel" } else { "transport" },
+        "version": st.cfg.version.number(),
+        "connected": st.connected.load(Relaxed),
+        "generation": gen,
+        "phase": phase,
+        "rotations": st.rotations.load(Relaxed),
+        "tx_spi": format!("{:#010x}", st.tx_spi.load(Relaxed)),
+        "rx_spi": format!("{:#010x}", st.rx_spi.load(Relaxed)),
+        "rx_sas": rx_sas.iter().map(|(s, g)| json!({"spi": format!("{s:#010x}"), "generation": g, "replay_top": top(*s)})).collect::<Vec<_>>(),
+        "assoc_sent": st.assoc_sent.load(Relaxed),
+        "assoc_received": st.assoc_received.load(Relaxed),
+        "replay_window": st.cfg.replay_window,
+        "stats": {
+            "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes, "rx_auth_fail": c.rx_auth_fail,
+            "rx_error": c.rx_error, "rx_bad": c.rx_bad, "rx_unknown_spi": c.rx_unknown_spi,
+            "rx_replay": c.rx_replay, "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
+            "tx_error": c.tx_error, "tx_no_sa": st.tx_no_sa.load(Relaxed),
+        },
+    })
+}
+
+/// The running SAs' keys, with Wireshark's algorithm names (only over the root-only control socket).
+fn keys_json(sh: &Shared) -> Value {
+    let sas: Vec<Value> = sh
+        .sad
+        .iter()
+        .filter_map(|sa| {
+            let p = &sa.params;
+            let Suite::Esp(es) = p.suite else { return None };
+            let (fam, src, dst) = match p.mode {
+                Mode::Tunnel { local, remote } => {
+                    let (s, d) = if p.direction == Direction::Out {
+                        (local, remote)
+                    } else {
+                        (remote, local)
+                    };
+                    (
+                        if s.is_ipv4() { "IPv4" } else { "IPv6" },
+                        s.to_string(),
+                        d.to_string(),
+                    )
+                }
+                Mode::Transport => ("Any", "*".to_string(), "*".to_string()),
+            };
+            Some(json!({
+                "name": p.name,
+                "family": fam,
+                "src": src,
+                "dst": dst,
+                "spi": format!("{:#010x}", p.spi),
+                "enc_alg": es.enc.wireshark_name(),
+                "enc_key": format!("0x{}", hex::encode(&p.enc_key[..])),
+                "auth_alg": es.integ.map_or("NULL", |i| i.rfc_name()),
+                "auth_key": format!("0x{}", hex::encode(&p.auth_key[..])),
+                "esn": p.esn,
+            }))
+        })
+        .collect();
+    json!({ "sas": sas })
+}

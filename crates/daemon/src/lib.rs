@@ -1,0 +1,67 @@
+//! netveil's daemon: the configuration, the runtime and the engines behind `netveil up`.
+//!
+//! - [`runtime`]: `netveil up`, `down`, `check`: one parse, the engines its sections select, one control socket.
+//! - [`engine`]: what every engine plugs into (the [`engine::Engine`] and [`engine::Control`] traits, `Undo`).
+//! - [`config`]: the IP sections of `netveil.toml`, validated as a whole before anything is applied.
+//! - [`ip`]: the IP engine: TUN + raw/UDP sockets, ESP/AH and PSP, the data-plane threads.
+//! - [`l2`]: the L2 engine: l2sec on a LAN port (TAP + AF_PACKET).
+//! - [`psp_kx`]: the PSP key exchange over TLS.
+//! - [`ip_ctl`]: the IP engine's answers on the control socket.
+//! - [`filters`]: the socket-filter rules and the storm mode.
+//! - [`error`]: configuration errors, each naming its key.
+//! - [`state`]: the state directory (sequence marks, epochs).
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod filters;
+pub mod ip;
+pub mod ip_ctl;
+pub mod l2;
+pub mod psp_kx;
+pub mod runtime;
+pub mod state;
+
+/// A failure of the daemon or of a command run on a configuration. Bad input (configuration, arguments) exits with
+/// code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Config(#[from] config::ConfigError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Config(_) | Error::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Io { context, source }
+    }
+}
+
+impl From<netveil_control::Error> for Error {
+    fn from(e: netveil_control::Error) -> Error {
+        match e {
+            netveil_control::Error::Usage(m) => Error::Usage(m),
+            netveil_control::Error::Io { context, source } => Error::Io { context, source },
+            netveil_control::Error::Other(m) => Error::Other(m),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,260 @@
+//! The runtime: one `netveil up` for every engine. One parse of the configuration file yields its sections; the
+//! sections present select the engines (`[interface]`, `[[sa]]`, `[[policy]]`, `[psp]`: the IP engine; `[l2sec]`:
+//! the L2 engine), so one file may run both in one process. The runtime exists once: it checks every engine's
+//! configuration against the host before anything changes, records every change in one [`Undo`], handles the
+//! signals, runs the one control socket (its status is every engine's status in one JSON object) and drives the
+//! engines ([`Engine::tick`], [`Engine::stop`]).
+
+use crate::config::{Config, ConfigError};
+use crate::engine::{remove_fwmark_rules, run, Control, Engine, Undo};
+use crate::l2::L2Config;
+use crate::{Error, Result};
+use serde_json::{json, Map, Value};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The sections of one configuration file, parsed and validated.
+pub struct Sections {
+    /// `[interface]`, `[[sa]]`, `[[policy]]`, `[psp]`: the IP engine (ESP, AH, PSP over TUN).
+    pub ip: Option<Config>,
+    /// `[l2sec]`: the L2 engine.
+    pub l2: Option<L2Config>,
+}
+
+/// The top-level keys of each engine.
+const IP_KEYS: [&str; 4] = ["interface", "sa", "policy", "psp"];
+const L2_KEYS: [&str; 1] = ["l2sec"];
+
+/// Reads and validates a configuration file: its sections, each checked as a whole.
+pub fn load(path: &Path) -> std::result::Result<Sections, ConfigError> {
+    let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|e| ConfigError {
+        key: String::new(),
+        reason: format!("cannot read {}: {e}", path.display()),
+    })?);
+    parse(&text, path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Parses a configuration text (`base`: where relative paths in it start).
+pub fn parse(text: &str, base: &Path) -> std::result::Result<Sections, ConfigError> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError {
+        key: String::new(),
+        reason: crate::config::toml_error(text, &e),
+    })?;
+    if let Some(k) = table
+        .keys()
+        .find(|k| !IP_KEYS.contains(&k.as_str()) && !L2_KEYS.contains(&k.as_str()))
+    {
+        return Err(ConfigError {
+            key: k.clone(),
+            reason: format!(
+                "unknown section (known: {})",
+                IP_KEYS
+                    .iter()
+                    .chain(L2_KEYS.iter())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    let has = |keys: &[&str]| keys.iter().any(|k| table.contains_key(*k));
+    let ip = if has(&IP_KEYS) {
+        Some(Config::parse(text)?)
+    } else {
+        None
+    };
+    let l2 = if has(&L2_KEYS) {
+        Some(L2Config::parse(text, base)?)
+    } else {
+        None
+    };
+    if ip.is_none() && l2.is_none() {
+        return Err(ConfigError {
+            key: String::new(),
+            reason: "nothing to run: no [interface] (ESP, AH, PSP) and no [l2sec] section".into(),
+        });
+    }
+    Ok(Sections { ip, l2 })
+}
+
+/// `netveil check -c FILE`: the file, and what `up` would fail on here (nothing is applied). Returns the summary
+/// line; a note (a daemon of this configuration already runs) is printed on stderr.
+pub fn check(path: &Path) -> Result<String> {
+    let s = load(path)?;
+    let mut parts = Vec::new();
+    if let Some(c) = &s.ip {
+        // PSP: the certificates and key are read and checked too.
+        if let Some(p) = &c.psp {
+            crate::psp_kx::tls(p)?;
+        }
+        if let Some(note) = crate::ip::preflight_check(c)? {
+            eprintln!("netveil: note: {note}");
+        }
+        parts.push(format!(
+            "{} SAs, {} policies{}",
+            c.sas.len(),
+            c.policies.len(),
+            if c.psp.is_some() { ", PSP" } else { "" }
+        ));
+    }
+    if let Some(c) = &s.l2 {
+        crate::l2::check(c)?;
+        parts.push(format!(
+            "l2sec on {}, {} suites, {} peer keys",
+            c.interface,
+            c.suites.len(),
+            c.peers.len()
+        ));
+    }
+    Ok(format!("{}: ok ({})", path.display(), parts.join("; ")))
+}
+
+/// Set by the control request `stop` (from `netveil down`): the daemon removes its fail-closed filters on exit.
+static DOWN: AtomicBool = AtomicBool::new(false);
+
+/// The one control socket: `[interface] control_socket` when the IP engine runs, else `[l2sec] control_socket`.
+fn control_socket(ip: Option<&crate::ip::Prepared>, l2: Option<&crate::l2::Prepared>) -> PathBuf {
+    match (ip, l2) {
+        (Some(p), _) => p.control_socket().to_path_buf(),
+        (None, Some(p)) => p.control_socket().to_path_buf(),
+        (None, None) => PathBuf::from(crate::config::RUN_DIR).join("netveil.sock"),
+    }
+}
+
+/// Binds the control socket at `path` (see [`netveil_control::listen`]) with the umask narrowed around the bind, so
+/// that the socket is 0600 from its first moment. The daemon has no other thread yet when it calls this.
+fn listen(path: &Path) -> Result<UnixListener> {
+    Ok(netveil_control::listen(path, |p| {
+        netveil_io::os::with_umask(0o177, || UnixListener::bind(p))
+    })?)
+}
+
+/// The answer to one control request: `status` from every engine, `stop` here, anything else from the engine that
+/// knows it.
+fn answer(controls: &[Arc<dyn Control>], req: &str) -> Value {
+    match req {
+        "status" => {
+            let mut m = Map::new();
+            for c in controls {
+                c.status(&mut m);
+            }
+            Value::Object(m)
+        }
+        "stop" => {
+            // `netveil down`: stop, and remove the fail-closed filters on the way out.
+            DOWN.store(true, Relaxed);
+            netveil_io::os::stop_flag().store(true, Relaxed);
+            json!({ "stopping": true })
+        }
+        _ => controls.iter().find_map(|c| c.answer(req)).unwrap_or_else(
+            || json!({ "error": "unknown request (known: status, keys, rotate, stop)" }),
+        ),
+    }
+}
+
+/// `netveil up -c FILE`: every engine the file's sections select, in one process, until SIGINT/SIGTERM, `netveil
+/// down`, or the end of a data-plane thread.
+pub fn up(path: &Path) -> Result<()> {
+    let s = load(path)?;
+    // Every check and every key schedule of every engine before the first change to the system.
+    let ip = s.ip.map(crate::ip::prepare).transpose()?;
+    let l2 = s.l2.map(crate::l2::prepare).transpose()?;
+    let control = control_socket(ip.as_ref(), l2.as_ref());
+    let mut undo = Undo::default();
+    let mut engines: Vec<Box<dyn Engine>> = Vec::new();
+    let mut controls: Vec<Arc<dyn Control>> = Vec::new();
+    let started = (|| -> Result<UnixListener> {
+        if let Some(p) = ip {
+            let e = crate::ip::start(p, &mut undo, &control)?;
+            controls.push(Arc::new(crate::ip_ctl::IpControl(e.shared())));
+            engines.push(Box::new(e));
+        }
+        if let Some(p) = l2 {
+            let e = crate::l2::start(p, &mut undo, &control)?;
+            controls.push(e.control());
+            engines.push(Box::new(e));
+        }
+        listen(&control)
+    })();
+    let listener = match started {
+        Ok(l) => l,
+        Err(e) => {
+            for en in engines {
+                en.stop(&mut undo, false);
+            }
+            return Err(e);
+        }
+    };
+    let stop = netveil_io::os::stop_on_signals();
+    std::thread::Builder::new()
+        .name("nv-ctl".into())
+        .spawn(move || netveil_control::serve_lines(listener, stop, |req| answer(&controls, req)))
+        .map_err(Error::io("thread"))?;
+    while !stop.load(Relaxed) && engines.iter_mut().all(|e| e.tick()) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let down = DOWN.load(Relaxed);
+    for e in engines {
+        e.stop(&mut undo, down);
+    }
+    let _ = std::fs::remove_file(&control);
+    drop(undo);
+    Ok(())
+}
+
+/// `netveil down -c FILE`: stops a running daemon of this configuration (it removes its setup), then removes the
+/// fail-closed filters and whatever a killed instance left (its routing rules, a stale control socket): covered
+/// traffic is no longer blocked.
+pub fn down(path: &Path) -> Result<()> {
+    let Some(config) = load(path)?.ip else {
+        return Err(Error::Usage(
+            "netveil down is for [interface] configurations: an l2sec daemon gives its port back when it stops \
+             (SIGTERM), and a killed one when `netveil up` runs again"
+                .into(),
+        ));
+    };
+    let iface = &config.interface;
+    let sock = Path::new(&iface.control_socket);
+    let mut stopped = false;
+    if std::os::unix::net::UnixStream::connect(sock).is_ok() {
+        netveil_control::request_stop(sock)?;
+        let t = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(sock).is_ok() {
+            if t.elapsed() > Duration::from_secs(15) {
+                return Err(Error::Other(format!(
+                    "the daemon on {} did not stop within 15 s",
+                    sock.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Its undo runs after the socket is gone: wait for the TUN to go too.
+        let dev = Path::new("/sys/class/net").join(&iface.name);
+        while dev.exists() && t.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stopped = true;
+    }
+    let table = iface.nft_table();
+    let had_table = crate::engine::nft_table_exists(&table);
+    if had_table {
+        run(&["nft", "delete", "table", "inet", &table])?;
+    }
+    if let Some(m) = iface.fwmark {
+        remove_fwmark_rules(&m.to_string());
+    }
+    let _ = std::fs::remove_file(sock);
+    eprintln!(
+        "netveil: {} down{}",
+        iface.name,
+        match (stopped, had_table) {
+            (true, _) => " (daemon stopped; nothing blocked any more)",
+            (false, true) => " (covered traffic no longer blocked)",
+            (false, false) => " (nothing was running or blocked)",
+        }
+    );
+    Ok(())
+}

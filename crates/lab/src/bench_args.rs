@@ -1,0 +1,64 @@
+//! The arguments of `netveil bench`.
+
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// ESP suites to measure, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub suites: Vec<String>,
+    /// Encapsulations: raw (IP protocol 50), udp (RFC 3948, port 4500) or both.
+    #[arg(long, default_value = "both")]
+    pub encap: String,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 4)]
+    pub seconds: u32,
+    /// Parallel TCP streams (iperf3 -P).
+    #[arg(long, default_value_t = 1)]
+    pub streams: u32,
+    /// PSP versions to measure, comma-separated (aes-gcm-128, aes-gcm-256, aes-gmac-128, aes-gmac-256), or
+    /// "none".
+    #[arg(long, value_delimiter = ',', default_value = "aes-gcm-128,aes-gcm-256")]
+    pub psp: Vec<String>,
+    /// Packets for the in-process per-packet time split of PSP (0: skip it).
+    #[arg(long, default_value_t = 200_000)]
+    pub split_packets: usize,
+    /// l2sec suites to measure on the wired-LAN lab (a Linux bridge between two hosts), against the plain
+    /// bridge, comma-separated (e.g. aes128gcm, chacha20poly1305, blowfish-cbc-sha1), or "none".
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "aes128gcm,blowfish-cbc-sha1"
+    )]
+    pub l2sec: Vec<String>,
+    /// Skip the wireguard-go comparison even if wireguard-go and wg are installed.
+    #[arg(long)]
+    pub no_peers: bool,
+    /// Measure goodput under floods instead (ESP-in-UDP and PSP; see `bench_flood`): a baseline, the closed-port
+    /// control, and random data, unknown SPIs, bad ICVs and replays from a non-peer and from the spoofed peer.
+    #[arg(long)]
+    pub flood: bool,
+    /// Packets per second of each flood; 0 (the default): line rate, i.e. the closed-port control runs unpaced,
+    /// as fast as this machine sends it, and every other flood is paced to the rate it reached (equal rates,
+    /// comparable rows).
+    #[arg(long, default_value_t = 0)]
+    pub flood_pps: u64,
+    /// The floods to run (closed is the control): closed, random, unknown-spi, bad-icv (sequence numbers far
+    /// ahead: a blind forger), bad-icv-aimed (just above the window: a forger who sees the wire), replay; random,
+    /// unknown-spi and bad-icv from a non-peer and from the spoofed peer, the others as their names say.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "closed,random,unknown-spi,bad-icv,bad-icv-aimed,replay"
+    )]
+    pub flood_kinds: Vec<String>,
+    /// Rounds of every measurement (each with its own baseline); the table shows medians.
+    #[arg(long, default_value_t = 3)]
+    pub flood_rounds: u32,
+    /// The tunnels to flood: esp (ESP-in-UDP aes128gcm16), psp (aes-gcm-128).
+    #[arg(long, value_delimiter = ',', default_value = "esp,psp")]
+    pub flood_tunnels: Vec<String>,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}

@@ -1,0 +1,46 @@
+//! netveil's lab: network namespaces, captures, workloads, `netveil bench` and `netveil demo`. It runs the `netveil`
+//! binary (`up`, `status`, `keygen`, `flood`, ...) and reads what it prints; it never reaches into the daemon.
+//!
+//! - [`lab`]: namespaces, veth pairs, daemons, captures, two-host setups.
+//! - [`lan`]: a switched LAN of stations for l2sec.
+//! - [`bench`], [`bench_flood`], [`bench_split`]: throughput, floods, and where a packet's time goes.
+//! - [`demo`]: `netveil demo`.
+
+#![forbid(unsafe_code)]
+
+pub mod bench;
+pub mod bench_args;
+pub mod bench_flood;
+pub mod bench_split;
+pub mod demo;
+pub mod lab;
+pub mod lan;
+
+/// A failure of a lab. Bad arguments exit with code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Io { context, source }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
