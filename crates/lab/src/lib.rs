@@ -3,7 +3,7 @@
 //!
 //! - [`lab`]: namespaces, veth pairs, daemons, captures, two-host setups.
 //! - [`lan`]: a switched LAN of stations for l2sec.
-//! - [`bench`], [`bench_flood`], [`bench_split`]: throughput, floods, and where a packet's time goes.
+//! - [`bench`](mod@bench), [`bench_flood`], [`bench_split`]: throughput, floods, and where a packet's time goes.
 //! - [`demo`]: `netveil demo`.
 
 #![forbid(unsafe_code)]
