@@ -283,11 +283,13 @@ pub fn write_file(path: &Path, p: &Pcap) -> Result<(), FileError> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Packets and files for tests (here and in the crates that use pcap files): an IPv4/UDP and an IPv6/UDP packet
+/// with valid lengths and checksum, an Ethernet frame with VLAN tags, a file of records.
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    use super::{LinkType, Pcap, Record};
 
-    fn ipv4(payload: &[u8]) -> Vec<u8> {
+    pub fn ipv4(payload: &[u8]) -> Vec<u8> {
         let len = 20 + payload.len();
         let mut p = vec![
             0x45,
@@ -323,7 +325,7 @@ mod tests {
         p
     }
 
-    fn ipv6(payload: &[u8]) -> Vec<u8> {
+    pub fn ipv6(payload: &[u8]) -> Vec<u8> {
         let mut p = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
         p[4..6].copy_from_slice(&(payload.len() as u16).to_be_bytes());
         p.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
@@ -336,13 +338,13 @@ mod tests {
         p
     }
 
-    fn udp(n: usize) -> Vec<u8> {
+    pub fn udp(n: usize) -> Vec<u8> {
         let mut u = vec![0x30, 0x39, 0x00, 0x35, 0, (8 + n) as u8, 0, 0];
         u.extend((0..n).map(|i| i as u8));
         u
     }
 
-    fn file(link: LinkType, records: Vec<Vec<u8>>) -> Pcap {
+    pub fn file(link: LinkType, records: Vec<Vec<u8>>) -> Pcap {
         Pcap {
             link,
             nanos: false,
@@ -359,6 +361,23 @@ mod tests {
                 .collect(),
         }
     }
+
+    pub fn eth(tags: &[u16], et: u16, ip: &[u8]) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+        for t in tags {
+            f.extend_from_slice(&t.to_be_bytes());
+            f.extend_from_slice(&[0, 42]);
+        }
+        f.extend_from_slice(&et.to_be_bytes());
+        f.extend_from_slice(ip);
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
 
     /// A pcap file written by hand in the given byte order.
     fn handmade(be: bool, magic: u32, link: u32, recs: &[(u32, u32, &[u8])]) -> Vec<u8> {
@@ -477,17 +496,6 @@ mod tests {
         write_file(&g, &p).unwrap();
         assert_eq!(read_file(&g).unwrap(), p);
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    fn eth(tags: &[u16], et: u16, ip: &[u8]) -> Vec<u8> {
-        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
-        for t in tags {
-            f.extend_from_slice(&t.to_be_bytes());
-            f.extend_from_slice(&[0, 42]);
-        }
-        f.extend_from_slice(&et.to_be_bytes());
-        f.extend_from_slice(ip);
-        f
     }
 
     #[test]
