@@ -4,7 +4,8 @@
 
 #![forbid(unsafe_code)]
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
 use std::io::{Read, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -42,8 +43,8 @@ impl Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// Longest request line accepted (the known requests are a few bytes).
-pub const MAX_REQUEST: usize = 256;
+/// Longest request line accepted (an SA with its keys is a few hundred bytes).
+pub const MAX_REQUEST: usize = 16 * 1024;
 /// Clients served at once; more wait in the listen queue.
 pub const MAX_CLIENTS: usize = 8;
 /// How long a client may take to send its request, and to take its answer.
@@ -200,6 +201,94 @@ pub fn connect_error(socket: &Path, e: &std::io::Error) -> Error {
         ),
         _ => format!("cannot reach the netveil daemon at {}: {e}", socket.display()),
     })
+}
+
+/// A request to the daemon: one line, either a bare word (`status`, `keys`, `rotate`, `stop`) or a JSON object
+/// whose `request` member names it (`{"request":"sa-del","name":"a-to-b"}`). The JSON form is stable: see the
+/// README's "Control socket" section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "kebab-case")]
+pub enum Request {
+    /// Every engine's status in one object (`netveil status --json`).
+    Status,
+    /// The running ESP SAs' keys (`netveil keys`).
+    Keys,
+    /// Rotate the PSP master keys (`netveil rotate`).
+    Rotate,
+    /// Stop, removing the fail-closed filters (`netveil down`).
+    Stop,
+    /// Add an SA: the keys of a `[[sa]]` table of the configuration file.
+    SaAdd { sa: Map<String, Value> },
+    /// Replace the SA `name` (same direction; a new SPI and keys).
+    SaUpdate {
+        name: String,
+        sa: Map<String, Value>,
+    },
+    /// Remove the SA `name`.
+    SaDel { name: String },
+    /// The SAs in force, as in `status`.
+    SaList,
+    /// Add a policy (the keys of a `[[policy]]` table) at `position` (0: first; default: last).
+    PolicyAdd {
+        policy: Map<String, Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        position: Option<usize>,
+    },
+    /// Remove the policy `name`.
+    PolicyDel { name: String },
+    /// The policies in force, in order.
+    PolicyList,
+    /// The events after `since` (`netveil monitor`).
+    Events {
+        #[serde(default)]
+        since: u64,
+    },
+}
+
+impl Request {
+    /// Parses a request line. The error never repeats the line (it may hold keys).
+    pub fn parse(line: &str) -> std::result::Result<Request, String> {
+        let line = line.trim();
+        match line {
+            "status" => return Ok(Request::Status),
+            "keys" => return Ok(Request::Keys),
+            "rotate" => return Ok(Request::Rotate),
+            "stop" => return Ok(Request::Stop),
+            _ => {}
+        }
+        if !line.starts_with('{') {
+            return Err(
+                "unknown request (known: status, keys, rotate, stop, or a JSON request object)"
+                    .into(),
+            );
+        }
+        serde_json::from_str(line).map_err(|e| {
+            // serde's messages may quote what was sent: only "missing field `x`" (our own names) is passed on.
+            let m = e.to_string();
+            match m.split(" at line").next() {
+                Some(f) if f.starts_with("missing field") => format!("bad request: {f}"),
+                _ if m.contains("unknown variant") => "unknown request".into(),
+                _ => "bad request: not a request object of the README's form".into(),
+            }
+        })
+    }
+
+    /// The request as one line (JSON).
+    pub fn line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Sends `req` and returns the answer; an answer with an `error` is an [`Error::Usage`] (naming its `key`).
+pub fn request(socket: &Path, req: &Request) -> Result<Value> {
+    let v = ask(socket, &req.line())?;
+    if let Some(e) = v["error"].as_str() {
+        return Err(Error::Usage(match v["key"].as_str() {
+            Some(k) if !k.is_empty() => format!("{k}: {e}"),
+            _ => e.to_string(),
+        }));
+    }
+    Ok(v)
 }
 
 fn ask(socket: &Path, req: &str) -> Result<Value> {

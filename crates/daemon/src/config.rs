@@ -265,7 +265,8 @@ impl Interface {
     }
 }
 
-/// A validated policy rule; `sas` are indices into [`Config::sas`], innermost first.
+/// A validated policy rule; `sas` are indices into [`Config::sas`] (at runtime: into the running SA database),
+/// innermost first.
 #[derive(Debug, Clone)]
 pub struct PolicyRule {
     pub name: String,
@@ -273,6 +274,9 @@ pub struct PolicyRule {
     pub selector: Selector,
     pub action: policy::Action,
     pub sas: Vec<usize>,
+    /// The SAs' names as given: a policy added at runtime may name SAs not installed yet (then `sas` is empty and
+    /// its traffic is dropped, reported as an acquire).
+    pub sa_names: Vec<String>,
     /// A protect policy whose traffic PSP protects (to the `[psp]` peer) instead of IPsec SAs.
     pub psp: bool,
 }
@@ -316,6 +320,8 @@ pub struct Config {
 
 pub const DEFAULT_REPLAY_WINDOW: u32 = 1024;
 pub const DEFAULT_MTU: u16 = 1400;
+/// The largest `tfc_pad_to`.
+pub const TFC_PAD_MAX: u16 = 9000;
 /// The directory of the control sockets by default.
 pub use netveil_control::RUN_DIR;
 
@@ -510,214 +516,14 @@ impl Config {
 
         let mut sas: Vec<SaParams> = Vec::new();
         for (i, s) in raw.sa.into_iter().enumerate() {
-            let k = |f: &str| format!("sa[{i}].{f}");
-            let name = s.name.unwrap_or_else(|| format!("sa{i}"));
-            if sas.iter().any(|o| o.name == name) {
-                return err(k("name"), format!("'{name}' is used by two SAs"));
-            }
-            let direction = match s.direction.as_deref() {
-                Some("out") => Direction::Out,
-                Some("in") => Direction::In,
-                Some(o) => return err(k("direction"), format!("'{o}' must be 'out' or 'in'")),
-                None => return err(k("direction"), "missing ('out' or 'in')"),
-            };
-            let spi = match s.spi {
-                None => return err(k("spi"), "missing"),
-                Some(v) => int_in(&k("spi"), v, 256, u32::MAX as i64)? as u32,
-            };
-            let proto = s.protocol.as_deref().unwrap_or("esp");
-            let suite_name = match s.suite.as_deref() {
-                Some(x) => x,
-                None => return err(k("suite"), "missing (e.g. 'aes128gcm16')"),
-            };
-            let suite = match proto {
-                "esp" => Suite::Esp(
-                    EspSuite::parse(suite_name, interface.allow_null_null)
-                        .or_else(|e| err(k("suite"), e.to_string()))?,
-                ),
-                "ah" => Suite::Ah(
-                    AhSuite::parse(suite_name).or_else(|e| err(k("suite"), e.to_string()))?,
-                ),
-                o => return err(k("protocol"), format!("'{o}' must be 'esp' or 'ah'")),
-            };
-            let mode = match s.mode.as_deref().unwrap_or("tunnel") {
-                "transport" => {
-                    if s.local.is_some() || s.remote.is_some() {
-                        // Allowed but unused in transport mode: the packet's own addresses are used.
-                    }
-                    Mode::Transport
-                }
-                "tunnel" => {
-                    let local = parse_ip(
-                        &k("local"),
-                        s.local.as_deref().ok_or_else(|| ConfigError {
-                            key: k("local"),
-                            reason: "missing (the local tunnel endpoint address)".into(),
-                        })?,
-                    )?;
-                    let remote = parse_ip(
-                        &k("remote"),
-                        s.remote.as_deref().ok_or_else(|| ConfigError {
-                            key: k("remote"),
-                            reason: "missing (the remote tunnel endpoint address)".into(),
-                        })?,
-                    )?;
-                    if local.is_ipv4() != remote.is_ipv4() {
-                        return err(
-                            k("remote"),
-                            "local and remote must be of the same address family",
-                        );
-                    }
-                    Mode::Tunnel { local, remote }
-                }
-                o => return err(k("mode"), format!("'{o}' must be 'tunnel' or 'transport'")),
-            };
-            let enc_key = match &s.enc_key {
-                Some(h) => parse_hex(&k("enc_key"), h)?,
-                None => zeroize::Zeroizing::new(vec![]),
-            };
-            let auth_key = match &s.auth_key {
-                Some(h) => parse_hex(&k("auth_key"), h)?,
-                None => zeroize::Zeroizing::new(vec![]),
-            };
-            match suite {
-                Suite::Esp(es) => {
-                    let want = es.enc.key_len();
-                    if enc_key.len() != want {
-                        let salt = if es.enc.is_aead() {
-                            ", key followed by the 4-byte salt"
-                        } else {
-                            ""
-                        };
-                        return err(
-                            k("enc_key"),
-                            format!(
-                                "{} needs {want} bytes ({} hex digits{salt}), got {}",
-                                es.name(),
-                                want * 2,
-                                enc_key.len()
-                            ),
-                        );
-                    }
-                    let want = es.integ.map_or(0, |i| i.key_len());
-                    if auth_key.len() != want {
-                        return err(
-                            k("auth_key"),
-                            format!(
-                                "{} needs {want} bytes ({} hex digits), got {}",
-                                es.name(),
-                                want * 2,
-                                auth_key.len()
-                            ),
-                        );
-                    }
-                }
-                Suite::Ah(a) => {
-                    if !enc_key.is_empty() {
-                        return err(k("enc_key"), "AH does not encrypt: remove enc_key");
-                    }
-                    let want = a.integ.key_len();
-                    if auth_key.len() != want {
-                        return err(
-                            k("auth_key"),
-                            format!(
-                                "{} needs {want} bytes ({} hex digits), got {}",
-                                a.name(),
-                                want * 2,
-                                auth_key.len()
-                            ),
-                        );
-                    }
-                }
-            }
-            let replay_window = match s.replay_window {
-                None => DEFAULT_REPLAY_WINDOW,
-                Some(w) => int_in(&k("replay_window"), w, 64, 1 << 20)? as u32,
-            };
-            let encap = match s.encap.as_deref() {
-                None | Some("none") => None,
-                Some("udp") => {
-                    if matches!(suite, Suite::Ah(_)) {
-                        return err(
-                            k("encap"),
-                            "UDP encapsulation (RFC 3948) is defined for ESP only",
-                        );
-                    }
-                    Some(UdpEncap {
-                        local_port: int_in(
-                            &k("local_port"),
-                            s.local_port.unwrap_or(nat_t_port as i64),
-                            1,
-                            65535,
-                        )? as u16,
-                        remote_port: int_in(
-                            &k("remote_port"),
-                            s.remote_port.unwrap_or(4500),
-                            1,
-                            65535,
-                        )? as u16,
-                    })
-                }
-                Some(o) => return err(k("encap"), format!("'{o}' must be 'udp' or 'none'")),
-            };
-            let tfc_pad_to = int_in(&k("tfc_pad_to"), s.tfc_pad_to.unwrap_or(0), 0, 9000)? as u16;
-            if tfc_pad_to > 0 && (mode == Mode::Transport || matches!(suite, Suite::Ah(_))) {
-                return err(k("tfc_pad_to"), "TFC padding needs ESP in tunnel mode");
-            }
-            let l = s.lifetime.unwrap_or_default();
-            let lifetime = Lifetime {
-                soft: Limits {
-                    bytes: opt_u64(&k("lifetime.soft_bytes"), l.soft_bytes)?,
-                    packets: opt_u64(&k("lifetime.soft_packets"), l.soft_packets)?,
-                    seconds: opt_u64(&k("lifetime.soft_seconds"), l.soft_seconds)?,
-                },
-                hard: Limits {
-                    bytes: opt_u64(&k("lifetime.hard_bytes"), l.hard_bytes)?,
-                    packets: opt_u64(&k("lifetime.hard_packets"), l.hard_packets)?,
-                    seconds: opt_u64(&k("lifetime.hard_seconds"), l.hard_seconds)?,
-                },
-            };
-            for (soft, hard, f) in [
-                (lifetime.soft.bytes, lifetime.hard.bytes, "bytes"),
-                (lifetime.soft.packets, lifetime.hard.packets, "packets"),
-                (lifetime.soft.seconds, lifetime.hard.seconds, "seconds"),
-            ] {
-                if let (Some(s), Some(h)) = (soft, hard) {
-                    if s >= h {
-                        return err(
-                            k(&format!("lifetime.soft_{f}")),
-                            format!("{s} must be below hard_{f} ({h})"),
-                        );
-                    }
-                }
-            }
-            if direction == Direction::In
-                && sas.iter().any(|o| {
-                    o.direction == Direction::In
-                        && o.spi == spi
-                        && suite_proto(&o.suite) == suite_proto(&suite)
-                })
-            {
-                return err(
-                    k("spi"),
-                    format!("{spi:#x} is used by another inbound SA of the same protocol"),
-                );
-            }
-            sas.push(SaParams {
-                name,
-                spi,
-                direction,
-                suite,
-                mode,
-                enc_key,
-                auth_key,
-                esn: s.esn,
-                replay_window,
-                lifetime,
-                encap,
-                tfc_pad_to,
-                first_seq: 1,
-            });
+            let p = parse_sa(
+                &|f| format!("sa[{i}].{f}"),
+                format!("sa{i}"),
+                s,
+                &interface,
+                &sas,
+            )?;
+            sas.push(p);
         }
 
         let psp = match raw.psp {
@@ -726,135 +532,18 @@ impl Config {
         };
         let mut policies = Vec::new();
         for (i, p) in raw.policy.into_iter().enumerate() {
-            let k = |f: &str| format!("policy[{i}].{f}");
-            let direction = match p.direction.as_deref() {
-                Some("out") => policy::Direction::Out,
-                Some("in") => policy::Direction::In,
-                Some(o) => return err(k("direction"), format!("'{o}' must be 'out' or 'in'")),
-                None => return err(k("direction"), "missing ('out' or 'in')"),
-            };
-            let src = parse_net(
-                &k("src"),
-                p.src
-                    .as_deref()
-                    .unwrap_or("any")
-                    .replace("any", "0.0.0.0/0")
-                    .as_str(),
+            let mut rule = parse_policy(
+                &|f| format!("policy[{i}].{f}"),
+                format!("policy{i}"),
+                p,
+                psp.is_some(),
+                &sas,
+                false,
             )?;
-            let dst = parse_net(
-                &k("dst"),
-                p.dst
-                    .as_deref()
-                    .unwrap_or("any")
-                    .replace("any", "0.0.0.0/0")
-                    .as_str(),
-            )?;
-            if src.addr().is_ipv4() != dst.addr().is_ipv4() {
-                return err(k("dst"), "src and dst must be of the same address family");
+            if let policy::Action::Protect(_) = rule.action {
+                rule.action = policy::Action::Protect(policies.len());
             }
-            let proto = match &p.proto {
-                None => None,
-                Some(v) => parse_proto(&k("proto"), v)?,
-            };
-            let src_ports = match &p.src_ports {
-                None => PortRange::ANY,
-                Some(v) => parse_ports(&k("src_ports"), v)?,
-            };
-            let dst_ports = match &p.dst_ports {
-                None => PortRange::ANY,
-                Some(v) => parse_ports(&k("dst_ports"), v)?,
-            };
-            if (!src_ports.is_any() || !dst_ports.is_any())
-                && !matches!(proto, Some(6) | Some(17) | Some(132) | Some(136))
-            {
-                return err(
-                    k("proto"),
-                    "port ranges need proto = \"tcp\", \"udp\" or \"sctp\"",
-                );
-            }
-            let mut bundle = Vec::new();
-            let use_psp = match p.protocol.as_deref() {
-                None | Some("ipsec") => false,
-                Some("psp") => {
-                    if psp.is_none() {
-                        return err(k("protocol"), "'psp' needs a [psp] section");
-                    }
-                    if p.action.as_deref() != Some("protect") {
-                        return err(k("protocol"), "only protect policies take a protocol");
-                    }
-                    if !p.sas.is_empty() {
-                        return err(
-                            k("sas"),
-                            "PSP policies take no SAs (keys come from the peer)",
-                        );
-                    }
-                    true
-                }
-                Some(o) => return err(k("protocol"), format!("'{o}' must be 'ipsec' or 'psp'")),
-            };
-            let action = match p.action.as_deref() {
-                Some("protect") if use_psp => policy::Action::Protect(policies.len()),
-                Some("protect") => {
-                    if p.sas.is_empty() {
-                        return err(
-                            k("sas"),
-                            "a protect policy needs the SAs to use (e.g. sas = [\"a-to-b\"])",
-                        );
-                    }
-                    if p.sas.len() > netveil_ipsec::bundle::MAX_BUNDLE {
-                        return err(k("sas"), "at most 4 SAs in a bundle");
-                    }
-                    let want = match direction {
-                        policy::Direction::Out => Direction::Out,
-                        policy::Direction::In => Direction::In,
-                    };
-                    for (j, n) in p.sas.iter().enumerate() {
-                        let idx = match sas.iter().position(|s| &s.name == n) {
-                            Some(x) => x,
-                            None => {
-                                return err(
-                                    format!("policy[{i}].sas[{j}]"),
-                                    format!("no SA named '{n}'"),
-                                )
-                            }
-                        };
-                        if sas[idx].direction != want {
-                            return err(
-                                format!("policy[{i}].sas[{j}]"),
-                                format!("SA '{n}' is not an {:?}bound SA", want),
-                            );
-                        }
-                        bundle.push(idx);
-                    }
-                    policy::Action::Protect(policies.len())
-                }
-                Some("bypass") => policy::Action::Bypass,
-                Some("discard") => policy::Action::Discard,
-                Some(o) => {
-                    return err(
-                        k("action"),
-                        format!("'{o}' must be 'protect', 'bypass' or 'discard'"),
-                    )
-                }
-                None => return err(k("action"), "missing ('protect', 'bypass' or 'discard')"),
-            };
-            if !matches!(action, policy::Action::Protect(_)) && !p.sas.is_empty() {
-                return err(k("sas"), "only protect policies take SAs");
-            }
-            policies.push(PolicyRule {
-                name: p.name.unwrap_or_else(|| format!("policy{i}")),
-                direction,
-                selector: Selector {
-                    src,
-                    dst,
-                    proto,
-                    src_ports,
-                    dst_ports,
-                },
-                action,
-                sas: bundle,
-                psp: use_psp,
-            });
+            policies.push(rule);
         }
         Ok(Config {
             interface,
@@ -863,6 +552,421 @@ impl Config {
             psp,
         })
     }
+}
+
+/// An SA given at runtime (`netveil sa add`, `update`): the keys of one `[[sa]]` table, `name` required, checked as
+/// the configuration file's SAs are (errors name `sa.KEY`). `others`: the SAs it must not clash with.
+pub fn sa_from_table(
+    t: toml::Table,
+    interface: &Interface,
+    others: &[SaParams],
+) -> Result<SaParams, ConfigError> {
+    let raw: RawSa = runtime_table(t, "sa")?;
+    if raw.name.as_deref().is_none_or(str::is_empty) {
+        return err(
+            "sa.name",
+            "missing (SAs are added, replaced and removed by name)",
+        );
+    }
+    parse_sa(
+        &|f| format!("sa.{f}"),
+        String::new(),
+        raw,
+        interface,
+        others,
+    )
+}
+
+/// A policy given at runtime (`netveil policy add`): the keys of one `[[policy]]` table, `name` required. Its SAs
+/// may be missing yet (see [`PolicyRule::sa_names`]).
+pub fn policy_from_table(
+    t: toml::Table,
+    has_psp: bool,
+    sas: &[SaParams],
+) -> Result<PolicyRule, ConfigError> {
+    let raw: RawPolicy = runtime_table(t, "policy")?;
+    if raw.name.as_deref().is_none_or(str::is_empty) {
+        return err("policy.name", "missing (policies are removed by name)");
+    }
+    parse_policy(
+        &|f| format!("policy.{f}"),
+        String::new(),
+        raw,
+        has_psp,
+        sas,
+        true,
+    )
+}
+
+fn runtime_table<T: serde::de::DeserializeOwned>(
+    t: toml::Table,
+    what: &str,
+) -> Result<T, ConfigError> {
+    toml::Value::Table(t)
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError {
+            key: what.to_string(),
+            reason: e.message().trim_end().to_string(),
+        })
+}
+
+/// Parses one `[[sa]]` table (`k` names its keys in errors: `sa[0].spi`, `sa.spi`). `others`: the SAs it must not
+/// clash with (name; inbound SPI of the same protocol).
+fn parse_sa(
+    k: &dyn Fn(&str) -> String,
+    default_name: String,
+    s: RawSa,
+    interface: &Interface,
+    others: &[SaParams],
+) -> Result<SaParams, ConfigError> {
+    let name = s.name.unwrap_or(default_name);
+    if others.iter().any(|o| o.name == name) {
+        return err(k("name"), format!("'{name}' is used by two SAs"));
+    }
+    let direction = match s.direction.as_deref() {
+        Some("out") => Direction::Out,
+        Some("in") => Direction::In,
+        Some(o) => return err(k("direction"), format!("'{o}' must be 'out' or 'in'")),
+        None => return err(k("direction"), "missing ('out' or 'in')"),
+    };
+    let spi = match s.spi {
+        None => return err(k("spi"), "missing"),
+        Some(v) => int_in(&k("spi"), v, 256, u32::MAX as i64)? as u32,
+    };
+    let proto = s.protocol.as_deref().unwrap_or("esp");
+    let suite_name = match s.suite.as_deref() {
+        Some(x) => x,
+        None => return err(k("suite"), "missing (e.g. 'aes128gcm16')"),
+    };
+    let suite = match proto {
+        "esp" => Suite::Esp(
+            EspSuite::parse(suite_name, interface.allow_null_null)
+                .or_else(|e| err(k("suite"), e.to_string()))?,
+        ),
+        "ah" => Suite::Ah(AhSuite::parse(suite_name).or_else(|e| err(k("suite"), e.to_string()))?),
+        o => return err(k("protocol"), format!("'{o}' must be 'esp' or 'ah'")),
+    };
+    let mode = match s.mode.as_deref().unwrap_or("tunnel") {
+        "transport" => {
+            if s.local.is_some() || s.remote.is_some() {
+                // Allowed but unused in transport mode: the packet's own addresses are used.
+            }
+            Mode::Transport
+        }
+        "tunnel" => {
+            let local = parse_ip(
+                &k("local"),
+                s.local.as_deref().ok_or_else(|| ConfigError {
+                    key: k("local"),
+                    reason: "missing (the local tunnel endpoint address)".into(),
+                })?,
+            )?;
+            let remote = parse_ip(
+                &k("remote"),
+                s.remote.as_deref().ok_or_else(|| ConfigError {
+                    key: k("remote"),
+                    reason: "missing (the remote tunnel endpoint address)".into(),
+                })?,
+            )?;
+            if local.is_ipv4() != remote.is_ipv4() {
+                return err(
+                    k("remote"),
+                    "local and remote must be of the same address family",
+                );
+            }
+            Mode::Tunnel { local, remote }
+        }
+        o => return err(k("mode"), format!("'{o}' must be 'tunnel' or 'transport'")),
+    };
+    let enc_key = match &s.enc_key {
+        Some(h) => parse_hex(&k("enc_key"), h)?,
+        None => zeroize::Zeroizing::new(vec![]),
+    };
+    let auth_key = match &s.auth_key {
+        Some(h) => parse_hex(&k("auth_key"), h)?,
+        None => zeroize::Zeroizing::new(vec![]),
+    };
+    match suite {
+        Suite::Esp(es) => {
+            let want = es.enc.key_len();
+            if enc_key.len() != want {
+                let salt = if es.enc.is_aead() {
+                    ", key followed by the 4-byte salt"
+                } else {
+                    ""
+                };
+                return err(
+                    k("enc_key"),
+                    format!(
+                        "{} needs {want} bytes ({} hex digits{salt}), got {}",
+                        es.name(),
+                        want * 2,
+                        enc_key.len()
+                    ),
+                );
+            }
+            let want = es.integ.map_or(0, |i| i.key_len());
+            if auth_key.len() != want {
+                return err(
+                    k("auth_key"),
+                    format!(
+                        "{} needs {want} bytes ({} hex digits), got {}",
+                        es.name(),
+                        want * 2,
+                        auth_key.len()
+                    ),
+                );
+            }
+        }
+        Suite::Ah(a) => {
+            if !enc_key.is_empty() {
+                return err(k("enc_key"), "AH does not encrypt: remove enc_key");
+            }
+            let want = a.integ.key_len();
+            if auth_key.len() != want {
+                return err(
+                    k("auth_key"),
+                    format!(
+                        "{} needs {want} bytes ({} hex digits), got {}",
+                        a.name(),
+                        want * 2,
+                        auth_key.len()
+                    ),
+                );
+            }
+        }
+    }
+    let replay_window = match s.replay_window {
+        None => DEFAULT_REPLAY_WINDOW,
+        Some(w) => int_in(&k("replay_window"), w, 64, 1 << 20)? as u32,
+    };
+    let encap = match s.encap.as_deref() {
+        None | Some("none") => None,
+        Some("udp") => {
+            if matches!(suite, Suite::Ah(_)) {
+                return err(
+                    k("encap"),
+                    "UDP encapsulation (RFC 3948) is defined for ESP only",
+                );
+            }
+            Some(UdpEncap {
+                local_port: int_in(
+                    &k("local_port"),
+                    s.local_port.unwrap_or(interface.nat_t_port as i64),
+                    1,
+                    65535,
+                )? as u16,
+                remote_port: int_in(&k("remote_port"), s.remote_port.unwrap_or(4500), 1, 65535)?
+                    as u16,
+            })
+        }
+        Some(o) => return err(k("encap"), format!("'{o}' must be 'udp' or 'none'")),
+    };
+    let tfc_pad_to = int_in(
+        &k("tfc_pad_to"),
+        s.tfc_pad_to.unwrap_or(0),
+        0,
+        TFC_PAD_MAX.into(),
+    )? as u16;
+    if tfc_pad_to > 0 && (mode == Mode::Transport || matches!(suite, Suite::Ah(_))) {
+        return err(k("tfc_pad_to"), "TFC padding needs ESP in tunnel mode");
+    }
+    let l = s.lifetime.unwrap_or_default();
+    let lifetime = Lifetime {
+        soft: Limits {
+            bytes: opt_u64(&k("lifetime.soft_bytes"), l.soft_bytes)?,
+            packets: opt_u64(&k("lifetime.soft_packets"), l.soft_packets)?,
+            seconds: opt_u64(&k("lifetime.soft_seconds"), l.soft_seconds)?,
+        },
+        hard: Limits {
+            bytes: opt_u64(&k("lifetime.hard_bytes"), l.hard_bytes)?,
+            packets: opt_u64(&k("lifetime.hard_packets"), l.hard_packets)?,
+            seconds: opt_u64(&k("lifetime.hard_seconds"), l.hard_seconds)?,
+        },
+    };
+    for (soft, hard, f) in [
+        (lifetime.soft.bytes, lifetime.hard.bytes, "bytes"),
+        (lifetime.soft.packets, lifetime.hard.packets, "packets"),
+        (lifetime.soft.seconds, lifetime.hard.seconds, "seconds"),
+    ] {
+        if let (Some(s), Some(h)) = (soft, hard) {
+            if s >= h {
+                return err(
+                    k(&format!("lifetime.soft_{f}")),
+                    format!("{s} must be below hard_{f} ({h})"),
+                );
+            }
+        }
+    }
+    if direction == Direction::In
+        && others.iter().any(|o| {
+            o.direction == Direction::In
+                && o.spi == spi
+                && suite_proto(&o.suite) == suite_proto(&suite)
+        })
+    {
+        return err(
+            k("spi"),
+            format!("{spi:#x} is used by another inbound SA of the same protocol"),
+        );
+    }
+    Ok(SaParams {
+        name,
+        spi,
+        direction,
+        suite,
+        mode,
+        enc_key,
+        auth_key,
+        esn: s.esn,
+        replay_window,
+        lifetime,
+        encap,
+        tfc_pad_to,
+        first_seq: 1,
+    })
+}
+
+/// Parses one `[[policy]]` table (`k` names its keys in errors). Its SAs are looked up by name in `sas`; an SA that
+/// is not there is an error, or with `missing_ok` (a policy added at runtime) leaves the policy without SAs until it
+/// is installed (its traffic is dropped and an acquire is reported).
+fn parse_policy(
+    k: &dyn Fn(&str) -> String,
+    default_name: String,
+    p: RawPolicy,
+    has_psp: bool,
+    sas: &[SaParams],
+    missing_ok: bool,
+) -> Result<PolicyRule, ConfigError> {
+    let direction = match p.direction.as_deref() {
+        Some("out") => policy::Direction::Out,
+        Some("in") => policy::Direction::In,
+        Some(o) => return err(k("direction"), format!("'{o}' must be 'out' or 'in'")),
+        None => return err(k("direction"), "missing ('out' or 'in')"),
+    };
+    let src = parse_net(
+        &k("src"),
+        p.src
+            .as_deref()
+            .unwrap_or("any")
+            .replace("any", "0.0.0.0/0")
+            .as_str(),
+    )?;
+    let dst = parse_net(
+        &k("dst"),
+        p.dst
+            .as_deref()
+            .unwrap_or("any")
+            .replace("any", "0.0.0.0/0")
+            .as_str(),
+    )?;
+    if src.addr().is_ipv4() != dst.addr().is_ipv4() {
+        return err(k("dst"), "src and dst must be of the same address family");
+    }
+    let proto = match &p.proto {
+        None => None,
+        Some(v) => parse_proto(&k("proto"), v)?,
+    };
+    let src_ports = match &p.src_ports {
+        None => PortRange::ANY,
+        Some(v) => parse_ports(&k("src_ports"), v)?,
+    };
+    let dst_ports = match &p.dst_ports {
+        None => PortRange::ANY,
+        Some(v) => parse_ports(&k("dst_ports"), v)?,
+    };
+    if (!src_ports.is_any() || !dst_ports.is_any())
+        && !matches!(proto, Some(6) | Some(17) | Some(132) | Some(136))
+    {
+        return err(
+            k("proto"),
+            "port ranges need proto = \"tcp\", \"udp\" or \"sctp\"",
+        );
+    }
+    let mut bundle = Vec::new();
+    let mut missing = false;
+    let use_psp = match p.protocol.as_deref() {
+        None | Some("ipsec") => false,
+        Some("psp") => {
+            if !has_psp {
+                return err(k("protocol"), "'psp' needs a [psp] section");
+            }
+            if p.action.as_deref() != Some("protect") {
+                return err(k("protocol"), "only protect policies take a protocol");
+            }
+            if !p.sas.is_empty() {
+                return err(
+                    k("sas"),
+                    "PSP policies take no SAs (keys come from the peer)",
+                );
+            }
+            true
+        }
+        Some(o) => return err(k("protocol"), format!("'{o}' must be 'ipsec' or 'psp'")),
+    };
+    let action = match p.action.as_deref() {
+        Some("protect") if use_psp => policy::Action::Protect(0),
+        Some("protect") => {
+            if p.sas.is_empty() {
+                return err(
+                    k("sas"),
+                    "a protect policy needs the SAs to use (e.g. sas = [\"a-to-b\"])",
+                );
+            }
+            if p.sas.len() > netveil_ipsec::bundle::MAX_BUNDLE {
+                return err(k("sas"), "at most 4 SAs in a bundle");
+            }
+            let want = match direction {
+                policy::Direction::Out => Direction::Out,
+                policy::Direction::In => Direction::In,
+            };
+            for (j, n) in p.sas.iter().enumerate() {
+                let idx = match sas.iter().position(|s| &s.name == n) {
+                    Some(x) => x,
+                    None if missing_ok => {
+                        missing = true;
+                        continue;
+                    }
+                    None => return err(k(&format!("sas[{j}]")), format!("no SA named '{n}'")),
+                };
+                if sas[idx].direction != want {
+                    return err(
+                        k(&format!("sas[{j}]")),
+                        format!("SA '{n}' is not an {:?}bound SA", want),
+                    );
+                }
+                bundle.push(idx);
+            }
+            policy::Action::Protect(0)
+        }
+        Some("bypass") => policy::Action::Bypass,
+        Some("discard") => policy::Action::Discard,
+        Some(o) => {
+            return err(
+                k("action"),
+                format!("'{o}' must be 'protect', 'bypass' or 'discard'"),
+            )
+        }
+        None => return err(k("action"), "missing ('protect', 'bypass' or 'discard')"),
+    };
+    if !matches!(action, policy::Action::Protect(_)) && !p.sas.is_empty() {
+        return err(k("sas"), "only protect policies take SAs");
+    }
+    Ok(PolicyRule {
+        name: p.name.unwrap_or(default_name),
+        direction,
+        selector: Selector {
+            src,
+            dst,
+            proto,
+            src_ports,
+            dst_ports,
+        },
+        action,
+        sas: if missing { Vec::new() } else { bundle },
+        sa_names: p.sas,
+        psp: use_psp,
+    })
 }
 
 fn parse_psp(r: RawPsp) -> Result<PspConfig, ConfigError> {

@@ -23,7 +23,7 @@ pub trait Engine: Send {
 /// An engine's answers on the control socket.
 pub trait Control: Send + Sync {
     /// The answer to `req`, or `None` if the request is not this engine's.
-    fn answer(&self, req: &str) -> Option<Value>;
+    fn answer(&self, req: &netveil_control::Request) -> Option<Value>;
     /// Adds this engine's part of the status (`netveil status --json`) to `status`.
     fn status(&self, status: &mut Map<String, Value>);
 }

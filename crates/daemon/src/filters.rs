@@ -1,7 +1,10 @@
 //! The rules of the socket filters every engine installs on its receive sockets, and when an engine counts as under
 //! a storm of forged packets.
 
-use netveil_io::filter::SpiRule;
+use netveil_io::filter::{spi_filter, spi_filter_gro, Layout, Program, SpiRule};
+use netveil_io::{RawSocket, UdpSocket};
+use netveil_ipsec::bundle::Sad;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How far above a window's top the socket filters refuse counters during a storm of authentication failures:
@@ -37,6 +40,48 @@ pub fn single_datagram_max(mtu: u16) -> u32 {
 pub const STORM_AUTH_FAILURES_PER_S: u64 = 1000;
 /// How long the storm mode outlasts the last second with that many failures.
 pub const STORM_HOLD: Duration = Duration::from_secs(2);
+
+/// A receive socket with a socket filter.
+pub enum FilterSock {
+    Udp(Arc<UdpSocket>),
+    Raw(Arc<RawSocket>),
+}
+
+impl FilterSock {
+    pub fn attach(&self, p: Option<&Program>) -> std::io::Result<()> {
+        match self {
+            FilterSock::Udp(s) => s.attach_filter(p),
+            FilterSock::Raw(s) => s.attach_filter(p),
+        }
+    }
+
+    pub fn kernel_drops(&self) -> std::io::Result<u32> {
+        match self {
+            FilterSock::Udp(s) => s.kernel_drops(),
+            FilterSock::Raw(s) => s.kernel_drops(),
+        }
+    }
+}
+
+/// The socket filter of an ESP receive socket: the inbound ESP SAs that arrive that way (in UDP, or raw), each
+/// with its window (see [`window_rule`]). `None` (no filter) if there are too many SAs for one filter.
+pub fn esp_filter(sad: &Sad, layout: Layout, storm: bool, mtu: u16) -> Option<Program> {
+    let udp = layout == Layout::EspInUdp;
+    let rules: Vec<SpiRule> = sad
+        .iter()
+        .filter(|s| {
+            s.params.direction == netveil_ipsec::sa::Direction::In
+                && s.protocol() == netveil_ipsec::Protocol::Esp
+                && s.params.encap.is_some() == udp
+        })
+        .map(|s| window_rule(s.spi(), s.replay_state(), storm))
+        .collect();
+    if udp {
+        spi_filter_gro(layout, &rules, single_datagram_max(mtu))
+    } else {
+        spi_filter(layout, &rules)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,7 @@
 
 use crate::engine::Control;
 use crate::ip::Shared;
+use netveil_control::Request;
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::Mode;
 use serde_json::{json, Map, Value};
@@ -13,11 +14,33 @@ use std::sync::Arc;
 pub struct IpControl(pub Arc<Shared>);
 
 impl Control for IpControl {
-    fn answer(&self, req: &str) -> Option<Value> {
+    fn answer(&self, req: &Request) -> Option<Value> {
         let sh = &self.0;
+        let now = sh.now();
+        let done = |r: Result<(), crate::config::ConfigError>| match r {
+            Ok(()) => json!({ "ok": true }),
+            Err(e) => json!({ "error": e.reason, "key": e.key }),
+        };
         Some(match req {
-            "keys" => keys_json(sh),
-            "rotate" => match &sh.psp {
+            Request::SaAdd { sa } => match table(sa, "sa") {
+                Ok(t) => done(sh.db.sa_add(t, now)),
+                Err(e) => e,
+            },
+            Request::SaUpdate { name, sa } => match table(sa, "sa") {
+                Ok(t) => done(sh.db.sa_update(name, t, now)),
+                Err(e) => e,
+            },
+            Request::SaDel { name } => done(sh.db.sa_del(name, now)),
+            Request::SaList => json!({ "sas": sas_json(sh) }),
+            Request::PolicyAdd { policy, position } => match table(policy, "policy") {
+                Ok(t) => done(sh.db.policy_add(t, *position, now)),
+                Err(e) => e,
+            },
+            Request::PolicyDel { name } => done(sh.db.policy_del(name, now)),
+            Request::PolicyList => json!({ "policies": policies_json(sh) }),
+            Request::Events { since } => json!({ "events": sh.db.events_since(*since) }),
+            Request::Keys => keys_json(sh),
+            Request::Rotate => match &sh.psp {
                 Some(st) => {
                     let before = st.rotations.load(Relaxed);
                     st.rotate_requests.fetch_add(1, Relaxed);
@@ -44,6 +67,13 @@ impl Control for IpControl {
     }
 }
 
+/// The keys of a `[[sa]]` or `[[policy]]` table sent as JSON, as TOML (what the configuration's parser reads).
+fn table(m: &Map<String, Value>, what: &str) -> Result<toml::Table, Value> {
+    serde_json::from_value(Value::Object(m.clone())).map_err(|_| {
+        json!({ "error": "values must be strings, numbers, booleans, arrays or tables (no null)", "key": what })
+    })
+}
+
 fn suite_name(s: &Suite) -> String {
     match s {
         Suite::Esp(e) => e.name(),
@@ -54,10 +84,47 @@ fn suite_name(s: &Suite) -> String {
 /// The daemon's state as JSON (what `netveil status --json` prints).
 pub fn status_json(sh: &Shared) -> Value {
     let now = sh.now();
-    let sas: Vec<Value> = sh
-        .sad
-        .iter()
-        .map(|sa| {
+    let mut drops = serde_json::Map::new();
+    for (name, n) in sh.tx_drops.snapshot() {
+        drops.insert(format!("tx:{name}"), json!(n));
+    }
+    for (name, n) in sh.rx_drops.snapshot() {
+        drops.insert(format!("rx:{name}"), json!(n));
+    }
+    drops.insert("rx:socket-filter-or-full".into(), json!(sh.kernel_drops()));
+    if let Some(t) = &sh.db.nft_table() {
+        drops.insert(
+            "rx:clear-but-protected".into(),
+            json!(crate::engine::nft_drops(t, "input")),
+        );
+        drops.insert(
+            "rx:not-from-a-peer".into(),
+            json!(crate::engine::nft_drops(t, "prerouting")),
+        );
+        drops.insert(
+            "tx:outside-tun-blocked".into(),
+            json!(crate::engine::nft_drops(t, "output") + crate::engine::nft_drops(t, "forward")),
+        );
+    }
+    json!({
+        "interface": sh.tun_name,
+        "uptime_seconds": now,
+        "psp": sh.psp.as_ref().map(|st| psp_json(st)),
+        "tx": { "packets": sh.tx_packets.load(Relaxed), "bytes": sh.tx_bytes.load(Relaxed), "bypassed": sh.bypassed.load(Relaxed) },
+        "rx": { "packets": sh.rx_packets.load(Relaxed), "bytes": sh.rx_bytes.load(Relaxed) },
+        "sas": sas_json(sh),
+        "drops": drops,
+        "policies": policies_json(sh),
+    })
+}
+
+/// The SAs in force (a replaced inbound SA still taking its peer's packets is marked `retiring`).
+fn sas_json(sh: &Shared) -> Vec<Value> {
+    let now = sh.now();
+    let snap = sh.db.load();
+    (0..snap.sad.len())
+        .map(|i| {
+            let sa = snap.sad.get(i);
             let p = &sa.params;
             let c = sa.counters.snapshot();
             let (mode, local, remote) = match p.mode {
@@ -86,49 +153,29 @@ pub fn status_json(sh: &Shared) -> Value {
                 "replay_window": p.replay_window,
                 "lifetime": format!("{:?}", sa.lifetime_state(now)).to_lowercase(),
                 "rekey_needed": sa.rekey_needed.load(Relaxed),
+                "retiring": snap.sad.is_alias(i),
             })
         })
-        .collect();
-    let mut drops = serde_json::Map::new();
-    for (name, n) in sh.tx_drops.snapshot() {
-        drops.insert(format!("tx:{name}"), json!(n));
-    }
-    for (name, n) in sh.rx_drops.snapshot() {
-        drops.insert(format!("rx:{name}"), json!(n));
-    }
-    drops.insert("rx:socket-filter-or-full".into(), json!(sh.kernel_drops()));
-    if let Some(t) = &sh.nft_table {
-        drops.insert(
-            "rx:clear-but-protected".into(),
-            json!(crate::engine::nft_drops(t, "input")),
-        );
-        drops.insert(
-            "rx:not-from-a-peer".into(),
-            json!(crate::engine::nft_drops(t, "prerouting")),
-        );
-        drops.insert(
-            "tx:outside-tun-blocked".into(),
-            json!(crate::engine::nft_drops(t, "output") + crate::engine::nft_drops(t, "forward")),
-        );
-    }
-    json!({
-        "interface": sh.tun_name,
-        "uptime_seconds": now,
-        "psp": sh.psp.as_ref().map(|st| psp_json(st)),
-        "tx": { "packets": sh.tx_packets.load(Relaxed), "bytes": sh.tx_bytes.load(Relaxed), "bypassed": sh.bypassed.load(Relaxed) },
-        "rx": { "packets": sh.rx_packets.load(Relaxed), "bytes": sh.rx_bytes.load(Relaxed) },
-        "sas": sas,
-        "drops": drops,
-        "policies": sh.config.policies.iter().map(|p| json!({
+        .collect()
+}
+
+/// The policies in force, in order (`installed`: a protect policy whose SAs are all there).
+fn policies_json(sh: &Shared) -> Vec<Value> {
+    let snap = sh.db.load();
+    snap.policies.iter().map(|p| {
+        let protect = matches!(p.action, netveil_sa::policy::Action::Protect(_));
+        json!({
             "name": p.name,
             "direction": format!("{:?}", p.direction).to_lowercase(),
             "src": p.selector.src.to_string(),
             "dst": p.selector.dst.to_string(),
             "proto": p.selector.proto,
             "action": match p.action { netveil_sa::policy::Action::Protect(_) => "protect", netveil_sa::policy::Action::Bypass => "bypass", netveil_sa::policy::Action::Discard => "discard" },
-            "sas": p.sas.iter().map(|i| sh.config.sas[*i].name.clone()).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    })
+            "protocol": if p.psp { "psp" } else { "ipsec" },
+            "sas": p.sa_names,
+            "installed": !protect || p.psp || !p.sas.is_empty(),
+        })
+    }).collect()
 }
 
 /// PSP: the device (generation, phase, receive SAs), the association and the specification's counters.
@@ -175,7 +222,8 @@ fn psp_json(st: &crate::psp_kx::PspState) -> Value {
 
 /// The running SAs' keys, with Wireshark's algorithm names (only over the root-only control socket).
 fn keys_json(sh: &Shared) -> Value {
-    let sas: Vec<Value> = sh
+    let snap = sh.db.load();
+    let sas: Vec<Value> = snap
         .sad
         .iter()
         .filter_map(|sa| {

@@ -1081,7 +1081,7 @@ fn status_json(st: &State) -> Value {
 }
 
 impl Control for State {
-    fn answer(&self, _req: &str) -> Option<Value> {
+    fn answer(&self, _req: &netveil_control::Request) -> Option<Value> {
         None
     }
 

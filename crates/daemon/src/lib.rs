@@ -6,7 +6,9 @@
 //! - [`ip`]: the IP engine: TUN + raw/UDP sockets, ESP/AH and PSP, the data-plane threads.
 //! - [`l2`]: the L2 engine: l2sec on a LAN port (TAP + AF_PACKET).
 //! - [`psp_kx`]: the PSP key exchange over TLS.
+//! - [`ip_db`]: the IP engine's SAs and policies, changed while traffic flows (snapshots swapped atomically).
 //! - [`ip_ctl`]: the IP engine's answers on the control socket.
+//! - [`nft`]: the IP engine's nftables table (fail-closed filters, peer filter).
 //! - [`filters`]: the socket-filter rules and the storm mode.
 //! - [`error`]: configuration errors, each naming its key.
 //! - [`state`]: the state directory (sequence marks, epochs).
@@ -19,7 +21,9 @@ pub mod error;
 pub mod filters;
 pub mod ip;
 pub mod ip_ctl;
+pub mod ip_db;
 pub mod l2;
+pub mod nft;
 pub mod psp_kx;
 pub mod runtime;
 pub mod state;

@@ -134,24 +134,30 @@ fn listen(path: &Path) -> Result<UnixListener> {
 
 /// The answer to one control request: `status` from every engine, `stop` here, anything else from the engine that
 /// knows it.
-fn answer(controls: &[Arc<dyn Control>], req: &str) -> Value {
+fn answer(controls: &[Arc<dyn Control>], line: &str) -> Value {
+    use netveil_control::Request;
+    let req = match Request::parse(line) {
+        Ok(r) => r,
+        Err(e) => return json!({ "error": e }),
+    };
     match req {
-        "status" => {
+        Request::Status => {
             let mut m = Map::new();
             for c in controls {
                 c.status(&mut m);
             }
             Value::Object(m)
         }
-        "stop" => {
+        Request::Stop => {
             // `netveil down`: stop, and remove the fail-closed filters on the way out.
             DOWN.store(true, Relaxed);
             netveil_io::os::stop_flag().store(true, Relaxed);
             json!({ "stopping": true })
         }
-        _ => controls.iter().find_map(|c| c.answer(req)).unwrap_or_else(
-            || json!({ "error": "unknown request (known: status, keys, rotate, stop)" }),
-        ),
+        _ => controls
+            .iter()
+            .find_map(|c| c.answer(&req))
+            .unwrap_or_else(|| json!({ "error": "no engine of this daemon answers this request" })),
     }
 }
 

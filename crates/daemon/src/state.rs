@@ -14,6 +14,7 @@ use crate::error::ConfigError;
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where the daemon keeps its state unless `state_dir` says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/netveil";
@@ -147,7 +148,8 @@ pub struct SeqStore {
 }
 
 struct SeqSlot {
-    sa: usize,
+    /// The SA, once built (see [`SeqStore::track`]).
+    sa: Option<Arc<netveil_ipsec::Sa>>,
     file: String,
     first: u64,
     limit: u64,
@@ -178,69 +180,105 @@ pub fn seq_file(p: &netveil_ipsec::SaParams) -> String {
 }
 
 impl SeqStore {
+    /// A store with no SA yet, in `dir`.
+    pub fn open(dir: StateDir) -> SeqStore {
+        SeqStore {
+            dir,
+            slots: Vec::new(),
+            armed: false,
+        }
+    }
+
     /// Reads the marks of the outbound SAs among `sas` (index `i` of the result for `sas[i]`; `None` for inbound
-    /// SAs) and makes the first reservation of each durable. An SA whose keys have used up their sequence space is
-    /// refused, naming its key.
+    /// SAs) and makes the first reservation of each durable (see [`SeqStore::reserve`]). Each SA is then built with
+    /// its start and handed to [`SeqStore::track`].
     pub fn start(
         dir: StateDir,
         sas: &[netveil_ipsec::SaParams],
     ) -> Result<(SeqStore, Vec<Option<SeqStart>>), ConfigError> {
-        let mut slots = Vec::new();
+        let mut store = SeqStore::open(dir);
         let mut starts = Vec::new();
         for (i, p) in sas.iter().enumerate() {
-            if p.direction != netveil_ipsec::sa::Direction::Out {
-                starts.push(None);
-                continue;
-            }
-            let file = seq_file(p);
-            let limit = if p.esn { u64::MAX } else { u64::from(u32::MAX) };
-            let mark = dir
-                .read_u64(&file)
-                .map_err(|e| cerr(&format!("sa[{i}]"), e))?
-                .unwrap_or(0);
-            if mark >= limit {
-                return Err(cerr(
-                    &format!("sa[{i}].enc_key"),
-                    format!(
-                        "these keys have used up their sequence space (mark {mark} in {}): configure new keys",
-                        dir.path().join(&file).display()
-                    ),
-                ));
-            }
-            let first = (mark + 1).max(p.first_seq);
-            let reserved = first.saturating_add(SEQ_BLOCK - 1).min(limit);
-            dir.write_u64(&file, reserved).map_err(|e| {
-                cerr(
-                    "interface.state_dir",
-                    format!("cannot write {}: {e}", dir.path().join(&file).display()),
-                )
-            })?;
-            starts.push(Some(SeqStart { first, reserved }));
-            slots.push(SeqSlot {
-                sa: i,
-                file,
-                first,
-                limit,
-                failed: false,
+            starts.push(if p.direction == netveil_ipsec::sa::Direction::Out {
+                Some(store.reserve(p, &format!("sa[{i}]"))?)
+            } else {
+                None
             });
         }
-        Ok((
-            SeqStore {
-                dir,
-                slots,
-                armed: false,
-            },
-            starts,
-        ))
+        Ok((store, starts))
+    }
+
+    /// Reserves, durably, the first block of sequence numbers of an outbound SA with the keys of `p`: it continues
+    /// above every number ever sent under them. Keys that have used up their sequence space are refused (the error
+    /// names `key`.enc_key). The SA, once built with this start, is handed to [`SeqStore::track`].
+    pub fn reserve(
+        &mut self,
+        p: &netveil_ipsec::SaParams,
+        key: &str,
+    ) -> Result<SeqStart, ConfigError> {
+        let file = seq_file(p);
+        let limit = if p.esn { u64::MAX } else { u64::from(u32::MAX) };
+        let mark = self
+            .dir
+            .read_u64(&file)
+            .map_err(|e| cerr(key, e))?
+            .unwrap_or(0);
+        if mark >= limit {
+            return Err(cerr(
+                &format!("{key}.enc_key"),
+                format!(
+                    "these keys have used up their sequence space (mark {mark} in {}): configure new keys",
+                    self.dir.path().join(&file).display()
+                ),
+            ));
+        }
+        let first = (mark + 1).max(p.first_seq);
+        let reserved = first.saturating_add(SEQ_BLOCK - 1).min(limit);
+        self.dir.write_u64(&file, reserved).map_err(|e| {
+            cerr(
+                "interface.state_dir",
+                format!(
+                    "cannot write {}: {e}",
+                    self.dir.path().join(&file).display()
+                ),
+            )
+        })?;
+        self.slots.push(SeqSlot {
+            sa: None,
+            file,
+            first,
+            limit,
+            failed: false,
+        });
+        Ok(SeqStart { first, reserved })
+    }
+
+    /// Follows the SA built with a start from [`SeqStore::reserve`] (matched by its keys and first number).
+    pub fn track(&mut self, sa: Arc<netveil_ipsec::Sa>) {
+        let file = seq_file(&sa.params);
+        if let Some(s) = self
+            .slots
+            .iter_mut()
+            .find(|s| s.sa.is_none() && s.file == file && s.first == sa.params.first_seq)
+        {
+            s.sa = Some(sa);
+        }
+    }
+
+    /// The SA was removed: its mark stays where it is (at or above every number it may still send from a batch in
+    /// flight), so keys installed again continue above it.
+    pub fn forget(&mut self, sa: &Arc<netveil_ipsec::Sa>) {
+        self.slots
+            .retain(|s| !s.sa.as_ref().is_some_and(|x| Arc::ptr_eq(x, sa)));
     }
 
     /// Reserves the next block of every SA that has used half of its current one (durably, then in memory).
     /// Returns a message for each mark that could not be written (once per SA until a write succeeds again): its
     /// SA stops sending when its reservation runs out.
-    pub fn top_up(&mut self, sad: &netveil_ipsec::bundle::Sad) -> Vec<String> {
+    pub fn top_up(&mut self) -> Vec<String> {
         let mut errors = Vec::new();
         for s in &mut self.slots {
-            let sa = sad.get(s.sa);
+            let Some(sa) = &s.sa else { continue };
             let reserved = sa.seq_reserved();
             let used = sa.seq_last().max(s.first - 1);
             if reserved >= s.limit || reserved - used > SEQ_BLOCK / 2 {
@@ -274,10 +312,12 @@ impl SeqStore {
     }
 
     /// After the data plane stopped: the marks become the last numbers used, so the next start skips none.
-    pub fn finish(&mut self, sad: &netveil_ipsec::bundle::Sad) {
+    pub fn finish(&mut self) {
         for s in &self.slots {
-            let used = sad.get(s.sa).seq_last().max(s.first - 1);
-            let _ = self.dir.write_u64(&s.file, used);
+            if let Some(sa) = &s.sa {
+                let used = sa.seq_last().max(s.first - 1);
+                let _ = self.dir.write_u64(&s.file, used);
+            }
         }
     }
 }
@@ -333,6 +373,7 @@ mod tests {
             q.first_seq = s.first;
             sad.insert(netveil_ipsec::Sa::with_reservation(q, 0, s.reserved).unwrap())
                 .unwrap();
+            store.track(sad.arc(0).clone());
             (store, sad, s.first)
         };
         // A real run: send past half the block, top up.
@@ -348,7 +389,7 @@ mod tests {
             }
         };
         send(&sad, SEQ_BLOCK / 2 + 10);
-        assert!(store.top_up(&sad).is_empty());
+        assert!(store.top_up().is_empty());
         let used = sad.get(0).seq_last();
         assert_eq!(used, SEQ_BLOCK / 2 + 10);
         assert_eq!(sad.get(0).seq_reserved(), used + SEQ_BLOCK);
@@ -366,7 +407,7 @@ mod tests {
         // A clean stop writes the last number used.
         let (mut store, sad, first) = run();
         send(&sad, 3);
-        store.finish(&sad);
+        store.finish();
         assert_eq!(open().read_u64(&file), Ok(Some(first + 2)));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -7,21 +7,44 @@ use crate::sa::{Direction, Mode, Sa};
 use crate::{ah, esp, Drop, Protocol};
 use netveil_wire::PacketBuf;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The most SAs one bundle may have (ESP inside AH is two).
 pub const MAX_BUNDLE: usize = 4;
 
-/// All installed SAs, indexed by (protocol, SPI) for inbound lookup. Built once; SAs carry their own
-/// thread-safe state, so the database is shared read-only between data-plane threads.
-#[derive(Default)]
+/// All installed SAs, indexed by (protocol, SPI) for inbound lookup. SAs carry their own thread-safe state and are
+/// shared (`Arc`), so the database is read-only for the data-plane threads, and a new database (an SA added,
+/// replaced or removed) keeps the state of every SA it takes over.
+///
+/// Policies name SAs by index. An inbound SA that was replaced stays for a while as an *alias* of its successor's
+/// index (see [`Sad::insert_alias`]): packets the peer still sends under the old SPI are accepted and pass the
+/// policy check as if they came through the new SA (make-before-break).
+#[derive(Default, Clone)]
 pub struct Sad {
-    sas: Vec<Sa>,
+    sas: Vec<Arc<Sa>>,
+    /// The index policies know `sas[i]` by: `i`, or the successor's index for an alias.
+    known_as: Vec<usize>,
     inbound: HashMap<(Protocol, u32), usize>,
 }
 
 impl Sad {
     /// Adds an SA; returns its index. Fails on an inbound (protocol, SPI) that exists already.
     pub fn insert(&mut self, sa: Sa) -> Result<usize, String> {
+        self.insert_arc(Arc::new(sa))
+    }
+    /// Adds a shared SA (taken over from another database); returns its index.
+    pub fn insert_arc(&mut self, sa: Arc<Sa>) -> Result<usize, String> {
+        let idx = self.sas.len();
+        self.insert_known_as(sa, idx)
+    }
+    /// Adds an inbound SA that policies know as the SA at `of` (a replaced SA kept until the peer has switched).
+    pub fn insert_alias(&mut self, sa: Arc<Sa>, of: usize) -> Result<usize, String> {
+        if of >= self.sas.len() {
+            return Err(format!("no SA at index {of} to alias"));
+        }
+        self.insert_known_as(sa, of)
+    }
+    fn insert_known_as(&mut self, sa: Arc<Sa>, known_as: usize) -> Result<usize, String> {
         let idx = self.sas.len();
         if sa.params.direction == Direction::In {
             let key = (sa.protocol(), sa.spi());
@@ -31,13 +54,32 @@ impl Sad {
             self.inbound.insert(key, idx);
         }
         self.sas.push(sa);
+        self.known_as.push(known_as);
         Ok(idx)
     }
     pub fn get(&self, idx: usize) -> &Sa {
         &self.sas[idx]
     }
+    /// The shared handle of the SA at `idx`.
+    pub fn arc(&self, idx: usize) -> &Arc<Sa> {
+        &self.sas[idx]
+    }
+    /// The index policies know the SA at `idx` by (itself, or its successor for an alias).
+    pub fn known_as(&self, idx: usize) -> usize {
+        self.known_as[idx]
+    }
+    /// Whether the SA at `idx` is an alias of a successor.
+    pub fn is_alias(&self, idx: usize) -> bool {
+        self.known_as[idx] != idx
+    }
+    pub fn len(&self) -> usize {
+        self.sas.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.sas.is_empty()
+    }
     pub fn iter(&self) -> impl Iterator<Item = &Sa> {
-        self.sas.iter()
+        self.sas.iter().map(|s| &**s)
     }
     pub fn lookup_inbound(&self, proto: Protocol, spi: u32) -> Option<usize> {
         self.inbound.get(&(proto, spi)).copied()
@@ -124,7 +166,7 @@ pub fn unprotect(
                     Protocol::Esp => esp::decapsulate(sa, pkt, &loc, now)?,
                     Protocol::Ah => ah::decapsulate(sa, pkt, &loc, now)?,
                 };
-                used.sas[used.len] = idx;
+                used.sas[used.len] = sad.known_as(idx);
                 used.len += 1;
                 if d.tunnel {
                     return Ok(Unprotected::Packet(used));

@@ -4,6 +4,7 @@
 
 mod flood;
 mod pcap_tools;
+mod xfrm;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -70,6 +71,19 @@ enum Cmd {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Add, replace, remove and list the SAs of a running daemon (as `ip xfrm state`).
+    Sa {
+        #[command(subcommand)]
+        cmd: xfrm::SaCmd,
+    },
+    /// Add, remove and list the policies of a running daemon (as `ip xfrm policy`).
+    Policy {
+        #[command(subcommand)]
+        cmd: xfrm::PolicyCmd,
+    },
+    /// Follow a running daemon's events: SAs and policies changed, lifetimes reached, sequence space nearly spent,
+    /// traffic for a policy without SAs (acquire) (as `ip xfrm monitor`).
+    Monitor(xfrm::MonitorArgs),
     /// Make a private key and a self-signed certificate for the PSP key exchange (NAME.key, NAME.crt), or with
     /// --ed25519 an l2sec signing key (NAME.l2key, and its public key printed for the peers' [[l2sec.peer]]).
     Keygen {
@@ -160,6 +174,9 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             let (c, k) = netveil_daemon::psp_kx::keygen(&name, &out)?;
             println!("certificate: {}\nprivate key: {}", c.display(), k.display());
         }
+        Cmd::Sa { cmd } => xfrm::sa(cmd)?,
+        Cmd::Policy { cmd } => xfrm::policy(cmd)?,
+        Cmd::Monitor(a) => xfrm::monitor(a)?,
         Cmd::Pcap { cmd } => pcap_tools::run(cmd)?,
         Cmd::Bench(a) => netveil_lab::bench::run(a)?,
         Cmd::Demo(a) => netveil_lab::demo::run(a)?,

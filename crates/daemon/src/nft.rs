@@ -1,0 +1,339 @@
+//! The IP engine's nftables table: the fail-closed filters (covered traffic leaves only through the TUN or the
+//! daemon's own sockets, also when the daemon is gone) and the peer filter in front of the receive sockets.
+
+use crate::config::Config;
+use netveil_ipsec::Mode;
+use netveil_sa::policy::{Action, Direction};
+
+fn nft_match(s: &netveil_sa::policy::Selector) -> (String, &'static str) {
+    let fam = if s.src.addr().is_ipv4() { "ip" } else { "ip6" };
+    let mut m = format!(
+        "{fam} saddr {} {fam} daddr {}",
+        s.src.trunc(),
+        s.dst.trunc()
+    );
+    let proto = match s.proto {
+        Some(6) => Some("tcp"),
+        Some(17) => Some("udp"),
+        Some(132) => Some("sctp"),
+        _ => None,
+    };
+    match (s.proto, proto) {
+        (Some(_), Some(p)) => {
+            // A port match implies the protocol.
+            if s.src_ports.is_any() && s.dst_ports.is_any() {
+                m.push_str(&format!(" meta l4proto {p}"));
+            }
+            m.push_str(&nft_ports(s, p));
+        }
+        (Some(x), None) => m.push_str(&format!(" meta l4proto {x}")),
+        (None, _) => {}
+    }
+    (m, fam)
+}
+
+/// The nftables port match of a selector for `proto` (tcp, udp, sctp): empty where both ranges are any.
+fn nft_ports(s: &netveil_sa::policy::Selector, proto: &str) -> String {
+    let mut m = String::new();
+    for (dir, r) in [("sport", &s.src_ports), ("dport", &s.dst_ports)] {
+        if !r.is_any() {
+            m.push_str(&format!(" {proto} {dir} {}-{}", r.start, r.end));
+        }
+    }
+    m
+}
+
+const ND_TYPES: &str =
+    "{ nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect }";
+
+/// The prerouting rules that keep floods from non-peers away from the daemon: ESP, AH, ESP-in-UDP (the NAT-T port)
+/// and PSP (UDP 1000) are taken only from the configured peers (tunnel SAs' remote ends, the PSP peer, and the
+/// sources of the inbound policies that transport-mode SAs serve), and dropped (counted) in the kernel before any
+/// socket sees them. A family with a transport-mode policy open to any source gets no rule.
+pub fn nft_peer_filter(cfg: &Config) -> String {
+    use netveil_ipsec::sa::Direction as SaDir;
+    let mut rules = String::new();
+    for v6 in [false, true] {
+        let fam = if v6 { "ip6" } else { "ip" };
+        let mut peers: Vec<ipnet::IpNet> = Vec::new();
+        let mut open = false;
+        let mut esp = false;
+        let mut natt = false;
+        for (i, s) in cfg.sas.iter().enumerate() {
+            if s.direction != SaDir::In {
+                continue;
+            }
+            match s.mode {
+                Mode::Tunnel { remote, .. } => {
+                    if remote.is_ipv6() != v6 {
+                        continue;
+                    }
+                    peers.push(remote.into());
+                }
+                Mode::Transport => {
+                    let srcs: Vec<_> = cfg
+                        .policies
+                        .iter()
+                        .filter(|p| p.direction == Direction::In && p.sas.contains(&i))
+                        .map(|p| p.selector.src.trunc())
+                        .filter(|n| n.addr().is_ipv6() == v6)
+                        .collect();
+                    if srcs.is_empty() {
+                        continue;
+                    }
+                    if srcs.iter().any(|n| n.prefix_len() == 0) {
+                        open = true;
+                    }
+                    peers.extend(srcs.iter().copied());
+                }
+            }
+            esp = true;
+            natt |= s.encap.is_some();
+        }
+        let mut dports = Vec::new();
+        if natt {
+            dports.push(cfg.interface.nat_t_port);
+        }
+        if let Some(p) = &cfg.psp {
+            if p.remote.is_ipv6() == v6 {
+                peers.push(p.remote.into());
+                dports.push(netveil_psp::UDP_PORT);
+            }
+        }
+        if open || peers.is_empty() {
+            continue;
+        }
+        // One set without overlaps (sets without auto-merge refuse overlapping intervals: "conflicting
+        // intervals"), so the table does not depend on the nft version: a peer inside a listed network, or a
+        // network inside another, merges into it.
+        let set = ipnet::IpNet::aggregate(&peers)
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let l4 = if v6 { "meta l4proto" } else { "ip protocol" };
+        if esp {
+            rules.push_str(&format!(
+                "    {l4} {{ esp, ah }} {fam} saddr != {{ {set} }} counter drop comment \"not from a peer\"\n"
+            ));
+        }
+        if !dports.is_empty() {
+            let ports: Vec<String> = dports.iter().map(|p| p.to_string()).collect();
+            rules.push_str(&format!(
+                "    meta nfproto {} udp dport {{ {} }} {fam} saddr != {{ {set} }} counter drop comment \"not from a peer\"\n",
+                if v6 { "ipv6" } else { "ipv4" },
+                ports.join(", ")
+            ));
+        }
+    }
+    rules
+}
+
+/// The nftables table of an interface (`inet netveil_NAME`):
+///
+/// - **input**: clear traffic that an inbound protect policy covers is dropped (and counted): it must arrive
+///   through the TUN (decapsulated), never directly. ESP, AH, the NAT-T port and PSP's port stay allowed, and the
+///   PSP key exchange only between the outer addresses and on its port at both ends.
+/// - **output** and **forward** (fail closed): traffic that an outbound protect or discard policy covers may leave
+///   only through the TUN device or from the daemon's own sockets (their mark). While the daemon runs, such traffic
+///   is routed into the TUN; when it does not (crashed, killed, stopped), the TUN and its routes are gone and the
+///   traffic would follow the default route in clear: these rules drop it instead. The table outlives the daemon:
+///   `netveil down` removes it.
+///
+/// Returns the whole table text, or `None` if no policy needs a rule.
+pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
+    let tun = &cfg.interface.name;
+    let mark = cfg.interface.socket_mark();
+    let mut input = String::new();
+    let mut output = String::new();
+    if let Some(c) = &cfg.psp {
+        // The TLS key exchange travels in clear TCP between the outer addresses, from port to port (the connecting
+        // side binds the port too): nothing else of the peer's is let through by this rule.
+        let fam = if c.local.is_ipv4() { "ip" } else { "ip6" };
+        input.push_str(&format!(
+            "    {fam} saddr {} {fam} daddr {} tcp sport {p} tcp dport {p} accept comment \"PSP key exchange\"\n",
+            c.remote,
+            c.local,
+            p = c.control_port
+        ));
+    }
+    for p in cfg
+        .policies
+        .iter()
+        .filter(|p| p.direction == Direction::In && matches!(p.action, Action::Protect(_)))
+    {
+        let s = &p.selector;
+        let (sel, fam) = nft_match(&netveil_sa::policy::Selector {
+            proto: None,
+            src_ports: netveil_sa::policy::PortRange::ANY,
+            dst_ports: netveil_sa::policy::PortRange::ANY,
+            ..s.clone()
+        });
+        // The UDP port the protected form of this traffic arrives on.
+        let udp_port = if p.psp {
+            netveil_psp::UDP_PORT
+        } else {
+            cfg.interface.nat_t_port
+        };
+        let mut m = format!("iifname != \"{tun}\" {sel}");
+        if fam == "ip6" && matches!(s.proto, None | Some(58)) {
+            // IPv6 neighbour discovery between the peers (transport mode) is never protected: dropping it would
+            // leave the peer's link-layer address unresolved and nothing, ESP included, could be sent to it.
+            input.push_str(&format!(
+                "    {m} icmpv6 type {ND_TYPES} accept comment \"{} (neighbour discovery)\"\n",
+                p.name
+            ));
+        }
+        match s.proto {
+            Some(17) => {
+                m.push_str(&nft_ports(s, "udp"));
+                input.push_str(&format!(
+                    "    {m} udp dport != {udp_port} counter drop comment \"{}\"\n",
+                    p.name
+                ));
+            }
+            Some(6) => {
+                m.push_str(&nft_ports(s, "tcp"));
+                input.push_str(&format!("    {m} counter drop comment \"{}\"\n", p.name));
+            }
+            Some(x) => input.push_str(&format!(
+                "    {m} meta l4proto {x} counter drop comment \"{}\"\n",
+                p.name
+            )),
+            None => {
+                let allowed = if p.psp { "17" } else { "{ 17, 50, 51 }" };
+                input.push_str(&format!(
+                    "    {m} meta l4proto != {allowed} counter drop comment \"{}\"\n",
+                    p.name
+                ));
+                input.push_str(&format!(
+                    "    {m} udp dport != {udp_port} counter drop comment \"{}\"\n",
+                    p.name
+                ));
+            }
+        }
+    }
+    // Outbound, in policy order (the first match decides, as in the daemon). Locally sent packets are matched by
+    // destination (and protocol and ports) whatever their source: once the TUN and its addresses are gone, the
+    // kernel picks another source address for the same traffic. Forwarded packets keep their source, so the
+    // forward chain matches the whole selector.
+    let mut forward = String::new();
+    for p in cfg
+        .policies
+        .iter()
+        .filter(|p| p.direction == Direction::Out)
+    {
+        let s = &p.selector;
+        let any_src = netveil_sa::policy::Selector {
+            src: match s.dst {
+                ipnet::IpNet::V4(_) => ipnet::IpNet::V4(Default::default()),
+                ipnet::IpNet::V6(_) => ipnet::IpNet::V6(Default::default()),
+            },
+            ..s.clone()
+        };
+        for (chain, sel) in [(&mut output, &any_src), (&mut forward, s)] {
+            let (m, fam) = nft_match(sel);
+            match p.action {
+                Action::Bypass => {
+                    // Only with the selector's own source (which a stopped daemon's traffic may no longer have:
+                    // then a drop below applies).
+                    let (full, _) = nft_match(s);
+                    chain.push_str(&format!("    {full} accept comment \"{}\"\n", p.name));
+                    continue;
+                }
+                Action::Protect(_) | Action::Discard => {}
+            }
+            if fam == "ip6" && matches!(s.proto, None | Some(58)) {
+                chain.push_str(&format!(
+                    "    {m} icmpv6 type {ND_TYPES} accept comment \"{} (neighbour discovery)\"\n",
+                    p.name
+                ));
+            }
+            let guard = format!("oifname != \"{tun}\" meta mark != {mark:#x} counter drop");
+            if !s.src_ports.is_any() || !s.dst_ports.is_any() {
+                // Later fragments carry no ports: between these addresses they are covered as well (RFC 4301 7).
+                let (addrs, _) = nft_match(&netveil_sa::policy::Selector {
+                    proto: None,
+                    src_ports: netveil_sa::policy::PortRange::ANY,
+                    dst_ports: netveil_sa::policy::PortRange::ANY,
+                    ..sel.clone()
+                });
+                let frag = if fam == "ip" {
+                    "ip frag-off & 0x1fff != 0"
+                } else {
+                    "exthdr frag frag-off != 0"
+                };
+                chain.push_str(&format!(
+                    "    {addrs} {frag} {guard} comment \"{} (later fragments)\"\n",
+                    p.name
+                ));
+            }
+            chain.push_str(&format!("    {m} {guard} comment \"{}\"\n", p.name));
+        }
+    }
+    let prerouting = nft_peer_filter(cfg);
+    if input.is_empty() && output.is_empty() && prerouting.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "table inet {table} {{\n  chain prerouting {{\n    type filter hook prerouting priority -300; policy accept;\n{prerouting}  }}\n  \
+         chain input {{\n    type filter hook input priority -10; policy accept;\n{input}  }}\n  \
+         chain output {{\n    type filter hook output priority -10; policy accept;\n{output}  }}\n  \
+         chain forward {{\n    type filter hook forward priority -10; policy accept;\n{forward}  }}\n}}\n"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The peer filter's address set has no overlapping elements: peers inside listed networks, and networks
+    /// inside others, merge.
+    #[test]
+    fn peer_sets_merge_overlapping_networks() {
+        let sa = |name: &str, spi: u32, mode: &str| {
+            format!(
+                "[[sa]]\nname = \"{name}\"\ndirection = \"in\"\nspi = {spi}\nmode = \"{mode}\"\nlocal = \"10.9.0.1\"\nremote = \"10.2.3.4\"\nsuite = \"aes128gcm16\"\nenc_key = \"{spi:08x}445566778899aabbccddeeff01020304\"\n"
+            )
+        };
+        let pol = |src: &str, sa: &str| {
+            format!("[[policy]]\ndirection = \"in\"\nsrc = \"{src}\"\ndst = \"10.9.0.1/32\"\naction = \"protect\"\nsas = [\"{sa}\"]\n")
+        };
+        let text = format!(
+            "[interface]\n{}{}{}{}{}{}",
+            sa("t1", 0x2001, "transport"),
+            sa("t2", 0x2002, "transport"),
+            sa("tun", 0x2003, "tunnel"),
+            pol("10.0.0.0/8", "t1"),
+            pol("10.1.0.0/16", "t2"),
+            pol("172.16.0.0/12", "tun"),
+        );
+        let cfg = Config::parse(&text).unwrap();
+        let rules = nft_peer_filter(&cfg);
+        assert!(rules.contains("saddr != { 10.0.0.0/8 }"), "{rules}");
+        if let Some(t) = nft_table_text(&cfg, "netveil_peer_set_test") {
+            // Root with nft: the kernel's parser takes it (check only, nothing applied).
+            if std::process::Command::new("nft")
+                .arg("--version")
+                .output()
+                .is_ok()
+                && netveil_io::os::is_root()
+            {
+                let mut c = std::process::Command::new("nft")
+                    .args(["-c", "-f", "-"])
+                    .stdin(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(t.as_bytes()).unwrap();
+                let out = c.wait_with_output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}\n{t}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+}

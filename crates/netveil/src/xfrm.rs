@@ -1,0 +1,377 @@
+//! `netveil sa`, `netveil policy` and `netveil monitor`: change and watch a running daemon's SAs and policies, the
+//! way `ip xfrm state`, `ip xfrm policy` and `ip xfrm monitor` do for the kernel's.
+//!
+//! An SA or policy is given with the keys of the configuration file's `[[sa]]` or `[[policy]]` table, as
+//! `KEY=VALUE` arguments, from a file (`--from FILE`, a TOML table), or both (arguments win). `enc_key=-` and
+//! `auth_key=-` read the key from standard input, so that it does not show in the process list.
+
+use clap::{Args, Subcommand};
+use netveil_control::{request, Error, Request, Result};
+use serde_json::{Map, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which daemon: its interface (control socket /run/netveil/NAME.sock) or its control socket.
+#[derive(Args, Clone)]
+pub struct Target {
+    /// Interface name of the daemon (its control socket is /run/netveil/NAME.sock).
+    #[arg(short, long, default_value = "nv0")]
+    interface: String,
+    /// Control socket path (overrides --interface).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+impl Target {
+    fn socket(&self) -> PathBuf {
+        crate::socket_path(&self.interface, self.socket.clone())
+    }
+}
+
+/// What to change: `KEY=VALUE` arguments and/or a TOML file.
+#[derive(Args)]
+pub struct Spec {
+    /// Keys of the table, e.g. `spi=0x1001 suite=aes128gcm16 enc_key=-` (`-`: read the value from stdin).
+    #[arg(value_name = "KEY=VALUE")]
+    pairs: Vec<String>,
+    /// A TOML file with the table's keys (as inside `[[sa]]` or `[[policy]]`); `-` for stdin.
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+pub enum SaCmd {
+    /// Add an SA (the keys of a `[[sa]]` table; `name` required).
+    Add {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        spec: Spec,
+    },
+    /// Replace the SA NAME (same direction; new SPI and keys). A replaced inbound SA keeps taking packets under
+    /// its old SPI for 5 seconds, so the peer may switch a little later.
+    Update {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        spec: Spec,
+    },
+    /// Remove the SA NAME.
+    Del {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List the SAs in force.
+    List {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum PolicyCmd {
+    /// Add a policy (the keys of a `[[policy]]` table; `name` required; `sas=a,b`). Its SAs may come later:
+    /// until then its traffic is dropped and reported (`acquire` in `netveil monitor`).
+    Add {
+        /// Where in the list (0: first, decides before all others); default: last.
+        #[arg(long)]
+        position: Option<usize>,
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        spec: Spec,
+    },
+    /// Remove the policy NAME.
+    Del {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List the policies in force, in order.
+    List {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+pub struct MonitorArgs {
+    #[command(flatten)]
+    target: Target,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// Print the events kept so far and exit (instead of following).
+    #[arg(long)]
+    once: bool,
+}
+
+/// Keys whose values are always strings (a key of hex digits or an address is never read as a number).
+const STRING_KEYS: [&str; 13] = [
+    "name",
+    "direction",
+    "protocol",
+    "mode",
+    "local",
+    "remote",
+    "suite",
+    "enc_key",
+    "auth_key",
+    "encap",
+    "src",
+    "dst",
+    "action",
+];
+
+/// The table of `spec`: the file's keys, then the arguments.
+fn table(spec: &Spec) -> Result<Map<String, Value>> {
+    let usage = |m: String| Error::Usage(m);
+    let mut t = Map::new();
+    if let Some(f) = &spec.from {
+        let text = if f.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin())
+        } else {
+            std::fs::read_to_string(f)
+        }
+        .map_err(|e| usage(format!("cannot read {}: {e}", f.display())))?;
+        let v: toml::Table = toml::from_str(&text)
+            .map_err(|e| usage(format!("{}: {}", f.display(), e.message().trim_end())))?;
+        match serde_json::to_value(v) {
+            Ok(Value::Object(m)) => t = m,
+            _ => return Err(usage(format!("{}: not a table", f.display()))),
+        }
+    }
+    let mut stdin_lines = None;
+    for pair in &spec.pairs {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| usage(format!("'{pair}' is not KEY=VALUE")))?;
+        let value = if v == "-" && (k == "enc_key" || k == "auth_key") {
+            let lines = stdin_lines.get_or_insert_with(|| {
+                std::io::read_to_string(std::io::stdin())
+                    .unwrap_or_default()
+                    .lines()
+                    .map(|l| l.trim().to_string())
+                    .collect::<Vec<_>>()
+                    .into_iter()
+            });
+            Value::String(
+                lines
+                    .next()
+                    .ok_or_else(|| usage(format!("{k}: no line left on standard input")))?,
+            )
+        } else if STRING_KEYS.contains(&k) {
+            Value::String(v.to_string())
+        } else if k == "sas" {
+            Value::Array(
+                v.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|s| Value::String(s.trim().to_string()))
+                    .collect(),
+            )
+        } else {
+            // A TOML value (0x1001, true, 1000, "x"); anything else is a string.
+            toml::from_str::<toml::Table>(&format!("v = {v}"))
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .and_then(|v| serde_json::to_value(v).ok())
+                .unwrap_or_else(|| Value::String(v.to_string()))
+        };
+        // `lifetime.soft_bytes=...` goes into the `lifetime` table.
+        match k.split_once('.') {
+            Some((outer, inner)) => {
+                let e = t
+                    .entry(outer.to_string())
+                    .or_insert_with(|| Value::Object(Map::new()));
+                match e {
+                    Value::Object(m) => {
+                        m.insert(inner.to_string(), value);
+                    }
+                    _ => return Err(usage(format!("{outer} is not a table"))),
+                }
+            }
+            None => {
+                t.insert(k.to_string(), value);
+            }
+        }
+    }
+    Ok(t)
+}
+
+pub fn sa(cmd: SaCmd) -> Result<()> {
+    match cmd {
+        SaCmd::Add { target, spec } => {
+            request(&target.socket(), &Request::SaAdd { sa: table(&spec)? })?;
+        }
+        SaCmd::Update { name, target, spec } => {
+            request(
+                &target.socket(),
+                &Request::SaUpdate {
+                    name,
+                    sa: table(&spec)?,
+                },
+            )?;
+        }
+        SaCmd::Del { name, target } => {
+            request(&target.socket(), &Request::SaDel { name })?;
+        }
+        SaCmd::List { target, json } => {
+            let v = request(&target.socket(), &Request::SaList)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v["sas"]).unwrap_or_default()
+                );
+            } else {
+                print!("{}", render_sas(&v["sas"]));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn policy(cmd: PolicyCmd) -> Result<()> {
+    match cmd {
+        PolicyCmd::Add {
+            position,
+            target,
+            spec,
+        } => {
+            request(
+                &target.socket(),
+                &Request::PolicyAdd {
+                    policy: table(&spec)?,
+                    position,
+                },
+            )?;
+        }
+        PolicyCmd::Del { name, target } => {
+            request(&target.socket(), &Request::PolicyDel { name })?;
+        }
+        PolicyCmd::List { target, json } => {
+            let v = request(&target.socket(), &Request::PolicyList)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v["policies"]).unwrap_or_default()
+                );
+            } else {
+                print!("{}", render_policies(&v["policies"]));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `netveil monitor`: the daemon's events, as they come (polled every 200 ms).
+pub fn monitor(a: MonitorArgs) -> Result<()> {
+    let socket = a.target.socket();
+    let mut since = 0;
+    loop {
+        let v = request(&socket, &Request::Events { since })?;
+        for e in v["events"].as_array().into_iter().flatten() {
+            since = since.max(e["id"].as_u64().unwrap_or(0));
+            if a.json {
+                println!("{e}");
+            } else {
+                let mut line = format!(
+                    "[{:>6}s] {}",
+                    e["uptime"].as_u64().unwrap_or(0),
+                    e["event"].as_str().unwrap_or("?")
+                );
+                for k in ["sa", "spi", "policy", "flow"] {
+                    if let Some(x) = e[k].as_str() {
+                        line.push_str(&format!(" {k}={x}"));
+                    }
+                }
+                println!("{line}");
+            }
+        }
+        if a.once {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn render_sas(sas: &Value) -> String {
+    let mut out = format!(
+        "{:<16} {:<3} {:<5} {:<10} {:<9} {:<31} {:<16} {:>10} {:>10} {:>10} {}\n",
+        "NAME",
+        "DIR",
+        "PROTO",
+        "SPI",
+        "MODE",
+        "ENDPOINTS",
+        "SUITE",
+        "PACKETS",
+        "BYTES",
+        "SEQ",
+        "STATE"
+    );
+    for s in sas.as_array().into_iter().flatten() {
+        let ends = match (s["local"].as_str(), s["remote"].as_str()) {
+            (Some(l), Some(r)) => format!("{l} -> {r}"),
+            _ => "-".into(),
+        };
+        let mut state = s["lifetime"].as_str().unwrap_or("?").to_string();
+        if s["retiring"] == true {
+            state.push_str(", retiring");
+        }
+        out.push_str(&format!(
+            "{:<16} {:<3} {:<5} {:<10} {:<9} {:<31} {:<16} {:>10} {:>10} {:>10} {state}\n",
+            s["name"].as_str().unwrap_or("?"),
+            s["direction"].as_str().unwrap_or("?"),
+            s["protocol"].as_str().unwrap_or("?"),
+            s["spi"].as_str().unwrap_or("?"),
+            s["mode"].as_str().unwrap_or("?"),
+            ends,
+            s["suite"].as_str().unwrap_or("?"),
+            s["packets"],
+            netveil_control::human_bytes(s["bytes"].as_u64().unwrap_or(0)),
+            s["seq"],
+        ));
+    }
+    out
+}
+
+fn render_policies(ps: &Value) -> String {
+    let mut out = format!(
+        "{:<16} {:<3} {:<20} {:<20} {:<5} {:<8} {}\n",
+        "NAME", "DIR", "SRC", "DST", "PROTO", "ACTION", "SAS"
+    );
+    for p in ps.as_array().into_iter().flatten() {
+        let sas = match p["protocol"].as_str() {
+            Some("psp") => "psp".to_string(),
+            _ => {
+                let names: Vec<&str> = p["sas"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.as_str())
+                    .collect();
+                let mut s = names.join(",");
+                if p["installed"] == false {
+                    s.push_str(" (waiting for its SAs)");
+                }
+                s
+            }
+        };
+        out.push_str(&format!(
+            "{:<16} {:<3} {:<20} {:<20} {:<5} {:<8} {sas}\n",
+            p["name"].as_str().unwrap_or("?"),
+            p["direction"].as_str().unwrap_or("?"),
+            p["src"].as_str().unwrap_or("?"),
+            p["dst"].as_str().unwrap_or("?"),
+            p["proto"].as_u64().map_or("any".into(), |x| x.to_string()),
+            p["action"].as_str().unwrap_or("?"),
+        ));
+    }
+    out
+}
