@@ -159,7 +159,7 @@ struct RawPsp {
     vc: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawInterface {
     name: Option<String>,
@@ -439,111 +439,73 @@ impl Config {
 
     /// Parses and validates configuration text.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
-            key: String::new(),
-            reason: toml_error(text, &e),
-        })?;
-        let ri = raw.interface;
-        let name = ri.name.unwrap_or_else(|| "nv0".into());
-        if name.is_empty()
-            || name.len() > 15
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return err(
-                "interface.name",
-                format!("'{name}' is not a valid interface name (1-15 of [A-Za-z0-9-_.])"),
-            );
-        }
-        let addresses = ri
-            .addresses
-            .iter()
-            .enumerate()
-            .map(|(i, a)| parse_net(&format!("interface.addresses[{i}]"), a))
-            .collect::<Result<Vec<_>, _>>()?;
-        let routes = ri
-            .routes
-            .iter()
-            .enumerate()
-            .map(|(i, a)| parse_net(&format!("interface.routes[{i}]"), a))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mtu = match ri.mtu {
-            None => DEFAULT_MTU,
-            Some(m) => int_in("interface.mtu", m, 576, 65000)? as u16,
-        };
-        let fwmark = match ri.fwmark {
-            None => None,
-            Some(m) => Some(int_in("interface.fwmark", m, 1, u32::MAX as i64)? as u32),
-        };
-        let nat_t_port = int_in(
-            "interface.nat_t_port",
-            ri.nat_t_port.unwrap_or(4500),
-            1,
-            65535,
-        )? as u16;
-        let default_action = match ri.default_policy.as_deref().unwrap_or("discard") {
-            "bypass" => policy::Action::Bypass,
-            "discard" => policy::Action::Discard,
-            other => {
-                return err(
-                    "interface.default_policy",
-                    format!("'{other}' must be 'bypass' or 'discard'"),
-                )
-            }
-        };
-        let control_socket = ri
-            .control_socket
-            .unwrap_or_else(|| format!("{RUN_DIR}/{name}.sock"));
-        let interface = Interface {
-            name,
-            addresses,
-            mtu,
-            routes,
-            fwmark,
-            nat_t_port,
-            allow_null_null: ri.allow_null_null,
-            default_action,
-            offload: ri.offload.unwrap_or(true),
-            control_socket,
-            state_dir: match ri.state_dir {
-                Some(d) if d.is_empty() => return err("interface.state_dir", "must not be empty"),
-                Some(d) => d.into(),
-                None => crate::state::DEFAULT_STATE_DIR.into(),
-            },
-            block_when_stopped: ri.block_when_stopped.unwrap_or(true),
-        };
+        Config::parse_all(text).map_err(|mut e| e.swap_remove(0))
+    }
 
+    /// Parses and validates a configuration text, reporting every error (at least one on failure), in file order:
+    /// the first of `[interface]`, of each `[[sa]]`, of `[psp]` and of each `[[policy]]` (a policy naming an SA that
+    /// has an error of its own is not reported again).
+    pub fn parse_all(text: &str) -> Result<Config, Vec<ConfigError>> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            vec![ConfigError {
+                key: String::new(),
+                reason: toml_error(text, &e),
+            }]
+        })?;
+        let mut errors = Vec::new();
+        let interface = parse_interface(raw.interface).unwrap_or_else(|e| {
+            errors.push(e);
+            parse_interface(RawInterface::default()).expect("the defaults are valid")
+        });
         let mut sas: Vec<SaParams> = Vec::new();
+        let mut broken = Vec::new();
         for (i, s) in raw.sa.into_iter().enumerate() {
-            let p = parse_sa(
+            let name = s.name.clone().unwrap_or_else(|| format!("sa{i}"));
+            match parse_sa(
                 &|f| format!("sa[{i}].{f}"),
                 format!("sa{i}"),
                 s,
                 &interface,
                 &sas,
-            )?;
-            sas.push(p);
+            ) {
+                Ok(p) => sas.push(p),
+                Err(e) => {
+                    errors.push(e);
+                    broken.push(format!("no SA named '{name}'"));
+                }
+            }
         }
-
-        let psp = match raw.psp {
+        let has_psp = raw.psp.is_some();
+        let psp = match raw.psp.map(parse_psp) {
+            Some(Err(e)) => {
+                errors.push(e);
+                None
+            }
+            Some(Ok(p)) => Some(p),
             None => None,
-            Some(r) => Some(parse_psp(r)?),
         };
         let mut policies = Vec::new();
         for (i, p) in raw.policy.into_iter().enumerate() {
-            let mut rule = parse_policy(
+            match parse_policy(
                 &|f| format!("policy[{i}].{f}"),
                 format!("policy{i}"),
                 p,
-                psp.is_some(),
+                has_psp,
                 &sas,
                 false,
-            )?;
-            if let policy::Action::Protect(_) = rule.action {
-                rule.action = policy::Action::Protect(policies.len());
+            ) {
+                Ok(mut rule) => {
+                    if let policy::Action::Protect(_) = rule.action {
+                        rule.action = policy::Action::Protect(policies.len());
+                    }
+                    policies.push(rule);
+                }
+                Err(e) if broken.contains(&e.reason) => {}
+                Err(e) => errors.push(e),
             }
-            policies.push(rule);
+        }
+        if !errors.is_empty() {
+            return Err(errors);
         }
         Ok(Config {
             interface,
@@ -552,6 +514,79 @@ impl Config {
             psp,
         })
     }
+}
+
+/// Parses the `[interface]` section.
+fn parse_interface(ri: RawInterface) -> Result<Interface, ConfigError> {
+    let name = ri.name.unwrap_or_else(|| "nv0".into());
+    if name.is_empty()
+        || name.len() > 15
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return err(
+            "interface.name",
+            format!("'{name}' is not a valid interface name (1-15 of [A-Za-z0-9-_.])"),
+        );
+    }
+    let addresses = ri
+        .addresses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| parse_net(&format!("interface.addresses[{i}]"), a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let routes = ri
+        .routes
+        .iter()
+        .enumerate()
+        .map(|(i, a)| parse_net(&format!("interface.routes[{i}]"), a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mtu = match ri.mtu {
+        None => DEFAULT_MTU,
+        Some(m) => int_in("interface.mtu", m, 576, 65000)? as u16,
+    };
+    let fwmark = match ri.fwmark {
+        None => None,
+        Some(m) => Some(int_in("interface.fwmark", m, 1, u32::MAX as i64)? as u32),
+    };
+    let nat_t_port = int_in(
+        "interface.nat_t_port",
+        ri.nat_t_port.unwrap_or(4500),
+        1,
+        65535,
+    )? as u16;
+    let default_action = match ri.default_policy.as_deref().unwrap_or("discard") {
+        "bypass" => policy::Action::Bypass,
+        "discard" => policy::Action::Discard,
+        other => {
+            return err(
+                "interface.default_policy",
+                format!("'{other}' must be 'bypass' or 'discard'"),
+            )
+        }
+    };
+    let control_socket = ri
+        .control_socket
+        .unwrap_or_else(|| format!("{RUN_DIR}/{name}.sock"));
+    Ok(Interface {
+        name,
+        addresses,
+        mtu,
+        routes,
+        fwmark,
+        nat_t_port,
+        allow_null_null: ri.allow_null_null,
+        default_action,
+        offload: ri.offload.unwrap_or(true),
+        control_socket,
+        state_dir: match ri.state_dir {
+            Some(d) if d.is_empty() => return err("interface.state_dir", "must not be empty"),
+            Some(d) => d.into(),
+            None => crate::state::DEFAULT_STATE_DIR.into(),
+        },
+        block_when_stopped: ri.block_when_stopped.unwrap_or(true),
+    })
 }
 
 /// An SA given at runtime (`netveil sa add`, `update`): the keys of one `[[sa]]` table, `name` required, checked as

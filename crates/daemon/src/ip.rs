@@ -290,11 +290,8 @@ impl Shared {
         frags: &mut FragCache,
     ) -> std::result::Result<(), Drop> {
         let st = self.psp.as_ref().ok_or(Drop::Unsupported)?;
-        let from_peer = match (pkt.data().first().map(|b| b >> 4), st.cfg.remote) {
-            (Some(4), IpAddr::V4(r)) => pkt.data().get(12..16) == Some(&r.octets()[..]),
-            (Some(6), IpAddr::V6(r)) => pkt.data().get(8..24) == Some(&r.octets()[..]),
-            _ => false,
-        };
+        let from_peer = netveil_wire::ip::Packet::new_checked(pkt.data())
+            .is_ok_and(|p| p.src_addr() == st.cfg.remote);
         if !from_peer {
             return Err(Drop::UnknownSpi);
         }
@@ -313,27 +310,10 @@ impl Shared {
 
 /// Decrements the IPv4 TTL (updating the header checksum, RFC 1624) or the IPv6 hop limit.
 fn decrement_ttl(p: &mut [u8]) -> std::result::Result<(), Drop> {
-    match p.first().map(|b| b >> 4) {
-        Some(4) if p.len() >= 20 => {
-            if p[8] <= 1 {
-                return Err(Drop::TtlExceeded);
-            }
-            p[8] -= 1;
-            // The TTL is the high byte of its 16-bit word: the sum drops by 0x0100, so the checksum rises by it.
-            let c = u16::from_be_bytes([p[10], p[11]]) as u32 + 0x0100;
-            let c = ((c & 0xffff) + (c >> 16)) as u16;
-            p[10..12].copy_from_slice(&c.to_be_bytes());
-            Ok(())
-        }
-        Some(6) if p.len() >= 40 => {
-            if p[7] <= 1 {
-                return Err(Drop::TtlExceeded);
-            }
-            p[7] -= 1;
-            Ok(())
-        }
-        _ => Err(Drop::Malformed),
-    }
+    netveil_wire::ip::decrement_hop_limit(p).map_err(|e| match e {
+        netveil_wire::ip::HopLimitError::Exceeded => Drop::TtlExceeded,
+        netveil_wire::ip::HopLimitError::Malformed => Drop::Malformed,
+    })
 }
 
 /// The policy-relevant fields of an IP packet (ports 0 for protocols without ports and for non-first fragments);
@@ -1309,36 +1289,9 @@ impl Shared {
 
 /// Pushes an IP and a UDP header (checksum 0) in front of a UDP payload received on the NAT-T socket.
 fn synth_udp_headers(b: &mut PacketBuf, src: SocketAddr, dst: IpAddr, port: u16) -> Option<()> {
-    let ulen = b.len() + 8;
-    let u = b.push_front(8)?;
-    u[0..2].copy_from_slice(&src.port().to_be_bytes());
-    u[2..4].copy_from_slice(&port.to_be_bytes());
-    u[4..6].copy_from_slice(&(ulen as u16).to_be_bytes());
-    u[6..8].copy_from_slice(&[0, 0]);
-    match (src.ip(), dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let h = b.push_front(20)?;
-            h.fill(0);
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&((ulen + 20) as u16).to_be_bytes());
-            h[8] = 64;
-            h[9] = ip_proto::UDP;
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d.octets());
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let h = b.push_front(40)?;
-            h.fill(0);
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&(ulen as u16).to_be_bytes());
-            h[6] = ip_proto::UDP;
-            h[7] = 64;
-            h[8..24].copy_from_slice(&s.octets());
-            h[24..40].copy_from_slice(&d.octets());
-        }
-        _ => return None,
-    }
-    Some(())
+    let len = b.len();
+    let hdr = b.push_front(netveil_wire::ip::ip_udp_header_len(src.ip()))?;
+    netveil_wire::ip::emit_ip_udp(hdr, src, SocketAddr::new(dst, port), len).ok()
 }
 
 #[cfg(test)]

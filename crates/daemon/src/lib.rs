@@ -34,6 +34,9 @@ pub mod state;
 pub enum Error {
     #[error("{0}")]
     Config(#[from] config::ConfigError),
+    /// Every error of a configuration file (`netveil check`).
+    #[error("{}", errors_text(.0))]
+    Configs(Vec<config::ConfigError>),
     #[error("{0}")]
     Usage(String),
     #[error("{context}: {source}")]
@@ -48,7 +51,7 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Config(_) | Error::Usage(_) => 2,
+            Error::Config(_) | Error::Configs(_) | Error::Usage(_) => 2,
             _ => 1,
         }
     }
@@ -69,3 +72,17 @@ impl From<netveil_control::Error> for Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// One error as itself; several as a count and one line each.
+fn errors_text(e: &[config::ConfigError]) -> String {
+    match e {
+        [one] => one.to_string(),
+        _ => {
+            let mut t = format!("{} errors in the configuration:", e.len());
+            for x in e {
+                t.push_str(&format!("\n  {x}"));
+            }
+            t
+        }
+    }
+}

@@ -560,22 +560,7 @@ fn install(st: &PspState, a: &netveil_psp::assoc::Assoc<'_>) -> std::result::Res
 /// Outer-header fix-up of a tunnel-mode packet: the addresses become our and the peer's outer addresses
 /// (the encapsulation copied them from the inner packet), with the IPv4 checksum recomputed.
 pub fn set_outer_addresses(p: &mut [u8], cfg: &PspConfig) -> Option<()> {
-    use std::net::IpAddr;
-    match (p.first()? >> 4, cfg.local, cfg.remote) {
-        (4, IpAddr::V4(l), IpAddr::V4(r)) if p.len() >= 20 => {
-            p[12..16].copy_from_slice(&l.octets());
-            p[16..20].copy_from_slice(&r.octets());
-            p[10..12].fill(0);
-            let c = netveil_wire::checksum::checksum(&p[..20]);
-            p[10..12].copy_from_slice(&c.to_be_bytes());
-        }
-        (6, IpAddr::V6(l), IpAddr::V6(r)) if p.len() >= 40 => {
-            p[8..24].copy_from_slice(&l.octets());
-            p[24..40].copy_from_slice(&r.octets());
-        }
-        _ => return None,
-    }
-    Some(())
+    netveil_wire::ip::set_addresses(p, cfg.local, cfg.remote).ok()
 }
 
 /// Whether the mode of `cfg` is tunnel mode.

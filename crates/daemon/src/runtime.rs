@@ -30,24 +30,38 @@ const L2_KEYS: [&str; 1] = ["l2sec"];
 
 /// Reads and validates a configuration file: its sections, each checked as a whole.
 pub fn load(path: &Path) -> std::result::Result<Sections, ConfigError> {
-    let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|e| ConfigError {
-        key: String::new(),
-        reason: format!("cannot read {}: {e}", path.display()),
+    load_all(path).map_err(|mut e| e.swap_remove(0))
+}
+
+/// Like [`load`], with every error of the file (see [`parse_all`]).
+pub fn load_all(path: &Path) -> std::result::Result<Sections, Vec<ConfigError>> {
+    let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
+        vec![ConfigError {
+            key: String::new(),
+            reason: format!("cannot read {}: {e}", path.display()),
+        }]
     })?);
-    parse(&text, path.parent().unwrap_or(Path::new(".")))
+    parse_all(&text, path.parent().unwrap_or(Path::new(".")))
 }
 
 /// Parses a configuration text (`base`: where relative paths in it start).
 pub fn parse(text: &str, base: &Path) -> std::result::Result<Sections, ConfigError> {
-    let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError {
-        key: String::new(),
-        reason: crate::config::toml_error(text, &e),
+    parse_all(text, base).map_err(|mut e| e.swap_remove(0))
+}
+
+/// Parses a configuration text and reports every error in it, each naming its key (at least one on failure):
+/// unknown sections, then the IP sections' (see [`Config::parse_all`]), then `[l2sec]`'s.
+pub fn parse_all(text: &str, base: &Path) -> std::result::Result<Sections, Vec<ConfigError>> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        vec![ConfigError {
+            key: String::new(),
+            reason: crate::config::toml_error(text, &e),
+        }]
     })?;
-    if let Some(k) = table
+    let mut errors: Vec<ConfigError> = table
         .keys()
-        .find(|k| !IP_KEYS.contains(&k.as_str()) && !L2_KEYS.contains(&k.as_str()))
-    {
-        return Err(ConfigError {
+        .filter(|k| !IP_KEYS.contains(&k.as_str()) && !L2_KEYS.contains(&k.as_str()))
+        .map(|k| ConfigError {
             key: k.clone(),
             reason: format!(
                 "unknown section (known: {})",
@@ -58,24 +72,38 @@ pub fn parse(text: &str, base: &Path) -> std::result::Result<Sections, ConfigErr
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-        });
-    }
+        })
+        .collect();
     let has = |keys: &[&str]| keys.iter().any(|k| table.contains_key(*k));
+    // With unknown sections reported, the engines read the file without them (their own parsers refuse unknown
+    // keys); otherwise the text itself, so that their errors give the file's line numbers.
+    let known;
+    let text = if errors.is_empty() {
+        text
+    } else {
+        let mut t = table.clone();
+        t.retain(|k, _| IP_KEYS.contains(&k) || L2_KEYS.contains(&k));
+        known = zeroize::Zeroizing::new(toml::to_string(&t).unwrap_or_default());
+        known.as_str()
+    };
     let ip = if has(&IP_KEYS) {
-        Some(Config::parse(text)?)
+        Config::parse_all(text).map_err(|e| errors.extend(e)).ok()
     } else {
         None
     };
     let l2 = if has(&L2_KEYS) {
-        Some(L2Config::parse(text, base)?)
+        L2Config::parse(text, base).map_err(|e| errors.push(e)).ok()
     } else {
         None
     };
-    if ip.is_none() && l2.is_none() {
-        return Err(ConfigError {
+    if errors.is_empty() && ip.is_none() && l2.is_none() {
+        errors.push(ConfigError {
             key: String::new(),
             reason: "nothing to run: no [interface] (ESP, AH, PSP) and no [l2sec] section".into(),
         });
+    }
+    if !errors.is_empty() {
+        return Err(errors);
     }
     Ok(Sections { ip, l2 })
 }
@@ -83,7 +111,7 @@ pub fn parse(text: &str, base: &Path) -> std::result::Result<Sections, ConfigErr
 /// `netveil check -c FILE`: the file, and what `up` would fail on here (nothing is applied). Returns the summary
 /// line; a note (a daemon of this configuration already runs) is printed on stderr.
 pub fn check(path: &Path) -> Result<String> {
-    let s = load(path)?;
+    let s = load_all(path).map_err(Error::Configs)?;
     let mut parts = Vec::new();
     if let Some(c) = &s.ip {
         // PSP: the certificates and key are read and checked too.
@@ -263,4 +291,68 @@ pub fn down(path: &Path) -> Result<()> {
         }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `check` reports every error of a file, each naming its key, in file order; a policy naming an SA that has
+    /// an error of its own is not reported again.
+    #[test]
+    fn every_error_of_a_file_is_reported() {
+        let text = r#"
+[interface]
+mtu = 10
+[[sa]]
+name = "a"
+direction = "out"
+spi = 0x1001
+local = "192.0.2.1"
+remote = "192.0.2.2"
+suite = "aes128gcm16"
+enc_key = "0011"
+[[sa]]
+name = "b"
+direction = "sideways"
+spi = 0x2001
+suite = "aes128gcm16"
+[[policy]]
+direction = "out"
+action = "protect"
+sas = ["a"]
+[[policy]]
+direction = "in"
+action = "maybe"
+[[policy]]
+direction = "in"
+action = "protect"
+sas = ["nope"]
+[bogus]
+"#;
+        let e = match parse_all(text, Path::new(".")) {
+            Err(e) => e,
+            Ok(_) => panic!("accepted"),
+        };
+        let keys: Vec<&str> = e.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "bogus",
+                "interface.mtu",
+                "sa[0].enc_key",
+                "sa[1].direction",
+                "policy[1].action",
+                "policy[2].sas[0]"
+            ]
+        );
+        // The first is what `up` reports.
+        assert_eq!(parse(text, Path::new(".")).err().unwrap().key, "bogus");
+        let shown = crate::Error::Configs(e).to_string();
+        assert!(
+            shown.starts_with("6 errors in the configuration:\n  bogus: unknown section"),
+            "{shown}"
+        );
+        assert!(!shown.contains("0011"), "{shown}");
+    }
 }

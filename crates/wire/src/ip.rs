@@ -1,6 +1,6 @@
 //! Version-dispatching IP helpers.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use crate::field::get_u16;
 use crate::{ip_proto, ipv4, ipv6, Error, Result};
@@ -170,6 +170,124 @@ pub fn flow_key(packet: &[u8]) -> Result<FlowInfo> {
     })
 }
 
+/// Why [`decrement_hop_limit`] refused a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HopLimitError {
+    /// Not an IPv4 or IPv6 header.
+    Malformed,
+    /// The TTL or hop limit would reach 0: a router drops the packet.
+    Exceeded,
+}
+
+/// Decrements the IPv4 TTL or the IPv6 hop limit of the packet in `p`, as a router forwarding it; the IPv4 header
+/// checksum is updated incrementally (RFC 1624). Only the fixed header is looked at.
+pub fn decrement_hop_limit(p: &mut [u8]) -> core::result::Result<(), HopLimitError> {
+    match p.first().map(|b| b >> 4) {
+        Some(4) if p.len() >= ipv4::MIN_HEADER_LEN => {
+            let mut h = ipv4::Packet::new_unchecked(p);
+            let ttl = h.ttl();
+            if ttl <= 1 {
+                return Err(HopLimitError::Exceeded);
+            }
+            h.set_ttl(ttl - 1);
+            // The TTL is the high byte of its 16-bit word: the sum drops by 0x0100, so the checksum rises by it.
+            let c = u32::from(h.checksum()) + 0x0100;
+            h.set_checksum(((c & 0xffff) + (c >> 16)) as u16);
+            Ok(())
+        }
+        Some(6) if p.len() >= ipv6::HEADER_LEN => {
+            let mut h = ipv6::Packet::new_unchecked(p);
+            let hop = h.hop_limit();
+            if hop <= 1 {
+                return Err(HopLimitError::Exceeded);
+            }
+            h.set_hop_limit(hop - 1);
+            Ok(())
+        }
+        _ => Err(HopLimitError::Malformed),
+    }
+}
+
+/// Rewrites the source and destination addresses of the IP packet in `p` (of the packet's family; the IPv4 header
+/// checksum is recomputed).
+pub fn set_addresses(p: &mut [u8], src: IpAddr, dst: IpAddr) -> Result<()> {
+    match (Packet::new_checked(p)?, src, dst) {
+        (Packet::V4(mut h), IpAddr::V4(s), IpAddr::V4(d)) => {
+            h.set_src_addr(s);
+            h.set_dst_addr(d);
+            h.fill_checksum();
+        }
+        (Packet::V6(mut h), IpAddr::V6(s), IpAddr::V6(d)) => {
+            h.set_src_addr(s);
+            h.set_dst_addr(d);
+        }
+        _ => return Err(Error::Malformed),
+    }
+    Ok(())
+}
+
+/// The length of the IP and UDP headers [`emit_ip_udp`] writes for a source of this family.
+pub fn ip_udp_header_len(src: IpAddr) -> usize {
+    crate::udp::HEADER_LEN
+        + if src.is_ipv4() {
+            ipv4::MIN_HEADER_LEN
+        } else {
+            ipv6::HEADER_LEN
+        }
+}
+
+/// Writes the IP header (TTL or hop limit 64; IPv4 with its checksum) and the UDP header (checksum 0) of a UDP
+/// datagram of `payload_len` bytes from `src` to `dst` into `hdr`, which holds exactly
+/// [`ip_udp_header_len`] bytes (as in front of a payload received on a UDP socket).
+pub fn emit_ip_udp(
+    hdr: &mut [u8],
+    src: SocketAddr,
+    dst: SocketAddr,
+    payload_len: usize,
+) -> Result<()> {
+    let udp_len = crate::udp::HEADER_LEN + payload_len;
+    if hdr.len() != ip_udp_header_len(src.ip()) || udp_len > usize::from(u16::MAX) {
+        return Err(Error::Malformed);
+    }
+    let (ip, udp) = hdr.split_at_mut(hdr.len() - crate::udp::HEADER_LEN);
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            if ipv4::MIN_HEADER_LEN + udp_len > usize::from(u16::MAX) {
+                return Err(Error::Malformed);
+            }
+            ipv4::Repr {
+                src: s,
+                dst: d,
+                protocol: ip_proto::UDP,
+                payload_len: udp_len,
+                ttl: 64,
+                dscp_ecn: 0,
+                ident: 0,
+                dont_frag: false,
+            }
+            .emit(&mut ipv4::Packet::new_unchecked(ip))
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => ipv6::Repr {
+            src: s,
+            dst: d,
+            next_header: ip_proto::UDP,
+            payload_len: udp_len,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        }
+        .emit(&mut ipv6::Packet::new_unchecked(ip)),
+        _ => return Err(Error::Malformed),
+    }
+    crate::udp::Repr {
+        src_port: src.port(),
+        dst_port: dst.port(),
+        payload_len,
+    }
+    .emit(&mut crate::udp::Packet::new_unchecked(udp));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +392,76 @@ mod tests {
         for n in 0..v6.len() {
             assert!(flow_key(&v6[..n]).is_err());
         }
+    }
+
+    /// The headers written in front of a received UDP payload parse back, with a valid IPv4 checksum; addresses
+    /// rewritten keep the checksum valid; hop limits count down to an error.
+    #[test]
+    fn header_synthesis_and_fix_ups() {
+        for (src, dst) in [
+            ("192.0.2.1:4500", "192.0.2.2:4501"),
+            ("[2001:db8::1]:1000", "[2001:db8::2]:1000"),
+        ] {
+            let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
+            let n = ip_udp_header_len(src.ip());
+            let mut p = vec![0u8; n + 5];
+            p[n..].copy_from_slice(b"hello");
+            emit_ip_udp(&mut p[..n], src, dst, 5).unwrap();
+            let ip = Packet::new_checked(&p[..]).unwrap();
+            assert_eq!((ip.src_addr(), ip.dst_addr()), (src.ip(), dst.ip()));
+            assert_eq!(ip.next_header(), ip_proto::UDP);
+            assert_eq!(ip.total_len(), p.len());
+            let u = crate::udp::Packet::new_checked(ip.payload()).unwrap();
+            assert_eq!((u.src_port(), u.dst_port()), (src.port(), dst.port()));
+            assert_eq!(u.payload(), b"hello");
+            if let Packet::V4(h) = &ip {
+                assert!(h.verify_checksum());
+            }
+            // New addresses (of the wrong family: refused).
+            let (a, b): (IpAddr, IpAddr) = if src.is_ipv4() {
+                (
+                    "198.51.100.7".parse().unwrap(),
+                    "198.51.100.8".parse().unwrap(),
+                )
+            } else {
+                (
+                    "2001:db8:9::7".parse().unwrap(),
+                    "2001:db8:9::8".parse().unwrap(),
+                )
+            };
+            set_addresses(&mut p, a, b).unwrap();
+            let ip = Packet::new_checked(&p[..]).unwrap();
+            assert_eq!((ip.src_addr(), ip.dst_addr()), (a, b));
+            if let Packet::V4(h) = &ip {
+                assert!(h.verify_checksum());
+            }
+            let other: IpAddr = if src.is_ipv4() {
+                "2001:db8::1".parse().unwrap()
+            } else {
+                "192.0.2.1".parse().unwrap()
+            };
+            assert_eq!(set_addresses(&mut p, other, other), Err(Error::Malformed));
+            // 64 hops.
+            for _ in 0..63 {
+                decrement_hop_limit(&mut p).unwrap();
+            }
+            if let Packet::V4(h) = Packet::new_checked(&p[..]).unwrap() {
+                assert!(h.verify_checksum());
+            }
+            assert_eq!(decrement_hop_limit(&mut p), Err(HopLimitError::Exceeded));
+        }
+        assert_eq!(
+            emit_ip_udp(
+                &mut [0u8; 27],
+                "192.0.2.1:1".parse().unwrap(),
+                "192.0.2.2:1".parse().unwrap(),
+                0
+            ),
+            Err(Error::Malformed)
+        );
+        assert_eq!(
+            decrement_hop_limit(&mut [0x45, 0, 0]),
+            Err(HopLimitError::Malformed)
+        );
     }
 }
