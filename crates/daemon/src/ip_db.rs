@@ -372,7 +372,14 @@ pub type ChangeError = ConfigError;
 impl Db {
     /// The database of a configuration whose SAs are built (`sad`, SA `i` of `config.sas` at index `i`), with the
     /// sequence store that reserved the outbound ones (tracking them).
-    pub fn new(config: &Config, sad: &Sad, seq: Option<SeqStore>) -> Db {
+    pub fn new(config: &Config, sad: &Sad, mut seq: Option<SeqStore>) -> Db {
+        if let Some(store) = seq.as_mut() {
+            for i in 0..sad.len() {
+                if sad.get(i).params.direction == SaDir::Out {
+                    store.track(sad.arc(i).clone());
+                }
+            }
+        }
         let t = Tables {
             interface: config.interface.clone(),
             psp: config.psp.clone(),

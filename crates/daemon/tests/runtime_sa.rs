@@ -314,3 +314,32 @@ fn policy_added_live_reports_acquire_until_its_sa_comes() {
         Err(netveil_ipsec::Drop::PolicyDiscard)
     );
 }
+
+/// The configuration's outbound SAs, built with their sequence reservations, are followed by the database: past
+/// half a block, the engine's tick tops the reservation up (durably), so sending goes on past the first block.
+#[test]
+fn configured_sas_get_their_reservations_topped_up() {
+    use netveil_daemon::state::{seq_file, SeqStore, StateDir, SEQ_BLOCK};
+    let dir = std::env::temp_dir().join(format!("netveil-rt-seq-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = Config::parse(&config("a", "b", &dir)).unwrap();
+    let file = seq_file(&cfg.sas[0]);
+    let (store, starts) =
+        SeqStore::start(StateDir::open(&dir, "state_dir").unwrap(), &cfg.sas).unwrap();
+    let sad = cfg.build_sad_reserved(0, &starts).unwrap();
+    let a = Shared::with_sad(cfg, &sad, Some(store));
+    a.db.arm();
+    let out = a.db.load().sad.arc(0).clone();
+    assert_eq!(out.seq_reserved(), SEQ_BLOCK);
+    let mut n = 0;
+    while out.seq_last() <= SEQ_BLOCK / 2 {
+        seal(&a, n, 0);
+        n += 1;
+    }
+    a.db.tick(0, false, false);
+    let used = out.seq_last();
+    assert_eq!(out.seq_reserved(), used + SEQ_BLOCK);
+    let mark = StateDir::open(&dir, "state_dir").unwrap().read_u64(&file);
+    assert_eq!(mark, Ok(Some(used + SEQ_BLOCK)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
