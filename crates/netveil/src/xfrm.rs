@@ -221,17 +221,7 @@ pub fn sa(cmd: SaCmd) -> Result<()> {
         SaCmd::Del { name, target } => {
             request(&target.socket(), &Request::SaDel { name })?;
         }
-        SaCmd::List { target, json } => {
-            let v = request(&target.socket(), &Request::SaList)?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&v["sas"]).unwrap_or_default()
-                );
-            } else {
-                print!("{}", render_sas(&v["sas"]));
-            }
-        }
+        SaCmd::List { target, json } => list(&target, Request::SaList, "sas", json, render_sas)?,
     }
     Ok(())
 }
@@ -254,17 +244,33 @@ pub fn policy(cmd: PolicyCmd) -> Result<()> {
         PolicyCmd::Del { name, target } => {
             request(&target.socket(), &Request::PolicyDel { name })?;
         }
-        PolicyCmd::List { target, json } => {
-            let v = request(&target.socket(), &Request::PolicyList)?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&v["policies"]).unwrap_or_default()
-                );
-            } else {
-                print!("{}", render_policies(&v["policies"]));
-            }
-        }
+        PolicyCmd::List { target, json } => list(
+            &target,
+            Request::PolicyList,
+            "policies",
+            json,
+            render_policies,
+        )?,
+    }
+    Ok(())
+}
+
+/// A list request: its answer's `member`, as JSON or as the table `render` makes.
+fn list(
+    target: &Target,
+    req: Request,
+    member: &str,
+    json: bool,
+    render: fn(&Value) -> String,
+) -> Result<()> {
+    let v = request(&target.socket(), &req)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v[member]).unwrap_or_default()
+        );
+    } else {
+        print!("{}", render(&v[member]));
     }
     Ok(())
 }
