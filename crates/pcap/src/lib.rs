@@ -23,19 +23,25 @@ pub enum FileError {
 /// The IP packet at the start of `p`, cut to the length its header gives (link-layer padding, FCS removed);
 /// `None` if `p` is shorter than that.
 pub fn ip_own(p: &[u8]) -> Option<&[u8]> {
+    use netveil_wire::{ipv4, ipv6};
     let len = match p.first().map(|b| b >> 4) {
-        Some(4) if p.len() >= 20 => u16::from_be_bytes([p[2], p[3]]) as usize,
-        // A zero payload length (jumbogram) is left to the IPsec code to refuse.
-        Some(6) if p.len() >= 40 && (p[4], p[5]) == (0, 0) => p.len(),
-        Some(6) if p.len() >= 40 => 40 + u16::from_be_bytes([p[4], p[5]]) as usize,
+        Some(4) if p.len() >= ipv4::MIN_HEADER_LEN => {
+            usize::from(ipv4::Packet::new_unchecked(p).total_len())
+        }
+        Some(6) if p.len() >= ipv6::HEADER_LEN => {
+            match ipv6::Packet::new_unchecked(p).payload_len() {
+                // A zero payload length (jumbogram) is left to the IPsec code to refuse.
+                0 => p.len(),
+                n => ipv6::HEADER_LEN + usize::from(n),
+            }
+        }
         _ => return None,
     };
     p.get(..len)
 }
 
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-pub const ETHERTYPE_IPV6: u16 = 0x86dd;
-const ETHERTYPE_VLAN: [u16; 3] = [0x8100, 0x88a8, 0x9100];
+pub const ETHERTYPE_IPV4: u16 = netveil_wire::ethernet::ethertype::IPV4;
+pub const ETHERTYPE_IPV6: u16 = netveil_wire::ethernet::ethertype::IPV6;
 
 /// The link types this module reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,13 +126,8 @@ pub fn split_frame(link: LinkType, f: &[u8]) -> Option<Frame<'_>> {
             _ => None,
         },
         LinkType::Ethernet => {
-            let mut at = 12;
-            let mut et = be16(f, at)?;
-            while ETHERTYPE_VLAN.contains(&et) {
-                at += 4;
-                et = be16(f, at)?;
-            }
-            ip_by_type(et, at + 2)
+            let (et, at) = netveil_wire::ethernet::payload_type(f)?;
+            ip_by_type(et, at)
         }
         LinkType::LinuxSll => ip_by_type(be16(f, 14)?, 16),
         LinkType::LinuxSll2 => {

@@ -1,4 +1,4 @@
-//! Ethernet II frames (no 802.1Q tag handling).
+//! Ethernet II frames; [`payload_type`] steps over VLAN tags.
 
 use crate::field::{get_u16, set_u16};
 use crate::{Error, Result};
@@ -12,6 +12,23 @@ pub mod ethertype {
     pub const ARP: u16 = 0x0806;
     pub const VLAN: u16 = 0x8100;
     pub const IPV6: u16 = 0x86dd;
+}
+
+/// The tag types of 802.1Q, 802.1ad and the older QinQ, whose 4-byte tags [`payload_type`] steps over.
+pub const VLAN_TAGS: [u16; 3] = [0x8100, 0x88a8, 0x9100];
+
+/// The EtherType of the frame's payload after any VLAN tags, and the offset where that payload starts; `None` if
+/// the frame ends before.
+pub fn payload_type(frame: &[u8]) -> Option<(u16, usize)> {
+    let mut at = 12;
+    loop {
+        let t = frame.get(at..at + 2)?;
+        let et = u16::from_be_bytes([t[0], t[1]]);
+        if !VLAN_TAGS.contains(&et) {
+            return Some((et, at + 2));
+        }
+        at += 4;
+    }
 }
 
 /// A 48-bit MAC address.
@@ -180,5 +197,18 @@ mod tests {
                 let _ = (p.dst_addr(), p.src_addr(), p.ethertype(), p.payload());
             }
         }
+    }
+
+    /// VLAN tags (one, two, of every tag type) are stepped over; a frame that ends inside them has no payload type.
+    #[test]
+    fn payload_type_steps_over_vlan_tags() {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x08, 0x00]);
+        assert_eq!(payload_type(&f), Some((0x0800, 14)));
+        let mut q = vec![0u8; 12];
+        q.extend_from_slice(&[0x88, 0xa8, 0, 1, 0x81, 0x00, 0, 2, 0x86, 0xdd]);
+        assert_eq!(payload_type(&q), Some((0x86dd, 22)));
+        assert_eq!(payload_type(&q[..20]), None);
+        assert_eq!(payload_type(&[0u8; 13]), None);
     }
 }
