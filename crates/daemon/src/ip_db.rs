@@ -190,6 +190,7 @@ pub struct Sockets {
     pub nat_t: bool,
 }
 
+#[derive(Clone)]
 struct Retiring {
     sa: Arc<Sa>,
     successor: String,
@@ -490,8 +491,9 @@ impl Db {
                 t.nft_text = text;
             }
         }
-        self.snap.store(Arc::new(Snapshot::build(t)));
-        for e in refresh_filters(t, true) {
+        let snap = Arc::new(Snapshot::build(t));
+        self.snap.store(snap.clone());
+        for e in refresh_filters(t, &snap.sad, true) {
             eprintln!("netveil: {}: {e}", t.interface.name);
         }
         Ok(())
@@ -500,15 +502,7 @@ impl Db {
     fn next(t: &Tables) -> Tables2 {
         Tables2 {
             sas: t.sas.clone(),
-            retiring: t
-                .retiring
-                .iter()
-                .map(|r| Retiring {
-                    sa: r.sa.clone(),
-                    successor: r.successor.clone(),
-                    until: r.until,
-                })
-                .collect(),
+            retiring: t.retiring.clone(),
             policies: t.policies.clone(),
         }
     }
@@ -519,7 +513,7 @@ impl Db {
         let others = t.params();
         let p = config::sa_from_table(table, &t.interface, &others)?;
         if let Some(r) = t.retiring.iter().find(|r| {
-            p.direction == SaDir::In && r.sa.spi() == p.spi && r.sa.protocol() == proto(&p)
+            p.direction == SaDir::In && r.sa.spi() == p.spi && r.sa.protocol() == p.protocol()
         }) {
             return Err(spi_taken(&p, &r.sa));
         }
@@ -572,7 +566,7 @@ impl Db {
                 .iter()
                 .map(|r| &r.sa)
                 .chain(std::iter::once(&old))
-                .find(|o| o.spi() == p.spi && o.protocol() == proto(&p))
+                .find(|o| o.spi() == p.spi && o.protocol() == p.protocol())
             {
                 return Err(spi_taken(&p, o));
             }
@@ -753,7 +747,7 @@ impl Db {
         };
         if filters {
             t.storm = storm;
-            problems.extend(refresh_filters(&mut t, false));
+            problems.extend(refresh_filters(&mut t, &self.snap.load().sad, false));
         }
         problems
     }
@@ -768,12 +762,11 @@ struct Tables2 {
 
 /// Installs the socket filters for the current SAs and windows where they changed (`force`: after a change of
 /// SAs, before the change is reported done). Returns the problems to log.
-fn refresh_filters(t: &mut Tables, force: bool) -> Vec<String> {
-    let snap = Snapshot::build(t);
+fn refresh_filters(t: &mut Tables, sad: &Sad, force: bool) -> Vec<String> {
     let (storm, mtu) = (t.storm, t.interface.mtu);
     let mut problems = Vec::new();
     for (layout, sock, installed) in t.filters.iter_mut() {
-        let p = esp_filter(&snap.sad, *layout, storm, mtu);
+        let p = esp_filter(sad, *layout, storm, mtu);
         if force || p != *installed {
             if let Err(e) = sock.attach(p.as_ref()) {
                 problems.push(format!("cannot attach a socket filter: {e}"));
@@ -782,13 +775,6 @@ fn refresh_filters(t: &mut Tables, force: bool) -> Vec<String> {
         }
     }
     problems
-}
-
-fn proto(p: &SaParams) -> netveil_ipsec::Protocol {
-    match p.suite {
-        netveil_ipsec::sa::Suite::Esp(_) => netveil_ipsec::Protocol::Esp,
-        netveil_ipsec::sa::Suite::Ah(_) => netveil_ipsec::Protocol::Ah,
-    }
 }
 
 fn no_sa(name: &str) -> ConfigError {

@@ -83,6 +83,16 @@ impl core::fmt::Debug for SaParams {
     }
 }
 
+impl SaParams {
+    /// ESP or AH, by the suite.
+    pub fn protocol(&self) -> Protocol {
+        match self.suite {
+            Suite::Esp(_) => Protocol::Esp,
+            Suite::Ah(_) => Protocol::Ah,
+        }
+    }
+}
+
 // Built once per SA and never moved per packet: the size difference between the variants does not matter.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Keys {
@@ -145,10 +155,7 @@ impl Sa {
         self.params.spi
     }
     pub fn protocol(&self) -> Protocol {
-        match self.params.suite {
-            Suite::Esp(_) => Protocol::Esp,
-            Suite::Ah(_) => Protocol::Ah,
-        }
+        self.params.protocol()
     }
 
     /// The last outbound sequence number used.
