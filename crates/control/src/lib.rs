@@ -4,6 +4,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod status;
+pub use status::{human_bytes, render_status, Event, Status};
+
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::io::{Read, Write};
@@ -302,137 +305,21 @@ fn ask(socket: &Path, req: &str) -> Result<Value> {
     serde_json::from_str(&buf).map_err(|e| Error::Other(format!("bad answer from daemon: {e}")))
 }
 
-/// `netveil status`.
+/// The status of the daemon at `socket`, typed.
+pub fn get_status(socket: &Path) -> Result<Status> {
+    let v = request(socket, &Request::Status)?;
+    serde_json::from_value(v).map_err(|e| Error::Other(format!("bad status from daemon: {e}")))
+}
+
+/// `netveil status`: the table, or the JSON form (pretty-printed).
 pub fn status(socket: &Path, json_out: bool) -> Result<()> {
-    let v = ask(socket, "status")?;
+    let s = get_status(socket)?;
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
         return Ok(());
     }
-    print!("{}", render_status(&v));
+    print!("{}", render_status(&s));
     Ok(())
-}
-
-pub fn human_bytes(b: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut f = b as f64;
-    let mut u = 0;
-    while f >= 1024.0 && u + 1 < units.len() {
-        f /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{f:.2} {}", units[u])
-    }
-}
-
-/// The human-readable status table.
-pub fn render_status(v: &Value) -> String {
-    // One daemon may run both engines: the L2 engine's table, then the IP engine's.
-    let mut o = String::new();
-    if v.get("l2sec").is_some() {
-        o.push_str(&render_l2_status(v));
-        if v.get("interface").is_none() {
-            return o;
-        }
-        o.push('\n');
-    }
-    let up = v["uptime_seconds"].as_u64().unwrap_or(0);
-    o.push_str(&format!(
-        "interface: {}  up {}h{:02}m{:02}s\n  tx: {} packets, {}   rx: {} packets, {}\n\n",
-        v["interface"].as_str().unwrap_or("?"),
-        up / 3600,
-        up / 60 % 60,
-        up % 60,
-        v["tx"]["packets"],
-        human_bytes(v["tx"]["bytes"].as_u64().unwrap_or(0)),
-        v["rx"]["packets"],
-        human_bytes(v["rx"]["bytes"].as_u64().unwrap_or(0)),
-    ));
-    o.push_str(&format!(
-        "{:<14} {:<3} {:<5} {:<10} {:<9} {:<22} {:>10} {:>11} {:>7} {:>12}\n",
-        "SA", "DIR", "PROTO", "SPI", "MODE", "SUITE", "PACKETS", "BYTES", "DROPS", "SEQ"
-    ));
-    for sa in v["sas"].as_array().into_iter().flatten() {
-        let mut suite = sa["suite"].as_str().unwrap_or("").to_string();
-        if sa["esn"].as_bool() == Some(true) {
-            suite.push_str("-esn");
-        }
-        o.push_str(&format!(
-            "{:<14} {:<3} {:<5} {:<10} {:<9} {:<22} {:>10} {:>11} {:>7} {:>12}{}\n",
-            sa["name"].as_str().unwrap_or(""),
-            sa["direction"].as_str().unwrap_or(""),
-            sa["protocol"].as_str().unwrap_or(""),
-            sa["spi"].as_str().unwrap_or(""),
-            sa["mode"].as_str().unwrap_or(""),
-            suite,
-            sa["packets"].as_u64().unwrap_or(0),
-            human_bytes(sa["bytes"].as_u64().unwrap_or(0)),
-            sa["dropped"].as_u64().unwrap_or(0),
-            sa["seq"].as_u64().unwrap_or(0),
-            if sa["rekey_needed"].as_bool() == Some(true) {
-                "  (rekey needed)"
-            } else {
-                ""
-            }
-        ));
-        if let (Some(l), Some(r)) = (sa["local"].as_str(), sa["remote"].as_str()) {
-            o.push_str(&format!("{:<14} {} <-> {}\n", "", l, r));
-        }
-    }
-    let p = &v["psp"];
-    if p.is_object() {
-        let st = &p["stats"];
-        let n = |k: &str| st[k].as_u64().unwrap_or(0);
-        o.push_str(&format!(
-            "\nPSP {} v{} {} <-> {}  peer {}  generation {} (phase {}, {} rotations)\n  tx SPI {}  rx SPI {}  receive SAs {}\n",
-            p["mode"].as_str().unwrap_or(""),
-            p["version"],
-            p["local"].as_str().unwrap_or(""),
-            p["peer"].as_str().unwrap_or(""),
-            if p["connected"].as_bool() == Some(true) { "connected" } else { "not connected" },
-            p["generation"],
-            p["phase"],
-            p["rotations"],
-            p["tx_spi"].as_str().unwrap_or(""),
-            p["rx_spi"].as_str().unwrap_or(""),
-            p["rx_sas"].as_array().map(|a| a.len()).unwrap_or(0),
-        ));
-        o.push_str(&format!(
-            "  rx: {} packets, {}, auth-fail {}, error {}, bad {} (unknown SPI {}, replay {})\n  tx: {} packets, {}, error {} (no SA {})\n",
-            n("rx_packets"),
-            human_bytes(n("rx_bytes")),
-            n("rx_auth_fail"),
-            n("rx_error"),
-            n("rx_bad"),
-            n("rx_unknown_spi"),
-            n("rx_replay"),
-            n("tx_packets"),
-            human_bytes(n("tx_bytes")),
-            n("tx_error"),
-            n("tx_no_sa"),
-        ));
-    }
-    let drops: Vec<(String, u64)> = v["drops"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, n)| n.as_u64().filter(|n| *n > 0).map(|n| (k.clone(), n)))
-                .collect()
-        })
-        .unwrap_or_default();
-    o.push_str("\ndrops:");
-    if drops.is_empty() {
-        o.push_str(" none\n");
-    } else {
-        o.push('\n');
-        for (k, n) in drops {
-            o.push_str(&format!("  {k:<28} {n}\n"));
-        }
-    }
-    o
 }
 
 /// `netveil keys --wireshark DIR`: writes DIR/esp_sa (Wireshark's ESP SA table).
@@ -474,107 +361,6 @@ pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
         dir.display()
     );
     Ok(())
-}
-
-/// The human-readable status of an l2sec daemon.
-fn render_l2_status(v: &Value) -> String {
-    let l = &v["l2sec"];
-    let c = &l["counters"];
-    let mut o = format!(
-        "l2sec: {} (TAP {}, {} {}, MTU {})  EtherType {}  up {}s\n  group: {} epoch {}{}, {} senders known, {} peer restarts seen\n  sessions: {} (dh {})\n  tx: {} frames, {} ({} group)   rx: {} frames, {} ({} group)   SEP messages: {}, exchanges postponed or refused by the rate limit: {}\n  clear frames dropped on the port: {} in, {} out\n",
-        l["interface"].as_str().unwrap_or("?"),
-        l["tap"].as_str().unwrap_or("?"),
-        l["mac"].as_str().unwrap_or("?"),
-        l["address"].as_str().unwrap_or("?"),
-        l["mtu"],
-        l["ethertype"].as_str().unwrap_or("?"),
-        l["uptime_seconds"],
-        l["group_suite"].as_str().unwrap_or("?"),
-        l["epoch"],
-        if l["signing"].as_bool() == Some(true) { ", signed" } else { "" },
-        l["group_senders"],
-        c["peer_restarts"],
-        l["suites"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
-        l["dh_groups"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
-        c["tx_frames"],
-        human_bytes(c["tx_bytes"].as_u64().unwrap_or(0)),
-        c["tx_group"],
-        c["rx_frames"],
-        human_bytes(c["rx_bytes"].as_u64().unwrap_or(0)),
-        c["rx_group"],
-        c["sep_messages"],
-        c["sep_rate_limited"],
-        c["clear_dropped_in"],
-        c["clear_dropped_out"],
-    );
-    o.push_str(&format!(
-        "\n{:<18} {:<15} {:<4} {:<18} {:>7} {:>9} {:>10} {:>11} {:>10} {:>11}\n",
-        "PEER",
-        "IP",
-        "KEY",
-        "SUITE",
-        "AGE",
-        "EXPIRES",
-        "TX FRAMES",
-        "TX BYTES",
-        "RX FRAMES",
-        "RX BYTES"
-    ));
-    for p in l["peers"].as_array().into_iter().flatten() {
-        let s = &p["session"];
-        let (key, suite, age, exp) = if s.is_null() {
-            (
-                "-".to_string(),
-                if p["handshaking"].as_bool() == Some(true) {
-                    "(SEP running)"
-                } else {
-                    "(none)"
-                }
-                .to_string(),
-                "-".to_string(),
-                "-".to_string(),
-            )
-        } else {
-            (
-                format!(
-                    "{}{}",
-                    s["key_id"],
-                    if s["initiator"].as_bool() == Some(true) {
-                        "i"
-                    } else {
-                        "r"
-                    }
-                ),
-                s["suite"].as_str().unwrap_or("").to_string(),
-                format!("{}s", s["age_seconds"]),
-                format!("{}s", s["expires_in_seconds"]),
-            )
-        };
-        o.push_str(&format!(
-            "{:<18} {:<15} {:<4} {:<18} {:>7} {:>9} {:>10} {:>11} {:>10} {:>11}\n",
-            p["mac"].as_str().unwrap_or(""),
-            p["ip"].as_str().unwrap_or("-"),
-            key,
-            suite,
-            age,
-            exp,
-            p["tx_frames"].as_u64().unwrap_or(0),
-            human_bytes(p["tx_bytes"].as_u64().unwrap_or(0)),
-            p["rx_frames"].as_u64().unwrap_or(0),
-            human_bytes(p["rx_bytes"].as_u64().unwrap_or(0)),
-        ));
-    }
-    for (what, k) in [
-        ("tx drops", "tx_drops"),
-        ("rx drops", "rx_drops"),
-        ("SEP (refused, or for other hosts)", "sep_errors"),
-    ] {
-        if let Some(m) = l[k].as_object().filter(|m| !m.is_empty()) {
-            let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            o.push_str(&format!("{what}: {}\n", parts.join(", ")));
-        }
-    }
-    o
 }
 
 /// Replaces the file at `path` with `bytes`, atomically and durably: a new file (mode 0600, never opened through a

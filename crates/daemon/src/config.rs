@@ -133,6 +133,9 @@ struct RawConfig {
     /// The L2 engine's section, parsed by [`crate::l2::L2Config`].
     #[serde(default, rename = "l2sec")]
     _l2sec: Option<toml::Value>,
+    /// The runtime's `log_level`, parsed by [`crate::runtime`].
+    #[serde(default, rename = "log_level")]
+    _log_level: Option<toml::Value>,
     #[serde(default)]
     sa: Vec<RawSa>,
     #[serde(default)]

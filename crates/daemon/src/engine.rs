@@ -8,7 +8,7 @@
 //! engine's [`Control`] in turn.
 
 use crate::{Error, Result};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// A running engine, as the runtime drives it.
 pub trait Engine: Send {
@@ -24,8 +24,8 @@ pub trait Engine: Send {
 pub trait Control: Send + Sync {
     /// The answer to `req`, or `None` if the request is not this engine's.
     fn answer(&self, req: &netveil_control::Request) -> Option<Value>;
-    /// Adds this engine's part of the status (`netveil status --json`) to `status`.
-    fn status(&self, status: &mut Map<String, Value>);
+    /// Fills this engine's part of the status (`netveil status --json`).
+    fn status(&self, status: &mut netveil_control::Status);
 }
 
 /// System changes made during setup, undone in reverse order on drop.

@@ -13,7 +13,7 @@ use crate::config::{Config, ConfigError};
 use crate::engine::{nft_install, nft_table_exists, remove_fwmark_rules, run, Engine, Undo};
 use crate::filters::FilterSock;
 use crate::filters::{STORM_AUTH_FAILURES_PER_S, STORM_HOLD};
-use crate::ip_db::{Db, Event, Snapshot, Sockets};
+use crate::ip_db::{Db, Snapshot, Sockets};
 use crate::nft::nft_table_text;
 use crate::psp_kx::{self, PspState};
 use crate::{Error, Result};
@@ -145,7 +145,8 @@ impl Shared {
                 let sas = &snap.policies[i].sas;
                 if sas.is_empty() {
                     if snap.acquire_due(i, now) {
-                        self.db.report(Event::acquire(&snap.policies[i].name, &key));
+                        self.db
+                            .report(crate::ip_db::acquire(&snap.policies[i].name, &key));
                     }
                     return Err(Drop::NoSa);
                 }
@@ -461,6 +462,9 @@ pub struct IpEngine {
     tick: u64,
     failures_before: u64,
     storm_until: Option<Instant>,
+    /// Drop-storm warnings (looked at once a second).
+    watch: crate::log::DropWatch,
+    looked: Instant,
 }
 
 /// Sets up the TUN device, routes, rules, the fail-closed nftables table and the sockets (each change recorded in
@@ -710,13 +714,49 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
             .spawn(move || psp_kx::run(&st, &tls, l, mark, &sh.stop))
             .map_err(Error::io("thread"))?;
     }
-    eprintln!(
-        "netveil: {} up ({} SAs, {} policies); control socket {}",
+    tracing::info!(
+        "{}: up ({} SAs, {} policies, default {}{}, MTU {}); control socket {}",
         iface.name,
         shared.config.sas.len(),
         shared.config.policies.len(),
+        if matches!(iface.default_action, netveil_sa::policy::Action::Bypass) {
+            "bypass"
+        } else {
+            "discard"
+        },
+        match &shared.psp {
+            Some(st) => format!(
+                ", PSP v{} {} with {}",
+                st.cfg.version.number(),
+                if psp_kx::is_tunnel(&st.cfg) {
+                    "tunnel"
+                } else {
+                    "transport"
+                },
+                st.cfg.remote
+            ),
+            None => String::new(),
+        },
+        iface.mtu,
         control.display()
     );
+    for sa in &shared.config.sas {
+        tracing::info!(
+            "{}: SA {} {} SPI {:#010x} {}",
+            iface.name,
+            sa.name,
+            if sa.direction == netveil_ipsec::sa::Direction::Out {
+                "out"
+            } else {
+                "in"
+            },
+            sa.spi,
+            match &sa.suite {
+                netveil_ipsec::sa::Suite::Esp(e) => e.name(),
+                netveil_ipsec::sa::Suite::Ah(a) => a.name(),
+            }
+        );
+    }
 
     let failures_before = auth_failures(&shared);
     Ok(IpEngine {
@@ -728,7 +768,36 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
         tick: 0,
         failures_before,
         storm_until: None,
+        watch: crate::log::DropWatch::new(Instant::now()),
+        looked: Instant::now(),
     })
+}
+
+/// Every drop counter by its status name, for the drop-storm warnings.
+fn drop_counts(sh: &Shared) -> Vec<(String, u64)> {
+    let mut c: Vec<(String, u64)> = Vec::new();
+    for (dir, d) in [("tx", &sh.tx_drops), ("rx", &sh.rx_drops)] {
+        c.extend(
+            d.snapshot()
+                .into_iter()
+                .map(|(k, n)| (format!("{dir}:{k}"), n)),
+        );
+    }
+    c.push(("rx:socket-filter-or-full".into(), sh.kernel_drops()));
+    if let Some(st) = &sh.psp {
+        if let Ok(d) = st.device.read() {
+            let p = d.stats.snapshot();
+            c.extend([
+                ("psp:rx-auth-fail".to_string(), p.rx_auth_fail),
+                ("psp:rx-error".to_string(), p.rx_error),
+                ("psp:rx-unknown-spi".to_string(), p.rx_unknown_spi),
+                ("psp:rx-replay".to_string(), p.rx_replay),
+                ("psp:tx-error".to_string(), p.tx_error),
+            ]);
+        }
+        c.push(("psp:tx-no-sa".into(), st.tx_no_sa.load(Relaxed)));
+    }
+    c
 }
 
 /// Authentication failures so far (ESP/AH and PSP).
@@ -759,16 +828,16 @@ impl Engine for IpEngine {
             let f = auth_failures(&self.shared);
             if f.saturating_sub(self.failures_before) * 10 >= STORM_AUTH_FAILURES_PER_S {
                 if self.storm_until.is_none() {
-                    eprintln!(
-                        "netveil: {}: authentication failures above {}/s: socket filters refuse counters far ahead of the windows",
+                    tracing::warn!(
+                        "{}: authentication failures above {}/s: socket filters refuse counters far ahead of the windows",
                         self.iface.name, STORM_AUTH_FAILURES_PER_S
                     );
                 }
                 self.storm_until = Some(Instant::now() + STORM_HOLD);
             } else if self.storm_until.is_some_and(|t| Instant::now() > t) {
                 self.storm_until = None;
-                eprintln!(
-                    "netveil: {}: the authentication-failure storm is over",
+                tracing::info!(
+                    "{}: the authentication-failure storm is over",
                     self.iface.name
                 );
             }
@@ -780,12 +849,19 @@ impl Engine for IpEngine {
                 st.refresh_filter_now();
             }
         }
+        let t = Instant::now();
+        if t.saturating_duration_since(self.looked) >= Duration::from_secs(1) {
+            self.looked = t;
+            if let Some(w) = self.watch.look(t, drop_counts(&self.shared)) {
+                tracing::warn!("{}: {w}", self.iface.name);
+            }
+        }
         // Socket filters (every 100 ms: only our SPIs, and only sequence numbers not already left of the window),
         // events, lifetimes, retired SAs and sequence reservations.
         let now = self.shared.now();
         let storm = self.storm_until.is_some();
         for e in self.shared.db.tick(now, self.tick == 0, storm) {
-            eprintln!("netveil: {}: {e}", self.iface.name);
+            tracing::warn!("{}: {e}", self.iface.name);
         }
         self.tick = (self.tick + 1) % 5;
         true
@@ -804,12 +880,12 @@ impl Engine for IpEngine {
             undo.keep(&["nft", "delete", "table", "inet", table]);
         }
         if nft_table.is_some() && !down && iface.block_when_stopped {
-            eprintln!(
-                "netveil: {} stopped; covered traffic stays blocked until `netveil down`",
+            tracing::info!(
+                "{} stopped; covered traffic stays blocked until `netveil down`",
                 iface.name
             );
         } else {
-            eprintln!("netveil: {} down", iface.name);
+            tracing::info!("{} down", iface.name);
         }
     }
 }

@@ -2,7 +2,10 @@
 
 use crate::engine::Control;
 use crate::ip::Shared;
-use netveil_control::Request;
+use netveil_control::status::{
+    Drops, IpStatus, PolicyStatus, PspRxSa, PspStats, PspStatus, SaStatus, Totals, TxTotals,
+};
+use netveil_control::{Request, Status};
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::Mode;
 use serde_json::{json, Map, Value};
@@ -31,13 +34,13 @@ impl Control for IpControl {
                 Err(e) => e,
             },
             Request::SaDel { name } => done(sh.db.sa_del(name, now)),
-            Request::SaList => json!({ "sas": sas_json(sh) }),
+            Request::SaList => json!({ "sas": sas(sh) }),
             Request::PolicyAdd { policy, position } => match table(policy, "policy") {
                 Ok(t) => done(sh.db.policy_add(t, *position, now)),
                 Err(e) => e,
             },
             Request::PolicyDel { name } => done(sh.db.policy_del(name, now)),
-            Request::PolicyList => json!({ "policies": policies_json(sh) }),
+            Request::PolicyList => json!({ "policies": policies(sh) }),
             Request::Events { since } => json!({ "events": sh.db.events_since(*since) }),
             Request::Keys => keys_json(sh),
             Request::Rotate => match &sh.psp {
@@ -60,10 +63,8 @@ impl Control for IpControl {
         })
     }
 
-    fn status(&self, status: &mut Map<String, Value>) {
-        if let Value::Object(m) = status_json(&self.0) {
-            status.extend(m);
-        }
+    fn status(&self, status: &mut Status) {
+        status.ip = Some(self::status(&self.0));
     }
 }
 
@@ -81,45 +82,52 @@ fn suite_name(s: &Suite) -> String {
     }
 }
 
-/// The daemon's state as JSON (what `netveil status --json` prints).
-pub fn status_json(sh: &Shared) -> Value {
+/// The IP engine's status (what `netveil status --json` prints).
+pub fn status(sh: &Shared) -> IpStatus {
     let now = sh.now();
-    let mut drops = serde_json::Map::new();
+    let mut drops = Drops::new();
     for (name, n) in sh.tx_drops.snapshot() {
-        drops.insert(format!("tx:{name}"), json!(n));
+        drops.insert(format!("tx:{name}"), n);
     }
     for (name, n) in sh.rx_drops.snapshot() {
-        drops.insert(format!("rx:{name}"), json!(n));
+        drops.insert(format!("rx:{name}"), n);
     }
-    drops.insert("rx:socket-filter-or-full".into(), json!(sh.kernel_drops()));
+    drops.insert("rx:socket-filter-or-full".into(), sh.kernel_drops());
     if let Some(t) = &sh.db.nft_table() {
         drops.insert(
             "rx:clear-but-protected".into(),
-            json!(crate::engine::nft_drops(t, "input")),
+            crate::engine::nft_drops(t, "input"),
         );
         drops.insert(
             "rx:not-from-a-peer".into(),
-            json!(crate::engine::nft_drops(t, "prerouting")),
+            crate::engine::nft_drops(t, "prerouting"),
         );
         drops.insert(
             "tx:outside-tun-blocked".into(),
-            json!(crate::engine::nft_drops(t, "output") + crate::engine::nft_drops(t, "forward")),
+            crate::engine::nft_drops(t, "output") + crate::engine::nft_drops(t, "forward"),
         );
     }
-    json!({
-        "interface": sh.tun_name,
-        "uptime_seconds": now,
-        "psp": sh.psp.as_ref().map(|st| psp_json(st)),
-        "tx": { "packets": sh.tx_packets.load(Relaxed), "bytes": sh.tx_bytes.load(Relaxed), "bypassed": sh.bypassed.load(Relaxed) },
-        "rx": { "packets": sh.rx_packets.load(Relaxed), "bytes": sh.rx_bytes.load(Relaxed) },
-        "sas": sas_json(sh),
-        "drops": drops,
-        "policies": policies_json(sh),
-    })
+    IpStatus {
+        interface: sh.tun_name.clone(),
+        uptime_seconds: now,
+        psp: sh.psp.as_ref().and_then(|st| psp_status(st)),
+        tx: TxTotals {
+            packets: sh.tx_packets.load(Relaxed),
+            bytes: sh.tx_bytes.load(Relaxed),
+            bypassed: sh.bypassed.load(Relaxed),
+        },
+        rx: Totals {
+            packets: sh.rx_packets.load(Relaxed),
+            bytes: sh.rx_bytes.load(Relaxed),
+        },
+        sas: sas(sh),
+        drops,
+        policies: policies(sh),
+    }
 }
 
 /// The SAs in force (a replaced inbound SA still taking its peer's packets is marked `retiring`).
-fn sas_json(sh: &Shared) -> Vec<Value> {
+fn sas(sh: &Shared) -> Vec<SaStatus> {
     let now = sh.now();
     let snap = sh.db.load();
     (0..snap.sad.len())
@@ -133,53 +141,77 @@ fn sas_json(sh: &Shared) -> Vec<Value> {
                     ("tunnel", Some(local.to_string()), Some(remote.to_string()))
                 }
             };
-            json!({
-                "name": p.name,
-                "direction": if p.direction == Direction::Out { "out" } else { "in" },
-                "protocol": match p.suite { Suite::Esp(_) => "esp", Suite::Ah(_) => "ah" },
-                "spi": format!("{:#010x}", p.spi),
-                "mode": mode,
-                "local": local,
-                "remote": remote,
-                "suite": suite_name(&p.suite),
-                "esn": p.esn,
-                "encap": p.encap.map(|u| format!("udp {}->{}", u.local_port, u.remote_port)),
-                "packets": c.packets,
-                "bytes": c.bytes,
-                "dropped": c.dropped,
-                "auth_failed": c.auth_failed,
-                "replayed": c.replayed,
-                "seq": if p.direction == Direction::Out { sa.seq_last() } else { sa.replay_top() },
-                "replay_window": p.replay_window,
-                "lifetime": format!("{:?}", sa.lifetime_state(now)).to_lowercase(),
-                "rekey_needed": sa.rekey_needed.load(Relaxed),
-                "retiring": snap.sad.is_alias(i),
-            })
+            SaStatus {
+                name: p.name.clone(),
+                direction: if p.direction == Direction::Out {
+                    "out"
+                } else {
+                    "in"
+                }
+                .into(),
+                protocol: match p.suite {
+                    Suite::Esp(_) => "esp",
+                    Suite::Ah(_) => "ah",
+                }
+                .into(),
+                spi: format!("{:#010x}", p.spi),
+                mode: mode.into(),
+                local,
+                remote,
+                suite: suite_name(&p.suite),
+                esn: p.esn,
+                encap: p
+                    .encap
+                    .map(|u| format!("udp {}->{}", u.local_port, u.remote_port)),
+                packets: c.packets,
+                bytes: c.bytes,
+                dropped: c.dropped,
+                auth_failed: c.auth_failed,
+                replayed: c.replayed,
+                seq: if p.direction == Direction::Out {
+                    sa.seq_last()
+                } else {
+                    sa.replay_top()
+                },
+                replay_window: p.replay_window,
+                lifetime: format!("{:?}", sa.lifetime_state(now)).to_lowercase(),
+                rekey_needed: sa.rekey_needed.load(Relaxed),
+                retiring: snap.sad.is_alias(i),
+            }
         })
         .collect()
 }
 
 /// The policies in force, in order (`installed`: a protect policy whose SAs are all there).
-fn policies_json(sh: &Shared) -> Vec<Value> {
+fn policies(sh: &Shared) -> Vec<PolicyStatus> {
+    use netveil_sa::policy::Action;
     let snap = sh.db.load();
-    snap.policies.iter().map(|p| {
-        let protect = matches!(p.action, netveil_sa::policy::Action::Protect(_));
-        json!({
-            "name": p.name,
-            "direction": format!("{:?}", p.direction).to_lowercase(),
-            "src": p.selector.src.to_string(),
-            "dst": p.selector.dst.to_string(),
-            "proto": p.selector.proto,
-            "action": match p.action { netveil_sa::policy::Action::Protect(_) => "protect", netveil_sa::policy::Action::Bypass => "bypass", netveil_sa::policy::Action::Discard => "discard" },
-            "protocol": if p.psp { "psp" } else { "ipsec" },
-            "sas": p.sa_names,
-            "installed": !protect || p.psp || !p.sas.is_empty(),
+    snap.policies
+        .iter()
+        .map(|p| {
+            let protect = matches!(p.action, Action::Protect(_));
+            PolicyStatus {
+                name: p.name.clone(),
+                direction: format!("{:?}", p.direction).to_lowercase(),
+                src: p.selector.src.to_string(),
+                dst: p.selector.dst.to_string(),
+                proto: p.selector.proto,
+                action: match p.action {
+                    Action::Protect(_) => "protect",
+                    Action::Bypass => "bypass",
+                    Action::Discard => "discard",
+                }
+                .into(),
+                protocol: if p.psp { "psp" } else { "ipsec" }.into(),
+                sas: p.sa_names.clone(),
+                installed: !protect || p.psp || !p.sas.is_empty(),
+            }
         })
-    }).collect()
+        .collect()
 }
 
 /// PSP: the device (generation, phase, receive SAs), the association and the specification's counters.
-fn psp_json(st: &crate::psp_kx::PspState) -> Value {
+fn psp_status(st: &crate::psp_kx::PspState) -> Option<PspStatus> {
     let (gen, phase, rx_sas, windows, c) = match st.device.read() {
         Ok(d) => (
             d.generation(),
@@ -188,7 +220,7 @@ fn psp_json(st: &crate::psp_kx::PspState) -> Value {
             d.rx_windows(),
             d.stats.snapshot(),
         ),
-        Err(_) => return json!(null),
+        Err(_) => return None,
     };
     let top = |spi: u32| {
         windows
@@ -196,26 +228,45 @@ fn psp_json(st: &crate::psp_kx::PspState) -> Value {
             .find(|(s, _)| *s == spi)
             .and_then(|(_, w)| w.map(|(top, _)| top))
     };
-    json!({
-        "peer": st.cfg.remote.to_string(),
-        "local": st.cfg.local.to_string(),
-        "mode": if st.cfg.mode == netveil_psp::Mode::Tunnel { "tunnel" } else { "transport" },
-        "version": st.cfg.version.number(),
-        "connected": st.connected.load(Relaxed),
-        "generation": gen,
-        "phase": phase,
-        "rotations": st.rotations.load(Relaxed),
-        "tx_spi": format!("{:#010x}", st.tx_spi.load(Relaxed)),
-        "rx_spi": format!("{:#010x}", st.rx_spi.load(Relaxed)),
-        "rx_sas": rx_sas.iter().map(|(s, g)| json!({"spi": format!("{s:#010x}"), "generation": g, "replay_top": top(*s)})).collect::<Vec<_>>(),
-        "assoc_sent": st.assoc_sent.load(Relaxed),
-        "assoc_received": st.assoc_received.load(Relaxed),
-        "replay_window": st.cfg.replay_window,
-        "stats": {
-            "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes, "rx_auth_fail": c.rx_auth_fail,
-            "rx_error": c.rx_error, "rx_bad": c.rx_bad, "rx_unknown_spi": c.rx_unknown_spi,
-            "rx_replay": c.rx_replay, "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
-            "tx_error": c.tx_error, "tx_no_sa": st.tx_no_sa.load(Relaxed),
+    Some(PspStatus {
+        peer: st.cfg.remote.to_string(),
+        local: st.cfg.local.to_string(),
+        mode: if st.cfg.mode == netveil_psp::Mode::Tunnel {
+            "tunnel"
+        } else {
+            "transport"
+        }
+        .into(),
+        version: st.cfg.version.number(),
+        connected: st.connected.load(Relaxed),
+        generation: gen,
+        phase,
+        rotations: st.rotations.load(Relaxed),
+        tx_spi: format!("{:#010x}", st.tx_spi.load(Relaxed)),
+        rx_spi: format!("{:#010x}", st.rx_spi.load(Relaxed)),
+        rx_sas: rx_sas
+            .iter()
+            .map(|(s, g)| PspRxSa {
+                spi: format!("{s:#010x}"),
+                generation: *g,
+                replay_top: top(*s),
+            })
+            .collect(),
+        assoc_sent: st.assoc_sent.load(Relaxed),
+        assoc_received: st.assoc_received.load(Relaxed),
+        replay_window: st.cfg.replay_window,
+        stats: PspStats {
+            rx_packets: c.rx_packets,
+            rx_bytes: c.rx_bytes,
+            rx_auth_fail: c.rx_auth_fail,
+            rx_error: c.rx_error,
+            rx_bad: c.rx_bad,
+            rx_unknown_spi: c.rx_unknown_spi,
+            rx_replay: c.rx_replay,
+            tx_packets: c.tx_packets,
+            tx_bytes: c.tx_bytes,
+            tx_error: c.tx_error,
+            tx_no_sa: st.tx_no_sa.load(Relaxed),
         },
     })
 }

@@ -19,13 +19,13 @@ use crate::config::{self, Config, ConfigError, Interface, PolicyRule, PspConfig}
 use crate::filters::{esp_filter, FilterSock};
 use crate::state::{SeqStore, StateDir};
 use arc_swap::{ArcSwap, Guard};
+pub use netveil_control::Event;
 use netveil_io::filter::{Layout, Program};
 use netveil_ipsec::bundle::Sad;
 use netveil_ipsec::sa::Direction as SaDir;
 use netveil_ipsec::{Sa, SaParams};
 use netveil_sa::lifetime::LifetimeState;
 use netveil_sa::policy::{Action, FlowKey, PolicyDb, Rule};
-use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -109,76 +109,29 @@ impl Snapshot {
     }
 }
 
-/// Something the control plane should know (`netveil monitor`, the log).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Event {
-    /// Increasing from 1; `events` requests take the last one seen.
-    pub id: u64,
-    /// Seconds since the daemon started.
-    pub uptime: u64,
-    /// `acquire`, `soft-lifetime`, `hard-lifetime`, `seq-nearly-spent`, `sa-added`, `sa-replaced`, `sa-removed`,
-    /// `sa-retired`, `policy-added`, `policy-removed`.
-    pub event: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sa: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub spi: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub policy: Option<String>,
-    /// The packet that caused an acquire: `SRC -> DST proto P [SPORT -> DPORT]`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub flow: Option<String>,
+/// An event of an SA (`sa-added`, `soft-lifetime`, ...).
+fn sa_event(event: &str, sa: &Sa) -> Event {
+    Event {
+        sa: Some(sa.params.name.clone()),
+        spi: Some(format!("{:#010x}", sa.spi())),
+        ..Event::new(event)
+    }
 }
 
-impl Event {
-    fn new(event: &'static str) -> Event {
-        Event {
-            id: 0,
-            uptime: 0,
-            event,
-            sa: None,
-            spi: None,
-            policy: None,
-            flow: None,
-        }
-    }
-    fn sa(event: &'static str, sa: &Sa) -> Event {
-        Event {
-            sa: Some(sa.params.name.clone()),
-            spi: Some(format!("{:#010x}", sa.spi())),
-            ..Event::new(event)
-        }
-    }
-    /// An acquire: traffic of `flow` for protect policy `policy`, which has no SA.
-    pub fn acquire(policy: &str, flow: &FlowKey) -> Event {
-        let ports = if netveil_sa::policy::has_ports(flow.proto) {
-            format!(" {} -> {}", flow.src_port, flow.dst_port)
-        } else {
-            String::new()
-        };
-        Event {
-            policy: Some(policy.to_string()),
-            flow: Some(format!(
-                "{} -> {} proto {}{ports}",
-                flow.src, flow.dst, flow.proto
-            )),
-            ..Event::new("acquire")
-        }
-    }
-    /// One line for the log and `netveil monitor`.
-    pub fn line(&self) -> String {
-        let mut l = self.event.to_string();
-        for (k, v) in [
-            ("sa", &self.sa),
-            ("spi", &self.spi),
-            ("policy", &self.policy),
-            ("flow", &self.flow),
-        ] {
-            if let Some(v) = v {
-                l.push_str(&format!(" {k}={v}"));
-            }
-        }
-        l
+/// An acquire: traffic of `flow` for protect policy `policy`, which has no SA.
+pub fn acquire(policy: &str, flow: &FlowKey) -> Event {
+    let ports = if netveil_sa::policy::has_ports(flow.proto) {
+        format!(" {} -> {}", flow.src_port, flow.dst_port)
+    } else {
+        String::new()
+    };
+    Event {
+        policy: Some(policy.to_string()),
+        flow: Some(format!(
+            "{} -> {} proto {}{ports}",
+            flow.src, flow.dst, flow.proto
+        )),
+        ..Event::new("acquire")
     }
 }
 
@@ -253,7 +206,12 @@ impl Tables {
         self.next_id += 1;
         e.id = self.next_id;
         e.uptime = now;
-        eprintln!("netveil: {}: {}", self.interface.name, e.line());
+        match e.event.as_str() {
+            "hard-lifetime" | "seq-nearly-spent" => {
+                tracing::warn!("{}: {}", self.interface.name, e.line())
+            }
+            _ => tracing::info!("{}: {}", self.interface.name, e.line()),
+        }
         if self.log.len() == EVENT_LOG {
             self.log.pop_front();
         }
@@ -494,7 +452,7 @@ impl Db {
         let snap = Arc::new(Snapshot::build(t));
         self.snap.store(snap.clone());
         for e in refresh_filters(t, &snap.sad, true) {
-            eprintln!("netveil: {}: {e}", t.interface.name);
+            tracing::warn!("{}: {e}", t.interface.name);
         }
         Ok(())
     }
@@ -522,7 +480,7 @@ impl Db {
         let mut next = Self::next(&t);
         next.sas.push(sa.clone());
         self.publish(&mut t, next).inspect_err(|_| t.untrack(&sa))?;
-        t.push_event(Event::sa("sa-added", &sa), now);
+        t.push_event(sa_event("sa-added", &sa), now);
         Ok(())
     }
 
@@ -588,7 +546,7 @@ impl Db {
                 s.forget(&old);
             }
         }
-        t.push_event(Event::sa("sa-replaced", &sa), now);
+        t.push_event(sa_event("sa-replaced", &sa), now);
         Ok(())
     }
 
@@ -606,7 +564,7 @@ impl Db {
             s.forget(&old);
         }
         t.reported.remove(&(Arc::as_ptr(&old) as usize));
-        t.push_event(Event::sa("sa-removed", &old), now);
+        t.push_event(sa_event("sa-removed", &old), now);
         Ok(())
     }
 
@@ -705,11 +663,11 @@ impl Db {
             match sa.lifetime_state(now) {
                 LifetimeState::Expired if done & REPORTED_HARD == 0 => {
                     flags |= REPORTED_HARD | REPORTED_SOFT;
-                    found.push(Event::sa("hard-lifetime", sa));
+                    found.push(sa_event("hard-lifetime", sa));
                 }
                 LifetimeState::Soft if done & REPORTED_SOFT == 0 => {
                     flags |= REPORTED_SOFT;
-                    found.push(Event::sa("soft-lifetime", sa));
+                    found.push(sa_event("soft-lifetime", sa));
                 }
                 _ => {}
             }
@@ -718,7 +676,7 @@ impl Db {
                 && sa.seq_limit() - sa.seq_last() < sa.seq_limit() / SEQ_WARN_FRACTION
             {
                 flags |= REPORTED_SEQ;
-                found.push(Event::sa("seq-nearly-spent", sa));
+                found.push(sa_event("seq-nearly-spent", sa));
             }
             if flags != done {
                 flagged.push((key, flags));
@@ -738,7 +696,7 @@ impl Db {
             t.retiring.retain(|r| r.until > now);
             self.snap.store(Arc::new(Snapshot::build(&t)));
             for sa in gone {
-                t.push_event(Event::sa("sa-retired", &sa), now);
+                t.push_event(sa_event("sa-retired", &sa), now);
             }
         }
         let mut problems = match t.seq.as_mut() {

@@ -44,15 +44,16 @@
 
 use crate::engine::{run, run_stdin, Control, Engine, Undo};
 use crate::{Error, Result};
+use netveil_control::status::{Drops, L2Counters, L2Peer, L2Session, L2Status};
 use netveil_io::packet::{MAX_SEGMENTS, TAP_SCRATCH_LEN};
 use netveil_io::{PacketSocket, Tap};
 use netveil_l2sec::ed25519_dalek::{SigningKey, VerifyingKey};
-use netveil_l2sec::node::{Inbound, Node, NodeConfig, Outbound, PeerStatus};
+use netveil_l2sec::node::{Inbound, Node, NodeConfig, NodeEvent, Outbound, PeerStatus};
 use netveil_l2sec::sep::DhGroup;
 use netveil_l2sec::Suite;
 use netveil_wire::PacketBuf;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -76,6 +77,9 @@ struct RawFile {
     _sa: Option<toml::Value>,
     #[serde(default, rename = "policy")]
     _policy: Option<toml::Value>,
+    /// The runtime's `log_level`, parsed by [`crate::runtime`].
+    #[serde(default, rename = "log_level")]
+    _log_level: Option<toml::Value>,
     #[serde(default, rename = "psp")]
     _psp: Option<toml::Value>,
 }
@@ -724,6 +728,9 @@ pub struct L2Engine {
     rx: std::thread::JoinHandle<()>,
     timer: std::thread::JoinHandle<()>,
     tap: Arc<Tap>,
+    /// Drop-storm warnings (looked at once a second).
+    watch: crate::log::DropWatch,
+    looked: Instant,
 }
 
 /// Sets up the port, the TAP device and the port's nftables table (each change recorded in `undo`) and starts the
@@ -829,21 +836,30 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
         let (st, sock) = (st.clone(), sock.clone());
         spawn("l2-timer", Box::new(move || timer_loop(&st, &sock)))?
     };
-    eprintln!(
-        "netveil: l2sec on {} (TAP {}, {}/{}, MTU {}); control socket {}",
+    tracing::info!(
+        "{}: l2sec up (TAP {}, {} {}/{}, MTU {}, EtherType 0x{:04x}, group {} epoch {}, suites {}, {} peer keys); control socket {}",
         st.cfg.interface,
         st.cfg.tap,
+        mac_str(&st.mac),
         st.ip.0,
         st.ip.1,
         st.mtu,
+        st.cfg.ethertype,
+        st.cfg.group_suite.name(),
+        st.node.lock().map(|n| n.epoch()).unwrap_or(0),
+        st.cfg.suites.iter().map(|s| s.name()).collect::<Vec<_>>().join(" "),
+        st.cfg.peers.len(),
         control.display()
     );
+    let now = Instant::now();
     Ok(L2Engine {
         st,
         tx,
         rx,
         timer,
         tap,
+        watch: crate::log::DropWatch::new(now),
+        looked: now,
     })
 }
 
@@ -856,6 +872,26 @@ impl L2Engine {
 
 impl Engine for L2Engine {
     fn tick(&mut self) -> bool {
+        let now = Instant::now();
+        if now.saturating_duration_since(self.looked) >= Duration::from_secs(1) {
+            self.looked = now;
+            let counts = self.st.node.lock().ok().map(|n| {
+                let s = n.stats();
+                let mut c: Vec<(String, u64)> = Vec::new();
+                for (dir, d) in [("tx", &s.tx_drops), ("rx", &s.rx_drops)] {
+                    c.extend(
+                        d.snapshot()
+                            .into_iter()
+                            .map(|(k, n)| (format!("{dir}:{k}"), n)),
+                    );
+                }
+                c.extend(s.sep_errors.iter().map(|(k, n)| (format!("sep:{k}"), *n)));
+                c
+            });
+            if let Some(w) = counts.and_then(|c| self.watch.look(now, c)) {
+                tracing::warn!("{}: {w}", self.st.cfg.interface);
+            }
+        }
         !self.tx.is_finished() && !self.rx.is_finished()
     }
 
@@ -866,13 +902,14 @@ impl Engine for L2Engine {
             rx,
             timer,
             tap,
+            ..
         } = *self;
         st.stop.store(true, Relaxed);
         let _ = tx.join();
         let _ = rx.join();
         let _ = timer.join();
         drop(tap);
-        eprintln!("netveil: l2sec on {} down", st.cfg.interface);
+        tracing::info!("{}: l2sec down", st.cfg.interface);
     }
 }
 
@@ -994,6 +1031,44 @@ fn timer_loop(st: &State, sock: &PacketSocket) {
                 node.handle_timeout(now);
             }
             send_ready(&mut node, sock, &mut extra);
+            while let Some(e) = node.poll_event() {
+                log_event(&st.cfg.interface, &e);
+            }
+        }
+    }
+}
+
+/// One log line per node event (no key material: the key id and suite only).
+fn log_event(port: &str, e: &NodeEvent) {
+    match *e {
+        NodeEvent::SessionUp {
+            peer,
+            ip,
+            key_id,
+            suite,
+            initiator,
+            rekey,
+        } => tracing::info!(
+            "{port}: session {} with {} ({ip}): key id {key_id}, {}, {}",
+            if rekey { "rekeyed" } else { "up" },
+            mac_str(&peer),
+            suite.name(),
+            if initiator {
+                "we initiated"
+            } else {
+                "the peer initiated"
+            }
+        ),
+        NodeEvent::SessionExpired { peer, key_id } => tracing::info!(
+            "{port}: session with {} (key id {key_id}) expired",
+            mac_str(&peer)
+        ),
+        NodeEvent::PeerRestarted { peer } => tracing::info!(
+            "{port}: {} restarted: its sessions are set up again",
+            mac_str(&peer)
+        ),
+        NodeEvent::SepFailed { peer, reason } => {
+            tracing::warn!("{port}: SEP with {} failed: {reason}", mac_str(&peer))
         }
     }
 }
@@ -1002,81 +1077,88 @@ fn mac_str(m: &[u8; 6]) -> String {
     netveil_wire::ethernet::Address(*m).to_string()
 }
 
-fn peer_json(p: &PeerStatus) -> Value {
-    json!({
-        "mac": mac_str(&p.mac),
-        "ip": p.ip.map(|i| i.to_string()),
-        "bound_ip": p.bound_ip.map(|i| i.to_string()),
-        "epoch": p.epoch,
-        "session": p.session.map(|s| json!({
-            "key_id": s.key_id,
-            "suite": s.suite.name(),
-            "age_seconds": s.age.as_secs(),
-            "expires_in_seconds": s.expires_in.as_secs(),
-            "initiator": s.initiator,
-            "tx_seq": s.tx_seq,
-            "rx_seq": s.rx_seq,
-        })),
-        "previous_key_id": p.previous_key_id,
-        "handshaking": p.handshaking,
-        "queued": p.queued,
-        "tx_frames": p.stats.tx_frames,
-        "tx_bytes": p.stats.tx_bytes,
-        "rx_frames": p.stats.rx_frames,
-        "rx_bytes": p.stats.rx_bytes,
-        "sessions": p.stats.sessions,
-        "failures": p.stats.failures,
-        "dropped": p.stats.dropped,
-    })
+fn peer_status(p: &PeerStatus) -> L2Peer {
+    L2Peer {
+        mac: mac_str(&p.mac),
+        ip: p.ip.map(|i| i.to_string()),
+        bound_ip: p.bound_ip.map(|i| i.to_string()),
+        epoch: p.epoch,
+        session: p.session.map(|s| L2Session {
+            key_id: s.key_id,
+            suite: s.suite.name().to_string(),
+            age_seconds: s.age.as_secs(),
+            expires_in_seconds: s.expires_in.as_secs(),
+            initiator: s.initiator,
+            tx_seq: s.tx_seq,
+            rx_seq: s.rx_seq,
+        }),
+        previous_key_id: p.previous_key_id,
+        handshaking: p.handshaking,
+        queued: p.queued as u64,
+        tx_frames: p.stats.tx_frames,
+        tx_bytes: p.stats.tx_bytes,
+        rx_frames: p.stats.rx_frames,
+        rx_bytes: p.stats.rx_bytes,
+        sessions: p.stats.sessions,
+        failures: p.stats.failures,
+        dropped: p.stats.dropped,
+    }
 }
 
-fn status_json(st: &State) -> Value {
+/// The L2 engine's status (`None` if the node's lock is poisoned: a data-plane thread panicked).
+fn status(st: &State) -> Option<L2Status> {
     let now = Instant::now();
-    let Ok(node) = st.node.lock() else {
-        return json!({"error": "daemon state unavailable"});
-    };
+    let node = st.node.lock().ok()?;
     let s = node.stats();
-    let drops = |d: &netveil_sa::counters::DropCounters<netveil_l2sec::Drop>| -> Value {
+    let drops = |d: &netveil_sa::counters::DropCounters<netveil_l2sec::Drop>| -> Drops {
         d.snapshot()
             .into_iter()
             .filter(|(_, n)| *n > 0)
-            .map(|(k, n)| (k.to_string(), json!(n)))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
+            .map(|(k, n)| (k.to_string(), n))
+            .collect()
     };
     let (clear_in, clear_out) = nft_clear_drops(&st.nft);
     let c = &st.cfg;
-    json!({
-        "l2sec": {
-            "interface": c.interface,
-            "tap": c.tap,
-            "mac": mac_str(&st.mac),
-            "address": format!("{}/{}", st.ip.0, st.ip.1),
-            "mtu": st.mtu,
-            "ethertype": format!("0x{:04x}", c.ethertype),
-            "group_suite": c.group_suite.name(),
-            "suites": c.suites.iter().map(|s| s.name()).collect::<Vec<_>>(),
-            "dh_groups": c.groups.iter().map(|g| g.name()).collect::<Vec<_>>(),
-            "epoch": node.epoch(),
-            "state_dir": c.state_dir.display().to_string(),
-            "signing": c.signing_key.is_some(),
-            "require_signatures": c.require_signatures,
-            "uptime_seconds": st.started.elapsed().as_secs(),
-            "group_senders": node.group_senders(),
-            "peers": node.peers(now).iter().map(peer_json).collect::<Vec<_>>(),
-            "counters": {
-                "tx_frames": s.tx_frames, "tx_bytes": s.tx_bytes, "tx_group": s.tx_group,
-                "rx_frames": s.rx_frames, "rx_bytes": s.rx_bytes, "rx_group": s.rx_group,
-                "sep_messages": s.sep_messages, "sessions_established": s.sessions_established,
-                "peer_restarts": s.peer_restarts, "announces": s.announces,
-                "group_key_derivations": s.group_key_derivations,
-                "sep_rate_limited": s.sep_errors.get("sep-rate-limited").copied().unwrap_or(0),
-                "clear_dropped_in": clear_in, "clear_dropped_out": clear_out,
-            },
-            "tx_drops": drops(&s.tx_drops),
-            "rx_drops": drops(&s.rx_drops),
-            "sep_errors": s.sep_errors.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-        }
+    Some(L2Status {
+        interface: c.interface.clone(),
+        tap: c.tap.clone(),
+        mac: mac_str(&st.mac),
+        address: format!("{}/{}", st.ip.0, st.ip.1),
+        mtu: st.mtu.into(),
+        ethertype: format!("0x{:04x}", c.ethertype),
+        group_suite: c.group_suite.name().to_string(),
+        suites: c.suites.iter().map(|s| s.name().to_string()).collect(),
+        dh_groups: c.groups.iter().map(|g| g.name().to_string()).collect(),
+        epoch: node.epoch(),
+        state_dir: c.state_dir.display().to_string(),
+        signing: c.signing_key.is_some(),
+        require_signatures: c.require_signatures,
+        uptime_seconds: st.started.elapsed().as_secs(),
+        group_senders: node.group_senders() as u64,
+        peers: node.peers(now).iter().map(peer_status).collect(),
+        counters: L2Counters {
+            tx_frames: s.tx_frames,
+            tx_bytes: s.tx_bytes,
+            tx_group: s.tx_group,
+            rx_frames: s.rx_frames,
+            rx_bytes: s.rx_bytes,
+            rx_group: s.rx_group,
+            sep_messages: s.sep_messages,
+            sessions_established: s.sessions_established,
+            peer_restarts: s.peer_restarts,
+            announces: s.announces,
+            group_key_derivations: s.group_key_derivations,
+            sep_rate_limited: s.sep_errors.get("sep-rate-limited").copied().unwrap_or(0),
+            clear_dropped_in: clear_in,
+            clear_dropped_out: clear_out,
+        },
+        tx_drops: drops(&s.tx_drops),
+        rx_drops: drops(&s.rx_drops),
+        sep_errors: s
+            .sep_errors
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
     })
 }
 
@@ -1085,10 +1167,8 @@ impl Control for State {
         None
     }
 
-    fn status(&self, status: &mut serde_json::Map<String, Value>) {
-        if let Value::Object(m) = status_json(self) {
-            status.extend(m);
-        }
+    fn status(&self, status: &mut netveil_control::Status) {
+        status.l2sec = self::status(self);
     }
 }
 

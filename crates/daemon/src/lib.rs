@@ -23,6 +23,7 @@ pub mod ip;
 pub mod ip_ctl;
 pub mod ip_db;
 pub mod l2;
+pub mod log;
 pub mod nft;
 pub mod psp_kx;
 pub mod runtime;

@@ -9,7 +9,7 @@ use crate::config::{Config, ConfigError};
 use crate::engine::{remove_fwmark_rules, run, Control, Engine, Undo};
 use crate::l2::L2Config;
 use crate::{Error, Result};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -22,11 +22,15 @@ pub struct Sections {
     pub ip: Option<Config>,
     /// `[l2sec]`: the L2 engine.
     pub l2: Option<L2Config>,
+    /// `log_level` (top level, before the first section).
+    pub log_level: Option<crate::log::Level>,
 }
 
 /// The top-level keys of each engine.
 const IP_KEYS: [&str; 4] = ["interface", "sa", "policy", "psp"];
 const L2_KEYS: [&str; 1] = ["l2sec"];
+/// The top-level keys of the runtime itself.
+const RUNTIME_KEYS: [&str; 1] = ["log_level"];
 
 /// Reads and validates a configuration file: its sections, each checked as a whole.
 pub fn load(path: &Path) -> std::result::Result<Sections, ConfigError> {
@@ -58,22 +62,28 @@ pub fn parse_all(text: &str, base: &Path) -> std::result::Result<Sections, Vec<C
             reason: crate::config::toml_error(text, &e),
         }]
     })?;
+    let known_key =
+        |k: &str| IP_KEYS.contains(&k) || L2_KEYS.contains(&k) || RUNTIME_KEYS.contains(&k);
     let mut errors: Vec<ConfigError> = table
         .keys()
-        .filter(|k| !IP_KEYS.contains(&k.as_str()) && !L2_KEYS.contains(&k.as_str()))
+        .filter(|k| !known_key(k))
         .map(|k| ConfigError {
             key: k.clone(),
             reason: format!(
-                "unknown section (known: {})",
+                "unknown section or key (known: {})",
                 IP_KEYS
                     .iter()
                     .chain(L2_KEYS.iter())
+                    .chain(RUNTIME_KEYS.iter())
                     .copied()
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
         })
         .collect();
+    let log_level = table
+        .get("log_level")
+        .and_then(|v| crate::log::parse_level(v).map_err(|e| errors.push(e)).ok());
     let has = |keys: &[&str]| keys.iter().any(|k| table.contains_key(*k));
     // With unknown sections reported, the engines read the file without them (their own parsers refuse unknown
     // keys); otherwise the text itself, so that their errors give the file's line numbers.
@@ -82,7 +92,7 @@ pub fn parse_all(text: &str, base: &Path) -> std::result::Result<Sections, Vec<C
         text
     } else {
         let mut t = table.clone();
-        t.retain(|k, _| IP_KEYS.contains(&k) || L2_KEYS.contains(&k));
+        t.retain(|k, _| known_key(k));
         known = zeroize::Zeroizing::new(toml::to_string(&t).unwrap_or_default());
         known.as_str()
     };
@@ -105,7 +115,7 @@ pub fn parse_all(text: &str, base: &Path) -> std::result::Result<Sections, Vec<C
     if !errors.is_empty() {
         return Err(errors);
     }
-    Ok(Sections { ip, l2 })
+    Ok(Sections { ip, l2, log_level })
 }
 
 /// `netveil check -c FILE`: the file, and what `up` would fail on here (nothing is applied). Returns the summary
@@ -170,11 +180,11 @@ fn answer(controls: &[Arc<dyn Control>], line: &str) -> Value {
     };
     match req {
         Request::Status => {
-            let mut m = Map::new();
+            let mut s = netveil_control::Status::default();
             for c in controls {
-                c.status(&mut m);
+                c.status(&mut s);
             }
-            Value::Object(m)
+            serde_json::to_value(&s).unwrap_or_else(|e| json!({ "error": e.to_string() }))
         }
         Request::Stop => {
             // `netveil down`: stop, and remove the fail-closed filters on the way out.
@@ -190,9 +200,11 @@ fn answer(controls: &[Arc<dyn Control>], line: &str) -> Value {
 }
 
 /// `netveil up -c FILE`: every engine the file's sections select, in one process, until SIGINT/SIGTERM, `netveil
-/// down`, or the end of a data-plane thread.
-pub fn up(path: &Path) -> Result<()> {
+/// down`, or the end of a data-plane thread. `verbose` (`-v` count) and `quiet` (`-q`) override the file's
+/// `log_level`.
+pub fn up(path: &Path, verbose: u8, quiet: bool) -> Result<()> {
     let s = load(path)?;
+    crate::log::init(crate::log::level(s.log_level, verbose, quiet));
     // Every check and every key schedule of every engine before the first change to the system.
     let ip = s.ip.map(crate::ip::prepare).transpose()?;
     let l2 = s.l2.map(crate::l2::prepare).transpose()?;

@@ -203,7 +203,8 @@ fn sa_update_is_make_before_break() {
         .tick(now + netveil_daemon::ip_db::RETIRE_SECONDS, false, false);
     assert_eq!(open(&p.b, stale, now), Err(netveil_ipsec::Drop::UnknownSpi));
     // The events tell the story.
-    let kinds: Vec<&str> = p.b.db.events_since(0).iter().map(|e| e.event).collect();
+    let events = p.b.db.events_since(0);
+    let kinds: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(kinds.iter().filter(|k| **k == "sa-replaced").count(), 4);
     assert_eq!(kinds.iter().filter(|k| **k == "sa-retired").count(), 4);
 }

@@ -312,6 +312,31 @@ impl NodeStats {
     }
 }
 
+/// What happened to sessions and exchanges, for the host's log ([`Node::poll_event`]). Key material is never
+/// part of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// A session with `peer` is up (`rekey`: it replaced one).
+    SessionUp {
+        peer: Mac,
+        ip: Ipv4Addr,
+        key_id: u8,
+        suite: Suite,
+        initiator: bool,
+        rekey: bool,
+    },
+    /// A session with `peer` reached its lifetime and is gone.
+    SessionExpired { peer: Mac, key_id: u8 },
+    /// `peer` restarted (a newer group epoch authenticated): its sessions are dropped.
+    PeerRestarted { peer: Mac },
+    /// An exchange with `peer` failed or its result was refused (the reason's stable name, as in
+    /// [`NodeStats::sep_errors`]).
+    SepFailed { peer: Mac, reason: &'static str },
+}
+
+/// Events kept until [`Node::poll_event`] takes them (older ones are dropped).
+pub const MAX_EVENTS: usize = 256;
+
 /// One protected host (see the module documentation).
 pub struct Node {
     cfg: NodeConfig,
@@ -329,6 +354,7 @@ pub struct Node {
     /// When to retry initiations the rate limit postponed.
     sep_retry_at: Option<Instant>,
     stats: NodeStats,
+    events: VecDeque<NodeEvent>,
 }
 
 fn group_keys(cfg: &NodeConfig, src: Mac, epoch: u64) -> Result<SessionKeys, ConfigError> {
@@ -432,6 +458,7 @@ impl Node {
             ready: VecDeque::new(),
             announce_at: VecDeque::new(),
             sep_retry_at: None,
+            events: VecDeque::new(),
             stats: NodeStats::default(),
         };
         if v1 {
@@ -775,6 +802,7 @@ impl Node {
     /// there was something to resume (a session, queued frames).
     fn peer_restarted(&mut self, src: Mac) -> bool {
         self.stats.peer_restarts += 1;
+        self.event(NodeEvent::PeerRestarted { peer: src });
         self.sep.abort(&src);
         let Some(p) = self.peers.get_mut(&src) else {
             return false;
@@ -864,6 +892,10 @@ impl Node {
                 SepEvent::Established(est) => self.install(*est, now),
                 SepEvent::Failed { peer, reason } => {
                     self.stats.sep_error(reason);
+                    self.event(NodeEvent::SepFailed {
+                        peer,
+                        reason: reason.name(),
+                    });
                     if let Some(p) = self.peers.get_mut(&peer) {
                         p.stats.failures += 1;
                         let n = p.queue.len() as u64;
@@ -882,6 +914,10 @@ impl Node {
         // The address the peer stated was checked when its message came; bindings may have changed since.
         if !self.binding_allows(est.peer, est.peer_ip) {
             self.stats.sep_error(SepError::IpBound);
+            self.event(NodeEvent::SepFailed {
+                peer: est.peer,
+                reason: SepError::IpBound.name(),
+            });
             return;
         }
         let tx_cfg = TxConfig {
@@ -897,6 +933,10 @@ impl Node {
             RxSession::new(&est.rx, rx_cfg),
         ) else {
             self.stats.sep_error(SepError::NoCommonSuite);
+            self.event(NodeEvent::SepFailed {
+                peer: est.peer,
+                reason: SepError::NoCommonSuite.name(),
+            });
             return;
         };
         let margin = if est.initiator {
@@ -932,8 +972,21 @@ impl Node {
             self.bound.insert(est.peer_ip, est.peer);
         }
         p.stats.sessions += 1;
+        let rekey = p.cur.is_some();
+        let up = NodeEvent::SessionUp {
+            peer: est.peer,
+            ip: est.peer_ip,
+            key_id: s.key_id,
+            suite: s.suite,
+            initiator: s.initiator,
+            rekey,
+        };
         p.prev = p.cur.take().filter(|old| old.key_id != s.key_id);
         p.cur = Some(s);
+        if self.events.len() >= MAX_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(up);
         // Send what waited for the session.
         let queued: Vec<Vec<u8>> = p.queue.drain(..).collect();
         for f in queued {
@@ -949,6 +1002,18 @@ impl Node {
                 Err(d) => self.stats.tx_drops.count(d),
             }
         }
+    }
+
+    fn event(&mut self, e: NodeEvent) {
+        if self.events.len() >= MAX_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(e);
+    }
+
+    /// The next event (sessions up and gone, peer restarts, failed exchanges), oldest first.
+    pub fn poll_event(&mut self) -> Option<NodeEvent> {
+        self.events.pop_front()
     }
 
     /// The next frame to send on the wire that did not come from [`Node::handle_outbound`] (SEP messages, frames
@@ -970,12 +1035,16 @@ impl Node {
         if retry {
             self.sep_retry_at = None;
         }
+        let mut expired = Vec::new();
         for (mac, p) in self.peers.iter_mut() {
-            if p.prev.as_ref().is_some_and(|s| now >= s.expires) {
-                p.prev = None;
-            }
-            if p.cur.as_ref().is_some_and(|s| now >= s.expires) {
-                p.cur = None;
+            for s in [&mut p.prev, &mut p.cur] {
+                if let Some(k) = s.as_ref().filter(|s| now >= s.expires).map(|s| s.key_id) {
+                    *s = None;
+                    expired.push(NodeEvent::SessionExpired {
+                        peer: *mac,
+                        key_id: k,
+                    });
+                }
             }
             if self.sep.in_progress(mac) {
                 continue;
@@ -990,6 +1059,13 @@ impl Node {
             } else if retry && !p.queue.is_empty() {
                 start.push((*mac, p.ip));
             }
+        }
+        expired.sort_unstable_by_key(|e| match e {
+            NodeEvent::SessionExpired { peer, key_id } => (*peer, *key_id),
+            _ => ([0; 6], 0),
+        });
+        for e in expired {
+            self.event(e);
         }
         start.sort_unstable_by_key(|(m, _)| *m);
         for (mac, ip) in start {

@@ -2,7 +2,7 @@
 //! by SEP on demand, frames queued meanwhile, rekeying, restarts, failures, outsiders and signatures.
 
 use netveil_l2sec::ed25519_dalek::SigningKey;
-use netveil_l2sec::node::{Inbound, Node, NodeConfig, Outbound};
+use netveil_l2sec::node::{Inbound, Node, NodeConfig, NodeEvent, Outbound};
 use netveil_l2sec::sep::DhGroup;
 use netveil_l2sec::{Drop, Suite};
 use netveil_wire::PacketBuf;
@@ -914,4 +914,79 @@ fn sep_exchanges_are_rate_limited_and_postponed_ones_retried() {
     lan.advance(Duration::from_millis(600));
     assert_eq!(handshaking(&lan), 30);
     // Responder side: a burst of requests beyond the bucket is refused and counted (h2 answers h1's first 20).
+}
+
+fn events(n: &mut Node) -> Vec<NodeEvent> {
+    std::iter::from_fn(|| n.poll_event()).collect()
+}
+
+/// The events a host's log shows: sessions up (on both ends, one initiator), rekeyed, expired; a peer's restart; an
+/// exchange that failed.
+#[test]
+fn events_tell_sessions_restarts_and_failures() {
+    let now = Instant::now();
+    let mut lan = three(now, |c| {
+        c.lifetime = Duration::from_secs(20);
+        c.rekey_margin = Duration::from_secs(4);
+    });
+    let data = |i: u8, j: u8, m: &[u8]| eth(mac(j), mac(i), 0x0800, &ipv4(ip(i), ip(j), m));
+    lan.send(0, &data(0, 1, b"a")).unwrap();
+    let e0 = events(&mut lan.nodes[0]);
+    let e1 = events(&mut lan.nodes[1]);
+    let suite = |e: &[NodeEvent]| match e.first() {
+        Some(NodeEvent::SessionUp { suite, .. }) => *suite,
+        other => panic!("not a session: {other:?}"),
+    };
+    let s = suite(&e0);
+    let up = |peer: u8, key_id: u8, initiator: bool, rekey: bool| NodeEvent::SessionUp {
+        peer: mac(peer),
+        ip: ip(peer),
+        key_id,
+        suite: s,
+        initiator,
+        rekey,
+    };
+    assert_eq!(e0, [up(1, 1, true, false)]);
+    assert_eq!(e1, [up(0, 1, false, false)]);
+    assert!(events(&mut lan.nodes[2]).is_empty(), "h3 saw no session");
+    // The rekey, then the first session's end.
+    for _ in 0..17 {
+        lan.advance(Duration::from_secs(1));
+    }
+    let e0 = events(&mut lan.nodes[0]);
+    assert!(e0.contains(&up(1, 2, true, true)), "{e0:?}");
+    lan.advance(Duration::from_secs(4));
+    let e0 = events(&mut lan.nodes[0]);
+    assert!(
+        e0.contains(&NodeEvent::SessionExpired {
+            peer: mac(1),
+            key_id: 1
+        }),
+        "{e0:?}"
+    );
+    // h2 restarts: h1 hears it.
+    let mut c = cfg(1, &SECRET);
+    c.lifetime = Duration::from_secs(20);
+    c.epoch = 2;
+    lan.restart(1, Node::new(c, lan.now, 0).unwrap());
+    let e0 = events(&mut lan.nodes[0]);
+    assert_eq!(e0.first(), Some(&NodeEvent::PeerRestarted { peer: mac(1) }));
+    // A host that never answers: the exchange fails.
+    let ghost = [0x02, 0, 0x5e, 0, 0x53, 0x99];
+    let d = eth(
+        ghost,
+        mac(0),
+        0x0800,
+        &ipv4(ip(0), Ipv4Addr::new(192, 0, 2, 99), b"x"),
+    );
+    assert_eq!(lan.send(0, &d), Ok(Outbound::Queued));
+    lan.advance(Duration::from_secs(30));
+    let e0 = events(&mut lan.nodes[0]);
+    assert!(
+        e0.contains(&NodeEvent::SepFailed {
+            peer: ghost,
+            reason: "sep-timeout"
+        }),
+        "{e0:?}"
+    );
 }

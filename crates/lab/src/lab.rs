@@ -644,6 +644,8 @@ pub struct HostPair {
     pub psp_replay_window: Option<u32>,
     /// PSP: master-key rotation interval in seconds (0: only on request).
     pub psp_rotate_seconds: u64,
+    /// The daemons' `log_level` (`None`: the default, info).
+    pub log_level: Option<String>,
 }
 
 impl Default for HostPair {
@@ -662,6 +664,7 @@ impl Default for HostPair {
             mtu: 1400,
             psp_replay_window: None,
             psp_rotate_seconds: 0,
+            log_level: None,
         }
     }
 }
@@ -900,7 +903,11 @@ impl HostPair {
             .parent()
             .unwrap_or(Path::new("."))
             .join(format!("state-{}", ["a", "b"][side]));
-        let mut t = format!(
+        let mut t = match &self.log_level {
+            Some(l) => format!("log_level = \"{l}\"\n"),
+            None => String::new(),
+        };
+        t += &format!(
             "[interface]\nname = \"{}\"\nmtu = {}\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n",
             self.tun,
             self.mtu,

@@ -28,6 +28,12 @@ enum Cmd {
         /// The configuration file (netveil.toml).
         #[arg(short, long)]
         config: PathBuf,
+        /// More log lines: -v debug, -vv trace (overrides the file's `log_level`).
+        #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+        verbose: u8,
+        /// Only warnings and errors in the log (overrides the file's `log_level`).
+        #[arg(short, long)]
+        quiet: bool,
     },
     /// Stop the daemon of a configuration (if it runs) and remove what keeps covered traffic blocked: after a
     /// crash, a kill or a stop, netveil drops the traffic its policies cover until this command (fail closed).
@@ -146,7 +152,11 @@ fn main() -> ExitCode {
 
 fn run(cmd: Cmd) -> Result<(), Error> {
     match cmd {
-        Cmd::Up { config } => netveil_daemon::runtime::up(&config)?,
+        Cmd::Up {
+            config,
+            verbose,
+            quiet,
+        } => netveil_daemon::runtime::up(&config, verbose, quiet)?,
         Cmd::Down { config } => netveil_daemon::runtime::down(&config)?,
         Cmd::Check { config } => println!("{}", netveil_daemon::runtime::check(&config)?),
         Cmd::Status {

@@ -6,7 +6,8 @@
 //! `auth_key=-` read the key from standard input, so that it does not show in the process list.
 
 use clap::{Args, Subcommand};
-use netveil_control::{request, Error, Request, Result};
+use netveil_control::status::{render_policies, render_sas};
+use netveil_control::{request, Error, Event, Request, Result};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -256,21 +257,23 @@ pub fn policy(cmd: PolicyCmd) -> Result<()> {
 }
 
 /// A list request: its answer's `member`, as JSON or as the table `render` makes.
-fn list(
+fn list<T: serde::de::DeserializeOwned + serde::Serialize>(
     target: &Target,
     req: Request,
     member: &str,
     json: bool,
-    render: fn(&Value) -> String,
+    render: fn(&[T]) -> String,
 ) -> Result<()> {
-    let v = request(&target.socket(), &req)?;
+    let mut v = request(&target.socket(), &req)?;
+    let items: Vec<T> = serde_json::from_value(v[member].take())
+        .map_err(|e| Error::Other(format!("bad answer from the daemon: {e}")))?;
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&v[member]).unwrap_or_default()
+            serde_json::to_string_pretty(&items).unwrap_or_default()
         );
     } else {
-        print!("{}", render(&v[member]));
+        print!("{}", render(&items));
     }
     Ok(())
 }
@@ -280,23 +283,15 @@ pub fn monitor(a: MonitorArgs) -> Result<()> {
     let socket = a.target.socket();
     let mut since = 0;
     loop {
-        let v = request(&socket, &Request::Events { since })?;
-        for e in v["events"].as_array().into_iter().flatten() {
-            since = since.max(e["id"].as_u64().unwrap_or(0));
+        let mut v = request(&socket, &Request::Events { since })?;
+        let events: Vec<Event> = serde_json::from_value(v["events"].take())
+            .map_err(|e| Error::Other(format!("bad answer from the daemon: {e}")))?;
+        for e in events {
+            since = since.max(e.id);
             if a.json {
-                println!("{e}");
+                println!("{}", serde_json::to_string(&e).unwrap_or_default());
             } else {
-                let mut line = format!(
-                    "[{:>6}s] {}",
-                    e["uptime"].as_u64().unwrap_or(0),
-                    e["event"].as_str().unwrap_or("?")
-                );
-                for k in ["sa", "spi", "policy", "flow"] {
-                    if let Some(x) = e[k].as_str() {
-                        line.push_str(&format!(" {k}={x}"));
-                    }
-                }
-                println!("{line}");
+                println!("{e}");
             }
         }
         if a.once {
@@ -304,80 +299,4 @@ pub fn monitor(a: MonitorArgs) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn render_sas(sas: &Value) -> String {
-    let mut out = format!(
-        "{:<16} {:<3} {:<5} {:<10} {:<9} {:<31} {:<16} {:>10} {:>10} {:>10} {}\n",
-        "NAME",
-        "DIR",
-        "PROTO",
-        "SPI",
-        "MODE",
-        "ENDPOINTS",
-        "SUITE",
-        "PACKETS",
-        "BYTES",
-        "SEQ",
-        "STATE"
-    );
-    for s in sas.as_array().into_iter().flatten() {
-        let ends = match (s["local"].as_str(), s["remote"].as_str()) {
-            (Some(l), Some(r)) => format!("{l} -> {r}"),
-            _ => "-".into(),
-        };
-        let mut state = s["lifetime"].as_str().unwrap_or("?").to_string();
-        if s["retiring"] == true {
-            state.push_str(", retiring");
-        }
-        out.push_str(&format!(
-            "{:<16} {:<3} {:<5} {:<10} {:<9} {:<31} {:<16} {:>10} {:>10} {:>10} {state}\n",
-            s["name"].as_str().unwrap_or("?"),
-            s["direction"].as_str().unwrap_or("?"),
-            s["protocol"].as_str().unwrap_or("?"),
-            s["spi"].as_str().unwrap_or("?"),
-            s["mode"].as_str().unwrap_or("?"),
-            ends,
-            s["suite"].as_str().unwrap_or("?"),
-            s["packets"],
-            netveil_control::human_bytes(s["bytes"].as_u64().unwrap_or(0)),
-            s["seq"],
-        ));
-    }
-    out
-}
-
-fn render_policies(ps: &Value) -> String {
-    let mut out = format!(
-        "{:<16} {:<3} {:<20} {:<20} {:<5} {:<8} {}\n",
-        "NAME", "DIR", "SRC", "DST", "PROTO", "ACTION", "SAS"
-    );
-    for p in ps.as_array().into_iter().flatten() {
-        let sas = match p["protocol"].as_str() {
-            Some("psp") => "psp".to_string(),
-            _ => {
-                let names: Vec<&str> = p["sas"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|s| s.as_str())
-                    .collect();
-                let mut s = names.join(",");
-                if p["installed"] == false {
-                    s.push_str(" (waiting for its SAs)");
-                }
-                s
-            }
-        };
-        out.push_str(&format!(
-            "{:<16} {:<3} {:<20} {:<20} {:<5} {:<8} {sas}\n",
-            p["name"].as_str().unwrap_or("?"),
-            p["direction"].as_str().unwrap_or("?"),
-            p["src"].as_str().unwrap_or("?"),
-            p["dst"].as_str().unwrap_or("?"),
-            p["proto"].as_u64().map_or("any".into(), |x| x.to_string()),
-            p["action"].as_str().unwrap_or("?"),
-        ));
-    }
-    out
 }

@@ -89,8 +89,10 @@ fn update(socket: &Path, name: &str, dir: &str, spi: u32, local: &str, remote: &
 fn three_rekeys_during_a_1gib_transfer() {
     let _g = serial();
     let mut lab = Lab::new("nvrk").unwrap().with_netveil(NETVEIL);
+    // The most verbose log: no key ever shows in it.
     let pair = HostPair {
         udp_encap: true,
+        log_level: Some("trace".into()),
         ..HostPair::esp("aes128gcm16")
     };
     let hosts = TwoHosts::up(&mut lab, &pair).unwrap();
@@ -111,6 +113,7 @@ fn three_rekeys_during_a_1gib_transfer() {
     };
     let t0 = Instant::now();
     let mut spis = Vec::new();
+    let mut keys = Vec::new();
     for round in 1..=3u32 {
         std::thread::sleep(Duration::from_millis(150));
         // a -> b: b (receiver) first, then a; b -> a: a first, then b.
@@ -118,6 +121,7 @@ fn three_rekeys_during_a_1gib_transfer() {
             let name = format!("{}-to-{}", ["a", "b"][from], ["a", "b"][to]);
             let spi = 0x1001 + 0x1000 * from as u32 + 0x10 * round;
             let key = random_hex(20);
+            keys.push(key.clone());
             update(&socks[to], &name, "in", spi, &outer[to], &outer[from], &key);
             update(
                 &socks[from],
@@ -174,9 +178,18 @@ fn three_rekeys_during_a_1gib_transfer() {
             assert_eq!(s["spi"], format!("{spi:#010x}"), "side {i}");
             assert!(s["packets"].as_u64().unwrap() > 0, "side {i}: {s}");
         }
-        // The replacements are in the events.
+        // The replacements are in the events, and in the log, which holds no key (in any case, whole or in part).
         let ev = netveil(&["monitor", "--once", "--json"], &socks[i], "");
         assert_eq!(ev.matches("\"sa-replaced\"").count(), 6, "{ev}");
+        let log = d.log().to_ascii_lowercase();
+        assert_eq!(log.matches("sa-replaced").count(), 6, "side {i}:\n{log}");
+        assert!(log.contains(" info "), "plain level words: {log}");
+        for k in &keys {
+            assert!(
+                !log.contains(&k[..16]),
+                "side {i}: a key in the log:\n{log}"
+            );
+        }
     }
 }
 
