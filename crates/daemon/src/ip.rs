@@ -246,8 +246,10 @@ impl Shared {
         let st = self.psp.as_ref().ok_or(Drop::PolicyDiscard)?;
         let len = pkt.len();
         let r = {
-            let mut tx = st.tx.lock().map_err(|_| Drop::Unsupported)?;
-            match tx.as_mut() {
+            // No lock: a snapshot of the current transmit SA (the key exchange swaps it), whose IV counter is
+            // atomic.
+            let tx = st.tx.load();
+            match tx.as_deref() {
                 None => {
                     st.tx_no_sa.fetch_add(1, Relaxed);
                     return Err(Drop::NoSa);
@@ -272,8 +274,7 @@ impl Shared {
                 }
             }
         };
-        let dev = st.device.read().map_err(|_| Drop::Unsupported)?;
-        dev.stats.count_tx(r.map(|()| len));
+        st.stats.count_tx(r.map(|()| len));
         match r {
             Ok(()) => Ok(Out::Psp),
             Err(netveil_psp::Error::IvExhausted) => Err(Drop::SeqExhausted),

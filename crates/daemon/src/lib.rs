@@ -5,7 +5,7 @@
 //! - [`config`]: the IP sections of `netveil.toml`, validated as a whole before anything is applied.
 //! - [`ip`]: the IP engine: TUN + raw/UDP sockets, ESP/AH and PSP, the data-plane threads.
 //! - [`l2`]: the L2 engine: l2sec on a LAN port (TAP + AF_PACKET).
-//! - [`psp_kx`]: the PSP key exchange over TLS.
+//! - [`psp_kx`]: the PSP key-exchange driver: TCP and TLS around the sans-I/O [`netveil_psp::kx`] machine.
 //! - [`ip_db`]: the IP engine's SAs and policies, changed while traffic flows (snapshots swapped atomically).
 //! - [`ip_ctl`]: the IP engine's answers on the control socket.
 //! - [`nft`]: the IP engine's nftables table (fail-closed filters, peer filter).

@@ -1,6 +1,10 @@
-//! PSP key exchange: a mutually authenticated TLS 1.3 connection (rustls) between the two hosts, on which each
-//! side allocates its receive SPI and key (`rx-assoc`) and sends them to its peer, which installs them as its
+//! PSP key exchange driver: a mutually authenticated TLS 1.3 connection (rustls) between the two hosts, on which
+//! each side allocates its receive SPI and key (`rx-assoc`) and sends them to its peer, which installs them as its
 //! transmit SA (`tx-assoc`), as the kernel's PSP documentation and the specification's authors describe.
+//!
+//! The protocol logic (what to send on connect, when to rotate, which receive SAs to keep, version checks,
+//! decoding) is the sans-I/O machine [`netveil_psp::kx::KeyExchange`]; this driver owns the sockets, the TLS
+//! session and the clock, and only moves bytes and applies the machine's events:
 //!
 //! - The daemon with the higher outer address listens on `psp.control_port`; the one with the lower address
 //!   connects, from the same port (so the connection is exactly `local:port <-> remote:port`, and the input
@@ -12,16 +16,27 @@
 //!   trickles bytes cannot hold the key exchange.
 //! - Each side checks the other's certificate against `psp.peer_ca` and the name `psp.peer_name` (the client
 //!   by TLS server-name verification, the server by checking the client certificate's names).
-//! - Rotation (every `psp.rotate_seconds`, or on `netveil rotate`): the device rotates its master keys, then
-//!   allocates a new receive SPI under the new key and sends it. The peer switches its transmit SA when the
-//!   message arrives; packets still in flight with the old SPI decrypt because SAs one rotation old stay valid.
+//! - Once the connection is up, the machine is told so ([`KeyExchange::connected`]); the plaintext the peer sends
+//!   goes to [`KeyExchange::handle_input`], what [`KeyExchange::poll_transmit`] returns is written. Calls that
+//!   change the device's receive SAs run under the device's write lock, and the PSP socket's filter is refreshed
+//!   under the same lock, before the association that hands a new SPI out is written: the filter never refuses
+//!   the peer's first packets with it.
+//! - Events: `InstallTx` swaps the data plane's transmit SA ([`PspState::tx`], read per packet without a lock),
+//!   `AssocSent`/`InstallTx`/`Rotated` move the `status` counters, `Failed` closes the connection (then the
+//!   usual reconnection).
+//! - Rotation (every `psp.rotate_seconds` since the last one, or on `netveil rotate`): the device rotates its
+//!   master keys, then allocates a new receive SPI under the new key and sends it. The peer switches its
+//!   transmit SA when the message arrives; packets still in flight with the old SPI decrypt because SAs one
+//!   rotation old stay valid. Requests and the timer are served every 100 ms, also while disconnected.
 //!
 //! Messages (inside TLS): [`netveil_psp::assoc`].
 //! Key material is zeroized after use and never logged.
 
 use crate::config::PspConfig;
 use crate::{Error, Result};
-use netveil_psp::{Device, Mode, TxConfig, TxSa};
+use arc_swap::ArcSwapOption;
+use netveil_psp::kx::{Event, KeyExchange, KxConfig};
+use netveil_psp::{Device, Mode, Stats, TxConfig, TxSa};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::io::{Read, Write};
@@ -36,8 +51,12 @@ use zeroize::Zeroizing;
 pub struct PspState {
     pub cfg: PspConfig,
     pub device: RwLock<Device>,
-    /// The transmit SA to the peer (installed from the peer's association), with its key schedule.
-    pub tx: Mutex<Option<TxSa>>,
+    /// The device's counters (the same `Arc` as the device's `stats`): the transmit path counts without taking
+    /// the device's lock.
+    pub stats: Arc<Stats>,
+    /// The transmit SA to the peer (installed from the peer's association), with its key schedule. Replaced by
+    /// the key exchange, loaded per packet without a lock; its IV counter is atomic, so threads may share it.
+    pub tx: ArcSwapOption<TxSa>,
     /// The SPI of `tx` (0: none yet), for `status`.
     pub tx_spi: AtomicU32,
     /// Our latest receive SPI handed to the peer.
@@ -61,9 +80,6 @@ pub struct PspState {
             Option<netveil_io::filter::Program>,
         )>,
     >,
-    /// Receive SPIs handed to the peer, oldest first: the latest two are kept (packets sent with the previous
-    /// one may still be in flight), older ones are forgotten, so reconnections cannot grow the SA table.
-    handed: Mutex<Vec<u32>>,
 }
 
 impl PspState {
@@ -72,8 +88,9 @@ impl PspState {
         d.set_replay_window(cfg.replay_window);
         PspState {
             cfg,
+            stats: d.stats.clone(),
             device: RwLock::new(d),
-            tx: Mutex::new(None),
+            tx: ArcSwapOption::empty(),
             tx_spi: AtomicU32::new(0),
             rx_spi: AtomicU32::new(0),
             connected: AtomicBool::new(false),
@@ -82,7 +99,6 @@ impl PspState {
             assoc_sent: AtomicU64::new(0),
             assoc_received: AtomicU64::new(0),
             tx_no_sa: AtomicU64::new(0),
-            handed: Mutex::new(Vec::new()),
             rx_socket: Mutex::new(None),
             storm: AtomicBool::new(false),
             mtu: crate::config::DEFAULT_MTU,
@@ -127,33 +143,66 @@ impl PspState {
         if p != *installed {
             match sock.attach_filter(p.as_ref()) {
                 Ok(()) => *installed = p,
-                Err(e) => eprintln!("netveil: cannot attach the PSP socket filter: {e}"),
+                Err(e) => log_warn(&format!("cannot attach the PSP socket filter: {e}")),
             }
         }
     }
 
-    /// The transmit configuration for an SA with `spi` from the peer.
-    fn tx_config(&self, spi: u32) -> TxConfig {
-        let c = &self.cfg;
-        TxConfig {
-            spi,
+    /// Runs `f` on the device under its write lock (the data plane pauses for microseconds), then refreshes the
+    /// socket filter under the same lock: before anything the call queued (a new SPI) is sent to the peer.
+    fn with_device(&self, f: impl FnOnce(&mut Device)) -> std::result::Result<(), String> {
+        let mut d = self.device.write().map_err(|_| "device lock poisoned")?;
+        f(&mut d);
+        self.refresh_filter(&d);
+        Ok(())
+    }
+
+    /// Applies the key exchange's events: the transmit SA, the counters. Returns the protocol error, if any
+    /// (after applying the other events).
+    fn apply(&self, kx: &mut KeyExchange) -> std::result::Result<(), String> {
+        let mut failed = None;
+        while let Some(e) = kx.poll_event() {
+            match e {
+                Event::AssocSent { spi, .. } => {
+                    self.rx_spi.store(spi, Relaxed);
+                    self.assoc_sent.fetch_add(1, Relaxed);
+                }
+                Event::InstallTx(sa) => {
+                    let spi = sa.config().spi;
+                    self.tx.store(Some(Arc::new(sa)));
+                    self.tx_spi.store(spi, Relaxed);
+                    self.assoc_received.fetch_add(1, Relaxed);
+                }
+                Event::Rotated { .. } => {
+                    self.rotations.fetch_add(1, Relaxed);
+                }
+                Event::Failed(e) => failed = failed.or(Some(e.to_string())),
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+/// The key exchange's configuration from `[psp]`.
+fn kx_config(c: &PspConfig) -> KxConfig {
+    KxConfig {
+        tx: TxConfig {
+            spi: 0,
             version: c.version,
             mode: c.mode,
             crypt_offset_transport: c.crypt_offset,
             crypt_offset_tunnel_v4: c.crypt_offset,
             crypt_offset_tunnel_v6: c.crypt_offset,
             vc: c.vc,
-        }
+        },
+        rotate_every: (c.rotate_seconds > 0).then(|| Duration::from_secs(c.rotate_seconds)),
     }
+}
 
-    /// Rotates the master keys (under the write lock; the data plane pauses for microseconds).
-    fn rotate(&self) {
-        if let Ok(mut d) = self.device.write() {
-            d.rotate();
-            self.refresh_filter(&d);
-        }
-        self.rotations.fetch_add(1, Relaxed);
-    }
+/// Every message of the key exchange goes through here (one place to change for another logger). Never pass key
+/// material: the machine's errors carry none.
+fn log_warn(msg: &str) {
+    eprintln!("netveil: {msg}");
 }
 
 /// The TLS configurations, built (and so checked) before the daemon changes anything on the system.
@@ -322,9 +371,20 @@ pub fn run(st: &PspState, tls: &Tls, listener: Option<TcpListener>, mark: u32, s
     if let Some(l) = &listener {
         let _ = l.set_nonblocking(true);
     }
+    let mut kx = match KeyExchange::new(kx_config(&st.cfg), Instant::now()) {
+        Ok(kx) => kx,
+        Err(e) => {
+            // The configuration checks the crypt offset: not expected.
+            log_warn(&format!("PSP key exchange: psp.crypt_offset: {e}"));
+            return;
+        }
+    };
     let mut rot = Rotation::new(st);
     while !stop.load(Relaxed) {
-        rot.poll(st);
+        // Rotation requests and the timer, also while disconnected (nothing to send then).
+        if let Err(e) = rot.service(st, &mut kx) {
+            log_warn(&format!("PSP key exchange: {e}"));
+        }
         let stream = match &listener {
             // From our key-exchange port, marked (the fail-closed filters let it out; in transport mode it bypasses
             // the TUN), SO_LINGER 0 (no TIME_WAIT on the fixed ports).
@@ -352,10 +412,15 @@ pub fn run(st: &PspState, tls: &Tls, listener: Option<TcpListener>, mark: u32, s
             },
         };
         let initiator = listener.is_none();
+        let mut link = Link {
+            st,
+            kx: &mut kx,
+            rot: &mut rot,
+        };
         let r = if initiator {
             rustls::ClientConnection::new(tls.client.clone(), tls.peer_name.clone())
                 .map_err(|e| e.to_string())
-                .and_then(|c| session(st, rustls::StreamOwned::new(c, stream), &mut rot, stop))
+                .and_then(|c| link.session(rustls::StreamOwned::new(c, stream), stop))
         } else {
             rustls::ServerConnection::new(tls.server.clone())
                 .map_err(|e| e.to_string())
@@ -363,12 +428,15 @@ pub fn run(st: &PspState, tls: &Tls, listener: Option<TcpListener>, mark: u32, s
                     let mut s = rustls::StreamOwned::new(c, stream);
                     handshake(&mut s.conn, &mut s.sock)?;
                     check_client_name(&s.conn, &tls.peer_name)?;
-                    session(st, s, &mut rot, stop)
+                    link.session(s, stop)
                 })
         };
         st.connected.store(false, Relaxed);
+        kx.disconnected();
+        // Events the machine queued before the connection ended (a rotation) still count.
+        let r = r.and(st.apply(&mut kx));
         if let Err(e) = r {
-            eprintln!("netveil: PSP key exchange with {peer}: {e}");
+            log_warn(&format!("PSP key exchange with {peer}: {e}"));
             sleep_unless(stop, Duration::from_secs(1));
         }
     }
@@ -381,32 +449,30 @@ fn sleep_unless(stop: &AtomicBool, d: Duration) {
     }
 }
 
-/// When to rotate: on request or on the timer.
+/// Rotation requests (`netveil rotate`) seen so far.
 struct Rotation {
     seen: u64,
-    last: Instant,
 }
 
 impl Rotation {
     fn new(st: &PspState) -> Self {
         Rotation {
             seen: st.rotate_requests.load(Relaxed),
-            last: Instant::now(),
         }
     }
 
-    /// Rotates if due; returns whether it did.
-    fn poll(&mut self, st: &PspState) -> bool {
+    /// Rotates on a new request, or when the machine's timer is due (the device lock is taken only then), and
+    /// applies the events.
+    fn service(&mut self, st: &PspState, kx: &mut KeyExchange) -> std::result::Result<(), String> {
+        let now = Instant::now();
         let req = st.rotate_requests.load(Relaxed);
-        let timer = st.cfg.rotate_seconds > 0
-            && self.last.elapsed() >= Duration::from_secs(st.cfg.rotate_seconds);
-        if req == self.seen && !timer {
-            return false;
+        if req != self.seen {
+            self.seen = req;
+            st.with_device(|d| kx.rotate(now, d))?;
+        } else if kx.poll_timeout().is_some_and(|t| now >= t) {
+            st.with_device(|d| kx.handle_timeout(now, d))?;
         }
-        self.seen = req;
-        self.last = Instant::now();
-        st.rotate();
-        true
+        st.apply(kx)
     }
 }
 
@@ -455,106 +521,67 @@ fn check_client_name(
         .map_err(|_| format!("the peer's certificate is not for {}", name.to_str()))
 }
 
-/// One connected session: send our association, install the peer's, rotate and re-associate until the
-/// connection ends or `stop`.
-fn session<C, D>(
-    st: &PspState,
-    mut s: rustls::StreamOwned<C, TcpStream>,
-    rot: &mut Rotation,
-    stop: &AtomicBool,
-) -> std::result::Result<(), String>
-where
-    C: core::ops::DerefMut<Target = rustls::ConnectionCommon<D>>,
-    D: rustls::SideData,
-{
-    handshake(&mut s.conn, &mut s.sock)?;
-    s.sock
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(|e| e.to_string())?;
-    st.connected.store(true, Relaxed);
-    send_assoc(st, &mut s)?;
-    let mut rbuf: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::with_capacity(256));
-    let mut chunk = Zeroizing::new([0u8; 256]);
-    while !stop.load(Relaxed) {
-        if rot.poll(st) {
-            send_assoc(st, &mut s)?;
-        }
-        match s.read(&mut chunk[..]) {
-            Ok(0) => return Err("the peer closed the connection".into()),
-            Ok(n) => rbuf.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(e) => return Err(e.to_string()),
-        }
-        loop {
-            let used = match netveil_psp::assoc::decode(&rbuf).map_err(|e| e.to_string())? {
-                None => break,
-                Some((a, used)) => {
-                    install(st, &a)?;
-                    used
-                }
-            };
-            rbuf.drain(..used);
-        }
-    }
-    s.conn.send_close_notify();
-    let _ = s.flush();
-    Ok(())
+/// One connection's plumbing: the shared state, the machine and the rotation requests.
+struct Link<'a> {
+    st: &'a PspState,
+    kx: &'a mut KeyExchange,
+    rot: &'a mut Rotation,
 }
 
-/// Allocates a receive SA and sends its SPI and key to the peer.
-fn send_assoc<S: Write>(st: &PspState, s: &mut S) -> std::result::Result<(), String> {
-    let a = {
-        let mut dev = st.device.write().map_err(|_| "device lock poisoned")?;
-        let a = dev
-            .rx_assoc(st.cfg.version)
-            .map_err(|e| format!("cannot allocate an SPI: {e}"))?;
-        let mut handed = st.handed.lock().map_err(|_| "lock poisoned")?;
-        handed.push(a.spi);
-        while handed.len() > 2 {
-            // An SPI value comes back under a fresh master key (counting restarts after a rotation): never
-            // forget the value of an SA still handed out.
-            let old = handed.remove(0);
-            if !handed.contains(&old) {
-                dev.forget(old);
+impl Link<'_> {
+    /// One connected session: moves bytes between the TLS connection and the machine until the connection ends,
+    /// the machine reports a protocol error, or `stop`.
+    fn session<C, D>(
+        &mut self,
+        mut s: rustls::StreamOwned<C, TcpStream>,
+        stop: &AtomicBool,
+    ) -> std::result::Result<(), String>
+    where
+        C: core::ops::DerefMut<Target = rustls::ConnectionCommon<D>>,
+        D: rustls::SideData,
+    {
+        handshake(&mut s.conn, &mut s.sock)?;
+        s.sock
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        self.st.connected.store(true, Relaxed);
+        let kx = &mut *self.kx;
+        self.st.with_device(|d| kx.connected(Instant::now(), d))?;
+        self.exchange(&mut s)?;
+        let mut chunk = Zeroizing::new([0u8; 256]);
+        while !stop.load(Relaxed) {
+            self.rot.service(self.st, self.kx)?;
+            self.exchange(&mut s)?;
+            match s.read(&mut chunk[..]) {
+                Ok(0) => return Err("the peer closed the connection".into()),
+                Ok(n) => self.kx.handle_input(Instant::now(), &chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => return Err(e.to_string()),
             }
+            self.exchange(&mut s)?;
         }
-        st.refresh_filter(&dev);
-        a
-    };
-    let mut m = Zeroizing::new(Vec::with_capacity(9 + a.key.len()));
-    netveil_psp::assoc::Assoc {
-        version: a.version,
-        spi: a.spi,
-        generation: a.generation,
-        key: &a.key,
+        s.conn.send_close_notify();
+        let _ = s.flush();
+        Ok(())
     }
-    .encode(&mut m);
-    s.write_all(&m)
-        .and_then(|_| s.flush())
-        .map_err(|e| e.to_string())?;
-    st.rx_spi.store(a.spi, Relaxed);
-    st.assoc_sent.fetch_add(1, Relaxed);
-    Ok(())
-}
 
-/// Installs the peer's association as our transmit SA.
-fn install(st: &PspState, a: &netveil_psp::assoc::Assoc<'_>) -> std::result::Result<(), String> {
-    if a.version != st.cfg.version {
-        return Err(format!(
-            "the peer uses PSP version {}, we are configured for {}",
-            a.version.number(),
-            st.cfg.version.number()
-        ));
+    /// Applies the machine's events (a protocol error ends the session), then writes what it has to send.
+    fn exchange<S: Write>(&mut self, s: &mut S) -> std::result::Result<(), String> {
+        self.st.apply(self.kx)?;
+        let mut any = false;
+        while let Some(m) = self.kx.poll_transmit() {
+            s.write_all(&m).map_err(|e| e.to_string())?;
+            any = true;
+        }
+        if any {
+            s.flush().map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
-    let sa = TxSa::with_key(a.key, st.tx_config(a.spi)).map_err(|e| e.to_string())?;
-    *st.tx.lock().map_err(|_| "tx lock poisoned")? = Some(sa);
-    st.tx_spi.store(a.spi, Relaxed);
-    st.assoc_received.fetch_add(1, Relaxed);
-    Ok(())
 }
 
 /// Outer-header fix-up of a tunnel-mode packet: the addresses become our and the peer's outer addresses

@@ -95,7 +95,7 @@ fn transforms(c: &mut Criterion) {
 }
 
 fn lookup(c: &mut Criterion) {
-    let (dev, mut txs) = device(Version::AesGcm128);
+    let (dev, txs) = device(Version::AesGcm128);
     // One sealed packet per SA, visited in a scattered order.
     let pkts: Vec<Vec<u8>> = (0..SAS)
         .map(|i| {

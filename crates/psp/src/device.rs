@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use netveil_sa::replay::ReplayWindow;
 use netveil_wire::PacketBuf;
@@ -192,7 +192,8 @@ pub struct Device {
     /// Replay window size for new receive SAs (0: no check).
     replay_window: u32,
     rx: SpiMap<RxEntry>,
-    pub stats: Stats,
+    /// The counters, shared: a transmit path counts through a clone of this `Arc` without holding the device.
+    pub stats: Arc<Stats>,
 }
 
 impl core::fmt::Debug for Device {
@@ -226,7 +227,7 @@ impl Device {
             generation: 0,
             replay_window: 0,
             rx: SpiMap::default(),
-            stats: Stats::default(),
+            stats: Arc::default(),
         }
     }
 

@@ -5,6 +5,8 @@
 //!   table and the specification's counters.
 //! - [`header`]: a zero-copy view and a parsed form of the PSP header (16 bytes, plus the optional 8-byte
 //!   virtualization cookie).
+//! - [`kx`]: the key exchange's protocol logic, sans-I/O: what to send on connect, rotation, the receive SAs kept,
+//!   the transmit SA to install; the daemon's driver moves its bytes over TLS.
 //! - [`kdf`]: the SA key derivation (NIST SP 800-108 counter mode with AES-256-CMAC) from the two master keys.
 //! - [`refcfg`]: the configuration files of Google's reference tools (`psp_encrypt`, `psp_decrypt`).
 //! - [`xform`]: encapsulation and decapsulation in place on a [`netveil_wire::PacketBuf`], transport and tunnel
@@ -18,6 +20,7 @@ pub mod assoc;
 pub mod device;
 pub mod header;
 pub mod kdf;
+pub mod kx;
 pub mod refcfg;
 pub mod xform;
 

@@ -9,6 +9,8 @@
 //! 4·offset)` is authenticated in clear, the rest up to the ICV encrypted (GMAC versions: all in clear, all
 //! authenticated).
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use netveil_crypto::{new_aead, Aead, AeadAlg};
 use netveil_wire::checksum;
 use netveil_wire::ip_proto;
@@ -116,17 +118,23 @@ fn seal(aead: &dyn Aead, version: Version, crypt_offset: u8, psp: &mut [u8]) {
 }
 
 /// An outbound SA: the key object, built once, and the IV counter.
+///
+/// [`TxSa::encapsulate`] takes `&self`, so that several transmit threads can share one SA (e.g. behind an
+/// `Arc`) without a lock: each packet takes its IV from the atomic counter, so no two packets ever get the same IV
+/// under the SA's key, whichever thread seals them. (Packets of two threads may then reach the wire slightly out of
+/// IV order; a receiver's replay window absorbs that.)
 pub struct TxSa {
     cfg: TxConfig,
     aead: Box<dyn Aead>,
-    next_iv: u64,
+    /// The next IV to use; 0 once the counter is exhausted (it never wraps back to a used value).
+    next_iv: AtomicU64,
 }
 
 impl core::fmt::Debug for TxSa {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("TxSa")
             .field("cfg", &self.cfg)
-            .field("next_iv", &self.next_iv)
+            .field("next_iv", &self.next_iv())
             .finish_non_exhaustive()
     }
 }
@@ -153,7 +161,7 @@ impl TxSa {
         Ok(TxSa {
             cfg,
             aead: aead_for(cfg.version, key),
-            next_iv: 1,
+            next_iv: AtomicU64::new(1),
         })
     }
 
@@ -161,17 +169,22 @@ impl TxSa {
         &self.cfg
     }
 
-    /// The IV the next packet will carry.
+    /// The IV the next packet will carry (0: the counter is exhausted).
     pub fn next_iv(&self) -> u64 {
+        self.next_iv.load(Relaxed)
+    }
+
+    /// Takes the next IV: each value once, 1 up to `u64::MAX`, then `IvExhausted` for good. The uniqueness needs
+    /// only the atomicity of the update (no ordering with other memory), hence `Relaxed`.
+    fn take_iv(&self) -> Result<u64, Error> {
         self.next_iv
+            .fetch_update(Relaxed, Relaxed, |iv| (iv != 0).then(|| iv.wrapping_add(1)))
+            .map_err(|_| Error::IvExhausted)
     }
 
     /// Encapsulates the IP packet in `pkt` (which must be exactly one IP packet, its length fields matching).
-    /// On error the packet is unchanged.
-    pub fn encapsulate(&mut self, pkt: &mut PacketBuf) -> Result<(), Error> {
-        if self.next_iv == 0 {
-            return Err(Error::IvExhausted);
-        }
+    /// On error the packet is unchanged and no IV is used. Safe to call from several threads at once.
+    pub fn encapsulate(&self, pkt: &mut PacketBuf) -> Result<(), Error> {
         let (ihl, proto) = ip_header(pkt.data())?;
         let psp_hlen = BASE_LEN + if self.cfg.vc { VC_LEN } else { 0 };
         let (ip_hlen, offset, next_header, sport, added) = match self.cfg.mode {
@@ -219,6 +232,8 @@ impl TxSa {
         if new_len > 0xffff || pkt.headroom() < added || pkt.tailroom() < ICV_LEN {
             return Err(Error::NoRoom);
         }
+        // The IV is taken once every check passed, before the packet changes: a refused packet uses none.
+        let iv = self.take_iv()?;
         match self.cfg.mode {
             Mode::Transport => {
                 pkt.insert_gap(ihl, added).ok_or(Error::NoRoom)?;
@@ -252,12 +267,11 @@ impl TxSa {
             drop: false,
             version: self.cfg.version,
             spi: self.cfg.spi,
-            iv: self.next_iv,
+            iv,
             vc: self.cfg.vc.then_some(0),
         };
         repr.emit(&mut Header::new_unchecked(&mut *psp));
         seal(&*self.aead, self.cfg.version, offset, psp);
-        self.next_iv = self.next_iv.wrapping_add(1);
         Ok(())
     }
 }
@@ -460,5 +474,43 @@ impl Decrypter {
     pub fn decapsulate(&mut self, pkt: &mut PacketBuf) -> Result<Decapsulated, Error> {
         let (spi, version) = peek(pkt.data())?;
         self.sa(spi, version).decapsulate(pkt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last IV is used once, then the SA refuses for good: the counter never wraps to a used value, and a
+    /// refused packet is left as it was.
+    #[test]
+    fn iv_counter_exhausts_without_wrapping() {
+        let cfg = TxConfig {
+            spi: 1,
+            version: Version::AesGcm128,
+            mode: Mode::Tunnel,
+            crypt_offset_transport: 0,
+            crypt_offset_tunnel_v4: 0,
+            crypt_offset_tunnel_v6: 0,
+            vc: false,
+        };
+        let sa = TxSa::with_key(&[9; 16], cfg).unwrap();
+        let mut p = vec![0u8; 28];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&28u16.to_be_bytes());
+        p[9] = ip_proto::UDP;
+        sa.next_iv.store(u64::MAX - 1, Relaxed);
+        for want in [u64::MAX - 1, u64::MAX] {
+            let mut b = PacketBuf::from_slice(&p, 128, 64);
+            sa.encapsulate(&mut b).unwrap();
+            assert_eq!(peek_iv(b.data()), Ok(want));
+        }
+        assert_eq!(sa.next_iv(), 0);
+        for _ in 0..3 {
+            let mut b = PacketBuf::from_slice(&p, 128, 64);
+            assert_eq!(sa.encapsulate(&mut b), Err(Error::IvExhausted));
+            assert_eq!(b.data(), &p[..]);
+        }
+        assert_eq!(sa.next_iv(), 0);
     }
 }

@@ -284,14 +284,14 @@ fn transport_mode_refuses_ipv4_fragments_and_tunnel_mode_carries_them() {
         b.data_mut()[6] = flags;
         b.data_mut()[7] = off;
         let before = b.data().to_vec();
-        let mut tx = tx_for(&a, Mode::Transport);
+        let tx = tx_for(&a, Mode::Transport);
         assert_eq!(
             tx.encapsulate(&mut b),
             Err(netveil_psp::Error::Fragment),
             "flags {flags:#x} offset {off:#x}"
         );
         assert_eq!(b.data(), &before[..], "unchanged on error");
-        let mut tx = tx_for(&a, Mode::Tunnel);
+        let tx = tx_for(&a, Mode::Tunnel);
         tx.encapsulate(&mut b).unwrap();
         d.decapsulate(&mut b).unwrap();
         assert_eq!(b.data(), &before[..]);

@@ -88,7 +88,7 @@ fn truncated_packets_do_not_panic() {
         "encrypt_tunnel_crypt_off_256.cfg",
     ] {
         let (mk, c) = parse_encrypt(&common::read_text(&format!("cfg/{cfg}"))).unwrap();
-        let mut tx = TxSa::new(&mk, c).unwrap();
+        let tx = TxSa::new(&mk, c).unwrap();
         for pcap in ["v4_cleartext", "v6_cleartext_empty"] {
             let f = common::pcap_frames(&common::read(&format!("pcap/{pcap}.pcap")));
             let mut pkt = PacketBuf::from_slice(&f[0][14..], 128, 64);

@@ -32,7 +32,7 @@ fn outer_header_of_a_fragment_is_not_a_fragment() {
         crypt_offset_tunnel_v6: 0,
         vc: false,
     };
-    let mut tx = TxSa::with_key(&key, cfg).unwrap();
+    let tx = TxSa::with_key(&key, cfg).unwrap();
     let rx = RxSa::with_key(&key, cfg.spi, cfg.version).unwrap();
     let udp_head: Vec<u8> = [1u8, 2, 3, 4, 0, 32, 0, 0]
         .iter()

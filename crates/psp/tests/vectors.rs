@@ -39,7 +39,7 @@ fn every_config_round_trips_and_detects_tampering() {
             "{cfg_name}"
         );
         assert_eq!(cfg.vc, cfg_name.contains("_vc"), "{cfg_name}");
-        let mut tx = TxSa::new(&mk, cfg).unwrap();
+        let tx = TxSa::new(&mk, cfg).unwrap();
         for (n, pcap) in common::pcaps_for(&cfg_name).into_iter().enumerate() {
             let ctx = format!("{cfg_name} on {pcap}");
             let (_eth, ip) = cleartext_ip(pcap);
@@ -163,7 +163,7 @@ fn empty_encrypted_part_still_verifies_the_icv() {
         "encrypt_tunnel_crypt_off_256_empty.cfg",
     ] {
         let (mk, cfg) = parse_encrypt(&common::read_text(&format!("cfg/{cfg_name}"))).unwrap();
-        let mut tx = TxSa::new(&mk, cfg).unwrap();
+        let tx = TxSa::new(&mk, cfg).unwrap();
         for pcap in common::pcaps_for(cfg_name) {
             let (_, ip) = cleartext_ip(pcap);
             let mut pkt = PacketBuf::from_slice(&ip, 128, 64);
@@ -206,7 +206,7 @@ fn crypt_offset_past_the_payload_is_refused() {
     ))
     .unwrap();
     cfg.crypt_offset_transport = 3; // 12 bytes, the UDP datagram has 8
-    let mut tx = TxSa::new(&mk, cfg).unwrap();
+    let tx = TxSa::new(&mk, cfg).unwrap();
     let (_, ip) = cleartext_ip("v4_cleartext_empty");
     let mut pkt = PacketBuf::from_slice(&ip, 128, 64);
     assert_eq!(tx.encapsulate(&mut pkt), Err(Error::CryptOffset));
@@ -226,7 +226,7 @@ fn gmac_versions_authenticate_everything_and_encrypt_nothing() {
                 .replace("aes-gcm-128", alg)
                 .replace("tunnel", mode);
             let (mk, cfg) = parse_encrypt(&text).unwrap();
-            let mut tx = TxSa::new(&mk, cfg).unwrap();
+            let tx = TxSa::new(&mk, cfg).unwrap();
             for pcap in ["v4_cleartext", "v6_cleartext"] {
                 let (_, ip) = cleartext_ip(pcap);
                 let mut pkt = PacketBuf::from_slice(&ip, 128, 64);
