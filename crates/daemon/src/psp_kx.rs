@@ -163,18 +163,30 @@ impl PspState {
         let mut failed = None;
         while let Some(e) = kx.poll_event() {
             match e {
-                Event::AssocSent { spi, .. } => {
+                Event::AssocSent { spi, generation } => {
                     self.rx_spi.store(spi, Relaxed);
                     self.assoc_sent.fetch_add(1, Relaxed);
+                    tracing::info!(
+                        "psp {}: association sent: receive SPI {spi:#010x} (generation {generation})",
+                        self.cfg.remote
+                    );
                 }
                 Event::InstallTx(sa) => {
                     let spi = sa.config().spi;
                     self.tx.store(Some(Arc::new(sa)));
                     self.tx_spi.store(spi, Relaxed);
                     self.assoc_received.fetch_add(1, Relaxed);
+                    tracing::info!(
+                        "psp {}: the peer's association installed: transmit SPI {spi:#010x}",
+                        self.cfg.remote
+                    );
                 }
-                Event::Rotated { .. } => {
+                Event::Rotated { generation } => {
                     self.rotations.fetch_add(1, Relaxed);
+                    tracing::info!(
+                        "psp {}: master keys rotated (generation {generation})",
+                        self.cfg.remote
+                    );
                 }
                 Event::Failed(e) => failed = failed.or(Some(e.to_string())),
             }
@@ -199,10 +211,9 @@ fn kx_config(c: &PspConfig) -> KxConfig {
     }
 }
 
-/// Every message of the key exchange goes through here (one place to change for another logger). Never pass key
-/// material: the machine's errors carry none.
+/// Every warning of the key exchange goes through here. Never pass key material: the machine's errors carry none.
 fn log_warn(msg: &str) {
-    eprintln!("netveil: {msg}");
+    tracing::warn!("{msg}");
 }
 
 /// The TLS configurations, built (and so checked) before the daemon changes anything on the system.
@@ -431,7 +442,9 @@ pub fn run(st: &PspState, tls: &Tls, listener: Option<TcpListener>, mark: u32, s
                     link.session(s, stop)
                 })
         };
-        st.connected.store(false, Relaxed);
+        if st.connected.swap(false, Relaxed) {
+            tracing::info!("psp {peer}: key exchange disconnected");
+        }
         kx.disconnected();
         // Events the machine queued before the connection ended (a rotation) still count.
         let r = r.and(st.apply(&mut kx));
@@ -545,6 +558,14 @@ impl Link<'_> {
             .set_read_timeout(Some(Duration::from_millis(100)))
             .map_err(|e| e.to_string())?;
         self.st.connected.store(true, Relaxed);
+        tracing::info!(
+            "psp {}: key exchange connected ({}, TLS 1.3, the peer's certificate is for {})",
+            self.st.cfg.remote,
+            s.conn
+                .negotiated_cipher_suite()
+                .map_or("?".into(), |c| format!("{:?}", c.suite())),
+            self.st.cfg.peer_name
+        );
         let kx = &mut *self.kx;
         self.st.with_device(|d| kx.connected(Instant::now(), d))?;
         self.exchange(&mut s)?;
