@@ -1036,7 +1036,7 @@ fn status_json(st: &State) -> Value {
         return json!({"error": "daemon state unavailable"});
     };
     let s = node.stats();
-    let drops = |d: &netveil_sa::counters::DropCounters<netveil_l2sec::Drop>| -> Value {
+    let drops = |d: &netveil_sa::counters::DropCounters<netveil_l2sec::NodeDrop>| -> Value {
         d.snapshot()
             .into_iter()
             .filter(|(_, n)| *n > 0)
