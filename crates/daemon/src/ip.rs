@@ -14,13 +14,15 @@ use crate::engine::{nft_install, nft_table_exists, remove_fwmark_rules, run, Eng
 use crate::filters::FilterSock;
 use crate::filters::{STORM_AUTH_FAILURES_PER_S, STORM_HOLD};
 use crate::ip_db::{Db, Snapshot, Sockets};
+use crate::ip_drop::Drop;
 use crate::nft::nft_table_text;
 use crate::psp_kx::{self, PspState};
 use crate::{Error, Result};
 use netveil_io::filter::Layout;
 use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpGroMeta, UdpSocket};
 use netveil_ipsec::bundle::{self, Sad, Unprotected};
-use netveil_ipsec::{Drop, Mode};
+use netveil_ipsec::Drop as IpsecDrop;
+use netveil_ipsec::Mode;
 use netveil_sa::counters::DropCounters;
 use netveil_sa::policy::{Action, Direction, FlowKey};
 use netveil_wire::ip_proto;
@@ -134,7 +136,7 @@ impl Shared {
         now: u64,
         frags: &mut FragCache,
     ) -> std::result::Result<Out, Drop> {
-        let (key, frag) = flow_key_frag(pkt.data()).ok_or(Drop::Malformed)?;
+        let (key, frag) = flow_key_frag(pkt.data()).ok_or(IpsecDrop::Malformed)?;
         let action = self.decide(snap, Direction::Out, &key, frag, now, frags)?;
         if let Some(f) = frag.filter(|f| f.first) {
             frags.insert(&key, f.ident, action, now);
@@ -186,7 +188,7 @@ impl Shared {
             Unprotected::Packet(used) => self.check_in(snap, pkt.data(), now, frags, |p| {
                 !p.psp && !p.sas.is_empty() && used.matches(&p.sas)
             }),
-            Unprotected::Clear | Unprotected::NotEsp => Err(Drop::Unsupported),
+            Unprotected::Clear | Unprotected::NotEsp => Err(IpsecDrop::Unsupported.into()),
         }
     }
 
@@ -223,7 +225,7 @@ impl Shared {
         frags: &mut FragCache,
         came_through: impl Fn(&crate::config::PolicyRule) -> bool,
     ) -> std::result::Result<(), Drop> {
-        let (key, frag) = flow_key_frag(p).ok_or(Drop::Malformed)?;
+        let (key, frag) = flow_key_frag(p).ok_or(IpsecDrop::Malformed)?;
         let action = self.decide(snap, Direction::In, &key, frag, now, frags)?;
         let r = match action {
             Action::Protect(i) if came_through(&snap.policies[i]) => Ok(()),
@@ -275,11 +277,8 @@ impl Shared {
             }
         };
         st.stats.count_tx(r.map(|()| len));
-        match r {
-            Ok(()) => Ok(Out::Psp),
-            Err(netveil_psp::Error::IvExhausted) => Err(Drop::SeqExhausted),
-            Err(_) => Err(Drop::Malformed),
-        }
+        r?;
+        Ok(Out::Psp)
     }
 
     /// PSP inbound: `pkt` is a datagram from the PSP socket with its IP and UDP headers restored. Decapsulated
@@ -291,20 +290,15 @@ impl Shared {
         now: u64,
         frags: &mut FragCache,
     ) -> std::result::Result<(), Drop> {
-        let st = self.psp.as_ref().ok_or(Drop::Unsupported)?;
+        let st = self.psp.as_ref().ok_or(IpsecDrop::Unsupported)?;
         let from_peer = netveil_wire::ip::Packet::new_checked(pkt.data())
             .is_ok_and(|p| p.src_addr() == st.cfg.remote);
         if !from_peer {
-            return Err(Drop::UnknownSpi);
+            return Err(IpsecDrop::UnknownSpi.into());
         }
         {
-            let dev = st.device.read().map_err(|_| Drop::Unsupported)?;
-            dev.decapsulate(pkt).map_err(|e| match e {
-                netveil_psp::RxDrop::Psp(netveil_psp::Error::Auth) => Drop::AuthFailed,
-                netveil_psp::RxDrop::UnknownSpi => Drop::UnknownSpi,
-                netveil_psp::RxDrop::Replay => Drop::Replayed,
-                _ => Drop::Malformed,
-            })?;
+            let dev = st.device.read().map_err(|_| IpsecDrop::Unsupported)?;
+            dev.decapsulate(pkt)?;
         }
         self.check_in(snap, pkt.data(), now, frags, |p| p.psp)
     }
@@ -314,7 +308,7 @@ impl Shared {
 fn decrement_ttl(p: &mut [u8]) -> std::result::Result<(), Drop> {
     netveil_wire::ip::decrement_hop_limit(p).map_err(|e| match e {
         netveil_wire::ip::HopLimitError::Exceeded => Drop::TtlExceeded,
-        netveil_wire::ip::HopLimitError::Malformed => Drop::Malformed,
+        netveil_wire::ip::HopLimitError::Malformed => IpsecDrop::Malformed.into(),
     })
 }
 
@@ -803,7 +797,7 @@ fn drop_counts(sh: &Shared) -> Vec<(String, u64)> {
 
 /// Authentication failures so far (ESP/AH and PSP).
 fn auth_failures(sh: &Shared) -> u64 {
-    sh.rx_drops.get(Drop::AuthFailed)
+    sh.rx_drops.get(IpsecDrop::AuthFailed.into())
         + sh.psp.as_ref().map_or(0, |p| {
             p.device
                 .read()
@@ -1073,7 +1067,7 @@ fn tx_loop(
                 continue
             }
             Err(_) => {
-                sh.tx_drops.count(Drop::Malformed);
+                sh.tx_drops.count(IpsecDrop::Malformed.into());
                 continue;
             }
         };
@@ -1297,7 +1291,7 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                             std::mem::swap(&mut bufs[m], &mut out[good]);
                             let b = &mut out[good];
                             if synth_udp_headers(b, meta[m].src, meta[m].dst, port).is_none() {
-                                sh.rx_drops.count(Drop::Malformed);
+                                sh.rx_drops.count(IpsecDrop::Malformed.into());
                                 continue;
                             }
                             if sh.deliver_in(&snap, b, now, *kind, &mut frags) {
@@ -1318,7 +1312,7 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                             }
                             // Give the datagram back its IP and UDP headers so one code path handles both.
                             if synth_udp_headers(b, meta[m].src, meta[m].dst, port).is_none() {
-                                sh.rx_drops.count(Drop::Malformed);
+                                sh.rx_drops.count(IpsecDrop::Malformed.into());
                                 continue;
                             }
                             if sh.deliver_in(&snap, b, now, *kind, &mut frags) {

@@ -94,8 +94,9 @@ pub fn status(sh: &Shared) -> IpStatus {
     }
     drops.insert("rx:socket-filter-or-full".into(), sh.kernel_drops());
     if let Some(t) = &sh.db.nft_table() {
+        // Clear traffic a protect policy covers never reaches the data plane: the input chain counts it.
         drops.insert(
-            "rx:clear-but-protected".into(),
+            format!("rx:{}", crate::ip_drop::Drop::ClearCovered),
             crate::engine::nft_drops(t, "input"),
         );
         drops.insert(
@@ -310,4 +311,82 @@ fn keys_json(sh: &Shared) -> Value {
         })
         .collect();
     json!({ "sas": sas })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ip_drop::Drop;
+
+    /// Every drop counter `netveil status` shows (without the nftables table, which adds its chains' counters as
+    /// `rx:clear-but-protected`, `rx:not-from-a-peer` and `tx:outside-tun-blocked`): the IP engine's reasons in both
+    /// directions and the kernel's drops before the sockets, each under the name scripts read, and a counted drop
+    /// under its reason's name in the JSON and the text.
+    #[test]
+    fn status_shows_every_drop_reason_by_name() {
+        let dir = std::env::temp_dir().join(format!("netveil-ipctl-{}", std::process::id()));
+        let cfg = format!("[interface]\nstate_dir = \"{}\"\n", dir.display());
+        let sh = Shared::new(crate::config::Config::parse(&cfg).unwrap()).unwrap();
+        sh.tx_drops.count(Drop::NoSa);
+        sh.rx_drops.count(netveil_ipsec::Drop::AuthFailed.into());
+        sh.rx_drops.count(netveil_ipsec::Drop::AuthFailed.into());
+        let st = status(&sh);
+        let v = serde_json::to_value(&st).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let keys: Vec<&str> = v["drops"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        let reasons = [
+            "auth-failed",
+            "bad-next-header",
+            "bad-padding",
+            "clear-but-protected",
+            "fragment-without-first",
+            "malformed",
+            "no-sa",
+            "policy-discard",
+            "policy-mismatch",
+            "replayed",
+            "sa-expired",
+            "seq-exhausted",
+            "seq-not-reserved",
+            "tfc-dummy",
+            "too-big",
+            "too-old",
+            "ttl-exceeded",
+            "unknown-spi",
+            "unsupported",
+        ];
+        let mut want: Vec<String> = ["rx", "tx"]
+            .iter()
+            .flat_map(|d| reasons.iter().map(move |r| format!("{d}:{r}")))
+            .collect();
+        want.push("rx:socket-filter-or-full".into());
+        want.sort();
+        assert_eq!(keys, want);
+        assert_eq!(v["drops"]["tx:no-sa"], 1);
+        assert_eq!(v["drops"]["rx:auth-failed"], 2);
+        assert_eq!(v["drops"]["rx:no-sa"], 0);
+        let text = netveil_control::render_status(&Status {
+            ip: Some(st),
+            l2sec: None,
+        });
+        let lines: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("drops:"))
+            .skip(1)
+            .map(|l| l.trim())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                format!("{:<28} 2", "rx:auth-failed"),
+                format!("{:<28} 1", "tx:no-sa")
+            ],
+            "{text}"
+        );
+    }
 }

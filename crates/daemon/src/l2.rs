@@ -1110,7 +1110,7 @@ fn status(st: &State) -> Option<L2Status> {
     let now = Instant::now();
     let node = st.node.lock().ok()?;
     let s = node.stats();
-    let drops = |d: &netveil_sa::counters::DropCounters<netveil_l2sec::Drop>| -> Drops {
+    let drops = |d: &netveil_sa::counters::DropCounters<netveil_l2sec::NodeDrop>| -> Drops {
         d.snapshot()
             .into_iter()
             .filter(|(_, n)| *n > 0)

@@ -4,6 +4,7 @@
 //! - [`engine`]: what every engine plugs into (the [`engine::Engine`] and [`engine::Control`] traits, `Undo`).
 //! - [`config`]: the IP sections of `netveil.toml`, validated as a whole before anything is applied.
 //! - [`ip`]: the IP engine: TUN + raw/UDP sockets, ESP/AH and PSP, the data-plane threads.
+//! - [`ip_drop`]: why the IP engine drops a packet (the drop-reason registry of ESP/AH plus the engine's own).
 //! - [`l2`]: the L2 engine: l2sec on a LAN port (TAP + AF_PACKET).
 //! - [`psp_kx`]: the PSP key-exchange driver: TCP and TLS around the sans-I/O [`netveil_psp::kx`] machine.
 //! - [`ip_db`]: the IP engine's SAs and policies, changed while traffic flows (snapshots swapped atomically).
@@ -22,6 +23,7 @@ pub mod filters;
 pub mod ip;
 pub mod ip_ctl;
 pub mod ip_db;
+pub mod ip_drop;
 pub mod l2;
 pub mod log;
 pub mod nft;

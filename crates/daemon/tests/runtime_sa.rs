@@ -4,6 +4,7 @@
 
 use netveil_daemon::config::Config;
 use netveil_daemon::ip::{FragCache, Shared};
+use netveil_daemon::ip_drop::Drop as IpDrop;
 use netveil_wire::PacketBuf;
 
 fn key(n: u32) -> String {
@@ -117,7 +118,7 @@ fn seal(a: &Shared, n: u32, now: u64) -> PacketBuf {
 }
 
 /// b opens a packet from the wire and returns the number it carried.
-fn open(b: &Shared, mut p: PacketBuf, now: u64) -> Result<u32, netveil_ipsec::Drop> {
+fn open(b: &Shared, mut p: PacketBuf, now: u64) -> Result<u32, IpDrop> {
     let snap = b.db.load();
     b.process_in(&snap, &mut p, now, &mut FragCache::default())?;
     let d = p.data();
@@ -201,7 +202,10 @@ fn sa_update_is_make_before_break() {
         .unwrap();
     p.b.db
         .tick(now + netveil_daemon::ip_db::RETIRE_SECONDS, false, false);
-    assert_eq!(open(&p.b, stale, now), Err(netveil_ipsec::Drop::UnknownSpi));
+    assert_eq!(
+        open(&p.b, stale, now),
+        Err(netveil_ipsec::Drop::UnknownSpi.into())
+    );
     // The events tell the story.
     let events = p.b.db.events_since(0);
     let kinds: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
@@ -268,7 +272,7 @@ fn policy_added_live_reports_acquire_until_its_sa_comes() {
         let mut pkt = packet([10, 3, 0, 1], 1);
         assert_eq!(
             p.a.process_out(&snap, &mut pkt, 0, &mut FragCache::default()),
-            Err(netveil_ipsec::Drop::NoSa)
+            Err(IpDrop::NoSa)
         );
     }
     p.a.db.tick(0, false, false);
@@ -298,7 +302,7 @@ fn policy_added_live_reports_acquire_until_its_sa_comes() {
     let mut pkt = packet([10, 3, 0, 9], 1);
     assert_eq!(
         p.a.process_out(&snap, &mut pkt, 0, &mut FragCache::default()),
-        Err(netveil_ipsec::Drop::PolicyDiscard)
+        Err(IpDrop::PolicyDiscard)
     );
     // Removing the SA makes the policy wait again; removing the policy lets the default (discard) apply.
     p.a.db.sa_del("a-to-c", 1).unwrap();
@@ -306,13 +310,13 @@ fn policy_added_live_reports_acquire_until_its_sa_comes() {
     let snap = p.a.db.load();
     assert_eq!(
         p.a.process_out(&snap, &mut pkt, 1, &mut FragCache::default()),
-        Err(netveil_ipsec::Drop::NoSa)
+        Err(IpDrop::NoSa)
     );
     p.a.db.policy_del("to-c", 1).unwrap();
     let snap = p.a.db.load();
     assert_eq!(
         p.a.process_out(&snap, &mut pkt, 1, &mut FragCache::default()),
-        Err(netveil_ipsec::Drop::PolicyDiscard)
+        Err(IpDrop::PolicyDiscard)
     );
 }
 

@@ -161,7 +161,7 @@ pub mod suite;
 pub use ed25519_dalek;
 pub use header::{Header, Repr, Version};
 pub use keys::SessionKeys;
-pub use node::{Inbound, Node, NodeConfig, Outbound};
+pub use node::{Inbound, Node, NodeConfig, NodeDrop, Outbound};
 pub use sep::{DhGroup, Established, Sep, SepConfig, SepError, SepEvent};
 pub use session::{peek, Opened, Peeked, RxConfig, RxSession, SealOpts, TxConfig, TxSession};
 pub use suite::Suite;
@@ -171,134 +171,45 @@ pub const DEFAULT_ETHERTYPE: u16 = 0x88b5;
 /// The EtherType the thesis used.
 pub const THESIS_ETHERTYPE: u16 = 0x1982;
 
-/// Why a received frame was dropped. [`Drop::name`] gives stable names for counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Drop {
-    /// Not the l2sec EtherType: not a failure of l2sec, the caller may pass the frame on.
-    NotL2sec,
-    /// Too short, inconsistent lengths, or the reserved flag set.
-    Malformed,
-    /// A version this implementation does not know (2..=7).
-    UnknownVersion,
-    /// A known version other than the session's.
-    WrongVersion,
-    /// Version 1: a key id (or a group epoch) other than the session's.
-    UnknownKeyId,
-    /// The frame lacks what the receiver's configuration requires (encryption, signature, security number,
-    /// timestamp; the epoch of a version-1 group frame).
-    Policy,
-    /// The session has no keys, and the frame is encrypted or not signed.
-    NoKey,
-    /// The frame is signed and the caller gave no verifying key for its sender.
-    NoPeerKey,
-    /// The sequence number was already received.
-    Replayed,
-    /// The sequence number is left of the replay window.
-    TooOld,
-    /// The sequence number is 0 or its inferred high bits leave the 64-bit space.
-    InvalidSequence,
-    /// The HMAC or AEAD tag did not verify.
-    AuthFailed,
-    /// The signature did not verify.
-    BadSignature,
-    /// The pad size or the padding bytes are wrong (after authentication: a sender bug).
-    BadPadding,
-    /// The security number is not one the receiver accepts.
-    WrongSecurityNumber,
-    /// The timestamp is further from `now` than the tolerance.
-    StaleTimestamp,
-    /// Node: a unicast frame from (or for) a host without a session.
-    NoSession,
-    /// Node: a unicast frame for another host (the switch flooded it).
-    NotForUs,
-    /// Node: the frames waiting for a session exceed the queue limit.
-    QueueFull,
-    /// Node: a SEP message was refused (the reason is counted separately).
-    SepRefused,
-    /// Node: a frame could not be sealed (no room, sequence space used up).
-    TxFailed,
-    /// Node: a group frame of an epoch older than its sender's current one (a replay from before a restart).
-    OldEpoch,
-    /// Node: an ARP packet whose sender hardware address is not the frame's source, or whose sender IPv4 address
-    /// is not the one bound to the source (or is bound to another host).
-    ArpSpoofed,
-}
-
-impl Drop {
-    /// Every reason, in index order.
-    pub const ALL: [Drop; 23] = [
-        Drop::NotL2sec,
-        Drop::Malformed,
-        Drop::UnknownVersion,
-        Drop::WrongVersion,
-        Drop::UnknownKeyId,
-        Drop::Policy,
-        Drop::NoKey,
-        Drop::NoPeerKey,
-        Drop::Replayed,
-        Drop::TooOld,
-        Drop::InvalidSequence,
-        Drop::AuthFailed,
-        Drop::BadSignature,
-        Drop::BadPadding,
-        Drop::WrongSecurityNumber,
-        Drop::StaleTimestamp,
-        Drop::NoSession,
-        Drop::NotForUs,
-        Drop::QueueFull,
-        Drop::SepRefused,
-        Drop::TxFailed,
-        Drop::OldEpoch,
-        Drop::ArpSpoofed,
-    ];
-
-    /// A short stable name (for counters).
-    pub fn name(self) -> &'static str {
-        match self {
-            Drop::NotL2sec => "not-l2sec",
-            Drop::Malformed => "malformed",
-            Drop::UnknownVersion => "unknown-version",
-            Drop::WrongVersion => "wrong-version",
-            Drop::UnknownKeyId => "unknown-key-id",
-            Drop::Policy => "policy",
-            Drop::NoKey => "no-key",
-            Drop::NoPeerKey => "no-peer-key",
-            Drop::Replayed => "replayed",
-            Drop::TooOld => "too-old",
-            Drop::InvalidSequence => "invalid-sequence",
-            Drop::AuthFailed => "auth-failed",
-            Drop::BadSignature => "bad-signature",
-            Drop::BadPadding => "bad-padding",
-            Drop::WrongSecurityNumber => "wrong-security-number",
-            Drop::StaleTimestamp => "stale-timestamp",
-            Drop::NoSession => "no-session",
-            Drop::NotForUs => "not-for-us",
-            Drop::QueueFull => "queue-full",
-            Drop::SepRefused => "sep-refused",
-            Drop::TxFailed => "tx-failed",
-            Drop::OldEpoch => "old-epoch",
-            Drop::ArpSpoofed => "arp-spoofed",
-        }
+netveil_sa::drop_reasons! {
+    /// Why a received frame was dropped by what the frame itself shows ([`peek`], [`RxSession::open`]). A
+    /// [`Node`] counts these and its own reasons as [`NodeDrop`]. [`Drop::name`] gives stable names for counters.
+    pub enum Drop {
+        /// Not the l2sec EtherType: not a failure of l2sec, the caller may pass the frame on.
+        NotL2sec => "not-l2sec",
+        /// Too short, inconsistent lengths, or the reserved flag set.
+        Malformed => "malformed",
+        /// A version this implementation does not know (2..=7).
+        UnknownVersion => "unknown-version",
+        /// A known version other than the session's.
+        WrongVersion => "wrong-version",
+        /// Version 1: a key id (or a group epoch) other than the session's.
+        UnknownKeyId => "unknown-key-id",
+        /// The frame lacks what the receiver's configuration requires (encryption, signature, security number,
+        /// timestamp; the epoch of a version-1 group frame).
+        Policy => "policy",
+        /// The session has no keys, and the frame is encrypted or not signed.
+        NoKey => "no-key",
+        /// The frame is signed and the caller gave no verifying key for its sender.
+        NoPeerKey => "no-peer-key",
+        /// The sequence number was already received.
+        Replayed => "replayed",
+        /// The sequence number is left of the replay window.
+        TooOld => "too-old",
+        /// The sequence number is 0 or its inferred high bits leave the 64-bit space.
+        InvalidSequence => "invalid-sequence",
+        /// The HMAC or AEAD tag did not verify.
+        AuthFailed => "auth-failed",
+        /// The signature did not verify.
+        BadSignature => "bad-signature",
+        /// The pad size or the padding bytes are wrong (after authentication: a sender bug).
+        BadPadding => "bad-padding",
+        /// The security number is not one the receiver accepts.
+        WrongSecurityNumber => "wrong-security-number",
+        /// The timestamp is further from `now` than the tolerance.
+        StaleTimestamp => "stale-timestamp",
     }
 }
-
-impl netveil_sa::counters::Reason for Drop {
-    const COUNT: usize = Drop::ALL.len();
-    fn index(self) -> usize {
-        self as usize
-    }
-    fn name(index: usize) -> &'static str {
-        Drop::ALL.get(index).map_or("unknown", |d| d.name())
-    }
-}
-
-impl core::fmt::Display for Drop {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::error::Error for Drop {}
 
 /// Why a frame could not be sealed (the frame is left unchanged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -93,6 +93,30 @@ use crate::session::{peek, RxConfig, RxSession, SealOpts, TxConfig, TxSession};
 use crate::suite::Suite;
 use crate::{ConfigError, Drop};
 
+netveil_sa::drop_reasons! {
+    /// Why a [`Node`] dropped a frame: what the frame itself showed ([`Drop`], under its names), or what the host
+    /// decided (sessions, addressing, SEP, ARP bindings). [`NodeStats`] counts these per direction.
+    pub enum NodeDrop {
+        /// The frame's own reasons: header, session, replay window, authentication.
+        Frame(Drop),
+        /// A unicast frame from (or for) a host without a session.
+        NoSession => "no-session",
+        /// A unicast frame for another host (the switch flooded it).
+        NotForUs => "not-for-us",
+        /// The frames waiting for a session exceed the queue limit.
+        QueueFull => "queue-full",
+        /// A SEP message was refused (the reason is counted separately).
+        SepRefused => "sep-refused",
+        /// A frame could not be sealed (no room, sequence space used up).
+        TxFailed => "tx-failed",
+        /// A group frame of an epoch older than its sender's current one (a replay from before a restart).
+        OldEpoch => "old-epoch",
+        /// An ARP packet whose sender hardware address is not the frame's source, or whose sender IPv4 address is
+        /// not the one bound to the source (or is bound to another host).
+        ArpSpoofed => "arp-spoofed",
+    }
+}
+
 /// Broadcast MAC address.
 pub const BROADCAST: Mac = [0xff; 6];
 /// Most group senders remembered (each costs a key schedule); beyond, the least recently heard is forgotten.
@@ -300,8 +324,8 @@ pub struct NodeStats {
     /// Group keys derived for a (sender, epoch) not heard yet, before its first frame authenticated (what a forged
     /// group frame can cost; a header that policy refuses costs none).
     pub group_key_derivations: u64,
-    pub tx_drops: DropCounters<Drop>,
-    pub rx_drops: DropCounters<Drop>,
+    pub tx_drops: DropCounters<NodeDrop>,
+    pub rx_drops: DropCounters<NodeDrop>,
     /// SEP messages refused and exchanges not started or failed, by reason.
     pub sep_errors: HashMap<&'static str, u64>,
 }
@@ -537,11 +561,11 @@ impl Node {
         }
     }
 
-    fn seal_group(&mut self, frame: &mut PacketBuf, now: Instant) -> Result<(), Drop> {
+    fn seal_group(&mut self, frame: &mut PacketBuf, now: Instant) -> Result<(), NodeDrop> {
         let opts = self.seal_opts(now, self.cfg.signing_key.as_ref());
         self.group_tx
             .seal(frame, &opts)
-            .map_err(|_| Drop::TxFailed)?;
+            .map_err(|_| NodeDrop::TxFailed)?;
         self.stats.tx_group += 1;
         Ok(())
     }
@@ -552,7 +576,7 @@ impl Node {
         &mut self,
         frame: &mut PacketBuf,
         now: Instant,
-    ) -> Result<Outbound, Drop> {
+    ) -> Result<Outbound, NodeDrop> {
         let r = self.outbound(frame, now);
         match r {
             Ok(Outbound::Send) => {
@@ -565,15 +589,15 @@ impl Node {
         r
     }
 
-    fn outbound(&mut self, frame: &mut PacketBuf, now: Instant) -> Result<Outbound, Drop> {
+    fn outbound(&mut self, frame: &mut PacketBuf, now: Instant) -> Result<Outbound, NodeDrop> {
         let d = frame.data();
         if d.len() < 14 {
-            return Err(Drop::Malformed);
+            return Err(Drop::Malformed.into());
         }
         let dst: Mac = d[..6].try_into().map_err(|_| Drop::Malformed)?;
         if d[6..12] != self.cfg.mac {
             // The host only sends with its own address (the TAP device has the port's MAC).
-            return Err(Drop::Malformed);
+            return Err(Drop::Malformed.into());
         }
         if is_group(&dst) {
             self.seal_group(frame, now)?;
@@ -582,7 +606,7 @@ impl Node {
         let opts = self.seal_opts(now, None);
         if let Some(p) = self.peers.get_mut(&dst) {
             if let Some(s) = p.cur.as_mut().filter(|s| now < s.expires) {
-                s.tx.seal(frame, &opts).map_err(|_| Drop::TxFailed)?;
+                s.tx.seal(frame, &opts).map_err(|_| NodeDrop::TxFailed)?;
                 p.stats.tx_frames += 1;
                 p.stats.tx_bytes += frame.len() as u64;
                 return Ok(Outbound::Send);
@@ -590,7 +614,7 @@ impl Node {
         }
         // No session: keep the frame and set one up.
         if !self.peers.contains_key(&dst) && self.peers.len() >= MAX_PEERS {
-            return Err(Drop::QueueFull);
+            return Err(NodeDrop::QueueFull);
         }
         let ip = target_ipv4(frame.data());
         let limit = self.cfg.queue_limit;
@@ -600,7 +624,7 @@ impl Node {
         }
         if p.queue.len() >= limit {
             p.stats.dropped += 1;
-            return Err(Drop::QueueFull);
+            return Err(NodeDrop::QueueFull);
         }
         p.queue.push_back(frame.data().to_vec());
         let ip = p.ip;
@@ -656,13 +680,17 @@ impl Node {
         if self.seal_group(&mut b, now).is_ok() {
             self.ready.push_back(b.data().to_vec());
         } else {
-            self.stats.tx_drops.count(Drop::TxFailed);
+            self.stats.tx_drops.count(NodeDrop::TxFailed);
         }
     }
 
     /// A frame from the wire. `Ok(Deliver)`: opened in place, for the host; `Ok(Control)`: a SEP message,
     /// consumed; `Err`: dropped (counted).
-    pub fn handle_inbound(&mut self, frame: &mut PacketBuf, now: Instant) -> Result<Inbound, Drop> {
+    pub fn handle_inbound(
+        &mut self,
+        frame: &mut PacketBuf,
+        now: Instant,
+    ) -> Result<Inbound, NodeDrop> {
         let r = self.inbound(frame, now);
         match r {
             Ok(Inbound::Deliver) => {
@@ -675,26 +703,26 @@ impl Node {
         r
     }
 
-    fn inbound(&mut self, frame: &mut PacketBuf, now: Instant) -> Result<Inbound, Drop> {
+    fn inbound(&mut self, frame: &mut PacketBuf, now: Instant) -> Result<Inbound, NodeDrop> {
         let p = peek(frame.data(), self.cfg.ethertype)?;
         let (src, dst) = (p.src.0, p.dst.0);
         if src == self.cfg.mac || is_group(&src) {
-            return Err(Drop::Malformed);
+            return Err(Drop::Malformed.into());
         }
         if is_group(&dst) {
             return self.group_inbound(frame, src, &p.header, now);
         }
         if dst != self.cfg.mac {
-            return Err(Drop::NotForUs);
+            return Err(NodeDrop::NotForUs);
         }
         let unix = self.unix(now);
         let v1 = p.header.version == Version::V1;
         let key_id = p.header.key_id;
         // Only a peer with a session is looked at: nothing is created, nothing started for anyone else.
         let Some(peer) = self.peers.get_mut(&src) else {
-            return Err(Drop::NoSession);
+            return Err(NodeDrop::NoSession);
         };
-        let mut result = Err(Drop::NoSession);
+        let mut result = Err(NodeDrop::NoSession);
         for s in [peer.cur.as_mut(), peer.prev.as_mut()]
             .into_iter()
             .flatten()
@@ -703,12 +731,12 @@ impl Node {
                 continue;
             }
             if v1 && s.key_id != key_id {
-                result = Err(Drop::UnknownKeyId);
+                result = Err(Drop::UnknownKeyId.into());
                 continue;
             }
-            result = s.rx.open(frame, unix, None);
+            result = s.rx.open(frame, unix, None).map_err(NodeDrop::from);
             // Version 0 has no key id: a frame that fails under the current session may be one of the previous.
-            if result != Err(Drop::AuthFailed) {
+            if result != Err(Drop::AuthFailed.into()) {
                 break;
             }
         }
@@ -726,7 +754,7 @@ impl Node {
         src: Mac,
         hdr: &Repr,
         now: Instant,
-    ) -> Result<Inbound, Drop> {
+    ) -> Result<Inbound, NodeDrop> {
         let unix = self.unix(now);
         let ep = match self.cfg.group_suite.version() {
             // (A version-0 session refuses a frame with the bit set as malformed.)
@@ -736,15 +764,15 @@ impl Node {
         // What the header alone refuses is refused before any key is derived or any state looked up: an unsigned
         // frame where signatures are required, a signed one from a sender without a listed key.
         if self.cfg.require_signatures && !hdr.signed {
-            return Err(Drop::Policy);
+            return Err(Drop::Policy.into());
         }
         if hdr.signed && !self.cfg.peer_keys.contains_key(&src) {
-            return Err(Drop::NoPeerKey);
+            return Err(Drop::NoPeerKey.into());
         }
         let known = self.group_rx.get(&src).map(|g| g.epoch);
         let peer_epoch = self.peers.get(&src).map_or(0, |p| p.epoch);
         if ep < known.unwrap_or(0).max(peer_epoch) {
-            return Err(Drop::OldEpoch);
+            return Err(NodeDrop::OldEpoch);
         }
         let peer_key = self.cfg.peer_keys.get(&src);
         let (opened, restarted) = match self.group_rx.get_mut(&src) {
@@ -820,12 +848,12 @@ impl Node {
         src: Mac,
         order: (u64, u64),
         now: Instant,
-    ) -> Result<Inbound, Drop> {
+    ) -> Result<Inbound, NodeDrop> {
         let msg = frame.data().get(14..).unwrap_or(&[]).to_vec();
         if let Some(ip) = sep::stated_ip(&msg, self.cfg.mac) {
             if !self.binding_allows(src, ip) {
                 self.stats.sep_error(SepError::IpBound);
-                return Err(Drop::SepRefused);
+                return Err(NodeDrop::SepRefused);
             }
         }
         let r = self.sep.handle_message(src, &msg, order, now);
@@ -839,7 +867,7 @@ impl Node {
             }
             Err(e) => {
                 self.stats.sep_error(e);
-                Err(Drop::SepRefused)
+                Err(NodeDrop::SepRefused)
             }
         }
     }
@@ -865,21 +893,21 @@ impl Node {
     }
 
     /// An opened frame from `src`: if it is ARP, may `src` say what it says?
-    fn check_arp(&self, frame: &[u8], src: Mac) -> Result<(), Drop> {
+    fn check_arp(&self, frame: &[u8], src: Mac) -> Result<(), NodeDrop> {
         let Some((sha, spa)) = arp_sender(frame) else {
             return Ok(());
         };
         if sha != src {
-            return Err(Drop::ArpSpoofed);
+            return Err(NodeDrop::ArpSpoofed);
         }
         if spa.is_unspecified() {
             return Ok(());
         }
         if self.binding(&src).is_some_and(|b| b != spa) {
-            return Err(Drop::ArpSpoofed);
+            return Err(NodeDrop::ArpSpoofed);
         }
         if self.bound.get(&spa).is_some_and(|m| *m != src) {
-            return Err(Drop::ArpSpoofed);
+            return Err(NodeDrop::ArpSpoofed);
         }
         Ok(())
     }
@@ -901,7 +929,7 @@ impl Node {
                         let n = p.queue.len() as u64;
                         p.stats.dropped += n;
                         for _ in 0..n {
-                            self.stats.tx_drops.count(Drop::NoSession);
+                            self.stats.tx_drops.count(NodeDrop::NoSession);
                         }
                         p.queue.clear();
                     }

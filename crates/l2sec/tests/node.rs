@@ -4,7 +4,7 @@
 use netveil_l2sec::ed25519_dalek::SigningKey;
 use netveil_l2sec::node::{Inbound, Node, NodeConfig, NodeEvent, Outbound};
 use netveil_l2sec::sep::DhGroup;
-use netveil_l2sec::{Drop, Suite};
+use netveil_l2sec::{Drop, NodeDrop, Suite};
 use netveil_wire::PacketBuf;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -30,7 +30,7 @@ struct Lan {
     /// Frames each node delivered to its host.
     delivered: Vec<Vec<Vec<u8>>>,
     /// Drops seen at each node's receiver.
-    drops: Vec<HashMap<Drop, usize>>,
+    drops: Vec<HashMap<NodeDrop, usize>>,
     /// Every frame that went over the wire.
     wire: Vec<Vec<u8>>,
     now: Instant,
@@ -60,7 +60,7 @@ impl Lan {
     }
 
     /// Host `i` sends `frame`; returns what the node did with it.
-    fn send(&mut self, i: usize, frame: &[u8]) -> Result<Outbound, Drop> {
+    fn send(&mut self, i: usize, frame: &[u8]) -> Result<Outbound, NodeDrop> {
         let mut b = PacketBuf::from_slice(frame, 64, 128);
         let r = self.nodes[i].handle_outbound(&mut b, self.now);
         if r == Ok(Outbound::Send) {
@@ -184,7 +184,7 @@ fn arp_resolution_sets_up_a_session_and_the_reply_waits_for_it() {
     );
     assert!(lan.delivered[2].len() == 1, "h3 got only the broadcast");
     assert!(
-        lan.drops[2][&Drop::NotForUs] >= 1,
+        lan.drops[2][&NodeDrop::NotForUs] >= 1,
         "h3 saw the unicast reply and dropped it"
     );
     // Now both directions are sealed directly.
@@ -208,7 +208,7 @@ fn arp_resolution_sets_up_a_session_and_the_reply_waits_for_it() {
     // Nothing was refused anywhere except frames for others.
     for d in &lan.drops {
         for (k, _) in d.iter() {
-            assert_eq!(*k, Drop::NotForUs, "{d:?}");
+            assert_eq!(*k, NodeDrop::NotForUs, "{d:?}");
         }
     }
 }
@@ -229,12 +229,12 @@ fn an_outsider_without_the_group_secret_reads_and_injects_nothing() {
         lan.delivered[2].is_empty(),
         "the outsider opened a group frame"
     );
-    assert_eq!(lan.drops[2][&Drop::AuthFailed], 1);
+    assert_eq!(lan.drops[2][&NodeDrop::Frame(Drop::AuthFailed)], 1);
     // The outsider's ARP (sealed under its own secret) is refused by the members.
     let spoof = eth(bcast, mac(2), 0x0806, &arp(2, mac(2), ip(1), [0; 6], ip(0)));
     lan.send(2, &spoof).unwrap();
     assert!(lan.delivered[0].is_empty());
-    assert_eq!(lan.drops[0][&Drop::AuthFailed], 1);
+    assert_eq!(lan.drops[0][&NodeDrop::Frame(Drop::AuthFailed)], 1);
     // Nor can it get a session: its SEP request is a group frame the members cannot authenticate.
     let uni = eth(mac(0), mac(2), 0x0800, &ipv4(ip(2), ip(0), b"x"));
     assert_eq!(lan.send(2, &uni), Ok(Outbound::Queued));
@@ -249,7 +249,7 @@ fn an_outsider_without_the_group_secret_reads_and_injects_nothing() {
         .iter()
         .all(|p| p.session.is_none()));
     assert!(
-        lan.nodes[2].stats().tx_drops.get(Drop::NoSession) >= 1,
+        lan.nodes[2].stats().tx_drops.get(NodeDrop::NoSession) >= 1,
         "queued frame dropped when SEP failed"
     );
 }
@@ -299,7 +299,7 @@ fn sessions_rekey_before_they_expire_and_frames_in_flight_survive() {
     let p = &lan.nodes[0].peers(lan.now)[0];
     assert!(p.session.unwrap().key_id >= 4, "{p:?}");
     assert!(
-        !lan.drops[1].contains_key(&Drop::AuthFailed),
+        !lan.drops[1].contains_key(&NodeDrop::Frame(Drop::AuthFailed)),
         "{:?}",
         lan.drops[1]
     );
@@ -341,7 +341,7 @@ fn a_restarted_host_is_heard_again_and_sessions_heal() {
     assert_eq!(lan.delivered[0].last(), Some(&data(1, 0, b"e")));
     for d in &lan.drops {
         assert!(
-            d.keys().all(|k| *k == Drop::NotForUs),
+            d.keys().all(|k| *k == NodeDrop::NotForUs),
             "nothing but flooding refused: {d:?}"
         );
     }
@@ -377,7 +377,7 @@ fn with_signatures_required_only_known_signers_are_heard() {
     let g2 = eth(bcast, mac(2), 0x0806, &arp(2, mac(2), ip(1), [0; 6], ip(0)));
     lan.send(2, &g2).unwrap();
     assert!(lan.delivered[0].is_empty());
-    assert_eq!(lan.drops[0][&Drop::Policy], 1);
+    assert_eq!(lan.drops[0][&NodeDrop::Frame(Drop::Policy)], 1);
     // h1 and h2 set up a session (SEP is signed).
     let d = eth(mac(1), mac(0), 0x0800, &ipv4(ip(0), ip(1), b"x"));
     assert_eq!(lan.send(0, &d), Ok(Outbound::Queued));
@@ -422,10 +422,10 @@ fn a_peer_that_never_answers_costs_a_bounded_queue() {
     for _ in 0..8 {
         assert_eq!(lan.send(0, &d), Ok(Outbound::Queued));
     }
-    assert_eq!(lan.send(0, &d), Err(Drop::QueueFull));
+    assert_eq!(lan.send(0, &d), Err(NodeDrop::QueueFull));
     lan.advance(Duration::from_secs(30));
     let st = lan.nodes[0].stats();
-    assert_eq!(st.tx_drops.get(Drop::NoSession), 8);
+    assert_eq!(st.tx_drops.get(NodeDrop::NoSession), 8);
     assert_eq!(st.sep_errors.get("sep-timeout"), Some(&1));
     assert!(
         lan.nodes[0].peers(lan.now).is_empty(),
@@ -458,7 +458,7 @@ fn signed(now: Instant, n: u8, ips: bool) -> Lan {
 }
 
 /// Hands `frame` (bytes as they were on the wire) to node `to` only.
-fn inject(lan: &mut Lan, to: usize, frame: &[u8]) -> Result<Inbound, Drop> {
+fn inject(lan: &mut Lan, to: usize, frame: &[u8]) -> Result<Inbound, NodeDrop> {
     let mut b = PacketBuf::from_slice(frame, 0, 0);
     let r = lan.nodes[to].handle_inbound(&mut b, lan.now);
     match r {
@@ -526,8 +526,8 @@ fn group_frames_replayed_across_a_restart_are_refused() {
     }
     assert_eq!(lan.delivered[1].len(), delivered);
     assert_eq!(st(&lan), counts, "a replay was opened or handled");
-    assert_eq!(lan.drops[1][&Drop::OldEpoch], before.len());
-    assert_eq!(lan.drops[1][&Drop::Replayed], after.len());
+    assert_eq!(lan.drops[1][&NodeDrop::OldEpoch], before.len());
+    assert_eq!(lan.drops[1][&NodeDrop::Frame(Drop::Replayed)], after.len());
     assert_eq!(lan.nodes[1].sender_epoch(&mac(0)), Some(2));
     // h1 and h2 still talk.
     assert_eq!(lan.send(0, &data(0, 1, b"z")), Ok(Outbound::Send));
@@ -557,7 +557,7 @@ fn a_replayed_request_does_not_displace_a_live_exchange() {
         .expect("h2 restarts SEP with h1");
     assert!(lan.nodes[1].peers(lan.now)[0].handshaking);
     // The replayed old REQUEST: refused as an old epoch; h2's exchange goes on.
-    assert_eq!(inject(&mut lan, 1, &old_request), Err(Drop::OldEpoch));
+    assert_eq!(inject(&mut lan, 1, &old_request), Err(NodeDrop::OldEpoch));
     assert!(
         lan.nodes[1].poll_transmit().is_none(),
         "h2 answered a replay"
@@ -601,7 +601,7 @@ fn forged_unicast_frames_start_nothing_and_create_no_peer() {
             f[15] = k;
             assert_eq!(
                 inject(&mut lan, 1, &f),
-                Err(Drop::UnknownKeyId),
+                Err(NodeDrop::Frame(Drop::UnknownKeyId)),
                 "key id {k}"
             );
         }
@@ -611,19 +611,19 @@ fn forged_unicast_frames_start_nothing_and_create_no_peer() {
     // To h3, which has no session with h1: dropped, no peer.
     let mut to_h3 = genuine.clone();
     to_h3[..6].copy_from_slice(&mac(2));
-    assert_eq!(inject(&mut lan, 2, &to_h3), Err(Drop::NoSession));
+    assert_eq!(inject(&mut lan, 2, &to_h3), Err(NodeDrop::NoSession));
     // Random source MACs.
     for i in 0..5000u32 {
         let mut f = genuine.clone();
         f[6..12].copy_from_slice(&[0x02, 0xee, (i >> 16) as u8, (i >> 8) as u8, i as u8, 7]);
-        assert_eq!(inject(&mut lan, 1, &f), Err(Drop::NoSession));
+        assert_eq!(inject(&mut lan, 1, &f), Err(NodeDrop::NoSession));
     }
     assert!(lan.nodes[1].poll_transmit().is_none(), "h2 sent something");
     assert!(lan.nodes[2].poll_transmit().is_none(), "h3 sent something");
     assert_eq!(lan.nodes[1].stats().tx_group, tx_group, "h2 started SEP");
     assert_eq!(lan.nodes[1].peers(lan.now).len(), 1, "the peer table grew");
     assert!(lan.nodes[2].peers(lan.now).is_empty());
-    assert_eq!(lan.nodes[1].stats().rx_drops.get(Drop::NoSession), 5000);
+    assert_eq!(lan.nodes[1].stats().rx_drops.get(NodeDrop::NoSession), 5000);
     assert_eq!(sessions(&lan), before);
     // The genuine frame still opens.
     assert_eq!(inject(&mut lan, 1, &genuine), Ok(Inbound::Deliver));
@@ -663,7 +663,10 @@ fn unauthenticated_group_frames_leave_no_sender_state() {
     forger.epoch = 6;
     forger.signing_key = Some(mallory_key);
     let g = strict_receiver(&mut lan, now);
-    for (c, want) in [(outsider, Drop::AuthFailed), (forger, Drop::BadSignature)] {
+    for (c, want) in [
+        (outsider, NodeDrop::Frame(Drop::AuthFailed)),
+        (forger, NodeDrop::Frame(Drop::BadSignature)),
+    ] {
         let mut n = Node::new(c, now, 0).unwrap();
         let mut f = PacketBuf::from_slice(&g, 64, 128);
         n.handle_outbound(&mut f, now).unwrap();
@@ -693,8 +696,8 @@ fn frames_refused_by_their_header_cost_no_key_derivation() {
         &arp(1, mac(3), ip(3), [0; 6], ip(1)),
     );
     for (c, frame, want) in [
-        (unsigned, &g, Drop::Policy),
-        (stranger, &g3, Drop::NoPeerKey),
+        (unsigned, &g, NodeDrop::Frame(Drop::Policy)),
+        (stranger, &g3, NodeDrop::Frame(Drop::NoPeerKey)),
     ] {
         let mut n = Node::new(c, now, 0).unwrap();
         let mut f = PacketBuf::from_slice(frame, 64, 128);
@@ -766,7 +769,10 @@ fn group_frames_carry_the_64_bit_epoch_that_keys_them() {
     forged[20..28].copy_from_slice(&(epoch + 1).to_be_bytes());
     let mut r = Node::new(cfg(1, &SECRET), now, 0).unwrap();
     let mut b = PacketBuf::from_slice(&forged, 0, 0);
-    assert_eq!(r.handle_inbound(&mut b, now), Err(Drop::AuthFailed));
+    assert_eq!(
+        r.handle_inbound(&mut b, now),
+        Err(NodeDrop::Frame(Drop::AuthFailed))
+    );
     // A version-1 node refuses epoch 0.
     let mut c = cfg(0, &SECRET);
     c.epoch = 0;
@@ -821,8 +827,8 @@ fn a_signed_member_can_claim_only_its_own_address() {
         let _ = lan.send(2, &f);
     }
     assert!(lan.delivered[0].is_empty(), "{:?}", lan.delivered[0]);
-    assert_eq!(lan.drops[0][&Drop::ArpSpoofed], 4);
-    assert_eq!(lan.drops[1][&Drop::ArpSpoofed], 3);
+    assert_eq!(lan.drops[0][&NodeDrop::ArpSpoofed], 4);
+    assert_eq!(lan.drops[1][&NodeDrop::ArpSpoofed], 3);
     // Its own address, and an ARP probe (0.0.0.0), pass.
     let own = eth(bcast, mac(2), 0x0806, &arp(1, mac(2), ip(2), [0; 6], ip(0)));
     let probe = eth(

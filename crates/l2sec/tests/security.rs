@@ -10,8 +10,8 @@ use common::*;
 use netveil_crypto::{new_aead, new_mac, AeadAlg, HashAlg};
 use netveil_l2sec::header::{FLAG_EPOCH, FLAG_RESERVED, FLAG_SN};
 use netveil_l2sec::{
-    ConfigError, Drop, RxConfig, RxSession, SealError, SealOpts, SessionKeys, Suite, TxConfig,
-    TxSession, Version, DEFAULT_ETHERTYPE,
+    ConfigError, Drop, NodeDrop, RxConfig, RxSession, SealError, SealOpts, SessionKeys, Suite,
+    TxConfig, TxSession, Version, DEFAULT_ETHERTYPE,
 };
 use netveil_sa::counters::{DropCounters, Reason};
 
@@ -745,7 +745,8 @@ fn debug_output_has_no_secrets() {
 
 #[test]
 fn drop_names_are_stable_and_count() {
-    let names: Vec<&str> = Drop::ALL.iter().map(|d| d.name()).collect();
+    // What a Node counts (the l2sec status `tx_drops`/`rx_drops` keys): the frame's reasons, then the host's.
+    let names: Vec<&str> = NodeDrop::ALL.iter().map(|d| d.name()).collect();
     assert_eq!(
         names,
         [
@@ -774,15 +775,24 @@ fn drop_names_are_stable_and_count() {
             "arp-spoofed",
         ]
     );
+    // The frame's reasons alone (what `peek` and `RxSession::open` return), first and under the same names.
+    assert_eq!(Drop::NAMES[..], NodeDrop::NAMES[..Drop::COUNT]);
+    assert_eq!(Drop::COUNT, 16);
     for (i, d) in Drop::ALL.iter().enumerate() {
         assert_eq!(d.index(), i);
+        assert_eq!(NodeDrop::from(*d).index(), i);
         assert_eq!(<Drop as Reason>::name(i), d.name());
         assert_eq!(d.to_string(), d.name());
     }
-    let c = DropCounters::<Drop>::default();
-    c.count(Drop::Replayed);
-    assert_eq!(c.get(Drop::Replayed), 1);
-    assert_eq!(c.snapshot().len(), Drop::ALL.len());
+    for (i, d) in NodeDrop::ALL.iter().enumerate() {
+        assert_eq!(d.index(), i);
+        assert_eq!(<NodeDrop as Reason>::name(i), d.name());
+        assert_eq!(d.to_string(), d.name());
+    }
+    let c = DropCounters::<NodeDrop>::default();
+    c.count(Drop::Replayed.into());
+    assert_eq!(c.get(NodeDrop::Frame(Drop::Replayed)), 1);
+    assert_eq!(c.snapshot().len(), NodeDrop::ALL.len());
 }
 
 #[test]

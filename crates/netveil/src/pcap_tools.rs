@@ -242,7 +242,7 @@ pub fn transform(sad: &Sad, bundle: &[usize], op: Op, input: &Pcap) -> (Pcap, St
                 if bundle.is_empty() || used.matches(bundle) {
                     Ok(true)
                 } else {
-                    Err(netveil_ipsec::Drop::PolicyMismatch.name())
+                    Err(netveil_daemon::ip_drop::Drop::PolicyMismatch.name())
                 }
             }
             Ok(Unprotected::Clear) => {

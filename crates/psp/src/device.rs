@@ -103,33 +103,18 @@ impl Stats {
     }
 }
 
-/// Why the device dropped a received packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RxDrop {
-    /// A PSP transform error (malformed, unsupported version, crypt offset, authentication).
-    Psp(Error),
-    /// No SA with this SPI: never handed out, forgotten, or two rotations old.
-    UnknownSpi,
-    /// The SA exists with another version.
-    WrongVersion,
-    /// The IV was seen before or is left of the replay window (netveil's extension).
-    Replay,
-}
-
-impl RxDrop {
-    pub fn name(self) -> &'static str {
-        match self {
-            RxDrop::Psp(e) => e.name(),
-            RxDrop::UnknownSpi => "unknown-spi",
-            RxDrop::WrongVersion => "wrong-version",
-            RxDrop::Replay => "replay",
-        }
-    }
-}
-
-impl core::fmt::Display for RxDrop {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
+netveil_sa::drop_reasons! {
+    /// Why the device dropped a received packet: the transform's reasons ([`Error`], under its names) and the
+    /// device's own.
+    pub enum RxDrop {
+        /// A PSP transform error (malformed, unsupported version, crypt offset, authentication).
+        Psp(Error),
+        /// No SA with this SPI: never handed out, forgotten, or two rotations old.
+        UnknownSpi => "unknown-spi",
+        /// The SA exists with another version.
+        WrongVersion => "wrong-version",
+        /// The IV was seen before or is left of the replay window (netveil's extension).
+        Replay => "replay",
     }
 }
 

@@ -32,47 +32,25 @@ pub use xform::{Decapsulated, Decrypter, Mode, RxSa, TxConfig, TxSa};
 /// The UDP destination port of PSP.
 pub const UDP_PORT: u16 = 1000;
 
-/// Why a packet could not be encapsulated or decapsulated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Error {
-    /// Not a PSP packet (not UDP to port 1000): not a failure of PSP, the caller may pass it on.
-    NotPsp,
-    /// A header or length field is inconsistent, or the packet is too short.
-    Malformed,
-    /// A PSP version this implementation does not know (4..=15).
-    UnsupportedVersion,
-    /// The crypt offset reaches past the end of the payload.
-    CryptOffset,
-    /// Not enough head- or tailroom in the buffer, or the packet would exceed 65535 bytes.
-    NoRoom,
-    /// The ICV did not verify.
-    Auth,
-    /// The IV counter is exhausted: the SA must be rekeyed.
-    IvExhausted,
-    /// Transport mode cannot carry an IPv4 fragment (tunnel mode can).
-    Fragment,
-}
-
-impl Error {
-    /// A short stable name (for counters).
-    pub fn name(self) -> &'static str {
-        match self {
-            Error::NotPsp => "not-psp",
-            Error::Malformed => "malformed",
-            Error::UnsupportedVersion => "unsupported-version",
-            Error::CryptOffset => "crypt-offset-too-large",
-            Error::NoRoom => "no-room",
-            Error::Auth => "auth-failed",
-            Error::IvExhausted => "iv-exhausted",
-            Error::Fragment => "fragment-in-transport-mode",
-        }
+netveil_sa::drop_reasons! {
+    /// Why a packet could not be encapsulated or decapsulated (the transform's reasons; the device adds its own
+    /// in [`RxDrop`]). [`Error::name`] gives stable names for counters.
+    pub enum Error {
+        /// Not a PSP packet (not UDP to port 1000): not a failure of PSP, the caller may pass it on.
+        NotPsp => "not-psp",
+        /// A header or length field is inconsistent, or the packet is too short.
+        Malformed => "malformed",
+        /// A PSP version this implementation does not know (4..=15).
+        UnsupportedVersion => "unsupported-version",
+        /// The crypt offset reaches past the end of the payload.
+        CryptOffset => "crypt-offset-too-large",
+        /// Not enough head- or tailroom in the buffer, or the packet would exceed 65535 bytes.
+        NoRoom => "no-room",
+        /// The ICV did not verify.
+        Auth => "auth-failed",
+        /// The IV counter is exhausted: the SA must be rekeyed.
+        IvExhausted => "iv-exhausted",
+        /// Transport mode cannot carry an IPv4 fragment (tunnel mode can).
+        Fragment => "fragment-in-transport-mode",
     }
 }
-
-impl core::fmt::Display for Error {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::error::Error for Error {}

@@ -301,3 +301,34 @@ fn transport_mode_refuses_ipv4_fragments_and_tunnel_mode_carries_them() {
     b.data_mut()[6] = 0x40;
     tx_for(&a, Mode::Transport).encapsulate(&mut b).unwrap();
 }
+
+/// The transform's and the device's drop names (what `netveil pcap psp-decrypt` reports and scripts read): a rename
+/// must fail here.
+#[test]
+fn drop_names_are_pinned() {
+    assert_eq!(
+        netveil_psp::Error::NAMES,
+        [
+            "not-psp",
+            "malformed",
+            "unsupported-version",
+            "crypt-offset-too-large",
+            "no-room",
+            "auth-failed",
+            "iv-exhausted",
+            "fragment-in-transport-mode",
+        ]
+    );
+    assert_eq!(
+        RxDrop::NAMES[netveil_psp::Error::COUNT..],
+        ["unknown-spi", "wrong-version", "replay"]
+    );
+    assert_eq!(
+        RxDrop::NAMES[..netveil_psp::Error::COUNT],
+        netveil_psp::Error::NAMES
+    );
+    assert_eq!(
+        RxDrop::from(netveil_psp::Error::Auth).to_string(),
+        "auth-failed"
+    );
+}

@@ -4,7 +4,8 @@
 //!   `check` before decryption, `update` only after the ICV verified.
 //! - [`seq`]: the outbound sequence counter (lock-free), which stops at exhaustion instead of wrapping.
 //! - [`lifetime`]: byte, packet and time lifetimes with soft (rekey) and hard (expire) limits; time is passed in.
-//! - [`counters`]: per-SA and per-drop-reason counters (atomics) that `netveil status` shows.
+//! - [`counters`]: per-SA and per-drop-reason counters (atomics) that `netveil status` shows, and the one registry
+//!   of drop reasons ([`drop_reasons!`]) every protocol and engine declares its reasons with.
 //! - [`policy`]: selectors -> protect with a bundle / bypass / discard, per direction (the SPD).
 //!
 //! ESP, AH and later PSP and l2sec build their SAs from these pieces.
