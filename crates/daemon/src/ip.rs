@@ -778,32 +778,15 @@ fn drop_counts(sh: &Shared) -> Vec<(String, u64)> {
                 .map(|(k, n)| (format!("{dir}:{k}"), n)),
         );
     }
+    // PSP's drops are among these (the device's own counters count them a second time).
     c.push(("rx:socket-filter-or-full".into(), sh.kernel_drops()));
-    if let Some(st) = &sh.psp {
-        if let Ok(d) = st.device.read() {
-            let p = d.stats.snapshot();
-            c.extend([
-                ("psp:rx-auth-fail".to_string(), p.rx_auth_fail),
-                ("psp:rx-error".to_string(), p.rx_error),
-                ("psp:rx-unknown-spi".to_string(), p.rx_unknown_spi),
-                ("psp:rx-replay".to_string(), p.rx_replay),
-                ("psp:tx-error".to_string(), p.tx_error),
-            ]);
-        }
-        c.push(("psp:tx-no-sa".into(), st.tx_no_sa.load(Relaxed)));
-    }
     c
 }
 
 /// Authentication failures so far (ESP/AH and PSP).
 fn auth_failures(sh: &Shared) -> u64 {
+    // PSP's failures are counted here too (the device's `rx_auth_fail` counts them a second time).
     sh.rx_drops.get(IpsecDrop::AuthFailed.into())
-        + sh.psp.as_ref().map_or(0, |p| {
-            p.device
-                .read()
-                .map(|d| d.stats.snapshot().rx_auth_fail)
-                .unwrap_or(0)
-        })
 }
 
 impl IpEngine {
