@@ -311,7 +311,12 @@ fn protected_lan_hides_everything_and_defeats_arp_spoofing() {
         mac_str(&h2.mac)
     );
     let p = peer(&after, &h2.mac).expect("h1 has h2 as a peer");
-    assert!(p["rx_frames"].as_u64().unwrap_or(0) > 1000, "{p}");
+    // h2 acknowledged the 64 MiB through the session. Its daemon hands TCP segments to its TAP coalesced into
+    // segments of up to 64 KiB (GRO), and h2's kernel acknowledges each at least every second one: at least
+    // 64 MiB / 64 KiB / 2 = 512 frames. (An earlier bound of 1000 assumed an acknowledgement per two wire segments;
+    // how many there are depends on how well the segments coalesce, and it failed with 695-865 on a quiet machine,
+    // with builds of this tree and of the earlier commits alike.)
+    assert!(p["rx_frames"].as_u64().unwrap_or(0) >= 512, "{p}");
     let _ = h3;
 }
 
