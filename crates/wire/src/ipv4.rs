@@ -9,6 +9,17 @@ use crate::{Error, Result};
 /// Length of the header without options.
 pub const MIN_HEADER_LEN: usize = 20;
 
+/// Offset of the protocol byte in the header.
+pub const PROTOCOL_OFFSET: usize = 9;
+
+/// The flag bits as [`Packet::flags`] returns them.
+pub mod flags {
+    /// Don't fragment.
+    pub const DF: u8 = 0b010;
+    /// More fragments.
+    pub const MF: u8 = 0b001;
+}
+
 /// Option type numbers.
 pub mod option {
     /// End of option list.
@@ -113,7 +124,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     pub fn protocol(&self) -> u8 {
-        self.buffer.as_ref()[9]
+        self.buffer.as_ref()[PROTOCOL_OFFSET]
     }
 
     pub fn checksum(&self) -> u16 {
@@ -175,6 +186,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         set_u16(self.buffer.as_mut(), 4, v);
     }
 
+    /// Sets the three flag bits (reserved, DF, MF) from the low bits of `v`, as [`Packet::flags`] returns them.
+    pub fn set_flags(&mut self, v: u8) {
+        let b = &mut self.buffer.as_mut()[6];
+        *b = (*b & 0x1f) | ((v & 0b111) << 5);
+    }
+
     pub fn set_dont_frag(&mut self, v: bool) {
         let b = &mut self.buffer.as_mut()[6];
         *b = if v { *b | 0x40 } else { *b & !0x40 };
@@ -197,7 +214,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 
     pub fn set_protocol(&mut self, v: u8) {
-        self.buffer.as_mut()[9] = v;
+        self.buffer.as_mut()[PROTOCOL_OFFSET] = v;
     }
 
     pub fn set_checksum(&mut self, v: u16) {
@@ -523,7 +540,12 @@ pub(crate) mod tests {
         assert!(!p.dont_frag());
         assert_eq!(p.frag_offset(), 0x1abc);
         assert!(p.is_fragment());
-        assert_eq!(p.flags(), 1);
+        assert_eq!(p.flags(), flags::MF);
+        p.set_flags(flags::DF | 0b100);
+        assert_eq!((p.flags(), p.frag_offset()), (0b110, 0x1abc));
+        assert!(p.dont_frag() && !p.more_frags());
+        p.set_flags(0);
+        assert_eq!((p.flags(), p.frag_offset()), (0, 0x1abc));
         p.payload_mut()[0] = 0xee;
         assert_eq!(p.payload()[0], 0xee);
     }
