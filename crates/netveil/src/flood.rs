@@ -220,12 +220,18 @@ fn frames(a: &FloodArgs) -> Result<(Vec<PacketBuf>, Counter)> {
                     continue; // truncated by the capture
                 }
                 // Ethernet, IPv4, UDP to the port.
-                if d.len() < 42 || d[12..14] != [0x08, 0x00] || d[23] != 17 {
+                let Ok(eth) = ethernet::Packet::new_checked(&d[..]) else {
+                    continue;
+                };
+                if eth.ethertype() != ethernet::ethertype::IPV4 {
                     continue;
                 }
-                let ihl = usize::from(d[14] & 0x0f) * 4;
-                let u = 14 + ihl;
-                if d.len() < u + 8 || u16::from_be_bytes([d[u + 2], d[u + 3]]) != port {
+                let Ok(ip) = ipv4::Packet::new_checked(eth.payload()) else {
+                    continue;
+                };
+                if ip.protocol() != netveil_wire::ip_proto::UDP
+                    || !udp::Packet::new_checked(ip.payload()).is_ok_and(|u| u.dst_port() == port)
+                {
                     continue;
                 }
                 let mut f = PacketBuf::from_slice(d, 0, 0);
