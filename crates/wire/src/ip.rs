@@ -297,6 +297,7 @@ pub fn version(p: &[u8]) -> Option<u8> {
 
 /// The destination address of the IP packet at the start of `p`, read from the fixed header alone (its length
 /// fields are not checked); `None` if `p` does not start with an IPv4 or IPv6 fixed header.
+#[inline]
 pub fn dst_addr(p: &[u8]) -> Option<IpAddr> {
     match version(p) {
         Some(4) if p.len() >= ipv4::MIN_HEADER_LEN => {
@@ -311,6 +312,7 @@ pub fn dst_addr(p: &[u8]) -> Option<IpAddr> {
 
 /// The DSCP/ECN byte (IPv4 TOS, IPv6 traffic class) and the IPv4 DF bit of the packet in `p`, which a tunnel copies
 /// to its outer header. Only the fixed header is read; `(0, false)` if `p` does not start with one.
+#[inline]
 pub fn dscp_ecn_df(p: &[u8]) -> (u8, bool) {
     match version(p) {
         Some(4) if p.len() >= ipv4::MIN_HEADER_LEN => {
@@ -327,6 +329,7 @@ pub fn dscp_ecn_df(p: &[u8]) -> (u8, bool) {
 /// The length of the IP packet at the start of `p` as its fixed header gives it (IPv4 total length, IPv6 40 +
 /// payload length), if that is at least 20 and at most `p.len()`: where a packet followed by padding (ESP TFC
 /// padding, link-layer padding) ends. The other header fields are not checked.
+#[inline]
 pub fn own_len(p: &[u8]) -> Option<usize> {
     let l = match version(p) {
         Some(4) if p.len() >= ipv4::MIN_HEADER_LEN => {
@@ -340,6 +343,7 @@ pub fn own_len(p: &[u8]) -> Option<usize> {
 
 /// The source and destination ports at the start of a TCP, UDP or SCTP header (the same offsets in all three);
 /// `None` if `l4` is shorter than 4 bytes.
+#[inline]
 pub fn ports(l4: &[u8]) -> Option<(u16, u16)> {
     (l4.len() >= 4).then(|| (get_u16(l4, 0), get_u16(l4, 2)))
 }
@@ -365,6 +369,7 @@ pub struct Layout {
 }
 
 impl Layout {
+    #[inline]
     fn v4<T: AsRef<[u8]>>(h: &ipv4::Packet<T>) -> Layout {
         Layout {
             v6: false,
@@ -378,6 +383,7 @@ impl Layout {
 
     /// The IPv4 header or the IPv6 fixed header (extension headers count as payload), checked as
     /// [`Packet::new_checked`] does.
+    #[inline]
     pub fn fixed(p: &[u8]) -> Result<Layout> {
         Ok(match Packet::new_checked(p)? {
             Packet::V4(h) => Self::v4(&h),
@@ -395,29 +401,36 @@ impl Layout {
     /// The IP header and, for IPv6, the extension headers that go before ESP or AH (Hop-by-Hop, Routing, Fragment,
     /// Destination Options; RFC 4303 section 3.1.1): `header_len` is where IPsec inserts or finds its header. Fails
     /// if the header is invalid or an extension header runs past the payload.
+    #[inline]
     pub fn before_ipsec(p: &[u8]) -> Result<Layout> {
-        match Packet::new_checked(p)? {
-            Packet::V4(h) => Ok(Self::v4(&h)),
-            Packet::V6(h) => {
-                let mut it = ipv6::ExtHeaderIter::new(p)?.stop_at_ah();
-                let mut fragment = false;
-                for e in it.by_ref() {
-                    fragment |= e?.kind == ip_proto::IPV6_FRAG;
-                }
-                Ok(Layout {
-                    v6: true,
-                    header_len: it.offset(),
-                    next_header_offset: it.next_header_offset(),
-                    next_header: it.next_proto(),
-                    total_len: h.total_len(),
-                    fragment,
-                })
-            }
+        // IPv4 inline; the IPv6 extension header walk out of line.
+        match version(p) {
+            Some(4) => Ok(Self::v4(&ipv4::Packet::new_checked(p)?)),
+            Some(6) => Self::v6_before_ipsec(p),
+            None => Err(Error::Truncated),
+            Some(_) => Err(Error::Malformed),
         }
+    }
+
+    fn v6_before_ipsec(p: &[u8]) -> Result<Layout> {
+        let mut it = ipv6::ExtHeaderIter::new(p)?.stop_at_ah();
+        let mut fragment = false;
+        for e in it.by_ref() {
+            fragment |= e?.kind == ip_proto::IPV6_FRAG;
+        }
+        Ok(Layout {
+            v6: true,
+            header_len: it.offset(),
+            next_header_offset: it.next_header_offset(),
+            next_header: it.next_proto(),
+            total_len: ipv6::Packet::new_unchecked(p).total_len(),
+            fragment,
+        })
     }
 
     /// After a transform changed what follows the headers of this layout in `p` (which now holds exactly the
     /// packet): writes `next_header` at [`Layout::next_header_offset`], then [`fix_lengths`].
+    #[inline]
     pub fn fix_header(&self, p: &mut [u8], next_header: u8) -> Result<()> {
         *p.get_mut(self.next_header_offset).ok_or(Error::Truncated)? = next_header;
         fix_lengths(p)
@@ -427,6 +440,7 @@ impl Layout {
 /// After a transform changed the length of the IP packet that `p` holds exactly: writes the IPv4 total length and
 /// header checksum, or the IPv6 payload length. Fails (`Malformed`) if `p` is not an IPv4 or IPv6 packet or too long
 /// for its length field, or (`Truncated`) shorter than its header.
+#[inline]
 pub fn fix_lengths(p: &mut [u8]) -> Result<()> {
     let len = p.len();
     match version(p) {
