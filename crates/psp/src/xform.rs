@@ -197,16 +197,18 @@ impl TxSa {
                 pkt.push_front(added).ok_or(Error::NoRoom)?;
                 pkt.push_back(ICV_LEN).ok_or(Error::NoRoom)?;
                 let d = pkt.data_mut();
-                let len = d.len();
-                let (outer, inner) = d.split_at_mut(added);
-                // The outer header is a copy of the inner one carrying UDP: for IPv4 without options, and whole
-                // even when the inner packet is a fragment (DF kept; MF and the offset not).
-                let mut repr = ip::Packet::new_checked(&*inner)
-                    .and_then(|p| ip::Repr::parse(&p))
+                // The outer header is a copy of the inner one's fixed part (IPv4 without options), carrying UDP,
+                // and whole even when the inner packet is a fragment (DF kept; MF and the offset not). Its next
+                // header sits where the inner one's does: `ip` fixes it.
+                d.copy_within(added..added + ip_hlen, 0);
+                if !ip.v6 {
+                    let mut h = ipv4::Packet::new_unchecked(&mut *d);
+                    h.set_header_len(ipv4::MIN_HEADER_LEN);
+                    h.set_flags(h.flags() & ipv4::flags::DF);
+                    h.set_frag_offset(0);
+                }
+                ip.fix_header(d, ip_proto::UDP)
                     .map_err(|_| Error::Malformed)?;
-                repr.set_next_header(ip_proto::UDP);
-                repr.set_payload_len(len - ip_hlen);
-                repr.emit(outer).map_err(|_| Error::NoRoom)?;
             }
         }
         let d = pkt.data_mut();

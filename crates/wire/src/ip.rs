@@ -433,7 +433,11 @@ impl Layout {
     #[inline]
     pub fn fix_header(&self, p: &mut [u8], next_header: u8) -> Result<()> {
         *p.get_mut(self.next_header_offset).ok_or(Error::Truncated)? = next_header;
-        fix_lengths(p)
+        if self.v6 {
+            fix_v6_lengths(p)
+        } else {
+            fix_v4_lengths(p)
+        }
     }
 }
 
@@ -442,25 +446,36 @@ impl Layout {
 /// for its length field, or (`Truncated`) shorter than its header.
 #[inline]
 pub fn fix_lengths(p: &mut [u8]) -> Result<()> {
-    let len = p.len();
     match version(p) {
-        Some(4) => {
-            if len < ipv4::MIN_HEADER_LEN {
-                return Err(Error::Truncated);
-            }
-            let total = u16::try_from(len).map_err(|_| Error::Malformed)?;
-            let mut h = ipv4::Packet::new_unchecked(p);
-            h.set_total_len(total);
-            h.check_len()?;
-            h.fill_checksum();
-        }
-        Some(6) => {
-            let payload = len.checked_sub(ipv6::HEADER_LEN).ok_or(Error::Truncated)?;
-            let payload = u16::try_from(payload).map_err(|_| Error::Malformed)?;
-            ipv6::Packet::new_unchecked(p).set_payload_len(payload);
-        }
-        _ => return Err(Error::Malformed),
+        Some(4) => fix_v4_lengths(p),
+        Some(6) => fix_v6_lengths(p),
+        _ => Err(Error::Malformed),
     }
+}
+
+/// [`fix_lengths`] of a packet known to be IPv4 (the version nibble is not looked at).
+#[inline]
+fn fix_v4_lengths(p: &mut [u8]) -> Result<()> {
+    if p.len() < ipv4::MIN_HEADER_LEN {
+        return Err(Error::Truncated);
+    }
+    let total = u16::try_from(p.len()).map_err(|_| Error::Malformed)?;
+    let mut h = ipv4::Packet::new_unchecked(p);
+    h.set_total_len(total);
+    h.check_len()?;
+    h.fill_checksum();
+    Ok(())
+}
+
+/// [`fix_lengths`] of a packet known to be IPv6 (the version nibble is not looked at).
+#[inline]
+fn fix_v6_lengths(p: &mut [u8]) -> Result<()> {
+    let payload = p
+        .len()
+        .checked_sub(ipv6::HEADER_LEN)
+        .ok_or(Error::Truncated)?;
+    let payload = u16::try_from(payload).map_err(|_| Error::Malformed)?;
+    ipv6::Packet::new_unchecked(p).set_payload_len(payload);
     Ok(())
 }
 
@@ -598,6 +613,7 @@ pub fn push_outer(pkt: &mut PacketBuf, mut ip: Repr, udp: Option<(u16, u16)>) ->
 /// an IPv6 packet is computed (the pseudo-header with the fixed header's addresses); otherwise, and always over
 /// IPv4, it is zero. Fails if `p` is not an IP packet with at least a UDP header's room after `at`, or the datagram
 /// is too long for the length field.
+#[inline]
 pub fn emit_udp_header(
     p: &mut [u8],
     at: usize,

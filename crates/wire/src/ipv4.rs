@@ -116,7 +116,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// True if MF is set or the fragment offset is non-zero.
     pub fn is_fragment(&self) -> bool {
-        self.more_frags() || self.frag_offset() != 0
+        // MF (0x2000) and the offset (0x1fff) in one test.
+        get_u16(self.buffer.as_ref(), 6) & 0x3fff != 0
     }
 
     pub fn ttl(&self) -> u8 {
