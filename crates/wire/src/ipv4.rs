@@ -381,19 +381,21 @@ impl Repr {
     /// Writes a 20-byte header with a valid checksum; the buffer must hold at least the header.
     /// `payload_len` must fit the 16-bit total length.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, p: &mut Packet<&mut T>) {
-        p.set_version(4);
-        p.set_header_len(MIN_HEADER_LEN);
-        p.set_dscp_ecn(self.dscp_ecn);
-        p.set_total_len((MIN_HEADER_LEN + self.payload_len) as u16);
-        p.set_ident(self.ident);
-        p.buffer.as_mut()[6] = 0;
-        p.buffer.as_mut()[7] = 0;
-        p.set_dont_frag(self.dont_frag);
-        p.set_ttl(self.ttl);
-        p.set_protocol(self.protocol);
-        p.set_src_addr(self.src);
-        p.set_dst_addr(self.dst);
-        p.fill_checksum();
+        // One bounds check for the whole header, then plain stores (this runs per packet for tunnel headers).
+        let h = &mut p.buffer.as_mut()[..MIN_HEADER_LEN];
+        h[0] = 0x40 | (MIN_HEADER_LEN / 4) as u8;
+        h[1] = self.dscp_ecn;
+        set_u16(h, 2, (MIN_HEADER_LEN + self.payload_len) as u16);
+        set_u16(h, 4, self.ident);
+        h[6] = if self.dont_frag { 0x40 } else { 0 };
+        h[7] = 0;
+        h[8] = self.ttl;
+        h[PROTOCOL_OFFSET] = self.protocol;
+        set_u16(h, 10, 0);
+        h[12..16].copy_from_slice(&self.src.octets());
+        h[16..20].copy_from_slice(&self.dst.octets());
+        let c = checksum::checksum(h);
+        set_u16(h, 10, c);
     }
 }
 
