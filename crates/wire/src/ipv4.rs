@@ -237,10 +237,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Computes and stores the header checksum.
     pub fn fill_checksum(&mut self) {
-        self.set_checksum(0);
         let hl = self.header_len();
-        let c = checksum::checksum(&self.buffer.as_ref()[..hl]);
-        self.set_checksum(c);
+        let h = &mut self.buffer.as_mut()[..hl];
+        set_u16(h, 10, 0);
+        let c = checksum::checksum(h);
+        set_u16(h, 10, c);
     }
 
     pub fn payload_mut(&mut self) -> &mut [u8] {
