@@ -265,6 +265,7 @@ pub(crate) struct Located {
 }
 
 /// Finds and checks the PSP header of an IP packet (UDP to port 1000). `Err(NotPsp)` for other packets.
+#[inline]
 pub(crate) fn locate(p: &[u8]) -> Result<Located, Error> {
     let ip = ip_header(p)?;
     if ip.next_header != ip_proto::UDP {
@@ -339,6 +340,7 @@ impl RxSa {
     }
 
     /// [`RxSa::decapsulate`] with the header already located (so that a device parses it once per packet).
+    #[inline]
     pub(crate) fn decapsulate_located(
         &self,
         pkt: &mut PacketBuf,
