@@ -259,7 +259,8 @@ impl Shared {
                 Some(sa) => {
                     let tunnel = psp_kx::is_tunnel(&st.cfg);
                     if tunnel
-                        && (pkt.data().first().map(|b| b >> 4) == Some(4)) != st.cfg.local.is_ipv4()
+                        && (netveil_wire::ip::version(pkt.data()) == Some(4))
+                            != st.cfg.local.is_ipv4()
                     {
                         // The outer header is a copy of the inner one: tunnels stay within one family.
                         Err(netveil_psp::Error::Malformed)
@@ -1067,7 +1068,7 @@ fn tx_loop(
                         Egress::Udp
                     } else if out == Out::Psp {
                         Egress::Psp
-                    } else if bufs[i].data().first().map(|b| b >> 4) == Some(4) {
+                    } else if netveil_wire::ip::version(bufs[i].data()) == Some(4) {
                         Egress::Raw4
                     } else {
                         Egress::Raw6
@@ -1121,26 +1122,16 @@ impl GsoSender {
 
     fn send(&mut self, pkts: &[PacketBuf], udp: &UdpOut) {
         for p in pkts {
-            let d = p.data();
-            let (hl, src, dst) = match d.first().map(|b| b >> 4) {
-                Some(4) if d.len() >= 28 => {
-                    let s: [u8; 4] = d[12..16].try_into().unwrap_or_default();
-                    let t: [u8; 4] = d[16..20].try_into().unwrap_or_default();
-                    ((d[0] & 0x0f) as usize * 4, IpAddr::from(s), IpAddr::from(t))
-                }
-                Some(6) if d.len() >= 48 => {
-                    let s: [u8; 16] = d[8..24].try_into().unwrap_or_default();
-                    let t: [u8; 16] = d[24..40].try_into().unwrap_or_default();
-                    (40, IpAddr::from(s), IpAddr::from(t))
-                }
-                _ => continue,
-            };
-            if d.len() < hl + 8 {
+            // The engine built these UDP datagrams (ESP in UDP, PSP): their headers are whole.
+            let Ok(ip) = netveil_wire::ip::Packet::new_checked(p.data()) else {
                 continue;
-            }
-            let sport = u16::from_be_bytes([d[hl], d[hl + 1]]);
-            let dport = u16::from_be_bytes([d[hl + 2], d[hl + 3]]);
-            let payload = &d[hl + 8..];
+            };
+            let (src, dst) = (ip.src_addr(), ip.dst_addr());
+            let Some(payload) = ip.payload().get(netveil_wire::udp::HEADER_LEN..) else {
+                continue;
+            };
+            let dgram = netveil_wire::udp::Packet::new_unchecked(ip.payload());
+            let (sport, dport) = (dgram.src_port(), dgram.dst_port());
             let to = SocketAddr::new(dst, dport);
             let len = payload.len();
             let n_socks = if dst.is_ipv6() {

@@ -267,7 +267,7 @@ pub fn run_with_random(p: &Program, pkt: &[u8], random: u32) -> bool {
                 None => return false,
             },
             LDX_B_MSH => match pkt.get(k as usize) {
-                Some(b) => x = 4 * u32::from(b & 0x0f),
+                Some(b) => x = 4 * u32::from(b & 0x0f), // check-ip-offsets: allow (BPF semantics)
                 None => return false,
             },
             JEQ_K => pc += jump(a == k),

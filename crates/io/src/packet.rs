@@ -183,7 +183,7 @@ pub const VNET_HDR_LEN: usize = tun_rs::VIRTIO_NET_HDR_LEN;
 pub const TAP_SCRATCH_LEN: usize = VNET_HDR_LEN + 14 + 65535 + 64;
 /// Most frames one super-frame is split into.
 pub const MAX_SEGMENTS: usize = 128;
-const ETH: usize = 14;
+const ETH: usize = netveil_wire::ethernet::HEADER_LEN;
 const GSO_NONE: u8 = 0;
 const NEEDS_CSUM: u8 = 1;
 
@@ -364,7 +364,7 @@ impl Tap {
         // A super-frame: the Ethernet header, then an IP packet that tun-rs splits (its offsets count from the IP
         // header; the kernel's count from the frame).
         let (eth, ip) = frame.split_at_mut(ETH);
-        let is_v6 = match ip.first().map(|b| b >> 4) {
+        let is_v6 = match netveil_wire::ip::version(ip) {
             Some(4) => false,
             Some(6) => true,
             _ => return Err(inval("GSO frame is not IPv4 or IPv6")),
@@ -378,10 +378,13 @@ impl Tap {
         if hdr.gso_type == tun_rs::VIRTIO_NET_HDR_GSO_UDP_L4 {
             hdr.hdr_len = hdr.csum_start + 8;
         } else {
-            let Some(&off) = ip.get(cs + 12) else {
+            let Some(t) = ip
+                .get(cs..)
+                .filter(|t| t.len() >= netveil_wire::tcp::MIN_HEADER_LEN)
+            else {
                 return Err(inval("GSO frame too short for its TCP header"));
             };
-            let th = u16::from(off >> 4) * 4;
+            let th = netveil_wire::tcp::Packet::new_unchecked(t).header_len() as u16;
             if !(20..=60).contains(&th) {
                 return Err(inval("bad TCP header length in GSO frame"));
             }
@@ -487,12 +490,15 @@ impl Tap {
 
 /// TCP segment coalescing for writes to an offload TAP (what the kernel's GRO would do for a NIC).
 mod gro {
-    use super::{be16, ETH, VNET_HDR_LEN};
-    use netveil_wire::PacketBuf;
+    use super::{ETH, VNET_HDR_LEN};
+    use netveil_wire::{checksum, ethernet, ip_proto, ipv4, ipv6, tcp, PacketBuf};
 
     const TCPV4: u8 = 1;
     const TCPV6: u8 = 4;
     const MAX_LEN: usize = 65535;
+    /// The flag bits of a TCP header's 14th byte (CWR..FIN), which a run compares; NS is compared with the data
+    /// offset and the reserved bits.
+    const FLAGS8: u16 = 0xff;
 
     /// The first segment of a run: where its headers end and what the next one must continue.
     pub(super) struct Segment {
@@ -503,48 +509,55 @@ mod gro {
         seq: u32,
     }
 
+    /// True if a TCP header's flags are ACK, possibly with PSH, and nothing else.
+    fn ack_psh_only<T: AsRef<[u8]>>(t: &tcp::Packet<T>) -> bool {
+        t.flags() & FLAGS8 & !tcp::flags::PSH == tcp::flags::ACK
+    }
+
     impl Segment {
         /// A TCP segment that may start a run: IPv4 without options or fragmentation, or IPv6 without extension
         /// headers; only ACK (and PSH) flags; some payload.
         pub(super) fn parse(f: &[u8]) -> Option<Segment> {
-            if f.len() < ETH + 40 {
+            if f.len() < ETH + ipv4::MIN_HEADER_LEN + tcp::MIN_HEADER_LEN {
                 return None;
             }
-            let (v6, ip_len) = match be16(f, 12) {
-                0x0800 if f[ETH] == 0x45 && f[ETH + 9] == 6 && be16(f, ETH + 6) & 0x3fff == 0 => {
-                    if be16(f, ETH + 2) as usize != f.len() - ETH {
+            let eth = ethernet::Packet::new_unchecked(f);
+            let l3 = eth.payload();
+            let (v6, ip_len) = match eth.ethertype() {
+                ethernet::ethertype::IPV4 => {
+                    let h = ipv4::Packet::new_unchecked(l3);
+                    if h.version() != 4
+                        || h.header_len() != ipv4::MIN_HEADER_LEN
+                        || h.protocol() != ip_proto::TCP
+                        || h.is_fragment()
+                        || usize::from(h.total_len()) != l3.len()
+                    {
                         return None;
                     }
-                    (false, 20)
+                    (false, ipv4::MIN_HEADER_LEN)
                 }
-                0x86dd if f[ETH] >> 4 == 6 && f[ETH + 6] == 6 => {
-                    if be16(f, ETH + 4) as usize + 40 != f.len() - ETH {
+                ethernet::ethertype::IPV6 => {
+                    let h = ipv6::Packet::new_unchecked(l3);
+                    if h.version() != 6
+                        || h.next_header() != ip_proto::TCP
+                        || h.total_len() != l3.len()
+                    {
                         return None;
                     }
-                    (true, 40)
+                    (true, ipv6::HEADER_LEN)
                 }
                 _ => return None,
             };
-            let t = ETH + ip_len;
-            let tcp_len = usize::from(*f.get(t + 12)? >> 4) * 4;
-            if tcp_len < 20 || f.len() < t + tcp_len {
+            let t = tcp::Packet::new_checked(&l3[ip_len..]).ok()?;
+            if !ack_psh_only(&t) || t.payload().is_empty() {
                 return None;
             }
-            // Flags: ACK required; nothing but ACK and PSH.
-            if f[t + 13] & !0x08 != 0x10 {
-                return None;
-            }
-            let payload = f.len() - t - tcp_len;
-            if payload == 0 {
-                return None;
-            }
-            let seq = u32::from_be_bytes([f[t + 4], f[t + 5], f[t + 6], f[t + 7]]);
             Some(Segment {
                 v6,
                 ip_len,
-                tcp_len,
-                payload,
-                seq,
+                tcp_len: t.header_len(),
+                payload: t.payload().len(),
+                seq: t.seq_number(),
             })
         }
 
@@ -553,12 +566,55 @@ mod gro {
         }
     }
 
+    /// True if `a` and `b` are the same IPv4 header but for the total length, identification and checksum.
+    fn same_v4(a: &ipv4::Packet<&[u8]>, b: &ipv4::Packet<&[u8]>) -> bool {
+        a.version() == b.version()
+            && a.header_len() == b.header_len()
+            && a.dscp_ecn() == b.dscp_ecn()
+            && a.flags() == b.flags()
+            && a.frag_offset() == b.frag_offset()
+            && a.ttl() == b.ttl()
+            && a.protocol() == b.protocol()
+            && a.src_addr() == b.src_addr()
+            && a.dst_addr() == b.dst_addr()
+    }
+
+    /// True if `a` and `b` are the same IPv6 fixed header but for the payload length.
+    fn same_v6(a: &ipv6::Packet<&[u8]>, b: &ipv6::Packet<&[u8]>) -> bool {
+        a.version() == b.version()
+            && a.traffic_class() == b.traffic_class()
+            && a.flow_label() == b.flow_label()
+            && a.next_header() == b.next_header()
+            && a.hop_limit() == b.hop_limit()
+            && a.src_addr() == b.src_addr()
+            && a.dst_addr() == b.dst_addr()
+    }
+
+    /// True if `a` and `b` are the same TCP header (with `b`'s flags ACK and PSH at most) but for the sequence
+    /// number, PSH and the checksum.
+    /// `a` is a parsed segment's header; `b` holds at least as many bytes.
+    fn same_tcp(a: &tcp::Packet<&[u8]>, b: &tcp::Packet<&[u8]>) -> bool {
+        a.src_port() == b.src_port()
+            && a.dst_port() == b.dst_port()
+            && a.ack_number() == b.ack_number()
+            // Before the options are compared: `b`'s header is as long as `a`'s.
+            && a.header_len() == b.header_len()
+            && a.reserved() == b.reserved()
+            && a.flags() & !FLAGS8 == b.flags() & !FLAGS8
+            && ack_psh_only(b)
+            && a.window_len() == b.window_len()
+            && a.urgent_at() == b.urgent_at()
+            && a.options() == b.options()
+    }
+
     /// Appends `next`'s payload to `first` if it continues the run (`merged` segments appended so far).
     pub(super) fn append(first: &mut PacketBuf, s: &Segment, merged: usize, next: &[u8]) -> bool {
         let h = s.hdrs();
         let f = first.data();
+        let (fl3, tf) = f[ETH..].split_at(s.ip_len);
+        let tf = tcp::Packet::new_unchecked(tf);
         // The previous segment ended with PSH: the run is over.
-        if f[ETH + s.ip_len + 13] & 0x08 != 0 {
+        if tf.flags() & tcp::flags::PSH != 0 {
             return false;
         }
         if next.len() <= h || next.len() - h > s.payload {
@@ -567,40 +623,38 @@ mod gro {
         let n = next.len() - h;
         // Same Ethernet header, same IP header but for length, ID and checksum, same TCP header but for the
         // sequence number, PSH and the checksum; contiguous.
-        let ip = ETH;
+        let (nl3, tn) = next[ETH..].split_at(s.ip_len);
+        let tn = tcp::Packet::new_unchecked(tn);
         let same_ip = if s.v6 {
-            f[ip..ip + 4] == next[ip..ip + 4] && f[ip + 6..ip + 40] == next[ip + 6..ip + 40]
+            let b = ipv6::Packet::new_unchecked(nl3);
+            same_v6(&ipv6::Packet::new_unchecked(fl3), &b) && b.total_len() == next.len() - ETH
         } else {
-            f[ip..ip + 2] == next[ip..ip + 2]
-                && f[ip + 6..ip + 10] == next[ip + 6..ip + 10]
-                && f[ip + 12..ip + 20] == next[ip + 12..ip + 20]
-                && be16(next, ip + 2) as usize == next.len() - ETH
+            let b = ipv4::Packet::new_unchecked(nl3);
+            same_v4(&ipv4::Packet::new_unchecked(fl3), &b)
+                && usize::from(b.total_len()) == next.len() - ETH
         };
-        if s.v6 && be16(next, ip + 4) as usize + 40 != next.len() - ETH {
-            return false;
-        }
-        let t = ETH + s.ip_len;
-        let same_tcp = f[t..t + 4] == next[t..t + 4]
-            && f[t + 8..t + 13] == next[t + 8..t + 13]
-            && next[t + 13] & !0x08 == 0x10
-            && f[t + 14..t + 16] == next[t + 14..t + 16]
-            && f[t + 18..t + s.tcp_len] == next[t + 18..t + s.tcp_len];
-        let seq = u32::from_be_bytes([next[t + 4], next[t + 5], next[t + 6], next[t + 7]]);
         let expect = s.seq.wrapping_add((s.payload * (merged + 1)) as u32);
         // Only the last segment of a run may be shorter than the first.
         let prev_full = first.len() - h == s.payload * (merged + 1);
-        if !(f[..ETH] == next[..ETH] && same_ip && same_tcp && seq == expect && prev_full) {
+        if !(f[..ETH] == next[..ETH]
+            && same_ip
+            && same_tcp(&tf, &tn)
+            && tn.seq_number() == expect
+            && prev_full)
+        {
             return false;
         }
         if first.len() + n > ETH + MAX_LEN || first.tailroom() < n {
             return false;
         }
-        let psh = next[t + 13] & 0x08;
+        let psh = tn.flags() & tcp::flags::PSH;
         match first.push_back(n) {
             Some(dst) => dst.copy_from_slice(&next[h..]),
             None => return false,
         }
-        first.data_mut()[t + 13] |= psh;
+        let mut t = tcp::Packet::new_unchecked(&mut first.data_mut()[ETH + s.ip_len..]);
+        let flags = t.flags();
+        t.set_flags(flags | psh);
         true
     }
 
@@ -616,22 +670,22 @@ mod gro {
         let t = ETH + s.ip_len;
         let total = first.len() - ETH;
         let tcp_total = total - s.ip_len;
-        let d = first.data_mut();
-        let mut sum: u64;
-        if s.v6 {
-            d[ETH + 4..ETH + 6].copy_from_slice(&(tcp_total as u16).to_be_bytes());
-            sum = tun_rs::checksum_no_fold(&d[ETH + 8..ETH + 40], 0);
+        let (l3, l4) = first.data_mut()[ETH..].split_at_mut(s.ip_len);
+        // The IP lengths (and IPv4 checksum) of the super-frame; the pseudo-header sum in the TCP checksum, as for
+        // CHECKSUM_PARTIAL.
+        let pseudo = if s.v6 {
+            let mut h = ipv6::Packet::new_unchecked(&mut *l3);
+            h.set_payload_len(tcp_total as u16);
+            let (src, dst) = (h.src_addr().octets(), h.dst_addr().octets());
+            checksum::pseudo_header(&src, &dst, ip_proto::TCP, tcp_total as u32)
         } else {
-            d[ETH + 2..ETH + 4].copy_from_slice(&(total as u16).to_be_bytes());
-            d[ETH + 10] = 0;
-            d[ETH + 11] = 0;
-            let c = !tun_rs::checksum(&d[ETH..ETH + 20], 0);
-            d[ETH + 10..ETH + 12].copy_from_slice(&c.to_be_bytes());
-            sum = tun_rs::checksum_no_fold(&d[ETH + 12..ETH + 20], 0);
-        }
-        sum += 6 + tcp_total as u64;
-        let folded = tun_rs::checksum(&[], sum);
-        d[t + 16..t + 18].copy_from_slice(&folded.to_be_bytes());
+            let mut h = ipv4::Packet::new_unchecked(&mut *l3);
+            h.set_total_len(total as u16);
+            h.fill_checksum();
+            let (src, dst) = (h.src_addr().octets(), h.dst_addr().octets());
+            checksum::pseudo_header(&src, &dst, ip_proto::TCP, tcp_total as u32)
+        };
+        tcp::Packet::new_unchecked(l4).set_checksum(!checksum::finish(pseudo));
         let v = tun_rs::VirtioNetHdr {
             flags: super::NEEDS_CSUM,
             gso_type: if s.v6 { TCPV6 } else { TCPV4 },

@@ -6,12 +6,12 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use netveil_wire::PacketBuf;
+use netveil_wire::{ipv6, PacketBuf};
 
 use crate::sys::{self, Mmsg};
 
 /// Length of the IPv6 header reconstructed in front of payloads received on IPv6 raw sockets.
-pub const IPV6_HEADER_LEN: usize = 40;
+pub const IPV6_HEADER_LEN: usize = ipv6::HEADER_LEN;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -229,16 +229,17 @@ fn write_ipv6_header(
     src: &Ipv6Addr,
     dst: &Ipv6Addr,
 ) {
-    // version 6 | traffic class (8 bits) | flow label 0 (20 bits)
-    h[0] = 0x60 | (tclass >> 4);
-    h[1] = tclass << 4;
-    h[2] = 0;
-    h[3] = 0;
-    h[4..6].copy_from_slice(&plen.to_be_bytes());
-    h[6] = next;
-    h[7] = hlim;
-    h[8..24].copy_from_slice(&src.octets());
-    h[24..40].copy_from_slice(&dst.octets());
+    // Flow label 0.
+    ipv6::Repr {
+        src: *src,
+        dst: *dst,
+        next_header: next,
+        payload_len: usize::from(plen),
+        hop_limit: hlim,
+        traffic_class: tclass,
+        flow_label: 0,
+    }
+    .emit(&mut ipv6::Packet::new_unchecked(h));
 }
 
 #[cfg(test)]

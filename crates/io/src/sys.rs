@@ -664,17 +664,7 @@ fn write_pktinfo(space: &mut CmsgSpace, src: IpAddr) -> usize {
 
 /// The destination address of a complete IP packet (from its header), with port 0.
 pub(crate) fn ip_packet_dst(pkt: &[u8]) -> Option<SocketAddr> {
-    match pkt.first()? >> 4 {
-        4 if pkt.len() >= 20 => {
-            let a: [u8; 4] = pkt[16..20].try_into().ok()?;
-            Some(SocketAddr::new(IpAddr::from(a), 0))
-        }
-        6 if pkt.len() >= 40 => {
-            let a: [u8; 16] = pkt[24..40].try_into().ok()?;
-            Some(SocketAddr::new(IpAddr::from(a), 0))
-        }
-        _ => None,
-    }
+    netveil_wire::ip::dst_addr(pkt).map(|a| SocketAddr::new(a, 0))
 }
 
 /// Reads a native-endian `c_int` control-message payload.

@@ -12,7 +12,7 @@ use crate::sa::{Keys, Mode, Sa};
 use crate::{inbound::Located, Drop};
 use netveil_crypto::Mac;
 use netveil_sa::lifetime::LifetimeState;
-use netveil_wire::{ip_proto, PacketBuf};
+use netveil_wire::{ip, ip_proto, ipv4, ipv6, PacketBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
 static ZEROS: [u8; 256] = [0; 256];
@@ -52,89 +52,63 @@ fn icv(
     let seq_hi_buf;
     // The IP header (and IPv6 extension headers).
     if !v6 {
-        let ihl = ((p[0] & 0x0f) as usize) * 4;
-        if ihl > 60 || ihl > ah_off {
+        let ip = ipv4::Packet::new_unchecked(p);
+        let ihl = ip.header_len();
+        if ihl > ah_off || ihl < ipv4::MIN_HEADER_LEN {
             return Err(Drop::Malformed);
         }
         hdr[..ihl].copy_from_slice(&p[..ihl]);
-        hdr[1] = 0; // TOS
-        hdr[6] = 0; // flags, fragment offset
-        hdr[7] = 0;
-        hdr[8] = 0; // TTL
-        hdr[10] = 0; // checksum
-        hdr[11] = 0;
+        let mut h = ipv4::Packet::new_unchecked(&mut hdr[..ihl]);
+        h.set_dscp_ecn(0);
+        h.set_flags(0);
+        h.set_frag_offset(0);
+        h.set_ttl(0);
+        h.set_checksum(0);
         // Options: immutable ones stay, every other option is zeroed whole.
-        let mut i = 20;
-        while i < ihl {
-            let t = hdr[i];
-            if t == 0 {
-                break;
+        for o in ip.options_iter() {
+            let o = o.map_err(|_| Drop::Malformed)?;
+            if !v4_option_immutable(o.kind) {
+                let at = ipv4::MIN_HEADER_LEN + o.offset;
+                hdr[at..at + o.len()].fill(0);
             }
-            if t == 1 {
-                i += 1;
-                continue;
-            }
-            let len = if i + 1 < ihl { hdr[i + 1] as usize } else { 0 };
-            if len < 2 || i + len > ihl {
-                return Err(Drop::Malformed);
-            }
-            if !v4_option_immutable(t) {
-                hdr[i..i + len].fill(0);
-            }
-            i += len;
         }
         parts[n] = &hdr[..ihl];
         n += 1;
     } else {
-        hdr[..40].copy_from_slice(&p[..40]);
-        hdr[0] &= 0xf0; // traffic class, flow label
-        hdr[1] = 0;
-        hdr[2] = 0;
-        hdr[3] = 0;
-        hdr[7] = 0; // hop limit
-        parts[n] = &hdr[..40];
+        hdr[..ipv6::HEADER_LEN].copy_from_slice(&p[..ipv6::HEADER_LEN]);
+        let mut h = ipv6::Packet::new_unchecked(&mut hdr[..ipv6::HEADER_LEN]);
+        h.set_traffic_class(0);
+        h.set_flow_label(0);
+        h.set_hop_limit(0);
+        parts[n] = &hdr[..ipv6::HEADER_LEN];
         n += 1;
         // Extension headers between the fixed header and AH.
-        let mut off = 40;
-        let mut nh = p[6];
-        while off < ah_off {
-            if off + 8 > ah_off {
-                return Err(Drop::Malformed);
-            }
-            let len = match nh {
-                ip_proto::IPV6_FRAG => 8,
-                _ => (p[off + 1] as usize + 1) * 8,
-            };
+        let mut exts = ipv6::ExtHeaderIter::new(p)
+            .map_err(|_| Drop::Malformed)?
+            .stop_at_ah();
+        for e in exts.by_ref() {
+            let e = e.map_err(|_| Drop::Malformed)?;
+            let (off, len) = (e.offset, e.len);
             if off + len > ah_off {
                 return Err(Drop::Malformed);
             }
-            if nh == ip_proto::HOPOPT || nh == ip_proto::IPV6_OPTS {
+            if e.kind == ip_proto::HOPOPT || e.kind == ip_proto::IPV6_OPTS {
                 // Walk the options: data of options with the "may change" bit (0x20) is zeroed.
-                let mut i = off + 2;
                 let mut run_start = off;
-                while i < off + len {
-                    let t = p[i];
-                    if t == 0 {
-                        i += 1;
-                        continue;
-                    }
-                    if i + 2 > off + len {
-                        return Err(Drop::Malformed);
-                    }
-                    let dl = p[i + 1] as usize;
-                    if i + 2 + dl > off + len {
-                        return Err(Drop::Malformed);
-                    }
-                    if t & 0x20 != 0 && dl > 0 {
+                let opts = ipv6::options(&p[off..off + len]).map_err(|_| Drop::Malformed)?;
+                for o in opts {
+                    let o = o.map_err(|_| Drop::Malformed)?;
+                    let dl = o.data.len();
+                    if o.may_change() && dl > 0 {
                         if n + 2 >= MAX_PARTS - 4 || dl > ZEROS.len() {
                             return Err(Drop::Unsupported);
                         }
-                        parts[n] = &p[run_start..i + 2];
+                        let data_at = off + o.data_offset();
+                        parts[n] = &p[run_start..data_at];
                         parts[n + 1] = &ZEROS[..dl];
                         n += 2;
-                        run_start = i + 2 + dl;
+                        run_start = data_at + dl;
                     }
-                    i += 2 + dl;
                 }
                 if n >= MAX_PARTS - 4 {
                     return Err(Drop::Unsupported);
@@ -148,10 +122,8 @@ fn icv(
                 parts[n] = &p[off..off + len];
                 n += 1;
             }
-            nh = p[off];
-            off += len;
         }
-        if nh != ip_proto::AH || off != ah_off {
+        if exts.next_proto() != ip_proto::AH || exts.offset() != ah_off {
             return Err(Drop::Malformed);
         }
     }
@@ -193,8 +165,8 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
     let inner_len = pkt.len();
     let (v6, ah_off, nh) = match sa.params.mode {
         Mode::Tunnel { local, remote } => {
-            let (tos, df) = iphdr::tos_df(pkt.data());
-            let nh = match pkt.data().first().map(|b| b >> 4) {
+            let (tos, df) = ip::dscp_ecn_df(pkt.data());
+            let nh = match ip::version(pkt.data()) {
                 Some(4) => ip_proto::IPIP,
                 Some(6) => ip_proto::IPV6,
                 _ => return Err(Drop::Malformed),
@@ -212,17 +184,20 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
                 sa.next_ip_id(),
                 None,
             )?;
-            (v6, if v6 { 40 } else { 20 }, nh)
+            let outer_len = if v6 {
+                ipv6::HEADER_LEN
+            } else {
+                ipv4::MIN_HEADER_LEN
+            };
+            (v6, outer_len, nh)
         }
         Mode::Transport => {
             let ip = iphdr::parse(pkt.data())?;
             pkt.truncate(ip.total_len);
             let ah_len = header_len(icv_len, ip.v6);
-            pkt.insert_gap(ip.l3_len, ah_len).ok_or(Drop::TooBig)?;
-            let data = pkt.data_mut();
-            data[ip.proto_off] = ip_proto::AH;
-            iphdr::fix_lengths(data, ip.v6)?;
-            (ip.v6, ip.l3_len, ip.proto)
+            pkt.insert_gap(ip.header_len, ah_len).ok_or(Drop::TooBig)?;
+            iphdr::fix_header(&ip, pkt.data_mut(), ip_proto::AH)?;
+            (ip.v6, ip.header_len, ip.next_header)
         }
     };
     let ah_len = header_len(icv_len, v6);
@@ -305,10 +280,10 @@ fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decaps
                 _ => return Err(Drop::BadNextHeader),
             };
             pkt.pull_front(off + ah_len).ok_or(Drop::Malformed)?;
-            if pkt.data().first().map(|b| b >> 4) != Some(want) {
+            if ip::version(pkt.data()) != Some(want) {
                 return Err(Drop::BadNextHeader);
             }
-            let own = iphdr::own_len(pkt.data()).ok_or(Drop::Malformed)?;
+            let own = ip::own_len(pkt.data()).ok_or(Drop::Malformed)?;
             pkt.truncate(own);
             sa.counters.add(own);
             Ok(Decapsulated {
@@ -318,9 +293,7 @@ fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decaps
         }
         Mode::Transport => {
             pkt.remove_gap(off, ah_len).ok_or(Drop::Malformed)?;
-            let data = pkt.data_mut();
-            data[loc.ip.proto_off] = nh;
-            iphdr::fix_lengths(data, loc.ip.v6)?;
+            iphdr::fix_header(&loc.ip, pkt.data_mut(), nh)?;
             sa.counters.add(pkt.len());
             Ok(Decapsulated {
                 next_header: nh,

@@ -155,7 +155,7 @@ pub fn unprotect(
                 // As the kernel's SA lookup by (destination, SPI, protocol): a tunnel SA takes only packets addressed to
                 // its local end; ESP-in-UDP only for an SA configured for it, and raw ESP only for one that is not.
                 if let Mode::Tunnel { local, .. } = sa.params.mode {
-                    if crate::iphdr::dst_addr(pkt.data()) != Some(local) {
+                    if netveil_wire::ip::dst_addr(pkt.data()) != Some(local) {
                         return Err(sa.count_drop(Drop::UnknownSpi));
                     }
                 }

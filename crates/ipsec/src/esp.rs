@@ -10,7 +10,7 @@ use crate::sa::{Keys, Mode, Sa};
 use crate::suite::EspKeys;
 use crate::{inbound::Located, Drop};
 use netveil_sa::lifetime::LifetimeState;
-use netveil_wire::{ip_proto, PacketBuf};
+use netveil_wire::{ip, ip_proto, udp, PacketBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Largest explicit IV + ICV + header + trailer overhead ESP can add (for buffer sizing).
@@ -225,13 +225,13 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
     let icv_len = suite.icv_len();
     let block = suite.enc.block_len();
     let udp = sa.params.encap;
-    let udp_len = if udp.is_some() { 8 } else { 0 };
-    let (tos, df) = iphdr::tos_df(pkt.data());
+    let udp_len = if udp.is_some() { udp::HEADER_LEN } else { 0 };
+    let (tos, df) = ip::dscp_ecn_df(pkt.data());
 
     // Where the payload starts, and what the ESP next header will say.
     let (payload_off, next_header, ip) = match sa.params.mode {
         Mode::Tunnel { .. } => {
-            let nh = match pkt.data().first().map(|b| b >> 4) {
+            let nh = match ip::version(pkt.data()) {
                 Some(4) => ip_proto::IPIP,
                 Some(6) => ip_proto::IPV6,
                 _ => return Err(Drop::Malformed),
@@ -241,7 +241,7 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
         Mode::Transport => {
             let ip = iphdr::parse(pkt.data())?;
             pkt.truncate(ip.total_len);
-            (ip.l3_len, ip.proto, Some(ip))
+            (ip.header_len, ip.next_header, Some(ip))
         }
     };
     let mut payload_len = pkt.len() - payload_off;
@@ -334,14 +334,14 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
         }
         (Mode::Transport, Some(ip)) => {
             let data = pkt.data_mut();
-            data[ip.proto_off] = if udp.is_some() {
+            let proto = if udp.is_some() {
                 ip_proto::UDP
             } else {
                 ip_proto::ESP
             };
-            iphdr::fix_lengths(data, ip.v6)?;
+            iphdr::fix_header(&ip, data, proto)?;
             if let Some(u) = udp {
-                iphdr::write_udp_encap(data, ip.l3_len, u.local_port, u.remote_port, ip.v6);
+                iphdr::write_udp_encap(data, ip.header_len, u.local_port, u.remote_port)?;
             }
         }
         (Mode::Transport, None) => unreachable!("transport mode parsed the IP header"),
@@ -439,11 +439,11 @@ fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decaps
             };
             pkt.pull_front(body_at).ok_or(Drop::Malformed)?;
             pkt.truncate(payload_len);
-            if pkt.data().first().map(|b| b >> 4) != Some(want) {
+            if ip::version(pkt.data()) != Some(want) {
                 return Err(Drop::BadNextHeader);
             }
             // TFC padding may follow the inner packet: its own header says how long it is.
-            let own = iphdr::own_len(pkt.data()).ok_or(Drop::Malformed)?;
+            let own = ip::own_len(pkt.data()).ok_or(Drop::Malformed)?;
             pkt.truncate(own);
             sa.counters.add(own);
             Ok(Decapsulated {
@@ -453,11 +453,9 @@ fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decaps
         }
         Mode::Transport => {
             pkt.truncate(body_at + payload_len);
-            let l3 = loc.ip.l3_len;
+            let l3 = loc.ip.header_len;
             pkt.remove_gap(l3, body_at - l3).ok_or(Drop::Malformed)?;
-            let data = pkt.data_mut();
-            data[loc.ip.proto_off] = nh;
-            iphdr::fix_lengths(data, loc.ip.v6)?;
+            iphdr::fix_header(&loc.ip, pkt.data_mut(), nh)?;
             sa.counters.add(payload_len);
             Ok(Decapsulated {
                 next_header: nh,

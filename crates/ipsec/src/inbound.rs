@@ -1,16 +1,17 @@
 //! Finding the ESP or AH header of a received IP packet.
 
-use crate::iphdr::{self, IpInfo};
+use crate::iphdr;
 use crate::{Drop, Protocol};
-use netveil_wire::{ip_proto, PacketBuf};
+use netveil_wire::ip::Layout;
+use netveil_wire::{ip_proto, udp, PacketBuf};
 
 /// Where a received packet's ESP or AH header is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Located {
     pub protocol: Protocol,
     pub spi: u32,
-    pub ip: IpInfo,
-    /// Offset of the ESP or AH header. With UDP encapsulation, the UDP header is at `ip.l3_len` and the ESP
+    pub ip: Layout,
+    /// Offset of the ESP or AH header. With UDP encapsulation, the UDP header is at `ip.header_len` and the ESP
     /// header 8 bytes later.
     pub off: usize,
     /// ESP in UDP (RFC 3948).
@@ -25,7 +26,7 @@ pub enum Classified {
     /// An IKE message on the NAT-T port (non-ESP marker) or a NAT keepalive: not for the data plane.
     NotEsp,
     /// Neither ESP, AH nor ESP-in-UDP: clear traffic.
-    Clear(IpInfo),
+    Clear(Layout),
 }
 
 /// Classifies the IP packet in `pkt` (truncating it to the length its IP header gives). `nat_t_port` is the UDP
@@ -34,13 +35,13 @@ pub fn classify(pkt: &mut PacketBuf, nat_t_port: u16) -> Result<Classified, Drop
     let ip = iphdr::parse(pkt.data())?;
     pkt.truncate(ip.total_len);
     let p = pkt.data();
-    let off = ip.l3_len;
+    let off = ip.header_len;
     let spi_at = |o: usize| -> Result<u32, Drop> {
         p.get(o..o + 4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
             .ok_or(Drop::Malformed)
     };
-    match ip.proto {
+    match ip.next_header {
         ip_proto::ESP | ip_proto::AH if ip.fragment => Err(Drop::Unsupported),
         ip_proto::ESP => Ok(Classified::Protected(Located {
             protocol: Protocol::Esp,
@@ -56,12 +57,13 @@ pub fn classify(pkt: &mut PacketBuf, nat_t_port: u16) -> Result<Classified, Drop
             off,
             udp: false,
         })),
-        ip_proto::UDP if !ip.fragment && p.len() >= off + 8 => {
-            let dport = u16::from_be_bytes([p[off + 2], p[off + 3]]);
-            if dport != nat_t_port {
+        ip_proto::UDP if !ip.fragment && p.len() >= off + udp::HEADER_LEN => {
+            // The UDP length field is not looked at: the datagram is what the IP header says.
+            let dgram = udp::Packet::new_unchecked(&p[off..]);
+            if dgram.dst_port() != nat_t_port {
                 return Ok(Classified::Clear(ip));
             }
-            let payload = &p[off + 8..];
+            let payload = &p[off + udp::HEADER_LEN..];
             if payload.len() == 1 && payload[0] == 0xff {
                 return Ok(Classified::NotEsp);
             }
@@ -77,7 +79,7 @@ pub fn classify(pkt: &mut PacketBuf, nat_t_port: u16) -> Result<Classified, Drop
                 protocol: Protocol::Esp,
                 spi,
                 ip,
-                off: off + 8,
+                off: off + udp::HEADER_LEN,
                 udp: true,
             }))
         }

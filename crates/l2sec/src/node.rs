@@ -83,7 +83,8 @@ use std::time::{Duration, Instant};
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use netveil_sa::counters::DropCounters;
-use netveil_wire::PacketBuf;
+use netveil_wire::ethernet::{self, ethertype, Address};
+use netveil_wire::{arp, ipv4, PacketBuf};
 use zeroize::Zeroizing;
 
 use crate::header::{Repr, Version};
@@ -396,28 +397,35 @@ fn is_group(mac: &Mac) -> bool {
 
 /// The IPv4 address a frame is for, when it shows one (IPv4 destination, ARP target).
 fn target_ipv4(frame: &[u8]) -> Option<Ipv4Addr> {
-    let et = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    let at = match et {
-        0x0800 => 14 + 16,
-        0x0806 => 14 + 24,
-        _ => return None,
-    };
-    let b: [u8; 4] = frame.get(at..at + 4)?.try_into().ok()?;
-    Some(Ipv4Addr::from(b))
+    // Only the address is read: the rest of the IPv4 header or ARP packet is not checked.
+    let eth = ethernet::Packet::new_checked(frame).ok()?;
+    let l3 = eth.payload();
+    match eth.ethertype() {
+        ethertype::IPV4 if l3.len() >= ipv4::MIN_HEADER_LEN => {
+            Some(ipv4::Packet::new_unchecked(l3).dst_addr())
+        }
+        ethertype::ARP => Some(arp::Packet::new_checked(l3).ok()?.target_proto_addr()),
+        _ => None,
+    }
 }
 
 /// An Ethernet/IPv4 ARP packet's sender hardware and protocol addresses (`None` for anything else).
 fn arp_sender(frame: &[u8]) -> Option<(Mac, Ipv4Addr)> {
-    if frame.get(12..14)? != [0x08, 0x06] {
+    let eth = ethernet::Packet::new_checked(frame).ok()?;
+    if eth.ethertype() != ethertype::ARP {
         return None;
     }
-    let a = frame.get(14..14 + 28)?;
-    if a[..6] != [0, 1, 8, 0, 6, 4] {
+    let a = arp::Packet::new_checked(eth.payload()).ok()?;
+    if (
+        a.hardware_type(),
+        a.protocol_type(),
+        a.hardware_len(),
+        a.protocol_len(),
+    ) != (arp::HTYPE_ETHERNET, ethertype::IPV4, 6, 4)
+    {
         return None;
     }
-    let sha: Mac = a[8..14].try_into().ok()?;
-    let spa: [u8; 4] = a[14..18].try_into().ok()?;
-    Some((sha, Ipv4Addr::from(spa)))
+    Some((a.sender_hw_addr().0, a.sender_proto_addr()))
 }
 
 impl Node {
@@ -590,12 +598,9 @@ impl Node {
     }
 
     fn outbound(&mut self, frame: &mut PacketBuf, now: Instant) -> Result<Outbound, NodeDrop> {
-        let d = frame.data();
-        if d.len() < 14 {
-            return Err(Drop::Malformed.into());
-        }
-        let dst: Mac = d[..6].try_into().map_err(|_| Drop::Malformed)?;
-        if d[6..12] != self.cfg.mac {
+        let eth = ethernet::Packet::new_checked(frame.data()).map_err(|_| Drop::Malformed)?;
+        let dst: Mac = eth.dst_addr().0;
+        if eth.src_addr().0 != self.cfg.mac {
             // The host only sends with its own address (the TAP device has the port's MAC).
             return Err(Drop::Malformed.into());
         }
@@ -670,12 +675,16 @@ impl Node {
 
     /// Seals a SEP message as a group frame to the broadcast address and queues it.
     fn send_control(&mut self, msg: &[u8], now: Instant) {
-        let mut b = PacketBuf::new(msg.len() + 14 + 256, 32);
-        if let Some(d) = b.push_back(14 + msg.len()) {
-            d[..6].copy_from_slice(&BROADCAST);
-            d[6..12].copy_from_slice(&self.cfg.mac);
-            d[12..14].copy_from_slice(&self.cfg.ethertype.to_be_bytes());
-            d[14..].copy_from_slice(msg);
+        let mut b = PacketBuf::new(msg.len() + ethernet::HEADER_LEN + 256, 32);
+        if let Some(d) = b.push_back(ethernet::HEADER_LEN + msg.len()) {
+            let mut eth = ethernet::Packet::new_unchecked(d);
+            ethernet::Repr {
+                src: Address(self.cfg.mac),
+                dst: Address(BROADCAST),
+                ethertype: self.cfg.ethertype,
+            }
+            .emit(&mut eth);
+            eth.payload_mut().copy_from_slice(msg);
         }
         if self.seal_group(&mut b, now).is_ok() {
             self.ready.push_back(b.data().to_vec());
@@ -849,7 +858,11 @@ impl Node {
         order: (u64, u64),
         now: Instant,
     ) -> Result<Inbound, NodeDrop> {
-        let msg = frame.data().get(14..).unwrap_or(&[]).to_vec();
+        let msg = frame
+            .data()
+            .get(ethernet::HEADER_LEN..)
+            .unwrap_or(&[])
+            .to_vec();
         if let Some(ip) = sep::stated_ip(&msg, self.cfg.mac) {
             if !self.binding_allows(src, ip) {
                 self.stats.sep_error(SepError::IpBound);

@@ -245,8 +245,11 @@ impl TxSession {
         let s = HDR_AT + h;
         {
             let d = frame.data_mut();
-            d.copy_within(12..14, s);
-            d[12..14].copy_from_slice(&self.cfg.ethertype.to_be_bytes());
+            // The frame's EtherType moves into the section; the Ethernet header gets l2sec's.
+            let mut eth = ethernet::Packet::new_unchecked(&mut *d);
+            let inner = eth.ethertype();
+            eth.set_ethertype(self.cfg.ethertype);
+            d[s..s + 2].copy_from_slice(&inner.to_be_bytes());
             d[s + 2] = pad as u8;
             repr.emit(&mut Header::new_unchecked(&mut d[HDR_AT..s]));
         }
@@ -658,9 +661,9 @@ impl RxSession {
         }
 
         // [MACs][l2sec type][header][type][pad len][L3]... -> [MACs][type][L3]
-        d.copy_within(s..s + 2, s + 1);
+        ethernet::Packet::new_unchecked(&mut *d).set_ethertype(ethertype);
         frame
-            .remove_gap(12, p.header_len + SECTION_PREFIX)
+            .remove_gap(ethernet::HEADER_LEN, p.header_len + SECTION_PREFIX)
             .ok_or(Drop::Malformed)?;
         frame.truncate(ethernet::HEADER_LEN + l3_len);
         Ok(Opened {

@@ -132,20 +132,28 @@ impl Split {
 
 /// An IPv4/UDP packet 10.0.0.1:4000 -> 10.0.1.2:5000 with `payload` bytes (checksum 0: not checked here).
 fn inner_packet(payload: usize, seed: usize) -> Vec<u8> {
-    let total = 28 + payload;
-    let mut p = vec![0u8; total];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    p[8] = 64;
-    p[9] = 17;
-    p[12..16].copy_from_slice(&[10, 0, 0, 1]);
-    p[16..20].copy_from_slice(&[10, 0, 1, 2]);
-    let c = netveil_wire::checksum::checksum(&p[..20]);
-    p[10..12].copy_from_slice(&c.to_be_bytes());
-    p[20..22].copy_from_slice(&4000u16.to_be_bytes());
-    p[22..24].copy_from_slice(&5000u16.to_be_bytes());
-    p[24..26].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
-    for (i, b) in p[28..].iter_mut().enumerate() {
+    use netveil_wire::{ip_proto, ipv4, udp};
+    let udp_len = udp::HEADER_LEN + payload;
+    let mut p = vec![0u8; ipv4::MIN_HEADER_LEN + udp_len];
+    ipv4::Repr {
+        src: [10, 0, 0, 1].into(),
+        dst: [10, 0, 1, 2].into(),
+        protocol: ip_proto::UDP,
+        payload_len: udp_len,
+        ttl: 64,
+        dscp_ecn: 0,
+        ident: 0,
+        dont_frag: false,
+    }
+    .emit(&mut ipv4::Packet::new_unchecked(&mut p[..]));
+    let mut u = udp::Packet::new_unchecked(&mut p[ipv4::MIN_HEADER_LEN..]);
+    udp::Repr {
+        src_port: 4000,
+        dst_port: 5000,
+        payload_len: payload,
+    }
+    .emit(&mut u);
+    for (i, b) in u.payload_mut().iter_mut().enumerate() {
         *b = (i * 31 + seed) as u8;
     }
     p

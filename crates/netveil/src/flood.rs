@@ -99,7 +99,7 @@ fn random(n: usize) -> Vec<u8> {
 /// An Ethernet + IPv4 + UDP frame around `payload`.
 fn frame(a: &FloodArgs, dst_mac: [u8; 6], sport: u16, dport: u16, payload: &[u8]) -> PacketBuf {
     let ulen = udp::HEADER_LEN + payload.len();
-    let total = ethernet::HEADER_LEN + 20 + ulen;
+    let total = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + ulen;
     let mut b = PacketBuf::new(total, 0);
     let d = b.push_back(total).expect("sized above");
     ethernet::Repr {
@@ -120,7 +120,7 @@ fn frame(a: &FloodArgs, dst_mac: [u8; 6], sport: u16, dport: u16, payload: &[u8]
         dont_frag: true,
     }
     .emit(&mut ipv4::Packet::new_unchecked(&mut ip[..]));
-    let u = &mut ip[20..];
+    let u = &mut ip[ipv4::MIN_HEADER_LEN..];
     udp::Repr {
         src_port: sport,
         dst_port: dport,
@@ -132,7 +132,7 @@ fn frame(a: &FloodArgs, dst_mac: [u8; 6], sport: u16, dport: u16, payload: &[u8]
 }
 
 /// Where, in a generated frame, the per-packet counter goes (ESP sequence number, PSP IV), if anywhere.
-const COUNTER_AT: usize = ethernet::HEADER_LEN + 20 + udp::HEADER_LEN;
+const COUNTER_AT: usize = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + udp::HEADER_LEN;
 
 fn payload(a: &FloodArgs, spi: u32) -> Vec<u8> {
     let n = a.size.max(32);
@@ -220,16 +220,22 @@ fn frames(a: &FloodArgs) -> Result<(Vec<PacketBuf>, Counter)> {
                     continue; // truncated by the capture
                 }
                 // Ethernet, IPv4, UDP to the port.
-                if d.len() < 42 || d[12..14] != [0x08, 0x00] || d[23] != 17 {
+                let Ok(eth) = ethernet::Packet::new_checked(&d[..]) else {
+                    continue;
+                };
+                if eth.ethertype() != ethernet::ethertype::IPV4 {
                     continue;
                 }
-                let ihl = usize::from(d[14] & 0x0f) * 4;
-                let u = 14 + ihl;
-                if d.len() < u + 8 || u16::from_be_bytes([d[u + 2], d[u + 3]]) != port {
+                let Ok(ip) = ipv4::Packet::new_checked(eth.payload()) else {
+                    continue;
+                };
+                if ip.protocol() != netveil_wire::ip_proto::UDP
+                    || !udp::Packet::new_checked(ip.payload()).is_ok_and(|u| u.dst_port() == port)
+                {
                     continue;
                 }
                 let mut f = PacketBuf::from_slice(d, 0, 0);
-                f.data_mut()[..6].copy_from_slice(&mac);
+                ethernet::Packet::new_unchecked(f.data_mut()).set_dst_addr(Address(mac));
                 out.push(f);
             }
             if out.is_empty() {

@@ -302,7 +302,7 @@ fn map_packets(
                 let mut data = Vec::with_capacity(frame.link_hdr.len() + pkt.len());
                 if out_link == LinkType::Ethernet {
                     data.extend_from_slice(frame.link_hdr);
-                    let et = match pkt.data().first().map(|b| b >> 4) {
+                    let et = match netveil_wire::ip::version(pkt.data()) {
                         Some(6) => ETHERTYPE_IPV6,
                         _ => ETHERTYPE_IPV4,
                     };

@@ -24,7 +24,7 @@ pub enum FileError {
 /// `None` if `p` is shorter than that.
 pub fn ip_own(p: &[u8]) -> Option<&[u8]> {
     use netveil_wire::{ipv4, ipv6};
-    let len = match p.first().map(|b| b >> 4) {
+    let len = match netveil_wire::ip::version(p) {
         Some(4) if p.len() >= ipv4::MIN_HEADER_LEN => {
             usize::from(ipv4::Packet::new_unchecked(p).total_len())
         }
@@ -108,8 +108,7 @@ pub fn be16(b: &[u8], at: usize) -> Option<u16> {
 pub fn split_frame(link: LinkType, f: &[u8]) -> Option<Frame<'_>> {
     let ip_by_type = |et: u16, at: usize| -> Option<Frame<'_>> {
         let ip = f.get(at..)?;
-        let v = ip.first()? >> 4;
-        match (et, v) {
+        match (et, netveil_wire::ip::version(ip)?) {
             (ETHERTYPE_IPV4, 4) | (ETHERTYPE_IPV6, 6) => Some(Frame {
                 link_hdr: &f[..at - 2],
                 ip,
@@ -118,7 +117,7 @@ pub fn split_frame(link: LinkType, f: &[u8]) -> Option<Frame<'_>> {
         }
     };
     match link {
-        LinkType::Raw => match f.first().map(|b| b >> 4) {
+        LinkType::Raw => match netveil_wire::ip::version(f) {
             Some(4) | Some(6) => Some(Frame {
                 link_hdr: &f[..0],
                 ip: f,
@@ -133,7 +132,7 @@ pub fn split_frame(link: LinkType, f: &[u8]) -> Option<Frame<'_>> {
         LinkType::LinuxSll2 => {
             let et = be16(f, 0)?;
             let ip = f.get(20..)?;
-            match (et, ip.first()? >> 4) {
+            match (et, netveil_wire::ip::version(ip)?) {
                 (ETHERTYPE_IPV4, 4) | (ETHERTYPE_IPV6, 6) => Some(Frame {
                     link_hdr: &f[..0],
                     ip,

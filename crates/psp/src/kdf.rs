@@ -42,7 +42,7 @@ pub fn derive(master: &[u8; 32], spi: u32, version: Version) -> Zeroizing<Vec<u8
     let mut block = [0u8; 16];
     block[4..8].copy_from_slice(label);
     block[8..12].copy_from_slice(&spi.to_be_bytes());
-    block[12..16].copy_from_slice(&((len * 8) as u32).to_be_bytes());
+    block[12..16].copy_from_slice(&((len * 8) as u32).to_be_bytes()); // check-ip-offsets: allow (KDF block)
     for (i, chunk) in out.chunks_mut(16).enumerate() {
         block[..4].copy_from_slice(&(i as u32 + 1).to_be_bytes());
         let mut mac = <Cmac<Aes256> as Mac>::new_from_slice(master).expect("32-byte key");

@@ -12,15 +12,14 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use netveil_crypto::{new_aead, Aead, AeadAlg};
-use netveil_wire::checksum;
-use netveil_wire::ip_proto;
-use netveil_wire::PacketBuf;
+use netveil_wire::ip::{self, Layout};
+use netveil_wire::{ip_proto, ipv4, ipv6, udp, PacketBuf};
 
 use crate::header::{Header, Repr, Version, BASE_LEN, ICV_LEN, VC_LEN};
 use crate::kdf::MasterKeys;
 use crate::{Error, UDP_PORT};
 
-const UDP_LEN: usize = 8;
+const UDP_LEN: usize = udp::HEADER_LEN;
 
 /// Transport or tunnel mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,53 +52,19 @@ fn aead_for(version: Version, key: &[u8]) -> Box<dyn Aead> {
     new_aead(alg, key).expect("derived key has the version's length")
 }
 
-/// The IP header length and protocol of `p` (IPv4: IHL; IPv6: the fixed header, extension headers are payload),
-/// checking that the header's length fields match the packet.
-fn ip_header(p: &[u8]) -> Result<(usize, u8), Error> {
-    match p.first().map(|b| b >> 4) {
-        Some(4) => {
-            if p.len() < 20 {
-                return Err(Error::Malformed);
-            }
-            let ihl = (p[0] & 0x0f) as usize * 4;
-            let total = u16::from_be_bytes([p[2], p[3]]) as usize;
-            if ihl < 20 || total != p.len() || ihl > total {
-                return Err(Error::Malformed);
-            }
-            Ok((ihl, p[9]))
-        }
-        Some(6) => {
-            if p.len() < 40 || u16::from_be_bytes([p[4], p[5]]) as usize != p.len() - 40 {
-                return Err(Error::Malformed);
-            }
-            Ok((40, p[6]))
-        }
+/// The IP header of `p` (IPv4 with its options; IPv6: the fixed header, extension headers are payload), checking
+/// that the header's length fields match the packet.
+fn ip_header(p: &[u8]) -> Result<Layout, Error> {
+    match Layout::fixed(p) {
+        Ok(l) if l.total_len == p.len() => Ok(l),
         _ => Err(Error::Malformed),
-    }
-}
-
-/// Sets the length fields (and the IPv4 checksum) of the IP header at the start of `p` for a packet of
-/// `p.len()` bytes whose header is `hlen` long, and its protocol to `proto`.
-fn fix_ip_header(p: &mut [u8], hlen: usize, proto: u8) {
-    let len = p.len() as u16;
-    if p[0] >> 4 == 4 {
-        p[2..4].copy_from_slice(&len.to_be_bytes());
-        p[9] = proto;
-        p[10..12].fill(0);
-        let c = checksum::checksum(&p[..hlen]);
-        p[10..12].copy_from_slice(&c.to_be_bytes());
-    } else {
-        p[4..6].copy_from_slice(&(len - 40).to_be_bytes());
-        p[6] = proto;
     }
 }
 
 /// The UDP source port for a packet whose transport header (protocol `proto`) starts at `l4`.
 fn src_port(proto: u8, l4: &[u8]) -> u16 {
-    match proto {
-        ip_proto::TCP | ip_proto::UDP if l4.len() >= 4 => {
-            u16::from_be_bytes([l4[0], l4[1]]) ^ u16::from_be_bytes([l4[2], l4[3]])
-        }
+    match (proto, ip::ports(l4)) {
+        (ip_proto::TCP | ip_proto::UDP, Some((s, d))) => s ^ d,
         _ => UDP_PORT,
     }
 }
@@ -185,38 +150,39 @@ impl TxSa {
     /// Encapsulates the IP packet in `pkt` (which must be exactly one IP packet, its length fields matching).
     /// On error the packet is unchanged and no IV is used. Safe to call from several threads at once.
     pub fn encapsulate(&self, pkt: &mut PacketBuf) -> Result<(), Error> {
-        let (ihl, proto) = ip_header(pkt.data())?;
+        let ip = ip_header(pkt.data())?;
+        let ihl = ip.header_len;
         let psp_hlen = BASE_LEN + if self.cfg.vc { VC_LEN } else { 0 };
-        let (ip_hlen, offset, next_header, sport, added) = match self.cfg.mode {
+        let sport = src_port(ip.next_header, &pkt.data()[ihl..]);
+        let (ip_hlen, offset, next_header, added) = match self.cfg.mode {
             Mode::Transport => {
-                let d = pkt.data();
                 // An IPv4 fragment cannot be carried: its header (MF, offset) would become the outer header of a
                 // whole UDP datagram, which receivers would try to reassemble. (Tunnel mode carries fragments.)
-                if d[0] >> 4 == 4 && (d[6] & 0x3f != 0 || d[7] != 0) {
+                if ip.fragment {
                     return Err(Error::Fragment);
                 }
                 (
                     ihl,
                     self.cfg.crypt_offset_transport,
-                    proto,
-                    src_port(proto, &d[ihl..]),
+                    ip.next_header,
                     UDP_LEN + psp_hlen,
                 )
             }
             Mode::Tunnel => {
-                let d = pkt.data();
-                let (outer, off, nh) = if d[0] >> 4 == 4 {
-                    (20, self.cfg.crypt_offset_tunnel_v4, ip_proto::IPIP)
+                let (outer, off, nh) = if ip.v6 {
+                    (
+                        ipv6::HEADER_LEN,
+                        self.cfg.crypt_offset_tunnel_v6,
+                        ip_proto::IPV6,
+                    )
                 } else {
-                    (40, self.cfg.crypt_offset_tunnel_v6, ip_proto::IPV6)
+                    (
+                        ipv4::MIN_HEADER_LEN,
+                        self.cfg.crypt_offset_tunnel_v4,
+                        ip_proto::IPIP,
+                    )
                 };
-                (
-                    outer,
-                    off,
-                    nh,
-                    src_port(proto, &d[ihl..]),
-                    outer + UDP_LEN + psp_hlen,
-                )
+                (outer, off, nh, outer + UDP_LEN + psp_hlen)
             }
         };
         // Bytes after the IV: VC + payload (transport) or VC + inner packet (tunnel).
@@ -232,33 +198,36 @@ impl TxSa {
         if new_len > 0xffff || pkt.headroom() < added || pkt.tailroom() < ICV_LEN {
             return Err(Error::NoRoom);
         }
-        // The IV is taken once every check passed, before the packet changes: a refused packet uses none.
+        // The IV is taken once every check passed, before the packet changes: a refused packet uses none (and
+        // none of the steps below fails).
         let iv = self.take_iv()?;
         match self.cfg.mode {
             Mode::Transport => {
                 pkt.insert_gap(ihl, added).ok_or(Error::NoRoom)?;
+                pkt.push_back(ICV_LEN).ok_or(Error::NoRoom)?;
+                ip.fix_header(pkt.data_mut(), ip_proto::UDP)
+                    .map_err(|_| Error::Malformed)?;
             }
             Mode::Tunnel => {
                 pkt.push_front(added).ok_or(Error::NoRoom)?;
+                pkt.push_back(ICV_LEN).ok_or(Error::NoRoom)?;
                 let d = pkt.data_mut();
+                // The outer header is a copy of the inner one's fixed part (IPv4 without options), carrying UDP,
+                // and whole even when the inner packet is a fragment (DF kept; MF and the offset not). Its next
+                // header sits where the inner one's does: `ip` fixes it.
                 d.copy_within(added..added + ip_hlen, 0);
-                if d[0] >> 4 == 4 {
-                    d[0] = 0x45;
-                    // The outer datagram is whole even when the inner packet is a fragment: keep DF only.
-                    d[6] &= 0x40;
-                    d[7] = 0;
+                if !ip.v6 {
+                    let mut h = ipv4::Packet::new_unchecked(&mut *d);
+                    h.set_header_len(ipv4::MIN_HEADER_LEN);
+                    h.set_flags(h.flags() & ipv4::flags::DF);
+                    h.set_frag_offset(0);
                 }
+                ip.fix_header(d, ip_proto::UDP)
+                    .map_err(|_| Error::Malformed)?;
             }
         }
-        pkt.push_back(ICV_LEN).ok_or(Error::NoRoom)?;
         let d = pkt.data_mut();
-        fix_ip_header(d, ip_hlen, ip_proto::UDP);
-        let udp_len = (d.len() - ip_hlen) as u16;
-        let udp = &mut d[ip_hlen..ip_hlen + UDP_LEN];
-        udp[0..2].copy_from_slice(&sport.to_be_bytes());
-        udp[2..4].copy_from_slice(&UDP_PORT.to_be_bytes());
-        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        udp[6..8].fill(0);
+        ip::emit_udp_header(d, ip_hlen, sport, UDP_PORT, false).map_err(|_| Error::Malformed)?;
         let psp = &mut d[ip_hlen + UDP_LEN..];
         let repr = Repr {
             next_header,
@@ -301,31 +270,33 @@ impl core::fmt::Debug for RxSa {
     }
 }
 
-/// The located PSP part of a packet: IP header length, PSP header (parsed), its length.
+/// The located PSP part of a packet: IP header, PSP header (parsed), its length.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Located {
-    pub(crate) ip_hlen: usize,
+    pub(crate) ip: Layout,
     pub(crate) hdr: Repr,
     pub(crate) psp_hlen: usize,
 }
 
 /// Finds and checks the PSP header of an IP packet (UDP to port 1000). `Err(NotPsp)` for other packets.
+#[inline]
 pub(crate) fn locate(p: &[u8]) -> Result<Located, Error> {
-    let (ip_hlen, proto) = ip_header(p)?;
-    if proto != ip_proto::UDP {
+    let ip = ip_header(p)?;
+    if ip.next_header != ip_proto::UDP {
         return Err(Error::NotPsp);
     }
-    let udp = p.get(ip_hlen..).ok_or(Error::Malformed)?;
-    if udp.len() < UDP_LEN {
+    let dgram = p.get(ip.header_len..).ok_or(Error::Malformed)?;
+    if dgram.len() < UDP_LEN {
         return Err(Error::Malformed);
     }
-    if u16::from_be_bytes([udp[2], udp[3]]) != UDP_PORT {
+    let u = udp::Packet::new_unchecked(dgram);
+    if u.dst_port() != UDP_PORT {
         return Err(Error::NotPsp);
     }
-    if u16::from_be_bytes([udp[4], udp[5]]) as usize != udp.len() {
+    if usize::from(u.len()) != dgram.len() {
         return Err(Error::Malformed);
     }
-    let psp = &udp[UDP_LEN..];
+    let psp = &dgram[UDP_LEN..];
     let h = Header::new_checked(psp).map_err(|_| Error::Malformed)?;
     if h.version().is_none() {
         return Err(Error::UnsupportedVersion);
@@ -338,11 +309,7 @@ pub(crate) fn locate(p: &[u8]) -> Result<Located, Error> {
     if BASE_LEN + 4 * hdr.crypt_offset as usize > psp.len() - ICV_LEN {
         return Err(Error::CryptOffset);
     }
-    Ok(Located {
-        ip_hlen,
-        hdr,
-        psp_hlen,
-    })
+    Ok(Located { ip, hdr, psp_hlen })
 }
 
 /// The SPI and version of the PSP header of an IP packet, to pick the SA (`Err(NotPsp)` if not PSP).
@@ -387,6 +354,7 @@ impl RxSa {
     }
 
     /// [`RxSa::decapsulate`] with the header already located (so that a device parses it once per packet).
+    #[inline]
     pub(crate) fn decapsulate_located(
         &self,
         pkt: &mut PacketBuf,
@@ -396,7 +364,7 @@ impl RxSa {
             return Err(Error::Auth);
         }
         let d = pkt.data_mut();
-        let psp = &mut d[loc.ip_hlen + UDP_LEN..];
+        let psp = &mut d[loc.ip.header_len + UDP_LEN..];
         let nonce = Header::new_unchecked(&*psp).nonce();
         let (body, icv) = psp.split_at_mut(psp.len() - ICV_LEN);
         let clear = if self.version.is_gmac() {
@@ -414,19 +382,20 @@ impl RxSa {
         pkt.truncate(len - ICV_LEN);
         let mode = match nh {
             ip_proto::IPIP | ip_proto::IPV6 => {
-                pkt.pull_front(loc.ip_hlen + strip)
+                pkt.pull_front(loc.ip.header_len + strip)
                     .ok_or(Error::Malformed)?;
                 let want = if nh == ip_proto::IPIP { 4 } else { 6 };
-                if pkt.data().first().map(|b| b >> 4) != Some(want)
-                    || ip_header(pkt.data()).is_err()
-                {
+                if ip::version(pkt.data()) != Some(want) || ip_header(pkt.data()).is_err() {
                     return Err(Error::Malformed);
                 }
                 Mode::Tunnel
             }
             _ => {
-                pkt.remove_gap(loc.ip_hlen, strip).ok_or(Error::Malformed)?;
-                fix_ip_header(pkt.data_mut(), loc.ip_hlen, nh);
+                pkt.remove_gap(loc.ip.header_len, strip)
+                    .ok_or(Error::Malformed)?;
+                loc.ip
+                    .fix_header(pkt.data_mut(), nh)
+                    .map_err(|_| Error::Malformed)?;
                 Mode::Transport
             }
         };

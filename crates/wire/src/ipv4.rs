@@ -9,6 +9,17 @@ use crate::{Error, Result};
 /// Length of the header without options.
 pub const MIN_HEADER_LEN: usize = 20;
 
+/// Offset of the protocol byte in the header.
+pub const PROTOCOL_OFFSET: usize = 9;
+
+/// The flag bits as [`Packet::flags`] returns them.
+pub mod flags {
+    /// Don't fragment.
+    pub const DF: u8 = 0b010;
+    /// More fragments.
+    pub const MF: u8 = 0b001;
+}
+
 /// Option type numbers.
 pub mod option {
     /// End of option list.
@@ -105,7 +116,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// True if MF is set or the fragment offset is non-zero.
     pub fn is_fragment(&self) -> bool {
-        self.more_frags() || self.frag_offset() != 0
+        // MF (0x2000) and the offset (0x1fff) in one test.
+        get_u16(self.buffer.as_ref(), 6) & 0x3fff != 0
     }
 
     pub fn ttl(&self) -> u8 {
@@ -113,7 +125,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     pub fn protocol(&self) -> u8 {
-        self.buffer.as_ref()[9]
+        self.buffer.as_ref()[PROTOCOL_OFFSET]
     }
 
     pub fn checksum(&self) -> u16 {
@@ -175,6 +187,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         set_u16(self.buffer.as_mut(), 4, v);
     }
 
+    /// Sets the three flag bits (reserved, DF, MF) from the low bits of `v`, as [`Packet::flags`] returns them.
+    pub fn set_flags(&mut self, v: u8) {
+        let b = &mut self.buffer.as_mut()[6];
+        *b = (*b & 0x1f) | ((v & 0b111) << 5);
+    }
+
     pub fn set_dont_frag(&mut self, v: bool) {
         let b = &mut self.buffer.as_mut()[6];
         *b = if v { *b | 0x40 } else { *b & !0x40 };
@@ -197,7 +215,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 
     pub fn set_protocol(&mut self, v: u8) {
-        self.buffer.as_mut()[9] = v;
+        self.buffer.as_mut()[PROTOCOL_OFFSET] = v;
     }
 
     pub fn set_checksum(&mut self, v: u16) {
@@ -219,10 +237,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Computes and stores the header checksum.
     pub fn fill_checksum(&mut self) {
-        self.set_checksum(0);
         let hl = self.header_len();
-        let c = checksum::checksum(&self.buffer.as_ref()[..hl]);
-        self.set_checksum(c);
+        let h = &mut self.buffer.as_mut()[..hl];
+        set_u16(h, 10, 0);
+        let c = checksum::checksum(h);
+        set_u16(h, 10, c);
     }
 
     pub fn payload_mut(&mut self) -> &mut [u8] {
@@ -363,19 +382,21 @@ impl Repr {
     /// Writes a 20-byte header with a valid checksum; the buffer must hold at least the header.
     /// `payload_len` must fit the 16-bit total length.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, p: &mut Packet<&mut T>) {
-        p.set_version(4);
-        p.set_header_len(MIN_HEADER_LEN);
-        p.set_dscp_ecn(self.dscp_ecn);
-        p.set_total_len((MIN_HEADER_LEN + self.payload_len) as u16);
-        p.set_ident(self.ident);
-        p.buffer.as_mut()[6] = 0;
-        p.buffer.as_mut()[7] = 0;
-        p.set_dont_frag(self.dont_frag);
-        p.set_ttl(self.ttl);
-        p.set_protocol(self.protocol);
-        p.set_src_addr(self.src);
-        p.set_dst_addr(self.dst);
-        p.fill_checksum();
+        // One bounds check for the whole header, then plain stores (this runs per packet for tunnel headers).
+        let h = &mut p.buffer.as_mut()[..MIN_HEADER_LEN];
+        h[0] = 0x40 | (MIN_HEADER_LEN / 4) as u8;
+        h[1] = self.dscp_ecn;
+        set_u16(h, 2, (MIN_HEADER_LEN + self.payload_len) as u16);
+        set_u16(h, 4, self.ident);
+        h[6] = if self.dont_frag { 0x40 } else { 0 };
+        h[7] = 0;
+        h[8] = self.ttl;
+        h[PROTOCOL_OFFSET] = self.protocol;
+        set_u16(h, 10, 0);
+        h[12..16].copy_from_slice(&self.src.octets());
+        h[16..20].copy_from_slice(&self.dst.octets());
+        let c = checksum::checksum(h);
+        set_u16(h, 10, c);
     }
 }
 
@@ -523,7 +544,12 @@ pub(crate) mod tests {
         assert!(!p.dont_frag());
         assert_eq!(p.frag_offset(), 0x1abc);
         assert!(p.is_fragment());
-        assert_eq!(p.flags(), 1);
+        assert_eq!(p.flags(), flags::MF);
+        p.set_flags(flags::DF | 0b100);
+        assert_eq!((p.flags(), p.frag_offset()), (0b110, 0x1abc));
+        assert!(p.dont_frag() && !p.more_frags());
+        p.set_flags(0);
+        assert_eq!((p.flags(), p.frag_offset()), (0, 0x1abc));
         p.payload_mut()[0] = 0xee;
         assert_eq!(p.payload()[0], 0xee);
     }

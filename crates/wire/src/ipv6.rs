@@ -60,7 +60,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     pub fn next_header(&self) -> u8 {
-        self.buffer.as_ref()[6]
+        self.buffer.as_ref()[NEXT_HEADER_OFFSET]
     }
 
     pub fn hop_limit(&self) -> u8 {
@@ -118,7 +118,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 
     pub fn set_next_header(&mut self, v: u8) {
-        self.buffer.as_mut()[6] = v;
+        self.buffer.as_mut()[NEXT_HEADER_OFFSET] = v;
     }
 
     pub fn set_hop_limit(&mut self, v: u8) {
@@ -231,8 +231,8 @@ pub struct ExtHeader {
 
 /// Iterator over the extension headers of an IPv6 packet, without allocating.
 ///
-/// Stops after a non-first fragment's fragment header (what follows is not a header). Yields `Err` once and stops if
-/// a header runs past the payload.
+/// Stops after a non-first fragment's fragment header (what follows is not a header), and with
+/// [`ExtHeaderIter::stop_at_ah`] at an AH header. Yields `Err` once and stops if a header runs past the payload.
 #[derive(Debug, Clone)]
 pub struct ExtHeaderIter<'a> {
     data: &'a [u8],
@@ -241,6 +241,7 @@ pub struct ExtHeaderIter<'a> {
     offset: usize,
     nh_offset: usize,
     done: bool,
+    step_ah: bool,
 }
 
 impl<'a> ExtHeaderIter<'a> {
@@ -253,7 +254,16 @@ impl<'a> ExtHeaderIter<'a> {
             offset: HEADER_LEN,
             nh_offset: NEXT_HEADER_OFFSET,
             done: false,
+            step_ah: true,
         })
+    }
+
+    /// Stops at an AH header instead of stepping over it: the headers yielded are then the ones that go before
+    /// ESP or AH (Hop-by-Hop, Routing, Fragment, Destination Options), and [`Self::offset`] is where IPsec inserts
+    /// or finds its header.
+    pub fn stop_at_ah(mut self) -> Self {
+        self.step_ah = false;
+        self
     }
 
     /// Protocol number of the header at [`Self::offset`].
@@ -276,7 +286,7 @@ impl Iterator for ExtHeaderIter<'_> {
     type Item = Result<ExtHeader>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done || !is_ext_header(self.next) {
+        if self.done || !is_ext_header(self.next) || (!self.step_ah && self.next == ip_proto::AH) {
             return None;
         }
         let d = self.data;
@@ -605,6 +615,14 @@ pub(crate) mod tests {
             (40, 0, true, 0xaabbccdd)
         );
         assert!(!w.is_later_fragment());
+        // Stopping at AH: the fragment header only; AH is where IPsec finds its header.
+        let mut it = ExtHeaderIter::new(&v).unwrap().stop_at_ah();
+        assert_eq!(it.next().unwrap().unwrap().kind, ip_proto::IPV6_FRAG);
+        assert_eq!(it.next(), None);
+        assert_eq!(
+            (it.next_proto(), it.offset(), it.next_header_offset()),
+            (ip_proto::AH, 48, 40)
+        );
 
         // Non-first fragment: stops after the fragment header.
         let ext = [43, 0, 0x00, 0x10, 0, 0, 0, 1, 0xff, 0xff];

@@ -79,6 +79,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
         ((self.buffer.as_ref()[12] >> 4) as usize) * 4
     }
 
+    /// The three reserved bits between the data offset and the flags (RFC 3540 took the fourth for NS).
+    pub fn reserved(&self) -> u8 {
+        (self.buffer.as_ref()[12] >> 1) & 0x07
+    }
+
     /// The nine flag bits (NS..FIN); see [`flags`].
     pub fn flags(&self) -> u16 {
         get_u16(self.buffer.as_ref(), 12) & 0x01ff
@@ -273,6 +278,7 @@ mod tests {
         assert_eq!(p.ack_number(), 0);
         assert_eq!(p.header_len(), 40);
         assert_eq!(p.flags(), flags::SYN);
+        assert_eq!(p.reserved(), 0);
         assert!(p.syn() && !p.ack() && !p.fin() && !p.rst());
         assert_eq!(p.window_len(), 64240);
         assert_eq!(p.urgent_at(), 0);
@@ -284,6 +290,16 @@ mod tests {
         );
         assert!(p.verify_checksum(s, d));
         assert!(!p.verify_checksum(d, d));
+    }
+
+    /// The reserved bits sit between the data offset and NS, and are not flags.
+    #[test]
+    fn reserved_bits() {
+        let mut v = syn();
+        v[20 + 12] = 0xa0 | 0b1011;
+        let p = Packet::new_checked(&v[20..]).unwrap();
+        assert_eq!((p.header_len(), p.reserved()), (40, 0b101));
+        assert_eq!(p.flags(), flags::NS | flags::SYN);
     }
 
     #[test]
