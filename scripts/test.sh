@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: format, lints, docs and layers; unit and known-answer tests, namespace and interop tests (root),
+# The whole test suite: format, lints, docs, layers and the one IP parser; unit and known-answer tests, namespace and interop tests (root),
 # scapy interop, fuzz smoke.
 # Installs what it needs first (.ci/setup). Run as root: `sudo scripts/test.sh`.
 set -euo pipefail
@@ -15,6 +15,7 @@ done
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
+scripts/check-ip-offsets
 if [ -x ../shared/tools/check-layers ]; then
   ../shared/tools/check-layers
 else
