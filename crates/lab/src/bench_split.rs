@@ -130,30 +130,17 @@ impl Split {
     }
 }
 
-/// An IPv4/UDP packet 10.0.0.1:4000 -> 10.0.1.2:5000 with `payload` bytes (checksum 0: not checked here).
+/// An IPv4/UDP packet 10.0.0.1:4000 -> 10.0.1.2:5000 with `payload` bytes (UDP checksum 0: not checked here).
 fn inner_packet(payload: usize, seed: usize) -> Vec<u8> {
-    use netveil_wire::{ip_proto, ipv4, udp};
-    let udp_len = udp::HEADER_LEN + payload;
-    let mut p = vec![0u8; ipv4::MIN_HEADER_LEN + udp_len];
-    ipv4::Repr {
-        src: [10, 0, 0, 1].into(),
-        dst: [10, 0, 1, 2].into(),
-        protocol: ip_proto::UDP,
-        payload_len: udp_len,
-        ttl: 64,
-        dscp_ecn: 0,
-        ident: 0,
-        dont_frag: false,
-    }
-    .emit(&mut ipv4::Packet::new_unchecked(&mut p[..]));
-    let mut u = udp::Packet::new_unchecked(&mut p[ipv4::MIN_HEADER_LEN..]);
-    udp::Repr {
-        src_port: 4000,
-        dst_port: 5000,
-        payload_len: payload,
-    }
-    .emit(&mut u);
-    for (i, b) in u.payload_mut().iter_mut().enumerate() {
+    let (src, dst) = (
+        std::net::SocketAddr::from(([10, 0, 0, 1], 4000)),
+        std::net::SocketAddr::from(([10, 0, 1, 2], 5000)),
+    );
+    let hlen = netveil_wire::ip::ip_udp_header_len(src.ip());
+    let mut p = vec![0u8; hlen + payload];
+    netveil_wire::ip::emit_ip_udp(&mut p[..hlen], src, dst, payload)
+        .expect("a small IPv4/UDP packet");
+    for (i, b) in p[hlen..].iter_mut().enumerate() {
         *b = (i * 31 + seed) as u8;
     }
     p
