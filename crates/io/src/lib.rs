@@ -21,6 +21,7 @@
 
 pub use netveil_wire::PacketBuf;
 
+mod gro;
 mod sys;
 
 pub mod filter;

@@ -10,13 +10,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use netveil_wire::PacketBuf;
-use tun_rs::{DeviceBuilder, ExpandBuffer, GROTable, SyncDevice, IDEAL_BATCH_SIZE};
+use tun_rs::{DeviceBuilder, SyncDevice, IDEAL_BATCH_SIZE};
 
-use crate::sys;
+use crate::{gro, sys};
 
-/// Length of the virtio-net header that precedes every packet on an offload TUN: the headroom each packet given
-/// to [`Tun::send_batch`] needs (at least) for the batch to be coalesced without copying.
-pub const VIRTIO_NET_HDR_LEN: usize = tun_rs::VIRTIO_NET_HDR_LEN;
+/// Length of the virtio-net header that precedes every packet on an offload TUN.
+pub const VIRTIO_NET_HDR_LEN: usize = gro::VNET_HDR_LEN;
 
 /// Minimum size of the `scratch` buffer of [`Tun::recv_batch`]: a virtio-net header plus a 64 KiB super-packet.
 pub const RECV_SCRATCH_LEN: usize = VIRTIO_NET_HDR_LEN + 65535;
@@ -49,7 +48,6 @@ pub struct Tun {
     multi_queue: bool,
     /// Receive timeout in milliseconds; 0 = block forever.
     timeout_ms: AtomicU64,
-    gro: Mutex<GROTable>,
     /// Scratch for [`Tun::recv`] on an offload device (raw read incl. the virtio-net header); empty otherwise.
     recv_scratch: Mutex<Vec<u8>>,
 }
@@ -81,50 +79,10 @@ impl AsMut<[u8]> for RecvView {
     }
 }
 
-/// A [`PacketBuf`] whose data starts with [`VIRTIO_NET_HDR_LEN`] bytes of room for the virtio-net header, as
-/// tun-rs's GRO (`send_multiple` with `offset = VIRTIO_NET_HDR_LEN`) wants it; it may grow into the tailroom.
-#[repr(transparent)]
-struct SendView(PacketBuf);
-
-impl AsRef<[u8]> for SendView {
-    fn as_ref(&self) -> &[u8] {
-        self.0.data()
-    }
-}
-impl AsMut<[u8]> for SendView {
-    fn as_mut(&mut self) -> &mut [u8] {
-        self.0.data_mut()
-    }
-}
-impl ExpandBuffer for SendView {
-    fn buf_capacity(&self) -> usize {
-        self.0.len() + self.0.tailroom()
-    }
-    fn buf_resize(&mut self, new_len: usize, value: u8) {
-        let old = self.0.len();
-        self.0.set_len(new_len);
-        if new_len > old {
-            self.0.data_mut()[old..].fill(value);
-        }
-    }
-    fn buf_extend_from_slice(&mut self, src: &[u8]) {
-        match self.0.push_back(src.len()) {
-            Some(dst) => dst.copy_from_slice(src),
-            // tun-rs checks buf_capacity() before growing a buffer, so this is unreachable.
-            None => panic!("GRO grew a packet past its capacity"),
-        }
-    }
-}
-
 fn recv_views(bufs: &mut [PacketBuf]) -> &mut [RecvView] {
     // SAFETY: RecvView is #[repr(transparent)] over PacketBuf, so the slices have identical layout; the
     // returned borrow takes over the exclusive borrow of `bufs`.
     unsafe { &mut *(bufs as *mut [PacketBuf] as *mut [RecvView]) }
-}
-
-fn send_views(bufs: &mut [PacketBuf]) -> &mut [SendView] {
-    // SAFETY: as in `recv_views`, SendView is #[repr(transparent)] over PacketBuf.
-    unsafe { &mut *(bufs as *mut [PacketBuf] as *mut [SendView]) }
 }
 
 impl Tun {
@@ -185,11 +143,6 @@ impl Tun {
             offload,
             multi_queue,
             timeout_ms: AtomicU64::new(0),
-            gro: Mutex::new(if offload {
-                GROTable::new()
-            } else {
-                GROTable::default()
-            }),
             recv_scratch: Mutex::new(if offload {
                 vec![0; RECV_SCRATCH_LEN]
             } else {
@@ -332,14 +285,14 @@ impl Tun {
         Ok(())
     }
 
-    /// Writes IP packets. With offload, TCP/UDP packets of the same flow are coalesced (GRO) into super-packets
-    /// first; for that each packet needs [`VIRTIO_NET_HDR_LEN`] bytes of headroom (otherwise the packets are
-    /// written one by one), and coalescing into a packet uses its tailroom (no tailroom: no coalescing).
-    /// The packets are consumed: afterwards their contents (and order in `pkts`) are unspecified. Write errors
-    /// do not stop the batch; the last one is returned.
-    pub fn send_batch(&self, pkts: &mut [PacketBuf]) -> io::Result<()> {
-        if !self.offload || pkts.iter().any(|p| p.headroom() < VIRTIO_NET_HDR_LEN) {
-            let mut res = Ok(());
+    /// Writes IP packets. With offload, runs of TCP segments of one flow (and of UDP datagrams, where the kernel
+    /// takes UDP GSO) are coalesced into super-packets of up to 64 KiB (GRO, see `gro`), each written with one
+    /// `writev` that gathers the payloads where they lie: no headroom or tailroom is needed and nothing is
+    /// copied. The packets are consumed: afterwards their contents are unspecified. Write errors do not stop the
+    /// batch; the last one is returned. Returns the number of writes.
+    pub fn send_batch(&self, pkts: &mut [PacketBuf]) -> io::Result<usize> {
+        if !self.offload {
+            let mut res = Ok(pkts.len());
             for p in pkts.iter() {
                 if let Err(e) = self.send(p.data()) {
                     res = Err(e);
@@ -347,18 +300,9 @@ impl Tun {
             }
             return res;
         }
-        for p in pkts.iter_mut() {
-            p.push_front(VIRTIO_NET_HDR_LEN);
-        }
-        let r = {
-            let mut gro = self.gro.lock().unwrap_or_else(|e| e.into_inner());
-            self.dev
-                .send_multiple(&mut gro, send_views(pkts), VIRTIO_NET_HDR_LEN)
-        };
-        for p in pkts.iter_mut() {
-            p.pull_front(VIRTIO_NET_HDR_LEN);
-        }
-        r.map(|_| ())
+        gro::write_batch(pkts, 0, self.dev.udp_gso(), |iov| {
+            self.dev.send_vectored(iov)
+        })
     }
 }
 

@@ -320,11 +320,11 @@ fn tun_offload_tcp_gro_send() {
                 PacketBuf::from_slice(&p, HEADROOM, 65536)
             })
             .collect();
-        t.send_batch(&mut batch).unwrap();
-        // Coalescing grew some packet into its tailroom.
+        let writes = t.send_batch(&mut batch).unwrap();
+        // Coalesced: fewer writes than segments.
         assert!(
-            batch.iter().any(|p| p.len() > 2 * seg),
-            "no GRO coalescing happened"
+            writes < 40 / 2,
+            "no GRO coalescing happened: {writes} writes"
         );
         let fin_seq = my_isn + 1 + data.len() as u32;
         t.send(&common::tcp4(
