@@ -297,10 +297,8 @@ impl Shared {
         if !from_peer {
             return Err(IpsecDrop::UnknownSpi.into());
         }
-        {
-            let dev = st.device.read().map_err(|_| IpsecDrop::Unsupported)?;
-            dev.decapsulate(pkt)?;
-        }
+        // No lock: the device's receive SAs as last published (the key exchange swaps them).
+        st.rx.decapsulate(pkt)?;
         self.check_in(snap, pkt.data(), now, frags, |p| p.psp)
     }
 }

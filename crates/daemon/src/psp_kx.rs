@@ -18,8 +18,9 @@
 //!   by TLS server-name verification, the server by checking the client certificate's names).
 //! - Once the connection is up, the machine is told so ([`KeyExchange::connected`]); the plaintext the peer sends
 //!   goes to [`KeyExchange::handle_input`], what [`KeyExchange::poll_transmit`] returns is written. Calls that
-//!   change the device's receive SAs run under the device's write lock, and the PSP socket's filter is refreshed
-//!   under the same lock, before the association that hands a new SPI out is written: the filter never refuses
+//!   change the device's receive SAs run under the device's write lock (the data plane does not take it: it
+//!   decapsulates through [`PspState::rx`], which the device republishes atomically), and the PSP socket's filter
+//!   is refreshed under the same lock, before the association that hands a new SPI out is written: the filter never refuses
 //!   the peer's first packets with it.
 //! - Events: `InstallTx` swaps the data plane's transmit SA ([`PspState::tx`], read per packet without a lock),
 //!   `AssocSent`/`InstallTx`/`Rotated` move the `status` counters, `Failed` closes the connection (then the
@@ -51,6 +52,8 @@ use zeroize::Zeroizing;
 pub struct PspState {
     pub cfg: PspConfig,
     pub device: RwLock<Device>,
+    /// The device's receive side for the data plane: decapsulates without the device's lock.
+    pub rx: Arc<netveil_psp::Receiver>,
     /// The device's counters (the same `Arc` as the device's `stats`): the transmit path counts without taking
     /// the device's lock.
     pub stats: Arc<Stats>,
@@ -89,6 +92,7 @@ impl PspState {
         PspState {
             cfg,
             stats: d.stats.clone(),
+            rx: d.receiver(),
             device: RwLock::new(d),
             tx: ArcSwapOption::empty(),
             tx_spi: AtomicU32::new(0),
@@ -148,8 +152,9 @@ impl PspState {
         }
     }
 
-    /// Runs `f` on the device under its write lock (the data plane pauses for microseconds), then refreshes the
-    /// socket filter under the same lock: before anything the call queued (a new SPI) is sent to the peer.
+    /// Runs `f` on the device under its write lock (the data plane goes on through the published receive SAs),
+    /// then refreshes the socket filter under the same lock: before anything the call queued (a new SPI) is sent
+    /// to the peer.
     fn with_device(&self, f: impl FnOnce(&mut Device)) -> std::result::Result<(), String> {
         let mut d = self.device.write().map_err(|_| "device lock poisoned")?;
         f(&mut d);

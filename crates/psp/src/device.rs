@@ -9,7 +9,9 @@
 //!   is replaced by a fresh random key and becomes active; its SAs are forgotten, so they no longer decrypt.
 //!   SAs made before the latest rotation keep working, which is what lets peers re-associate without loss.
 //! - [`Device::decapsulate`] finds the SA by SPI, verifies and decrypts, and keeps the specification's
-//!   counters ([`Stats`]). Unknown SPIs are dropped before any cryptography.
+//!   counters ([`Stats`]). Unknown SPIs are dropped before any cryptography. Data-plane threads do the same
+//!   through a [`Receiver`] ([`Device::receiver`]): a snapshot of the receive SAs that every change of the
+//!   device republishes atomically, so receiving takes no lock while the key exchange changes the device.
 //! - netveil's extension: an optional receive-side replay check on the strictly increasing IV (PSP itself
 //!   leaves replay protection to TCP). Only meaningful where the sender keeps one IV counter per SA, as
 //!   [`crate::TxSa`] does.
@@ -21,6 +23,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
 use netveil_sa::replay::ReplayWindow;
 use netveil_wire::PacketBuf;
 use zeroize::Zeroizing;
@@ -176,9 +179,27 @@ pub struct Device {
     generation: u8,
     /// Replay window size for new receive SAs (0: no check).
     replay_window: u32,
-    rx: SpiMap<RxEntry>,
+    rx: SpiMap<Arc<RxEntry>>,
+    /// What data-plane threads decapsulate with: a snapshot of `rx`, republished by every change of it.
+    receiver: Arc<Receiver>,
     /// The counters, shared: a transmit path counts through a clone of this `Arc` without holding the device.
     pub stats: Arc<Stats>,
+}
+
+/// The receive side of a [`Device`] for data-plane threads ([`Device::receiver`]): it decapsulates against a
+/// snapshot of the device's receive SAs, which the device swaps atomically on every association, rotation and
+/// forgotten SA, so no lock is taken per packet. Counts into the device's [`Stats`].
+pub struct Receiver {
+    table: ArcSwap<SpiMap<Arc<RxEntry>>>,
+    stats: Arc<Stats>,
+}
+
+impl core::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("rx_sas", &self.table.load().len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl core::fmt::Debug for Device {
@@ -205,6 +226,7 @@ impl Device {
 
     /// A device with the given master keys (for tests and reference vectors).
     pub fn with_master_keys(key0: Zeroizing<[u8; 32]>, key1: Zeroizing<[u8; 32]>) -> Self {
+        let stats = Arc::<Stats>::default();
         Device {
             master: [key0, key1],
             next_spi: [1, 1],
@@ -212,8 +234,22 @@ impl Device {
             generation: 0,
             replay_window: 0,
             rx: SpiMap::default(),
-            stats: Arc::default(),
+            receiver: Arc::new(Receiver {
+                table: ArcSwap::from_pointee(SpiMap::default()),
+                stats: stats.clone(),
+            }),
+            stats,
         }
+    }
+
+    /// The receive side for data-plane threads: follows every later change of this device.
+    pub fn receiver(&self) -> Arc<Receiver> {
+        self.receiver.clone()
+    }
+
+    /// Publishes the receive SAs to the [`Receiver`] (after every change of `rx`).
+    fn publish(&self) {
+        self.receiver.table.store(Arc::new(self.rx.clone()));
     }
 
     /// Enables netveil's IV replay check with a window of `size` packets (0 disables) for SAs made from now on.
@@ -277,12 +313,13 @@ impl Device {
             .then(|| Mutex::new(ReplayWindow::new(self.replay_window, true)));
         self.rx.insert(
             spi,
-            RxEntry {
+            Arc::new(RxEntry {
                 sa,
                 generation: self.generation,
                 replay,
-            },
+            }),
         );
+        self.publish();
         Ok(RxAssoc {
             spi,
             version,
@@ -293,7 +330,11 @@ impl Device {
 
     /// Forgets one receive SA (e.g. when its peer is gone).
     pub fn forget(&mut self, spi: u32) -> bool {
-        self.rx.remove(&spi).is_some()
+        let gone = self.rx.remove(&spi).is_some();
+        if gone {
+            self.publish();
+        }
+        gone
     }
 
     /// Rotates the master keys: the inactive key is replaced by `fresh` (or a random key) and becomes active,
@@ -303,6 +344,7 @@ impl Device {
         self.master[next as usize] = fresh.unwrap_or_else(random_key);
         self.next_spi[next as usize] = 1;
         self.rx.retain(|&spi, _| (spi >> 31) as u8 != next);
+        self.publish();
         self.phase = next;
         self.generation = (self.generation + 1) & 0x7f;
     }
@@ -324,7 +366,15 @@ impl Device {
     }
 
     /// Verifies and decapsulates a received PSP packet in place and counts the outcome. `Err(Psp(NotPsp))`
-    /// (not counted) for packets that are not UDP to port 1000.
+    /// (not counted) for packets that are not UDP to port 1000. The same as the [`Receiver`]'s.
+    pub fn decapsulate(&self, pkt: &mut PacketBuf) -> Result<Decapsulated, RxDrop> {
+        self.receiver.decapsulate(pkt)
+    }
+}
+
+impl Receiver {
+    /// Verifies and decapsulates a received PSP packet in place and counts the outcome, as
+    /// [`Device::decapsulate`].
     pub fn decapsulate(&self, pkt: &mut PacketBuf) -> Result<Decapsulated, RxDrop> {
         let r = self.decapsulate_uncounted(pkt);
         let s = &self.stats;
@@ -358,7 +408,8 @@ impl Device {
     fn decapsulate_uncounted(&self, pkt: &mut PacketBuf) -> Result<Decapsulated, RxDrop> {
         // The header is parsed once: the SA lookup and the transform share it.
         let loc = locate(pkt.data()).map_err(RxDrop::Psp)?;
-        let e = self.rx.get(&loc.hdr.spi).ok_or(RxDrop::UnknownSpi)?;
+        let rx = self.table.load();
+        let e = rx.get(&loc.hdr.spi).ok_or(RxDrop::UnknownSpi)?;
         if e.sa.version() != loc.hdr.version {
             return Err(RxDrop::WrongVersion);
         }

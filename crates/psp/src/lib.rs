@@ -24,7 +24,7 @@ pub mod kx;
 pub mod refcfg;
 pub mod xform;
 
-pub use device::{Device, RxAssoc, RxDrop, Stats, StatsSnapshot};
+pub use device::{Device, Receiver, RxAssoc, RxDrop, Stats, StatsSnapshot};
 pub use header::{Header, Repr, Version};
 pub use kdf::MasterKeys;
 pub use xform::{Decapsulated, Decrypter, Mode, RxSa, TxConfig, TxSa};

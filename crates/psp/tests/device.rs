@@ -332,3 +332,35 @@ fn drop_names_are_pinned() {
         "auth-failed"
     );
 }
+
+#[test]
+fn a_receiver_taken_early_follows_every_change_of_the_device() {
+    let mut d = Device::new();
+    // Taken before any SA exists, as the daemon's data plane does at start.
+    let rx = d.receiver();
+    let a0 = d.rx_assoc(Version::AesGcm128).unwrap();
+    let mut tx0 = tx_for(&a0, Mode::Transport);
+    let (mut b, clear) = sealed(&mut tx0, 100);
+    rx.decapsulate(&mut b).unwrap();
+    assert_eq!(b.data(), &clear[..]);
+    // Counted in the device's counters.
+    assert_eq!(d.stats.snapshot().rx_packets, 1);
+
+    // Two rotations make a0's SA unknown to the receiver too; a new association reaches it.
+    d.rotate();
+    let a1 = d.rx_assoc(Version::AesGcm128).unwrap();
+    d.rotate();
+    let (mut b, _) = sealed(&mut tx0, 100);
+    assert_eq!(rx.decapsulate(&mut b), Err(RxDrop::UnknownSpi));
+    let mut tx1 = tx_for(&a1, Mode::Transport);
+    let (mut b, clear) = sealed(&mut tx1, 100);
+    rx.decapsulate(&mut b).unwrap();
+    assert_eq!(b.data(), &clear[..]);
+
+    // A forgotten SA is gone for the receiver at once.
+    assert!(d.forget(a1.spi));
+    let (mut b, _) = sealed(&mut tx1, 100);
+    assert_eq!(rx.decapsulate(&mut b), Err(RxDrop::UnknownSpi));
+    let s = d.stats.snapshot();
+    assert_eq!((s.rx_packets, s.rx_unknown_spi), (2, 2));
+}
