@@ -202,15 +202,15 @@ impl Shared {
         key: &FlowKey,
         frag: Option<netveil_wire::ip::Fragment>,
         now: u64,
-        frags: &FragCache,
+        frags: &mut FragCache,
     ) -> std::result::Result<Action, Drop> {
         match frag {
             Some(f) if !f.first => match frags.get(key, f.ident, now) {
                 Some(a) => Ok(a),
                 None if snap.port_selective => Err(Drop::FragmentNoState),
-                None => Ok(snap.spd.lookup(dir, key).1),
+                None => Ok(frags.lookup(snap, dir, key)),
             },
-            _ => Ok(snap.spd.lookup(dir, key).1),
+            _ => Ok(frags.lookup(snap, dir, key)),
         }
     }
 
@@ -341,9 +341,14 @@ const FRAG_SLOTS: usize = 4096;
 /// fragments (without ports) get the same (RFC 4301 section 7): a fixed table owned by one data-plane thread, no
 /// allocation per packet. A slot taken by another packet makes that packet's later fragments unknown (dropped
 /// where policies select by port, never sent in clear).
+///
+/// It also remembers the last policy decision with its flow and snapshot, since a batch mostly holds segments of
+/// one flow: the same flow under the same snapshot gets it again without a walk through the policies.
 pub struct FragCache {
     slots: Vec<Option<FragSlot>>,
     hasher: std::collections::hash_map::RandomState,
+    /// (snapshot generation, direction, flow, decision) of the last lookup.
+    last: Option<(u64, Direction, FlowKey, Action)>,
 }
 
 #[derive(Clone, Copy)]
@@ -361,6 +366,7 @@ impl Default for FragCache {
         FragCache {
             slots: vec![None; FRAG_SLOTS],
             hasher: Default::default(),
+            last: None,
         }
     }
 }
@@ -369,6 +375,19 @@ impl FragCache {
     fn index(&self, k: &FlowKey, ident: u32) -> usize {
         use std::hash::BuildHasher;
         self.hasher.hash_one((k.src, k.dst, k.proto, ident)) as usize % FRAG_SLOTS
+    }
+
+    /// The policy decision for a flow in `dir` under `snap`: the last one if it was for the same, else looked up
+    /// (and remembered).
+    fn lookup(&mut self, snap: &Snapshot, dir: Direction, key: &FlowKey) -> Action {
+        if let Some((g, d, k, a)) = &self.last {
+            if *g == snap.generation && *d == dir && k == key {
+                return *a;
+            }
+        }
+        let a = snap.spd.lookup(dir, key).1;
+        self.last = Some((snap.generation, dir, *key, a));
+        a
     }
 
     /// Remembers the decision for the packet of a first fragment.

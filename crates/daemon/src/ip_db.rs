@@ -50,7 +50,13 @@ pub struct Snapshot {
     pub port_selective: bool,
     /// Per policy: 1 + the second of its last acquire.
     acquired: Vec<AtomicU64>,
+    /// Unique per snapshot built in this process: what a data-plane thread's remembered decision was made under
+    /// (see [`crate::ip::FragCache`]).
+    pub generation: u64,
 }
+
+/// The generation of the next snapshot built.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 impl Snapshot {
     fn build(t: &Tables) -> Snapshot {
@@ -92,6 +98,7 @@ impl Snapshot {
                 .iter()
                 .any(|p| !p.selector.src_ports.is_any() || !p.selector.dst_ports.is_any()),
             acquired: policies.iter().map(|_| AtomicU64::new(0)).collect(),
+            generation: NEXT_GENERATION.fetch_add(1, Relaxed),
             sad,
             policies,
             spd,

@@ -348,3 +348,27 @@ fn configured_sas_get_their_reservations_topped_up() {
     assert_eq!(mark, Ok(Some(used + SEQ_BLOCK)));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A data-plane thread keeps one `FragCache` for its life, which remembers the last flow's policy decision: a
+/// policy added or removed in a new snapshot changes the decision for that very flow at once.
+#[test]
+fn a_threads_remembered_decision_follows_policy_changes() {
+    let p = pair("memo");
+    let mut cache = FragCache::default();
+    let mut out = |n: u32| {
+        let mut pkt = packet([10, 2, 0, 7], n);
+        let snap = p.a.db.load();
+        p.a.process_out(&snap, &mut pkt, 0, &mut cache).map(|_| ())
+    };
+    assert_eq!(out(1), Ok(()));
+    assert_eq!(out(2), Ok(()));
+    let d: toml::Table = toml::from_str(
+        "name = \"not-7\"\ndirection = \"out\"\nsrc = \"10.1.0.0/16\"\ndst = \"10.2.0.7/32\"\naction = \"discard\"\n",
+    )
+    .unwrap();
+    p.a.db.policy_add(d, Some(0), 0).unwrap();
+    assert_eq!(out(3), Err(IpDrop::PolicyDiscard));
+    assert_eq!(out(4), Err(IpDrop::PolicyDiscard));
+    p.a.db.policy_del("not-7", 0).unwrap();
+    assert_eq!(out(5), Ok(()));
+}

@@ -5,8 +5,8 @@
 use crate::inbound::{classify, Classified};
 use crate::sa::{Direction, Mode, Sa};
 use crate::{ah, esp, Drop, Protocol};
+use netveil_sa::spi::SpiMap;
 use netveil_wire::PacketBuf;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The most SAs one bundle may have (ESP inside AH is two).
@@ -24,7 +24,7 @@ pub struct Sad {
     sas: Vec<Arc<Sa>>,
     /// The index policies know `sas[i]` by: `i`, or the successor's index for an alias.
     known_as: Vec<usize>,
-    inbound: HashMap<(Protocol, u32), usize>,
+    inbound: SpiMap<(Protocol, u32), usize>,
 }
 
 impl Sad {

@@ -18,8 +18,6 @@
 //!
 //! The device does no I/O and reads no clock; randomness for new master keys comes from the caller or the OS.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -148,26 +146,7 @@ struct RxEntry {
     replay: Option<Mutex<ReplayWindow>>,
 }
 
-/// An SPI is already well spread (and chosen by us): hash it as itself.
-#[derive(Default)]
-struct SpiHasher(u64);
-
-impl Hasher for SpiHasher {
-    fn finish(&self) -> u64 {
-        // Spread the counter bits over the table's index bits and the top (phase) bit too.
-        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | b as u64;
-        }
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.0 = i as u64;
-    }
-}
-
-type SpiMap<V> = HashMap<u32, V, BuildHasherDefault<SpiHasher>>;
+type SpiMap<V> = netveil_sa::spi::SpiMap<u32, V>;
 
 /// A PSP device: master keys, SPI allocation, the receive SA table and the counters.
 pub struct Device {

@@ -7,6 +7,7 @@
 //! - [`counters`]: per-SA and per-drop-reason counters (atomics) that `netveil status` shows, and the one registry
 //!   of drop reasons ([`drop_reasons!`]) every protocol and engine declares its reasons with.
 //! - [`policy`]: selectors -> protect with a bundle / bypass / discard, per direction (the SPD).
+//! - [`spi`]: hash maps keyed by SPI, hashed without SipHash on the per-packet lookup.
 //!
 //! ESP, AH and later PSP and l2sec build their SAs from these pieces.
 
@@ -17,3 +18,4 @@ pub mod lifetime;
 pub mod policy;
 pub mod replay;
 pub mod seq;
+pub mod spi;
