@@ -26,6 +26,7 @@ use netveil_ipsec::Mode;
 use netveil_sa::counters::DropCounters;
 use netveil_sa::policy::{Action, Direction, FlowKey};
 use netveil_wire::ip_proto;
+use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -1117,38 +1118,69 @@ fn tx_loop(
     }
 }
 
-/// Sends ESP-in-UDP packets with UDP GSO: consecutive packets to the same peer with the same size (the last of a
-/// run may be shorter) go out as one buffer that the kernel splits into datagrams.
+/// Sends ESP-in-UDP and PSP packets with UDP GSO: consecutive packets to the same peer with the same size (the
+/// last of a run may be shorter) go out as one send that the kernel gathers from the packets' buffers, where
+/// they lie, and splits into datagrams.
 struct GsoSender {
-    bufs: Vec<Vec<u8>>,
-    /// (length used, segment size, destination, source, socket index) per buffer in use.
-    runs: Vec<(usize, u16, SocketAddr, IpAddr, usize)>,
+    /// The runs of the batch being sent.
+    runs: Vec<GsoRun>,
 }
 
-const GSO_BUFS: usize = 8;
+/// Consecutive packets of a batch that go out as one GSO send.
+#[derive(Clone, Copy)]
+struct GsoRun {
+    /// The first packet's index among the batch's UDP payloads, and how many follow it (itself included).
+    start: usize,
+    len: usize,
+    /// The first payload's length; `last` the latest one's.
+    seg: usize,
+    last: usize,
+    to: SocketAddr,
+    src: IpAddr,
+    sock: usize,
+}
+
+/// The most packets one [`GsoSender::send`] call gathers at once (a TUN read's segments).
+const GSO_GATHER: usize = netveil_io::tun::MAX_SEGMENTS;
 
 impl GsoSender {
     fn new() -> Self {
         GsoSender {
-            bufs: (0..GSO_BUFS)
-                .map(|_| vec![0u8; netveil_io::udp::GSO_MAX_PAYLOAD])
-                .collect(),
-            runs: Vec::with_capacity(GSO_BUFS),
+            runs: Vec::with_capacity(GSO_GATHER),
         }
     }
 
     fn send(&mut self, pkts: &[PacketBuf], udp: &UdpOut) {
+        for chunk in pkts.chunks(GSO_GATHER) {
+            self.send_chunk(chunk, udp);
+        }
+    }
+
+    fn send_chunk(&mut self, pkts: &[PacketBuf], udp: &UdpOut) {
+        let mut payloads = [IoSlice::new(&[]); GSO_GATHER];
+        let mut k = 0;
+        self.runs.clear();
         for p in pkts {
             // The engine built these UDP datagrams (ESP in UDP, PSP): their headers are whole.
             let Ok(ip) = netveil_wire::ip::Packet::new_checked(p.data()) else {
                 continue;
             };
             let (src, dst) = (ip.src_addr(), ip.dst_addr());
-            let Some(payload) = ip.payload().get(netveil_wire::udp::HEADER_LEN..) else {
+            if ip.payload().len() <= netveil_wire::udp::HEADER_LEN {
                 continue;
-            };
+            }
             let dgram = netveil_wire::udp::Packet::new_unchecked(ip.payload());
             let (sport, dport) = (dgram.src_port(), dgram.dst_port());
+            // The UDP payload as a slice of the packet's buffer (the view's borrow ends here): what follows the
+            // headers, up to the IP length.
+            let end = ip.total_len().min(p.len());
+            let payload_len = ip.payload().len() - netveil_wire::udp::HEADER_LEN;
+            let Some(payload) = p.data().get(end - payload_len..end) else {
+                continue;
+            };
+            if payload.len() > netveil_io::udp::GSO_MAX_PAYLOAD {
+                continue;
+            }
             let to = SocketAddr::new(dst, dport);
             let len = payload.len();
             let n_socks = if dst.is_ipv6() {
@@ -1160,61 +1192,52 @@ impl GsoSender {
                 continue;
             }
             let sock = sport as usize % n_socks;
-            // Append to the current run if it fits: same peer and socket, same size (or shorter, which closes the
-            // run).
-            let append = match self.runs.last() {
-                Some(&(used, seg, rto, rsrc, rsock)) => {
-                    rto == to
-                        && rsrc == src
-                        && rsock == sock
-                        && used % seg as usize == 0
-                        && len <= seg as usize
-                        && used + len <= netveil_io::udp::GSO_MAX_PAYLOAD
-                        && used / (seg as usize) < netveil_io::udp::GSO_MAX_SEGMENTS
+            payloads[k] = IoSlice::new(payload);
+            // Append to the current run if it continues it: same peer and socket, every datagram so far of the
+            // first one's size, and this one no longer (a shorter one closes the run).
+            match self.runs.last_mut() {
+                Some(r)
+                    if r.to == to
+                        && r.src == src
+                        && r.sock == sock
+                        && r.last == r.seg
+                        && len <= r.seg =>
+                {
+                    r.len += 1;
+                    r.last = len;
                 }
-                None => false,
-            };
-            if append {
-                let r = self.runs.len() - 1;
-                let used = self.runs[r].0;
-                self.bufs[r][used..used + len].copy_from_slice(payload);
-                self.runs[r].0 += len;
-                continue;
+                _ => self.runs.push(GsoRun {
+                    start: k,
+                    len: 1,
+                    seg: len,
+                    last: len,
+                    to,
+                    src,
+                    sock,
+                }),
             }
-            if self.runs.len() == GSO_BUFS {
-                self.flush(udp);
-            }
-            let r = self.runs.len();
-            self.bufs[r][..len].copy_from_slice(payload);
-            self.runs.push((len, len.max(1) as u16, to, src, sock));
+            k += 1;
         }
-        self.flush(udp);
-    }
-
-    fn flush(&mut self, udp: &UdpOut) {
         for fam6 in [false, true] {
             let socks = if fam6 { &udp.v6 } else { &udp.v4 };
             for (si, sock) in socks.iter().enumerate() {
-                let mut items: [(&[u8], u16, SocketAddr, IpAddr); GSO_BUFS] = [(
-                    &[],
-                    0,
+                let mut items = [(
+                    &[][..],
                     SocketAddr::from(([0, 0, 0, 0], 0)),
                     IpAddr::from([0u8, 0, 0, 0]),
-                );
-                    GSO_BUFS];
-                let mut k = 0;
-                for (i, &(used, seg, to, src, rs)) in self.runs.iter().enumerate() {
-                    if to.is_ipv6() == fam6 && rs == si && used > 0 {
-                        items[k] = (&self.bufs[i][..used], seg, to, src);
-                        k += 1;
+                ); GSO_GATHER];
+                let mut n = 0;
+                for r in &self.runs {
+                    if r.to.is_ipv6() == fam6 && r.sock == si {
+                        items[n] = (&payloads[r.start..r.start + r.len], r.to, r.src);
+                        n += 1;
                     }
                 }
-                if k > 0 {
-                    let _ = sock.send_gso_batch_from(&items[..k]);
+                if n > 0 {
+                    let _ = sock.send_gathered_from(&items[..n]);
                 }
             }
         }
-        self.runs.clear();
     }
 }
 

@@ -1,6 +1,6 @@
 //! Small libc helpers: every `unsafe` block of the socket modules lives here.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -22,6 +22,9 @@ pub(crate) const UDP_SEGMENT: libc::c_int = 103;
 pub(crate) const UDP_GRO: libc::c_int = 104;
 /// The most segments the kernel accepts in one UDP GSO send (`UDP_MAX_SEGMENTS`).
 pub(crate) const UDP_MAX_SEGMENTS: usize = 64;
+
+/// The most payload one UDP send carries (a 16-bit length, less the IPv4 and UDP headers), GSO sends too.
+pub(crate) const UDP_MAX_PAYLOAD: usize = 65507;
 
 /// What one sendmmsg slot of [`Mmsg::send_segmented`] carries: which item, from which byte offset, how many
 /// datagrams, and whether it is a GSO super-datagram.
@@ -255,6 +258,8 @@ pub(crate) struct Mmsg {
     slot_idx: Vec<usize>,
     /// For segmented (GSO) sends: what each slot carries.
     seg_slots: Vec<SegSlot>,
+    /// For gathered sends: the datagrams of every slot's message, one iovec each (allocated on first use).
+    gather: Vec<libc::iovec>,
 }
 
 // SAFETY: the raw pointers in `hdrs`/`iovs` are scratch values rewritten before each use (see the type docs);
@@ -278,6 +283,7 @@ impl Mmsg {
             cmsgs: vec![CmsgSpace([0; CMSG_SPACE]); MAX_BATCH],
             slot_idx: vec![0; MAX_BATCH],
             seg_slots: vec![SegSlot::default(); MAX_BATCH],
+            gather: Vec::new(),
         }
     }
 
@@ -549,46 +555,160 @@ impl Mmsg {
                 h.msg_hdr.msg_flags = 0;
                 filled += 1;
             }
-            let mut start = 0;
-            while start < filled {
-                // SAFETY: `hdrs[start..filled]` point to valid iovecs over data borrowed for `'a` (outliving
-                // this call), to encoded addresses in `names` and to control data in `cmsgs` of the advertised
-                // lengths; the kernel only reads them.
-                let r = unsafe {
-                    libc::sendmmsg(
-                        fd.as_raw_fd(),
-                        self.hdrs[start..].as_mut_ptr(),
-                        (filled - start) as _,
-                        0,
-                    )
-                };
-                if r > 0 {
-                    let r = r as usize;
-                    sent += self.seg_slots[start..start + r]
-                        .iter()
-                        .map(|s| s.dgrams)
-                        .sum::<usize>();
-                    start += r;
+            if let Some(slot) = self.send_slots(fd, filled, gso, &mut sent, &mut first_err) {
+                // GSO refused: resend from this slot as plain datagrams.
+                cur = (slot.item, slot.off);
+                continue 'refill;
+            }
+        }
+        match first_err {
+            Some(e) if sent == 0 => Err(e),
+            _ => Ok(sent),
+        }
+    }
+
+    /// Sends the `filled` prepared messages (their `seg_slots` filled) with sendmmsg, adding the datagrams sent
+    /// to `sent`. A message the kernel refuses is dropped (its error kept in `first_err` if it is the first),
+    /// except a GSO message refused with `EIO`/`EINVAL`: then `gso` is cleared and its slot returned, for the
+    /// caller to go on from there with plain datagrams.
+    fn send_slots(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        filled: usize,
+        gso: &AtomicBool,
+        sent: &mut usize,
+        first_err: &mut Option<io::Error>,
+    ) -> Option<SegSlot> {
+        let mut start = 0;
+        while start < filled {
+            // SAFETY: `hdrs[start..filled]` point to valid iovecs over data the caller borrows for the duration of
+            // this call, to encoded addresses in `names` and to control data in `cmsgs` of the advertised lengths;
+            // the kernel only reads them.
+            let r = unsafe {
+                libc::sendmmsg(
+                    fd.as_raw_fd(),
+                    self.hdrs[start..].as_mut_ptr(),
+                    (filled - start) as _,
+                    0,
+                )
+            };
+            if r > 0 {
+                let r = r as usize;
+                *sent += self.seg_slots[start..start + r]
+                    .iter()
+                    .map(|s| s.dgrams)
+                    .sum::<usize>();
+                start += r;
+                continue;
+            }
+            let e = if r < 0 {
+                io::Error::last_os_error()
+            } else {
+                io::Error::new(io::ErrorKind::WriteZero, "sendmmsg sent nothing")
+            };
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            let slot = self.seg_slots[start];
+            if slot.gso && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) {
+                // GSO refused: never try again on this socket; the caller resends from this slot as plain
+                // datagrams.
+                gso.store(false, Ordering::Relaxed);
+                return Some(slot);
+            }
+            // The message in slot `start` was refused: drop it and go on with the rest.
+            first_err.get_or_insert(e);
+            start += 1;
+        }
+        None
+    }
+
+    /// sendmmsg of `count` runs given by `item(i)` = (datagrams, destination, source), whose datagrams are
+    /// separate slices, all as long as the first but possibly the last, shorter one (callers check). While `gso`
+    /// is true, a run of more than one datagram goes out as one message that gathers up to
+    /// [`UDP_MAX_SEGMENTS`] of them (one iovec each) with a `UDP_SEGMENT` cmsg of the first one's length, so
+    /// nothing is copied into one buffer first; otherwise each datagram is its own message. Refusals as in
+    /// [`Mmsg::send_segmented`]. Returns how many datagrams were sent, or the first error if none was.
+    pub(crate) fn send_gathered<'a>(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        count: usize,
+        gso: &AtomicBool,
+        mut item: impl FnMut(usize) -> (&'a [IoSlice<'a>], SocketAddr, Option<IpAddr>),
+    ) -> io::Result<usize> {
+        if self.gather.is_empty() {
+            // SAFETY: all-zero is a valid iovec (null pointer, zero length).
+            let iov = unsafe { zeroed::<libc::iovec>() };
+            self.gather = vec![iov; MAX_BATCH * UDP_MAX_SEGMENTS];
+        }
+        // Cursor: (run index, datagram index in that run).
+        let mut cur = (0usize, 0usize);
+        let mut sent = 0;
+        let mut first_err: Option<io::Error> = None;
+        'refill: while cur.0 < count {
+            let use_gso = gso.load(Ordering::Relaxed);
+            let mut filled = 0;
+            let mut used = 0;
+            while filled < MAX_BATCH && cur.0 < count {
+                let (dgrams, dst, src) = item(cur.0);
+                let rest = dgrams.get(cur.1..).unwrap_or_default();
+                if rest.is_empty() {
+                    cur = (cur.0 + 1, 0);
                     continue;
                 }
-                let e = if r < 0 {
-                    io::Error::last_os_error()
+                // As many as one GSO message takes: UDP_MAX_SEGMENTS, and a UDP length that fits 16 bits.
+                let take = if use_gso {
+                    let per_msg =
+                        (UDP_MAX_PAYLOAD / dgrams[0].len().max(1)).clamp(1, UDP_MAX_SEGMENTS);
+                    rest.len().min(per_msg)
                 } else {
-                    io::Error::new(io::ErrorKind::WriteZero, "sendmmsg sent nothing")
+                    1
                 };
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
+                let is_gso = take > 1;
+                self.seg_slots[filled] = SegSlot {
+                    item: cur.0,
+                    off: cur.1,
+                    dgrams: take,
+                    gso: is_gso,
+                };
+                for (g, d) in self.gather[used..used + take].iter_mut().zip(rest) {
+                    *g = libc::iovec {
+                        iov_base: d.as_ptr() as *mut libc::c_void,
+                        iov_len: d.len(),
+                    };
                 }
-                let slot = self.seg_slots[start];
-                if slot.gso && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) {
-                    // GSO refused: never try again on this socket; resend from this slot as plain datagrams.
-                    gso.store(false, Ordering::Relaxed);
-                    cur = (slot.item, slot.off);
-                    continue 'refill;
+                cur.1 += take;
+                if cur.1 >= dgrams.len() {
+                    cur = (cur.0 + 1, 0);
                 }
-                // The message in slot `start` was refused: drop it and go on with the rest.
-                first_err.get_or_insert(e);
-                start += 1;
+                let namelen = encode_sockaddr(&dst, &mut self.names[filled]);
+                let seg = dgrams[0].len().min(u16::MAX as usize) as u16;
+                let clen = if src.is_some() || is_gso {
+                    write_send_cmsgs(&mut self.cmsgs[filled], src, is_gso.then_some(seg))
+                } else {
+                    0
+                };
+                let h = &mut self.hdrs[filled];
+                h.msg_len = 0;
+                h.msg_hdr.msg_name =
+                    (&mut self.names[filled] as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_namelen = namelen;
+                h.msg_hdr.msg_iov = &mut self.gather[used];
+                h.msg_hdr.msg_iovlen = take as _;
+                if clen > 0 {
+                    h.msg_hdr.msg_control = self.cmsgs[filled].0.as_mut_ptr().cast();
+                    h.msg_hdr.msg_controllen = clen as _;
+                } else {
+                    h.msg_hdr.msg_control = std::ptr::null_mut();
+                    h.msg_hdr.msg_controllen = 0;
+                }
+                h.msg_hdr.msg_flags = 0;
+                used += take;
+                filled += 1;
+            }
+            if let Some(slot) = self.send_slots(fd, filled, gso, &mut sent, &mut first_err) {
+                cur = (slot.item, slot.off);
+                continue 'refill;
             }
         }
         match first_err {

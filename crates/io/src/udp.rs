@@ -5,7 +5,7 @@
 //! of equally sized datagrams (`UDP_SEGMENT`), and after [`UdpSocket::enable_gro`], [`UdpSocket::recv_gro`]
 //! receives several datagrams of one flow coalesced into one buffer (`UDP_GRO`), split with [`segments`].
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,7 +64,7 @@ impl UdpGroMeta {
 }
 
 /// The largest UDP payload one GSO send may carry (65535 − 20-byte IPv4 header − 8-byte UDP header).
-pub const GSO_MAX_PAYLOAD: usize = 65507;
+pub const GSO_MAX_PAYLOAD: usize = sys::UDP_MAX_PAYLOAD;
 /// The most datagrams one GSO send may carry (the kernel's `UDP_MAX_SEGMENTS`).
 pub const GSO_MAX_SEGMENTS: usize = sys::UDP_MAX_SEGMENTS;
 /// The buffer space [`UdpSocket::recv_gro`] needs after the headroom (the largest UDP message).
@@ -405,6 +405,26 @@ impl UdpSocket {
         })
     }
 
+    /// Like [`UdpSocket::send_gso_batch_from`], with each run's datagrams given as separate slices, `(datagrams,
+    /// dst, src)`: the kernel gathers them into GSO sends (up to [`GSO_MAX_SEGMENTS`] datagrams and
+    /// [`GSO_MAX_PAYLOAD`] bytes each), so they need not be copied into one buffer first. In a run every datagram
+    /// is as long as the first but the last, which may be shorter; `InvalidInput` (nothing sent) for an empty
+    /// run or datagram, a datagram longer than the first or than [`GSO_MAX_PAYLOAD`], or a shorter one before
+    /// the last. The same fallback to plain datagrams.
+    pub fn send_gathered_from(
+        &self,
+        runs: &[(&[IoSlice<'_>], SocketAddr, IpAddr)],
+    ) -> io::Result<usize> {
+        for (dgrams, _, _) in runs {
+            check_run(dgrams)?;
+        }
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        tx.send_gathered(self.fd.as_fd(), runs.len(), &self.gso, |i| {
+            let (dgrams, dst, src) = runs[i];
+            (dgrams, dst, Some(src).filter(|s| !s.is_unspecified()))
+        })
+    }
+
     /// `SO_MARK` (fwmark) for the datagrams this socket sends.
     pub fn set_mark(&self, mark: u32) -> io::Result<()> {
         sys::set_mark(self.fd.as_fd(), mark)
@@ -419,6 +439,24 @@ impl UdpSocket {
     pub fn set_buffer_sizes(&self, bytes: usize) -> io::Result<()> {
         sys::set_buffer_sizes(self.fd.as_fd(), bytes)
     }
+}
+
+/// Validates one run of [`UdpSocket::send_gathered_from`].
+fn check_run(dgrams: &[IoSlice<'_>]) -> io::Result<()> {
+    let bad = |m: &str| Err(io::Error::new(io::ErrorKind::InvalidInput, m.to_string()));
+    let Some(first) = dgrams.first() else {
+        return bad("empty run");
+    };
+    let seg = first.len();
+    if seg == 0 || seg > GSO_MAX_PAYLOAD {
+        return bad("datagram empty or longer than GSO_MAX_PAYLOAD");
+    }
+    for (i, d) in dgrams.iter().enumerate() {
+        if d.is_empty() || d.len() > seg || (d.len() < seg && i + 1 != dgrams.len()) {
+            return bad("datagrams of a run must be as long as the first, but the last");
+        }
+    }
+    Ok(())
 }
 
 /// Validates one GSO send: non-empty payload of at most [`GSO_MAX_PAYLOAD`] bytes, segment size ≥ 1, at most

@@ -390,6 +390,94 @@ fn gso_input_checks() {
     });
 }
 
+/// Runs of separate datagrams are gathered into GSO sends (more than one per run when a run exceeds the 64 KiB
+/// or 64-datagram limit) and arrive whole and in order, also when GSO is refused; bad runs are refused whole.
+#[test]
+fn gathered_runs() {
+    use std::io::IoSlice;
+    common::in_netns(|| {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let client = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        // 100 datagrams (1380 bytes, the last 700): 47 fit one GSO send, so three sends; then one of 100 bytes.
+        let many: Vec<Vec<u8>> = (0..100)
+            .map(|i| {
+                let mut d = datagram(if i == 99 { FULL } else { i % FULL });
+                d[..4].copy_from_slice(&(i as u32).to_be_bytes());
+                d
+            })
+            .collect();
+        let small = [9u8; 100];
+        let run1: Vec<IoSlice<'_>> = many.iter().map(|d| IoSlice::new(d)).collect();
+        let run2 = [IoSlice::new(&small)];
+        for gro in [false, true] {
+            let server = receiver("127.0.0.1:0".parse().unwrap(), gro);
+            let to = server.local_addr();
+            let unspec = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+            assert_eq!(
+                client
+                    .send_gathered_from(&[(&run1, to, lo), (&run2, to, unspec)])
+                    .unwrap(),
+                101
+            );
+            let got: Vec<Vec<u8>> = if gro {
+                let (got, msgs) = recv_coalesced(&server, 101, 0);
+                assert!(msgs.len() < 50, "GRO coalesced nothing: {}", msgs.len());
+                got
+            } else {
+                recv_plain(&server, 101)
+                    .into_iter()
+                    .map(|(d, _)| d)
+                    .collect()
+            };
+            assert_eq!(got.len(), 101);
+            for (i, d) in many.iter().enumerate() {
+                assert_eq!(&got[i], d, "datagram {i}");
+            }
+            assert_eq!(got[100], small);
+        }
+        assert!(client.gso_enabled());
+
+        // Refused GSO (SO_NO_CHECK): the same runs go out datagram by datagram.
+        let one: libc::c_int = 1;
+        // SAFETY: valid fd and option value.
+        let r = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&client),
+                libc::SOL_SOCKET,
+                libc::SO_NO_CHECK,
+                (&one as *const libc::c_int).cast(),
+                4,
+            )
+        };
+        assert_eq!(r, 0);
+        let server = receiver("127.0.0.1:0".parse().unwrap(), false);
+        let to = server.local_addr();
+        assert_eq!(client.send_gathered_from(&[(&run1, to, lo)]).unwrap(), 100);
+        assert!(!client.gso_enabled());
+        let got: Vec<Vec<u8>> = recv_plain(&server, 100)
+            .into_iter()
+            .map(|(d, _)| d)
+            .collect();
+        assert_eq!(got, many);
+
+        let inval = |r: std::io::Result<usize>| {
+            assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::InvalidInput)
+        };
+        let (a, b) = ([1u8; 10], [2u8; 20]);
+        inval(client.send_gathered_from(&[(&[], to, lo)]));
+        inval(client.send_gathered_from(&[(&[IoSlice::new(&[])], to, lo)]));
+        // Longer than the first; shorter before the last.
+        inval(client.send_gathered_from(&[(&[IoSlice::new(&a), IoSlice::new(&b)], to, lo)]));
+        inval(client.send_gathered_from(&[(
+            &[IoSlice::new(&b), IoSlice::new(&a), IoSlice::new(&b)],
+            to,
+            lo,
+        )]));
+        let big = vec![0u8; GSO_MAX_PAYLOAD + 1];
+        inval(client.send_gathered_from(&[(&[IoSlice::new(&big)], to, lo)]));
+    });
+}
+
 #[test]
 fn segments_split() {
     let b: Vec<u8> = (0..10).collect();

@@ -391,26 +391,24 @@ fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decaps
         let e = &pkt.data()[esp_off..];
         u32::from_be_bytes([e[4], e[5], e[6], e[7]])
     };
-    let seq = {
-        let w = sa.replay.lock().map_err(|_| Drop::Malformed)?;
-        w.check(seq_lo).map_err(replay_drop)?
-    };
-    protect(
-        keys,
-        pkt,
-        esp_off,
-        iv_len,
-        body_len,
-        icv_len,
-        seq,
-        sa.params.esn,
-        false,
-    )?;
-    sa.replay
-        .lock()
-        .map_err(|_| Drop::Malformed)?
-        .update(seq)
-        .map_err(replay_drop)?;
+    // One lock for the window per packet: checked before the decryption, advanced only after the ICV verified.
+    // It is held across the decryption; one thread receives for an SA.
+    {
+        let mut w = sa.replay.lock().map_err(|_| Drop::Malformed)?;
+        let seq = w.check(seq_lo).map_err(replay_drop)?;
+        protect(
+            keys,
+            pkt,
+            esp_off,
+            iv_len,
+            body_len,
+            icv_len,
+            seq,
+            sa.params.esn,
+            false,
+        )?;
+        w.update(seq).map_err(replay_drop)?;
+    }
 
     let body_at = esp_off + 8 + iv_len;
     let (pad_len, nh) = {
