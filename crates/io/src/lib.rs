@@ -1,13 +1,15 @@
 //! The I/O layer: the only place (with the daemon) that makes syscalls.
 //!
 //! - [`tun`]: TUN devices (tun-rs), with virtio-net header offloads so that one read can carry a TCP super-packet
-//!   that is split into MTU-sized IP packets, and writes coalesce (GRO).
+//!   that is split into MTU-sized IP packets, and writes coalesce (GRO, our own: runs of segments gathered into
+//!   one `writev`, shared with the TAP).
 //! - [`packet`]: layer 2: `AF_PACKET` sockets bound to an interface (whole Ethernet frames, batched) and TAP
 //!   devices.
 //! - [`raw`]: raw IP sockets (receive ESP/AH; send complete IP packets with header included), batched with
 //!   recvmmsg/sendmmsg, with an optional fwmark so that netveil's own packets bypass its routes.
 //! - [`udp`]: UDP sockets for ESP-in-UDP (RFC 3948, port 4500), batched, with the local destination address,
-//!   and UDP GSO (send one buffer of equally sized datagrams) / GRO (receive coalesced datagrams).
+//!   and UDP GSO (send one buffer of equally sized datagrams, or gather them from separate buffers) / GRO (receive
+//!   coalesced datagrams).
 //!
 //! Conventions shared by all modules:
 //! - Receive calls place each packet at exactly `headroom` bytes into its [`PacketBuf`] (`reset(headroom)`), so

@@ -528,31 +528,12 @@ impl Mmsg {
                 if cur.1 >= data.len() {
                     cur = (cur.0 + 1, 0);
                 }
-                let namelen = encode_sockaddr(&dst, &mut self.names[filled]);
                 self.iovs[filled] = libc::iovec {
                     iov_base: chunk.as_ptr() as *mut libc::c_void,
                     iov_len: chunk.len(),
                 };
-                let clen = if src.is_some() || is_gso {
-                    write_send_cmsgs(&mut self.cmsgs[filled], src, is_gso.then_some(seg as u16))
-                } else {
-                    0
-                };
-                let h = &mut self.hdrs[filled];
-                h.msg_len = 0;
-                h.msg_hdr.msg_name =
-                    (&mut self.names[filled] as *mut libc::sockaddr_storage).cast();
-                h.msg_hdr.msg_namelen = namelen;
-                h.msg_hdr.msg_iov = &mut self.iovs[filled];
-                h.msg_hdr.msg_iovlen = 1;
-                if clen > 0 {
-                    h.msg_hdr.msg_control = self.cmsgs[filled].0.as_mut_ptr().cast();
-                    h.msg_hdr.msg_controllen = clen as _;
-                } else {
-                    h.msg_hdr.msg_control = std::ptr::null_mut();
-                    h.msg_hdr.msg_controllen = 0;
-                }
-                h.msg_hdr.msg_flags = 0;
+                let iov: *mut libc::iovec = &mut self.iovs[filled];
+                self.prepare_send(filled, &dst, src, is_gso.then_some(seg as u16), iov, 1);
                 filled += 1;
             }
             if let Some(slot) = self.send_slots(fd, filled, gso, &mut sent, &mut first_err) {
@@ -565,6 +546,39 @@ impl Mmsg {
             Some(e) if sent == 0 => Err(e),
             _ => Ok(sent),
         }
+    }
+
+    /// Fills message `slot` of a send: the destination, the control data (source address and GSO segment size,
+    /// each if given) and `iovlen` iovecs at `iov` (in `iovs` or `gather`, filled by the caller).
+    fn prepare_send(
+        &mut self,
+        slot: usize,
+        dst: &SocketAddr,
+        src: Option<IpAddr>,
+        gso_seg: Option<u16>,
+        iov: *mut libc::iovec,
+        iovlen: usize,
+    ) {
+        let namelen = encode_sockaddr(dst, &mut self.names[slot]);
+        let clen = if src.is_some() || gso_seg.is_some() {
+            write_send_cmsgs(&mut self.cmsgs[slot], src, gso_seg)
+        } else {
+            0
+        };
+        let h = &mut self.hdrs[slot];
+        h.msg_len = 0;
+        h.msg_hdr.msg_name = (&mut self.names[slot] as *mut libc::sockaddr_storage).cast();
+        h.msg_hdr.msg_namelen = namelen;
+        h.msg_hdr.msg_iov = iov;
+        h.msg_hdr.msg_iovlen = iovlen as _;
+        if clen > 0 {
+            h.msg_hdr.msg_control = self.cmsgs[slot].0.as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = clen as _;
+        } else {
+            h.msg_hdr.msg_control = std::ptr::null_mut();
+            h.msg_hdr.msg_controllen = 0;
+        }
+        h.msg_hdr.msg_flags = 0;
     }
 
     /// Sends the `filled` prepared messages (their `seg_slots` filled) with sendmmsg, adding the datagrams sent
@@ -681,28 +695,9 @@ impl Mmsg {
                 if cur.1 >= dgrams.len() {
                     cur = (cur.0 + 1, 0);
                 }
-                let namelen = encode_sockaddr(&dst, &mut self.names[filled]);
                 let seg = dgrams[0].len().min(u16::MAX as usize) as u16;
-                let clen = if src.is_some() || is_gso {
-                    write_send_cmsgs(&mut self.cmsgs[filled], src, is_gso.then_some(seg))
-                } else {
-                    0
-                };
-                let h = &mut self.hdrs[filled];
-                h.msg_len = 0;
-                h.msg_hdr.msg_name =
-                    (&mut self.names[filled] as *mut libc::sockaddr_storage).cast();
-                h.msg_hdr.msg_namelen = namelen;
-                h.msg_hdr.msg_iov = &mut self.gather[used];
-                h.msg_hdr.msg_iovlen = take as _;
-                if clen > 0 {
-                    h.msg_hdr.msg_control = self.cmsgs[filled].0.as_mut_ptr().cast();
-                    h.msg_hdr.msg_controllen = clen as _;
-                } else {
-                    h.msg_hdr.msg_control = std::ptr::null_mut();
-                    h.msg_hdr.msg_controllen = 0;
-                }
-                h.msg_hdr.msg_flags = 0;
+                let iov: *mut libc::iovec = &mut self.gather[used];
+                self.prepare_send(filled, &dst, src, is_gso.then_some(seg), iov, take);
                 used += take;
                 filled += 1;
             }
