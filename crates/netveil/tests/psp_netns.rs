@@ -642,11 +642,29 @@ fn psp_peer_restart_reassociates() {
     // Restart each side in turn: b (the responder), then a (the initiator).
     for side in [1usize, 0] {
         let name = ["a", "b"][side];
+        let received = |h: &TwoHosts| {
+            h.daemon(1 - side)
+                .status_json()
+                .ok()
+                .and_then(|s| s["psp"]["assoc_received"].as_u64())
+                .unwrap_or(0)
+        };
+        let before = received(&hosts);
         hosts.daemons[side].stop();
         let d = lab
             .start_daemon(&hosts.ns[side], name, &hosts.configs[side])
             .unwrap();
         hosts.daemons[side] = d;
+        // The restarted device counts its SPIs from 1 again, so the survivor's old transmit SPI may equal the new
+        // receive SPI before the new key arrived: wait for the survivor to receive the new association first.
+        let t = std::time::Instant::now();
+        while received(&hosts) <= before {
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "the survivor got no association after restarting {name}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         wait_associated(&hosts);
         for from in [0, 1] {
             let out = hosts.ping(&lab, from, 2, "0.1").unwrap();
