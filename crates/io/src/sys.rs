@@ -254,9 +254,7 @@ pub(crate) struct Mmsg {
     iovs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_storage>,
     cmsgs: Vec<CmsgSpace>,
-    /// For sends: which input packet each slot carries.
-    slot_idx: Vec<usize>,
-    /// For segmented (GSO) sends: what each slot carries.
+    /// For sends: what each slot carries.
     seg_slots: Vec<SegSlot>,
     /// For gathered sends: the datagrams of every slot's message, one iovec each (allocated on first use).
     gather: Vec<libc::iovec>,
@@ -281,7 +279,6 @@ impl Mmsg {
             iovs: vec![iov; MAX_BATCH],
             names: vec![st; MAX_BATCH],
             cmsgs: vec![CmsgSpace([0; CMSG_SPACE]); MAX_BATCH],
-            slot_idx: vec![0; MAX_BATCH],
             seg_slots: vec![SegSlot::default(); MAX_BATCH],
             gather: Vec::new(),
         }
@@ -415,68 +412,23 @@ impl Mmsg {
                     });
                     continue;
                 };
-                let namelen = match dst {
-                    Some(dst) => encode_sockaddr(&dst, &mut self.names[filled]),
-                    None => 0,
-                };
                 self.iovs[filled] = libc::iovec {
                     iov_base: data.as_ptr() as *mut libc::c_void,
                     iov_len: data.len(),
                 };
-                let h = &mut self.hdrs[filled];
-                h.msg_len = 0;
-                h.msg_hdr.msg_name = if namelen == 0 {
-                    std::ptr::null_mut()
-                } else {
-                    (&mut self.names[filled] as *mut libc::sockaddr_storage).cast()
+                let iov: *mut libc::iovec = &mut self.iovs[filled];
+                self.prepare_send(filled, dst.as_ref(), src, None, iov, 1);
+                self.seg_slots[filled] = SegSlot {
+                    item: idx,
+                    off: 0,
+                    dgrams: 1,
+                    gso: false,
                 };
-                h.msg_hdr.msg_namelen = namelen;
-                h.msg_hdr.msg_iov = &mut self.iovs[filled];
-                h.msg_hdr.msg_iovlen = 1;
-                match src {
-                    Some(src) => {
-                        let len = write_pktinfo(&mut self.cmsgs[filled], src);
-                        h.msg_hdr.msg_control = self.cmsgs[filled].0.as_mut_ptr().cast();
-                        h.msg_hdr.msg_controllen = len as _;
-                    }
-                    None => {
-                        h.msg_hdr.msg_control = std::ptr::null_mut();
-                        h.msg_hdr.msg_controllen = 0;
-                    }
-                }
-                h.msg_hdr.msg_flags = 0;
-                self.slot_idx[filled] = idx;
                 filled += 1;
             }
-            let mut start = 0;
-            while start < filled {
-                // SAFETY: `hdrs[start..filled]` point to valid iovecs over packet data borrowed for `'a`
-                // (outliving this call) and to encoded addresses in `names`; the kernel only reads them.
-                let r = unsafe {
-                    libc::sendmmsg(
-                        fd.as_raw_fd(),
-                        self.hdrs[start..].as_mut_ptr(),
-                        (filled - start) as _,
-                        0,
-                    )
-                };
-                if r > 0 {
-                    sent += r as usize;
-                    start += r as usize;
-                    continue;
-                }
-                let e = if r < 0 {
-                    io::Error::last_os_error()
-                } else {
-                    io::Error::new(io::ErrorKind::WriteZero, "sendmmsg sent nothing")
-                };
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                // The packet in slot `start` was refused: drop it and go on with the rest.
-                first_err.get_or_insert(e);
-                start += 1;
-            }
+            // No GSO message: nothing to resend.
+            let no_gso = AtomicBool::new(false);
+            self.send_slots(fd, filled, &no_gso, &mut sent, &mut first_err);
         }
         match first_err {
             Some(e) if sent == 0 => Err(e),
@@ -533,7 +485,14 @@ impl Mmsg {
                     iov_len: chunk.len(),
                 };
                 let iov: *mut libc::iovec = &mut self.iovs[filled];
-                self.prepare_send(filled, &dst, src, is_gso.then_some(seg as u16), iov, 1);
+                self.prepare_send(
+                    filled,
+                    Some(&dst),
+                    src,
+                    is_gso.then_some(seg as u16),
+                    iov,
+                    1,
+                );
                 filled += 1;
             }
             if let Some(slot) = self.send_slots(fd, filled, gso, &mut sent, &mut first_err) {
@@ -548,18 +507,19 @@ impl Mmsg {
         }
     }
 
-    /// Fills message `slot` of a send: the destination, the control data (source address and GSO segment size,
-    /// each if given) and `iovlen` iovecs at `iov` (in `iovs` or `gather`, filled by the caller).
+    /// Fills message `slot` of a send: the destination (none: the socket's own), the control data (source address
+    /// and GSO segment size, each if given) and `iovlen` iovecs at `iov` (in `iovs` or `gather`, filled by the
+    /// caller).
     fn prepare_send(
         &mut self,
         slot: usize,
-        dst: &SocketAddr,
+        dst: Option<&SocketAddr>,
         src: Option<IpAddr>,
         gso_seg: Option<u16>,
         iov: *mut libc::iovec,
         iovlen: usize,
     ) {
-        let namelen = encode_sockaddr(dst, &mut self.names[slot]);
+        let namelen = dst.map_or(0, |d| encode_sockaddr(d, &mut self.names[slot]));
         let clen = if src.is_some() || gso_seg.is_some() {
             write_send_cmsgs(&mut self.cmsgs[slot], src, gso_seg)
         } else {
@@ -567,7 +527,11 @@ impl Mmsg {
         };
         let h = &mut self.hdrs[slot];
         h.msg_len = 0;
-        h.msg_hdr.msg_name = (&mut self.names[slot] as *mut libc::sockaddr_storage).cast();
+        h.msg_hdr.msg_name = if namelen == 0 {
+            std::ptr::null_mut()
+        } else {
+            (&mut self.names[slot] as *mut libc::sockaddr_storage).cast()
+        };
         h.msg_hdr.msg_namelen = namelen;
         h.msg_hdr.msg_iov = iov;
         h.msg_hdr.msg_iovlen = iovlen as _;
@@ -697,7 +661,7 @@ impl Mmsg {
                 }
                 let seg = dgrams[0].len().min(u16::MAX as usize) as u16;
                 let iov: *mut libc::iovec = &mut self.gather[used];
-                self.prepare_send(filled, &dst, src, is_gso.then_some(seg), iov, take);
+                self.prepare_send(filled, Some(&dst), src, is_gso.then_some(seg), iov, take);
                 used += take;
                 filled += 1;
             }

@@ -317,6 +317,22 @@ fn gso_batch_several_buffers() {
     });
 }
 
+/// Sets `SO_NO_CHECK` on `s`, which makes the kernel refuse UDP GSO (EINVAL).
+fn no_check(s: &UdpSocket) {
+    let one: libc::c_int = 1;
+    // SAFETY: valid fd and option value.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(s),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            (&one as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0);
+}
+
 /// `SO_NO_CHECK` makes the kernel refuse UDP GSO (EINVAL): the datagrams still go out one by one, and the
 /// socket stops trying GSO.
 #[test]
@@ -324,18 +340,7 @@ fn gso_fallback_when_refused() {
     common::in_netns(|| {
         let server = receiver("127.0.0.1:0".parse().unwrap(), false);
         let client = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let one: libc::c_int = 1;
-        // SAFETY: valid fd and option value.
-        let r = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&client),
-                libc::SOL_SOCKET,
-                libc::SO_NO_CHECK,
-                (&one as *const libc::c_int).cast(),
-                4,
-            )
-        };
-        assert_eq!(r, 0);
+        no_check(&client);
         assert!(client.gso_enabled());
         let to = server.local_addr();
         assert_eq!(client.send_gso(&train(), SEG, to, None).unwrap(), TOTAL);
@@ -438,18 +443,7 @@ fn gathered_runs() {
         assert!(client.gso_enabled());
 
         // Refused GSO (SO_NO_CHECK): the same runs go out datagram by datagram.
-        let one: libc::c_int = 1;
-        // SAFETY: valid fd and option value.
-        let r = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&client),
-                libc::SOL_SOCKET,
-                libc::SO_NO_CHECK,
-                (&one as *const libc::c_int).cast(),
-                4,
-            )
-        };
-        assert_eq!(r, 0);
+        no_check(&client);
         let server = receiver("127.0.0.1:0".parse().unwrap(), false);
         let to = server.local_addr();
         assert_eq!(client.send_gathered_from(&[(&run1, to, lo)]).unwrap(), 100);
