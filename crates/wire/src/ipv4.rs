@@ -395,8 +395,20 @@ impl Repr {
         set_u16(h, 10, 0);
         h[12..16].copy_from_slice(&self.src.octets());
         h[16..20].copy_from_slice(&self.dst.octets());
-        let c = checksum::checksum(h);
-        set_u16(h, 10, c);
+        // The checksum from the fields, not read back from the bytes just stored (which would stall on store
+        // forwarding).
+        let total = (MIN_HEADER_LEN + self.payload_len) as u16;
+        let (s, d) = (u32::from(self.src), u32::from(self.dst));
+        let acc = (0x4500 | u32::from(self.dscp_ecn))
+            + u32::from(total)
+            + u32::from(self.ident)
+            + if self.dont_frag { 0x4000 } else { 0 }
+            + ((u32::from(self.ttl) << 8) | u32::from(self.protocol))
+            + (s >> 16)
+            + (s & 0xffff)
+            + (d >> 16)
+            + (d & 0xffff);
+        set_u16(h, 10, checksum::finish(acc));
     }
 }
 
@@ -531,6 +543,51 @@ pub(crate) mod tests {
         let p = Packet::new_checked(&out[..]).unwrap();
         assert!(p.verify_checksum());
         assert_eq!(Repr::parse(&p).unwrap(), r);
+    }
+
+    #[test]
+    fn emitted_checksums_verify_over_the_field_ranges() {
+        // The checksum is computed from the fields: check it against the bytes, with carries in every word.
+        let mut out = [0u8; MIN_HEADER_LEN];
+        for (i, (&a, &b)) in [0u32, 1, 0x7fff_ffff, 0xffff_ffff, 0xc0a8_0001, 0xfffe_fffe]
+            .iter()
+            .zip(
+                [
+                    0xffff_ffffu32,
+                    0,
+                    0x8000_0001,
+                    0xffff_ffff,
+                    0x0a00_0002,
+                    0x0001_fffe,
+                ]
+                .iter(),
+            )
+            .enumerate()
+        {
+            for payload_len in [0usize, 1, 1480, 65515] {
+                for (ttl, dscp_ecn, ident, dont_frag) in
+                    [(0u8, 0u8, 0u16, false), (255, 255, 0xffff, true)]
+                {
+                    let r = Repr {
+                        src: Ipv4Addr::from(a),
+                        dst: Ipv4Addr::from(b),
+                        protocol: [0u8, 17, 50, 255][i % 4],
+                        payload_len,
+                        ttl,
+                        dscp_ecn,
+                        ident,
+                        dont_frag,
+                    };
+                    r.emit(&mut Packet::new_unchecked(&mut out[..]));
+                    assert_eq!(checksum::checksum(&out), 0, "{r:?}");
+                    let p = Packet::new_unchecked(&out[..]);
+                    assert_eq!(
+                        (p.total_len() as usize, p.ident(), p.ttl(), p.dont_frag()),
+                        (MIN_HEADER_LEN + payload_len, ident, ttl, dont_frag)
+                    );
+                }
+            }
+        }
     }
 
     #[test]
