@@ -174,7 +174,10 @@ fn same_tcp(a: &tcp::Packet<&[u8]>, b: &tcp::Packet<&[u8]>) -> bool {
 /// of a TCP packet that does (which ends the run).
 fn continues(first: &[u8], h: &Head, k: usize, next: &[u8]) -> Option<bool> {
     let hl = h.hdrs();
-    if next.len() <= hl || next.len() - hl > h.payload || first[..h.l2] != next[..h.l2] {
+    if next.len() <= hl
+        || next.len() - hl > h.payload
+        || (h.l2 > 0 && first[..h.l2] != next[..h.l2])
+    {
         return None;
     }
     let (fl3, fl4) = first[h.l2..].split_at(h.ip_len);
