@@ -1191,7 +1191,12 @@ impl GsoSender {
             if n_socks == 0 {
                 continue;
             }
-            let sock = sport as usize % n_socks;
+            // The source port is the flow's hash (PSP's pool); one socket needs no division.
+            let sock = if n_socks == 1 {
+                0
+            } else {
+                sport as usize % n_socks
+            };
             payloads[k] = IoSlice::new(payload);
             // Append to the current run if it continues it: same peer and socket, every datagram so far of the
             // first one's size, and this one no longer (a shorter one closes the run).
@@ -1218,24 +1223,29 @@ impl GsoSender {
             }
             k += 1;
         }
-        for fam6 in [false, true] {
+        // One gathered send per socket that has runs (usually one), in the runs' order.
+        let mut done = 0;
+        while done < self.runs.len() {
+            let first = self.runs[done];
+            let fam6 = first.to.is_ipv6();
+            let mut items = [(
+                &[][..],
+                SocketAddr::from(([0, 0, 0, 0], 0)),
+                IpAddr::from([0u8, 0, 0, 0]),
+            ); GSO_GATHER];
+            let mut n = 0;
+            for r in self.runs[done..].iter_mut() {
+                if r.len > 0 && r.to.is_ipv6() == fam6 && r.sock == first.sock {
+                    items[n] = (&payloads[r.start..r.start + r.len], r.to, r.src);
+                    n += 1;
+                    // Sent: the next round skips it.
+                    r.len = 0;
+                }
+            }
             let socks = if fam6 { &udp.v6 } else { &udp.v4 };
-            for (si, sock) in socks.iter().enumerate() {
-                let mut items = [(
-                    &[][..],
-                    SocketAddr::from(([0, 0, 0, 0], 0)),
-                    IpAddr::from([0u8, 0, 0, 0]),
-                ); GSO_GATHER];
-                let mut n = 0;
-                for r in &self.runs {
-                    if r.to.is_ipv6() == fam6 && r.sock == si {
-                        items[n] = (&payloads[r.start..r.start + r.len], r.to, r.src);
-                        n += 1;
-                    }
-                }
-                if n > 0 {
-                    let _ = sock.send_gathered_from(&items[..n]);
-                }
+            let _ = socks[first.sock].send_gathered_from(&items[..n]);
+            while done < self.runs.len() && self.runs[done].len == 0 {
+                done += 1;
             }
         }
     }
