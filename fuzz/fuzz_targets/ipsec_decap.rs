@@ -6,6 +6,10 @@
 //! - a packet with any byte changed from its ESP/AH header on (SPI, sequence number, IV, payload, trailer, ICV)
 //!   never opens under an SA that authenticates (every suite but null-null). Bytes before it (the outer IP and UDP
 //!   headers) are not all covered (ESP does not authenticate the outer header; AH skips mutable fields).
+//!
+//! ESP in UDP also goes through `bundle::unprotect_udp_payload`, as a datagram of a coalesced receive: its UDP
+//! payload between other bytes in one buffer. The same two rules hold, and besides: the bytes around the datagram
+//! never change, and a datagram it leaves to the general path (`NeedsHeaders`) is untouched.
 
 #![no_main]
 
@@ -63,6 +67,7 @@ fn world() -> &'static World {
             (0x106, ah("sha256"), Mode::Transport, true, false),
             (0x107, ah("sha1"), t4, false, false),
             (0x108, esp("3des-md5"), Mode::Transport, true, true),
+            (0x109, esp("aes128gmac"), t4, true, true),
         ];
         let mut out = Sad::default();
         for (spi, suite, mode, esn, udp) in &specs {
@@ -92,6 +97,9 @@ fuzz_target!(|data: &[u8]| {
         // Arbitrary bytes as a received IP packet.
         let mut pkt = PacketBuf::from_slice(rest, 256, 640);
         let _ = bundle::unprotect(&sad, &mut pkt, 4500, 0);
+        // The same bytes as a datagram's payload, for either family's destination.
+        let dst = if sel & 2 == 0 { "192.0.2.2" } else { "2001:db8::2" };
+        let _ = in_place(&inbound(), rest, dst.parse().unwrap());
         return;
     }
     // A valid packet protected by SA `sel`, then corrupted: rest = [n_edits, (pos_hi, pos_lo, xor)*, payload...].
@@ -134,7 +142,22 @@ fuzz_target!(|data: &[u8]| {
     let untouched = pkt.data() == &genuine[..];
     let auth_changed = pkt.data()[hdr_at..] != genuine[hdr_at..];
     let authenticates = !matches!(suite, Suite::Esp(s) if s.integ.is_none() && !s.enc.is_aead());
+    let corrupted = pkt.data().to_vec();
     let r = bundle::unprotect(&sad, &mut pkt, 4500, 0);
+    if udp && corrupted.len() >= hdr_at {
+        // The datagram's payload opened where it lies, against the destination it was sent to.
+        let dst = if v6 { "2001:db8::2" } else { "192.0.2.2" };
+        let (r2, opened) = in_place(&inbound(), &corrupted[hdr_at..], dst.parse().unwrap());
+        if untouched {
+            match (r2, &w.specs[idx].2) {
+                (Ok(bundle::UdpUnprotected::Packet(_)), Mode::Tunnel { .. }) => assert_eq!(opened, inner, "a genuine datagram opened in place to other bytes"),
+                (Ok(bundle::UdpUnprotected::NeedsHeaders), Mode::Transport) => {}
+                (r2, _) => panic!("a genuine datagram of SA {idx} did not open in place: {r2:?}"),
+            }
+        } else if auth_changed && authenticates {
+            assert!(!matches!(r2, Ok(bundle::UdpUnprotected::Packet(_))), "a changed datagram opened in place");
+        }
+    }
     if untouched {
         assert!(matches!(r, Ok(bundle::Unprotected::Packet(_))), "a genuine packet of SA {idx} did not open: {r:?} {:02x?}", &genuine[..genuine.len().min(64)]);
         assert_eq!(pkt.data(), &inner[..], "a genuine packet opened to other bytes");
@@ -146,3 +169,23 @@ fuzz_target!(|data: &[u8]| {
         );
     }
 });
+
+/// Opens `payload` as a datagram of a coalesced receive to `dst`: between other bytes in one buffer. Checks that
+/// the bytes around it stay, and that a datagram left to the general path is untouched. Returns the result and the
+/// packet's bytes afterwards.
+fn in_place(sad: &Sad, payload: &[u8], dst: IpAddr) -> (Result<bundle::UdpUnprotected, netveil_ipsec::Drop>, Vec<u8>) {
+    let (lead, trail) = ([0xa5u8; 48], [0x5au8; 48]);
+    let mut all = lead.to_vec();
+    all.extend_from_slice(payload);
+    all.extend_from_slice(&trail);
+    let mut b = PacketBuf::from_slice(&all, 0, 0);
+    b.reset(lead.len());
+    b.set_len(payload.len());
+    let r = bundle::unprotect_udp_payload(sad, &mut b, dst, 0);
+    let s = b.storage();
+    assert!(s[..lead.len()] == lead && s[s.len() - trail.len()..] == trail, "bytes around a datagram changed: {r:?}");
+    if matches!(r, Ok(bundle::UdpUnprotected::NeedsHeaders)) {
+        assert_eq!(b.data(), payload, "a datagram left to the general path was changed");
+    }
+    (r, b.data().to_vec())
+}

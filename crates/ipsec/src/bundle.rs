@@ -2,11 +2,12 @@
 //! headers off one by one, remembering which SAs were used, so the policy check can compare them with the bundle
 //! that the inbound policy requires.
 
-use crate::inbound::{classify, Classified};
+use crate::inbound::{classify, esp_in_udp_spi, Classified};
 use crate::sa::{Direction, Mode, Sa};
 use crate::{ah, esp, Drop, Protocol};
 use netveil_sa::spi::SpiMap;
 use netveil_wire::PacketBuf;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// The most SAs one bundle may have (ESP inside AH is two).
@@ -174,4 +175,47 @@ pub fn unprotect(
             }
         }
     }
+}
+
+/// What [`unprotect_udp_payload`] made of a datagram's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UdpUnprotected {
+    /// `pkt` now holds the inner packet of a tunnel-mode SA, which was used.
+    Packet(Used),
+    /// An IKE message or NAT keepalive.
+    NotEsp,
+    /// Its SA needs the outer headers (transport mode): `pkt` is untouched; give it its IP and UDP headers and
+    /// call [`unprotect`].
+    NeedsHeaders,
+}
+
+/// [`unprotect`] for the payload of a datagram received on the NAT-T port to `dst`, which `pkt` holds without
+/// its IP and UDP headers (a datagram of a coalesced receive, opened where it lies). The same checks, in the same
+/// order: an ESP-in-UDP SA for the SPI, a tunnel SA's local address equal to `dst`.
+pub fn unprotect_udp_payload(
+    sad: &Sad,
+    pkt: &mut PacketBuf,
+    dst: IpAddr,
+    now: u64,
+) -> Result<UdpUnprotected, Drop> {
+    let Some(spi) = esp_in_udp_spi(pkt.data())? else {
+        return Ok(UdpUnprotected::NotEsp);
+    };
+    let idx = sad
+        .lookup_inbound(Protocol::Esp, spi)
+        .ok_or(Drop::UnknownSpi)?;
+    let sa = sad.get(idx);
+    match sa.params.mode {
+        Mode::Tunnel { local, .. } if local != dst => return Err(sa.count_drop(Drop::UnknownSpi)),
+        Mode::Tunnel { .. } => {}
+        Mode::Transport => return Ok(UdpUnprotected::NeedsHeaders),
+    }
+    if sa.params.encap.is_none() {
+        return Err(sa.count_drop(Drop::Unsupported));
+    }
+    esp::decapsulate_udp_payload(sa, pkt, now)?;
+    let mut used = Used::default();
+    used.sas[0] = sad.known_as(idx);
+    used.len = 1;
+    Ok(UdpUnprotected::Packet(used))
 }

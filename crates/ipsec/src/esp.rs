@@ -10,6 +10,7 @@ use crate::sa::{Keys, Mode, Sa};
 use crate::suite::EspKeys;
 use crate::{inbound::Located, Drop};
 use netveil_sa::lifetime::LifetimeState;
+use netveil_wire::ip::Layout;
 use netveil_wire::{ip, ip_proto, udp, PacketBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -119,11 +120,19 @@ fn protect(
                 r
             } else {
                 // insert_gap keeps the bytes in front of the gap at their offsets: the ESP header stays at esp_off.
+                // The 4 headroom bytes it takes are restored afterwards: they may be another packet's (the
+                // datagrams of a coalesced receive lie back to back, and are opened where they lie).
+                let head = pkt.headroom();
+                let mut saved = [0u8; 4];
+                if let Some(b) = head.checked_sub(4).map(|h| &pkt.storage()[h..head]) {
+                    saved.copy_from_slice(b);
+                }
                 pkt.insert_gap(esp_off + 4, 4)
                     .ok_or(Drop::TooBig)?
                     .copy_from_slice(&seq_hi);
                 let r = run(pkt.data_mut(), esp_off, aad_end + 4);
                 pkt.remove_gap(esp_off + 4, 4).ok_or(Drop::Malformed)?;
+                pkt.storage_mut()[head - 4..head].copy_from_slice(&saved);
                 r
             }
         }
@@ -367,10 +376,34 @@ pub fn decapsulate(
     loc: &Located,
     now: u64,
 ) -> Result<Decapsulated, Drop> {
-    decap(sa, pkt, loc, now).map_err(|d| sa.count_drop(d))
+    decap(sa, pkt, loc.off, Some(&loc.ip), now).map_err(|d| sa.count_drop(d))
 }
 
-fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decapsulated, Drop> {
+/// As [`decapsulate`], for an ESP packet that `pkt` holds from its SPI on, without the IP and UDP headers it came
+/// in: a datagram of a coalesced (GRO) receive on the NAT-T port, opened where it lies. Only a tunnel-mode SA
+/// can be opened so (transport mode rebuilds the packet around its IP header); any other is `Unsupported`,
+/// with `pkt` untouched. The caller checks the outer destination against the SA ([`crate::bundle`] does).
+pub fn decapsulate_udp_payload(
+    sa: &Sa,
+    pkt: &mut PacketBuf,
+    now: u64,
+) -> Result<Decapsulated, Drop> {
+    decap(sa, pkt, 0, None, now).map_err(|d| sa.count_drop(d))
+}
+
+/// `ip`: the outer IP header's layout, which transport mode needs (`None`: the buffer holds no IP header).
+fn decap(
+    sa: &Sa,
+    pkt: &mut PacketBuf,
+    esp_off: usize,
+    ip: Option<&Layout>,
+    now: u64,
+) -> Result<Decapsulated, Drop> {
+    let transport_ip = match (sa.params.mode, ip) {
+        (Mode::Tunnel { .. }, _) => None,
+        (Mode::Transport, Some(ip)) => Some(ip),
+        (Mode::Transport, None) => return Err(Drop::Unsupported),
+    };
     let keys = esp_keys(sa)?;
     let suite = suite(sa);
     if sa.lifetime_state(now) == LifetimeState::Expired {
@@ -379,7 +412,6 @@ fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decaps
     let iv_len = suite.enc.iv_len();
     let icv_len = suite.icv_len();
     let block = suite.enc.block_len();
-    let esp_off = loc.off;
     let esp_len = pkt.len().checked_sub(esp_off).ok_or(Drop::Malformed)?;
     let body_len = esp_len
         .checked_sub(8 + iv_len + icv_len)
@@ -428,8 +460,8 @@ fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decaps
         return Err(Drop::Dummy);
     }
     let payload_len = body_len - pad_len - 2;
-    match sa.params.mode {
-        Mode::Tunnel { .. } => {
+    match transport_ip {
+        None => {
             let want = match nh {
                 ip_proto::IPIP => 4,
                 ip_proto::IPV6 => 6,
@@ -449,11 +481,11 @@ fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decaps
                 tunnel: true,
             })
         }
-        Mode::Transport => {
+        Some(ip) => {
             pkt.truncate(body_at + payload_len);
-            let l3 = loc.ip.header_len;
+            let l3 = ip.header_len;
             pkt.remove_gap(l3, body_at - l3).ok_or(Drop::Malformed)?;
-            iphdr::fix_header(&loc.ip, pkt.data_mut(), nh)?;
+            iphdr::fix_header(ip, pkt.data_mut(), nh)?;
             sa.counters.add(payload_len);
             Ok(Decapsulated {
                 next_header: nh,

@@ -3,7 +3,7 @@
 use crate::iphdr;
 use crate::{Drop, Protocol};
 use netveil_wire::ip::Layout;
-use netveil_wire::{ip_proto, udp, PacketBuf};
+use netveil_wire::{ip_proto, udp, udp_encap, PacketBuf};
 
 /// Where a received packet's ESP or AH header is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,18 +63,9 @@ pub fn classify(pkt: &mut PacketBuf, nat_t_port: u16) -> Result<Classified, Drop
             if dgram.dst_port() != nat_t_port {
                 return Ok(Classified::Clear(ip));
             }
-            let payload = &p[off + udp::HEADER_LEN..];
-            if payload.len() == 1 && payload[0] == 0xff {
+            let Some(spi) = esp_in_udp_spi(&p[off + udp::HEADER_LEN..])? else {
                 return Ok(Classified::NotEsp);
-            }
-            if payload.len() < 8 {
-                return Err(Drop::Malformed);
-            }
-            let spi = spi_at(off + 8)?;
-            if spi == 0 {
-                // The non-ESP marker: IKE.
-                return Ok(Classified::NotEsp);
-            }
+            };
             Ok(Classified::Protected(Located {
                 protocol: Protocol::Esp,
                 spi,
@@ -84,5 +75,18 @@ pub fn classify(pkt: &mut PacketBuf, nat_t_port: u16) -> Result<Classified, Drop
             }))
         }
         _ => Ok(Classified::Clear(ip)),
+    }
+}
+
+/// The SPI of the ESP packet that a UDP payload on the NAT-T port carries (RFC 3948), or `None` for an IKE message
+/// (non-ESP marker) or a NAT keepalive. Shorter than an ESP header and not a keepalive: malformed.
+pub fn esp_in_udp_spi(payload: &[u8]) -> Result<Option<u32>, Drop> {
+    match udp_encap::classify(payload) {
+        udp_encap::Classified::Esp => Ok(Some(u32::from_be_bytes([
+            payload[0], payload[1], payload[2], payload[3],
+        ]))),
+        udp_encap::Classified::Keepalive => Ok(None),
+        udp_encap::Classified::Ike if payload.len() >= netveil_wire::esp::HEADER_LEN => Ok(None),
+        udp_encap::Classified::Ike | udp_encap::Classified::Invalid => Err(Drop::Malformed),
     }
 }

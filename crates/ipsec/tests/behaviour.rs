@@ -1243,3 +1243,157 @@ fn esp_transport_ipv4_with_options() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// 9. Datagrams of a coalesced receive, opened where they lie (`bundle::unprotect_udp_payload`)
+
+/// The outer destination of a case's packets (the inbound SA's local end).
+fn outer_dst(case: Case) -> IpAddr {
+    if case.outer_v6() {
+        IpAddr::V6(OUT6_R)
+    } else {
+        IpAddr::V4(OUT4_R)
+    }
+}
+
+/// Places the UDP payload of `wire` (ESP in UDP) between two other datagrams' bytes in one buffer, as a coalesced
+/// receive does, and opens it there against `dst`. Returns the result, the bytes the buffer holds as its packet
+/// afterwards, and whether the neighbours' bytes stayed as they were.
+fn unprotect_in_place(
+    sad: &Sad,
+    wire: &[u8],
+    dst: IpAddr,
+) -> (Result<bundle::UdpUnprotected, D>, Vec<u8>, bool) {
+    let payload = &wire[l3_len(wire) + 8..];
+    let before = vec![0xa5u8; 1400];
+    let after = vec![0x5au8; 700];
+    let mut all = before.clone();
+    all.extend_from_slice(payload);
+    all.extend_from_slice(&after);
+    let mut b = PacketBuf::from_slice(&all, 0, 0);
+    b.reset(before.len());
+    b.set_len(payload.len());
+    let r = bundle::unprotect_udp_payload(sad, &mut b, dst, NOW);
+    let data = b.data().to_vec();
+    let s = b.storage();
+    let kept = s[..before.len()] == before[..] && s[s.len() - after.len()..] == after[..];
+    (r, data, kept)
+}
+
+#[test]
+fn coalesced_datagrams_open_in_place_like_whole_ones() {
+    for name in ESP_SUITES {
+        for case in [Case::Tun44, Case::Tun66, Case::Tun46, Case::Tun64] {
+            for esn in [false, true] {
+                let cfg = Cfg::new(esp_suite(name), case.mode()).esn(esn).encap(true);
+                let (sad, o, i) = cfg.pair();
+                for proto in [6u8, 17, 1] {
+                    for size in SIZES {
+                        let ctx = format!("{name} {case:?} esn {esn} {proto}/{size}");
+                        let pkt = case.packet(proto, size);
+                        let wire = protect(&sad, &[o], &pkt).expect("protect");
+                        let (r, data, kept) = unprotect_in_place(&sad, &wire, outer_dst(case));
+                        match r {
+                            Ok(bundle::UdpUnprotected::Packet(used)) => {
+                                assert!(used.matches(&[i]), "{ctx}: {used:?}")
+                            }
+                            other => panic!("{ctx}: {other:?}"),
+                        }
+                        assert_eq!(hex::encode(&data), hex::encode(&pkt), "{ctx}");
+                        assert!(kept, "{ctx}: bytes outside the datagram changed");
+                        // Opened once: the same datagram again is a replay.
+                        let (r, _, _) = unprotect_in_place(&sad, &wire, outer_dst(case));
+                        assert_eq!(r, Err(D::Replayed), "{ctx}");
+                    }
+                }
+                let s = sad.get(i).counters.snapshot();
+                assert_eq!((s.packets, s.dropped), (18, 18), "{name} {case:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn coalesced_datagrams_are_checked_like_whole_ones() {
+    let suite = esp_suite("aes128gcm16");
+    // A transport-mode SA needs the outer headers: the datagram is left as it came, and nothing is recorded.
+    let cfg = Cfg::new(suite, Mode::Transport).encap(true);
+    let (sad, o, i) = cfg.pair();
+    let pkt = Case::Tr4.packet(17, 100);
+    let wire = protect(&sad, &[o], &pkt).unwrap();
+    let (r, data, kept) = unprotect_in_place(&sad, &wire, IpAddr::V4(OUT4_R));
+    assert_eq!(r, Ok(bundle::UdpUnprotected::NeedsHeaders));
+    assert_eq!(data, &wire[28..]);
+    assert!(kept);
+    assert_eq!(sad.get(i).counters.snapshot().dropped, 0);
+    assert_eq!(roundtrip_wire(&sad, &wire), pkt);
+
+    // A tunnel SA takes only datagrams to its local end (as `unprotect`): another destination finds no SA, and
+    // the datagram still opens afterwards.
+    let cfg = Cfg::new(suite, Case::Tun44.mode()).encap(true);
+    let (sad, o, i) = cfg.pair();
+    let pkt = Case::Tun44.packet(6, 500);
+    let wire = protect(&sad, &[o], &pkt).unwrap();
+    let (r, _, _) = unprotect_in_place(&sad, &wire, IpAddr::V4(OUT4_L));
+    assert_eq!(r, Err(D::UnknownSpi));
+    assert_eq!(sad.get(i).counters.snapshot().dropped, 1);
+    let (r, data, _) = unprotect_in_place(&sad, &wire, IpAddr::V4(OUT4_R));
+    assert!(matches!(r, Ok(bundle::UdpUnprotected::Packet(_))), "{r:?}");
+    assert_eq!(data, pkt);
+
+    // An SA for raw ESP does not take ESP in UDP.
+    let cfg = Cfg::new(suite, Case::Tun44.mode());
+    let (raw_sad, o, _) = cfg.pair();
+    let mut udp_wire = protect(&sad, &[o], &pkt).unwrap();
+    let esp_at = l3_len(&udp_wire) + 8;
+    let raw = protect(&raw_sad, &[o], &pkt).unwrap();
+    udp_wire.truncate(esp_at);
+    udp_wire.extend_from_slice(&raw[l3_len(&raw)..]);
+    let (r, _, _) = unprotect_in_place(&raw_sad, &udp_wire, IpAddr::V4(OUT4_R));
+    assert_eq!(r, Err(D::Unsupported));
+
+    // What else the NAT-T port carries: IKE (non-ESP marker), keepalives, runts; unknown SPIs.
+    let with_payload = |p: &[u8]| {
+        let mut w = wire[..esp_at].to_vec();
+        w.extend_from_slice(p);
+        w
+    };
+    for (p, want) in [
+        (
+            &[0u8, 0, 0, 0, 1, 2, 3, 4, 5][..],
+            Ok(bundle::UdpUnprotected::NotEsp),
+        ),
+        (&[0xff][..], Ok(bundle::UdpUnprotected::NotEsp)),
+        (&[0, 0, 0, 0, 1][..], Err(D::Malformed)),
+        (&[1, 2, 3][..], Err(D::Malformed)),
+        (&[][..], Err(D::Malformed)),
+        (&[9, 9, 9, 9, 0, 0, 0, 1, 0, 0][..], Err(D::UnknownSpi)),
+    ] {
+        let (r, _, kept) = unprotect_in_place(&sad, &with_payload(p), IpAddr::V4(OUT4_R));
+        assert_eq!(r, want, "{p:?}");
+        assert!(kept);
+    }
+
+    // Every single-bit change of the datagram is refused, and the genuine one opens afterwards.
+    let pkt = Case::Tun44.packet(17, 24);
+    let wire = protect(&sad, &[o], &pkt).unwrap();
+    for byte in esp_at..wire.len() {
+        for bit in 0..8 {
+            let mut w = wire.clone();
+            w[byte] ^= 1 << bit;
+            let (r, data, kept) = unprotect_in_place(&sad, &w, IpAddr::V4(OUT4_R));
+            assert!(r.is_err(), "byte {byte} bit {bit}: {r:?}");
+            assert!(kept && !contains(&data, MARKER), "byte {byte} bit {bit}");
+        }
+    }
+    let (r, data, _) = unprotect_in_place(&sad, &wire, IpAddr::V4(OUT4_R));
+    assert!(matches!(r, Ok(bundle::UdpUnprotected::Packet(_))), "{r:?}");
+    assert_eq!(data, pkt);
+}
+
+/// Unprotects a whole received packet that must open; returns what it opened to.
+fn roundtrip_wire(sad: &Sad, wire: &[u8]) -> Vec<u8> {
+    let (r, back) = unprotect(sad, wire);
+    assert!(matches!(r, Ok(Unprotected::Packet(_))), "{r:?}");
+    back
+}

@@ -60,6 +60,16 @@ impl PacketBuf {
         &mut self.storage[self.head..self.tail]
     }
 
+    /// The whole buffer, headroom and tailroom included: for packets that lie at known offsets in it (several
+    /// received at once and opened where they lie), which offsets [`PacketBuf::headroom`] and
+    /// [`PacketBuf::len`] give while each is the packet.
+    pub fn storage(&self) -> &[u8] {
+        &self.storage
+    }
+    pub fn storage_mut(&mut self) -> &mut [u8] {
+        &mut self.storage
+    }
+
     /// Empties the packet and places its start `headroom` bytes into the buffer.
     pub fn reset(&mut self, headroom: usize) {
         assert!(headroom <= self.storage.len());
