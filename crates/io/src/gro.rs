@@ -211,36 +211,89 @@ fn continues(first: &[u8], h: &Head, k: usize, next: &[u8]) -> Option<bool> {
     (same_tcp(&a, &b) && b.seq_number() == expect).then(|| b.flags() & tcp::flags::PSH != 0)
 }
 
-/// Finds the run that starts at `pkts[0]` and returns its length (1: nothing to coalesce, `hdr` stays zero);
+/// The packets of a batch to write, wherever they lie: each in its own buffer, or as ranges of one buffer (the
+/// datagrams of a coalesced receive, opened where they lie).
+pub(crate) trait Packets {
+    /// How many packets.
+    fn count(&self) -> usize;
+    /// Packet `i`.
+    fn packet(&self, i: usize) -> &[u8];
+    /// Packet `i`, to change its headers.
+    fn packet_mut(&mut self, i: usize) -> &mut [u8];
+}
+
+impl Packets for [PacketBuf] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn packet(&self, i: usize) -> &[u8] {
+        self[i].data()
+    }
+    fn packet_mut(&mut self, i: usize) -> &mut [u8] {
+        self[i].data_mut()
+    }
+}
+
+/// Where a packet lies among buffers: bytes `start..end` of buffer `buf`'s storage ([`PacketBuf::storage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub buf: usize,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// Packets that lie at spans of a set of buffers (several may share one buffer, without overlapping).
+pub(crate) struct Spans<'a> {
+    pub bufs: &'a mut [PacketBuf],
+    pub spans: &'a [Span],
+}
+
+impl Packets for Spans<'_> {
+    fn count(&self) -> usize {
+        self.spans.len()
+    }
+    fn packet(&self, i: usize) -> &[u8] {
+        let s = self.spans[i];
+        &self.bufs[s.buf].storage()[s.start..s.end]
+    }
+    fn packet_mut(&mut self, i: usize) -> &mut [u8] {
+        let s = self.spans[i];
+        &mut self.bufs[s.buf].storage_mut()[s.start..s.end]
+    }
+}
+
+/// Finds the run that starts at packet `at` and returns its length (1: nothing to coalesce, `hdr` stays zero);
 /// for a longer run, fixes the first packet's IP length (and IPv4 checksum), its UDP length or TCP PSH flag, puts
 /// the pseudo-header sum in its TCP/UDP checksum (as for `CHECKSUM_PARTIAL`), and fills `hdr`. Also returns the
 /// length of the headers the others' payloads follow.
-fn run(
-    pkts: &mut [PacketBuf],
+fn run<P: Packets + ?Sized>(
+    pkts: &mut P,
+    at: usize,
     l2: usize,
     udp: bool,
     hdr: &mut [u8; VNET_HDR_LEN],
 ) -> (usize, usize) {
     *hdr = [0; VNET_HDR_LEN];
-    let Some((first, rest)) = pkts.split_first_mut() else {
+    if at >= pkts.count() {
         return (0, 0);
-    };
-    let Some(h) = parse(first.data(), l2, udp) else {
+    }
+    let first = pkts.packet(at);
+    let Some(h) = parse(first, l2, udp) else {
         return (1, 0);
     };
     let hl = h.hdrs();
     // TCP: a head with PSH ends its run at once.
-    if !h.udp
-        && tcp::Packet::new_unchecked(&first.data()[l2 + h.ip_len..]).flags() & tcp::flags::PSH != 0
+    if !h.udp && tcp::Packet::new_unchecked(&first[l2 + h.ip_len..]).flags() & tcp::flags::PSH != 0
     {
         return (1, hl);
     }
     let mut ip_total = first.len() - l2;
     let mut n = 1;
     let mut psh = false;
-    for next in rest.iter().take(MAX_RUN - 1) {
-        let nd = next.data();
-        let Some(p) = continues(first.data(), &h, n, nd) else {
+    let end = pkts.count().min(at + MAX_RUN);
+    for i in at + 1..end {
+        let nd = pkts.packet(i);
+        let Some(p) = continues(first, &h, n, nd) else {
             break;
         };
         let add = nd.len() - hl;
@@ -259,7 +312,7 @@ fn run(
         return (1, hl);
     }
     let l4_total = ip_total - h.ip_len;
-    let (l3, l4) = first.data_mut()[l2..].split_at_mut(h.ip_len);
+    let (l3, l4) = pkts.packet_mut(at)[l2..].split_at_mut(h.ip_len);
     let proto = if h.udp { ip_proto::UDP } else { ip_proto::TCP };
     let pseudo = if h.v6 {
         let mut p = ipv6::Packet::new_unchecked(&mut *l3);
@@ -303,8 +356,8 @@ fn run(
 /// (one `writev` of an offload device), coalescing runs of TCP segments, and of UDP datagrams when `udp` (the
 /// device takes UDP GSO). The first packet of each run is changed (see [`run`]). Write errors do not stop the
 /// batch; the last one is returned. Returns the number of writes.
-pub(crate) fn write_batch(
-    pkts: &mut [PacketBuf],
+pub(crate) fn write_batch<P: Packets + ?Sized>(
+    pkts: &mut P,
     l2: usize,
     udp: bool,
     mut write: impl FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
@@ -313,13 +366,13 @@ pub(crate) fn write_batch(
     let mut res = Ok(());
     let mut i = 0;
     let mut hdr = [0u8; VNET_HDR_LEN];
-    while i < pkts.len() {
-        let (n, hl) = run(&mut pkts[i..], l2, udp, &mut hdr);
+    while i < pkts.count() {
+        let (n, hl) = run(pkts, i, l2, udp, &mut hdr);
         let mut iov = [IoSlice::new(&[]); MAX_RUN + 1];
         iov[0] = IoSlice::new(&hdr);
-        iov[1] = IoSlice::new(pkts[i].data());
+        iov[1] = IoSlice::new(pkts.packet(i));
         for k in 1..n {
-            iov[k + 1] = IoSlice::new(&pkts[i + k].data()[hl..]);
+            iov[k + 1] = IoSlice::new(&pkts.packet(i + k)[hl..]);
         }
         if let Err(e) = write(&iov[..n + 1]) {
             res = Err(e);
@@ -403,6 +456,60 @@ mod tests {
         assert_eq!(t.flags() & 0xff, 0x18);
         let ps = checksum::pseudo_header(&[10, 0, 0, 1], &[10, 0, 0, 2], 6, (p.len() - 20) as u32);
         assert_eq!(t.checksum(), !checksum::finish(ps));
+    }
+
+    #[test]
+    fn packets_lying_in_shared_buffers_coalesce_as_separate_ones() {
+        // The segments of `runs_end_where_the_flow_breaks`, laid back to back in two buffers with a few bytes
+        // between them (as datagrams opened where they lie): the same writes.
+        let c = [7u8; 100];
+        let pkts = || {
+            vec![
+                tcp4(0, 0, &c),
+                tcp4(100, 0, &c),
+                tcp4(200, 0, &c[..50]),
+                tcp4(250, 0, &c),
+                tcp4(350, 0x08, &c),
+                tcp4(450, 0, &c),
+            ]
+        };
+        let want = writes(&mut pkts(), false);
+        let mut bufs = vec![PacketBuf::new(4096, 0), PacketBuf::new(4096, 0)];
+        let mut spans = Vec::new();
+        for (i, p) in pkts().iter().enumerate() {
+            // The first run spans both buffers.
+            let buf = usize::from(i >= 2);
+            let start = spans
+                .last()
+                .filter(|s: &&Span| s.buf == buf)
+                .map_or(16, |s| s.end + 16);
+            let end = start + p.len();
+            bufs[buf].storage_mut()[start..end].copy_from_slice(p.data());
+            spans.push(Span { buf, start, end });
+        }
+        let mut got = Vec::new();
+        let n = write_batch(
+            &mut Spans {
+                bufs: &mut bufs,
+                spans: &spans,
+            },
+            0,
+            false,
+            |iov| {
+                let hdr: [u8; VNET_HDR_LEN] = iov[0][..].try_into().unwrap();
+                got.push((
+                    hdr,
+                    iov[1..]
+                        .iter()
+                        .flat_map(|s| s.iter().copied())
+                        .collect::<Vec<u8>>(),
+                ));
+                Ok(0)
+            },
+        )
+        .unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use netveil_wire::PacketBuf;
 use tun_rs::{DeviceBuilder, SyncDevice, IDEAL_BATCH_SIZE};
 
 use crate::{gro, sys};
+pub use gro::Span;
 
 /// Length of the virtio-net header that precedes every packet on an offload TUN.
 pub const VIRTIO_NET_HDR_LEN: usize = gro::VNET_HDR_LEN;
@@ -291,10 +292,20 @@ impl Tun {
     /// copied. The packets are consumed: afterwards their contents are unspecified. Write errors do not stop the
     /// batch; the last one is returned. Returns the number of writes.
     pub fn send_batch(&self, pkts: &mut [PacketBuf]) -> io::Result<usize> {
+        self.write_packets(pkts)
+    }
+
+    /// [`Tun::send_batch`] for IP packets that lie at `spans` of `bufs` (several may share a buffer, without
+    /// overlapping): the datagrams of coalesced receives, opened where they lie. Their headers may be changed.
+    pub fn send_spans(&self, bufs: &mut [PacketBuf], spans: &[Span]) -> io::Result<usize> {
+        self.write_packets(&mut gro::Spans { bufs, spans })
+    }
+
+    fn write_packets<P: gro::Packets + ?Sized>(&self, pkts: &mut P) -> io::Result<usize> {
         if !self.offload {
-            let mut res = Ok(pkts.len());
-            for p in pkts.iter() {
-                if let Err(e) = self.send(p.data()) {
+            let mut res = Ok(pkts.count());
+            for i in 0..pkts.count() {
+                if let Err(e) = self.send(pkts.packet(i)) {
                     res = Err(e);
                 }
             }
