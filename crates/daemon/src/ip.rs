@@ -19,8 +19,9 @@ use crate::nft::nft_table_text;
 use crate::psp_kx::{self, PspState};
 use crate::{Error, Result};
 use netveil_io::filter::Layout;
+use netveil_io::tun::Span;
 use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpGroMeta, UdpSocket};
-use netveil_ipsec::bundle::{self, Sad, Unprotected};
+use netveil_ipsec::bundle::{self, Sad, UdpUnprotected, Unprotected};
 use netveil_ipsec::Drop as IpsecDrop;
 use netveil_ipsec::Mode;
 use netveil_sa::counters::DropCounters;
@@ -1257,6 +1258,8 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
     let mut out = new_bufs(2 * BATCH, HEADROOM + 65535 + TAILROOM);
     let mut meta = vec![UdpGroMeta::default(); BATCH];
     let mut frags = FragCache::default();
+    // Where the datagrams of coalesced receives, opened where they lie, are.
+    let mut spans: Vec<Span> = Vec::with_capacity(BATCH * netveil_io::udp::GSO_MAX_SEGMENTS);
     let mut pfds: Vec<libc::pollfd> = socks
         .iter()
         .map(|s| libc::pollfd {
@@ -1292,61 +1295,29 @@ fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                     }
                 }
                 RxSock::Udp(u, kind) => {
-                    let port = match kind {
-                        UdpKind::NatT => sh.config.interface.nat_t_port,
-                        UdpKind::Psp => netveil_psp::UDP_PORT,
-                    };
                     let Ok(n) = u.recv_gro(&mut bufs, &mut meta, HEADROOM) else {
                         continue;
                     };
-                    let now = sh.now();
-                    let snap = sh.db.load();
-                    let mut good = 0;
-                    for m in 0..n {
-                        let whole =
-                            meta[m].segment_size == 0 || meta[m].segment_size >= bufs[m].len();
-                        if whole {
-                            // One datagram (no GRO): processed in its own buffer, swapped into the output batch,
-                            // without a copy.
-                            if good == out.len() {
-                                let _ = tun.send_batch(&mut out[..good]);
-                                good = 0;
-                            }
-                            std::mem::swap(&mut bufs[m], &mut out[good]);
-                            let b = &mut out[good];
-                            if synth_udp_headers(b, meta[m].src, meta[m].dst, port).is_none() {
-                                sh.rx_drops.count(IpsecDrop::Malformed.into());
-                                continue;
-                            }
-                            if sh.deliver_in(&snap, b, now, *kind, &mut frags) {
-                                good += 1;
-                            }
-                            continue;
-                        }
-                        for seg in meta[m].segments(bufs[m].data()) {
-                            if good == out.len() {
-                                let _ = tun.send_batch(&mut out[..good]);
-                                good = 0;
-                            }
-                            let b = &mut out[good];
-                            b.reset(HEADROOM);
-                            match b.push_back(seg.len()) {
-                                Some(d) => d.copy_from_slice(seg),
-                                None => continue,
-                            }
-                            // Give the datagram back its IP and UDP headers so one code path handles both.
-                            if synth_udp_headers(b, meta[m].src, meta[m].dst, port).is_none() {
-                                sh.rx_drops.count(IpsecDrop::Malformed.into());
-                                continue;
-                            }
-                            if sh.deliver_in(&snap, b, now, *kind, &mut frags) {
-                                good += 1;
-                            }
-                        }
+                    let mut d = Delivery {
+                        tun,
+                        out: &mut out,
+                        good: 0,
+                        spans: &mut spans,
+                    };
+                    let rx = UdpRx {
+                        sh,
+                        snap: &sh.db.load(),
+                        now: sh.now(),
+                        kind: *kind,
+                        port: match kind {
+                            UdpKind::NatT => sh.config.interface.nat_t_port,
+                            UdpKind::Psp => netveil_psp::UDP_PORT,
+                        },
+                    };
+                    for (m, meta) in meta[..n].iter().enumerate() {
+                        rx.deliver(&mut bufs, m, meta, &mut d, &mut frags);
                     }
-                    if good > 0 {
-                        let _ = tun.send_batch(&mut out[..good]);
-                    }
+                    d.finish(&mut bufs);
                 }
             }
         }
@@ -1368,6 +1339,11 @@ impl Shared {
             UdpKind::Psp => self.psp_in(snap, pkt, now, frags),
             UdpKind::NatT => self.process_in(snap, pkt, now, frags),
         };
+        self.count_in(r, len)
+    }
+
+    /// Counts a received packet of `len` bytes as delivered or dropped: true if it is to be written to the TUN.
+    fn count_in(&self, r: std::result::Result<(), Drop>, len: usize) -> bool {
         match r {
             Ok(()) => {
                 self.rx_packets.fetch_add(1, Relaxed);
@@ -1387,6 +1363,150 @@ fn synth_udp_headers(b: &mut PacketBuf, src: SocketAddr, dst: IpAddr, port: u16)
     let len = b.len();
     let hdr = b.push_front(netveil_wire::ip::ip_udp_header_len(src.ip()))?;
     netveil_wire::ip::emit_ip_udp(hdr, src, SocketAddr::new(dst, port), len).ok()
+}
+
+/// The packets a receive batch delivers to the TUN, in the order they came: copied (or swapped) into `out`, or
+/// opened where they lie in the receive buffers (`spans`). At most one of the two holds packets at a time, so
+/// that writing them keeps the order.
+struct Delivery<'a> {
+    tun: &'a Tun,
+    out: &'a mut [PacketBuf],
+    /// Packets in `out` to write.
+    good: usize,
+    spans: &'a mut Vec<Span>,
+}
+
+impl Delivery<'_> {
+    /// The next `out` buffer to fill (then [`Delivery::keep`] it); call [`Delivery::write_spans`] first.
+    fn next_out(&mut self) -> &mut PacketBuf {
+        debug_assert!(self.spans.is_empty());
+        if self.good == self.out.len() {
+            self.write_out();
+        }
+        &mut self.out[self.good]
+    }
+
+    /// Keeps the buffer [`Delivery::next_out`] gave, to be written.
+    fn keep(&mut self) {
+        self.good += 1;
+    }
+
+    /// Adds a packet opened where it lies.
+    fn push_span(&mut self, s: Span) {
+        self.write_out();
+        self.spans.push(s);
+    }
+
+    fn write_out(&mut self) {
+        if self.good > 0 {
+            let _ = self.tun.send_batch(&mut self.out[..self.good]);
+            self.good = 0;
+        }
+    }
+
+    /// Writes the packets opened in `bufs`.
+    fn write_spans(&mut self, bufs: &mut [PacketBuf]) {
+        if !self.spans.is_empty() {
+            let _ = self.tun.send_spans(bufs, self.spans);
+            self.spans.clear();
+        }
+    }
+
+    fn finish(&mut self, bufs: &mut [PacketBuf]) {
+        self.write_spans(bufs);
+        self.write_out();
+    }
+}
+
+/// Inbound processing of the messages of one receive on a UDP socket (NAT-T or PSP).
+struct UdpRx<'a> {
+    sh: &'a Shared,
+    snap: &'a Snapshot,
+    now: u64,
+    kind: UdpKind,
+    /// The socket's port, for the UDP header a datagram is given back.
+    port: u16,
+}
+
+impl UdpRx<'_> {
+    /// Delivers message `m` of `bufs`: one datagram, or datagrams of `meta.segment_size` bytes (GRO; the last may
+    /// be shorter). ESP in UDP of tunnel-mode SAs is opened where it lies ([`Delivery::push_span`]); any other
+    /// datagram gets back its IP and UDP headers, in its own buffer (swapped out) or a copy, so that one code path
+    /// handles it.
+    fn deliver(
+        &self,
+        bufs: &mut [PacketBuf],
+        m: usize,
+        meta: &UdpGroMeta,
+        d: &mut Delivery,
+        frags: &mut FragCache,
+    ) {
+        let sh = self.sh;
+        let (src, dst) = (meta.src, meta.dst);
+        let total = bufs[m].len();
+        if meta.segment_size == 0 || meta.segment_size >= total {
+            d.write_spans(bufs);
+            let b = d.next_out();
+            std::mem::swap(&mut bufs[m], b);
+            if synth_udp_headers(b, src, dst, self.port).is_none() {
+                sh.rx_drops.count(IpsecDrop::Malformed.into());
+            } else if sh.deliver_in(self.snap, b, self.now, self.kind, frags) {
+                d.keep();
+            }
+            return;
+        }
+        // The bytes a datagram's IP and UDP headers had, which the counters include.
+        let hdrs = netveil_wire::ip::ip_udp_header_len(src.ip());
+        let start = bufs[m].headroom();
+        let mut at = start;
+        while at < start + total {
+            let len = meta.segment_size.min(start + total - at);
+            let seg = at..at + len;
+            at += len;
+            if self.kind == UdpKind::NatT {
+                let b = &mut bufs[m];
+                b.reset(seg.start);
+                b.set_len(len);
+                match bundle::unprotect_udp_payload(&self.snap.sad, b, dst, self.now) {
+                    Ok(UdpUnprotected::Packet(used)) => {
+                        let r = sh.check_in(self.snap, b.data(), self.now, frags, |p| {
+                            !p.psp && !p.sas.is_empty() && used.matches(&p.sas)
+                        });
+                        if sh.count_in(r, len + hdrs) {
+                            d.push_span(Span {
+                                buf: m,
+                                start: b.headroom(),
+                                end: b.headroom() + b.len(),
+                            });
+                        }
+                        continue;
+                    }
+                    Ok(UdpUnprotected::NotEsp) => {
+                        sh.count_in(Err(IpsecDrop::Unsupported.into()), len + hdrs);
+                        continue;
+                    }
+                    Err(e) => {
+                        sh.count_in(Err(e.into()), len + hdrs);
+                        continue;
+                    }
+                    // Untouched: copied out below.
+                    Ok(UdpUnprotected::NeedsHeaders) => {}
+                }
+            }
+            d.write_spans(bufs);
+            let b = d.next_out();
+            b.reset(HEADROOM);
+            let Some(room) = b.push_back(len) else {
+                continue;
+            };
+            room.copy_from_slice(&bufs[m].storage()[seg]);
+            if synth_udp_headers(b, src, dst, self.port).is_none() {
+                sh.rx_drops.count(IpsecDrop::Malformed.into());
+            } else if sh.deliver_in(self.snap, b, self.now, self.kind, frags) {
+                d.keep();
+            }
+        }
+    }
 }
 
 #[cfg(test)]
