@@ -21,7 +21,7 @@ use crate::{Error, Result};
 use netveil_io::filter::Layout;
 use netveil_io::tun::Span;
 use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpGroMeta, UdpSocket};
-use netveil_ipsec::bundle::{self, Sad, UdpUnprotected, Unprotected};
+use netveil_ipsec::bundle::{self, Protected, Sad, UdpUnprotected, Unprotected};
 use netveil_ipsec::Drop as IpsecDrop;
 use netveil_ipsec::Mode;
 use netveil_sa::counters::DropCounters;
@@ -72,8 +72,11 @@ pub struct Shared {
 pub enum Out {
     /// As the raw IP packet it now is.
     Raw,
-    /// ESP-in-UDP on the NAT-T socket.
+    /// ESP-in-UDP on the NAT-T socket (transport mode: the packet's IP and UDP headers say where to).
     NatT,
+    /// ESP-in-UDP of a tunnel on the NAT-T socket: the packet is the datagram's payload, between the ends of
+    /// this SA (an index into the snapshot's SAD, [`netveil_ipsec::Sa::udp_tunnel_ends`]).
+    NatTPayload(usize),
     /// PSP on the UDP port 1000 socket.
     Psp,
 }
@@ -154,15 +157,18 @@ impl Shared {
                     }
                     return Err(Drop::NoSa);
                 }
-                bundle::protect(&snap.sad, sas, pkt, now)?;
                 Ok(
-                    if sas
-                        .last()
-                        .is_some_and(|&o| snap.sad.get(o).params.encap.is_some())
-                    {
-                        Out::NatT
-                    } else {
-                        Out::Raw
+                    match bundle::protect_for_sockets(&snap.sad, sas, pkt, now)? {
+                        // The SA that says where (looked up again by the sender: a small value to pass around).
+                        Protected::UdpPayload { .. } => Out::NatTPayload(sas[sas.len() - 1]),
+                        Protected::Packet
+                            if sas
+                                .last()
+                                .is_some_and(|&o| snap.sad.get(o).params.encap.is_some()) =>
+                        {
+                            Out::NatT
+                        }
+                        Protected::Packet => Out::Raw,
                     },
                 )
             }
@@ -1010,19 +1016,30 @@ enum Egress {
     Psp,
 }
 
+/// How a processed outbound packet leaves, and for the payload of a datagram, from where to where.
+#[derive(Clone, Copy)]
+struct TxMeta {
+    egress: Egress,
+    /// With [`Egress::Udp`]: the packet is the UDP payload of a datagram between the ends of this SA (see
+    /// [`Out::NatTPayload`]); else a whole IP packet.
+    payload_of: Option<u32>,
+}
+
 /// Moves the packets of kind `k` among `bufs[from..to]` to the front of that range; returns where they end.
 fn partition(
     bufs: &mut [PacketBuf],
-    kinds: &mut [Egress],
+    meta: &mut [TxMeta],
     from: usize,
     to: usize,
     k: Egress,
 ) -> usize {
     let mut n = from;
     for i in from..to {
-        if kinds[i] == k {
-            bufs.swap(n, i);
-            kinds.swap(n, i);
+        if meta[i].egress == k {
+            if n != i {
+                bufs.swap(n, i);
+                meta.swap(n, i);
+            }
             n += 1;
         }
     }
@@ -1057,7 +1074,13 @@ fn tx_loop(
         n_bufs,
         HEADROOM + mtu.max(crate::config::TFC_PAD_MAX.into()) + TAILROOM,
     );
-    let mut kinds = vec![Egress::Raw4; n_bufs];
+    let mut meta = vec![
+        TxMeta {
+            egress: Egress::Raw4,
+            payload_of: None
+        };
+        n_bufs
+    ];
     let mut gso = GsoSender::new();
     let mut frags = FragCache::default();
     while !sh.stop.load(Relaxed) {
@@ -1083,24 +1106,39 @@ fn tx_loop(
                 Ok(out) => {
                     sh.tx_packets.fetch_add(1, Relaxed);
                     sh.tx_bytes.fetch_add(bufs[i].len() as u64, Relaxed);
-                    kinds[i] = if out == Out::NatT {
-                        Egress::Udp
-                    } else if out == Out::Psp {
-                        Egress::Psp
-                    } else if netveil_wire::ip::version(bufs[i].data()) == Some(4) {
-                        Egress::Raw4
-                    } else {
-                        Egress::Raw6
+                    meta[i] = match out {
+                        Out::NatT => TxMeta {
+                            egress: Egress::Udp,
+                            payload_of: None,
+                        },
+                        Out::NatTPayload(sa) => TxMeta {
+                            egress: Egress::Udp,
+                            payload_of: u32::try_from(sa).ok(),
+                        },
+                        Out::Psp => TxMeta {
+                            egress: Egress::Psp,
+                            payload_of: None,
+                        },
+                        Out::Raw => TxMeta {
+                            egress: if netveil_wire::ip::version(bufs[i].data()) == Some(4) {
+                                Egress::Raw4
+                            } else {
+                                Egress::Raw6
+                            },
+                            payload_of: None,
+                        },
                     };
-                    bufs.swap(good, i);
-                    kinds.swap(good, i);
+                    if good != i {
+                        bufs.swap(good, i);
+                        meta.swap(good, i);
+                    }
                     good += 1;
                 }
                 Err(d) => sh.tx_drops.count(d),
             }
         }
-        let n4 = partition(&mut bufs, &mut kinds, 0, good, Egress::Raw4);
-        let n6 = partition(&mut bufs, &mut kinds, n4, good, Egress::Raw6);
+        let n4 = partition(&mut bufs, &mut meta, 0, good, Egress::Raw4);
+        let n6 = partition(&mut bufs, &mut meta, n4, good, Egress::Raw6);
         if n4 > 0 {
             let _ = send4.send_batch(&bufs[..n4]);
         }
@@ -1109,12 +1147,12 @@ fn tx_loop(
                 let _ = s6.send_batch(&bufs[n4..n6]);
             }
         }
-        let nu = partition(&mut bufs, &mut kinds, n6, good, Egress::Udp);
+        let nu = partition(&mut bufs, &mut meta, n6, good, Egress::Udp);
         if nu > n6 {
-            gso.send(&bufs[n6..nu], udp);
+            gso.send(&bufs[n6..nu], &meta[n6..nu], &snap.sad, udp);
         }
         if good > nu {
-            gso.send(&bufs[nu..good], psp);
+            gso.send(&bufs[nu..good], &meta[nu..good], &snap.sad, psp);
         }
     }
 }
@@ -1141,6 +1179,33 @@ struct GsoRun {
     sock: usize,
 }
 
+/// The payload of the UDP datagram that `p` is, its source address, destination and source port: those of the
+/// SA `m` names for a payload, else read from the packet's IP and UDP headers (which the engine built: they are
+/// whole).
+fn udp_datagram<'p>(
+    p: &'p PacketBuf,
+    m: &TxMeta,
+    sad: &Sad,
+) -> Option<(&'p [u8], IpAddr, SocketAddr, u16)> {
+    if let Some(sa) = m.payload_of {
+        let (src, sport, to) = sad.get(sa as usize).udp_tunnel_ends()?;
+        return Some((p.data(), src, to, sport));
+    }
+    let ip = netveil_wire::ip::Packet::new_checked(p.data()).ok()?;
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    if ip.payload().len() <= netveil_wire::udp::HEADER_LEN {
+        return None;
+    }
+    let dgram = netveil_wire::udp::Packet::new_unchecked(ip.payload());
+    let (sport, dport) = (dgram.src_port(), dgram.dst_port());
+    // The UDP payload as a slice of the packet's buffer (the view's borrow ends here): what follows the headers,
+    // up to the IP length.
+    let end = ip.total_len().min(p.len());
+    let payload_len = ip.payload().len() - netveil_wire::udp::HEADER_LEN;
+    let payload = p.data().get(end - payload_len..end)?;
+    Some((payload, src, SocketAddr::new(dst, dport), sport))
+}
+
 /// The most packets one [`GsoSender::send`] call gathers at once (a TUN read's segments).
 const GSO_GATHER: usize = netveil_io::tun::MAX_SEGMENTS;
 
@@ -1151,38 +1216,25 @@ impl GsoSender {
         }
     }
 
-    fn send(&mut self, pkts: &[PacketBuf], udp: &UdpOut) {
-        for chunk in pkts.chunks(GSO_GATHER) {
-            self.send_chunk(chunk, udp);
+    /// Sends `pkts`: UDP payloads where `meta` gives their addresses, else whole IP/UDP packets.
+    fn send(&mut self, pkts: &[PacketBuf], meta: &[TxMeta], sad: &Sad, udp: &UdpOut) {
+        for (chunk, meta) in pkts.chunks(GSO_GATHER).zip(meta.chunks(GSO_GATHER)) {
+            self.send_chunk(chunk, meta, sad, udp);
         }
     }
 
-    fn send_chunk(&mut self, pkts: &[PacketBuf], udp: &UdpOut) {
+    fn send_chunk(&mut self, pkts: &[PacketBuf], meta: &[TxMeta], sad: &Sad, udp: &UdpOut) {
         let mut payloads = [IoSlice::new(&[]); GSO_GATHER];
         let mut k = 0;
         self.runs.clear();
-        for p in pkts {
-            // The engine built these UDP datagrams (ESP in UDP, PSP): their headers are whole.
-            let Ok(ip) = netveil_wire::ip::Packet::new_checked(p.data()) else {
-                continue;
-            };
-            let (src, dst) = (ip.src_addr(), ip.dst_addr());
-            if ip.payload().len() <= netveil_wire::udp::HEADER_LEN {
-                continue;
-            }
-            let dgram = netveil_wire::udp::Packet::new_unchecked(ip.payload());
-            let (sport, dport) = (dgram.src_port(), dgram.dst_port());
-            // The UDP payload as a slice of the packet's buffer (the view's borrow ends here): what follows the
-            // headers, up to the IP length.
-            let end = ip.total_len().min(p.len());
-            let payload_len = ip.payload().len() - netveil_wire::udp::HEADER_LEN;
-            let Some(payload) = p.data().get(end - payload_len..end) else {
+        for (p, m) in pkts.iter().zip(meta) {
+            let Some((payload, src, to, sport)) = udp_datagram(p, m, sad) else {
                 continue;
             };
             if payload.len() > netveil_io::udp::GSO_MAX_PAYLOAD {
                 continue;
             }
-            let to = SocketAddr::new(dst, dport);
+            let dst = to.ip();
             let len = payload.len();
             let n_socks = if dst.is_ipv6() {
                 udp.v6.len()

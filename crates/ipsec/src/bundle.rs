@@ -7,7 +7,7 @@ use crate::sa::{Direction, Mode, Sa};
 use crate::{ah, esp, Drop, Protocol};
 use netveil_sa::spi::SpiMap;
 use netveil_wire::PacketBuf;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 /// The most SAs one bundle may have (ESP inside AH is two).
@@ -97,6 +97,42 @@ pub fn protect(sad: &Sad, bundle: &[usize], pkt: &mut PacketBuf, now: u64) -> Re
         }
     }
     Ok(())
+}
+
+/// Where [`protect_for_sockets`] left a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protected {
+    /// The complete IP packet to send.
+    Packet,
+    /// The payload of a datagram from `src` (port `sport`) to `to`, for a UDP socket to send: the outermost SA is
+    /// tunnel-mode ESP in UDP, whose outer IP and UDP headers the socket writes.
+    UdpPayload {
+        src: IpAddr,
+        sport: u16,
+        to: SocketAddr,
+    },
+}
+
+/// [`protect`] for a sender that has UDP sockets: an outermost tunnel-mode ESP-in-UDP SA leaves the packet as its
+/// datagram's payload, without outer headers to write and parse back (see [`Protected::UdpPayload`]).
+pub fn protect_for_sockets(
+    sad: &Sad,
+    bundle: &[usize],
+    pkt: &mut PacketBuf,
+    now: u64,
+) -> Result<Protected, Drop> {
+    let Some((&last, inner)) = bundle.split_last() else {
+        return Ok(Protected::Packet);
+    };
+    let sa = sad.get(last);
+    match sa.udp_tunnel_ends() {
+        Some((src, sport, to)) => {
+            protect(sad, inner, pkt, now)?;
+            esp::encapsulate_udp_payload(sa, pkt, now)?;
+            Ok(Protected::UdpPayload { src, sport, to })
+        }
+        None => protect(sad, bundle, pkt, now).map(|()| Protected::Packet),
+    }
 }
 
 /// The SAs an inbound packet came through, outermost first.

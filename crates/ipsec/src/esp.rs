@@ -225,6 +225,21 @@ fn laid_out<'a>(
 /// Protects the IP packet in `pkt` with the outbound ESP SA `sa`, turning it into the complete ESP packet to send
 /// (outer IP header included). `now` is the caller's clock in seconds (for lifetimes).
 pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
+    encap(sa, pkt, now, true)
+}
+
+/// As [`encapsulate`] with a tunnel-mode ESP-in-UDP SA, for a UDP socket to send: `pkt` becomes the datagram's
+/// payload (the ESP packet), without the outer IP and UDP headers, which the socket writes. Any other SA is
+/// `Unsupported` (with nothing consumed).
+pub fn encapsulate_udp_payload(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
+    if !matches!(sa.params.mode, Mode::Tunnel { .. }) || sa.params.encap.is_none() {
+        return Err(Drop::Unsupported);
+    }
+    encap(sa, pkt, now, false)
+}
+
+/// `outer`: push the outer headers of tunnel mode (else the packet ends as the ESP packet).
+fn encap(sa: &Sa, pkt: &mut PacketBuf, now: u64, outer: bool) -> Result<(), Drop> {
     let keys = esp_keys(sa)?;
     let suite = suite(sa);
     if sa.lifetime_state(now) == LifetimeState::Expired {
@@ -330,6 +345,9 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
     )?;
 
     match (sa.params.mode, ip) {
+        (Mode::Tunnel { .. }, _) if !outer => {
+            pkt.pull_front(TUNNEL_LEAD).ok_or(Drop::Malformed)?;
+        }
         (Mode::Tunnel { local, remote }, _) => {
             // Drop the scratch room again and let push_outer write the UDP and IP headers.
             pkt.pull_front(TUNNEL_LEAD).ok_or(Drop::Malformed)?;
