@@ -1,11 +1,16 @@
 //! PSP on hostile input: the header view on arbitrary bytes, decapsulation of arbitrary packets, and valid PSP
 //! packets (transport or tunnel, every crypt offset, with or without VC) with arbitrary corruptions. Nothing may
 //! panic, and a corrupted packet must never decrypt.
+//!
+//! The same packets' UDP payloads also go through a device's receiver as datagrams of a coalesced receive
+//! (`Receiver::decapsulate_udp_payload`, between other bytes in one buffer): an untouched tunnel-mode one opens to
+//! the packet, an untouched transport-mode one is left as it came, a changed one never opens, and the bytes around
+//! never change.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use netveil_psp::{Decrypter, Header, MasterKeys, Mode, TxConfig, TxSa, Version};
+use netveil_psp::{Decrypter, Device, Header, MasterKeys, Mode, Receiver, TxConfig, TxSa, Version};
 use netveil_wire::PacketBuf;
 
 fn masters() -> MasterKeys {
@@ -21,6 +26,10 @@ fuzz_target!(|data: &[u8]| {
     if sel & 1 == 0 {
         let mut pkt = PacketBuf::from_slice(rest, 128, 128);
         let _ = dec.decapsulate(&mut pkt);
+        // The same bytes as a datagram's payload, to a device that knows one SA.
+        let mut d = device();
+        let _ = d.rx_assoc(Version::AesGcm128);
+        let _ = in_place(&d.receiver(), rest);
         return;
     }
     // rest = [cfg, n_edits, (pos_hi, pos_lo, xor)*, payload...]
@@ -64,7 +73,32 @@ fuzz_target!(|data: &[u8]| {
     }
     // The PSP header and everything after it are authenticated (the outer IPv4 and UDP headers are not).
     let psp_changed = pkt.data().get(28..) != clean.get(28..);
+    let corrupted = pkt.data().to_vec();
     let r = dec.decapsulate(&mut pkt);
+    // As a datagram of a coalesced receive, to a device whose SA has the same key (the transmit SA's, rebuilt).
+    let mut d = device();
+    if let Ok(a) = d.rx_assoc(version) {
+        if let Ok(mut tx2) = TxSa::with_key(&a.key, TxConfig { spi: a.spi, ..tx_cfg }) {
+            let mut p2 = PacketBuf::from_slice(&ip, 128, 128);
+            if tx2.encapsulate(&mut p2).is_ok() {
+                // The same edits, at the same places (the packets have the same layout).
+                let mut w = p2.data().to_vec();
+                for (i, b) in w.iter_mut().enumerate() {
+                    *b ^= corrupted[i] ^ clean[i];
+                }
+                let (r2, opened) = in_place(&d.receiver(), &w[28..]);
+                if !changed {
+                    match (r2, tx_cfg.mode) {
+                        (Ok(Some(_)), Mode::Tunnel) => assert_eq!(opened, ip, "an untouched datagram opened in place to other bytes"),
+                        (Ok(None), Mode::Transport) => {}
+                        (r2, _) => panic!("an untouched datagram did not open in place: {r2:?}"),
+                    }
+                } else if psp_changed {
+                    assert!(!matches!(r2, Ok(Some(_))), "a changed datagram opened in place");
+                }
+            }
+        }
+    }
     if !changed {
         assert!(r.is_ok(), "an untouched PSP packet must decrypt");
         assert_eq!(pkt.data(), &ip[..], "an untouched PSP packet decrypted to other bytes");
@@ -72,3 +106,27 @@ fuzz_target!(|data: &[u8]| {
         assert!(r.is_err(), "a PSP packet changed at or after its PSP header decrypted");
     }
 });
+
+fn device() -> Device {
+    Device::with_master_keys(zeroize::Zeroizing::new([0x33; 32]), zeroize::Zeroizing::new([0x44; 32]))
+}
+
+/// Opens `payload` with `rx` as a datagram of a coalesced receive (between other bytes in one buffer); checks that
+/// the bytes around stay, and that a datagram left to the general path is untouched. Returns the result and the
+/// packet's bytes afterwards.
+fn in_place(rx: &Receiver, payload: &[u8]) -> (Result<Option<netveil_psp::Decapsulated>, netveil_psp::RxDrop>, Vec<u8>) {
+    let (lead, trail) = ([0xa5u8; 40], [0x5au8; 40]);
+    let mut all = lead.to_vec();
+    all.extend_from_slice(payload);
+    all.extend_from_slice(&trail);
+    let mut b = PacketBuf::from_slice(&all, 0, 0);
+    b.reset(lead.len());
+    b.set_len(payload.len());
+    let r = rx.decapsulate_udp_payload(&mut b);
+    let s = b.storage();
+    assert!(s[..lead.len()] == lead && s[s.len() - trail.len()..] == trail, "bytes around a datagram changed: {r:?}");
+    if matches!(r, Ok(None)) {
+        assert_eq!(b.data(), payload, "a datagram left to the general path was changed");
+    }
+    (r, b.data().to_vec())
+}

@@ -27,7 +27,7 @@ use netveil_wire::PacketBuf;
 use zeroize::Zeroizing;
 
 use crate::kdf;
-use crate::xform::{locate, peek, Decapsulated, RxSa};
+use crate::xform::{is_tunnel, locate, locate_payload, peek, Decapsulated, Located, RxSa};
 use crate::{Error, Version};
 
 /// The largest SPI value of a phase (low 31 bits).
@@ -355,7 +355,36 @@ impl Receiver {
     /// Verifies and decapsulates a received PSP packet in place and counts the outcome, as
     /// [`Device::decapsulate`].
     pub fn decapsulate(&self, pkt: &mut PacketBuf) -> Result<Decapsulated, RxDrop> {
-        let r = self.decapsulate_uncounted(pkt);
+        let r = locate(pkt.data())
+            .map_err(RxDrop::Psp)
+            .and_then(|loc| self.decapsulate_uncounted(pkt, loc));
+        self.count(r, pkt)
+    }
+
+    /// [`Receiver::decapsulate`] for the payload of a datagram received on port 1000, which `pkt` holds without
+    /// its IP and UDP headers (a datagram of a coalesced receive, opened where it lies). Only tunnel mode can be
+    /// opened so: a transport-mode packet (the PSP header's next header is not IP) is `Ok(None)`, untouched and
+    /// not counted; give it its headers and call [`Receiver::decapsulate`].
+    pub fn decapsulate_udp_payload(
+        &self,
+        pkt: &mut PacketBuf,
+    ) -> Result<Option<Decapsulated>, RxDrop> {
+        let loc = match locate_payload(pkt.data()) {
+            Ok(loc) if !is_tunnel(&loc) => return Ok(None),
+            r => r,
+        };
+        let r = loc
+            .map_err(RxDrop::Psp)
+            .and_then(|loc| self.decapsulate_uncounted(pkt, loc));
+        self.count(r, pkt).map(Some)
+    }
+
+    /// Counts the outcome of a decapsulation (`pkt`: what it left).
+    fn count(
+        &self,
+        r: Result<Decapsulated, RxDrop>,
+        pkt: &PacketBuf,
+    ) -> Result<Decapsulated, RxDrop> {
         let s = &self.stats;
         match r {
             Ok(_) => {
@@ -384,9 +413,12 @@ impl Receiver {
         r
     }
 
-    fn decapsulate_uncounted(&self, pkt: &mut PacketBuf) -> Result<Decapsulated, RxDrop> {
-        // The header is parsed once: the SA lookup and the transform share it.
-        let loc = locate(pkt.data()).map_err(RxDrop::Psp)?;
+    /// The header is parsed once (`loc`): the SA lookup and the transform share it.
+    fn decapsulate_uncounted(
+        &self,
+        pkt: &mut PacketBuf,
+        loc: Located,
+    ) -> Result<Decapsulated, RxDrop> {
         let rx = self.table.load();
         let e = rx.get(&loc.hdr.spi).ok_or(RxDrop::UnknownSpi)?;
         if e.sa.version() != loc.hdr.version {

@@ -270,12 +270,14 @@ impl core::fmt::Debug for RxSa {
     }
 }
 
-/// The located PSP part of a packet: IP header, PSP header (parsed), its length.
+/// The located PSP part of a packet: IP header (`None`: the buffer holds the UDP payload alone), PSP header
+/// (parsed), its length, and where it starts.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Located {
-    pub(crate) ip: Layout,
+    pub(crate) ip: Option<Layout>,
     pub(crate) hdr: Repr,
     pub(crate) psp_hlen: usize,
+    pub(crate) psp_off: usize,
 }
 
 /// Finds and checks the PSP header of an IP packet (UDP to port 1000). `Err(NotPsp)` for other packets.
@@ -296,7 +298,19 @@ pub(crate) fn locate(p: &[u8]) -> Result<Located, Error> {
     if usize::from(u.len()) != dgram.len() {
         return Err(Error::Malformed);
     }
-    let psp = &dgram[UDP_LEN..];
+    locate_psp(&dgram[UDP_LEN..], Some(ip), ip.header_len + UDP_LEN)
+}
+
+/// Finds and checks the PSP header of a UDP payload received on port 1000, which a buffer holds without its IP
+/// and UDP headers (a datagram of a coalesced receive, opened where it lies).
+#[inline]
+pub(crate) fn locate_payload(psp: &[u8]) -> Result<Located, Error> {
+    locate_psp(psp, None, 0)
+}
+
+/// Checks the PSP header at the start of `psp`, which is at `psp_off` in its packet.
+#[inline]
+fn locate_psp(psp: &[u8], ip: Option<Layout>, psp_off: usize) -> Result<Located, Error> {
     let h = Header::new_checked(psp).map_err(|_| Error::Malformed)?;
     if h.version().is_none() {
         return Err(Error::UnsupportedVersion);
@@ -309,7 +323,17 @@ pub(crate) fn locate(p: &[u8]) -> Result<Located, Error> {
     if BASE_LEN + 4 * hdr.crypt_offset as usize > psp.len() - ICV_LEN {
         return Err(Error::CryptOffset);
     }
-    Ok(Located { ip, hdr, psp_hlen })
+    Ok(Located {
+        ip,
+        hdr,
+        psp_hlen,
+        psp_off,
+    })
+}
+
+/// Whether a PSP header's next header is an IP packet (tunnel mode).
+pub(crate) fn is_tunnel(loc: &Located) -> bool {
+    matches!(loc.hdr.next_header, ip_proto::IPIP | ip_proto::IPV6)
 }
 
 /// The SPI and version of the PSP header of an IP packet, to pick the SA (`Err(NotPsp)` if not PSP).
@@ -363,8 +387,13 @@ impl RxSa {
         if loc.hdr.spi != self.spi || loc.hdr.version != self.version {
             return Err(Error::Auth);
         }
+        // Transport mode rebuilds the packet around its IP header: without one, nothing can be done (checked
+        // before anything is decrypted).
+        if loc.ip.is_none() && !is_tunnel(&loc) {
+            return Err(Error::Malformed);
+        }
         let d = pkt.data_mut();
-        let psp = &mut d[loc.ip.header_len + UDP_LEN..];
+        let psp = &mut d[loc.psp_off..];
         let nonce = Header::new_unchecked(&*psp).nonce();
         let (body, icv) = psp.split_at_mut(psp.len() - ICV_LEN);
         let clear = if self.version.is_gmac() {
@@ -380,9 +409,9 @@ impl RxSa {
         let nh = loc.hdr.next_header;
         let len = pkt.len();
         pkt.truncate(len - ICV_LEN);
-        let mode = match nh {
-            ip_proto::IPIP | ip_proto::IPV6 => {
-                pkt.pull_front(loc.ip.header_len + strip)
+        let mode = match (nh, loc.ip) {
+            (ip_proto::IPIP | ip_proto::IPV6, _) => {
+                pkt.pull_front(loc.psp_off + loc.psp_hlen)
                     .ok_or(Error::Malformed)?;
                 let want = if nh == ip_proto::IPIP { 4 } else { 6 };
                 if ip::version(pkt.data()) != Some(want) || ip_header(pkt.data()).is_err() {
@@ -390,14 +419,14 @@ impl RxSa {
                 }
                 Mode::Tunnel
             }
-            _ => {
-                pkt.remove_gap(loc.ip.header_len, strip)
+            (_, Some(ip)) => {
+                pkt.remove_gap(ip.header_len, strip)
                     .ok_or(Error::Malformed)?;
-                loc.ip
-                    .fix_header(pkt.data_mut(), nh)
+                ip.fix_header(pkt.data_mut(), nh)
                     .map_err(|_| Error::Malformed)?;
                 Mode::Transport
             }
+            (_, None) => return Err(Error::Malformed),
         };
         Ok(Decapsulated {
             mode,

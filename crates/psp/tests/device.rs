@@ -364,3 +364,82 @@ fn a_receiver_taken_early_follows_every_change_of_the_device() {
     let s = d.stats.snapshot();
     assert_eq!((s.rx_packets, s.rx_unknown_spi), (2, 2));
 }
+
+/// Opens the UDP payload of `wire` (an IPv4 PSP packet) as a datagram of a coalesced receive: between other bytes in
+/// one buffer. Returns the result, the packet's bytes afterwards, and whether the bytes around it stayed.
+fn open_in_place(
+    rx: &netveil_psp::Receiver,
+    wire: &[u8],
+) -> (
+    Result<Option<netveil_psp::Decapsulated>, RxDrop>,
+    Vec<u8>,
+    bool,
+) {
+    let (lead, trail) = ([0xa5u8; 64], [0x5au8; 64]);
+    let payload = &wire[28..];
+    let mut all = lead.to_vec();
+    all.extend_from_slice(payload);
+    all.extend_from_slice(&trail);
+    let mut b = PacketBuf::from_slice(&all, 0, 0);
+    b.reset(lead.len());
+    b.set_len(payload.len());
+    let r = rx.decapsulate_udp_payload(&mut b);
+    let s = b.storage();
+    let kept = s[..lead.len()] == lead && s[s.len() - trail.len()..] == trail;
+    (r, b.data().to_vec(), kept)
+}
+
+#[test]
+fn coalesced_datagrams_open_in_place_in_tunnel_mode_only() {
+    let mut d = Device::new();
+    d.set_replay_window(64);
+    let rx = d.receiver();
+    let a = d.rx_assoc(Version::AesGcm128).unwrap();
+    let mut tx = tx_for(&a, Mode::Tunnel);
+    for n in [0usize, 1, 100, 1400] {
+        let (b, clear) = sealed(&mut tx, n);
+        let (r, data, kept) = open_in_place(&rx, b.data());
+        assert!(
+            matches!(r, Ok(Some(ref got)) if got.spi == a.spi),
+            "{n}: {r:?}"
+        );
+        assert_eq!(data, clear, "{n}");
+        assert!(kept, "{n}: bytes around the datagram changed");
+        // Once only: the replay extension sees it.
+        assert_eq!(open_in_place(&rx, b.data()).0, Err(RxDrop::Replay));
+    }
+    let s = d.stats.snapshot();
+    assert_eq!(
+        (s.rx_packets, s.rx_bytes, s.rx_replay),
+        (4, (28 + 29 + 128 + 1428) as u64, 4)
+    );
+
+    // Every single-bit change is refused (and counted), and nothing around the datagram changes.
+    let (b, clear) = sealed(&mut tx, 24);
+    for byte in 28..b.len() {
+        for bit in 0..8 {
+            let mut w = b.data().to_vec();
+            w[byte] ^= 1 << bit;
+            let (r, _, kept) = open_in_place(&rx, &w);
+            assert!(!matches!(r, Ok(Some(_))), "byte {byte} bit {bit}: {r:?}");
+            assert!(kept);
+        }
+    }
+    let (r, data, _) = open_in_place(&rx, b.data());
+    assert!(matches!(r, Ok(Some(_))), "{r:?}");
+    assert_eq!(data, clear);
+
+    // Transport mode needs the IP header: left as it came, not counted, and it still opens whole.
+    let a2 = d.rx_assoc(Version::AesGcm128).unwrap();
+    let before = d.stats.snapshot();
+    let mut tx = tx_for(&a2, Mode::Transport);
+    let (b, clear) = sealed(&mut tx, 100);
+    let (r, data, kept) = open_in_place(&rx, b.data());
+    assert_eq!(r.map(|o| o.is_none()), Ok(true));
+    assert_eq!(data, &b.data()[28..]);
+    assert!(kept);
+    assert_eq!(d.stats.snapshot(), before);
+    let mut whole = buf(b.data());
+    rx.decapsulate(&mut whole).unwrap();
+    assert_eq!(whole.data(), &clear[..]);
+}
