@@ -311,7 +311,32 @@ impl Shared {
     }
 }
 
-/// Decrements the IPv4 TTL (updating the header checksum, RFC 1624) or the IPv6 hop limit.
+impl Shared {
+    /// [`Shared::psp_in`] for the payload of a datagram from `src`, which `pkt` holds without its IP and UDP
+    /// headers (see [`UdpRx::deliver`]). `None`: transport mode, which needs the headers (`pkt` untouched).
+    fn psp_in_payload(
+        &self,
+        snap: &Snapshot,
+        pkt: &mut PacketBuf,
+        src: IpAddr,
+        now: u64,
+        frags: &mut FragCache,
+    ) -> Option<std::result::Result<(), Drop>> {
+        let Some(st) = self.psp.as_ref() else {
+            return Some(Err(IpsecDrop::Unsupported.into()));
+        };
+        if src != st.cfg.remote {
+            return Some(Err(IpsecDrop::UnknownSpi.into()));
+        }
+        match st.rx.decapsulate_udp_payload(pkt) {
+            Ok(None) => None,
+            Ok(Some(_)) => Some(self.check_in(snap, pkt.data(), now, frags, |p| p.psp)),
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+}
+
+/// Decrements the IPv4 TTL/// Decrements the IPv4 TTL (updating the header checksum, RFC 1624) or the IPv6 hop limit.
 fn decrement_ttl(p: &mut [u8]) -> std::result::Result<(), Drop> {
     netveil_wire::ip::decrement_hop_limit(p).map_err(|e| match e {
         netveil_wire::ip::HopLimitError::Exceeded => Drop::TtlExceeded,
@@ -1482,9 +1507,9 @@ struct UdpRx<'a> {
 
 impl UdpRx<'_> {
     /// Delivers message `m` of `bufs`: one datagram, or datagrams of `meta.segment_size` bytes (GRO; the last may
-    /// be shorter). ESP in UDP of tunnel-mode SAs is opened where it lies ([`Delivery::push_span`]); any other
-    /// datagram gets back its IP and UDP headers, in its own buffer (swapped out) or a copy, so that one code path
-    /// handles it.
+    /// be shorter). Coalesced datagrams of tunnel mode (ESP in UDP of a tunnel SA, PSP with an IP packet inside)
+    /// are opened where they lie ([`Delivery::push_span`]); any other datagram gets back its IP and UDP headers,
+    /// in its own buffer (swapped out) or a copy, so that one code path handles it.
     fn deliver(
         &self,
         bufs: &mut [PacketBuf],
@@ -1515,36 +1540,35 @@ impl UdpRx<'_> {
             let len = meta.segment_size.min(start + total - at);
             let seg = at..at + len;
             at += len;
-            if self.kind == UdpKind::NatT {
-                let b = &mut bufs[m];
-                b.reset(seg.start);
-                b.set_len(len);
-                match bundle::unprotect_udp_payload(&self.snap.sad, b, dst, self.now) {
-                    Ok(UdpUnprotected::Packet(used)) => {
-                        let r = sh.check_in(self.snap, b.data(), self.now, frags, |p| {
-                            !p.psp && !p.sas.is_empty() && used.matches(&p.sas)
-                        });
-                        if sh.count_in(r, len + hdrs) {
-                            d.push_span(Span {
-                                buf: m,
-                                start: b.headroom(),
-                                end: b.headroom() + b.len(),
-                            });
+            let b = &mut bufs[m];
+            b.reset(seg.start);
+            b.set_len(len);
+            let opened = match self.kind {
+                UdpKind::NatT => {
+                    match bundle::unprotect_udp_payload(&self.snap.sad, b, dst, self.now) {
+                        Ok(UdpUnprotected::Packet(used)) => {
+                            Some(sh.check_in(self.snap, b.data(), self.now, frags, |p| {
+                                !p.psp && !p.sas.is_empty() && used.matches(&p.sas)
+                            }))
                         }
-                        continue;
+                        Ok(UdpUnprotected::NotEsp) => Some(Err(IpsecDrop::Unsupported.into())),
+                        Err(e) => Some(Err(e.into())),
+                        Ok(UdpUnprotected::NeedsHeaders) => None,
                     }
-                    Ok(UdpUnprotected::NotEsp) => {
-                        sh.count_in(Err(IpsecDrop::Unsupported.into()), len + hdrs);
-                        continue;
-                    }
-                    Err(e) => {
-                        sh.count_in(Err(e.into()), len + hdrs);
-                        continue;
-                    }
-                    // Untouched: copied out below.
-                    Ok(UdpUnprotected::NeedsHeaders) => {}
                 }
+                UdpKind::Psp => sh.psp_in_payload(self.snap, b, src.ip(), self.now, frags),
+            };
+            if let Some(r) = opened {
+                if sh.count_in(r, len + hdrs) {
+                    d.push_span(Span {
+                        buf: m,
+                        start: b.headroom(),
+                        end: b.headroom() + b.len(),
+                    });
+                }
+                continue;
             }
+            // Untouched, and needs its headers: copied out with them.
             d.write_spans(bufs);
             let b = d.next_out();
             b.reset(HEADROOM);
