@@ -175,15 +175,9 @@ fuzz_target!(|data: &[u8]| {
 /// packet's bytes afterwards.
 fn in_place(sad: &Sad, payload: &[u8], dst: IpAddr) -> (Result<bundle::UdpUnprotected, netveil_ipsec::Drop>, Vec<u8>) {
     let (lead, trail) = ([0xa5u8; 48], [0x5au8; 48]);
-    let mut all = lead.to_vec();
-    all.extend_from_slice(payload);
-    all.extend_from_slice(&trail);
-    let mut b = PacketBuf::from_slice(&all, 0, 0);
-    b.reset(lead.len());
-    b.set_len(payload.len());
+    let mut b = PacketBuf::between(&lead, payload, &trail);
     let r = bundle::unprotect_udp_payload(sad, &mut b, dst, 0);
-    let s = b.storage();
-    assert!(s[..lead.len()] == lead && s[s.len() - trail.len()..] == trail, "bytes around a datagram changed: {r:?}");
+    assert!(b.storage().starts_with(&lead) && b.storage().ends_with(&trail), "bytes around a datagram changed: {r:?}");
     if matches!(r, Ok(bundle::UdpUnprotected::NeedsHeaders)) {
         assert_eq!(b.data(), payload, "a datagram left to the general path was changed");
     }

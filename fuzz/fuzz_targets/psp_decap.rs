@@ -116,15 +116,9 @@ fn device() -> Device {
 /// packet's bytes afterwards.
 fn in_place(rx: &Receiver, payload: &[u8]) -> (Result<Option<netveil_psp::Decapsulated>, netveil_psp::RxDrop>, Vec<u8>) {
     let (lead, trail) = ([0xa5u8; 40], [0x5au8; 40]);
-    let mut all = lead.to_vec();
-    all.extend_from_slice(payload);
-    all.extend_from_slice(&trail);
-    let mut b = PacketBuf::from_slice(&all, 0, 0);
-    b.reset(lead.len());
-    b.set_len(payload.len());
+    let mut b = PacketBuf::between(&lead, payload, &trail);
     let r = rx.decapsulate_udp_payload(&mut b);
-    let s = b.storage();
-    assert!(s[..lead.len()] == lead && s[s.len() - trail.len()..] == trail, "bytes around a datagram changed: {r:?}");
+    assert!(b.storage().starts_with(&lead) && b.storage().ends_with(&trail), "bytes around a datagram changed: {r:?}");
     if matches!(r, Ok(None)) {
         assert_eq!(b.data(), payload, "a datagram left to the general path was changed");
     }

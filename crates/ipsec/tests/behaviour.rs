@@ -1265,19 +1265,11 @@ fn unprotect_in_place(
     dst: IpAddr,
 ) -> (Result<bundle::UdpUnprotected, D>, Vec<u8>, bool) {
     let payload = &wire[l3_len(wire) + 8..];
-    let before = vec![0xa5u8; 1400];
-    let after = vec![0x5au8; 700];
-    let mut all = before.clone();
-    all.extend_from_slice(payload);
-    all.extend_from_slice(&after);
-    let mut b = PacketBuf::from_slice(&all, 0, 0);
-    b.reset(before.len());
-    b.set_len(payload.len());
+    let (before, after) = ([0xa5u8; 1400], [0x5au8; 700]);
+    let mut b = PacketBuf::between(&before, payload, &after);
     let r = bundle::unprotect_udp_payload(sad, &mut b, dst, NOW);
-    let data = b.data().to_vec();
-    let s = b.storage();
-    let kept = s[..before.len()] == before[..] && s[s.len() - after.len()..] == after[..];
-    (r, data, kept)
+    let kept = b.storage().starts_with(&before) && b.storage().ends_with(&after);
+    (r, b.data().to_vec(), kept)
 }
 
 #[test]

@@ -376,16 +376,9 @@ fn open_in_place(
     bool,
 ) {
     let (lead, trail) = ([0xa5u8; 64], [0x5au8; 64]);
-    let payload = &wire[28..];
-    let mut all = lead.to_vec();
-    all.extend_from_slice(payload);
-    all.extend_from_slice(&trail);
-    let mut b = PacketBuf::from_slice(&all, 0, 0);
-    b.reset(lead.len());
-    b.set_len(payload.len());
+    let mut b = PacketBuf::between(&lead, &wire[28..], &trail);
     let r = rx.decapsulate_udp_payload(&mut b);
-    let s = b.storage();
-    let kept = s[..lead.len()] == lead && s[s.len() - trail.len()..] == trail;
+    let kept = b.storage().starts_with(&lead) && b.storage().ends_with(&trail);
     (r, b.data().to_vec(), kept)
 }
 

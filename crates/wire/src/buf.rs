@@ -30,6 +30,17 @@ impl PacketBuf {
         }
     }
 
+    /// A buffer holding a copy of `data` as its packet, with copies of `lead` in front of it and `trail` after it
+    /// (as the packet lies among others, e.g. one datagram of several received at once).
+    pub fn between(lead: &[u8], data: &[u8], trail: &[u8]) -> Self {
+        let mut b = PacketBuf::new(lead.len() + data.len() + trail.len(), lead.len());
+        b.storage[..lead.len()].copy_from_slice(lead);
+        b.tail = lead.len() + data.len();
+        b.storage[lead.len()..b.tail].copy_from_slice(data);
+        b.storage[b.tail..].copy_from_slice(trail);
+        b
+    }
+
     /// A buffer holding a copy of `data` with the given head- and tailroom.
     pub fn from_slice(data: &[u8], headroom: usize, tailroom: usize) -> Self {
         let mut b = PacketBuf::new(headroom + data.len() + tailroom, headroom);
@@ -150,6 +161,14 @@ impl PacketBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_packet_between_others_lies_at_its_offsets() {
+        let b = PacketBuf::between(&[1, 2], &[3, 4, 5], &[6]);
+        assert_eq!((b.headroom(), b.len(), b.tailroom()), (2, 3, 1));
+        assert_eq!(b.data(), &[3, 4, 5]);
+        assert_eq!(b.storage(), &[1, 2, 3, 4, 5, 6]);
+    }
 
     #[test]
     fn push_pull_and_gaps() {
