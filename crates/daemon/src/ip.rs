@@ -77,8 +77,11 @@ pub enum Out {
     /// ESP-in-UDP of a tunnel on the NAT-T socket: the packet is the datagram's payload, between the ends of
     /// this SA (an index into the snapshot's SAD, [`netveil_ipsec::Sa::udp_tunnel_ends`]).
     NatTPayload(usize),
-    /// PSP on the UDP port 1000 socket.
+    /// PSP on the UDP port 1000 socket (transport mode: the packet's IP and UDP headers say where to).
     Psp,
+    /// PSP of a tunnel on the UDP port 1000 socket: the packet is the datagram's payload, to the peer, from this
+    /// source port (the flow's, which picks the socket of the pool).
+    PspPayload(u16),
 }
 
 impl Shared {
@@ -273,21 +276,21 @@ impl Shared {
                         // The outer header is a copy of the inner one: tunnels stay within one family.
                         Err(netveil_psp::Error::Malformed)
                     } else {
-                        sa.encapsulate(pkt).and_then(|()| {
-                            if tunnel {
-                                psp_kx::set_outer_addresses(pkt.data_mut(), &st.cfg)
-                                    .ok_or(netveil_psp::Error::Malformed)
-                            } else {
-                                Ok(())
-                            }
-                        })
+                        if tunnel {
+                            // The datagram's payload: the socket writes the outer headers.
+                            sa.encapsulate_udp_payload(pkt).map(Some)
+                        } else {
+                            sa.encapsulate(pkt).map(|()| None)
+                        }
                     }
                 }
             }
         };
-        st.stats.count_tx(r.map(|()| len));
-        r?;
-        Ok(Out::Psp)
+        st.stats.count_tx(r.map(|_| len));
+        Ok(match r? {
+            Some(sport) => Out::PspPayload(sport),
+            None => Out::Psp,
+        })
     }
 
     /// PSP inbound: `pkt` is a datagram from the PSP socket with its IP and UDP headers restored. Decapsulated
@@ -1045,9 +1048,24 @@ enum Egress {
 #[derive(Clone, Copy)]
 struct TxMeta {
     egress: Egress,
-    /// With [`Egress::Udp`]: the packet is the UDP payload of a datagram between the ends of this SA (see
-    /// [`Out::NatTPayload`]); else a whole IP packet.
-    payload_of: Option<u32>,
+    /// The packet is a datagram's payload, not a whole IP packet: where it goes.
+    payload_of: Option<PayloadOf>,
+}
+
+/// Where a datagram's payload goes.
+#[derive(Clone, Copy)]
+enum PayloadOf {
+    /// Between the ends of this SA (an index into the snapshot's SAD, see [`Out::NatTPayload`]).
+    Sa(usize),
+    /// To the PSP peer, from this source port (see [`Out::PspPayload`]).
+    PspPeer(u16),
+}
+
+/// What the addresses of datagram payloads are looked up in.
+struct PayloadEnds<'a> {
+    sad: &'a Sad,
+    /// The PSP tunnel's local address and the peer's socket address.
+    psp: Option<(IpAddr, SocketAddr)>,
 }
 
 /// Moves the packets of kind `k` among `bufs[from..to]` to the front of that range; returns where they end.
@@ -1107,6 +1125,13 @@ fn tx_loop(
         n_bufs
     ];
     let mut gso = GsoSender::new();
+    // Where PSP tunnel payloads go (the configuration does not change while this runs).
+    let psp_ends = sh.psp.as_ref().map(|st| {
+        (
+            st.cfg.local,
+            SocketAddr::new(st.cfg.remote, netveil_psp::UDP_PORT),
+        )
+    });
     let mut frags = FragCache::default();
     while !sh.stop.load(Relaxed) {
         let n = match tun.recv_batch(&mut scratch, &mut bufs, HEADROOM) {
@@ -1138,7 +1163,11 @@ fn tx_loop(
                         },
                         Out::NatTPayload(sa) => TxMeta {
                             egress: Egress::Udp,
-                            payload_of: u32::try_from(sa).ok(),
+                            payload_of: Some(PayloadOf::Sa(sa)),
+                        },
+                        Out::PspPayload(sport) => TxMeta {
+                            egress: Egress::Psp,
+                            payload_of: Some(PayloadOf::PspPeer(sport)),
                         },
                         Out::Psp => TxMeta {
                             egress: Egress::Psp,
@@ -1173,11 +1202,15 @@ fn tx_loop(
             }
         }
         let nu = partition(&mut bufs, &mut meta, n6, good, Egress::Udp);
+        let ends = PayloadEnds {
+            sad: &snap.sad,
+            psp: psp_ends,
+        };
         if nu > n6 {
-            gso.send(&bufs[n6..nu], &meta[n6..nu], &snap.sad, udp);
+            gso.send(&bufs[n6..nu], &meta[n6..nu], &ends, udp);
         }
         if good > nu {
-            gso.send(&bufs[nu..good], &meta[nu..good], &snap.sad, psp);
+            gso.send(&bufs[nu..good], &meta[nu..good], &ends, psp);
         }
     }
 }
@@ -1210,11 +1243,18 @@ struct GsoRun {
 fn udp_datagram<'p>(
     p: &'p PacketBuf,
     m: &TxMeta,
-    sad: &Sad,
+    ends: &PayloadEnds,
 ) -> Option<(&'p [u8], IpAddr, SocketAddr, u16)> {
-    if let Some(sa) = m.payload_of {
-        let (src, sport, to) = sad.get(sa as usize).udp_tunnel_ends()?;
-        return Some((p.data(), src, to, sport));
+    match m.payload_of {
+        Some(PayloadOf::Sa(sa)) => {
+            let (src, sport, to) = ends.sad.get(sa).udp_tunnel_ends()?;
+            return Some((p.data(), src, to, sport));
+        }
+        Some(PayloadOf::PspPeer(sport)) => {
+            let (src, to) = ends.psp?;
+            return Some((p.data(), src, to, sport));
+        }
+        None => {}
     }
     let ip = netveil_wire::ip::Packet::new_checked(p.data()).ok()?;
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
@@ -1242,18 +1282,24 @@ impl GsoSender {
     }
 
     /// Sends `pkts`: UDP payloads where `meta` gives their addresses, else whole IP/UDP packets.
-    fn send(&mut self, pkts: &[PacketBuf], meta: &[TxMeta], sad: &Sad, udp: &UdpOut) {
+    fn send(&mut self, pkts: &[PacketBuf], meta: &[TxMeta], ends: &PayloadEnds, udp: &UdpOut) {
         for (chunk, meta) in pkts.chunks(GSO_GATHER).zip(meta.chunks(GSO_GATHER)) {
-            self.send_chunk(chunk, meta, sad, udp);
+            self.send_chunk(chunk, meta, ends, udp);
         }
     }
 
-    fn send_chunk(&mut self, pkts: &[PacketBuf], meta: &[TxMeta], sad: &Sad, udp: &UdpOut) {
+    fn send_chunk(
+        &mut self,
+        pkts: &[PacketBuf],
+        meta: &[TxMeta],
+        ends: &PayloadEnds,
+        udp: &UdpOut,
+    ) {
         let mut payloads = [IoSlice::new(&[]); GSO_GATHER];
         let mut k = 0;
         self.runs.clear();
         for (p, m) in pkts.iter().zip(meta) {
-            let Some((payload, src, to, sport)) = udp_datagram(p, m, sad) else {
+            let Some((payload, src, to, sport)) = udp_datagram(p, m, ends) else {
                 continue;
             };
             if payload.len() > netveil_io::udp::GSO_MAX_PAYLOAD {

@@ -150,6 +150,22 @@ impl TxSa {
     /// Encapsulates the IP packet in `pkt` (which must be exactly one IP packet, its length fields matching).
     /// On error the packet is unchanged and no IV is used. Safe to call from several threads at once.
     pub fn encapsulate(&self, pkt: &mut PacketBuf) -> Result<(), Error> {
+        self.encap(pkt, true).map(|_| ())
+    }
+
+    /// As [`TxSa::encapsulate`] in tunnel mode, for a UDP socket to send: `pkt` becomes the datagram's payload (PSP
+    /// header, inner packet, ICV), without the outer IP and UDP headers, which the socket writes. Returns the UDP
+    /// source port the packet would carry (the flow's). In transport mode: `Err(Malformed)`, with no IV used.
+    pub fn encapsulate_udp_payload(&self, pkt: &mut PacketBuf) -> Result<u16, Error> {
+        if self.cfg.mode != Mode::Tunnel {
+            return Err(Error::Malformed);
+        }
+        self.encap(pkt, false)
+    }
+
+    /// `outer`: write the outer IP and UDP headers (else the packet starts at the PSP header). Returns the UDP
+    /// source port.
+    fn encap(&self, pkt: &mut PacketBuf, outer: bool) -> Result<u16, Error> {
         let ip = ip_header(pkt.data())?;
         let ihl = ip.header_len;
         let psp_hlen = BASE_LEN + if self.cfg.vc { VC_LEN } else { 0 };
@@ -185,6 +201,12 @@ impl TxSa {
                 (outer, off, nh, outer + UDP_LEN + psp_hlen)
             }
         };
+        // Without the outer headers, the packet grows by the PSP header only (the limit on the whole is the same).
+        let (ip_hlen, pushed) = if outer {
+            (ip_hlen, added)
+        } else {
+            (0, psp_hlen)
+        };
         // Bytes after the IV: VC + payload (transport) or VC + inner packet (tunnel).
         let after_iv = psp_hlen - BASE_LEN
             + match self.cfg.mode {
@@ -195,7 +217,7 @@ impl TxSa {
             return Err(Error::CryptOffset);
         }
         let new_len = pkt.len() + added + ICV_LEN;
-        if new_len > 0xffff || pkt.headroom() < added || pkt.tailroom() < ICV_LEN {
+        if new_len > 0xffff || pkt.headroom() < pushed || pkt.tailroom() < ICV_LEN {
             return Err(Error::NoRoom);
         }
         // The IV is taken once every check passed, before the packet changes: a refused packet uses none (and
@@ -207,6 +229,10 @@ impl TxSa {
                 pkt.push_back(ICV_LEN).ok_or(Error::NoRoom)?;
                 ip.fix_header(pkt.data_mut(), ip_proto::UDP)
                     .map_err(|_| Error::Malformed)?;
+            }
+            Mode::Tunnel if !outer => {
+                pkt.push_front(pushed).ok_or(Error::NoRoom)?;
+                pkt.push_back(ICV_LEN).ok_or(Error::NoRoom)?;
             }
             Mode::Tunnel => {
                 pkt.push_front(added).ok_or(Error::NoRoom)?;
@@ -227,8 +253,13 @@ impl TxSa {
             }
         }
         let d = pkt.data_mut();
-        ip::emit_udp_header(d, ip_hlen, sport, UDP_PORT, false).map_err(|_| Error::Malformed)?;
-        let psp = &mut d[ip_hlen + UDP_LEN..];
+        let psp = if outer {
+            ip::emit_udp_header(d, ip_hlen, sport, UDP_PORT, false)
+                .map_err(|_| Error::Malformed)?;
+            &mut d[ip_hlen + UDP_LEN..]
+        } else {
+            d
+        };
         let repr = Repr {
             next_header,
             crypt_offset: offset,
@@ -241,7 +272,7 @@ impl TxSa {
         };
         repr.emit(&mut Header::new_unchecked(&mut *psp));
         seal(&*self.aead, self.cfg.version, offset, psp);
-        Ok(())
+        Ok(sport)
     }
 }
 

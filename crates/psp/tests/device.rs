@@ -436,3 +436,38 @@ fn coalesced_datagrams_open_in_place_in_tunnel_mode_only() {
     rx.decapsulate(&mut whole).unwrap();
     assert_eq!(whole.data(), &clear[..]);
 }
+
+#[test]
+fn tunnel_packets_are_sealed_as_a_datagram_payload_for_sockets() {
+    let mut d = Device::new();
+    let rx = d.receiver();
+    let a = d.rx_assoc(Version::AesGcm128).unwrap();
+    // Two transmit SAs with the same key and IV counter: one seals whole packets, the other datagram payloads.
+    let (whole, sockets) = (tx_for(&a, Mode::Tunnel), tx_for(&a, Mode::Tunnel));
+    for n in [0usize, 1, 100, 1400] {
+        let (mut w, mut p) = (udp4(n, 0x3c), udp4(n, 0x3c));
+        let clear = p.data().to_vec();
+        whole.encapsulate(&mut w).unwrap();
+        let sport = sockets.encapsulate_udp_payload(&mut p).unwrap();
+        // The same bytes as the whole packet's UDP payload, and the source port its UDP header carries.
+        assert_eq!(p.data(), &w.data()[28..], "{n}");
+        assert_eq!(
+            sport,
+            u16::from_be_bytes([w.data()[20], w.data()[21]]),
+            "{n}"
+        );
+        let (r, data, _) = open_in_place(&rx, w.data());
+        assert!(matches!(r, Ok(Some(_))), "{n}: {r:?}");
+        assert_eq!(data, clear, "{n}");
+    }
+    // Transport mode has no payload-only form, and uses no IV for trying.
+    let t = tx_for(&a, Mode::Transport);
+    let mut p = udp4(10, 0);
+    assert_eq!(
+        t.encapsulate_udp_payload(&mut p),
+        Err(netveil_psp::Error::Malformed)
+    );
+    let mut w = udp4(10, 0);
+    t.encapsulate(&mut w).unwrap();
+    assert_eq!(netveil_psp::xform::peek_iv(w.data()), Ok(1));
+}
