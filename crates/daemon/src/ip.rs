@@ -196,9 +196,9 @@ impl Shared {
         frags: &mut FragCache,
     ) -> std::result::Result<(), Drop> {
         match bundle::unprotect(&snap.sad, pkt, self.config.interface.nat_t_port, now)? {
-            Unprotected::Packet(used) => self.check_in(snap, pkt.data(), now, frags, |p| {
-                !p.psp && !p.sas.is_empty() && used.matches(&p.sas)
-            }),
+            Unprotected::Packet(used) => {
+                self.check_in(snap, pkt.data(), now, frags, came_through(used))
+            }
             Unprotected::Clear | Unprotected::NotEsp => Err(IpsecDrop::Unsupported.into()),
         }
     }
@@ -337,6 +337,12 @@ impl Shared {
             Err(e) => Some(Err(e.into())),
         }
     }
+}
+
+/// The inbound policy check of ESP/AH traffic: a protect policy whose SAs are exactly the ones `used` (see
+/// [`Shared::check_in`]).
+fn came_through(used: bundle::Used) -> impl Fn(&crate::config::PolicyRule) -> bool {
+    move |p| !p.psp && !p.sas.is_empty() && used.matches(&p.sas)
 }
 
 /// Decrements the IPv4 TTL/// Decrements the IPv4 TTL (updating the header checksum, RFC 1624) or the IPv6 hop limit.
@@ -1592,11 +1598,13 @@ impl UdpRx<'_> {
             let opened = match self.kind {
                 UdpKind::NatT => {
                     match bundle::unprotect_udp_payload(&self.snap.sad, b, dst, self.now) {
-                        Ok(UdpUnprotected::Packet(used)) => {
-                            Some(sh.check_in(self.snap, b.data(), self.now, frags, |p| {
-                                !p.psp && !p.sas.is_empty() && used.matches(&p.sas)
-                            }))
-                        }
+                        Ok(UdpUnprotected::Packet(used)) => Some(sh.check_in(
+                            self.snap,
+                            b.data(),
+                            self.now,
+                            frags,
+                            came_through(used),
+                        )),
                         Ok(UdpUnprotected::NotEsp) => Some(Err(IpsecDrop::Unsupported.into())),
                         Err(e) => Some(Err(e.into())),
                         Ok(UdpUnprotected::NeedsHeaders) => None,

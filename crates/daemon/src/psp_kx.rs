@@ -610,12 +610,6 @@ impl Link<'_> {
     }
 }
 
-/// Outer-header fix-up of a tunnel-mode packet: the addresses become our and the peer's outer addresses
-/// (the encapsulation copied them from the inner packet), with the IPv4 checksum recomputed.
-pub fn set_outer_addresses(p: &mut [u8], cfg: &PspConfig) -> Option<()> {
-    netveil_wire::ip::set_addresses(p, cfg.local, cfg.remote).ok()
-}
-
 /// Whether the mode of `cfg` is tunnel mode.
 pub fn is_tunnel(cfg: &PspConfig) -> bool {
     cfg.mode == Mode::Tunnel
