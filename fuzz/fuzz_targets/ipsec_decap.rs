@@ -17,7 +17,7 @@ use libfuzzer_sys::fuzz_target;
 use netveil_ipsec::bundle::{self, Sad};
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::{AhSuite, EspSuite};
-use netveil_ipsec::{Mode, Sa, SaParams, UdpEncap};
+use netveil_ipsec::{InboundSa, Mode, OutboundSa, SaParams, UdpEncap};
 use netveil_sa::lifetime::Lifetime;
 use netveil_wire::PacketBuf;
 use std::net::IpAddr;
@@ -71,7 +71,7 @@ fn world() -> &'static World {
         ];
         let mut out = Sad::default();
         for (spi, suite, mode, esn, udp) in &specs {
-            out.insert(Sa::new(params(*spi, Direction::Out, *suite, *mode, *esn, *udp), 0).unwrap()).unwrap();
+            out.insert_out(OutboundSa::new(params(*spi, Direction::Out, *suite, *mode, *esn, *udp), 0).unwrap());
         }
         World { out, specs }
     })
@@ -85,7 +85,7 @@ fn inbound() -> Sad {
             Mode::Tunnel { local, remote } => Mode::Tunnel { local: remote, remote: local },
             m => m,
         };
-        sad.insert(Sa::new(params(*spi, Direction::In, *suite, mode, *esn, *udp), 0).unwrap()).unwrap();
+        sad.insert_in(InboundSa::new(params(*spi, Direction::In, *suite, mode, *esn, *udp), 0).unwrap()).unwrap();
     }
     sad
 }
@@ -126,7 +126,8 @@ fuzz_target!(|data: &[u8]| {
         inner[10..12].copy_from_slice(&c.to_be_bytes());
     }
     let mut pkt = PacketBuf::from_slice(&inner, 256, 640);
-    if bundle::protect(&w.out, &[idx], &mut pkt, 0).is_err() {
+    let o = w.out.outbound_indices().nth(idx).expect("one outbound SA per spec");
+    if bundle::protect(&w.out, &[o], &mut pkt, 0).is_err() {
         return;
     }
     let genuine = pkt.data().to_vec();

@@ -268,15 +268,16 @@ impl Interface {
     }
 }
 
-/// A validated policy rule; `sas` are indices into [`Config::sas`] (at runtime: into the running SA database),
-/// innermost first.
+/// A validated policy rule. Its SAs are named (`sa_names`, innermost first); `sas` is what they resolve to in the
+/// running SA database, by the policy's direction only (filled in by the IP engine's snapshot; empty in a parsed
+/// configuration).
 #[derive(Debug, Clone)]
 pub struct PolicyRule {
     pub name: String,
     pub direction: policy::Direction,
     pub selector: Selector,
     pub action: policy::Action,
-    pub sas: Vec<usize>,
+    pub sas: netveil_ipsec::bundle::Bundle,
     /// The SAs' names as given: a policy added at runtime may name SAs not installed yet (then `sas` is empty and
     /// its traffic is dropped, reported as an acquire).
     pub sa_names: Vec<String>,
@@ -921,8 +922,6 @@ fn parse_policy(
             "port ranges need proto = \"tcp\", \"udp\" or \"sctp\"",
         );
     }
-    let mut bundle = Vec::new();
-    let mut missing = false;
     let use_psp = match p.protocol.as_deref() {
         None | Some("ipsec") => false,
         Some("psp") => {
@@ -961,19 +960,20 @@ fn parse_policy(
             for (j, n) in p.sas.iter().enumerate() {
                 let idx = match sas.iter().position(|s| &s.name == n) {
                     Some(x) => x,
-                    None if missing_ok => {
-                        missing = true;
-                        continue;
-                    }
+                    None if missing_ok => continue,
                     None => return err(k(&format!("sas[{j}]")), format!("no SA named '{n}'")),
                 };
                 if sas[idx].direction != want {
                     return err(
                         k(&format!("sas[{j}]")),
-                        format!("SA '{n}' is not an {:?}bound SA", want),
+                        format!(
+                            "SA '{n}' is an {}bound SA: an {}bound policy uses only {}bound SAs",
+                            dir_word(sas[idx].direction),
+                            dir_word(want),
+                            dir_word(want)
+                        ),
                     );
                 }
-                bundle.push(idx);
             }
             policy::Action::Protect(0)
         }
@@ -1001,10 +1001,18 @@ fn parse_policy(
             dst_ports,
         },
         action,
-        sas: if missing { Vec::new() } else { bundle },
+        sas: netveil_ipsec::bundle::Bundle::None,
         sa_names: p.sas,
         psp: use_psp,
     })
+}
+
+/// "in" or "out".
+pub fn dir_word(d: Direction) -> &'static str {
+    match d {
+        Direction::In => "in",
+        Direction::Out => "out",
+    }
 }
 
 fn parse_psp(r: RawPsp) -> Result<PspConfig, ConfigError> {
@@ -1107,15 +1115,19 @@ fn suite_proto(s: &Suite) -> u8 {
 }
 
 impl Config {
-    /// Builds the SA database (key schedules computed here, once). SA `i` of the configuration gets index `i`.
-    pub fn build_sad(&self, now: u64) -> Result<netveil_ipsec::bundle::Sad, ConfigError> {
-        let mut sad = netveil_ipsec::bundle::Sad::default();
-        for (i, p) in self.sas.iter().enumerate() {
-            let sa = netveil_ipsec::Sa::new(p.clone(), now)
-                .or_else(|e| err(format!("sa[{i}]"), format!("cannot install: {e}")))?;
-            sad.insert(sa).or_else(|e| err(format!("sa[{i}].spi"), e))?;
-        }
-        Ok(sad)
+    /// Builds the SA database (key schedules computed here, once); returns it with where SA `i` of the
+    /// configuration went.
+    pub fn build_sad(
+        &self,
+        now: u64,
+    ) -> Result<
+        (
+            netveil_ipsec::bundle::Sad,
+            Vec<netveil_ipsec::bundle::SaIdx>,
+        ),
+        ConfigError,
+    > {
+        self.build_sad_reserved(now, &[])
     }
 
     /// Builds the SA database with the sequence-number starts and reservations of the state directory (see
@@ -1124,21 +1136,44 @@ impl Config {
         &self,
         now: u64,
         starts: &[Option<crate::state::SeqStart>],
-    ) -> Result<netveil_ipsec::bundle::Sad, ConfigError> {
+    ) -> Result<
+        (
+            netveil_ipsec::bundle::Sad,
+            Vec<netveil_ipsec::bundle::SaIdx>,
+        ),
+        ConfigError,
+    > {
+        use netveil_ipsec::bundle::SaIdx;
         let mut sad = netveil_ipsec::bundle::Sad::default();
+        let mut at = Vec::with_capacity(self.sas.len());
         for (i, p) in self.sas.iter().enumerate() {
-            let sa = match starts.get(i).copied().flatten() {
-                Some(s) => {
-                    let mut p = p.clone();
-                    p.first_seq = s.first;
-                    netveil_ipsec::Sa::with_reservation(p, now, s.reserved)
+            let cant = |e: netveil_ipsec::SaError| ConfigError {
+                key: format!("sa[{i}]"),
+                reason: format!("cannot install: {e}"),
+            };
+            at.push(match p.direction {
+                Direction::Out => {
+                    let sa = match starts.get(i).copied().flatten() {
+                        Some(s) => {
+                            let mut p = p.clone();
+                            p.first_seq = s.first;
+                            netveil_ipsec::OutboundSa::with_reservation(p, now, s.reserved)
+                        }
+                        None => netveil_ipsec::OutboundSa::new(p.clone(), now),
+                    }
+                    .map_err(cant)?;
+                    SaIdx::Out(sad.insert_out(sa))
                 }
-                None => netveil_ipsec::Sa::new(p.clone(), now),
-            }
-            .or_else(|e| err(format!("sa[{i}]"), format!("cannot install: {e}")))?;
-            sad.insert(sa).or_else(|e| err(format!("sa[{i}].spi"), e))?;
+                Direction::In => {
+                    let sa = netveil_ipsec::InboundSa::new(p.clone(), now).map_err(cant)?;
+                    SaIdx::In(
+                        sad.insert_in(sa)
+                            .or_else(|e| err(format!("sa[{i}].spi"), e))?,
+                    )
+                }
+            });
         }
-        Ok(sad)
+        Ok((sad, at))
     }
 
     /// Every SA has keys of its own (what `up` and `check` require; the offline pcap tools may use one key for an

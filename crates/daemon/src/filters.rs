@@ -68,12 +68,8 @@ impl FilterSock {
 pub fn esp_filter(sad: &Sad, layout: Layout, storm: bool, mtu: u16) -> Option<Program> {
     let udp = layout == Layout::EspInUdp;
     let rules: Vec<SpiRule> = sad
-        .iter()
-        .filter(|s| {
-            s.params.direction == netveil_ipsec::sa::Direction::In
-                && s.protocol() == netveil_ipsec::Protocol::Esp
-                && s.params.encap.is_some() == udp
-        })
+        .inbound()
+        .filter(|s| s.protocol() == netveil_ipsec::Protocol::Esp && s.params.encap.is_some() == udp)
         .map(|s| window_rule(s.spi(), s.replay_state(), storm))
         .collect();
     if udp {

@@ -13,7 +13,7 @@ use crate::config::{Config, ConfigError};
 use crate::engine::{nft_install, nft_table_exists, remove_fwmark_rules, run, Engine, Undo};
 use crate::filters::FilterSock;
 use crate::filters::{STORM_AUTH_FAILURES_PER_S, STORM_HOLD};
-use crate::ip_db::{Db, Snapshot, Sockets};
+use crate::ip_db::{Db, Installed, Snapshot, Sockets};
 use crate::ip_drop::Drop;
 use crate::nft::nft_table_text;
 use crate::psp_kx::{self, PspState};
@@ -21,7 +21,7 @@ use crate::{Error, Result};
 use netveil_io::filter::Layout;
 use netveil_io::tun::Span;
 use netveil_io::{PacketBuf, RawSocket, Tun, TunConfig, UdpGroMeta, UdpSocket};
-use netveil_ipsec::bundle::{self, Protected, Sad, UdpUnprotected, Unprotected};
+use netveil_ipsec::bundle::{self, OutIdx, Protected, Sad, UdpUnprotected, Unprotected};
 use netveil_ipsec::Drop as IpsecDrop;
 use netveil_ipsec::Mode;
 use netveil_sa::counters::DropCounters;
@@ -75,8 +75,8 @@ pub enum Out {
     /// ESP-in-UDP on the NAT-T socket (transport mode: the packet's IP and UDP headers say where to).
     NatT,
     /// ESP-in-UDP of a tunnel on the NAT-T socket: the packet is the datagram's payload, between the ends of
-    /// this SA (an index into the snapshot's SAD, [`netveil_ipsec::Sa::udp_tunnel_ends`]).
-    NatTPayload(usize),
+    /// this outbound SA (of the snapshot's SAD, [`netveil_ipsec::OutboundSa::udp_tunnel_ends`]).
+    NatTPayload(OutIdx),
     /// PSP on the UDP port 1000 socket (transport mode: the packet's IP and UDP headers say where to).
     Psp,
     /// PSP of a tunnel on the UDP port 1000 socket: the packet is the datagram's payload, to the peer, from this
@@ -86,15 +86,19 @@ pub enum Out {
 
 impl Shared {
     pub fn new(config: Config) -> std::result::Result<Shared, ConfigError> {
-        let sad = config.build_sad(0)?;
-        Ok(Shared::with_sad(config, &sad, None))
+        let (sad, at) = config.build_sad(0)?;
+        Ok(Shared::with_sas(config, Installed::of(&sad, &at), None))
     }
 
-    /// With an SA database built elsewhere, with the sequence store that reserved its outbound SAs' numbers (see
-    /// [`crate::state::SeqStore`]).
-    pub fn with_sad(config: Config, sad: &Sad, seq: Option<crate::state::SeqStore>) -> Shared {
+    /// With SAs built elsewhere (in the configuration's order), with the sequence store that reserved the outbound
+    /// SAs' numbers (see [`crate::state::SeqStore`]).
+    pub fn with_sas(
+        config: Config,
+        sas: Vec<Installed>,
+        seq: Option<crate::state::SeqStore>,
+    ) -> Shared {
         Shared {
-            db: Db::new(&config, sad, seq),
+            db: Db::new(&config, sas, seq),
             tun_name: config.interface.name.clone(),
             psp: config.psp.clone().map(|c| {
                 let mut st = PspState::new(c);
@@ -152,7 +156,8 @@ impl Shared {
         match action {
             Action::Protect(i) if snap.policies[i].psp => self.psp_out(pkt),
             Action::Protect(i) => {
-                let sas = &snap.policies[i].sas;
+                // Only outbound SAs: an outbound policy's bundle cannot hold anything else.
+                let sas = snap.policies[i].sas.outbound();
                 if sas.is_empty() {
                     if snap.acquire_due(i, now) {
                         self.db
@@ -167,7 +172,7 @@ impl Shared {
                         Protected::Packet
                             if sas
                                 .last()
-                                .is_some_and(|&o| snap.sad.get(o).params.encap.is_some()) =>
+                                .is_some_and(|&o| snap.sad.out(o).params.encap.is_some()) =>
                         {
                             Out::NatT
                         }
@@ -342,7 +347,7 @@ impl Shared {
 /// The inbound policy check of ESP/AH traffic: a protect policy whose SAs are exactly the ones `used` (see
 /// [`Shared::check_in`]).
 fn came_through(used: bundle::Used) -> impl Fn(&crate::config::PolicyRule) -> bool {
-    move |p| !p.psp && !p.sas.is_empty() && used.matches(&p.sas)
+    move |p| !p.psp && !p.sas.inbound().is_empty() && used.matches(p.sas.inbound())
 }
 
 /// Decrements the IPv4 TTL/// Decrements the IPv4 TTL (updating the header checksum, RFC 1624) or the IPv6 hop limit.
@@ -465,7 +470,7 @@ pub struct Prepared {
     config: Config,
     tls: Option<psp_kx::Tls>,
     seq_store: Option<crate::state::SeqStore>,
-    sad: Sad,
+    sas: Vec<Installed>,
 }
 
 /// Checks what `up` needs of the IP sections (certificates and keys, the host: addresses, the TUN name, the state
@@ -480,23 +485,24 @@ pub fn prepare(config: Config) -> Result<Prepared> {
     // Outbound SAs with static keys continue above every sequence number they ever sent (marks in the state
     // directory, reserved ahead and synced before use): a restart never repeats a nonce, and the peer's replay
     // window accepts the restarted side at once.
-    let (seq_store, sad) = if config
+    let (seq_store, sas) = if config
         .sas
         .iter()
         .any(|s| s.direction == netveil_ipsec::sa::Direction::Out)
     {
         let dir = crate::state::StateDir::open(&config.interface.state_dir, "interface.state_dir")?;
         let (store, starts) = crate::state::SeqStore::start(dir, &config.sas)?;
-        let sad = config.build_sad_reserved(0, &starts)?;
-        (Some(store), sad)
+        let (sad, at) = config.build_sad_reserved(0, &starts)?;
+        (Some(store), Installed::of(&sad, &at))
     } else {
-        (None, config.build_sad(0)?)
+        let (sad, at) = config.build_sad(0)?;
+        (None, Installed::of(&sad, &at))
     };
     Ok(Prepared {
         config,
         tls,
         seq_store,
-        sad,
+        sas,
     })
 }
 
@@ -530,9 +536,9 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
         config,
         tls,
         seq_store,
-        sad,
+        sas,
     } = p;
-    let mut shared = Shared::with_sad(config, &sad, seq_store);
+    let mut shared = Shared::with_sas(config, sas, seq_store);
     let iface = shared.config.interface.clone();
     let table = iface.nft_table();
 
@@ -1062,7 +1068,7 @@ struct TxMeta {
 #[derive(Clone, Copy)]
 enum PayloadOf {
     /// Between the ends of this SA (an index into the snapshot's SAD, see [`Out::NatTPayload`]).
-    Sa(usize),
+    Sa(OutIdx),
     /// To the PSP peer, from this source port (see [`Out::PspPayload`]).
     PspPeer(u16),
 }
@@ -1253,7 +1259,7 @@ fn udp_datagram<'p>(
 ) -> Option<(&'p [u8], IpAddr, SocketAddr, u16)> {
     match m.payload_of {
         Some(PayloadOf::Sa(sa)) => {
-            let (src, sport, to) = ends.sad.get(sa).udp_tunnel_ends()?;
+            let (src, sport, to) = ends.sad.out(sa).udp_tunnel_ends()?;
             return Some((p.data(), src, to, sport));
         }
         Some(PayloadOf::PspPeer(sport)) => {

@@ -6,6 +6,7 @@ use netveil_control::status::{
     Drops, IpStatus, PolicyStatus, PspRxSa, PspStats, PspStatus, SaStatus, Totals, TxTotals,
 };
 use netveil_control::{Request, Status};
+use netveil_ipsec::bundle::SaRef;
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::Mode;
 use serde_json::{json, Map, Value};
@@ -131,9 +132,10 @@ pub fn status(sh: &Shared) -> IpStatus {
 fn sas(sh: &Shared) -> Vec<SaStatus> {
     let now = sh.now();
     let snap = sh.db.load();
-    (0..snap.sad.len())
-        .map(|i| {
-            let sa = snap.sad.get(i);
+    snap.sad
+        .iter()
+        .map(|r| {
+            let sa = r.base();
             let p = &sa.params;
             let c = sa.counters.snapshot();
             let (mode, local, remote) = match p.mode {
@@ -169,15 +171,14 @@ fn sas(sh: &Shared) -> Vec<SaStatus> {
                 dropped: c.dropped,
                 auth_failed: c.auth_failed,
                 replayed: c.replayed,
-                seq: if p.direction == Direction::Out {
-                    sa.seq_last()
-                } else {
-                    sa.replay_top()
+                seq: match r {
+                    SaRef::Out(o) => o.seq_last(),
+                    SaRef::In(i, _) => i.replay_top(),
                 },
                 replay_window: p.replay_window,
                 lifetime: format!("{:?}", sa.lifetime_state(now)).to_lowercase(),
                 rekey_needed: sa.rekey_needed.load(Relaxed),
-                retiring: snap.sad.is_alias(i),
+                retiring: matches!(r, SaRef::In(_, true)),
             }
         })
         .collect()
@@ -278,8 +279,8 @@ fn keys_json(sh: &Shared) -> Value {
     let sas: Vec<Value> = snap
         .sad
         .iter()
-        .filter_map(|sa| {
-            let p = &sa.params;
+        .filter_map(|r| {
+            let p = &r.base().params;
             let Suite::Esp(es) = p.suite else { return None };
             let (fam, src, dst) = match p.mode {
                 Mode::Tunnel { local, remote } => {

@@ -21,9 +21,9 @@ use crate::state::{SeqStore, StateDir};
 use arc_swap::{ArcSwap, Guard};
 pub use netveil_control::Event;
 use netveil_io::filter::{Layout, Program};
-use netveil_ipsec::bundle::Sad;
+use netveil_ipsec::bundle::{Bundle, InIdx, OutIdx, SaIdx, Sad};
 use netveil_ipsec::sa::Direction as SaDir;
-use netveil_ipsec::{Sa, SaParams};
+use netveil_ipsec::{InboundSa, OutboundSa, SaBase, SaParams};
 use netveil_sa::lifetime::LifetimeState;
 use netveil_sa::policy::{Action, FlowKey, PolicyDb, Rule};
 use std::collections::{HashMap, VecDeque};
@@ -59,14 +59,28 @@ pub struct Snapshot {
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 impl Snapshot {
+    /// Policies resolve their SAs by name among the SAs of their own direction only: an outbound policy can never
+    /// reach an inbound SA (whose keys are the peer's sending keys), whatever was added or removed in between. A
+    /// policy whose SAs are not all installed in its direction gets none (its traffic is dropped).
     fn build(t: &Tables) -> Snapshot {
         let mut sad = Sad::default();
+        let mut outs: HashMap<&str, OutIdx> = HashMap::new();
+        let mut ins: HashMap<&str, InIdx> = HashMap::new();
         for sa in &t.sas {
-            // Clashes were refused when the SA was added.
-            let _ = sad.insert_arc(sa.clone());
+            match sa {
+                Installed::Out(o) => {
+                    outs.insert(&o.params.name, sad.insert_out_arc(o.clone()));
+                }
+                Installed::In(i) => {
+                    // Clashes were refused when the SA was added.
+                    if let Ok(x) = sad.insert_in_arc(i.clone()) {
+                        ins.insert(&i.params.name, x);
+                    }
+                }
+            }
         }
         for r in &t.retiring {
-            if let Some(i) = t.index(&r.successor) {
+            if let Some(&i) = ins.get(r.successor.as_str()) {
                 let _ = sad.insert_alias(r.sa.clone(), i);
             }
         }
@@ -74,14 +88,23 @@ impl Snapshot {
         let mut policies = Vec::with_capacity(t.policies.len());
         for (j, p) in t.policies.iter().enumerate() {
             let mut p = p.clone();
+            p.sas = Bundle::None;
             if let Action::Protect(_) = p.action {
                 p.action = Action::Protect(j);
                 if !p.psp {
-                    let idx: Vec<usize> = p.sa_names.iter().filter_map(|n| t.index(n)).collect();
-                    p.sas = if idx.len() == p.sa_names.len() {
-                        idx
-                    } else {
-                        Vec::new()
+                    p.sas = match p.direction {
+                        netveil_sa::policy::Direction::Out => p
+                            .sa_names
+                            .iter()
+                            .map(|n| outs.get(n.as_str()).copied())
+                            .collect::<Option<Vec<_>>>()
+                            .map_or(Bundle::None, Bundle::Out),
+                        netveil_sa::policy::Direction::In => p
+                            .sa_names
+                            .iter()
+                            .map(|n| ins.get(n.as_str()).copied())
+                            .collect::<Option<Vec<_>>>()
+                            .map_or(Bundle::None, Bundle::In),
                     };
                 }
             }
@@ -116,8 +139,40 @@ impl Snapshot {
     }
 }
 
+/// An installed SA of either direction, as the control plane keeps them (by name, in the order added).
+#[derive(Clone)]
+pub enum Installed {
+    Out(Arc<OutboundSa>),
+    In(Arc<InboundSa>),
+}
+
+impl Installed {
+    /// What both directions have.
+    pub fn base(&self) -> &SaBase {
+        match self {
+            Installed::Out(s) => s,
+            Installed::In(s) => s,
+        }
+    }
+    pub fn params(&self) -> &SaParams {
+        &self.base().params
+    }
+    fn addr(&self) -> usize {
+        self.base() as *const SaBase as usize
+    }
+    /// The SAs of a database built from a configuration (`at`: where each of its SAs went, in file order).
+    pub fn of(sad: &Sad, at: &[SaIdx]) -> Vec<Installed> {
+        at.iter()
+            .map(|x| match *x {
+                SaIdx::Out(i) => Installed::Out(sad.out_arc(i).clone()),
+                SaIdx::In(i) => Installed::In(sad.in_arc(i).clone()),
+            })
+            .collect()
+    }
+}
+
 /// An event of an SA (`sa-added`, `soft-lifetime`, ...).
-fn sa_event(event: &str, sa: &Sa) -> Event {
+fn sa_event(event: &str, sa: &SaBase) -> Event {
     Event {
         sa: Some(sa.params.name.clone()),
         spi: Some(format!("{:#010x}", sa.spi())),
@@ -152,7 +207,7 @@ pub struct Sockets {
 
 #[derive(Clone)]
 struct Retiring {
-    sa: Arc<Sa>,
+    sa: Arc<InboundSa>,
     successor: String,
     until: u64,
 }
@@ -162,7 +217,7 @@ struct Tables {
     interface: Interface,
     psp: Option<PspConfig>,
     default_action: Action,
-    sas: Vec<Arc<Sa>>,
+    sas: Vec<Installed>,
     retiring: Vec<Retiring>,
     policies: Vec<PolicyRule>,
     seq: Option<SeqStore>,
@@ -186,7 +241,7 @@ const REPORTED_SEQ: u8 = 4;
 
 impl Tables {
     fn index(&self, name: &str) -> Option<usize> {
-        self.sas.iter().position(|s| s.params.name == name)
+        self.sas.iter().position(|s| s.params().name == name)
     }
 
     /// The configuration these tables amount to (for the nftables table and the checks of the file's rules).
@@ -197,8 +252,8 @@ impl Tables {
             sas: self
                 .sas
                 .iter()
-                .chain(self.retiring.iter().map(|r| &r.sa))
-                .map(|s| s.params.clone())
+                .map(|s| s.params().clone())
+                .chain(self.retiring.iter().map(|r| r.sa.params.clone()))
                 .collect(),
             policies: snap.policies,
             psp: self.psp.clone(),
@@ -206,7 +261,7 @@ impl Tables {
     }
 
     fn params(&self) -> Vec<SaParams> {
-        self.sas.iter().map(|s| s.params.clone()).collect()
+        self.sas.iter().map(|s| s.params().clone()).collect()
     }
 
     fn push_event(&mut self, mut e: Event, now: u64) {
@@ -239,8 +294,8 @@ impl Tables {
     }
 
     /// Builds an SA (key schedule; an outbound one continues above its keys' sequence mark).
-    fn build_sa(&mut self, p: SaParams, now: u64) -> Result<Arc<Sa>, ConfigError> {
-        let cant = |e: netveil_ipsec::suite::SuiteError| ConfigError {
+    fn build_sa(&mut self, p: SaParams, now: u64) -> Result<Installed, ConfigError> {
+        let cant = |e: netveil_ipsec::SaError| ConfigError {
             key: "sa".into(),
             reason: format!("cannot install: {e}"),
         };
@@ -248,19 +303,49 @@ impl Tables {
             let start = self.seq()?.reserve(&p, "sa")?;
             let mut p = p;
             p.first_seq = start.first;
-            let sa = Arc::new(Sa::with_reservation(p, now, start.reserved).map_err(cant)?);
+            let sa = Arc::new(OutboundSa::with_reservation(p, now, start.reserved).map_err(cant)?);
             self.seq()?.track(sa.clone());
-            Ok(sa)
+            Ok(Installed::Out(sa))
         } else {
-            Ok(Arc::new(Sa::new(p, now).map_err(cant)?))
+            Ok(Installed::In(Arc::new(
+                InboundSa::new(p, now).map_err(cant)?,
+            )))
         }
     }
 
     /// An SA built for a change that failed: its sequence mark is no longer followed (it stays where it is).
-    fn untrack(&mut self, sa: &Arc<Sa>) {
-        if let Some(s) = self.seq.as_mut() {
-            s.forget(sa);
+    fn untrack(&mut self, sa: &Installed) {
+        if let (Some(s), Installed::Out(o)) = (self.seq.as_mut(), sa) {
+            s.forget(o);
         }
+    }
+
+    /// Refuses an SA of `p`'s name whose direction differs from that of a policy naming it: an outbound policy must
+    /// never come to name an inbound SA (it would seal with the peer's keys), nor an inbound one an outbound SA.
+    fn check_policies_of(&self, p: &SaParams) -> Result<(), ConfigError> {
+        let want = match p.direction {
+            SaDir::Out => netveil_sa::policy::Direction::Out,
+            SaDir::In => netveil_sa::policy::Direction::In,
+        };
+        if let Some(pol) = self
+            .policies
+            .iter()
+            .find(|pol| pol.direction != want && pol.sa_names.contains(&p.name))
+        {
+            return Err(ConfigError {
+                key: "sa.direction".into(),
+                reason: format!(
+                    "policy '{}' is an {}bound policy and names SA '{}': it can use only {}bound SAs, and this one \
+                     is {}bound",
+                    pol.name,
+                    config::dir_word(p.direction.flip()),
+                    p.name,
+                    config::dir_word(p.direction.flip()),
+                    config::dir_word(p.direction),
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// What an SA needs of the engine's sockets, and keys of its own.
@@ -298,7 +383,8 @@ impl Tables {
         if let Some(o) = self
             .sas
             .iter()
-            .chain(self.retiring.iter().map(|r| &r.sa))
+            .map(|s| s.base())
+            .chain(self.retiring.iter().map(|r| &**r.sa))
             .filter(|o| {
                 Some(o.params.name.as_str()) != replacing || o.params.direction == SaDir::In
             })
@@ -338,11 +424,11 @@ pub type ChangeError = ConfigError;
 impl Db {
     /// The database of a configuration whose SAs are built (`sad`, SA `i` of `config.sas` at index `i`), with the
     /// sequence store that reserved the outbound ones (tracking them).
-    pub fn new(config: &Config, sad: &Sad, mut seq: Option<SeqStore>) -> Db {
+    pub fn new(config: &Config, sas: Vec<Installed>, mut seq: Option<SeqStore>) -> Db {
         if let Some(store) = seq.as_mut() {
-            for i in 0..sad.len() {
-                if sad.get(i).params.direction == SaDir::Out {
-                    store.track(sad.arc(i).clone());
+            for sa in &sas {
+                if let Installed::Out(o) = sa {
+                    store.track(o.clone());
                 }
             }
         }
@@ -350,7 +436,7 @@ impl Db {
             interface: config.interface.clone(),
             psp: config.psp.clone(),
             default_action: config.interface.default_action,
-            sas: (0..sad.len()).map(|i| sad.arc(i).clone()).collect(),
+            sas,
             retiring: Vec::new(),
             policies: config.policies.clone(),
             seq,
@@ -482,12 +568,13 @@ impl Db {
         }) {
             return Err(spi_taken(&p, &r.sa));
         }
+        t.check_policies_of(&p)?;
         t.check_new(&p, None)?;
         let sa = t.build_sa(p, now)?;
         let mut next = Self::next(&t);
         next.sas.push(sa.clone());
         self.publish(&mut t, next).inspect_err(|_| t.untrack(&sa))?;
-        t.push_event(sa_event("sa-added", &sa), now);
+        t.push_event(sa_event("sa-added", sa.base()), now);
         Ok(())
     }
 
@@ -497,6 +584,7 @@ impl Db {
         let mut t = self.tables();
         let i = t.index(name).ok_or_else(|| no_sa(name))?;
         let old = t.sas[i].clone();
+        let old_dir = old.params().direction;
         if table.get("name").is_some_and(|n| n.as_str() != Some(name)) {
             return Err(ConfigError {
                 key: "sa.name".into(),
@@ -508,20 +596,16 @@ impl Db {
         let others: Vec<SaParams> = t
             .sas
             .iter()
-            .filter(|s| s.params.name != name)
-            .map(|s| s.params.clone())
+            .filter(|s| s.params().name != name)
+            .map(|s| s.params().clone())
             .collect();
         let p = config::sa_from_table(table, &t.interface, &others)?;
-        if p.direction != old.params.direction {
+        if p.direction != old_dir {
             return Err(ConfigError {
                 key: "sa.direction".into(),
                 reason: format!(
                     "'{name}' is an {}bound SA: an update keeps the direction",
-                    if old.params.direction == SaDir::In {
-                        "in"
-                    } else {
-                        "out"
-                    }
+                    config::dir_word(old_dir)
                 ),
             });
         }
@@ -529,31 +613,28 @@ impl Db {
             if let Some(o) = t
                 .retiring
                 .iter()
-                .map(|r| &r.sa)
-                .chain(std::iter::once(&old))
+                .map(|r| &**r.sa)
+                .chain(std::iter::once(old.base()))
                 .find(|o| o.spi() == p.spi && o.protocol() == p.protocol())
             {
                 return Err(spi_taken(&p, o));
             }
         }
+        t.check_policies_of(&p)?;
         t.check_new(&p, Some(name))?;
         let sa = t.build_sa(p, now)?;
         let mut next = Self::next(&t);
         next.sas[i] = sa.clone();
-        if old.params.direction == SaDir::In {
+        if let Installed::In(o) = &old {
             next.retiring.push(Retiring {
-                sa: old.clone(),
+                sa: o.clone(),
                 successor: name.to_string(),
                 until: now + RETIRE_SECONDS,
             });
         }
         self.publish(&mut t, next).inspect_err(|_| t.untrack(&sa))?;
-        if old.params.direction == SaDir::Out {
-            if let Some(s) = t.seq.as_mut() {
-                s.forget(&old);
-            }
-        }
-        t.push_event(sa_event("sa-replaced", &sa), now);
+        t.untrack(&old);
+        t.push_event(sa_event("sa-replaced", sa.base()), now);
         Ok(())
     }
 
@@ -567,11 +648,9 @@ impl Db {
         next.sas.remove(i);
         next.retiring.retain(|r| r.successor != name);
         self.publish(&mut t, next)?;
-        if let Some(s) = t.seq.as_mut() {
-            s.forget(&old);
-        }
-        t.reported.remove(&(Arc::as_ptr(&old) as usize));
-        t.push_event(sa_event("sa-removed", &old), now);
+        t.untrack(&old);
+        t.reported.remove(&old.addr());
+        t.push_event(sa_event("sa-removed", old.base()), now);
         Ok(())
     }
 
@@ -663,8 +742,9 @@ impl Db {
         }
         let mut found = Vec::new();
         let mut flagged = Vec::new();
-        for sa in t.sas.iter() {
-            let key = Arc::as_ptr(sa) as usize;
+        for installed in t.sas.iter() {
+            let sa = installed.base();
+            let key = installed.addr();
             let done = t.reported.get(&key).copied().unwrap_or(0);
             let mut flags = done;
             match sa.lifetime_state(now) {
@@ -678,12 +758,13 @@ impl Db {
                 }
                 _ => {}
             }
-            if sa.params.direction == SaDir::Out
-                && done & REPORTED_SEQ == 0
-                && sa.seq_limit() - sa.seq_last() < sa.seq_limit() / SEQ_WARN_FRACTION
-            {
-                flags |= REPORTED_SEQ;
-                found.push(sa_event("seq-nearly-spent", sa));
+            if let Installed::Out(o) = installed {
+                if done & REPORTED_SEQ == 0
+                    && o.seq_limit() - o.seq_last() < o.seq_limit() / SEQ_WARN_FRACTION
+                {
+                    flags |= REPORTED_SEQ;
+                    found.push(sa_event("seq-nearly-spent", sa));
+                }
             }
             if flags != done {
                 flagged.push((key, flags));
@@ -694,7 +775,7 @@ impl Db {
             t.push_event(e, now);
         }
         if t.retiring.iter().any(|r| r.until <= now) {
-            let gone: Vec<Arc<Sa>> = t
+            let gone: Vec<Arc<InboundSa>> = t
                 .retiring
                 .iter()
                 .filter(|r| r.until <= now)
@@ -720,7 +801,7 @@ impl Db {
 
 /// The three tables a change replaces.
 struct Tables2 {
-    sas: Vec<Arc<Sa>>,
+    sas: Vec<Installed>,
     retiring: Vec<Retiring>,
     policies: Vec<PolicyRule>,
 }
@@ -749,7 +830,7 @@ fn no_sa(name: &str) -> ConfigError {
     }
 }
 
-fn spi_taken(p: &SaParams, o: &Sa) -> ConfigError {
+fn spi_taken(p: &SaParams, o: &SaBase) -> ConfigError {
     ConfigError {
         key: "sa.spi".into(),
         reason: format!(

@@ -59,7 +59,7 @@ pub fn nft_peer_filter(cfg: &Config) -> String {
         let mut open = false;
         let mut esp = false;
         let mut natt = false;
-        for (i, s) in cfg.sas.iter().enumerate() {
+        for s in cfg.sas.iter() {
             if s.direction != SaDir::In {
                 continue;
             }
@@ -74,7 +74,7 @@ pub fn nft_peer_filter(cfg: &Config) -> String {
                     let srcs: Vec<_> = cfg
                         .policies
                         .iter()
-                        .filter(|p| p.direction == Direction::In && p.sas.contains(&i))
+                        .filter(|p| p.direction == Direction::In && p.sa_names.contains(&s.name))
                         .map(|p| p.selector.src.trunc())
                         .filter(|n| n.addr().is_ipv6() == v6)
                         .collect();

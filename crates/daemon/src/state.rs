@@ -149,7 +149,7 @@ pub struct SeqStore {
 
 struct SeqSlot {
     /// The SA, once built (see [`SeqStore::track`]).
-    sa: Option<Arc<netveil_ipsec::Sa>>,
+    sa: Option<Arc<netveil_ipsec::OutboundSa>>,
     file: String,
     first: u64,
     limit: u64,
@@ -254,7 +254,7 @@ impl SeqStore {
     }
 
     /// Follows the SA built with a start from [`SeqStore::reserve`] (matched by its keys and first number).
-    pub fn track(&mut self, sa: Arc<netveil_ipsec::Sa>) {
+    pub fn track(&mut self, sa: Arc<netveil_ipsec::OutboundSa>) {
         let file = seq_file(&sa.params);
         if let Some(s) = self
             .slots
@@ -267,7 +267,7 @@ impl SeqStore {
 
     /// The SA was removed: its mark stays where it is (at or above every number it may still send from a batch in
     /// flight), so keys installed again continue above it.
-    pub fn forget(&mut self, sa: &Arc<netveil_ipsec::Sa>) {
+    pub fn forget(&mut self, sa: &Arc<netveil_ipsec::OutboundSa>) {
         self.slots
             .retain(|s| !s.sa.as_ref().is_some_and(|x| Arc::ptr_eq(x, sa)));
     }
@@ -371,9 +371,9 @@ mod tests {
             let mut sad = netveil_ipsec::bundle::Sad::default();
             let mut q = p.clone();
             q.first_seq = s.first;
-            sad.insert(netveil_ipsec::Sa::with_reservation(q, 0, s.reserved).unwrap())
-                .unwrap();
-            store.track(sad.arc(0).clone());
+            let i = sad
+                .insert_out(netveil_ipsec::OutboundSa::with_reservation(q, 0, s.reserved).unwrap());
+            store.track(sad.out_arc(i).clone());
             (store, sad, s.first)
         };
         // A real run: send past half the block, top up.
@@ -385,14 +385,16 @@ mod tests {
         let send = |sad: &netveil_ipsec::bundle::Sad, n: u64| {
             for _ in 0..n {
                 let mut b = netveil_wire::PacketBuf::from_slice(&pkt, 256, 640);
-                netveil_ipsec::bundle::protect(sad, &[0], &mut b, 0).unwrap();
+                let i = sad.outbound_indices().next().unwrap();
+                netveil_ipsec::bundle::protect(sad, &[i], &mut b, 0).unwrap();
             }
         };
         send(&sad, SEQ_BLOCK / 2 + 10);
         assert!(store.top_up().is_empty());
-        let used = sad.get(0).seq_last();
+        let sa = sad.outbound().next().unwrap();
+        let used = sa.seq_last();
         assert_eq!(used, SEQ_BLOCK / 2 + 10);
-        assert_eq!(sad.get(0).seq_reserved(), used + SEQ_BLOCK);
+        assert_eq!(sa.seq_reserved(), used + SEQ_BLOCK);
         assert_eq!(open().read_u64(&file), Ok(Some(used + SEQ_BLOCK)));
         // A crash now (no finish): the next start continues above everything sent, at most one block ahead.
         drop(store);

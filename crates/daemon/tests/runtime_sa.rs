@@ -4,6 +4,7 @@
 
 use netveil_daemon::config::Config;
 use netveil_daemon::ip::{FragCache, Shared};
+use netveil_daemon::ip_db::Installed;
 use netveil_daemon::ip_drop::Drop as IpDrop;
 use netveil_wire::PacketBuf;
 
@@ -176,7 +177,7 @@ fn sa_update_is_make_before_break() {
         // The retire delay passes: the old SPI is no longer taken.
         now += netveil_daemon::ip_db::RETIRE_SECONDS;
         p.b.db.tick(now, false, false);
-        assert!(p.b.db.load().sad.iter().all(|s| s.spi() != old_spi));
+        assert!(p.b.db.load().sad.iter().all(|s| s.base().spi() != old_spi));
     }
     for s in [&p.a, &p.b] {
         for (reason, count) in s
@@ -331,10 +332,11 @@ fn configured_sas_get_their_reservations_topped_up() {
     let file = seq_file(&cfg.sas[0]);
     let (store, starts) =
         SeqStore::start(StateDir::open(&dir, "state_dir").unwrap(), &cfg.sas).unwrap();
-    let sad = cfg.build_sad_reserved(0, &starts).unwrap();
-    let a = Shared::with_sad(cfg, &sad, Some(store));
+    let (sad, at) = cfg.build_sad_reserved(0, &starts).unwrap();
+    let a = Shared::with_sas(cfg, Installed::of(&sad, &at), Some(store));
     a.db.arm();
-    let out = a.db.load().sad.arc(0).clone();
+    let out = a.db.load().sad.outbound_indices().next().unwrap();
+    let out = a.db.load().sad.out_arc(out).clone();
     assert_eq!(out.seq_reserved(), SEQ_BLOCK);
     let mut n = 0;
     while out.seq_last() <= SEQ_BLOCK / 2 {
@@ -371,4 +373,63 @@ fn a_threads_remembered_decision_follows_policy_changes() {
     assert_eq!(out(4), Err(IpDrop::PolicyDiscard));
     p.a.db.policy_del("not-7", 0).unwrap();
     assert_eq!(out(5), Ok(()));
+}
+
+/// The sequence an attacker with the control socket's rights (or a confused key manager) tried: an outbound policy
+/// naming an SA that is not installed yet, then an inbound SA of that name carrying the peer's sending key. Before,
+/// the policy resolved the name whatever its direction and sealed with the peer's key from sequence number 1,
+/// repeating the peer's nonces. Now the change is refused (naming the policy and the SA), and whatever the order
+/// of changes, an outbound policy never seals with an inbound SA: its traffic waits (no-sa) until an outbound SA
+/// of that name comes.
+#[test]
+fn an_outbound_policy_never_seals_with_an_inbound_sa() {
+    let p = pair("direction");
+    // The peer's sending key: what a's inbound SA b-to-a holds.
+    let peer_key = key(0x2001);
+    let pol: toml::Table = toml::from_str(
+        "name = \"to-x\"\ndirection = \"out\"\nsrc = \"10.1.0.0/16\"\ndst = \"10.3.0.0/16\"\naction = \"protect\"\nsas = [\"x\"]\n",
+    )
+    .unwrap();
+    p.a.db.policy_add(pol, Some(0), 0).unwrap();
+    p.a.db.sa_del("b-to-a", 0).unwrap();
+    let mut t = sa_table("in", 0x2001, "192.0.2.1", "192.0.2.2");
+    t.insert("name".into(), "x".into());
+    t.insert("enc_key".into(), peer_key.clone().into());
+    let e = p.a.db.sa_add(t.clone(), 0).unwrap_err();
+    assert_eq!(e.key, "sa.direction");
+    assert!(
+        e.reason.contains("'to-x'") && e.reason.contains("'x'"),
+        "{e}"
+    );
+    assert!(!e.reason.contains(&peer_key), "{e}");
+    let sealed_none = |now| {
+        let snap = p.a.db.load();
+        let mut pkt = packet([10, 3, 0, 1], 1);
+        p.a.process_out(&snap, &mut pkt, now, &mut FragCache::default())
+    };
+    assert_eq!(sealed_none(0), Err(IpDrop::NoSa));
+    // The other order: the inbound SA first, then the outbound policy naming it.
+    t.insert("name".into(), "y".into());
+    p.a.db.sa_add(t, 0).unwrap();
+    let pol: toml::Table = toml::from_str(
+        "name = \"to-y\"\ndirection = \"out\"\nsrc = \"10.1.0.0/16\"\ndst = \"10.4.0.0/16\"\naction = \"protect\"\nsas = [\"y\"]\n",
+    )
+    .unwrap();
+    let e = p.a.db.policy_add(pol, Some(0), 0).unwrap_err();
+    assert_eq!(e.key, "policy.sas[0]");
+    // Replacing the outbound SA that an outbound policy uses by an inbound one of the same name: `sa del` +
+    // `sa add` is refused too (an update keeps the direction anyway).
+    p.a.db.sa_del("a-to-b", 0).unwrap();
+    let mut t = sa_table("in", 0x2002, "192.0.2.1", "192.0.2.2");
+    t.insert("name".into(), "a-to-b".into());
+    t.insert("enc_key".into(), key(0x2002).into());
+    assert_eq!(p.a.db.sa_add(t, 0).unwrap_err().key, "sa.direction");
+    let snap = p.a.db.load();
+    let mut pkt = packet([10, 2, 0, 1], 1);
+    assert_eq!(
+        p.a.process_out(&snap, &mut pkt, 0, &mut FragCache::default()),
+        Err(IpDrop::NoSa)
+    );
+    // Every outbound policy's bundle holds outbound SAs only (the type says so; and nothing sealed so far).
+    assert!(snap.sad.outbound().all(|s| s.seq_last() == 0));
 }

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use netveil_ipsec::inbound::{classify, Classified};
 use netveil_ipsec::sa::{Direction, Suite};
-use netveil_ipsec::{esp, EspSuite, Mode, Sa, SaParams, UdpEncap};
+use netveil_ipsec::{esp, EspSuite, InboundSa, Mode, OutboundSa, SaParams, UdpEncap};
 use netveil_sa::lifetime::Lifetime;
 use netveil_wire::{ip_proto, ipv4, udp, PacketBuf};
 
@@ -47,7 +47,7 @@ fn udp4(len: usize) -> Vec<u8> {
 }
 
 /// The outbound and inbound SA of one direction.
-fn pair(mode: Mode, encap: bool) -> (Sa, Sa) {
+fn pair(mode: Mode, encap: bool) -> (OutboundSa, InboundSa) {
     let suite = EspSuite::parse("aes128gcm16", false).unwrap();
     let params = |direction, mode| SaParams {
         name: "bench".into(),
@@ -75,8 +75,8 @@ fn pair(mode: Mode, encap: bool) -> (Sa, Sa) {
         m => m,
     };
     (
-        Sa::new(params(Direction::Out, mode), NOW).unwrap(),
-        Sa::new(params(Direction::In, inbound_mode), NOW).unwrap(),
+        OutboundSa::new(params(Direction::Out, mode), NOW).unwrap(),
+        InboundSa::new(params(Direction::In, inbound_mode), NOW).unwrap(),
     )
 }
 
@@ -84,7 +84,7 @@ fn buf(p: &[u8]) -> PacketBuf {
     PacketBuf::from_slice(p, 128, 64)
 }
 
-fn open(sa: &Sa, p: &mut PacketBuf) {
+fn open(sa: &InboundSa, p: &mut PacketBuf) {
     match classify(p, NAT_T).unwrap() {
         Classified::Protected(loc) => {
             esp::decapsulate(sa, p, &loc, NOW).unwrap();

@@ -8,7 +8,7 @@
 
 use crate::esp::Decapsulated;
 use crate::iphdr;
-use crate::sa::{Keys, Mode, Sa};
+use crate::sa::{InboundSa, Keys, Mode, OutboundSa, SaBase};
 use crate::{inbound::Located, Drop};
 use netveil_crypto::Mac;
 use netveil_sa::lifetime::LifetimeState;
@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 static ZEROS: [u8; 256] = [0; 256];
 const MAX_PARTS: usize = 64;
 
-fn mac(sa: &Sa) -> Result<&dyn Mac, Drop> {
+fn mac(sa: &SaBase) -> Result<&dyn Mac, Drop> {
     match &sa.keys {
         Keys::Ah(m) => Ok(m.as_ref()),
         Keys::Esp(_) => Err(Drop::Unsupported),
@@ -148,7 +148,7 @@ fn icv(
 }
 
 /// Protects the IP packet in `pkt` with the outbound AH SA `sa` (in place).
-pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
+pub fn encapsulate(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
     let mac = mac(sa)?;
     if sa.lifetime_state(now) == LifetimeState::Expired {
         return Err(Drop::SaExpired);
@@ -229,7 +229,7 @@ pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
 
 /// Verifies and removes the AH header of the packet in `pkt` (located by [`crate::inbound::classify`]).
 pub fn decapsulate(
-    sa: &Sa,
+    sa: &InboundSa,
     pkt: &mut PacketBuf,
     loc: &Located,
     now: u64,
@@ -237,7 +237,12 @@ pub fn decapsulate(
     decap(sa, pkt, loc, now).map_err(|d| sa.count_drop(d))
 }
 
-fn decap(sa: &Sa, pkt: &mut PacketBuf, loc: &Located, now: u64) -> Result<Decapsulated, Drop> {
+fn decap(
+    sa: &InboundSa,
+    pkt: &mut PacketBuf,
+    loc: &Located,
+    now: u64,
+) -> Result<Decapsulated, Drop> {
     let mac = mac(sa)?;
     if sa.lifetime_state(now) == LifetimeState::Expired {
         return Err(Drop::SaExpired);

@@ -3,7 +3,7 @@
 //! that the inbound policy requires.
 
 use crate::inbound::{classify, esp_in_udp_spi, Classified};
-use crate::sa::{Direction, Mode, Sa};
+use crate::sa::{InboundSa, Mode, OutboundSa, SaBase};
 use crate::{ah, esp, Drop, Protocol};
 use netveil_sa::spi::SpiMap;
 use netveil_wire::PacketBuf;
@@ -13,84 +13,243 @@ use std::sync::Arc;
 /// The most SAs one bundle may have (ESP inside AH is two).
 pub const MAX_BUNDLE: usize = 4;
 
-/// All installed SAs, indexed by (protocol, SPI) for inbound lookup. SAs carry their own thread-safe state and are
-/// shared (`Arc`), so the database is read-only for the data-plane threads, and a new database (an SA added,
-/// replaced or removed) keeps the state of every SA it takes over.
+/// An outbound SA's place in a [`Sad`]: what an outbound policy's bundle holds. Only [`Sad::insert_out`] makes one,
+/// and it reaches only outbound SAs, so no sealing path can reach an inbound SA (whose keys are the peer's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OutIdx(u32);
+
+/// An inbound SA's place in a [`Sad`]: what an inbound policy's bundle and [`Used`] hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InIdx(u32);
+
+impl OutIdx {
+    /// Its position among the database's outbound SAs (for tables indexed alike).
+    pub fn get(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl InIdx {
+    /// Its position among the database's inbound SAs (for tables indexed alike).
+    pub fn get(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// An index into a [`Sad`] of one direction: [`Sad::get`] gives the SA of that direction's type.
+pub trait SadIndex: Copy + private::Sealed {
+    /// [`OutboundSa`] or [`InboundSa`].
+    type Sa;
+    #[doc(hidden)]
+    fn get(self, sad: &Sad) -> &Self::Sa;
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for super::OutIdx {}
+    impl Sealed for super::InIdx {}
+}
+
+impl SadIndex for OutIdx {
+    type Sa = OutboundSa;
+    fn get(self, sad: &Sad) -> &OutboundSa {
+        sad.out(self)
+    }
+}
+
+impl SadIndex for InIdx {
+    type Sa = InboundSa;
+    fn get(self, sad: &Sad) -> &InboundSa {
+        sad.inb(self)
+    }
+}
+
+/// Where an SA of either direction is in a [`Sad`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SaIdx {
+    Out(OutIdx),
+    In(InIdx),
+}
+
+/// A policy's SAs, innermost first: outbound ones for an outbound policy, inbound ones for an inbound policy, and
+/// never a mix (the types keep them apart).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Bundle {
+    /// No SAs (not a protect policy, a PSP policy, or SAs not all installed).
+    #[default]
+    None,
+    Out(Vec<OutIdx>),
+    In(Vec<InIdx>),
+}
+
+impl Bundle {
+    /// The outbound SAs (none for an inbound bundle).
+    pub fn outbound(&self) -> &[OutIdx] {
+        match self {
+            Bundle::Out(v) => v,
+            _ => &[],
+        }
+    }
+    /// The inbound SAs (none for an outbound bundle).
+    pub fn inbound(&self) -> &[InIdx] {
+        match self {
+            Bundle::In(v) => v,
+            _ => &[],
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            Bundle::None => 0,
+            Bundle::Out(v) => v.len(),
+            Bundle::In(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One SA of a [`Sad`], in the order they were inserted (for listings).
+#[derive(Clone, Copy)]
+pub enum SaRef<'a> {
+    Out(&'a OutboundSa),
+    /// An inbound SA, and whether it is an alias (a replaced SA still taking its peer's packets).
+    In(&'a InboundSa, bool),
+}
+
+impl<'a> SaRef<'a> {
+    /// What both directions have.
+    pub fn base(self) -> &'a SaBase {
+        match self {
+            SaRef::Out(s) => s,
+            SaRef::In(s, _) => s,
+        }
+    }
+}
+
+/// All installed SAs: outbound and inbound SAs in tables of their own (an index of one table never reaches the
+/// other), inbound ones also by (protocol, SPI). SAs carry their own thread-safe state and are shared (`Arc`), so the
+/// database is read-only for the data-plane threads, and a new database (an SA added, replaced or removed) keeps the
+/// state of every SA it takes over.
 ///
-/// Policies name SAs by index. An inbound SA that was replaced stays for a while as an *alias* of its successor's
-/// index (see [`Sad::insert_alias`]): packets the peer still sends under the old SPI are accepted and pass the
-/// policy check as if they came through the new SA (make-before-break).
+/// An inbound SA that was replaced stays for a while as an *alias* of its successor (see [`Sad::insert_alias`]):
+/// packets the peer still sends under the old SPI are accepted and pass the policy check as if they came through
+/// the new SA (make-before-break).
 #[derive(Default, Clone)]
 pub struct Sad {
-    sas: Vec<Arc<Sa>>,
-    /// The index policies know `sas[i]` by: `i`, or the successor's index for an alias.
-    known_as: Vec<usize>,
-    inbound: SpiMap<(Protocol, u32), usize>,
+    out: Vec<Arc<OutboundSa>>,
+    inb: Vec<Arc<InboundSa>>,
+    /// The index policies know `inb[i]` by: `i`, or the successor's index for an alias.
+    known_as: Vec<InIdx>,
+    inbound: SpiMap<(Protocol, u32), InIdx>,
+    /// Insertion order, for listings.
+    order: Vec<Result<OutIdx, InIdx>>,
 }
 
 impl Sad {
-    /// Adds an SA; returns its index. Fails on an inbound (protocol, SPI) that exists already.
-    pub fn insert(&mut self, sa: Sa) -> Result<usize, String> {
-        self.insert_arc(Arc::new(sa))
+    /// Adds an outbound SA; returns its index.
+    pub fn insert_out(&mut self, sa: OutboundSa) -> OutIdx {
+        self.insert_out_arc(Arc::new(sa))
     }
-    /// Adds a shared SA (taken over from another database); returns its index.
-    pub fn insert_arc(&mut self, sa: Arc<Sa>) -> Result<usize, String> {
-        let idx = self.sas.len();
+    /// Adds a shared outbound SA (taken over from another database); returns its index.
+    pub fn insert_out_arc(&mut self, sa: Arc<OutboundSa>) -> OutIdx {
+        let idx = OutIdx(self.out.len() as u32);
+        self.out.push(sa);
+        self.order.push(Ok(idx));
+        idx
+    }
+    /// Adds an inbound SA; returns its index. Fails on a (protocol, SPI) that exists already.
+    pub fn insert_in(&mut self, sa: InboundSa) -> Result<InIdx, String> {
+        self.insert_in_arc(Arc::new(sa))
+    }
+    /// Adds a shared inbound SA (taken over from another database); returns its index.
+    pub fn insert_in_arc(&mut self, sa: Arc<InboundSa>) -> Result<InIdx, String> {
+        let idx = InIdx(self.inb.len() as u32);
         self.insert_known_as(sa, idx)
     }
-    /// Adds an inbound SA that policies know as the SA at `of` (a replaced SA kept until the peer has switched).
-    pub fn insert_alias(&mut self, sa: Arc<Sa>, of: usize) -> Result<usize, String> {
-        if of >= self.sas.len() {
-            return Err(format!("no SA at index {of} to alias"));
+    /// Adds an inbound SA that policies know as the inbound SA `of` (a replaced SA kept until the peer has
+    /// switched).
+    pub fn insert_alias(&mut self, sa: Arc<InboundSa>, of: InIdx) -> Result<InIdx, String> {
+        if of.get() >= self.inb.len() {
+            return Err(format!("no inbound SA at index {} to alias", of.get()));
         }
         self.insert_known_as(sa, of)
     }
-    fn insert_known_as(&mut self, sa: Arc<Sa>, known_as: usize) -> Result<usize, String> {
-        let idx = self.sas.len();
-        if sa.params.direction == Direction::In {
-            let key = (sa.protocol(), sa.spi());
-            if self.inbound.contains_key(&key) {
-                return Err(format!("two inbound SAs with SPI {:#010x}", sa.spi()));
-            }
-            self.inbound.insert(key, idx);
+    fn insert_known_as(&mut self, sa: Arc<InboundSa>, known_as: InIdx) -> Result<InIdx, String> {
+        let idx = InIdx(self.inb.len() as u32);
+        let key = (sa.protocol(), sa.spi());
+        if self.inbound.contains_key(&key) {
+            return Err(format!("two inbound SAs with SPI {:#010x}", sa.spi()));
         }
-        self.sas.push(sa);
+        self.inbound.insert(key, idx);
+        self.inb.push(sa);
         self.known_as.push(known_as);
+        self.order.push(Err(idx));
         Ok(idx)
     }
-    pub fn get(&self, idx: usize) -> &Sa {
-        &self.sas[idx]
+    /// The SA at `idx`, of `idx`'s direction.
+    pub fn get<I: SadIndex>(&self, idx: I) -> &I::Sa {
+        idx.get(self)
     }
-    /// The shared handle of the SA at `idx`.
-    pub fn arc(&self, idx: usize) -> &Arc<Sa> {
-        &self.sas[idx]
+    /// The outbound SA at `idx`.
+    pub fn out(&self, idx: OutIdx) -> &OutboundSa {
+        &self.out[idx.get()]
     }
-    /// The index policies know the SA at `idx` by (itself, or its successor for an alias).
-    pub fn known_as(&self, idx: usize) -> usize {
-        self.known_as[idx]
+    /// The inbound SA at `idx`.
+    pub fn inb(&self, idx: InIdx) -> &InboundSa {
+        &self.inb[idx.get()]
     }
-    /// Whether the SA at `idx` is an alias of a successor.
-    pub fn is_alias(&self, idx: usize) -> bool {
-        self.known_as[idx] != idx
+    /// The shared handle of the outbound SA at `idx`.
+    pub fn out_arc(&self, idx: OutIdx) -> &Arc<OutboundSa> {
+        &self.out[idx.get()]
     }
+    /// The shared handle of the inbound SA at `idx`.
+    pub fn in_arc(&self, idx: InIdx) -> &Arc<InboundSa> {
+        &self.inb[idx.get()]
+    }
+    /// The index policies know the inbound SA at `idx` by (itself, or its successor for an alias).
+    pub fn known_as(&self, idx: InIdx) -> InIdx {
+        self.known_as[idx.get()]
+    }
+    /// Whether the inbound SA at `idx` is an alias of a successor.
+    pub fn is_alias(&self, idx: InIdx) -> bool {
+        self.known_as[idx.get()] != idx
+    }
+    /// Every SA, in the order inserted.
+    pub fn iter(&self) -> impl Iterator<Item = SaRef<'_>> {
+        self.order.iter().map(|o| match *o {
+            Ok(i) => SaRef::Out(self.out(i)),
+            Err(i) => SaRef::In(self.inb(i), self.is_alias(i)),
+        })
+    }
+    /// The outbound SAs.
+    pub fn outbound(&self) -> impl Iterator<Item = &OutboundSa> {
+        self.out.iter().map(|s| &**s)
+    }
+    /// The outbound SAs' indices.
+    pub fn outbound_indices(&self) -> impl Iterator<Item = OutIdx> {
+        (0..self.out.len() as u32).map(OutIdx)
+    }
+    /// The inbound SAs (aliases included).
+    pub fn inbound(&self) -> impl Iterator<Item = &InboundSa> {
+        self.inb.iter().map(|s| &**s)
+    }
+    /// How many SAs, of both directions.
     pub fn len(&self) -> usize {
-        self.sas.len()
+        self.order.len()
     }
     pub fn is_empty(&self) -> bool {
-        self.sas.is_empty()
+        self.order.is_empty()
     }
-    pub fn iter(&self) -> impl Iterator<Item = &Sa> {
-        self.sas.iter().map(|s| &**s)
-    }
-    pub fn lookup_inbound(&self, proto: Protocol, spi: u32) -> Option<usize> {
+    pub fn lookup_inbound(&self, proto: Protocol, spi: u32) -> Option<InIdx> {
         self.inbound.get(&(proto, spi)).copied()
     }
 }
 
-/// Applies the SAs `bundle` (indices into `sad`, innermost first) to the packet.
-pub fn protect(sad: &Sad, bundle: &[usize], pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
+/// Applies the outbound SAs `bundle` (innermost first) to the packet.
+pub fn protect(sad: &Sad, bundle: &[OutIdx], pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
     for &i in bundle {
-        let sa = sad.get(i);
+        let sa = sad.out(i);
         match sa.protocol() {
             Protocol::Esp => esp::encapsulate(sa, pkt, now)?,
             Protocol::Ah => ah::encapsulate(sa, pkt, now)?,
@@ -117,14 +276,14 @@ pub enum Protected {
 /// datagram's payload, without outer headers to write and parse back (see [`Protected::UdpPayload`]).
 pub fn protect_for_sockets(
     sad: &Sad,
-    bundle: &[usize],
+    bundle: &[OutIdx],
     pkt: &mut PacketBuf,
     now: u64,
 ) -> Result<Protected, Drop> {
     let Some((&last, inner)) = bundle.split_last() else {
         return Ok(Protected::Packet);
     };
-    let sa = sad.get(last);
+    let sa = sad.out(last);
     match sa.udp_tunnel_ends() {
         Some((src, sport, to)) => {
             protect(sad, inner, pkt, now)?;
@@ -136,21 +295,30 @@ pub fn protect_for_sockets(
 }
 
 /// The SAs an inbound packet came through, outermost first.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Used {
-    sas: [usize; MAX_BUNDLE],
+    sas: [InIdx; MAX_BUNDLE],
     len: usize,
 }
 
+impl Default for Used {
+    fn default() -> Self {
+        Used {
+            sas: [InIdx(0); MAX_BUNDLE],
+            len: 0,
+        }
+    }
+}
+
 impl Used {
-    pub fn as_slice(&self) -> &[usize] {
+    pub fn as_slice(&self) -> &[InIdx] {
         &self.sas[..self.len]
     }
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
     /// Whether these SAs are exactly `bundle` (given innermost first, as policies list them).
-    pub fn matches(&self, bundle: &[usize]) -> bool {
+    pub fn matches(&self, bundle: &[InIdx]) -> bool {
         self.len == bundle.len() && self.as_slice().iter().rev().eq(bundle.iter())
     }
 }
@@ -188,7 +356,7 @@ pub fn unprotect(
                 let idx = sad
                     .lookup_inbound(loc.protocol, loc.spi)
                     .ok_or(Drop::UnknownSpi)?;
-                let sa = sad.get(idx);
+                let sa = sad.inb(idx);
                 // As the kernel's SA lookup by (destination, SPI, protocol): a tunnel SA takes only packets addressed to
                 // its local end; ESP-in-UDP only for an SA configured for it, and raw ESP only for one that is not.
                 if let Mode::Tunnel { local, .. } = sa.params.mode {
@@ -240,7 +408,7 @@ pub fn unprotect_udp_payload(
     let idx = sad
         .lookup_inbound(Protocol::Esp, spi)
         .ok_or(Drop::UnknownSpi)?;
-    let sa = sad.get(idx);
+    let sa = sad.inb(idx);
     match sa.params.mode {
         Mode::Tunnel { local, .. } if local != dst => return Err(sa.count_drop(Drop::UnknownSpi)),
         Mode::Tunnel { .. } => {}

@@ -6,7 +6,7 @@
 //! AAD; with GMAC everything is authenticated and nothing encrypted).
 
 use crate::iphdr;
-use crate::sa::{Keys, Mode, Sa};
+use crate::sa::{InboundSa, Keys, Mode, OutboundSa, SaBase};
 use crate::suite::EspKeys;
 use crate::{inbound::Located, Drop};
 use netveil_sa::lifetime::LifetimeState;
@@ -21,14 +21,14 @@ pub const MAX_OVERHEAD: usize = 40 + 8 + 8 + 16 + 255 + 2 + 32;
 /// that later take their place).
 const TUNNEL_LEAD: usize = 8;
 
-fn esp_keys(sa: &Sa) -> Result<&EspKeys, Drop> {
+fn esp_keys(sa: &SaBase) -> Result<&EspKeys, Drop> {
     match &sa.keys {
         Keys::Esp(k) => Ok(k),
         Keys::Ah(_) => Err(Drop::Unsupported),
     }
 }
 
-fn suite(sa: &Sa) -> crate::suite::EspSuite {
+fn suite(sa: &SaBase) -> crate::suite::EspSuite {
     match sa.params.suite {
         crate::sa::Suite::Esp(s) => s,
         crate::sa::Suite::Ah(_) => unreachable!("esp_keys checked the protocol"),
@@ -175,7 +175,12 @@ fn protect(
 /// Seals an ESP packet that the caller laid out at `esp_off` of `pkt` (SPI, sequence number, IV, plaintext body
 /// with trailer, room for the ICV up to the end of `pkt`) with the full sequence number `seq`: for known-answer tests
 /// and tools that need a given IV. The data plane uses [`encapsulate`].
-pub fn seal_laid_out(sa: &Sa, pkt: &mut PacketBuf, esp_off: usize, seq: u64) -> Result<(), Drop> {
+pub fn seal_laid_out(
+    sa: &OutboundSa,
+    pkt: &mut PacketBuf,
+    esp_off: usize,
+    seq: u64,
+) -> Result<(), Drop> {
     let (keys, iv_len, icv_len, body_len) = laid_out(sa, pkt, esp_off)?;
     protect(
         keys,
@@ -192,7 +197,12 @@ pub fn seal_laid_out(sa: &Sa, pkt: &mut PacketBuf, esp_off: usize, seq: u64) -> 
 
 /// Verifies and decrypts, in place, the ESP packet at `esp_off` of `pkt` with the full sequence number `seq`,
 /// without touching the anti-replay window: for known-answer tests and offline tools.
-pub fn open_laid_out(sa: &Sa, pkt: &mut PacketBuf, esp_off: usize, seq: u64) -> Result<(), Drop> {
+pub fn open_laid_out(
+    sa: &InboundSa,
+    pkt: &mut PacketBuf,
+    esp_off: usize,
+    seq: u64,
+) -> Result<(), Drop> {
     let (keys, iv_len, icv_len, body_len) = laid_out(sa, pkt, esp_off)?;
     protect(
         keys,
@@ -208,7 +218,7 @@ pub fn open_laid_out(sa: &Sa, pkt: &mut PacketBuf, esp_off: usize, seq: u64) -> 
 }
 
 fn laid_out<'a>(
-    sa: &'a Sa,
+    sa: &'a SaBase,
     pkt: &PacketBuf,
     esp_off: usize,
 ) -> Result<(&'a EspKeys, usize, usize, usize), Drop> {
@@ -224,14 +234,14 @@ fn laid_out<'a>(
 
 /// Protects the IP packet in `pkt` with the outbound ESP SA `sa`, turning it into the complete ESP packet to send
 /// (outer IP header included). `now` is the caller's clock in seconds (for lifetimes).
-pub fn encapsulate(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
+pub fn encapsulate(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
     encap(sa, pkt, now, true)
 }
 
 /// As [`encapsulate`] with a tunnel-mode ESP-in-UDP SA, for a UDP socket to send: `pkt` becomes the datagram's
 /// payload (the ESP packet), without the outer IP and UDP headers, which the socket writes. Any other SA is
 /// `Unsupported` (with nothing consumed).
-pub fn encapsulate_udp_payload(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
+pub fn encapsulate_udp_payload(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
     if !matches!(sa.params.mode, Mode::Tunnel { .. }) || sa.params.encap.is_none() {
         return Err(Drop::Unsupported);
     }
@@ -239,7 +249,7 @@ pub fn encapsulate_udp_payload(sa: &Sa, pkt: &mut PacketBuf, now: u64) -> Result
 }
 
 /// `outer`: push the outer headers of tunnel mode (else the packet ends as the ESP packet).
-fn encap(sa: &Sa, pkt: &mut PacketBuf, now: u64, outer: bool) -> Result<(), Drop> {
+fn encap(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64, outer: bool) -> Result<(), Drop> {
     let keys = esp_keys(sa)?;
     let suite = suite(sa);
     if sa.lifetime_state(now) == LifetimeState::Expired {
@@ -389,7 +399,7 @@ pub struct Decapsulated {
 /// inbound SA `sa` (looked up by the caller from `loc.spi`). On success `pkt` holds the inner IP packet (tunnel) or
 /// the original IP packet (transport). On failure nothing in `pkt` is plaintext that failed authentication.
 pub fn decapsulate(
-    sa: &Sa,
+    sa: &InboundSa,
     pkt: &mut PacketBuf,
     loc: &Located,
     now: u64,
@@ -402,7 +412,7 @@ pub fn decapsulate(
 /// can be opened so (transport mode rebuilds the packet around its IP header); any other is `Unsupported`,
 /// with `pkt` untouched. The caller checks the outer destination against the SA ([`crate::bundle`] does).
 pub fn decapsulate_udp_payload(
-    sa: &Sa,
+    sa: &InboundSa,
     pkt: &mut PacketBuf,
     now: u64,
 ) -> Result<Decapsulated, Drop> {
@@ -411,7 +421,7 @@ pub fn decapsulate_udp_payload(
 
 /// `ip`: the outer IP header's layout, which transport mode needs (`None`: the buffer holds no IP header).
 fn decap(
-    sa: &Sa,
+    sa: &InboundSa,
     pkt: &mut PacketBuf,
     esp_off: usize,
     ip: Option<&Layout>,

@@ -20,7 +20,7 @@ mod iphdr;
 pub mod sa;
 pub mod suite;
 
-pub use sa::{Mode, Protocol, Sa, SaParams, UdpEncap};
+pub use sa::{InboundSa, Mode, OutboundSa, Protocol, SaBase, SaError, SaParams, UdpEncap};
 pub use suite::{AhSuite, EspSuite};
 
 netveil_sa::drop_reasons! {

@@ -33,6 +33,16 @@ pub enum Direction {
     In,
 }
 
+impl Direction {
+    /// The other direction.
+    pub fn flip(self) -> Direction {
+        match self {
+            Direction::Out => Direction::In,
+            Direction::In => Direction::Out,
+        }
+    }
+}
+
 /// ESP in UDP (RFC 3948): the ports of the outer UDP header of packets this SA sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UdpEncap {
@@ -100,51 +110,58 @@ pub(crate) enum Keys {
     Ah(Box<dyn Mac>),
 }
 
-/// An installed SA. Shared between threads: the sequence counter is lock-free, the replay window sits behind a
-/// mutex held only for the check-and-update after the ICV verified.
-pub struct Sa {
+/// Why an SA could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SaError {
+    /// The keys do not fit the suite.
+    Suite(SuiteError),
+    /// The parameters are of the other direction than the type asked for (an inbound SA's keys are the peer's
+    /// sending keys: sealing with them would repeat the peer's nonces).
+    Direction,
+}
+
+impl core::fmt::Display for SaError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SaError::Suite(e) => e.fmt(f),
+            SaError::Direction => f.write_str("the SA's direction does not match"),
+        }
+    }
+}
+
+impl std::error::Error for SaError {}
+
+impl From<SuiteError> for SaError {
+    fn from(e: SuiteError) -> Self {
+        SaError::Suite(e)
+    }
+}
+
+/// What both directions of SA have: parameters, key schedule, counters, lifetime. Never built on its own: an SA is an
+/// [`OutboundSa`] (which alone has a sequence counter, and so alone can seal) or an [`InboundSa`] (which alone has an
+/// anti-replay window, and so alone can open); both dereference to this.
+pub struct SaBase {
     pub params: SaParams,
     pub(crate) keys: Keys,
-    pub(crate) seq: SeqCounter,
-    pub(crate) replay: Mutex<ReplayWindow>,
     pub counters: SaCounters,
-    /// IPv4 identification for outer headers this SA builds.
-    pub(crate) ip_id: AtomicU16,
     /// Set once a soft lifetime limit or sequence exhaustion says that a rekey is due.
     pub rekey_needed: AtomicBool,
     /// Seconds (of the caller's clock) when the SA was installed.
     pub installed_at: u64,
 }
 
-impl Sa {
-    /// Builds the key schedules and state. `now` is the caller's clock in seconds.
-    pub fn new(params: SaParams, now: u64) -> Result<Sa, SuiteError> {
-        Self::build(params, now, None)
-    }
-
-    /// Like [`Sa::new`], for an outbound SA whose sequence numbers may go only up to `reserved` until
-    /// [`Sa::reserve_seq`] raises it (the caller keeps the durable high-water mark: see
-    /// [`netveil_sa::seq::SeqCounter::reserve_to`]).
-    pub fn with_reservation(params: SaParams, now: u64, reserved: u64) -> Result<Sa, SuiteError> {
-        Self::build(params, now, Some(reserved))
-    }
-
-    fn build(params: SaParams, now: u64, reserved: Option<u64>) -> Result<Sa, SuiteError> {
+impl SaBase {
+    fn build(params: SaParams, now: u64, want: Direction) -> Result<SaBase, SaError> {
+        if params.direction != want {
+            return Err(SaError::Direction);
+        }
         let keys = match params.suite {
             Suite::Esp(s) => Keys::Esp(s.build(&params.enc_key, &params.auth_key)?),
-            Suite::Ah(s) => Keys::Ah(s.integ.build(&params.auth_key)?),
+            Suite::Ah(s) => Keys::Ah(s.integ.build(&params.auth_key).map_err(SuiteError::from)?),
         };
-        let mut id = [0u8; 2];
-        netveil_crypto::rand::fill_random(&mut id);
-        Ok(Sa {
-            seq: match reserved {
-                None => SeqCounter::new(params.first_seq.max(1), params.esn),
-                Some(r) => SeqCounter::with_reservation(params.first_seq.max(1), params.esn, r),
-            },
-            replay: Mutex::new(ReplayWindow::new(params.replay_window.max(64), params.esn)),
+        Ok(SaBase {
             keys,
             counters: SaCounters::default(),
-            ip_id: AtomicU16::new(u16::from_be_bytes(id)),
             rekey_needed: AtomicBool::new(false),
             installed_at: now,
             params,
@@ -156,49 +173,6 @@ impl Sa {
     }
     pub fn protocol(&self) -> Protocol {
         self.params.protocol()
-    }
-
-    /// For a tunnel-mode ESP-in-UDP SA, where its datagrams go: from the local address and port to the remote
-    /// ones (see [`crate::bundle::protect_for_sockets`]).
-    pub fn udp_tunnel_ends(&self) -> Option<(IpAddr, u16, SocketAddr)> {
-        match (self.protocol(), self.params.mode, self.params.encap) {
-            (Protocol::Esp, Mode::Tunnel { local, remote }, Some(u)) => {
-                Some((local, u.local_port, SocketAddr::new(remote, u.remote_port)))
-            }
-            _ => None,
-        }
-    }
-
-    /// The last outbound sequence number used.
-    pub fn seq_last(&self) -> u64 {
-        self.seq.last()
-    }
-    /// The largest outbound sequence number that may be used now (see [`Sa::with_reservation`]).
-    pub fn seq_reserved(&self) -> u64 {
-        self.seq.reserved()
-    }
-    /// Raises the outbound reservation to `upto` once it is durable.
-    pub fn reserve_seq(&self, upto: u64) {
-        self.seq.reserve_to(upto)
-    }
-    /// The largest number the sequence space has (2^32-1, or 2^64-1 with ESN).
-    pub fn seq_limit(&self) -> u64 {
-        self.seq.limit()
-    }
-
-    /// For a socket filter in front of an inbound SA: the replay window's highest sequence number accepted and its
-    /// size; `None` with ESN (the high bits are not on the wire).
-    pub fn replay_state(&self) -> Option<(u64, u32)> {
-        if self.params.esn {
-            return None;
-        }
-        let w = self.replay.lock().ok()?;
-        Some((w.top(), w.size()))
-    }
-
-    /// The highest inbound sequence number accepted.
-    pub fn replay_top(&self) -> u64 {
-        self.replay.lock().map(|w| w.top()).unwrap_or(0)
     }
 
     /// Lifetime state after the traffic so far, at `now`; flags a due rekey.
@@ -214,8 +188,138 @@ impl Sa {
         }
         st
     }
+}
 
-    /// Counts an inbound drop on this SA (and under auth-failed / replayed where it applies); returns it.
+/// An installed outbound SA: the only kind that seals ([`crate::esp::encapsulate`], [`crate::ah::encapsulate`] take
+/// nothing else). Shared between threads: the sequence counter is lock-free.
+pub struct OutboundSa {
+    base: SaBase,
+    pub(crate) seq: SeqCounter,
+    /// IPv4 identification for outer headers this SA builds.
+    ip_id: AtomicU16,
+}
+
+impl core::ops::Deref for OutboundSa {
+    type Target = SaBase;
+    fn deref(&self) -> &SaBase {
+        &self.base
+    }
+}
+
+impl OutboundSa {
+    /// An outbound SA whose sequence numbers are bounded only by their space: for offline tools and tests, which
+    /// choose their first number (`params.first_seq`) themselves. A daemon with static keys uses
+    /// [`OutboundSa::with_reservation`], so that a restart never repeats a number. `now` is the caller's clock in
+    /// seconds. Parameters of an inbound SA are refused ([`SaError::Direction`]).
+    pub fn new(params: SaParams, now: u64) -> Result<OutboundSa, SaError> {
+        let seq = SeqCounter::new(params.first_seq.max(1), params.esn);
+        Self::build(params, now, seq)
+    }
+
+    /// Like [`OutboundSa::new`], for an SA whose sequence numbers may go only up to `reserved` until
+    /// [`OutboundSa::reserve_seq`] raises it (the caller keeps the durable high-water mark: see
+    /// [`netveil_sa::seq::SeqCounter::reserve_to`]).
+    pub fn with_reservation(
+        params: SaParams,
+        now: u64,
+        reserved: u64,
+    ) -> Result<OutboundSa, SaError> {
+        let seq = SeqCounter::with_reservation(params.first_seq.max(1), params.esn, reserved);
+        Self::build(params, now, seq)
+    }
+
+    fn build(params: SaParams, now: u64, seq: SeqCounter) -> Result<OutboundSa, SaError> {
+        let base = SaBase::build(params, now, Direction::Out)?;
+        let mut id = [0u8; 2];
+        netveil_crypto::rand::fill_random(&mut id);
+        Ok(OutboundSa {
+            base,
+            seq,
+            ip_id: AtomicU16::new(u16::from_be_bytes(id)),
+        })
+    }
+
+    /// For a tunnel-mode ESP-in-UDP SA, where its datagrams go: from the local address and port to the remote
+    /// ones (see [`crate::bundle::protect_for_sockets`]).
+    pub fn udp_tunnel_ends(&self) -> Option<(IpAddr, u16, SocketAddr)> {
+        match (self.protocol(), self.params.mode, self.params.encap) {
+            (Protocol::Esp, Mode::Tunnel { local, remote }, Some(u)) => {
+                Some((local, u.local_port, SocketAddr::new(remote, u.remote_port)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The last sequence number used.
+    pub fn seq_last(&self) -> u64 {
+        self.seq.last()
+    }
+    /// The largest sequence number that may be used now (see [`OutboundSa::with_reservation`]).
+    pub fn seq_reserved(&self) -> u64 {
+        self.seq.reserved()
+    }
+    /// Raises the reservation to `upto` once it is durable.
+    pub fn reserve_seq(&self, upto: u64) {
+        self.seq.reserve_to(upto)
+    }
+    /// The largest number the sequence space has (2^32-1, or 2^64-1 with ESN).
+    pub fn seq_limit(&self) -> u64 {
+        self.seq.limit()
+    }
+    /// The first sequence number this SA was built to send.
+    pub fn seq_first(&self) -> u64 {
+        self.params.first_seq.max(1)
+    }
+
+    pub(crate) fn next_ip_id(&self) -> u16 {
+        self.ip_id.fetch_add(1, Relaxed)
+    }
+}
+
+/// An installed inbound SA: the only kind that opens ([`crate::esp::decapsulate`], [`crate::ah::decapsulate`]).
+/// Shared between threads: the replay window sits behind a mutex held for its check, the decryption and its update.
+pub struct InboundSa {
+    base: SaBase,
+    pub(crate) replay: Mutex<ReplayWindow>,
+}
+
+impl core::ops::Deref for InboundSa {
+    type Target = SaBase;
+    fn deref(&self) -> &SaBase {
+        &self.base
+    }
+}
+
+impl InboundSa {
+    /// Builds the key schedule and an empty replay window. `now` is the caller's clock in seconds. Parameters of an
+    /// outbound SA are refused ([`SaError::Direction`]).
+    pub fn new(params: SaParams, now: u64) -> Result<InboundSa, SaError> {
+        let base = SaBase::build(params, now, Direction::In)?;
+        Ok(InboundSa {
+            replay: Mutex::new(ReplayWindow::new(
+                base.params.replay_window.max(64),
+                base.params.esn,
+            )),
+            base,
+        })
+    }
+
+    /// For a socket filter in front of this SA: the replay window's highest sequence number accepted and its
+    /// size; `None` with ESN (the high bits are not on the wire).
+    pub fn replay_state(&self) -> Option<(u64, u32)> {
+        if self.params.esn {
+            return None;
+        }
+        let w = self.replay.lock().ok()?;
+        Some((w.top(), w.size()))
+    }
+
+    /// The highest sequence number accepted.
+    pub fn replay_top(&self) -> u64 {
+        self.replay.lock().map(|w| w.top()).unwrap_or(0)
+    }
+
+    /// Counts a drop on this SA (and under auth-failed / replayed where it applies); returns it.
     pub(crate) fn count_drop(&self, d: crate::Drop) -> crate::Drop {
         self.counters.dropped.fetch_add(1, Relaxed);
         match d {
@@ -226,9 +330,5 @@ impl Sa {
             _ => 0,
         };
         d
-    }
-
-    pub(crate) fn next_ip_id(&self) -> u16 {
-        self.ip_id.fetch_add(1, Relaxed)
     }
 }

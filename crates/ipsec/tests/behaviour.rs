@@ -2,10 +2,10 @@
 //! encapsulation; AH mutable fields; single-bit tampering; anti-replay; sequence exhaustion; lifetimes; TFC padding;
 //! truncated input.
 
-use netveil_ipsec::bundle::{self, Sad, Unprotected};
+use netveil_ipsec::bundle::{self, InIdx, OutIdx, Sad, Unprotected};
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::{AhSuite, EspSuite};
-use netveil_ipsec::{esp, Drop as D, Mode, Sa, SaParams, UdpEncap};
+use netveil_ipsec::{esp, Drop as D, InboundSa, Mode, OutboundSa, SaParams, UdpEncap};
 use netveil_sa::lifetime::{Lifetime, Limits};
 use netveil_wire::PacketBuf;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -318,23 +318,21 @@ impl Cfg {
         }
     }
     /// Adds the outbound and inbound SA to `sad`; returns (out, in) indices.
-    fn add(&self, sad: &mut Sad) -> (usize, usize) {
-        let o = sad
-            .insert(Sa::new(self.params(Direction::Out), NOW).unwrap())
-            .unwrap();
+    fn add(&self, sad: &mut Sad) -> (OutIdx, InIdx) {
+        let o = sad.insert_out(OutboundSa::new(self.params(Direction::Out), NOW).unwrap());
         let i = sad
-            .insert(Sa::new(self.params(Direction::In), NOW).unwrap())
+            .insert_in(InboundSa::new(self.params(Direction::In), NOW).unwrap())
             .unwrap();
         (o, i)
     }
-    fn pair(&self) -> (Sad, usize, usize) {
+    fn pair(&self) -> (Sad, OutIdx, InIdx) {
         let mut sad = Sad::default();
         let (o, i) = self.add(&mut sad);
         (sad, o, i)
     }
 }
 
-fn protect(sad: &Sad, bundle: &[usize], pkt: &[u8]) -> Result<Vec<u8>, D> {
+fn protect(sad: &Sad, bundle: &[OutIdx], pkt: &[u8]) -> Result<Vec<u8>, D> {
     let mut b = PacketBuf::from_slice(pkt, 256, 2048);
     bundle::protect(sad, bundle, &mut b, NOW)?;
     Ok(b.data().to_vec())
@@ -347,7 +345,7 @@ fn unprotect(sad: &Sad, wire: &[u8]) -> (Result<Unprotected, D>, Vec<u8>) {
     (r, b.data().to_vec())
 }
 
-fn roundtrip(sad: &Sad, o: usize, i: usize, pkt: &[u8]) -> Vec<u8> {
+fn roundtrip(sad: &Sad, o: OutIdx, i: InIdx, pkt: &[u8]) -> Vec<u8> {
     let wire = protect(sad, &[o], pkt).expect("protect");
     let (r, back) = unprotect(sad, &wire);
     match r {
@@ -610,7 +608,7 @@ fn expect_ok(sad: &Sad, wire: &[u8], what: &str) {
     let (r, _) = unprotect(sad, wire);
     assert!(matches!(r, Ok(Unprotected::Packet(_))), "{what}: {r:?}");
 }
-fn expect_auth_fail(sad: &Sad, i: usize, wire: &[u8], what: &str) {
+fn expect_auth_fail(sad: &Sad, i: InIdx, wire: &[u8], what: &str) {
     let before = sad.get(i).counters.snapshot();
     let (r, _) = unprotect(sad, wire);
     assert_eq!(r, Err(D::AuthFailed), "{what}");

@@ -3,7 +3,7 @@
 
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::{Enc, EspSuite};
-use netveil_ipsec::{esp, inbound, Mode, Sa, SaParams};
+use netveil_ipsec::{esp, inbound, InboundSa, Mode, OutboundSa, SaParams};
 use netveil_sa::lifetime::Lifetime;
 use netveil_wire::PacketBuf;
 
@@ -11,29 +11,33 @@ fn hx(s: &str) -> Vec<u8> {
     hex::decode(s.split_whitespace().collect::<String>()).unwrap()
 }
 
-fn sa(dir: Direction) -> Sa {
-    Sa::new(
-        SaParams {
-            name: "rfc3602-case5".into(),
-            spi: 0x4321,
-            direction: dir,
-            suite: Suite::Esp(EspSuite {
-                enc: Enc::AesCbc { key_bits: 128 },
-                integ: None,
-            }),
-            mode: Mode::Transport,
-            enc_key: zeroize::Zeroizing::new(hx("90d382b4 10eeba7a d938c46c ec1a82bf")),
-            auth_key: zeroize::Zeroizing::new(vec![]),
-            esn: false,
-            replay_window: 1024,
-            lifetime: Lifetime::default(),
-            encap: None,
-            tfc_pad_to: 0,
-            first_seq: 1,
-        },
-        0,
-    )
-    .unwrap()
+fn out_sa() -> OutboundSa {
+    OutboundSa::new(params(Direction::Out), 0).unwrap()
+}
+
+fn in_sa() -> InboundSa {
+    InboundSa::new(params(Direction::In), 0).unwrap()
+}
+
+fn params(dir: Direction) -> SaParams {
+    SaParams {
+        name: "rfc3602-case5".into(),
+        spi: 0x4321,
+        direction: dir,
+        suite: Suite::Esp(EspSuite {
+            enc: Enc::AesCbc { key_bits: 128 },
+            integ: None,
+        }),
+        mode: Mode::Transport,
+        enc_key: zeroize::Zeroizing::new(hx("90d382b4 10eeba7a d938c46c ec1a82bf")),
+        auth_key: zeroize::Zeroizing::new(vec![]),
+        esn: false,
+        replay_window: 1024,
+        lifetime: Lifetime::default(),
+        encap: None,
+        tfc_pad_to: 0,
+        first_seq: 1,
+    }
 }
 
 const IV: &str = "e96e8c08 ab465763 fd098d45 dd3ff893";
@@ -56,13 +60,13 @@ fn rfc3602_case5_seal_and_open() {
     let mut laid = esp_header();
     laid.extend(hx(PLAIN));
     let mut pkt = PacketBuf::from_slice(&laid, 64, 64);
-    esp::seal_laid_out(&sa(Direction::Out), &mut pkt, 0, 1).unwrap();
+    esp::seal_laid_out(&out_sa(), &mut pkt, 0, 1).unwrap();
     let mut want = esp_header();
     want.extend(hx(CIPHER));
     assert_eq!(hex::encode(pkt.data()), hex::encode(&want));
 
     let mut pkt = PacketBuf::from_slice(&want, 64, 64);
-    esp::open_laid_out(&sa(Direction::In), &mut pkt, 0, 1).unwrap();
+    esp::open_laid_out(&in_sa(), &mut pkt, 0, 1).unwrap();
     assert_eq!(hex::encode(&pkt.data()[24..]), hex::encode(hx(PLAIN)));
 }
 
@@ -81,7 +85,7 @@ fn rfc3602_case5_decapsulates_to_the_icmp_echo() {
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     ip.extend(esp);
     let mut pkt = PacketBuf::from_slice(&ip, 0, 0);
-    let inbound_sa = sa(Direction::In);
+    let inbound_sa = in_sa();
     let loc = match inbound::classify(&mut pkt, 4500).unwrap() {
         inbound::Classified::Protected(l) => l,
         other => panic!("not ESP: {other:?}"),

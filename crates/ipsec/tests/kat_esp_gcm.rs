@@ -2,18 +2,18 @@
 
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::EspSuite;
-use netveil_ipsec::{esp, Mode, Sa, SaParams};
+use netveil_ipsec::{esp, InboundSa, Mode, OutboundSa, SaParams};
 use netveil_sa::lifetime::Lifetime;
 use netveil_wire::PacketBuf;
 
-fn sa(keymat: &[u8], spi: u32, esn: bool, dir: Direction) -> Sa {
+fn params(keymat: &[u8], spi: u32, esn: bool, dir: Direction) -> SaParams {
     let name = match keymat.len() {
         20 => "aes128gcm16",
         28 => "aes192gcm16",
         36 => "aes256gcm16",
         n => panic!("unexpected keymat length {n}"),
     };
-    let params = SaParams {
+    SaParams {
         name: "kat".into(),
         spi,
         direction: dir,
@@ -27,8 +27,7 @@ fn sa(keymat: &[u8], spi: u32, esn: bool, dir: Direction) -> Sa {
         encap: None,
         tfc_pad_to: 0,
         first_seq: 1,
-    };
-    Sa::new(params, 0).unwrap()
+    }
 }
 
 fn h(v: &serde_json::Value, k: &str) -> Vec<u8> {
@@ -61,7 +60,7 @@ fn draft_mcgrew_gcm_test_01_all_cases() {
 
         // Seal: lay out SPI, low sequence bits, IV, plaintext (with trailer) and ICV room, behind a fake 20-byte
         // IP header so that ESN sealing has bytes in front.
-        let out = sa(&keymat, spi, esn, Direction::Out);
+        let out = OutboundSa::new(params(&keymat, spi, esn, Direction::Out), 0).unwrap();
         let mut laid = Vec::new();
         laid.extend_from_slice(&spi.to_be_bytes());
         laid.extend_from_slice(&(seq as u32).to_be_bytes());
@@ -77,7 +76,7 @@ fn draft_mcgrew_gcm_test_01_all_cases() {
         );
 
         // Open the packet from the vector.
-        let inb = sa(&keymat, spi, esn, Direction::In);
+        let inb = InboundSa::new(params(&keymat, spi, esn, Direction::In), 0).unwrap();
         let mut pkt = PacketBuf::from_slice(&wire, 64, 64);
         esp::open_laid_out(&inb, &mut pkt, 0, seq).unwrap();
         let body = &pkt.data()[8 + iv.len()..pkt.len() - 16];

@@ -4,7 +4,7 @@
 use netveil_ipsec::bundle::{self, Sad};
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::EspSuite;
-use netveil_ipsec::{Drop, Mode, Sa, SaParams, UdpEncap};
+use netveil_ipsec::{Drop, InboundSa, Mode, OutboundSa, SaError, SaParams, UdpEncap};
 use netveil_sa::lifetime::Lifetime;
 use netveil_wire::PacketBuf;
 use std::net::IpAddr;
@@ -45,16 +45,17 @@ fn inner() -> PacketBuf {
 
 fn sealed(out_local: &str, out_remote: &str, udp: bool) -> PacketBuf {
     let mut out = Sad::default();
-    out.insert(Sa::new(params(Direction::Out, out_local, out_remote, udp), 0).unwrap())
-        .unwrap();
+    let o = out.insert_out(
+        OutboundSa::new(params(Direction::Out, out_local, out_remote, udp), 0).unwrap(),
+    );
     let mut p = inner();
-    bundle::protect(&out, &[0], &mut p, 0).unwrap();
+    bundle::protect(&out, &[o], &mut p, 0).unwrap();
     p
 }
 
 fn receiver(udp: bool) -> Sad {
     let mut sad = Sad::default();
-    sad.insert(Sa::new(params(Direction::In, "192.0.2.2", "192.0.2.1", udp), 0).unwrap())
+    sad.insert_in(InboundSa::new(params(Direction::In, "192.0.2.2", "192.0.2.1", udp), 0).unwrap())
         .unwrap();
     sad
 }
@@ -69,7 +70,29 @@ fn tunnel_sa_accepts_only_its_local_address() {
         bundle::unprotect(&sad, &mut elsewhere, 4500, 0),
         Err(Drop::UnknownSpi)
     );
-    assert_eq!(sad.get(0).counters.snapshot().dropped, 1);
+    assert_eq!(sad.inbound().next().unwrap().counters.snapshot().dropped, 1);
+}
+
+/// An SA is built as the type of its direction only: the parameters of an inbound SA (the peer's sending keys)
+/// cannot become an SA that seals, nor an outbound SA's one that opens.
+#[test]
+fn an_sa_is_built_only_as_its_own_direction() {
+    let inbound = params(Direction::In, "192.0.2.2", "192.0.2.1", false);
+    let outbound = params(Direction::Out, "192.0.2.1", "192.0.2.2", false);
+    assert_eq!(
+        OutboundSa::new(inbound.clone(), 0).err(),
+        Some(SaError::Direction)
+    );
+    assert_eq!(
+        OutboundSa::with_reservation(inbound.clone(), 0, 1 << 20).err(),
+        Some(SaError::Direction)
+    );
+    assert_eq!(
+        InboundSa::new(outbound.clone(), 0).err(),
+        Some(SaError::Direction)
+    );
+    assert!(OutboundSa::new(outbound, 0).is_ok());
+    assert!(InboundSa::new(inbound, 0).is_ok());
 }
 
 #[test]

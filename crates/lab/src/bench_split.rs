@@ -39,7 +39,7 @@ use std::time::Instant;
 use netveil_crypto::{new_aead, Aead, AeadAlg};
 use netveil_ipsec::bundle::{self, Sad, Unprotected};
 use netveil_ipsec::sa::Direction;
-use netveil_ipsec::{EspSuite, Mode as EspMode, Sa, SaParams};
+use netveil_ipsec::{EspSuite, InboundSa, Mode as EspMode, OutboundSa, SaParams};
 use netveil_psp::{kdf, Device, Header, Mode, TxConfig, TxSa, Version};
 use netveil_wire::PacketBuf;
 use zeroize::Zeroizing;
@@ -174,7 +174,7 @@ fn per_packet(n: usize, f: impl FnOnce()) -> f64 {
 }
 
 /// The ESP side of the comparison: a SAD with an outbound and an inbound aes128gcm16 tunnel SA per index.
-fn esp_sad() -> (Sad, Vec<usize>) {
+fn esp_sad() -> (Sad, Vec<bundle::OutIdx>) {
     let suite = EspSuite::parse("aes128gcm16", false).expect("known suite");
     let (a, b) = (
         IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
@@ -200,10 +200,10 @@ fn esp_sad() -> (Sad, Vec<usize>) {
             tfc_pad_to: 0,
             first_seq: 1,
         };
-        let o = Sa::new(params(Direction::Out, a, b), NOW).expect("ESP SA");
-        let n = Sa::new(params(Direction::In, b, a), NOW).expect("ESP SA");
-        out.push(sad.insert(o).expect("outbound SA"));
-        sad.insert(n).expect("fresh SPI");
+        let o = OutboundSa::new(params(Direction::Out, a, b), NOW).expect("ESP SA");
+        let n = InboundSa::new(params(Direction::In, b, a), NOW).expect("ESP SA");
+        out.push(sad.insert_out(o));
+        sad.insert_in(n).expect("fresh SPI");
     }
     (sad, out)
 }

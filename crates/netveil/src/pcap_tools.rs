@@ -11,7 +11,7 @@
 
 use netveil_daemon::config::Config;
 use netveil_daemon::Error;
-use netveil_ipsec::bundle::{self, Sad, Unprotected};
+use netveil_ipsec::bundle::{self, Bundle, SaIdx, Sad, Unprotected};
 use netveil_ipsec::sa::Direction;
 use netveil_pcap::{ip_own, split_frame, LinkType, Pcap, Record, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use netveil_wire::PacketBuf;
@@ -108,9 +108,9 @@ pub fn run(cmd: PcapCmd) -> netveil_daemon::Result<()> {
         }
         (Op::Decrypt, None) => {}
     }
-    let sad = cfg.build_sad(0)?;
+    let (sad, at) = cfg.build_sad(0)?;
     let input = read_file(&args.input)?;
-    let (output, stats) = transform(&sad, &bundle, dir, &input);
+    let (output, stats) = transform(&sad, &typed(&at, &bundle), dir, &input);
     write_file(&args.output, &output)?;
     eprint!("{}", stats.summary(&args.input, &args.output));
     if stats.dropped() > 0 && !args.allow_drops {
@@ -230,16 +230,41 @@ impl Stats {
 const HEADROOM: usize = 512;
 const TAILROOM: usize = 1024;
 
-/// Applies `op` to every packet of `input`. `bundle`: encrypt: the SAs to apply (innermost first); decrypt: if not
-/// empty, the bundle packets must have come through.
-pub fn transform(sad: &Sad, bundle: &[usize], op: Op, input: &Pcap) -> (Pcap, Stats) {
+/// The SAs at `idx` of the configuration (all of one direction, as [`select_sas`] chose them) in the database
+/// built from it (`at`: where each SA of the configuration went).
+fn typed(at: &[SaIdx], idx: &[usize]) -> Bundle {
+    let sas: Vec<SaIdx> = idx.iter().map(|&i| at[i]).collect();
+    if let Some(v) = sas
+        .iter()
+        .map(|x| match x {
+            SaIdx::Out(o) => Some(*o),
+            SaIdx::In(_) => None,
+        })
+        .collect::<Option<Vec<_>>>()
+        .filter(|v| !v.is_empty())
+    {
+        return Bundle::Out(v);
+    }
+    sas.iter()
+        .map(|x| match x {
+            SaIdx::In(i) => Some(*i),
+            SaIdx::Out(_) => None,
+        })
+        .collect::<Option<Vec<_>>>()
+        .filter(|v| !v.is_empty())
+        .map_or(Bundle::None, Bundle::In)
+}
+
+/// Applies `op` to every packet of `input`. `bundle`: encrypt: the outbound SAs to apply (innermost first);
+/// decrypt: if it has inbound SAs, the bundle packets must have come through.
+pub fn transform(sad: &Sad, bundle: &Bundle, op: Op, input: &Pcap) -> (Pcap, Stats) {
     map_packets(input, |pkt, stats| match op {
-        Op::Encrypt => bundle::protect(sad, bundle, pkt, 0)
+        Op::Encrypt => bundle::protect(sad, bundle.outbound(), pkt, 0)
             .map(|()| true)
             .map_err(|d| d.name()),
         Op::Decrypt => match bundle::unprotect(sad, pkt, 4500, 0) {
             Ok(Unprotected::Packet(used)) => {
-                if bundle.is_empty() || used.matches(bundle) {
+                if bundle.inbound().is_empty() || used.matches(bundle.inbound()) {
                     Ok(true)
                 } else {
                     Err(netveil_daemon::ip_drop::Drop::PolicyMismatch.name())
@@ -463,7 +488,8 @@ auth_key = "0101010101010101010101010101010101010101010101010101010101010101"
             ],
         );
         let enc_bundle = select_sas(&cfg, &["o".into(), "o-ah".into()], Op::Encrypt).unwrap();
-        let sad = cfg.build_sad(0).unwrap();
+        let (sad, at) = cfg.build_sad(0).unwrap();
+        let enc_bundle = typed(&at, &enc_bundle);
         let (enc, st) = transform(&sad, &enc_bundle, Op::Encrypt, &input);
         assert_eq!((st.read, st.written, st.dropped()), (3, 2, 0));
         assert_eq!(st.skipped.get("not-ip"), Some(&1));
@@ -477,17 +503,20 @@ auth_key = "0101010101010101010101010101010101010101010101010101010101010101"
         assert_eq!(enc.records[0].ts_sec, input.records[0].ts_sec);
 
         let reparsed = parse(&serialize(&enc)).unwrap();
-        let dec_bundle = select_sas(&cfg, &["i".into(), "i-ah".into()], Op::Decrypt).unwrap();
+        let dec_bundle = typed(
+            &at,
+            &select_sas(&cfg, &["i".into(), "i-ah".into()], Op::Decrypt).unwrap(),
+        );
         let (dec, st) = transform(&sad, &dec_bundle, Op::Decrypt, &reparsed);
         assert_eq!((st.read, st.written, st.dropped()), (2, 2, 0));
         assert_eq!(dec.records[0].data, &padded[..padded.len() - 6]);
         assert_eq!(dec.records[1].data, input.records[1].data);
 
         // Replays are dropped and counted; a different required bundle is a policy mismatch.
-        let (_, st) = transform(&sad, &[], Op::Decrypt, &reparsed);
+        let (_, st) = transform(&sad, &Bundle::None, Op::Decrypt, &reparsed);
         assert_eq!(st.drops.get("replayed"), Some(&2));
-        let sad = cfg.build_sad(0).unwrap();
-        let only = select_sas(&cfg, &["i".into()], Op::Decrypt).unwrap();
+        let (sad, at) = cfg.build_sad(0).unwrap();
+        let only = typed(&at, &select_sas(&cfg, &["i".into()], Op::Decrypt).unwrap());
         let (_, st) = transform(&sad, &only, Op::Decrypt, &reparsed);
         assert_eq!(st.drops.get("policy-mismatch"), Some(&2));
         assert!(st
@@ -496,12 +525,12 @@ auth_key = "0101010101010101010101010101010101010101010101010101010101010101"
 
         // Raw input gives raw output; clear packets are skipped on decrypt.
         let raw = file(LinkType::Raw, vec![v4.clone()]);
-        let sad = cfg.build_sad(0).unwrap();
-        let (out, st) = transform(&sad, &[], Op::Decrypt, &raw);
+        let (sad, at) = cfg.build_sad(0).unwrap();
+        let (out, st) = transform(&sad, &Bundle::None, Op::Decrypt, &raw);
         assert_eq!(out.link, LinkType::Raw);
         assert_eq!((st.written, st.dropped()), (0, 0));
         assert_eq!(st.skipped.get("not-protected"), Some(&1));
-        let (out, _) = transform(&sad, &[0], Op::Encrypt, &raw);
+        let (out, _) = transform(&sad, &typed(&at, &[0]), Op::Encrypt, &raw);
         assert_eq!(out.records[0].data[0], 0x45);
         assert_eq!(out.records[0].data[9], 50);
     }
