@@ -1130,12 +1130,13 @@ impl Config {
         self.build_sad_reserved(now, &[])
     }
 
-    /// Builds the SA database with the sequence-number starts and reservations of the state directory (see
-    /// [`crate::state::SeqStore`]): outbound SA `i` continues at `starts[i].first`.
+    /// Builds the SA database with the starts of the state directory (see [`crate::state::start`]): outbound SA
+    /// `i` continues above its sequence mark, inbound SA `i` above its receive floor. Without starts (`&[]`), every
+    /// SA starts fresh (offline tools and tests).
     pub fn build_sad_reserved(
         &self,
         now: u64,
-        starts: &[Option<crate::state::SeqStart>],
+        starts: &[crate::state::Start],
     ) -> Result<
         (
             netveil_ipsec::bundle::Sad,
@@ -1143,7 +1144,9 @@ impl Config {
         ),
         ConfigError,
     > {
+        use crate::state::Start;
         use netveil_ipsec::bundle::SaIdx;
+        use netveil_ipsec::{InboundSa, OutboundSa};
         let mut sad = netveil_ipsec::bundle::Sad::default();
         let mut at = Vec::with_capacity(self.sas.len());
         for (i, p) in self.sas.iter().enumerate() {
@@ -1151,21 +1154,28 @@ impl Config {
                 key: format!("sa[{i}]"),
                 reason: format!("cannot install: {e}"),
             };
-            at.push(match p.direction {
-                Direction::Out => {
-                    let sa = match starts.get(i).copied().flatten() {
-                        Some(s) => {
+            at.push(match (p.direction, starts.get(i)) {
+                (Direction::Out, Some(Start::Out(s))) => {
+                    let sa = match &s.counter {
+                        Some(c) => OutboundSa::with_counter(p.clone(), now, c.clone()),
+                        None => {
                             let mut p = p.clone();
                             p.first_seq = s.first;
-                            netveil_ipsec::OutboundSa::with_reservation(p, now, s.reserved)
+                            OutboundSa::with_reservation(p, now, s.reserved)
                         }
-                        None => netveil_ipsec::OutboundSa::new(p.clone(), now),
                     }
                     .map_err(cant)?;
                     SaIdx::Out(sad.insert_out(sa))
                 }
-                Direction::In => {
-                    let sa = netveil_ipsec::InboundSa::new(p.clone(), now).map_err(cant)?;
+                (Direction::Out, _) => {
+                    SaIdx::Out(sad.insert_out(OutboundSa::new(p.clone(), now).map_err(cant)?))
+                }
+                (Direction::In, start) => {
+                    let sa = match start {
+                        Some(Start::In(s)) => InboundSa::with_state(p.clone(), now, s.state(p)),
+                        _ => InboundSa::new(p.clone(), now),
+                    }
+                    .map_err(cant)?;
                     SaIdx::In(
                         sad.insert_in(sa)
                             .or_else(|e| err(format!("sa[{i}].spi"), e))?,

@@ -90,12 +90,12 @@ impl Shared {
         Ok(Shared::with_sas(config, Installed::of(&sad, &at), None))
     }
 
-    /// With SAs built elsewhere (in the configuration's order), with the sequence store that reserved the outbound
-    /// SAs' numbers (see [`crate::state::SeqStore`]).
+    /// With SAs built elsewhere (in the configuration's order), with the stores that made their sequence
+    /// reservations and receive floors (see [`crate::state::start`]).
     pub fn with_sas(
         config: Config,
         sas: Vec<Installed>,
-        seq: Option<crate::state::SeqStore>,
+        seq: Option<(crate::state::SeqStore, crate::state::RxStore)>,
     ) -> Shared {
         Shared {
             db: Db::new(&config, sas, seq),
@@ -469,7 +469,7 @@ impl FragCache {
 pub struct Prepared {
     config: Config,
     tls: Option<psp_kx::Tls>,
-    seq_store: Option<crate::state::SeqStore>,
+    seq_store: Option<(crate::state::SeqStore, crate::state::RxStore)>,
     sas: Vec<Installed>,
 }
 
@@ -485,15 +485,12 @@ pub fn prepare(config: Config) -> Result<Prepared> {
     // Outbound SAs with static keys continue above every sequence number they ever sent (marks in the state
     // directory, reserved ahead and synced before use): a restart never repeats a nonce, and the peer's replay
     // window accepts the restarted side at once.
-    let (seq_store, sas) = if config
-        .sas
-        .iter()
-        .any(|s| s.direction == netveil_ipsec::sa::Direction::Out)
-    {
+    // Inbound SAs likewise keep a receive floor there: nothing accepted before a restart is accepted again.
+    let (seq_store, sas) = if !config.sas.is_empty() {
         let dir = crate::state::StateDir::open(&config.interface.state_dir, "interface.state_dir")?;
-        let (store, starts) = crate::state::SeqStore::start(dir, &config.sas)?;
+        let (seq, rx, starts) = crate::state::start(dir, &config.sas)?;
         let (sad, at) = config.build_sad_reserved(0, &starts)?;
-        (Some(store), Installed::of(&sad, &at))
+        (Some((seq, rx)), Installed::of(&sad, &at))
     } else {
         let (sad, at) = config.build_sad(0)?;
         (None, Installed::of(&sad, &at))

@@ -17,7 +17,7 @@
 
 use crate::config::{self, Config, ConfigError, Interface, PolicyRule, PspConfig};
 use crate::filters::{esp_filter, FilterSock};
-use crate::state::{SeqStore, StateDir};
+use crate::state::{RxStore, SeqStore, StateDir};
 use arc_swap::{ArcSwap, Guard};
 pub use netveil_control::Event;
 use netveil_io::filter::{Layout, Program};
@@ -221,6 +221,7 @@ struct Tables {
     retiring: Vec<Retiring>,
     policies: Vec<PolicyRule>,
     seq: Option<SeqStore>,
+    rx: Option<RxStore>,
     armed: bool,
     /// `None` until the engine attaches its sockets (a database in memory, as in tests, takes any SA).
     sockets: Option<Sockets>,
@@ -280,17 +281,30 @@ impl Tables {
         self.log.push_back(e);
     }
 
-    /// The sequence store, opened on first use (a daemon started without outbound SAs has none yet).
-    fn seq(&mut self) -> Result<&mut SeqStore, ConfigError> {
-        if self.seq.is_none() {
+    /// The sequence and receive-floor stores, opened on first use (a daemon started without SAs has none yet).
+    fn open_stores(&mut self) -> Result<(), ConfigError> {
+        if self.seq.is_none() || self.rx.is_none() {
             let dir = StateDir::open(&self.interface.state_dir, "interface.state_dir")?;
-            let mut s = SeqStore::open(dir);
+            let mut s = SeqStore::open(dir.clone());
+            let mut r = RxStore::open(dir);
             if self.armed {
                 s.arm();
+                r.arm();
             }
-            self.seq = Some(s);
+            self.seq.get_or_insert(s);
+            self.rx.get_or_insert(r);
         }
+        Ok(())
+    }
+
+    fn seq(&mut self) -> Result<&mut SeqStore, ConfigError> {
+        self.open_stores()?;
         Ok(self.seq.as_mut().expect("opened above"))
+    }
+
+    fn rx(&mut self) -> Result<&mut RxStore, ConfigError> {
+        self.open_stores()?;
+        Ok(self.rx.as_mut().expect("opened above"))
     }
 
     /// Builds an SA (key schedule; an outbound one continues above its keys' sequence mark).
@@ -301,22 +315,42 @@ impl Tables {
         };
         if p.direction == SaDir::Out {
             let start = self.seq()?.reserve(&p, "sa")?;
-            let mut p = p;
-            p.first_seq = start.first;
-            let sa = Arc::new(OutboundSa::with_reservation(p, now, start.reserved).map_err(cant)?);
+            let sa = Arc::new(
+                match start.counter {
+                    Some(c) => OutboundSa::with_counter(p, now, c),
+                    None => {
+                        let mut p = p;
+                        p.first_seq = start.first;
+                        OutboundSa::with_reservation(p, now, start.reserved)
+                    }
+                }
+                .map_err(cant)?,
+            );
             self.seq()?.track(sa.clone());
             Ok(Installed::Out(sa))
         } else {
-            Ok(Installed::In(Arc::new(
-                InboundSa::new(p, now).map_err(cant)?,
-            )))
+            let start = self.rx()?.start(&p, "sa")?;
+            let st = start.state(&p);
+            let sa = Arc::new(InboundSa::with_state(p, now, st).map_err(cant)?);
+            self.rx()?.track(&sa);
+            Ok(Installed::In(sa))
         }
     }
 
-    /// An SA built for a change that failed: its sequence mark is no longer followed (it stays where it is).
+    /// An SA removed, retired, or built for a change that failed: its sequence mark or receive floor is no longer
+    /// followed (it stays where it is), and its state stays for SAs with the same keys.
     fn untrack(&mut self, sa: &Installed) {
-        if let (Some(s), Installed::Out(o)) = (self.seq.as_mut(), sa) {
-            s.forget(o);
+        match sa {
+            Installed::Out(o) => {
+                if let Some(s) = self.seq.as_mut() {
+                    s.forget(o);
+                }
+            }
+            Installed::In(i) => {
+                if let Some(r) = self.rx.as_mut() {
+                    r.forget(i);
+                }
+            }
         }
     }
 
@@ -424,11 +458,22 @@ pub type ChangeError = ConfigError;
 impl Db {
     /// The database of a configuration whose SAs are built (`sad`, SA `i` of `config.sas` at index `i`), with the
     /// sequence store that reserved the outbound ones (tracking them).
-    pub fn new(config: &Config, sas: Vec<Installed>, mut seq: Option<SeqStore>) -> Db {
-        if let Some(store) = seq.as_mut() {
-            for sa in &sas {
-                if let Installed::Out(o) = sa {
-                    store.track(o.clone());
+    pub fn new(config: &Config, sas: Vec<Installed>, stores: Option<(SeqStore, RxStore)>) -> Db {
+        let (mut seq, mut rx) = match stores {
+            Some((s, r)) => (Some(s), Some(r)),
+            None => (None, None),
+        };
+        for sa in &sas {
+            match sa {
+                Installed::Out(o) => {
+                    if let Some(s) = seq.as_mut() {
+                        s.track(o.clone());
+                    }
+                }
+                Installed::In(i) => {
+                    if let Some(r) = rx.as_mut() {
+                        r.track(i);
+                    }
                 }
             }
         }
@@ -440,6 +485,7 @@ impl Db {
             retiring: Vec::new(),
             policies: config.policies.clone(),
             seq,
+            rx,
             armed: false,
             sockets: None,
             filters: Vec::new(),
@@ -497,12 +543,20 @@ impl Db {
         if let Some(s) = t.seq.as_mut() {
             s.arm();
         }
+        if let Some(r) = t.rx.as_mut() {
+            r.arm();
+        }
     }
 
-    /// After the data plane stopped: the sequence marks become the numbers used.
+    /// After the data plane stopped: the sequence marks become the numbers used, the receive floors the numbers
+    /// accepted.
     pub fn finish(&self) {
-        if let Some(s) = self.tables().seq.as_mut() {
+        let mut t = self.tables();
+        if let Some(s) = t.seq.as_mut() {
             s.finish();
+        }
+        if let Some(r) = t.rx.as_mut() {
+            r.finish();
         }
     }
 
@@ -633,7 +687,10 @@ impl Db {
             });
         }
         self.publish(&mut t, next).inspect_err(|_| t.untrack(&sa))?;
-        t.untrack(&old);
+        // A replaced inbound SA keeps receiving (and its floor followed) until it retires.
+        if let Installed::Out(_) = old {
+            t.untrack(&old);
+        }
         t.push_event(sa_event("sa-replaced", sa.base()), now);
         Ok(())
     }
@@ -646,9 +703,18 @@ impl Db {
         let old = t.sas[i].clone();
         let mut next = Self::next(&t);
         next.sas.remove(i);
+        let gone: Vec<Arc<InboundSa>> = t
+            .retiring
+            .iter()
+            .filter(|r| r.successor == name)
+            .map(|r| r.sa.clone())
+            .collect();
         next.retiring.retain(|r| r.successor != name);
         self.publish(&mut t, next)?;
         t.untrack(&old);
+        for sa in gone {
+            t.untrack(&Installed::In(sa));
+        }
         t.reported.remove(&old.addr());
         t.push_event(sa_event("sa-removed", old.base()), now);
         Ok(())
@@ -783,6 +849,9 @@ impl Db {
                 .collect();
             t.retiring.retain(|r| r.until > now);
             self.snap.store(Arc::new(Snapshot::build(&t)));
+            for sa in &gone {
+                t.untrack(&Installed::In(sa.clone()));
+            }
             for sa in gone {
                 t.push_event(sa_event("sa-retired", &sa), now);
             }
@@ -791,6 +860,9 @@ impl Db {
             Some(s) => s.top_up(),
             None => Vec::new(),
         };
+        if let Some(r) = t.rx.as_mut() {
+            problems.extend(r.top_up());
+        }
         if filters {
             t.storm = storm;
             problems.extend(refresh_filters(&mut t, &self.snap.load().sad, false));

@@ -12,6 +12,9 @@
 
 use crate::error::ConfigError;
 
+use netveil_ipsec::sa::Direction;
+use netveil_ipsec::{InboundSa, OutboundSa, RxState, SaParams};
+use netveil_sa::seq::SeqCounter;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -127,7 +130,7 @@ impl StateDir {
 /// second under full load and never otherwise.
 pub const SEQ_BLOCK: u64 = 1 << 20;
 
-/// The sequence-number marks of outbound SAs with static keys. For each, a file named after a fingerprint of the
+/// The sequence-number marks of outbound SAs with static keys. For each key, a file named after a fingerprint of the
 /// SA's protocol and keys holds a number that is at least every sequence number ever sent under those keys:
 ///
 /// - at start, the SA continues at `mark + 1` and may use numbers up to `mark + SEQ_BLOCK`, written (synced)
@@ -139,6 +142,10 @@ pub const SEQ_BLOCK: u64 = 1 << 20;
 /// A crash (kill -9, power loss) skips at most one block (the next one is reserved one block above what is used),
 /// and an `up` that fails before it sends gives its first block back. Since every restart continues above anything
 /// ever sent, the peer's replay window accepts the restarted side at once.
+///
+/// Within one run, the keys have one sequence counter: an SA replaced by one with the same keys (`sa update` that
+/// keeps them), or removed and added again, continues the same counter ([`SeqStart::counter`]) instead of reserving
+/// a new block, so no-op changes neither use up the space nor put the sender far ahead of its peer's window.
 pub struct SeqStore {
     dir: StateDir,
     slots: Vec<SeqSlot>,
@@ -148,23 +155,28 @@ pub struct SeqStore {
 }
 
 struct SeqSlot {
-    /// The SA, once built (see [`SeqStore::track`]).
-    sa: Option<Arc<netveil_ipsec::OutboundSa>>,
+    /// The counter of the SAs with these keys, once one is built (see [`SeqStore::track`]).
+    counter: Option<Arc<SeqCounter>>,
+    /// The last SA built with these keys (for messages), and how many with them are installed now.
+    name: String,
+    live: usize,
     file: String,
     first: u64,
     limit: u64,
     failed: bool,
 }
 
-/// The first sequence number of an SA and the reservation it may use up to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where an outbound SA starts: the first sequence number and the reservation it may use up to, or the counter of
+/// an SA with the same keys built earlier in this run, to continue.
+#[derive(Debug, Clone)]
 pub struct SeqStart {
     pub first: u64,
     pub reserved: u64,
+    pub counter: Option<Arc<SeqCounter>>,
 }
 
-/// The file name of the mark of an SA with these keys (a one-way fingerprint: the keys cannot be learned from it).
-pub fn seq_file(p: &netveil_ipsec::SaParams) -> String {
+/// A one-way fingerprint of an SA's protocol and keys (the keys cannot be learned from it).
+fn key_fingerprint(p: &SaParams) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     h.update(b"netveil seq mark v1\0");
@@ -176,7 +188,69 @@ pub fn seq_file(p: &netveil_ipsec::SaParams) -> String {
         h.update((k.len() as u32).to_be_bytes());
         h.update(k);
     }
-    format!("seq-{}", hex::encode(&h.finalize()[..16]))
+    hex::encode(&h.finalize()[..16])
+}
+
+/// The file name of the sequence mark of an outbound SA with these keys.
+pub fn seq_file(p: &SaParams) -> String {
+    format!("seq-{}", key_fingerprint(p))
+}
+
+/// The file name of the receive floor of an inbound SA with these keys (the same fingerprint as [`seq_file`]).
+pub fn rx_file(p: &SaParams) -> String {
+    format!("rx-{}", key_fingerprint(p))
+}
+
+fn space_limit(esn: bool) -> u64 {
+    if esn {
+        u64::MAX
+    } else {
+        u64::from(u32::MAX)
+    }
+}
+
+fn write_error(dir: &StateDir, file: &str, e: std::io::Error) -> ConfigError {
+    cerr(
+        "interface.state_dir",
+        format!("cannot write {}: {e}", dir.path().join(file).display()),
+    )
+}
+
+fn space_changed(key: &str, esn: bool) -> ConfigError {
+    cerr(
+        &format!("{key}.esn"),
+        format!(
+            "these keys are in use in this daemon with esn = {}: the sequence-number size of a key cannot change \
+             (use new keys)",
+            !esn
+        ),
+    )
+}
+
+/// Where each SA of a configuration starts (see [`start`]).
+#[derive(Debug, Clone)]
+pub enum Start {
+    Out(SeqStart),
+    In(RxStart),
+}
+
+/// Opens the stores of `dir` for the SAs of a configuration and makes each SA's first reservation durable: index
+/// `i` of the result for `sas[i]`. Each SA is then built with its start and handed to the store's `track`.
+pub fn start(
+    dir: StateDir,
+    sas: &[SaParams],
+) -> Result<(SeqStore, RxStore, Vec<Start>), ConfigError> {
+    let mut seq = SeqStore::open(dir.clone());
+    let mut rx = RxStore::open(dir);
+    let mut starts = Vec::with_capacity(sas.len());
+    for (i, p) in sas.iter().enumerate() {
+        let key = format!("sa[{i}]");
+        starts.push(match p.direction {
+            Direction::Out => Start::Out(seq.reserve(p, &key)?),
+            Direction::In => Start::In(rx.start(p, &key)?),
+        });
+    }
+    Ok((seq, rx, starts))
 }
 
 impl SeqStore {
@@ -194,12 +268,12 @@ impl SeqStore {
     /// its start and handed to [`SeqStore::track`].
     pub fn start(
         dir: StateDir,
-        sas: &[netveil_ipsec::SaParams],
+        sas: &[SaParams],
     ) -> Result<(SeqStore, Vec<Option<SeqStart>>), ConfigError> {
         let mut store = SeqStore::open(dir);
         let mut starts = Vec::new();
         for (i, p) in sas.iter().enumerate() {
-            starts.push(if p.direction == netveil_ipsec::sa::Direction::Out {
+            starts.push(if p.direction == Direction::Out {
                 Some(store.reserve(p, &format!("sa[{i}]"))?)
             } else {
                 None
@@ -209,15 +283,27 @@ impl SeqStore {
     }
 
     /// Reserves, durably, the first block of sequence numbers of an outbound SA with the keys of `p`: it continues
-    /// above every number ever sent under them. Keys that have used up their sequence space are refused (the error
-    /// names `key`.enc_key). The SA, once built with this start, is handed to [`SeqStore::track`].
-    pub fn reserve(
-        &mut self,
-        p: &netveil_ipsec::SaParams,
-        key: &str,
-    ) -> Result<SeqStart, ConfigError> {
+    /// above every number ever sent under them. Keys that an SA of this run already used continue that SA's counter
+    /// (nothing reserved). Keys that have used up their sequence space are refused (the error names `key`.enc_key).
+    /// The SA, once built with this start, is handed to [`SeqStore::track`].
+    pub fn reserve(&mut self, p: &SaParams, key: &str) -> Result<SeqStart, ConfigError> {
         let file = seq_file(p);
-        let limit = if p.esn { u64::MAX } else { u64::from(u32::MAX) };
+        let limit = space_limit(p.esn);
+        if let Some(s) = self.slots.iter().find(|s| s.file == file) {
+            return match &s.counter {
+                Some(c) if c.limit() == limit => Ok(SeqStart {
+                    first: c.last() + 1,
+                    reserved: c.reserved(),
+                    counter: Some(c.clone()),
+                }),
+                Some(_) => Err(space_changed(key, p.esn)),
+                // Reserved and not built yet: two SAs of one configuration with the same keys are refused before.
+                None => Err(cerr(
+                    &format!("{key}.enc_key"),
+                    "another SA with these keys is being installed".into(),
+                )),
+            };
+        }
         let mark = self
             .dir
             .read_u64(&file)
@@ -234,53 +320,61 @@ impl SeqStore {
         }
         let first = (mark + 1).max(p.first_seq);
         let reserved = first.saturating_add(SEQ_BLOCK - 1).min(limit);
-        self.dir.write_u64(&file, reserved).map_err(|e| {
-            cerr(
-                "interface.state_dir",
-                format!(
-                    "cannot write {}: {e}",
-                    self.dir.path().join(&file).display()
-                ),
-            )
-        })?;
+        self.dir
+            .write_u64(&file, reserved)
+            .map_err(|e| write_error(&self.dir, &file, e))?;
         self.slots.push(SeqSlot {
-            sa: None,
+            counter: None,
+            name: p.name.clone(),
+            live: 0,
             file,
             first,
             limit,
             failed: false,
         });
-        Ok(SeqStart { first, reserved })
+        Ok(SeqStart {
+            first,
+            reserved,
+            counter: None,
+        })
     }
 
-    /// Follows the SA built with a start from [`SeqStore::reserve`] (matched by its keys and first number).
-    pub fn track(&mut self, sa: Arc<netveil_ipsec::OutboundSa>) {
+    /// Follows the SA built with a start from [`SeqStore::reserve`] (matched by its keys): it is installed.
+    pub fn track(&mut self, sa: Arc<OutboundSa>) {
         let file = seq_file(&sa.params);
-        if let Some(s) = self
-            .slots
-            .iter_mut()
-            .find(|s| s.sa.is_none() && s.file == file && s.first == sa.params.first_seq)
-        {
-            s.sa = Some(sa);
+        if let Some(s) = self.slots.iter_mut().find(|s| s.file == file) {
+            if s.counter.is_none() {
+                s.counter = Some(sa.counter().clone());
+            }
+            s.name = sa.params.name.clone();
+            s.live += 1;
         }
     }
 
-    /// The SA was removed: its mark stays where it is (at or above every number it may still send from a batch in
-    /// flight), so keys installed again continue above it.
-    pub fn forget(&mut self, sa: &Arc<netveil_ipsec::OutboundSa>) {
-        self.slots
-            .retain(|s| !s.sa.as_ref().is_some_and(|x| Arc::ptr_eq(x, sa)));
+    /// The SA was removed (or not installed after all): its mark stays where it is (at or above every number it
+    /// may still send from a batch in flight), and its counter stays for an SA with the same keys to continue.
+    pub fn forget(&mut self, sa: &Arc<OutboundSa>) {
+        if let Some(s) = self.slots.iter_mut().find(|s| {
+            s.counter
+                .as_ref()
+                .is_some_and(|c| Arc::ptr_eq(c, sa.counter()))
+        }) {
+            s.live = s.live.saturating_sub(1);
+        }
     }
 
-    /// Reserves the next block of every SA that has used half of its current one (durably, then in memory).
-    /// Returns a message for each mark that could not be written (once per SA until a write succeeds again): its
-    /// SA stops sending when its reservation runs out.
+    /// Reserves the next block of every installed SA's keys that have used half of their current one (durably, then
+    /// in memory). Returns a message for each mark that could not be written (once per key until a write succeeds
+    /// again): its SAs stop sending when the reservation runs out.
     pub fn top_up(&mut self) -> Vec<String> {
         let mut errors = Vec::new();
         for s in &mut self.slots {
-            let Some(sa) = &s.sa else { continue };
-            let reserved = sa.seq_reserved();
-            let used = sa.seq_last().max(s.first - 1);
+            let Some(c) = &s.counter else { continue };
+            if s.live == 0 {
+                continue;
+            }
+            let reserved = c.reserved();
+            let used = c.last().max(s.first - 1);
             if reserved >= s.limit || reserved - used > SEQ_BLOCK / 2 {
                 continue;
             }
@@ -289,14 +383,14 @@ impl SeqStore {
             let next = used.saturating_add(SEQ_BLOCK).min(s.limit);
             match self.dir.write_u64(&s.file, next) {
                 Ok(()) => {
-                    sa.reserve_seq(next);
+                    c.reserve_to(next);
                     s.failed = false;
                 }
                 Err(e) if !s.failed => {
                     s.failed = true;
                     errors.push(format!(
                         "SA '{}': cannot write its sequence mark {}: {e} (it stops sending at {reserved})",
-                        sa.params.name,
+                        s.name,
                         self.dir.path().join(&s.file).display()
                     ));
                 }
@@ -314,8 +408,8 @@ impl SeqStore {
     /// After the data plane stopped: the marks become the last numbers used, so the next start skips none.
     pub fn finish(&mut self) {
         for s in &self.slots {
-            if let Some(sa) = &s.sa {
-                let used = sa.seq_last().max(s.first - 1);
+            if let Some(c) = &s.counter {
+                let used = c.last().max(s.first - 1);
                 let _ = self.dir.write_u64(&s.file, used);
             }
         }
@@ -328,6 +422,250 @@ impl Drop for SeqStore {
             // Nothing was sent under these reservations: the marks go back to what they were.
             for s in &self.slots {
                 let _ = self.dir.write_u64(&s.file, s.first - 1);
+            }
+        }
+    }
+}
+
+/// The smallest block of sequence numbers a receive floor is reserved ahead by (see [`RxStore`]).
+pub const RX_MIN_BLOCK: u64 = 32;
+/// A receive floor is reserved ahead by about this many seconds of the SA's recent rate.
+pub const RX_BLOCK_SECONDS: u64 = 1;
+
+/// The receive floors of inbound SAs with static keys: the counterpart of [`SeqStore`], so that no packet accepted
+/// before a restart, a crash or a re-add of the same keys is ever accepted again. For each key, a file named after
+/// the same fingerprint as the sequence marks (`rx-...`) holds a number that is at least every sequence number ever
+/// accepted under those keys:
+///
+/// - at start, the SA's window takes everything up to the floor as seen, and it may accept numbers up to a
+///   *ceiling* written (synced) before the first packet;
+/// - while it runs, [`RxStore::top_up`] raises the ceiling ahead of what arrives, in blocks of about
+///   [`RX_BLOCK_SECONDS`] of the SA's recent rate (at least [`RX_MIN_BLOCK`]), before the window gets there; an
+///   authenticated packet above the ceiling (the peer jumped ahead, or a burst outran the tick) is dropped
+///   (`rx:seq-not-reserved`) and the next tick reserves above it;
+/// - on a clean stop, [`RxStore::finish`] writes the highest number accepted, so a restart loses nothing.
+///
+/// The price of a crash: a receiver that restarts after kill -9 or a power loss refuses the numbers between what it
+/// had accepted and its last ceiling, so a live sender that did not restart loses at most one block: about
+/// [`RX_BLOCK_SECONDS`] of traffic at its recent rate, or [`RX_MIN_BLOCK`] packets at low rates, then is accepted
+/// again. Within one run, an SA removed and added again with the same keys keeps its window (exactly).
+pub struct RxStore {
+    dir: StateDir,
+    slots: Vec<RxSlot>,
+    armed: bool,
+}
+
+struct RxSlot {
+    state: Option<Arc<RxState>>,
+    name: String,
+    live: usize,
+    file: String,
+    /// The floor read at start (given back by a start that never received).
+    floor: u64,
+    limit: u64,
+    failed: bool,
+    /// The rate estimate: the top and time it was last taken, and packets per second since.
+    rate_top: u64,
+    rate_at: std::time::Instant,
+    rate: u64,
+}
+
+/// Where an inbound SA starts: its floor and ceiling, or the receive state of an SA with the same keys built
+/// earlier in this run, to continue.
+#[derive(Clone)]
+pub struct RxStart {
+    pub floor: u64,
+    pub ceiling: u64,
+    pub state: Option<Arc<RxState>>,
+}
+
+impl std::fmt::Debug for RxStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxStart")
+            .field("floor", &self.floor)
+            .field("ceiling", &self.ceiling)
+            .field("shared", &self.state.is_some())
+            .finish()
+    }
+}
+
+impl RxStart {
+    /// The receive state an SA of `p` starts with.
+    pub fn state(&self, p: &SaParams) -> Arc<RxState> {
+        self.state.clone().unwrap_or_else(|| {
+            Arc::new(RxState::with_floor(
+                p.replay_window,
+                p.esn,
+                self.floor,
+                self.ceiling,
+            ))
+        })
+    }
+}
+
+impl RxStore {
+    /// A store with no SA yet, in `dir`.
+    pub fn open(dir: StateDir) -> RxStore {
+        RxStore {
+            dir,
+            slots: Vec::new(),
+            armed: false,
+        }
+    }
+
+    /// Reads the floor of an inbound SA with the keys of `p` and makes its first ceiling durable. Keys that an SA
+    /// of this run already used continue that SA's receive state. The SA, once built, goes to [`RxStore::track`].
+    pub fn start(&mut self, p: &SaParams, key: &str) -> Result<RxStart, ConfigError> {
+        let file = rx_file(p);
+        let limit = space_limit(p.esn);
+        if let Some(s) = self.slots.iter().find(|s| s.file == file) {
+            return match &s.state {
+                Some(st) if st.esn() == p.esn => Ok(RxStart {
+                    floor: st.top(),
+                    ceiling: st.ceiling(),
+                    state: Some(st.clone()),
+                }),
+                Some(_) => Err(space_changed(key, p.esn)),
+                None => Err(cerr(
+                    &format!("{key}.enc_key"),
+                    "another SA with these keys is being installed".into(),
+                )),
+            };
+        }
+        let floor = self
+            .dir
+            .read_u64(&file)
+            .map_err(|e| cerr(key, e))?
+            .unwrap_or(0);
+        if floor >= limit {
+            return Err(cerr(
+                &format!("{key}.enc_key"),
+                format!(
+                    "these keys have used up their sequence space (floor {floor} in {}): configure new keys",
+                    self.dir.path().join(&file).display()
+                ),
+            ));
+        }
+        let ceiling = floor.saturating_add(RX_MIN_BLOCK).min(limit);
+        self.dir
+            .write_u64(&file, ceiling)
+            .map_err(|e| write_error(&self.dir, &file, e))?;
+        self.slots.push(RxSlot {
+            state: None,
+            name: p.name.clone(),
+            live: 0,
+            file,
+            floor,
+            limit,
+            failed: false,
+            rate_top: floor,
+            rate_at: std::time::Instant::now(),
+            rate: 0,
+        });
+        Ok(RxStart {
+            floor,
+            ceiling,
+            state: None,
+        })
+    }
+
+    /// Follows the SA built with a start from [`RxStore::start`]: it is installed.
+    pub fn track(&mut self, sa: &Arc<InboundSa>) {
+        let file = rx_file(&sa.params);
+        if let Some(s) = self.slots.iter_mut().find(|s| s.file == file) {
+            if s.state.is_none() {
+                s.state = Some(sa.rx_state().clone());
+            }
+            s.name = sa.params.name.clone();
+            s.live += 1;
+        }
+    }
+
+    /// The SA was removed (or retired, or not installed after all): its floor stays, and its receive state stays
+    /// for an SA with the same keys to continue.
+    pub fn forget(&mut self, sa: &Arc<InboundSa>) {
+        if let Some(s) = self.slots.iter_mut().find(|s| {
+            s.state
+                .as_ref()
+                .is_some_and(|c| Arc::ptr_eq(c, sa.rx_state()))
+        }) {
+            s.live = s.live.saturating_sub(1);
+        }
+    }
+
+    /// Raises the ceiling of every installed SA's keys ahead of what arrives (durably, then in memory): when less
+    /// than half a block is left, or an authenticated packet was refused above it. Returns a message for each floor
+    /// that could not be written (once per key until a write succeeds again).
+    pub fn top_up(&mut self) -> Vec<String> {
+        let mut errors = Vec::new();
+        let now = std::time::Instant::now();
+        for s in &mut self.slots {
+            let Some(st) = &s.state else { continue };
+            if s.live == 0 {
+                continue;
+            }
+            let top = st.top();
+            let elapsed = now.duration_since(s.rate_at);
+            if elapsed >= std::time::Duration::from_millis(250) {
+                let n = top.saturating_sub(s.rate_top);
+                s.rate = (u128::from(n) * 1000 / elapsed.as_millis().max(1)) as u64;
+                s.rate_top = top;
+                s.rate_at = now;
+            }
+            let block = s
+                .rate
+                .saturating_mul(RX_BLOCK_SECONDS)
+                .clamp(RX_MIN_BLOCK, SEQ_BLOCK);
+            let ceiling = st.ceiling();
+            let wanted = st.wanted();
+            if ceiling >= s.limit || (wanted <= ceiling && ceiling - top.min(ceiling) > block / 2) {
+                continue;
+            }
+            let next = top.max(wanted).saturating_add(block).min(s.limit);
+            if next <= ceiling {
+                continue;
+            }
+            match self.dir.write_u64(&s.file, next) {
+                Ok(()) => {
+                    st.raise(next);
+                    s.failed = false;
+                }
+                Err(e) if !s.failed => {
+                    s.failed = true;
+                    errors.push(format!(
+                        "SA '{}': cannot write its receive floor {}: {e} (it accepts nothing above {ceiling})",
+                        s.name,
+                        self.dir.path().join(&s.file).display()
+                    ));
+                }
+                Err(_) => {}
+            }
+        }
+        errors
+    }
+
+    /// The data plane is about to receive: from now on the ceilings stay (see [`RxStore::finish`]).
+    pub fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    /// After the data plane stopped: the floors become the highest numbers accepted, so the next start refuses
+    /// exactly what was accepted.
+    pub fn finish(&mut self) {
+        for s in &self.slots {
+            if let Some(st) = &s.state {
+                let _ = self.dir.write_u64(&s.file, st.top().max(s.floor));
+            }
+        }
+    }
+}
+
+impl Drop for RxStore {
+    fn drop(&mut self) {
+        if !self.armed {
+            // Nothing was received under these ceilings: the floors go back to what they were.
+            for s in &self.slots {
+                let _ = self.dir.write_u64(&s.file, s.floor);
             }
         }
     }
@@ -357,7 +695,7 @@ mod tests {
         let p = out_sa("a");
         let file = seq_file(&p);
         let (store, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
-        let s = starts[0].unwrap();
+        let s = starts[0].clone().unwrap();
         assert_eq!((s.first, s.reserved), (1, SEQ_BLOCK));
         assert_eq!(open().read_u64(&file), Ok(Some(SEQ_BLOCK)));
         // A failed start (never armed) gives its block back.
@@ -367,7 +705,7 @@ mod tests {
         let run = || {
             let (mut store, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
             store.arm();
-            let s = starts[0].unwrap();
+            let s = starts[0].clone().unwrap();
             let mut sad = netveil_ipsec::bundle::Sad::default();
             let mut q = p.clone();
             q.first_seq = s.first;
@@ -399,7 +737,7 @@ mod tests {
         // A crash now (no finish): the next start continues above everything sent, at most one block ahead.
         drop(store);
         let (store2, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
-        let first = starts[0].unwrap().first;
+        let first = starts[0].clone().unwrap().first;
         assert!(
             first > used && first <= used + SEQ_BLOCK + 1,
             "{first} after {used}"

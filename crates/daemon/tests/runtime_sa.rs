@@ -218,7 +218,16 @@ fn sa_update_is_make_before_break() {
 #[test]
 fn bad_changes_are_refused_and_change_nothing() {
     let p = pair("refuse");
-    let before = p.a.db.load().sad.len();
+    // Every table as `sa list --json` and `policy list --json` show it (names, SPIs, keys' suites, directions,
+    // order, sequence numbers, windows, retiring marks; policies with their SAs and whether installed).
+    let tables = |s: &Shared| {
+        let st = netveil_daemon::ip_ctl::status(s);
+        (
+            serde_json::to_string(&st.sas).unwrap(),
+            serde_json::to_string(&st.policies).unwrap(),
+        )
+    };
+    let before = tables(&p.a);
     let e =
         p.a.db
             .sa_update(
@@ -254,7 +263,28 @@ fn bad_changes_are_refused_and_change_nothing() {
     let e = p.a.db.sa_add(t, 0).unwrap_err();
     assert_eq!(e.key, "sa.enc_key");
     assert!(!e.reason.contains("0011"), "{e}");
-    assert_eq!(p.a.db.load().sad.len(), before);
+    // A policy naming an SA of the other direction, a duplicate policy name, a position past the end.
+    let pol = |extra: &str| -> toml::Table {
+        toml::from_str(&format!(
+            "name = \"p\"\ndirection = \"out\"\nsrc = \"10.1.0.0/16\"\ndst = \"10.9.0.0/16\"\naction = \"protect\"\n{extra}"
+        ))
+        .unwrap()
+    };
+    assert_eq!(
+        p.a.db
+            .policy_add(pol("sas = [\"b-to-a\"]"), None, 0)
+            .unwrap_err()
+            .key,
+        "policy.sas[0]"
+    );
+    assert_eq!(
+        p.a.db
+            .policy_add(pol("sas = [\"a-to-b\"]"), Some(9), 0)
+            .unwrap_err()
+            .key,
+        "position"
+    );
+    assert_eq!(tables(&p.a), before);
     assert!(p.a.db.events_since(0).is_empty());
 }
 
@@ -325,15 +355,15 @@ fn policy_added_live_reports_acquire_until_its_sa_comes() {
 /// half a block, the engine's tick tops the reservation up (durably), so sending goes on past the first block.
 #[test]
 fn configured_sas_get_their_reservations_topped_up() {
-    use netveil_daemon::state::{seq_file, SeqStore, StateDir, SEQ_BLOCK};
+    use netveil_daemon::state::{seq_file, StateDir, SEQ_BLOCK};
     let dir = std::env::temp_dir().join(format!("netveil-rt-seq-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let cfg = Config::parse(&config("a", "b", &dir)).unwrap();
     let file = seq_file(&cfg.sas[0]);
-    let (store, starts) =
-        SeqStore::start(StateDir::open(&dir, "state_dir").unwrap(), &cfg.sas).unwrap();
+    let (seq, rx, starts) =
+        netveil_daemon::state::start(StateDir::open(&dir, "state_dir").unwrap(), &cfg.sas).unwrap();
     let (sad, at) = cfg.build_sad_reserved(0, &starts).unwrap();
-    let a = Shared::with_sas(cfg, Installed::of(&sad, &at), Some(store));
+    let a = Shared::with_sas(cfg, Installed::of(&sad, &at), Some((seq, rx)));
     a.db.arm();
     let out = a.db.load().sad.outbound_indices().next().unwrap();
     let out = a.db.load().sad.out_arc(out).clone();
@@ -432,4 +462,187 @@ fn an_outbound_policy_never_seals_with_an_inbound_sa() {
     );
     // Every outbound policy's bundle holds outbound SAs only (the type says so; and nothing sealed so far).
     assert!(snap.sad.outbound().all(|s| s.seq_last() == 0));
+}
+
+/// An engine started from `text` with the stores of its state directory (as `netveil up` does): outbound SAs above
+/// their sequence marks, inbound SAs above their receive floors.
+fn started(text: &str) -> Shared {
+    let cfg = Config::parse(text).unwrap();
+    let dir = netveil_daemon::state::StateDir::open(&cfg.interface.state_dir, "state_dir").unwrap();
+    let (seq, rx, starts) = netveil_daemon::state::start(dir, &cfg.sas).unwrap();
+    let (sad, at) = cfg.build_sad_reserved(0, &starts).unwrap();
+    let s = Shared::with_sas(cfg, Installed::of(&sad, &at), Some((seq, rx)));
+    s.db.arm();
+    s
+}
+
+fn seq_of(p: &PacketBuf) -> u32 {
+    u32::from_be_bytes(p.data()[24..28].try_into().unwrap())
+}
+
+/// Item 8 of the runtime-safety issue: `sa update` that keeps the keys, and `sa del` + `sa add` with them, continue
+/// the keys' sequence counter instead of reserving a new block each (which used up the space in about 4096 no-op
+/// changes and put the sender past the peer's storm-mode ceiling): the mark does not move and the next packet
+/// carries the next number.
+#[test]
+fn no_op_changes_continue_the_sequence_and_burn_no_block() {
+    use netveil_daemon::state::{seq_file, StateDir, SEQ_BLOCK};
+    let dir = std::env::temp_dir().join(format!("netveil-rt-noop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = config("a", "b", &dir);
+    let a = started(&text);
+    let file = seq_file(&Config::parse(&text).unwrap().sas[0]);
+    let mark = || {
+        StateDir::open(&dir, "state_dir")
+            .unwrap()
+            .read_u64(&file)
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(mark(), SEQ_BLOCK);
+    let mut last = 0;
+    for i in 0..5u32 {
+        for _ in 0..3 {
+            let p = seal(&a, 0, 0);
+            assert_eq!(seq_of(&p), last + 1, "change {i}");
+            last += 1;
+        }
+        // The same keys under a new SPI, then removed and added again.
+        let mut t = sa_table("out", 0x1101 + i, "192.0.2.1", "192.0.2.2");
+        t.insert("enc_key".into(), key(0x1001).into());
+        a.db.sa_update("a-to-b", t, 0).unwrap();
+        assert_eq!(seq_of(&seal(&a, 0, 0)), last + 1);
+        last += 1;
+        a.db.sa_del("a-to-b", 0).unwrap();
+        let mut t = sa_table("out", 0x1001, "192.0.2.1", "192.0.2.2");
+        t.insert("name".into(), "a-to-b".into());
+        a.db.sa_add(t, 0).unwrap();
+        a.db.tick(0, false, false);
+        assert_eq!(mark(), SEQ_BLOCK, "change {i}: a new block was reserved");
+    }
+    // A clean stop writes the last number used: the next start continues right above it.
+    a.db.finish();
+    drop(a);
+    assert_eq!(mark(), u64::from(last));
+    let a = started(&text);
+    assert_eq!(seq_of(&seal(&a, 0, 0)), last + 1);
+    drop(a);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Item 2 of the runtime-safety issue: recorded packets are never accepted twice, whatever happens to the
+/// receiver: `sa del` + `sa add` with the same keys and SPI, a clean restart, a crash (no `finish`). A live sender
+/// that did not restart is accepted at once after a clean restart of the receiver, and after a crash loses at most
+/// the receive floor's block (here the minimum, the rate being low).
+#[test]
+fn replayed_packets_are_refused_across_re_adds_restarts_and_crashes() {
+    use netveil_daemon::state::RX_MIN_BLOCK;
+    let dir = std::env::temp_dir().join(format!("netveil-rt-replay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let a = started(&config("a", "b", &dir.join("a")));
+    let text_b = config("b", "a", &dir.join("b"));
+    let b = started(&text_b);
+    let mut recorded = Vec::new();
+    for n in 1..=10u32 {
+        let p = seal(&a, n, 0);
+        recorded.push(p.data().to_vec());
+        assert_eq!(open(&b, p, 0), Ok(n));
+    }
+    let replay = |b: &Shared| {
+        recorded
+            .iter()
+            .filter(|r| open(b, PacketBuf::from_slice(r, 256, 640), 0).is_ok())
+            .count()
+    };
+    assert_eq!(replay(&b), 0, "replayed in the same window");
+    // Removed and added again with the same keys and SPI.
+    b.db.sa_del("a-to-b", 0).unwrap();
+    let mut t = sa_table("in", 0x1001, "192.0.2.2", "192.0.2.1");
+    t.insert("name".into(), "a-to-b".into());
+    b.db.sa_add(t, 0).unwrap();
+    assert_eq!(replay(&b), 0, "replayed after sa del + sa add");
+    assert_eq!(open(&b, seal(&a, 11, 0), 0), Ok(11), "the live sender");
+    // A clean restart: the floor is what was accepted, the live sender goes on at once.
+    b.db.finish();
+    drop(b);
+    let b = started(&text_b);
+    assert_eq!(replay(&b), 0, "replayed after a clean restart");
+    assert_eq!(
+        open(&b, seal(&a, 12, 0), 0),
+        Ok(12),
+        "after a clean restart"
+    );
+    // A crash: the floor is the last ceiling; the live sender loses at most one block, then is accepted.
+    b.db.tick(0, false, false);
+    drop(b);
+    let b = started(&text_b);
+    assert_eq!(replay(&b), 0, "replayed after a crash");
+    let mut lost = 0;
+    let mut n = 12;
+    loop {
+        n += 1;
+        match open(&b, seal(&a, n, 0), 0) {
+            Ok(got) => {
+                assert_eq!(got, n);
+                break;
+            }
+            Err(_) => lost += 1,
+        }
+        assert!(lost <= RX_MIN_BLOCK, "still refused after {lost} packets");
+    }
+    assert!(
+        lost > 0,
+        "a crash left no gap: the floor was not reserved ahead"
+    );
+    // The sender crashes and restarts: it continues above its mark, a block ahead, far above the receiver's
+    // ceiling. Its first packet authenticates and is dropped (not reserved), the tick reserves above it, and the
+    // sender is accepted from then on.
+    drop(a);
+    let a = started(&config("a", "b", &dir.join("a")));
+    let jumped = seal(&a, 100, 0);
+    assert!(u64::from(seq_of(&jumped)) > netveil_daemon::state::SEQ_BLOCK);
+    assert_eq!(
+        open(&b, jumped, 0),
+        Err(IpDrop::Ipsec(netveil_ipsec::Drop::SeqNotReserved))
+    );
+    b.db.tick(0, false, false);
+    assert_eq!(open(&b, seal(&a, 101, 0), 0), Ok(101));
+    assert_eq!(replay(&b), 0);
+    drop(b);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The engine's tick keeps sending going past one sequence block, and only the tick: without a top-up the sender
+/// stops at its reservation (dropping, never sending an unreserved number).
+#[test]
+fn sealing_goes_past_one_block_only_with_top_ups() {
+    use netveil_daemon::state::SEQ_BLOCK;
+    let dir = std::env::temp_dir().join(format!("netveil-rt-block-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let a = started(&config("a", "b", &dir));
+    let snap = a.db.load();
+    let out = snap.sad.outbound().next().unwrap();
+    let mut frags = FragCache::default();
+    let mut pkt = packet([10, 2, 0, 1], 0);
+    let template = pkt.data().to_vec();
+    let mut sealed = 0u64;
+    let refused = loop {
+        pkt = PacketBuf::from_slice(&template, 256, 640);
+        match a.process_out(&snap, &mut pkt, 0, &mut frags) {
+            Ok(_) => sealed += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(refused, IpDrop::Ipsec(netveil_ipsec::Drop::SeqNotReserved));
+    assert_eq!(sealed, SEQ_BLOCK);
+    assert_eq!(out.seq_last(), SEQ_BLOCK);
+    a.db.tick(0, false, false);
+    for _ in 0..10 {
+        pkt = PacketBuf::from_slice(&template, 256, 640);
+        a.process_out(&snap, &mut pkt, 0, &mut frags).unwrap();
+    }
+    assert_eq!(out.seq_last(), SEQ_BLOCK + 10);
+    drop(snap);
+    drop(a);
+    let _ = std::fs::remove_dir_all(&dir);
 }

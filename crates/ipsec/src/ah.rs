@@ -260,7 +260,8 @@ fn decap(
     let nh = p[off];
     let seq_lo = u32::from_be_bytes([p[off + 8], p[off + 9], p[off + 10], p[off + 11]]);
     let seq = sa
-        .replay
+        .rx
+        .window
         .lock()
         .map_err(|_| Drop::Malformed)?
         .check(seq_lo)
@@ -272,7 +273,11 @@ fn decap(
     if !constant_time_eq(&tag[..icv_len], got) {
         return Err(Drop::AuthFailed);
     }
-    sa.replay
+    if !sa.rx.admits(seq) {
+        return Err(Drop::SeqNotReserved);
+    }
+    sa.rx
+        .window
         .lock()
         .map_err(|_| Drop::Malformed)?
         .update(seq)

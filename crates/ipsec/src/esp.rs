@@ -454,7 +454,7 @@ fn decap(
     // One lock for the window per packet: checked before the decryption, advanced only after the ICV verified.
     // It is held across the decryption; one thread receives for an SA.
     {
-        let mut w = sa.replay.lock().map_err(|_| Drop::Malformed)?;
+        let mut w = sa.rx.window.lock().map_err(|_| Drop::Malformed)?;
         let seq = w.check(seq_lo).map_err(replay_drop)?;
         protect(
             keys,
@@ -467,6 +467,10 @@ fn decap(
             sa.params.esn,
             false,
         )?;
+        // Authenticated: accepted only up to the ceiling the caller made durable (see `RxState`).
+        if !sa.rx.admits(seq) {
+            return Err(Drop::SeqNotReserved);
+        }
         w.update(seq).map_err(replay_drop)?;
     }
 

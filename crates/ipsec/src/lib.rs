@@ -20,7 +20,7 @@ mod iphdr;
 pub mod sa;
 pub mod suite;
 
-pub use sa::{InboundSa, Mode, OutboundSa, Protocol, SaBase, SaError, SaParams, UdpEncap};
+pub use sa::{InboundSa, Mode, OutboundSa, Protocol, RxState, SaBase, SaError, SaParams, UdpEncap};
 pub use suite::{AhSuite, EspSuite};
 
 netveil_sa::drop_reasons! {
@@ -53,8 +53,10 @@ netveil_sa::drop_reasons! {
         /// An AH/ESP packet for another protocol's SA, a fragment of one, a non-ESP UDP datagram, or an
         /// unsupported header.
         Unsupported => "unsupported",
-        /// The SA's next sequence number is above its durable reservation (the daemon has not synced the next
-        /// high-water mark yet): the packet is dropped rather than risk a number a restart could repeat.
+        /// Outbound: the SA's next sequence number is above its durable reservation (the daemon has not synced the
+        /// next high-water mark yet): the packet is dropped rather than risk a number a restart could repeat.
+        /// Inbound: an authenticated packet's number is above the durable receive floor's ceiling (the daemon has
+        /// not synced the next floor yet): dropped rather than accept a number a restart could accept again.
         SeqNotReserved => "seq-not-reserved",
     }
 }

@@ -8,8 +8,10 @@ use netveil_sa::lifetime::{Lifetime, LifetimeState};
 use netveil_sa::replay::ReplayWindow;
 use netveil_sa::seq::SeqCounter;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::atomic::{
+    AtomicBool, AtomicU16, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Protocol {
@@ -118,6 +120,8 @@ pub enum SaError {
     /// The parameters are of the other direction than the type asked for (an inbound SA's keys are the peer's
     /// sending keys: sealing with them would repeat the peer's nonces).
     Direction,
+    /// Shared sequence or replay state of another sequence space (32-bit against ESN's 64-bit).
+    SpaceMismatch,
 }
 
 impl core::fmt::Display for SaError {
@@ -125,6 +129,9 @@ impl core::fmt::Display for SaError {
         match self {
             SaError::Suite(e) => e.fmt(f),
             SaError::Direction => f.write_str("the SA's direction does not match"),
+            SaError::SpaceMismatch => {
+                f.write_str("the keys were used with the other sequence-number size (esn)")
+            }
         }
     }
 }
@@ -194,7 +201,9 @@ impl SaBase {
 /// nothing else). Shared between threads: the sequence counter is lock-free.
 pub struct OutboundSa {
     base: SaBase,
-    pub(crate) seq: SeqCounter,
+    /// Shared with every other SA built with the same keys while the process runs (a replaced or re-added SA
+    /// continues the same sequence space: see [`OutboundSa::with_counter`]).
+    pub(crate) seq: Arc<SeqCounter>,
     /// IPv4 identification for outer headers this SA builds.
     ip_id: AtomicU16,
 }
@@ -213,7 +222,27 @@ impl OutboundSa {
     /// seconds. Parameters of an inbound SA are refused ([`SaError::Direction`]).
     pub fn new(params: SaParams, now: u64) -> Result<OutboundSa, SaError> {
         let seq = SeqCounter::new(params.first_seq.max(1), params.esn);
-        Self::build(params, now, seq)
+        Self::build(params, now, Arc::new(seq))
+    }
+
+    /// An SA that continues the sequence space of another SA with the same keys (`counter`, from
+    /// [`OutboundSa::counter`]): an SA replaced by one with the same keys, or removed and added again, goes on
+    /// where the other stopped, with no number handed out twice (also to a batch of the other still under way) and
+    /// none skipped. Refused if the counter is of the other sequence-number size.
+    pub fn with_counter(
+        params: SaParams,
+        now: u64,
+        counter: Arc<SeqCounter>,
+    ) -> Result<OutboundSa, SaError> {
+        let limit = if params.esn {
+            u64::MAX
+        } else {
+            u64::from(u32::MAX)
+        };
+        if counter.limit() != limit {
+            return Err(SaError::SpaceMismatch);
+        }
+        Self::build(params, now, counter)
     }
 
     /// Like [`OutboundSa::new`], for an SA whose sequence numbers may go only up to `reserved` until
@@ -225,10 +254,10 @@ impl OutboundSa {
         reserved: u64,
     ) -> Result<OutboundSa, SaError> {
         let seq = SeqCounter::with_reservation(params.first_seq.max(1), params.esn, reserved);
-        Self::build(params, now, seq)
+        Self::build(params, now, Arc::new(seq))
     }
 
-    fn build(params: SaParams, now: u64, seq: SeqCounter) -> Result<OutboundSa, SaError> {
+    fn build(params: SaParams, now: u64, seq: Arc<SeqCounter>) -> Result<OutboundSa, SaError> {
         let base = SaBase::build(params, now, Direction::Out)?;
         let mut id = [0u8; 2];
         netveil_crypto::rand::fill_random(&mut id);
@@ -248,6 +277,11 @@ impl OutboundSa {
             }
             _ => None,
         }
+    }
+
+    /// The sequence counter (shared with SAs built later with the same keys: [`OutboundSa::with_counter`]).
+    pub fn counter(&self) -> &Arc<SeqCounter> {
+        &self.seq
     }
 
     /// The last sequence number used.
@@ -280,7 +314,71 @@ impl OutboundSa {
 /// Shared between threads: the replay window sits behind a mutex held for its check, the decryption and its update.
 pub struct InboundSa {
     base: SaBase,
-    pub(crate) replay: Mutex<ReplayWindow>,
+    /// Shared with every other SA built with the same keys while the process runs ([`InboundSa::with_state`]).
+    pub(crate) rx: Arc<RxState>,
+}
+
+/// An inbound key's receive state: the anti-replay window, and the highest sequence number it may accept now.
+///
+/// The ceiling is the counterpart of an outbound SA's sequence reservation: the caller (the daemon) keeps a durable
+/// *floor* for the keys and raises the ceiling only once a floor at least that high is on disk, so a receiver that
+/// restarts (or crashes) refuses everything it may have accepted before. A packet above the ceiling is dropped
+/// after it authenticated, without moving the window ([`crate::Drop::SeqNotReserved`]), and its number is noted
+/// ([`RxState::wanted`]) for the caller to reserve.
+pub struct RxState {
+    pub(crate) window: Mutex<ReplayWindow>,
+    ceiling: AtomicU64,
+    wanted: AtomicU64,
+}
+
+impl RxState {
+    /// A fresh window without a ceiling (tests and offline tools).
+    pub fn new(size: u32, esn: bool) -> RxState {
+        Self::with_floor(size, esn, 0, u64::MAX)
+    }
+
+    /// A window that refuses everything up to `floor` and accepts up to `ceiling` until [`RxState::raise`].
+    pub fn with_floor(size: u32, esn: bool, floor: u64, ceiling: u64) -> RxState {
+        RxState {
+            window: Mutex::new(ReplayWindow::with_floor(size.max(64), esn, floor)),
+            ceiling: AtomicU64::new(ceiling),
+            wanted: AtomicU64::new(0),
+        }
+    }
+
+    /// Raises the ceiling to `upto` (never lowers it). Call only once a floor of `upto` is durable.
+    pub fn raise(&self, upto: u64) {
+        self.ceiling.fetch_max(upto, Release);
+    }
+
+    /// The highest sequence number that may be accepted now.
+    pub fn ceiling(&self) -> u64 {
+        self.ceiling.load(Acquire)
+    }
+
+    /// The highest authenticated sequence number refused because it was above the ceiling (0: none).
+    pub fn wanted(&self) -> u64 {
+        self.wanted.load(Relaxed)
+    }
+
+    /// The highest sequence number accepted.
+    pub fn top(&self) -> u64 {
+        self.window.lock().map(|w| w.top()).unwrap_or(0)
+    }
+
+    /// Whether the window's sequence numbers are 64-bit.
+    pub fn esn(&self) -> bool {
+        self.window.lock().map(|w| w.esn()).unwrap_or(false)
+    }
+
+    /// After the ICV verified: whether `seq` is at most the ceiling (else it is noted as wanted).
+    pub(crate) fn admits(&self, seq: u64) -> bool {
+        if seq <= self.ceiling.load(Acquire) {
+            return true;
+        }
+        self.wanted.fetch_max(seq, Relaxed);
+        false
+    }
 }
 
 impl core::ops::Deref for InboundSa {
@@ -294,14 +392,24 @@ impl InboundSa {
     /// Builds the key schedule and an empty replay window. `now` is the caller's clock in seconds. Parameters of an
     /// outbound SA are refused ([`SaError::Direction`]).
     pub fn new(params: SaParams, now: u64) -> Result<InboundSa, SaError> {
+        let rx = RxState::new(params.replay_window, params.esn);
+        Self::with_state(params, now, Arc::new(rx))
+    }
+
+    /// An SA whose receive state is `rx`: one with a durable floor and ceiling ([`RxState::with_floor`]), or that of
+    /// an SA with the same keys that was replaced or removed ([`InboundSa::rx_state`]), so that nothing it accepted
+    /// is accepted again. Refused if `rx` is of the other sequence-number size.
+    pub fn with_state(params: SaParams, now: u64, rx: Arc<RxState>) -> Result<InboundSa, SaError> {
+        if rx.esn() != params.esn {
+            return Err(SaError::SpaceMismatch);
+        }
         let base = SaBase::build(params, now, Direction::In)?;
-        Ok(InboundSa {
-            replay: Mutex::new(ReplayWindow::new(
-                base.params.replay_window.max(64),
-                base.params.esn,
-            )),
-            base,
-        })
+        Ok(InboundSa { rx, base })
+    }
+
+    /// The receive state (shared with SAs built later with the same keys: [`InboundSa::with_state`]).
+    pub fn rx_state(&self) -> &Arc<RxState> {
+        &self.rx
     }
 
     /// For a socket filter in front of this SA: the replay window's highest sequence number accepted and its
@@ -310,13 +418,13 @@ impl InboundSa {
         if self.params.esn {
             return None;
         }
-        let w = self.replay.lock().ok()?;
+        let w = self.rx.window.lock().ok()?;
         Some((w.top(), w.size()))
     }
 
     /// The highest sequence number accepted.
     pub fn replay_top(&self) -> u64 {
-        self.replay.lock().map(|w| w.top()).unwrap_or(0)
+        self.rx.top()
     }
 
     /// Counts a drop on this SA (and under auth-failed / replayed where it applies); returns it.

@@ -44,6 +44,23 @@ impl ReplayWindow {
         }
     }
 
+    /// A window that takes every sequence number up to `floor` as seen already (a receiver that continues after
+    /// a restart or a re-add of the same keys: nothing at or below the floor is accepted again), and accepts what is
+    /// above it as a fresh window would.
+    pub fn with_floor(size: u32, esn: bool, floor: u64) -> Self {
+        let mut w = ReplayWindow::new(size, esn);
+        if floor == 0 {
+            return w;
+        }
+        w.top = floor;
+        w.bitmap.fill(u64::MAX);
+        // The numbers above the floor in its own block are not seen yet (the blocks above it are cleared as the
+        // window slides into them).
+        let (block, bit) = w.position(floor);
+        w.bitmap[block] &= bit | (bit - 1);
+        w
+    }
+
     /// The configured window size in packets.
     pub fn size(&self) -> u32 {
         self.size
@@ -152,6 +169,43 @@ impl ReplayWindow {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    /// A window with a floor refuses every number up to it (replayed or too old) and takes every number above it
+    /// once, in any order within the window, as a fresh window takes numbers above its top.
+    #[test]
+    fn a_floor_is_as_if_everything_up_to_it_was_seen() {
+        for floor in [1u64, 63, 64, 65, 127, 1000, 4096, (1 << 32) - 1] {
+            let mut w = ReplayWindow::with_floor(128, false, floor);
+            assert_eq!(w.top(), floor);
+            for s in floor.saturating_sub(300).max(1)..=floor {
+                assert!(w.check_full(s).is_err(), "floor {floor}: {s} accepted");
+            }
+            if floor >= u64::from(u32::MAX) {
+                continue;
+            }
+            // Above the floor, out of order within the window: each once.
+            let above: Vec<u64> = (1..=100u64).rev().map(|d| floor + d).collect();
+            for &s in &above {
+                assert_eq!(w.check_full(s), Ok(()), "floor {floor}: {s}");
+                w.update(s).unwrap();
+            }
+            for &s in &above {
+                assert_eq!(
+                    w.check_full(s),
+                    Err(ReplayError::Replayed),
+                    "floor {floor}: {s}"
+                );
+            }
+        }
+        // With ESN, across the 2^32 boundary.
+        let mut w = ReplayWindow::with_floor(64, true, (1 << 32) + 5);
+        assert_eq!(w.check(5), Err(ReplayError::Replayed));
+        assert_eq!(w.check(6), Ok((1 << 32) + 6));
+        w.update((1 << 32) + 6).unwrap();
+        assert_eq!(w.check(6), Err(ReplayError::Replayed));
+        // Floor 0 is a fresh window.
+        assert_eq!(ReplayWindow::with_floor(64, false, 0).check_full(1), Ok(()));
+    }
 
     fn accept(w: &mut ReplayWindow, seq_lo: u32) -> Result<u64, ReplayError> {
         let s = w.check(seq_lo)?;
