@@ -15,7 +15,6 @@ use crate::filters::FilterSock;
 use crate::filters::{STORM_AUTH_FAILURES_PER_S, STORM_HOLD};
 use crate::ip_db::{Db, Installed, Snapshot, Sockets};
 use crate::ip_drop::Drop;
-use crate::nft::nft_table_text;
 use crate::psp_kx::{self, PspState};
 use crate::{Error, Result};
 use netveil_io::filter::Layout;
@@ -542,7 +541,9 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
     // First the fail-closed filters (replacing, in one transaction, those a crashed or stopped instance left): from
     // now until `netveil down`, covered traffic leaves only through the TUN or the daemon's own sockets.
     let table_existed = nft_table_exists(&table);
-    let nft_text = nft_table_text(&shared.config, &table);
+    // What a killed (or blocking-stopped) predecessor had added at runtime stays covered.
+    shared.db.restore_runtime_policies()?;
+    let nft_text = shared.db.nft_text(&table);
     if let Some(rules) = &nft_text {
         nft_install(&table, rules)?;
         if !table_existed {
@@ -917,6 +918,7 @@ impl Engine for IpEngine {
         let (iface, table) = (&self.iface, &self.table);
         if down || !iface.block_when_stopped {
             undo.push(&["nft", "delete", "table", "inet", table]);
+            self.shared.db.forget_runtime_policies();
         } else if nft_table.is_some() {
             undo.keep(&["nft", "delete", "table", "inet", table]);
         }

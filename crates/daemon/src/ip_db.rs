@@ -220,6 +220,9 @@ struct Tables {
     sas: Vec<Installed>,
     retiring: Vec<Retiring>,
     policies: Vec<PolicyRule>,
+    /// The policies added at runtime (by name, with the table they were given as), kept in the state directory so
+    /// that a successor of a killed daemon covers their traffic too (see [`Db::restore_runtime_policies`]).
+    runtime: Vec<(String, toml::Table)>,
     seq: Option<SeqStore>,
     rx: Option<RxStore>,
     armed: bool,
@@ -279,6 +282,36 @@ impl Tables {
             self.log.pop_front();
         }
         self.log.push_back(e);
+    }
+
+    /// Stores the policies added at runtime as they stand in `policies` (see [`crate::state::save_runtime_policies`]).
+    fn save_runtime(
+        &self,
+        policies: &[PolicyRule],
+        runtime: &[(String, toml::Table)],
+    ) -> Result<(), ConfigError> {
+        let saved: Vec<crate::state::SavedPolicy> = runtime
+            .iter()
+            .filter_map(|(n, t)| {
+                policies
+                    .iter()
+                    .position(|p| &p.name == n)
+                    .map(|i| crate::state::SavedPolicy {
+                        position: i,
+                        policy: t.clone(),
+                    })
+            })
+            .collect();
+        let dir = StateDir::open(&self.interface.state_dir, "interface.state_dir")?;
+        crate::state::save_runtime_policies(&dir, &self.interface.name, &saved).map_err(|e| {
+            ConfigError {
+                key: "interface.state_dir".into(),
+                reason: format!(
+                    "cannot store the policies added at runtime in {}: {e}",
+                    dir.path().display()
+                ),
+            }
+        })
     }
 
     /// The sequence and receive-floor stores, opened on first use (a daemon started without SAs has none yet).
@@ -484,6 +517,7 @@ impl Db {
             sas,
             retiring: Vec::new(),
             policies: config.policies.clone(),
+            runtime: Vec::new(),
             seq,
             rx,
             armed: false,
@@ -557,6 +591,64 @@ impl Db {
         }
         if let Some(r) = t.rx.as_mut() {
             r.finish();
+        }
+    }
+
+    /// The text of the engine's nftables table `table` for the policies and SAs in force (`None`: no rule needed).
+    pub fn nft_text(&self, table: &str) -> Option<String> {
+        crate::nft::nft_table_text(&self.tables().view(), table)
+    }
+
+    /// At start, before the fail-closed table is installed: the policies that a previous instance had added at
+    /// runtime and that nothing removed since (it was killed, or stopped with `block_when_stopped`), put back where
+    /// they stood, so that the traffic they covered stays covered: without their SAs (never stored: keys stay out of
+    /// the state directory) their traffic is dropped and reported as acquires until the SAs are added, `netveil
+    /// policy del` removes them, or `netveil down` lifts everything. A policy of the configuration file with the
+    /// same name wins. Returns the names restored.
+    pub fn restore_runtime_policies(&self) -> Result<Vec<String>, ChangeError> {
+        let mut t = self.tables();
+        let dir = StateDir::open(&t.interface.state_dir, "interface.state_dir")?;
+        let saved = crate::state::load_runtime_policies(&dir, &t.interface.name)?;
+        let mut restored = Vec::new();
+        for s in saved {
+            let sas = t.params();
+            let p = config::policy_from_table(s.policy.clone(), t.psp.is_some(), &sas).map_err(
+                |e| ConfigError {
+                    key: "interface.state_dir".into(),
+                    reason: format!(
+                        "a policy stored by the previous instance does not load ({}: {}); `netveil down` lifts \
+                         the previous instance's policies",
+                        e.key, e.reason
+                    ),
+                },
+            )?;
+            if t.policies.iter().any(|o| o.name == p.name) {
+                continue;
+            }
+            let at = s.position.min(t.policies.len());
+            restored.push(p.name.clone());
+            t.runtime.push((p.name.clone(), s.policy));
+            t.policies.insert(at, p);
+        }
+        if !restored.is_empty() {
+            self.snap.store(Arc::new(Snapshot::build(&t)));
+            let names = restored.join(", ");
+            tracing::warn!(
+                "{}: restored {} policies the previous instance had added at runtime ({names}): their traffic \
+                 stays blocked until their SAs are added, `netveil policy del`, or `netveil down`",
+                t.interface.name,
+                restored.len()
+            );
+        }
+        Ok(restored)
+    }
+
+    /// The engine stops and lifts its block (`netveil down`, or `block_when_stopped = false`): the policies added
+    /// at runtime are forgotten with it.
+    pub fn forget_runtime_policies(&self) {
+        let t = self.tables();
+        if let Ok(dir) = StateDir::open(&t.interface.state_dir, "interface.state_dir") {
+            let _ = crate::state::save_runtime_policies(&dir, &t.interface.name, &[]);
         }
     }
 
@@ -729,6 +821,7 @@ impl Db {
     ) -> Result<(), ChangeError> {
         let mut t = self.tables();
         let sas = t.params();
+        let table_copy = table.clone();
         let p = config::policy_from_table(table, t.psp.is_some(), &sas)?;
         if t.policies.iter().any(|o| o.name == p.name) {
             return Err(ConfigError {
@@ -749,7 +842,15 @@ impl Db {
         let name = p.name.clone();
         let mut next = Self::next(&t);
         next.policies.insert(at, p);
-        self.publish(&mut t, next)?;
+        // Stored before it takes effect: a crash from here on leaves it covered by the successor too.
+        let mut runtime = t.runtime.clone();
+        runtime.push((name.clone(), table_copy));
+        t.save_runtime(&next.policies, &runtime)?;
+        if let Err(e) = self.publish(&mut t, next) {
+            let _ = t.save_runtime(&t.policies, &t.runtime);
+            return Err(e);
+        }
+        t.runtime = runtime;
         t.push_event(
             Event {
                 policy: Some(name),
@@ -774,6 +875,13 @@ impl Db {
         let mut next = Self::next(&t);
         next.policies.remove(i);
         self.publish(&mut t, next)?;
+        // Stored after it took effect (a crash in between restores it: more covered, never less).
+        if t.runtime.iter().any(|(n, _)| n == name) {
+            t.runtime.retain(|(n, _)| n != name);
+            if let Err(e) = t.save_runtime(&t.policies, &t.runtime) {
+                tracing::warn!("{}: {e}", t.interface.name);
+            }
+        }
         t.push_event(
             Event {
                 policy: Some(name.to_string()),

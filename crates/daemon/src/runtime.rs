@@ -292,6 +292,12 @@ pub fn down(path: &Path) -> Result<()> {
     if let Some(m) = iface.fwmark {
         remove_fwmark_rules(&m.to_string());
     }
+    // The policies a killed instance had added at runtime: no longer restored (their block is lifted too).
+    let _ = std::fs::remove_file(
+        iface
+            .state_dir
+            .join(crate::state::policies_file(&iface.name)),
+    );
     let _ = std::fs::remove_file(sock);
     eprintln!(
         "netveil: {} down{}",

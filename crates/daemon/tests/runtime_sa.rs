@@ -646,3 +646,72 @@ fn sealing_goes_past_one_block_only_with_top_ups() {
     drop(a);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Item 3 of the runtime-safety issue: the covered set never shrinks across a crash. A policy added at runtime is
+/// stored (without keys) before it takes effect; the successor of a killed daemon puts it back where it stood, in
+/// its fail-closed table too, with its traffic dropped (no-sa) until its SA is added again; `policy del` and
+/// `netveil down` (or a stop that lifts the block) forget it.
+#[test]
+fn runtime_policies_stay_covered_across_a_crash() {
+    let dir = std::env::temp_dir().join(format!("netveil-rt-cover-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = config("a", "b", &dir);
+    let a = started(&text);
+    let pol: toml::Table = toml::from_str(
+        "name = \"to-c\"\ndirection = \"out\"\nsrc = \"10.1.0.0/16\"\ndst = \"10.3.0.0/16\"\naction = \"protect\"\nsas = [\"a-to-c\"]\n",
+    )
+    .unwrap();
+    a.db.policy_add(pol, Some(0), 0).unwrap();
+    let mut t = sa_table("out", 0x3001, "192.0.2.1", "192.0.2.3");
+    t.insert("name".into(), "a-to-c".into());
+    a.db.sa_add(t, 0).unwrap();
+    let snap = a.db.load();
+    let mut pkt = packet([10, 3, 0, 1], 1);
+    a.process_out(&snap, &mut pkt, 0, &mut FragCache::default())
+        .unwrap();
+    drop(snap);
+    let covered = |s: &Shared| {
+        s.db.nft_text("netveil_t")
+            .is_some_and(|t| t.contains("10.3.0.0/16") && t.contains("\"to-c\""))
+    };
+    assert!(covered(&a));
+    // kill -9: nothing runs on the way out.
+    drop(a);
+    let a = started(&text);
+    assert!(
+        !covered(&a),
+        "the configuration file alone does not cover it"
+    );
+    assert_eq!(a.db.restore_runtime_policies().unwrap(), ["to-c"]);
+    assert!(covered(&a), "the successor's fail-closed table covers it");
+    let snap = a.db.load();
+    assert_eq!(snap.policies[0].name, "to-c");
+    let mut pkt = packet([10, 3, 0, 1], 2);
+    assert_eq!(
+        a.process_out(&snap, &mut pkt, 0, &mut FragCache::default()),
+        Err(IpDrop::NoSa),
+        "its traffic waits for its SA, never leaves in clear"
+    );
+    drop(snap);
+    // Restored policies are stored again: a second crash keeps them.
+    drop(a);
+    let a = started(&text);
+    assert_eq!(a.db.restore_runtime_policies().unwrap(), ["to-c"]);
+    // `policy del` forgets it.
+    a.db.policy_del("to-c", 0).unwrap();
+    drop(a);
+    let a = started(&text);
+    assert!(a.db.restore_runtime_policies().unwrap().is_empty());
+    // A lifted block (`netveil down`, block_when_stopped = false) forgets them too.
+    let pol: toml::Table = toml::from_str(
+        "name = \"to-d\"\ndirection = \"out\"\nsrc = \"10.1.0.0/16\"\ndst = \"10.4.0.0/16\"\naction = \"discard\"\n",
+    )
+    .unwrap();
+    a.db.policy_add(pol, None, 0).unwrap();
+    a.db.forget_runtime_policies();
+    drop(a);
+    let a = started(&text);
+    assert!(a.db.restore_runtime_policies().unwrap().is_empty());
+    drop(a);
+    let _ = std::fs::remove_dir_all(&dir);
+}
