@@ -126,21 +126,130 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    interface: RawInterface,
-    /// The L2 engine's section, parsed by [`crate::l2::L2Config`].
-    #[serde(default, rename = "l2sec")]
-    _l2sec: Option<toml::Value>,
-    /// The runtime's `log_level`, parsed by [`crate::runtime`].
-    #[serde(default, rename = "log_level")]
-    _log_level: Option<toml::Value>,
-    #[serde(default)]
-    sa: Vec<RawSa>,
-    #[serde(default)]
-    policy: Vec<RawPolicy>,
-    psp: Option<RawPsp>,
+/// Deserializes one table of the configuration (`[interface]`, one `[[sa]]`, a runtime `sa add`'s keys) into its
+/// raw struct. Errors name the key (`what.FIELD`) and say what was expected, never what was given: serde's own
+/// messages quote the value (`invalid type: string "..."`), so they are rewritten (see [`serde_reason`]).
+pub fn typed<T: serde::de::DeserializeOwned>(v: toml::Value, what: &str) -> Result<T, ConfigError> {
+    v.try_into().map_err(|e: toml::de::Error| {
+        // The toml crate names the path of the failing value after the message ("in `lifetime.soft_bytes`"): the
+        // path holds field names of the struct only (an unknown key fails before it is added).
+        let shown = e.to_string();
+        let path = shown
+            .strip_prefix(e.message())
+            .map(str::trim)
+            .and_then(|r| r.strip_prefix("in `"))
+            .and_then(|r| r.strip_suffix('`'))
+            .filter(|p| p.split('.').all(crate::names::is_name));
+        let (field, reason) = serde_reason(e.message());
+        let key = [Some(what), path, field.as_deref()]
+            .into_iter()
+            .flatten()
+            .filter(|k| !k.is_empty())
+            .collect::<Vec<_>>()
+            .join(".");
+        ConfigError { key, reason }
+    })
+}
+
+/// A serde error message without the value it quotes: `invalid type: string "...", expected i64` becomes
+/// `expected an integer, found a string (value not shown)`. An unknown key is named when it is a plain name (it
+/// is returned as the field at fault). Messages of other shapes pass only without quotes in them.
+pub fn serde_reason(m: &str) -> (Option<String>, String) {
+    let m = m.trim_end();
+    let expected = |e: &str| -> String {
+        match e.trim() {
+            "i64" | "u64" | "i32" | "u32" | "u16" | "u8" | "an integer" => "an integer".into(),
+            "a boolean" | "bool" => "a boolean (true or false)".into(),
+            "a sequence" => "an array".into(),
+            "a map" => "a table".into(),
+            s if s.starts_with("struct ") => "a table".into(),
+            s if s.starts_with("a string") => "a string".into(),
+            s if !s.contains(['"', '`', '\'']) => s.into(),
+            _ => "another type".into(),
+        }
+    };
+    let found = |u: &str| -> &'static str {
+        let u = u.trim_start();
+        if u.starts_with("string") || u.starts_with("character") {
+            "a string"
+        } else if u.starts_with("integer") {
+            "an integer"
+        } else if u.starts_with("floating point") {
+            "a float"
+        } else if u.starts_with("boolean") {
+            "a boolean"
+        } else if u.starts_with("sequence") {
+            "an array"
+        } else if u.starts_with("map") {
+            "a table"
+        } else {
+            "another type"
+        }
+    };
+    for (prefix, what) in [("invalid type: ", "found"), ("invalid value: ", "invalid:")] {
+        if let Some(rest) = m.strip_prefix(prefix) {
+            // The expected part is ours (a type); the value comes first and may hold anything, ", expected "
+            // included: the last one separates them.
+            let Some(i) = rest.rfind(", expected ") else {
+                return (None, "invalid value (not shown)".into());
+            };
+            let (u, e) = (&rest[..i], &rest[i + ", expected ".len()..]);
+            return (
+                None,
+                if what == "found" {
+                    format!(
+                        "expected {}, found {} (value not shown)",
+                        expected(e),
+                        found(u)
+                    )
+                } else {
+                    format!("expected {} (value not shown)", expected(e))
+                },
+            );
+        }
+    }
+    if let Some(rest) = m.strip_prefix("unknown field `") {
+        let (name, known) = match rest.rfind("`, expected ") {
+            Some(i) => (&rest[..i], Some(&rest[i + "`, expected ".len()..])),
+            None => (rest.rsplit_once('`').map_or(rest, |(n, _)| n), None),
+        };
+        let known = known.map_or(String::new(), |k| format!(" ({k})"));
+        return if crate::names::is_name(name) {
+            (Some(name.to_string()), format!("unknown key{known}"))
+        } else {
+            (
+                None,
+                format!("unknown key (not shown: not a plain name){known}"),
+            )
+        };
+    }
+    if m.starts_with("missing field `")
+        || m.starts_with("invalid length ")
+        || !m.contains(['"', '`', '\''])
+    {
+        return (None, m.to_string());
+    }
+    (None, "invalid value (not shown)".into())
+}
+
+/// The keys of the configuration file's top level that [`Config::parse_all`] knows (the others' sections are
+/// parsed elsewhere: `l2sec` by [`crate::l2::L2Config`], `log_level` by [`crate::runtime`]).
+const TOP_KEYS: [&str; 6] = ["interface", "sa", "policy", "psp", "l2sec", "log_level"];
+
+/// The tables of an array of tables (`[[sa]]`): each with its key (`sa[0]`), or the error of the whole.
+fn array_of_tables(
+    top: &mut toml::Table,
+    what: &str,
+) -> Result<Vec<(String, toml::Value)>, ConfigError> {
+    match top.remove(what) {
+        None => Ok(Vec::new()),
+        Some(toml::Value::Array(a)) => Ok(a
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (format!("{what}[{i}]"), v))
+            .collect()),
+        Some(_) => err(what, format!("expected an array of tables ([[{what}]])")),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -264,7 +373,7 @@ impl Interface {
 
     /// The name of the nftables table (`inet`) of this interface's filters.
     pub fn nft_table(&self) -> String {
-        format!("netveil_{}", self.name.replace(['-', '.'], "_"))
+        format!("netveil_{}", crate::engine::nft_ident(&self.name))
     }
 }
 
@@ -331,7 +440,10 @@ pub use netveil_control::RUN_DIR;
 
 fn int_in(key: &str, v: i64, lo: i64, hi: i64) -> Result<i64, ConfigError> {
     if v < lo || v > hi {
-        return err(key, format!("{v} is out of range ({lo}..={hi})"));
+        return err(
+            key,
+            format!("is out of range ({lo}..={hi}; value not shown)"),
+        );
     }
     Ok(v)
 }
@@ -339,7 +451,7 @@ fn int_in(key: &str, v: i64, lo: i64, hi: i64) -> Result<i64, ConfigError> {
 fn parse_ip(key: &str, s: &str) -> Result<IpAddr, ConfigError> {
     s.trim()
         .parse()
-        .or_else(|_| err(key, format!("'{s}' is not an IP address")))
+        .or_else(|_| err(key, "is not an IP address (value not shown)"))
 }
 
 fn parse_net(key: &str, s: &str) -> Result<IpNet, ConfigError> {
@@ -352,7 +464,7 @@ fn parse_net(key: &str, s: &str) -> Result<IpNet, ConfigError> {
     }
     err(
         key,
-        format!("'{s}' is not an address or prefix (e.g. 192.0.2.0/24)"),
+        "is not an address or prefix (e.g. 192.0.2.0/24; value not shown)",
     )
 }
 
@@ -386,9 +498,7 @@ fn parse_proto(key: &str, v: &toml::Value) -> Result<Option<u8>, ConfigError> {
                 Err(_) => {
                     return err(
                         key,
-                        format!(
-                        "unknown protocol '{s}' (any, tcp, udp, icmp, icmpv6, sctp or a number)"
-                    ),
+                        "unknown protocol (any, tcp, udp, icmp, icmpv6, sctp or a number; value not shown)",
                     )
                 }
             },
@@ -402,7 +512,7 @@ fn parse_ports(key: &str, v: &toml::Value) -> Result<PortRange, ConfigError> {
         let a = int_in(key, a, 0, 65535)? as u16;
         let b = int_in(key, b, 0, 65535)? as u16;
         if a > b {
-            return err(key, format!("empty port range {a}-{b}"));
+            return err(key, "is an empty port range (its start above its end)");
         }
         Ok(PortRange { start: a, end: b })
     };
@@ -415,7 +525,7 @@ fn parse_ports(key: &str, v: &toml::Value) -> Result<PortRange, ConfigError> {
                 (Ok(a), Ok(b)) => range(a, b),
                 _ => err(
                     key,
-                    format!("'{s}' is not a port or range (e.g. 443 or \"1024-65535\")"),
+                    "is not a port or range (e.g. 443 or \"1024-65535\"; value not shown)",
                 ),
             }
         }
@@ -426,7 +536,7 @@ fn parse_ports(key: &str, v: &toml::Value) -> Result<PortRange, ConfigError> {
 fn opt_u64(key: &str, v: Option<i64>) -> Result<Option<u64>, ConfigError> {
     match v {
         None => Ok(None),
-        Some(x) if x <= 0 => err(key, format!("{x} must be positive")),
+        Some(x) if x <= 0 => err(key, "must be positive"),
         Some(x) => Ok(Some(x as u64)),
     }
 }
@@ -450,37 +560,68 @@ impl Config {
     /// the first of `[interface]`, of each `[[sa]]`, of `[psp]` and of each `[[policy]]` (a policy naming an SA that
     /// has an error of its own is not reported again).
     pub fn parse_all(text: &str) -> Result<Config, Vec<ConfigError>> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        // Syntax first (the position of an error, never the line); then each table on its own, so that a value of
+        // the wrong type is reported by its key, without the value.
+        let mut top: toml::Table = toml::from_str(text).map_err(|e| {
             vec![ConfigError {
                 key: String::new(),
                 reason: toml_error(text, &e),
             }]
         })?;
         let mut errors = Vec::new();
-        let interface = parse_interface(raw.interface).unwrap_or_else(|e| {
+        for k in top.keys().filter(|k| !TOP_KEYS.contains(&k.as_str())) {
+            errors.push(ConfigError {
+                key: if crate::names::is_name(k) {
+                    k.clone()
+                } else {
+                    String::new()
+                },
+                reason: format!("unknown section or key (known: {})", TOP_KEYS.join(", ")),
+            });
+        }
+        let interface = match top.remove("interface") {
+            Some(v) => typed::<RawInterface>(v, "interface"),
+            None => err("interface", "missing (the [interface] section)"),
+        }
+        .and_then(parse_interface)
+        .unwrap_or_else(|e| {
             errors.push(e);
             parse_interface(RawInterface::default()).expect("the defaults are valid")
         });
+        let raw_sas = array_of_tables(&mut top, "sa").unwrap_or_else(|e| {
+            errors.push(e);
+            Vec::new()
+        });
         let mut sas: Vec<SaParams> = Vec::new();
-        let mut broken = Vec::new();
-        for (i, s) in raw.sa.into_iter().enumerate() {
-            let name = s.name.clone().unwrap_or_else(|| format!("sa{i}"));
-            match parse_sa(
-                &|f| format!("sa[{i}].{f}"),
-                format!("sa{i}"),
-                s,
-                &interface,
-                &sas,
-            ) {
+        // The names of the SAs with errors: a policy naming one is not reported again.
+        let mut broken: Vec<String> = Vec::new();
+        for (i, (key, v)) in raw_sas.into_iter().enumerate() {
+            let name = v
+                .get("name")
+                .and_then(|n| n.as_str())
+                .map_or_else(|| format!("sa{i}"), str::to_string);
+            let parsed = typed::<RawSa>(v, &key).and_then(|s| {
+                parse_sa(
+                    &|f| format!("{key}.{f}"),
+                    format!("sa{i}"),
+                    s,
+                    &interface,
+                    &sas,
+                )
+            });
+            match parsed {
                 Ok(p) => sas.push(p),
                 Err(e) => {
                     errors.push(e);
-                    broken.push(format!("no SA named '{name}'"));
+                    broken.push(name);
                 }
             }
         }
-        let has_psp = raw.psp.is_some();
-        let psp = match raw.psp.map(parse_psp) {
+        let has_psp = top.contains_key("psp");
+        let psp = match top
+            .remove("psp")
+            .map(|v| typed::<RawPsp>(v, "psp").and_then(parse_psp))
+        {
             Some(Err(e)) => {
                 errors.push(e);
                 None
@@ -488,23 +629,40 @@ impl Config {
             Some(Ok(p)) => Some(p),
             None => None,
         };
+        let raw_policies = array_of_tables(&mut top, "policy").unwrap_or_else(|e| {
+            errors.push(e);
+            Vec::new()
+        });
         let mut policies = Vec::new();
-        for (i, p) in raw.policy.into_iter().enumerate() {
-            match parse_policy(
-                &|f| format!("policy[{i}].{f}"),
-                format!("policy{i}"),
-                p,
-                has_psp,
-                &sas,
-                false,
-            ) {
+        for (i, (key, v)) in raw_policies.into_iter().enumerate() {
+            // The keys of its SA names that name a broken SA (`policy[1].sas[0]`).
+            let broken_keys: Vec<String> = v
+                .get("sas")
+                .and_then(|a| a.as_array())
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .filter(|(_, n)| n.as_str().is_some_and(|n| broken.iter().any(|b| b == n)))
+                .map(|(j, _)| format!("{key}.sas[{j}]"))
+                .collect();
+            let parsed = typed::<RawPolicy>(v, &key).and_then(|p| {
+                parse_policy(
+                    &|f| format!("{key}.{f}"),
+                    format!("policy{i}"),
+                    p,
+                    has_psp,
+                    &sas,
+                    false,
+                )
+            });
+            match parsed {
                 Ok(mut rule) => {
                     if let policy::Action::Protect(_) = rule.action {
                         rule.action = policy::Action::Protect(policies.len());
                     }
                     policies.push(rule);
                 }
-                Err(e) if broken.contains(&e.reason) => {}
+                Err(e) if broken_keys.contains(&e.key) && e.reason.starts_with(NO_SUCH_SA) => {}
                 Err(e) => errors.push(e),
             }
         }
@@ -520,20 +678,13 @@ impl Config {
     }
 }
 
+/// The reason of a policy's error for an SA name that no SA has.
+const NO_SUCH_SA: &str = "names no SA";
+
 /// Parses the `[interface]` section.
 fn parse_interface(ri: RawInterface) -> Result<Interface, ConfigError> {
     let name = ri.name.unwrap_or_else(|| "nv0".into());
-    if name.is_empty()
-        || name.len() > 15
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    {
-        return err(
-            "interface.name",
-            format!("'{name}' is not a valid interface name (1-15 of [A-Za-z0-9-_.])"),
-        );
-    }
+    crate::names::check_ifname("interface.name", &name)?;
     let addresses = ri
         .addresses
         .iter()
@@ -563,16 +714,16 @@ fn parse_interface(ri: RawInterface) -> Result<Interface, ConfigError> {
     let default_action = match ri.default_policy.as_deref().unwrap_or("discard") {
         "bypass" => policy::Action::Bypass,
         "discard" => policy::Action::Discard,
-        other => {
-            return err(
-                "interface.default_policy",
-                format!("'{other}' must be 'bypass' or 'discard'"),
-            )
-        }
+        _ => return err("interface.default_policy", "must be 'bypass' or 'discard'"),
     };
     let control_socket = ri
         .control_socket
         .unwrap_or_else(|| format!("{RUN_DIR}/{name}.sock"));
+    // Both may reach log lines.
+    crate::names::check_text("interface.control_socket", &control_socket)?;
+    if let Some(d) = &ri.state_dir {
+        crate::names::check_text("interface.state_dir", d)?;
+    }
     Ok(Interface {
         name,
         addresses,
@@ -600,7 +751,7 @@ pub fn sa_from_table(
     interface: &Interface,
     others: &[SaParams],
 ) -> Result<SaParams, ConfigError> {
-    let raw: RawSa = runtime_table(t, "sa")?;
+    let raw: RawSa = typed(toml::Value::Table(t), "sa")?;
     if raw.name.as_deref().is_none_or(str::is_empty) {
         return err(
             "sa.name",
@@ -623,7 +774,7 @@ pub fn policy_from_table(
     has_psp: bool,
     sas: &[SaParams],
 ) -> Result<PolicyRule, ConfigError> {
-    let raw: RawPolicy = runtime_table(t, "policy")?;
+    let raw: RawPolicy = typed(toml::Value::Table(t), "policy")?;
     if raw.name.as_deref().is_none_or(str::is_empty) {
         return err("policy.name", "missing (policies are removed by name)");
     }
@@ -637,18 +788,6 @@ pub fn policy_from_table(
     )
 }
 
-fn runtime_table<T: serde::de::DeserializeOwned>(
-    t: toml::Table,
-    what: &str,
-) -> Result<T, ConfigError> {
-    toml::Value::Table(t)
-        .try_into()
-        .map_err(|e: toml::de::Error| ConfigError {
-            key: what.to_string(),
-            reason: e.message().trim_end().to_string(),
-        })
-}
-
 /// Parses one `[[sa]]` table (`k` names its keys in errors: `sa[0].spi`, `sa.spi`). `others`: the SAs it must not
 /// clash with (name; inbound SPI of the same protocol).
 fn parse_sa(
@@ -659,13 +798,14 @@ fn parse_sa(
     others: &[SaParams],
 ) -> Result<SaParams, ConfigError> {
     let name = s.name.unwrap_or(default_name);
+    crate::names::check_name(&k("name"), &name)?;
     if others.iter().any(|o| o.name == name) {
-        return err(k("name"), format!("'{name}' is used by two SAs"));
+        return err(k("name"), "is used by another SA");
     }
     let direction = match s.direction.as_deref() {
         Some("out") => Direction::Out,
         Some("in") => Direction::In,
-        Some(o) => return err(k("direction"), format!("'{o}' must be 'out' or 'in'")),
+        Some(_) => return err(k("direction"), "must be 'out' or 'in'"),
         None => return err(k("direction"), "missing ('out' or 'in')"),
     };
     let spi = match s.spi {
@@ -680,10 +820,12 @@ fn parse_sa(
     let suite = match proto {
         "esp" => Suite::Esp(
             EspSuite::parse(suite_name, interface.allow_null_null)
-                .or_else(|e| err(k("suite"), e.to_string()))?,
+                .or_else(|e| err(k("suite"), suite_error(&e)))?,
         ),
-        "ah" => Suite::Ah(AhSuite::parse(suite_name).or_else(|e| err(k("suite"), e.to_string()))?),
-        o => return err(k("protocol"), format!("'{o}' must be 'esp' or 'ah'")),
+        "ah" => {
+            Suite::Ah(AhSuite::parse(suite_name).or_else(|e| err(k("suite"), suite_error(&e)))?)
+        }
+        _ => return err(k("protocol"), "must be 'esp' or 'ah'"),
     };
     let mode = match s.mode.as_deref().unwrap_or("tunnel") {
         "transport" => {
@@ -715,7 +857,7 @@ fn parse_sa(
             }
             Mode::Tunnel { local, remote }
         }
-        o => return err(k("mode"), format!("'{o}' must be 'tunnel' or 'transport'")),
+        _ => return err(k("mode"), "must be 'tunnel' or 'transport'"),
     };
     let enc_key = match &s.enc_key {
         Some(h) => parse_hex(&k("enc_key"), h)?,
@@ -799,7 +941,7 @@ fn parse_sa(
                     as u16,
             })
         }
-        Some(o) => return err(k("encap"), format!("'{o}' must be 'udp' or 'none'")),
+        Some(_) => return err(k("encap"), "must be 'udp' or 'none'"),
     };
     let tfc_pad_to = int_in(
         &k("tfc_pad_to"),
@@ -832,7 +974,7 @@ fn parse_sa(
             if s >= h {
                 return err(
                     k(&format!("lifetime.soft_{f}")),
-                    format!("{s} must be below hard_{f} ({h})"),
+                    format!("must be below lifetime.hard_{f}"),
                 );
             }
         }
@@ -846,7 +988,7 @@ fn parse_sa(
     {
         return err(
             k("spi"),
-            format!("{spi:#x} is used by another inbound SA of the same protocol"),
+            "is used by another inbound SA of the same protocol",
         );
     }
     Ok(SaParams {
@@ -877,10 +1019,15 @@ fn parse_policy(
     sas: &[SaParams],
     missing_ok: bool,
 ) -> Result<PolicyRule, ConfigError> {
+    let name = p.name.unwrap_or(default_name);
+    crate::names::check_name(&k("name"), &name)?;
+    for (j, n) in p.sas.iter().enumerate() {
+        crate::names::check_name(&k(&format!("sas[{j}]")), n)?;
+    }
     let direction = match p.direction.as_deref() {
         Some("out") => policy::Direction::Out,
         Some("in") => policy::Direction::In,
-        Some(o) => return err(k("direction"), format!("'{o}' must be 'out' or 'in'")),
+        Some(_) => return err(k("direction"), "must be 'out' or 'in'"),
         None => return err(k("direction"), "missing ('out' or 'in')"),
     };
     let src = parse_net(
@@ -939,7 +1086,7 @@ fn parse_policy(
             }
             true
         }
-        Some(o) => return err(k("protocol"), format!("'{o}' must be 'ipsec' or 'psp'")),
+        Some(_) => return err(k("protocol"), "must be 'ipsec' or 'psp'"),
     };
     let action = match p.action.as_deref() {
         Some("protect") if use_psp => policy::Action::Protect(0),
@@ -961,7 +1108,12 @@ fn parse_policy(
                 let idx = match sas.iter().position(|s| &s.name == n) {
                     Some(x) => x,
                     None if missing_ok => continue,
-                    None => return err(k(&format!("sas[{j}]")), format!("no SA named '{n}'")),
+                    None => {
+                        return err(
+                            k(&format!("sas[{j}]")),
+                            format!("{NO_SUCH_SA} of that name"),
+                        )
+                    }
                 };
                 if sas[idx].direction != want {
                     return err(
@@ -979,19 +1131,14 @@ fn parse_policy(
         }
         Some("bypass") => policy::Action::Bypass,
         Some("discard") => policy::Action::Discard,
-        Some(o) => {
-            return err(
-                k("action"),
-                format!("'{o}' must be 'protect', 'bypass' or 'discard'"),
-            )
-        }
+        Some(_) => return err(k("action"), "must be 'protect', 'bypass' or 'discard'"),
         None => return err(k("action"), "missing ('protect', 'bypass' or 'discard')"),
     };
     if !matches!(action, policy::Action::Protect(_)) && !p.sas.is_empty() {
         return err(k("sas"), "only protect policies take SAs");
     }
     Ok(PolicyRule {
-        name: p.name.unwrap_or(default_name),
+        name,
         direction,
         selector: Selector {
             src,
@@ -1022,17 +1169,17 @@ fn parse_psp(r: RawPsp) -> Result<PspConfig, ConfigError> {
         "aes-gcm-256" | "1" => Version::AesGcm256,
         "aes-gmac-128" | "2" => Version::AesGmac128,
         "aes-gmac-256" | "3" => Version::AesGmac256,
-        o => {
+        _ => {
             return err(
                 "psp.version",
-                format!("'{o}' must be aes-gcm-128, aes-gcm-256, aes-gmac-128 or aes-gmac-256"),
+                "must be aes-gcm-128, aes-gcm-256, aes-gmac-128 or aes-gmac-256",
             )
         }
     };
     let mode = match r.mode.as_deref().unwrap_or("tunnel") {
         "tunnel" => PMode::Tunnel,
         "transport" => PMode::Transport,
-        o => return err("psp.mode", format!("'{o}' must be 'tunnel' or 'transport'")),
+        _ => return err("psp.mode", "must be 'tunnel' or 'transport'"),
     };
     let ip = |key: &str, v: &Option<String>| match v {
         Some(s) => parse_ip(key, s),
@@ -1063,10 +1210,7 @@ fn parse_psp(r: RawPsp) -> Result<PspConfig, ConfigError> {
         }
     };
     if rustls::pki_types::ServerName::try_from(peer_name.as_str()).is_err() {
-        return err(
-            "psp.peer_name",
-            format!("'{peer_name}' is not a valid DNS name"),
-        );
+        return err("psp.peer_name", "is not a valid DNS name (value not shown)");
     }
     // netveil's extension: on by default in tunnel mode (PSP itself has no replay check; 0 switches it off).
     let replay_window = match r.replay_window {
@@ -1105,6 +1249,19 @@ fn parse_psp(r: RawPsp) -> Result<PspConfig, ConfigError> {
         crypt_offset: int_in("psp.crypt_offset", r.crypt_offset.unwrap_or(0), 0, 63)? as u8,
         vc: r.vc,
     })
+}
+
+/// A suite error without the suite name given (the ipsec crate's messages quote it).
+fn suite_error(e: &netveil_ipsec::suite::SuiteError) -> String {
+    use netveil_ipsec::suite::SuiteError as E;
+    match e {
+        E::Unknown(_, known) => format!("unknown suite (value not shown; known: {known})"),
+        E::AeadWithInteg(_) => "an AEAD suite takes no integrity algorithm".into(),
+        E::MissingInteg(_) => {
+            "needs an integrity algorithm (e.g. aes128-sha256; value not shown)".into()
+        }
+        E::NullNull | E::Key(_) => e.to_string(),
+    }
 }
 
 fn suite_proto(s: &Suite) -> u8 {
@@ -1196,7 +1353,7 @@ impl Config {
             }
             if let Some(o) = self.sas[..i]
                 .iter()
-                .find(|o| o.enc_key[..] == s.enc_key[..] && o.auth_key[..] == s.auth_key[..])
+                .position(|o| o.enc_key[..] == s.enc_key[..] && o.auth_key[..] == s.auth_key[..])
             {
                 return err(
                     format!(
@@ -1204,9 +1361,8 @@ impl Config {
                         if s.enc_key.is_empty() { "auth_key" } else { "enc_key" }
                     ),
                     format!(
-                        "SA '{}' has the same keys: every SA needs its own (two SAs under one key would repeat \
-                         sequence numbers, and so nonces, and one's packets would verify as the other's)",
-                        o.name
+                        "sa[{o}] has the same keys: every SA needs its own (two SAs under one key would repeat \
+                         sequence numbers, and so nonces, and one's packets would verify as the other's)"
                     ),
                 );
             }
@@ -1252,11 +1408,17 @@ mod tests {
             .unwrap_err();
         assert!(e.reason.contains("line 4"), "{e}");
         assert!(!e.reason.contains("c0ffee5ecret"), "{e}");
+        // An unknown key is named (it is a plain name), its value is not.
         let e = Config::parse("[interface]\nbogus = \"c0ffee5ecret\"\n").unwrap_err();
+        assert_eq!(e.key, "interface.bogus", "{e}");
         assert!(
-            e.reason.contains("bogus") && !e.reason.contains("c0ffee5ecret"),
+            e.reason.starts_with("unknown key") && !e.to_string().contains("c0ffee5ecret"),
             "{e}"
         );
+        // One that is not a plain name is not shown either.
+        let e = Config::parse("[interface]\n\"c0ffee\\nsecret\" = 1\n").unwrap_err();
+        assert_eq!(e.key, "interface", "{e}");
+        assert!(!e.to_string().contains("c0ffee"), "{e}");
     }
 
     /// A key written as another type (a number, an array) is refused without its value.
@@ -1270,6 +1432,99 @@ mod tests {
             assert!(e.reason.contains("expected a hex string"), "{e}");
             for digits in ["12345", "98765", "43210", "9876"] {
                 assert!(!e.to_string().contains(digits), "{e}");
+            }
+        }
+    }
+
+    /// Names follow one rule at every entry: the file's SA, policy, policy's SA and interface names, and the
+    /// runtime's `sa add` and `policy add` tables; the default names of unnamed entries pass it. Hostile names
+    /// (issue 21's policy name that added an nftables rule) are refused, naming the key, without the value.
+    #[test]
+    fn hostile_names_are_refused_at_every_entry() {
+        let sa = "[[sa]]\nname = \"a\"\ndirection = \"out\"\nspi = 0x1001\nlocal = \"192.0.2.1\"\n\
+                  remote = \"192.0.2.2\"\nsuite = \"aes128gcm16\"\n\
+                  enc_key = \"00112233445566778899aabbccddeeff01020304\"\n";
+        let pol = "[[policy]]\nname = \"p\"\ndirection = \"out\"\ndst = \"10.0.0.0/8\"\naction = \"protect\"\n\
+                   sas = [\"a\"]\n";
+        let file = format!("[interface]\nname = \"nv0\"\n{sa}{pol}");
+        Config::parse(&file).unwrap();
+        // Unnamed entries get names that pass the rule.
+        let unnamed = file
+            .replace("name = \"a\"\n", "")
+            .replace("name = \"p\"\n", "");
+        let c = Config::parse(&unnamed.replace("sas = [\"a\"]", "sas = [\"sa0\"]")).unwrap();
+        assert_eq!(
+            (c.sas[0].name.as_str(), c.policies[0].name.as_str()),
+            ("sa0", "policy0")
+        );
+        for n in [
+            c.sas[0].name.as_str(),
+            c.policies[0].name.as_str(),
+            c.interface.name.as_str(),
+        ] {
+            assert!(crate::names::is_name(n), "{n}");
+        }
+        let evil = [
+            r#"x" meta l4proto != 255 accept comment ""#,
+            "x\nmeta l4proto != 255 accept",
+            "x;y",
+            "x y",
+            "",
+            "x}",
+        ];
+        for e in evil {
+            // The name as a TOML string (quotes and newlines escaped).
+            let q = toml::Value::String(e.into()).to_string();
+            for (text, key) in [
+                (
+                    file.replacen("name = \"a\"", &format!("name = {q}"), 1),
+                    "sa[0].name",
+                ),
+                (
+                    file.replacen("name = \"p\"", &format!("name = {q}"), 1),
+                    "policy[0].name",
+                ),
+                (
+                    file.replacen("sas = [\"a\"]", &format!("sas = [{q}]"), 1),
+                    "policy[0].sas[0]",
+                ),
+                (
+                    file.replacen("name = \"nv0\"", &format!("name = {q}"), 1),
+                    "interface.name",
+                ),
+            ] {
+                let err = Config::parse(&text).unwrap_err();
+                assert_eq!(err.key, key, "{text}: {err}");
+                assert!(err.reason.contains("A-Z a-z 0-9 . _ -"), "{err}");
+                assert!(e.len() < 3 || !err.to_string().contains(e), "{err}");
+            }
+        }
+        // The runtime: `sa add` and `policy add` through the control socket's tables.
+        let cfg = Config::parse(&file).unwrap();
+        let table = |text: &str, section: &str| -> toml::Table {
+            let t: toml::Table = toml::from_str(text).unwrap();
+            t[section].as_array().unwrap()[0]
+                .as_table()
+                .unwrap()
+                .clone()
+        };
+        for e in evil {
+            let mut t = table(sa, "sa");
+            t.insert("name".into(), toml::Value::String(e.into()));
+            let err = sa_from_table(t, &cfg.interface, &[]).unwrap_err();
+            assert_eq!(err.key, "sa.name", "{err}");
+            for (k, v, want) in [
+                ("name", toml::Value::String(e.into()), "policy.name"),
+                (
+                    "sas",
+                    toml::Value::Array(vec![toml::Value::String(e.into())]),
+                    "policy.sas[0]",
+                ),
+            ] {
+                let mut t = table(pol, "policy");
+                t.insert(k.into(), v);
+                let err = policy_from_table(t, false, &cfg.sas).unwrap_err();
+                assert_eq!(err.key, want, "{err}");
             }
         }
     }
@@ -1292,6 +1547,6 @@ mod tests {
         .check_distinct_keys()
         .unwrap_err();
         assert_eq!(e.key, "sa[1].enc_key");
-        assert!(e.reason.contains("'a'"), "{e}");
+        assert!(e.reason.contains("sa[0]"), "{e}");
     }
 }

@@ -98,6 +98,36 @@ pub fn run_stdin(cmd: &[&str], input: &str) -> Result<()> {
     Ok(())
 }
 
+/// The longest string [`nft_quote`] passes (nftables comments hold at most 128 bytes).
+pub const NFT_STRING_MAX: usize = 120;
+
+/// Every string value in nftables rule text (comments, interface names) goes through here: a quoted string of
+/// `[A-Za-z0-9._-]`, spaces and parentheses only, any other character replaced by `_`, at most [`NFT_STRING_MAX`]
+/// bytes. Nothing a value holds can end the string (`"`), the statement (`;`), the rule (a newline) or a block
+/// (`}`), nor turn an interface match into a wildcard (`*`): the ruleset's structure never depends on a value.
+/// Names are validated before they get here ([`crate::names`]), and for them this changes nothing.
+pub fn nft_quote(s: &str) -> String {
+    let mut q = String::with_capacity(s.len().min(NFT_STRING_MAX) + 2);
+    q.push('"');
+    q.extend(s.chars().take(NFT_STRING_MAX).map(|c| {
+        if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ' ' | '(' | ')') {
+            c
+        } else {
+            '_'
+        }
+    }));
+    q.push('"');
+    q
+}
+
+/// An nftables identifier (a table's name, written unquoted) made of `name`: `[A-Za-z0-9_]`, any other character
+/// replaced by `_`.
+pub fn nft_ident(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
 /// Installs (or replaces, in one transaction, so that nothing passes in between) the interface's table.
 pub fn nft_install(table: &str, text: &str) -> Result<()> {
     run_stdin(

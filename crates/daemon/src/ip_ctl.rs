@@ -30,17 +30,22 @@ impl Control for IpControl {
                 Ok(t) => done(sh.db.sa_add(t, now)),
                 Err(e) => e,
             },
+            // A name is checked before it is looked up (errors and events may show it), as the tables' names are.
             Request::SaUpdate { name, sa } => match table(sa, "sa") {
-                Ok(t) => done(sh.db.sa_update(name, t, now)),
+                Ok(t) => done(checked_name(name).and_then(|()| sh.db.sa_update(name, t, now))),
                 Err(e) => e,
             },
-            Request::SaDel { name } => done(sh.db.sa_del(name, now)),
+            Request::SaDel { name } => {
+                done(checked_name(name).and_then(|()| sh.db.sa_del(name, now)))
+            }
             Request::SaList => json!({ "sas": sas(sh) }),
             Request::PolicyAdd { policy, position } => match table(policy, "policy") {
                 Ok(t) => done(sh.db.policy_add(t, *position, now)),
                 Err(e) => e,
             },
-            Request::PolicyDel { name } => done(sh.db.policy_del(name, now)),
+            Request::PolicyDel { name } => {
+                done(checked_name(name).and_then(|()| sh.db.policy_del(name, now)))
+            }
             Request::PolicyList => json!({ "policies": policies(sh) }),
             Request::Events { since } => json!({ "events": sh.db.events_since(*since) }),
             Request::Keys => keys_json(sh),
@@ -67,6 +72,11 @@ impl Control for IpControl {
     fn status(&self, status: &mut Status) {
         status.ip = Some(self::status(&self.0));
     }
+}
+
+/// The `name` of a request that names an SA or a policy, checked by the rule of [`crate::names`].
+fn checked_name(name: &str) -> Result<(), crate::config::ConfigError> {
+    crate::names::check_name("name", name)
 }
 
 /// The keys of a `[[sa]]` or `[[policy]]` table sent as JSON, as TOML (what the configuration's parser reads).
@@ -318,6 +328,64 @@ fn keys_json(sh: &Shared) -> Value {
 mod tests {
     use super::*;
     use crate::ip_drop::Drop;
+
+    /// Hostile names are refused at every request that takes one (`sa add|update|del`, `policy add|del`), by the
+    /// one rule of names, naming the key, without the value: never looked up, never shown in an error or event.
+    #[test]
+    fn hostile_names_in_requests_are_refused() {
+        let dir = std::env::temp_dir().join(format!("netveil-ipctl-names-{}", std::process::id()));
+        let cfg = format!("[interface]\nstate_dir = \"{}\"\n", dir.display());
+        let ctl = IpControl(Arc::new(
+            Shared::new(crate::config::Config::parse(&cfg).unwrap()).unwrap(),
+        ));
+        let evil = "x\"\nmeta l4proto != 255 accept comment \"";
+        let table = |pairs: &[(&str, &str)]| -> Map<String, Value> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+                .collect()
+        };
+        let policy = table(&[
+            ("name", evil),
+            ("direction", "out"),
+            ("dst", "10.0.0.0/8"),
+            ("action", "discard"),
+        ]);
+        for (req, key) in [
+            (Request::SaDel { name: evil.into() }, "name"),
+            (Request::PolicyDel { name: evil.into() }, "name"),
+            (
+                Request::SaUpdate {
+                    name: evil.into(),
+                    sa: Map::new(),
+                },
+                "name",
+            ),
+            (
+                Request::SaAdd {
+                    sa: table(&[("name", evil)]),
+                },
+                "sa.name",
+            ),
+            (
+                Request::PolicyAdd {
+                    policy,
+                    position: Some(0),
+                },
+                "policy.name",
+            ),
+        ] {
+            let a = ctl.answer(&req).unwrap();
+            assert_eq!(a["key"], key, "{req:?}: {a}");
+            assert!(
+                a["error"].as_str().unwrap().contains("A-Z a-z 0-9 . _ -"),
+                "{a}"
+            );
+            assert!(!a.to_string().contains("l4proto"), "{a}");
+        }
+        assert!(ctl.0.db.load().policies.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Every drop counter `netveil status` shows (without the nftables table, which adds its chains' counters as
     /// `rx:clear-but-protected`, `rx:not-from-a-peer` and `tx:outside-tun-blocked`): the IP engine's reasons in both

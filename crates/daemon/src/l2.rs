@@ -66,23 +66,9 @@ use zeroize::Zeroizing;
 use crate::config::{ConfigError, RUN_DIR};
 use crate::state::StateDir;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFile {
-    l2sec: RawL2,
-    // The IP engine's sections, parsed by [`crate::config::Config`].
-    #[serde(default, rename = "interface")]
-    _interface: Option<toml::Value>,
-    #[serde(default, rename = "sa")]
-    _sa: Option<toml::Value>,
-    #[serde(default, rename = "policy")]
-    _policy: Option<toml::Value>,
-    /// The runtime's `log_level`, parsed by [`crate::runtime`].
-    #[serde(default, rename = "log_level")]
-    _log_level: Option<toml::Value>,
-    #[serde(default, rename = "psp")]
-    _psp: Option<toml::Value>,
-}
+/// The top-level keys of a configuration file: `l2sec` is this engine's; the IP engine's sections are parsed by
+/// [`crate::config::Config`], `log_level` by [`crate::runtime`].
+const FILE_KEYS: [&str; 6] = ["l2sec", "interface", "sa", "policy", "log_level", "psp"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -111,8 +97,9 @@ struct RawL2 {
     mtu: Option<i64>,
     offload: Option<bool>,
     control_socket: Option<String>,
+    /// `[[l2sec.peer]]` tables, each deserialized into a [`RawPeer`] on its own (errors name `l2sec.peer[i]`).
     #[serde(default)]
-    peer: Vec<RawPeer>,
+    peer: Vec<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,7 +150,10 @@ fn cerr<T>(key: &str, reason: impl Into<String>) -> std::result::Result<T, Confi
 
 fn int_in(key: &str, v: i64, lo: i64, hi: i64) -> std::result::Result<i64, ConfigError> {
     if v < lo || v > hi {
-        return cerr(key, format!("{v} is out of range {lo}..={hi}"));
+        return cerr(
+            key,
+            format!("is out of range {lo}..={hi} (value not shown)"),
+        );
     }
     Ok(v)
 }
@@ -196,13 +186,16 @@ fn suite(key: &str, s: &str, insecure_ecb: bool) -> std::result::Result<Suite, C
         let names: Vec<&str> = Suite::ALL.iter().map(|s| s.name()).collect();
         return cerr(
             key,
-            format!("unknown suite '{s}' (one of {})", names.join(", ")),
+            format!(
+                "unknown suite (value not shown; one of {})",
+                names.join(", ")
+            ),
         );
     };
     if su.is_ecb() && !insecure_ecb {
         return cerr(
             key,
-            format!("'{s}' is insecure (equal blocks stay equal): it needs insecure_ecb = true"),
+            "is an ECB suite, insecure (equal blocks stay equal): it needs insecure_ecb = true",
         );
     }
     Ok(su)
@@ -212,7 +205,7 @@ fn suite(key: &str, s: &str, insecure_ecb: bool) -> std::result::Result<Suite, C
 pub fn read_signing_key(key: &str, path: &Path) -> std::result::Result<SigningKey, ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => Zeroizing::new(t),
-        Err(e) => return cerr(key, format!("cannot read {}: {e}", path.display())),
+        Err(e) => return cerr(key, format!("cannot read the file (path not shown): {e}")),
     };
     let b = hex_bytes(key, text.trim())?;
     let seed: [u8; 32] = match b.as_slice().try_into() {
@@ -240,11 +233,20 @@ impl L2Config {
 
     /// Parses and checks a configuration; relative file names are relative to `base`.
     pub fn parse(text: &str, base: &Path) -> std::result::Result<L2Config, ConfigError> {
-        let raw: RawFile = match toml::from_str(text) {
-            Ok(r) => r,
-            Err(e) => return cerr("", format!("invalid configuration: {}", e.message())),
+        let mut top: toml::Table = match toml::from_str(text) {
+            Ok(t) => t,
+            Err(e) => return cerr("", crate::config::toml_error(text, &e)),
         };
-        let r = raw.l2sec;
+        if top.keys().any(|k| !FILE_KEYS.contains(&k.as_str())) {
+            return cerr(
+                "",
+                format!("unknown section or key (known: {})", FILE_KEYS.join(", ")),
+            );
+        }
+        let Some(l2) = top.remove("l2sec") else {
+            return cerr("l2sec", "missing (the [l2sec] section)");
+        };
+        let r: RawL2 = crate::config::typed(l2, "l2sec")?;
         let file = |p: &str| -> PathBuf {
             let p = Path::new(p);
             if p.is_absolute() {
@@ -259,12 +261,12 @@ impl L2Config {
                 "is required (the LAN port, e.g. \"eth0\")",
             );
         };
+        // Both reach the nftables table, commands and log lines: the one rule of names.
+        crate::names::check_ifname("l2sec.interface", &interface)?;
         let tap = r.tap.unwrap_or_else(|| "l2s0".into());
-        if tap.is_empty() || tap.len() > 15 || tap == interface {
-            return cerr(
-                "l2sec.tap",
-                "must be an interface name of 1..=15 characters, other than l2sec.interface",
-            );
+        crate::names::check_ifname("l2sec.tap", &tap)?;
+        if tap == interface {
+            return cerr("l2sec.tap", "must differ from l2sec.interface");
         }
         let address = match r.address {
             None => None,
@@ -272,17 +274,17 @@ impl L2Config {
                 let Some((ip, len)) = a.split_once('/') else {
                     return cerr(
                         "l2sec.address",
-                        format!("'{a}' must be ADDRESS/PREFIX, e.g. 192.0.2.10/24"),
+                        "must be ADDRESS/PREFIX, e.g. 192.0.2.10/24 (value not shown)",
                     );
                 };
                 let (Ok(ip), Ok(len)) = (ip.parse::<Ipv4Addr>(), len.parse::<u8>()) else {
                     return cerr(
                         "l2sec.address",
-                        format!("'{a}' is not an IPv4 address with a prefix length"),
+                        "is not an IPv4 address with a prefix length (value not shown)",
                     );
                 };
                 if len > 32 {
-                    return cerr("l2sec.address", format!("prefix length {len} is above 32"));
+                    return cerr("l2sec.address", "has a prefix length above 32");
                 }
                 Some((ip, len))
             }
@@ -301,7 +303,7 @@ impl L2Config {
                     let t = Zeroizing::new(std::fs::read_to_string(&p).or_else(|e| {
                         cerr(
                             "l2sec.group_secret_file",
-                            format!("cannot read {}: {e}", p.display()),
+                            format!("cannot read the file (path not shown): {e}"),
                         )
                     })?);
                     hex_bytes("l2sec.group_secret_file", t.trim())?
@@ -345,7 +347,7 @@ impl L2Config {
                         || {
                             cerr(
                                 &format!("l2sec.dh_groups[{i}]"),
-                                format!("unknown group '{g}' (x25519, modp2048 or modp3072)"),
+                                "unknown group (x25519, modp2048 or modp3072; value not shown)",
                             )
                         },
                         Ok,
@@ -381,9 +383,7 @@ impl L2Config {
         if matches!(ethertype, 0x0800 | 0x0806 | 0x86dd | 0x8100 | 0x88a8) {
             return cerr(
                 "l2sec.ethertype",
-                format!(
-                    "0x{ethertype:04x} belongs to a protocol l2sec carries; use 0x88b5 or 0x1982"
-                ),
+                "belongs to a protocol l2sec carries (IPv4, ARP, IPv6, VLAN): use 0x88b5 or 0x1982",
             );
         }
         let signing_key = match r.signing_key {
@@ -392,7 +392,8 @@ impl L2Config {
         };
         let mut peers = HashMap::new();
         let mut peer_ips: HashMap<[u8; 6], Ipv4Addr> = HashMap::new();
-        for (i, p) in r.peer.iter().enumerate() {
+        for (i, p) in r.peer.into_iter().enumerate() {
+            let p: RawPeer = crate::config::typed(p, &format!("l2sec.peer[{i}]"))?;
             let k = |f: &str| format!("l2sec.peer[{i}].{f}");
             let Some(mac) = p.mac.as_deref().and_then(parse_mac) else {
                 return cerr(&k("mac"), "is required, as aa:bb:cc:dd:ee:ff");
@@ -412,16 +413,16 @@ impl L2Config {
             }
             if let Some(ip) = p.ip.as_deref() {
                 let Ok(ip) = ip.parse::<Ipv4Addr>() else {
-                    return cerr(&k("ip"), format!("'{ip}' is not an IPv4 address"));
+                    return cerr(&k("ip"), "is not an IPv4 address (value not shown)");
                 };
                 if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
-                    return cerr(&k("ip"), format!("{ip} is not a host address"));
+                    return cerr(&k("ip"), "is not a host address");
                 }
                 if address.is_some_and(|(own, _)| own == ip) {
-                    return cerr(&k("ip"), format!("{ip} is this host's address"));
+                    return cerr(&k("ip"), "is this host's address");
                 }
                 if peer_ips.values().any(|o| *o == ip) {
-                    return cerr(&k("ip"), format!("{ip} is bound to another peer already"));
+                    return cerr(&k("ip"), "is bound to another peer already");
                 }
                 peer_ips.insert(mac, ip);
             }
@@ -458,6 +459,8 @@ impl L2Config {
             .control_socket
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(format!("{RUN_DIR}/{tap}.sock")));
+        // It reaches a log line.
+        crate::names::check_text("l2sec.control_socket", &control_socket.to_string_lossy())?;
         let state_dir = match r.state_dir {
             Some(d) if d.is_empty() => return cerr("l2sec.state_dir", "must not be empty"),
             Some(d) => file(&d),
@@ -556,7 +559,18 @@ fn port_addrs(name: &str) -> Vec<(Ipv4Addr, u8)> {
 
 /// The nftables table that keeps the port l2sec-only.
 fn nft_table(tap: &str) -> String {
-    format!("netveil_l2_{}", tap.replace(['-', '.'], "_"))
+    format!("netveil_l2_{}", crate::engine::nft_ident(tap))
+}
+
+/// The port's `netdev` table: every frame that is not l2sec (`ethertype`) dropped and counted, in and out. The
+/// interface name goes through [`crate::engine::nft_quote`], as every string in rule text.
+fn netdev_table_text(table: &str, interface: &str, ethertype: u16) -> String {
+    format!(
+        "table netdev {table} {{\n  chain ingress {{\n    type filter hook ingress device {i} priority -500; policy accept;\n    ether type != {et} counter drop comment {c}\n  }}\n  chain egress {{\n    type filter hook egress device {i} priority -500; policy accept;\n    ether type != {et} counter drop comment {c}\n  }}\n}}\n",
+        i = crate::engine::nft_quote(interface),
+        c = crate::engine::nft_quote("not l2sec"),
+        et = format!("0x{ethertype:04x}"),
+    )
 }
 
 /// Frames the port's nftables table dropped (not l2sec), in and out.
@@ -750,14 +764,10 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
         .map_err(Error::io(format!("cannot create TAP device {}", cfg.tap)))?;
     // First of all, the port carries nothing but l2sec, in and out (nothing escapes while the rest is set up).
     let table = nft_table(&cfg.tap);
-    let et = format!("0x{:04x}", cfg.ethertype);
     let _ = run(&["nft", "delete", "table", "netdev", &table]);
     run_stdin(
         &["nft", "-f", "-"],
-        &format!(
-            "table netdev {table} {{\n  chain ingress {{\n    type filter hook ingress device \"{i}\" priority -500; policy accept;\n    ether type != {et} counter drop comment \"not l2sec\"\n  }}\n  chain egress {{\n    type filter hook egress device \"{i}\" priority -500; policy accept;\n    ether type != {et} counter drop comment \"not l2sec\"\n  }}\n}}\n",
-            i = cfg.interface
-        ),
+        &netdev_table_text(&table, &cfg.interface, cfg.ethertype),
     )?;
     undo.push(&["nft", "delete", "table", "netdev", &table]);
     // The port: no ARP, no IPv6, its IPv4 addresses moved to the TAP.
@@ -1177,9 +1187,9 @@ impl Control for State {
 pub fn keygen(name: &str, dir: &Path) -> Result<(PathBuf, String)> {
     use std::os::unix::fs::OpenOptionsExt;
     if name.is_empty() || name.contains('/') {
-        return Err(Error::Usage(format!(
-            "--name: '{name}' is not a usable file name"
-        )));
+        return Err(Error::Usage(
+            "--name: is not a usable file name (empty or with a '/'; value not shown)".into(),
+        ));
     }
     let mut seed = Zeroizing::new([0u8; 32]);
     netveil_crypto::rand::fill_random(&mut seed[..]);
@@ -1278,6 +1288,48 @@ mod tests {
         ] {
             assert_eq!(parse(&text).err().unwrap().key, key, "{text}");
         }
+    }
+
+    /// The port and the TAP device are interface names by the one rule of names (they reach the netdev table,
+    /// commands and log lines); the table's text keeps its structure whatever string it is given.
+    #[test]
+    fn interface_names_follow_the_rule_and_cannot_change_the_table() {
+        for (key, line) in [("l2sec.interface", "interface = "), ("l2sec.tap", "tap = ")] {
+            for evil in [
+                "eth0\" priority -500; policy accept; }",
+                "e\nx",
+                "a b",
+                "",
+                "e*",
+                "eeeeeeeeeeeeeeee",
+            ] {
+                let text = if key == "l2sec.tap" {
+                    base().replace(
+                        "[l2sec]\n",
+                        &format!("[l2sec]\n{line}{}\n", toml::Value::String(evil.into())),
+                    )
+                } else {
+                    base().replace(
+                        "interface = \"eth0\"",
+                        &format!("{line}{}", toml::Value::String(evil.into())),
+                    )
+                };
+                let e = parse(&text).err().unwrap();
+                assert_eq!(e.key, key, "{text}");
+                assert!(evil.len() < 2 || !e.to_string().contains(evil), "{e}");
+            }
+        }
+        let plain = netdev_table_text("netveil_l2_l2s0", "eth0", 0x88b5);
+        let evil = netdev_table_text(
+            "netveil_l2_l2s0",
+            "e\" priority -500; policy accept; }\n  chain x { type filter hook ingress device \"e",
+            0x88b5,
+        );
+        let unquoted =
+            |t: &str| -> String { t.split('"').step_by(2).collect::<Vec<_>>().join("\"\"") };
+        assert_eq!(unquoted(&evil), unquoted(&plain), "{evil}");
+        assert_eq!(nft_table("l2s0"), "netveil_l2_l2s0");
+        assert_eq!(nft_table("a b;}"), "netveil_l2_a_b__");
     }
 
     #[test]

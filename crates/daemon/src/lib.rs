@@ -12,6 +12,7 @@
 //! - [`nft`]: the IP engine's nftables table (fail-closed filters, peer filter).
 //! - [`filters`]: the socket-filter rules and the storm mode.
 //! - [`error`]: configuration errors, each naming its key.
+//! - [`names`]: the one rule for SA, policy and interface names (what reaches nftables and the log).
 //! - [`state`]: the state directory (sequence marks, epochs).
 
 #![forbid(unsafe_code)]
@@ -26,6 +27,7 @@ pub mod ip_db;
 pub mod ip_drop;
 pub mod l2;
 pub mod log;
+pub mod names;
 pub mod nft;
 pub mod psp_kx;
 pub mod runtime;

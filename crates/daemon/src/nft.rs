@@ -2,6 +2,7 @@
 //! daemon's own sockets, also when the daemon is gone) and the peer filter in front of the receive sockets.
 
 use crate::config::Config;
+use crate::engine::nft_quote;
 use netveil_ipsec::Mode;
 use netveil_sa::policy::{Action, Direction};
 
@@ -41,6 +42,14 @@ fn nft_ports(s: &netveil_sa::policy::Selector, proto: &str) -> String {
         }
     }
     m
+}
+
+/// The comment of a rule: `comment "NAME"`, or `comment "NAME (WHAT)"`; through [`nft_quote`], as every string.
+fn comment(name: &str, what: Option<&str>) -> String {
+    match what {
+        None => format!("comment {}", nft_quote(name)),
+        Some(w) => format!("comment {}", nft_quote(&format!("{name} ({w})"))),
+    }
 }
 
 const ND_TYPES: &str =
@@ -112,15 +121,16 @@ pub fn nft_peer_filter(cfg: &Config) -> String {
             .collect::<Vec<_>>()
             .join(", ");
         let l4 = if v6 { "meta l4proto" } else { "ip protocol" };
+        let c = comment("not from a peer", None);
         if esp {
             rules.push_str(&format!(
-                "    {l4} {{ esp, ah }} {fam} saddr != {{ {set} }} counter drop comment \"not from a peer\"\n"
+                "    {l4} {{ esp, ah }} {fam} saddr != {{ {set} }} counter drop {c}\n"
             ));
         }
         if !dports.is_empty() {
             let ports: Vec<String> = dports.iter().map(|p| p.to_string()).collect();
             rules.push_str(&format!(
-                "    meta nfproto {} udp dport {{ {} }} {fam} saddr != {{ {set} }} counter drop comment \"not from a peer\"\n",
+                "    meta nfproto {} udp dport {{ {} }} {fam} saddr != {{ {set} }} counter drop {c}\n",
                 if v6 { "ipv6" } else { "ipv4" },
                 ports.join(", ")
             ));
@@ -142,7 +152,7 @@ pub fn nft_peer_filter(cfg: &Config) -> String {
 ///
 /// Returns the whole table text, or `None` if no policy needs a rule.
 pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
-    let tun = &cfg.interface.name;
+    let tun = nft_quote(&cfg.interface.name);
     let mark = cfg.interface.socket_mark();
     let mut input = String::new();
     let mut output = String::new();
@@ -151,9 +161,10 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
         // side binds the port too): nothing else of the peer's is let through by this rule.
         let fam = if c.local.is_ipv4() { "ip" } else { "ip6" };
         input.push_str(&format!(
-            "    {fam} saddr {} {fam} daddr {} tcp sport {p} tcp dport {p} accept comment \"PSP key exchange\"\n",
+            "    {fam} saddr {} {fam} daddr {} tcp sport {p} tcp dport {p} accept {}\n",
             c.remote,
             c.local,
+            comment("PSP key exchange", None),
             p = c.control_port
         ));
     }
@@ -175,40 +186,43 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
         } else {
             cfg.interface.nat_t_port
         };
-        let mut m = format!("iifname != \"{tun}\" {sel}");
+        let mut m = format!("iifname != {tun} {sel}");
         if fam == "ip6" && matches!(s.proto, None | Some(58)) {
             // IPv6 neighbour discovery between the peers (transport mode) is never protected: dropping it would
             // leave the peer's link-layer address unresolved and nothing, ESP included, could be sent to it.
             input.push_str(&format!(
-                "    {m} icmpv6 type {ND_TYPES} accept comment \"{} (neighbour discovery)\"\n",
-                p.name
+                "    {m} icmpv6 type {ND_TYPES} accept {}\n",
+                comment(&p.name, Some("neighbour discovery"))
             ));
         }
         match s.proto {
             Some(17) => {
                 m.push_str(&nft_ports(s, "udp"));
                 input.push_str(&format!(
-                    "    {m} udp dport != {udp_port} counter drop comment \"{}\"\n",
-                    p.name
+                    "    {m} udp dport != {udp_port} counter drop {}\n",
+                    comment(&p.name, None)
                 ));
             }
             Some(6) => {
                 m.push_str(&nft_ports(s, "tcp"));
-                input.push_str(&format!("    {m} counter drop comment \"{}\"\n", p.name));
+                input.push_str(&format!(
+                    "    {m} counter drop {}\n",
+                    comment(&p.name, None)
+                ));
             }
             Some(x) => input.push_str(&format!(
-                "    {m} meta l4proto {x} counter drop comment \"{}\"\n",
-                p.name
+                "    {m} meta l4proto {x} counter drop {}\n",
+                comment(&p.name, None)
             )),
             None => {
                 let allowed = if p.psp { "17" } else { "{ 17, 50, 51 }" };
                 input.push_str(&format!(
-                    "    {m} meta l4proto != {allowed} counter drop comment \"{}\"\n",
-                    p.name
+                    "    {m} meta l4proto != {allowed} counter drop {}\n",
+                    comment(&p.name, None)
                 ));
                 input.push_str(&format!(
-                    "    {m} udp dport != {udp_port} counter drop comment \"{}\"\n",
-                    p.name
+                    "    {m} udp dport != {udp_port} counter drop {}\n",
+                    comment(&p.name, None)
                 ));
             }
         }
@@ -238,18 +252,18 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
                     // Only with the selector's own source (which a stopped daemon's traffic may no longer have:
                     // then a drop below applies).
                     let (full, _) = nft_match(s);
-                    chain.push_str(&format!("    {full} accept comment \"{}\"\n", p.name));
+                    chain.push_str(&format!("    {full} accept {}\n", comment(&p.name, None)));
                     continue;
                 }
                 Action::Protect(_) | Action::Discard => {}
             }
             if fam == "ip6" && matches!(s.proto, None | Some(58)) {
                 chain.push_str(&format!(
-                    "    {m} icmpv6 type {ND_TYPES} accept comment \"{} (neighbour discovery)\"\n",
-                    p.name
+                    "    {m} icmpv6 type {ND_TYPES} accept {}\n",
+                    comment(&p.name, Some("neighbour discovery"))
                 ));
             }
-            let guard = format!("oifname != \"{tun}\" meta mark != {mark:#x} counter drop");
+            let guard = format!("oifname != {tun} meta mark != {mark:#x} counter drop");
             if !s.src_ports.is_any() || !s.dst_ports.is_any() {
                 // Later fragments carry no ports: between these addresses they are covered as well (RFC 4301 7).
                 let (addrs, _) = nft_match(&netveil_sa::policy::Selector {
@@ -264,11 +278,11 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
                     "exthdr frag frag-off != 0"
                 };
                 chain.push_str(&format!(
-                    "    {addrs} {frag} {guard} comment \"{} (later fragments)\"\n",
-                    p.name
+                    "    {addrs} {frag} {guard} {}\n",
+                    comment(&p.name, Some("later fragments"))
                 ));
             }
-            chain.push_str(&format!("    {m} {guard} comment \"{}\"\n", p.name));
+            chain.push_str(&format!("    {m} {guard} {}\n", comment(&p.name, None)));
         }
     }
     let prerouting = nft_peer_filter(cfg);
@@ -312,28 +326,96 @@ mod tests {
         let rules = nft_peer_filter(&cfg);
         assert!(rules.contains("saddr != { 10.0.0.0/8 }"), "{rules}");
         if let Some(t) = nft_table_text(&cfg, "netveil_peer_set_test") {
-            // Root with nft: the kernel's parser takes it (check only, nothing applied).
-            if std::process::Command::new("nft")
-                .arg("--version")
-                .output()
-                .is_ok()
-                && netveil_io::os::is_root()
-            {
-                let mut c = std::process::Command::new("nft")
-                    .args(["-c", "-f", "-"])
-                    .stdin(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .unwrap();
-                use std::io::Write;
-                c.stdin.take().unwrap().write_all(t.as_bytes()).unwrap();
-                let out = c.wait_with_output().unwrap();
-                assert!(
-                    out.status.success(),
-                    "{}\n{t}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+            nft_check(&t);
+        }
+    }
+
+    /// Root with nft: nft's parser takes `text` (check only, nothing applied).
+    fn nft_check(text: &str) {
+        if std::process::Command::new("nft")
+            .arg("--version")
+            .output()
+            .is_err()
+            || !netveil_io::os::is_root()
+        {
+            return;
+        }
+        let mut c = std::process::Command::new("nft")
+            .args(["-c", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The table with every quoted string emptied: its structure (chains, rules, matches, verdicts).
+    fn structure(text: &str) -> String {
+        let mut out = String::new();
+        for (i, part) in text.split('"').enumerate() {
+            out.push_str(if i % 2 == 0 { part } else { "" });
+            out.push('"');
+        }
+        out
+    }
+
+    /// Strings that would end a comment or an interface name and add a rule (issue 21: a policy name with a quote, a
+    /// newline and `meta l4proto != 255 accept`), a chain, or a wildcard, given as every policy's name and the
+    /// interface's name (bypassing the checks of names): the table's structure stays that of plain names, nothing
+    /// accepts what the plain table does not, and nft parses it.
+    #[test]
+    fn no_string_changes_the_tables_structure() {
+        let text = "[interface]\nname = \"nv0\"\n\
+            [[sa]]\nname = \"o\"\ndirection = \"out\"\nspi = 0x1001\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+            suite = \"aes128gcm16\"\nenc_key = \"00112233445566778899aabbccddeeff01020304\"\n\
+            [[sa]]\nname = \"i\"\ndirection = \"in\"\nspi = 0x2001\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+            suite = \"aes128gcm16\"\nenc_key = \"01112233445566778899aabbccddeeff01020304\"\n\
+            [[policy]]\nname = \"web\"\ndirection = \"out\"\nsrc = \"10.1.0.0/16\"\ndst = \"10.2.0.0/16\"\n\
+            proto = \"tcp\"\ndst_ports = 443\naction = \"protect\"\nsas = [\"o\"]\n\
+            [[policy]]\nname = \"out\"\ndirection = \"out\"\nsrc = \"10.1.0.0/16\"\ndst = \"10.2.0.0/16\"\n\
+            action = \"protect\"\nsas = [\"o\"]\n\
+            [[policy]]\nname = \"in\"\ndirection = \"in\"\nsrc = \"10.2.0.0/16\"\ndst = \"10.1.0.0/16\"\n\
+            action = \"protect\"\nsas = [\"i\"]\n\
+            [[policy]]\nname = \"v6\"\ndirection = \"out\"\nsrc = \"2001:db8:1::/48\"\ndst = \"2001:db8:2::/48\"\n\
+            action = \"discard\"\n\
+            [[policy]]\nname = \"by\"\ndirection = \"out\"\nsrc = \"10.1.0.0/16\"\ndst = \"10.3.0.0/16\"\n\
+            action = \"bypass\"\n";
+        let cfg = Config::parse(text).unwrap();
+        let plain = nft_table_text(&cfg, "netveil_nv0").unwrap();
+        nft_check(&plain);
+        let long = "y".repeat(300);
+        for evil in [
+            "x\" meta l4proto != 255 accept comment \"",
+            "x\"\nmeta l4proto != 255 accept comment \"",
+            "x\"; meta l4proto != 255 accept; comment \"",
+            "x\" }\n  chain evil {\n    type filter hook output priority -500; policy accept;\n  }\n#",
+            "nv*",
+            "x\\",
+            "x\u{0}\r\t",
+            long.as_str(),
+        ] {
+            let mut c = cfg.clone();
+            for p in &mut c.policies {
+                p.name = evil.into();
             }
+            // nft refuses interface names longer than the kernel's 15 bytes (it fails, closed): checked by nft
+            // with plain interface names, by structure with both.
+            let names = nft_table_text(&c, "netveil_nv0").unwrap();
+            c.interface.name = evil.into();
+            let both = nft_table_text(&c, "netveil_nv0").unwrap();
+            for t in [&names, &both] {
+                assert_eq!(structure(t), structure(&plain), "{evil:?}:\n{t}");
+                assert_eq!(t.lines().count(), plain.lines().count(), "{t}");
+                assert!(!t.contains("l4proto != 255") && !t.contains('*'), "{t}");
+            }
+            nft_check(&names);
         }
     }
 }

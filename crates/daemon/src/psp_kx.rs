@@ -312,9 +312,9 @@ pub fn tls(cfg: &PspConfig) -> Result<Tls> {
 /// paths (certificate, key).
 pub fn keygen(name: &str, dir: &Path) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
     if ServerName::try_from(name).is_err() || name.contains('/') {
-        return Err(Error::Usage(format!(
-            "--name: '{name}' is not a valid DNS name"
-        )));
+        return Err(Error::Usage(
+            "--name: is not a valid DNS name (value not shown)".into(),
+        ));
     }
     let (crt, key) = (
         dir.join(format!("{name}.crt")),

@@ -68,7 +68,12 @@ pub fn parse_all(text: &str, base: &Path) -> std::result::Result<Sections, Vec<C
         .keys()
         .filter(|k| !known_key(k))
         .map(|k| ConfigError {
-            key: k.clone(),
+            // Named when it is a plain name (it may be anything, a secret written in the wrong place too).
+            key: if crate::names::is_name(k) {
+                k.clone()
+            } else {
+                String::new()
+            },
             reason: format!(
                 "unknown section or key (known: {})",
                 IP_KEYS

@@ -149,10 +149,14 @@ fn table(spec: &Spec) -> Result<Map<String, Value>> {
         }
     }
     let mut stdin_lines = None;
-    for pair in &spec.pairs {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| usage(format!("'{pair}' is not KEY=VALUE")))?;
+    for (n, pair) in spec.pairs.iter().enumerate() {
+        // Errors say which argument and why, never its value (it may be a key typed without `enc_key=`).
+        let (k, v) = pair.split_once('=').ok_or_else(|| {
+            usage(format!(
+                "argument {} is not KEY=VALUE (value not shown)",
+                n + 1
+            ))
+        })?;
         let value = if v == "-" && (k == "enc_key" || k == "auth_key") {
             let lines = stdin_lines.get_or_insert_with(|| {
                 std::io::read_to_string(std::io::stdin())
@@ -298,5 +302,35 @@ pub fn monitor(a: MonitorArgs) -> Result<()> {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A malformed argument or `--from` file is refused without its value (a key typed without `enc_key=`, or a
+    /// bare word in the file).
+    #[test]
+    fn errors_never_show_a_value() {
+        let spec = |pairs: &[&str], from: Option<PathBuf>| Spec {
+            pairs: pairs.iter().map(|s| s.to_string()).collect(),
+            from,
+        };
+        let e = table(&spec(&["name=a", "SECRETVALUE123"], None)).unwrap_err();
+        assert!(e.to_string().contains("argument 2"), "{e}");
+        assert!(!e.to_string().contains("SECRETVALUE"), "{e}");
+        let f = std::env::temp_dir().join(format!("netveil-xfrm-{}.toml", std::process::id()));
+        for text in [
+            "enc_key = SECRETVALUE123\n",
+            "enc_key = \"SECRETVALUE123\nx",
+            "enc_key = 0xSECRETVALUE123\n",
+            "SECRETVALUE123\n",
+        ] {
+            std::fs::write(&f, text).unwrap();
+            let e = table(&spec(&[], Some(f.clone()))).unwrap_err();
+            assert!(!e.to_string().contains("SECRETVALUE"), "{text:?}: {e}");
+        }
+        let _ = std::fs::remove_file(&f);
     }
 }

@@ -274,7 +274,7 @@ fn recorded_packets_are_never_accepted_twice() {
     assert_eq!(delivered, 5);
     let recorded = wire.stop().unwrap();
     let mut replayed = 0;
-    let mut check = |hosts: &TwoHosts, what: &str, replayed: &mut usize| {
+    let check = |hosts: &TwoHosts, what: &str, replayed: &mut usize| {
         let before = replay_drops(&hosts.daemon(1).status_json().unwrap());
         let n = replay(&lab, &a, "veth-a", &recorded);
         assert!(n >= 5, "{n} frames recorded");
