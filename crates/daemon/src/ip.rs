@@ -682,8 +682,8 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
                 Ok(s) => {
                     s.set_buffer_sizes(8 << 20).ok();
                     let s = Arc::new(s);
-                    if proto == ip_proto::ESP && !is6 {
-                        filters.push((Layout::EspRawV4, FilterSock::Raw(s.clone())));
+                    if let Some(l) = Layout::raw(proto, is6) {
+                        filters.push((l, FilterSock::Raw(s.clone())));
                     }
                     if proto == ip_proto::ESP {
                         if is6 {
