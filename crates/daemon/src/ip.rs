@@ -505,6 +505,11 @@ impl Prepared {
     pub fn control_socket(&self) -> &Path {
         Path::new(&self.config.interface.control_socket)
     }
+
+    /// The control group's id, if the configuration names one.
+    pub fn control_group(&self) -> Option<u32> {
+        self.config.interface.control_group
+    }
 }
 
 /// The running IP engine: its shared state (also what the control answers read) and its threads.

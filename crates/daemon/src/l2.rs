@@ -111,6 +111,7 @@ struct RawL2 {
     mtu: Option<i64>,
     offload: Option<bool>,
     control_socket: Option<String>,
+    control_group: Option<String>,
     #[serde(default)]
     peer: Vec<RawPeer>,
 }
@@ -147,6 +148,8 @@ pub struct L2Config {
     /// TAP offloads: TCP super-frames from the host split here, received segments coalesced for it.
     pub offload: bool,
     pub control_socket: PathBuf,
+    /// `l2sec.control_group`: see [`crate::config::Interface::control_group`].
+    pub control_group: Option<u32>,
     /// Where the group epoch persists (`l2sec.state_dir`).
     pub state_dir: PathBuf,
     pub peers: HashMap<[u8; 6], VerifyingKey>,
@@ -458,6 +461,10 @@ impl L2Config {
             .control_socket
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(format!("{RUN_DIR}/{tap}.sock")));
+        let control_group = r
+            .control_group
+            .map(|g| crate::config::control_group("l2sec.control_group", &g))
+            .transpose()?;
         let state_dir = match r.state_dir {
             Some(d) if d.is_empty() => return cerr("l2sec.state_dir", "must not be empty"),
             Some(d) => file(&d),
@@ -484,6 +491,7 @@ impl L2Config {
             mtu,
             offload: r.offload.unwrap_or(true),
             control_socket,
+            control_group,
             state_dir,
             peers,
             peer_ips,
@@ -674,6 +682,11 @@ impl Prepared {
     /// The control socket the configuration names.
     pub fn control_socket(&self) -> &Path {
         &self.cfg.control_socket
+    }
+
+    /// The control group's id, if the configuration names one.
+    pub fn control_group(&self) -> Option<u32> {
+        self.cfg.control_group
     }
 }
 
