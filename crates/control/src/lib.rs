@@ -190,8 +190,9 @@ fn read_request(c: &mut UnixStream) -> std::result::Result<String, &'static str>
 /// answer, so an idle or slow client never holds the others. Requests longer than [`MAX_REQUEST`] are refused.
 /// `answer` must not repeat the request in its reply (a request line may hold anything).
 ///
-/// A client that is neither root nor of the control `group` (see [`refusal`]) gets [`REFUSED`] as its answer:
-/// what it sent is never looked at (nor logged), and a warning names its user, group and process ids.
+/// A client that is neither root nor of the control `group` (by its `SO_PEERCRED` user and group id, see
+/// [`peer_credentials`]) gets [`REFUSED`] as its answer: what it sent is never looked at (nor logged), and a
+/// warning names its user, group and process ids.
 pub fn serve_lines(
     l: UnixListener,
     stop: &std::sync::atomic::AtomicBool,
