@@ -1235,6 +1235,17 @@ mod tests {
         L2Config::parse(text, Path::new("/nonexistent"))
     }
 
+    /// `l2sec.control_group` is resolved to its group id; an unknown group is an error naming the key.
+    #[test]
+    fn the_control_group_is_resolved() {
+        let with =
+            |g: &str| base().replace("[l2sec]\n", &format!("[l2sec]\ncontrol_group = \"{g}\"\n"));
+        assert_eq!(parse(&with("nogroup")).unwrap().control_group, Some(65534));
+        assert_eq!(parse(&base()).unwrap().control_group, None);
+        let e = parse(&with("netveil-no-such-group")).err().unwrap();
+        assert_eq!(e.key, "l2sec.control_group");
+    }
+
     #[test]
     fn signatures_are_required_by_default_when_peers_are_listed() {
         let none = parse(&base()).unwrap();
