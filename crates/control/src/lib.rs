@@ -554,6 +554,10 @@ mod tests {
     /// Runs this test binary's `helper` (an ignored test that acts only with `NETVEIL_CTL_HELPER` set) as user and
     /// group nobody, without supplementary groups (`setpriv`).
     fn as_nobody(helper: &str, sock: &Path) -> std::process::Command {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the credential tests need root (they run servers and clients as nobody)"
+        );
         let mut c = std::process::Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
             .arg(std::env::current_exe().unwrap())
