@@ -149,7 +149,7 @@ fn refusal(c: &UnixStream, group: Option<u32>) -> Option<String> {
     }
 }
 
-/// The answer to a client that [`serve_lines`] refuses (before it reads anything).
+/// The answer to a client that [`serve_lines`] refuses (whatever it sent, which is not looked at).
 pub const REFUSED: &str =
     "permission denied: the control socket answers root and the members of its control group only";
 
