@@ -124,7 +124,11 @@ fn feed(sep: &mut Sep, own: Mac, peer: Mac, id: Option<[u8; 8]>, data: &[u8], mu
         drain(sep, &mut out, &mut est);
         if request {
             if freshest.is_some_and(|f| order <= f) {
-                assert_eq!(r, Err(SepError::Stale), "a replayed REQUEST was not refused");
+                assert_eq!(
+                    r,
+                    Err(SepError::Stale),
+                    "a replayed REQUEST was not refused"
+                );
                 assert_eq!(
                     (out.len(), est.len()),
                     (sent, established),
@@ -138,7 +142,11 @@ fn feed(sep: &mut Sep, own: Mac, peer: Mac, id: Option<[u8; 8]>, data: &[u8], mu
             assert_ne!(r, Err(SepError::Stale), "only REQUESTs are stale");
         }
         if replay && previous.as_deref() == Some(&m[..]) {
-            assert_eq!(est.len(), established, "a repeated message established a session");
+            assert_eq!(
+                est.len(),
+                established,
+                "a repeated message established a session"
+            );
         }
         previous = Some(m);
         let _ = sep.poll_timeout();
@@ -267,8 +275,16 @@ fn pair(opts: u8, data: &[u8]) {
     let proposed = [Some(1 + opts % 255), (opts & 0x80 != 0).then_some(9)];
     for i in 0..2 {
         for s in &est[i] {
-            let want = if s.initiator { proposed[i] } else { proposed[1 - i] };
-            assert_eq!(Some(s.key_id), want, "host {i} established an unproposed key id");
+            let want = if s.initiator {
+                proposed[i]
+            } else {
+                proposed[1 - i]
+            };
+            assert_eq!(
+                Some(s.key_id),
+                want,
+                "host {i} established an unproposed key id"
+            );
         }
         for a in est[i].iter().filter(|s| s.initiator) {
             for b in est[1 - i].iter().filter(|s| !s.initiator) {
