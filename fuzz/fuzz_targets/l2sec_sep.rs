@@ -8,8 +8,9 @@
 //!   duplicate (the same carrying frame twice), corrupt a byte, truncate, inject arbitrary bytes, or let time
 //!   pass; with or without a rate limit on exchanges started.
 //!
-//! Nothing may panic; in the third scenario, if both hosts establish, their sessions must agree (a frame sealed
-//! by one opens at the other, both ways).
+//! Nothing may panic; in the first two, a replayed REQUEST is refused without effect (see [`feed`]); in the third,
+//! every session has the key id its initiator proposed, and a responder's session agrees with its initiator's (a
+//! frame sealed by one opens at the other, both ways).
 
 #![no_main]
 
@@ -17,7 +18,9 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use netveil_l2sec::sep::{DhGroup, Established, Mac, Sep, SepConfig, SepEvent, HEADER_LEN};
+use netveil_l2sec::sep::{
+    msg_type, DhGroup, Established, Mac, Sep, SepConfig, SepError, SepEvent, HEADER_LEN, VERSION,
+};
 use netveil_l2sec::{RxConfig, RxSession, SealOpts, Suite, TxConfig, TxSession};
 use netveil_wire::PacketBuf;
 
@@ -70,10 +73,16 @@ fn drain(sep: &mut Sep, out: &mut Vec<Vec<u8>>, est: &mut Vec<Established>) {
 
 /// Feeds chunks to `sep` as messages from `peer`. A chunk whose first byte is odd gets a header written by the
 /// harness: type from its second byte, the right sender and receiver, and exchange id `id` (or the chunk's).
+///
+/// Replays: every REQUEST from `peer` to this host (a well-formed header: the freshness check comes first) in a
+/// carrying frame not fresher than that of the freshest REQUEST before it is refused as `Stale` and has no effect;
+/// a fresher one is never refused as stale. A message repeated in the same carrying frame establishes nothing.
 fn feed(sep: &mut Sep, own: Mac, peer: Mac, id: Option<[u8; 8]>, data: &[u8], mut now: Instant) {
     let mut out = Vec::new();
     let mut est = Vec::new();
     let mut order = (1u64, 0u64);
+    let mut freshest: Option<(u64, u64)> = None;
+    let mut previous: Option<Vec<u8>> = None;
     for c in chunks(data) {
         let Some((&ctl, body)) = c.split_first() else {
             sep.handle_timeout(now);
@@ -86,10 +95,11 @@ fn feed(sep: &mut Sep, own: Mac, peer: Mac, id: Option<[u8; 8]>, data: &[u8], mu
             continue;
         }
         // Bit 1: the same carrying frame as the previous message (a replay); otherwise a fresher one.
-        if ctl & 2 == 0 {
+        let replay = ctl & 2 != 0;
+        if !replay {
             order.1 += 1;
         }
-        if ctl & 1 == 1 {
+        let m = if ctl & 1 == 1 {
             let Some((&t, body)) = body.split_first() else {
                 continue;
             };
@@ -98,11 +108,47 @@ fn feed(sep: &mut Sep, own: Mac, peer: Mac, id: Option<[u8; 8]>, data: &[u8], mu
             m.extend_from_slice(&own);
             m.extend_from_slice(&id.unwrap_or([ctl; 8]));
             m.extend_from_slice(body);
-            let _ = sep.handle_message(peer, &m, order, now);
+            m
         } else {
-            let _ = sep.handle_message(peer, body, order, now);
-        }
+            body.to_vec()
+        };
+        let request = m.len() >= HEADER_LEN
+            && m[0] == VERSION
+            && m[1] == msg_type::REQUEST
+            && m[2..8] == peer
+            && m[8..14] == own;
+        // What timers queued is not this message's doing.
         drain(sep, &mut out, &mut est);
+        let (sent, established) = (out.len(), est.len());
+        let r = sep.handle_message(peer, &m, order, now);
+        drain(sep, &mut out, &mut est);
+        if request {
+            if freshest.is_some_and(|f| order <= f) {
+                assert_eq!(
+                    r,
+                    Err(SepError::Stale),
+                    "a replayed REQUEST was not refused"
+                );
+                assert_eq!(
+                    (out.len(), est.len()),
+                    (sent, established),
+                    "a replayed REQUEST had an effect"
+                );
+            } else {
+                assert_ne!(r, Err(SepError::Stale), "a fresh REQUEST refused as stale");
+                freshest = Some(order);
+            }
+        } else {
+            assert_ne!(r, Err(SepError::Stale), "only REQUESTs are stale");
+        }
+        if replay && previous.as_deref() == Some(&m[..]) {
+            assert_eq!(
+                est.len(),
+                established,
+                "a repeated message established a session"
+            );
+        }
+        previous = Some(m);
         let _ = sep.poll_timeout();
         let _ = sep.in_progress(&peer);
     }
@@ -223,11 +269,30 @@ fn pair(opts: u8, data: &[u8]) {
             }
         }
     }
-    if let (Some(a), Some(b)) = (est[0].last(), est[1].last()) {
-        if a.initiator != b.initiator && a.key_id == b.key_id {
-            assert_eq!(a.suite, b.suite);
-            assert_eq!(a.lifetime, b.lifetime);
-            assert!(agree(a, b) && agree(b, a), "established sessions disagree");
+    // Each host establishes as initiator only with the key id it proposed, and as responder only with the one its
+    // peer proposed (B proposes only if it initiated); a responder's session must be its initiator's (the same
+    // key id, suite and lifetime, and a frame sealed by one opens at the other, both ways).
+    let proposed = [Some(1 + opts % 255), (opts & 0x80 != 0).then_some(9)];
+    for i in 0..2 {
+        for s in &est[i] {
+            let want = if s.initiator {
+                proposed[i]
+            } else {
+                proposed[1 - i]
+            };
+            assert_eq!(
+                Some(s.key_id),
+                want,
+                "host {i} established an unproposed key id"
+            );
+        }
+        for a in est[i].iter().filter(|s| s.initiator) {
+            for b in est[1 - i].iter().filter(|s| !s.initiator) {
+                assert_eq!(a.key_id, b.key_id);
+                assert_eq!(a.suite, b.suite);
+                assert_eq!(a.lifetime, b.lifetime);
+                assert!(agree(a, b) && agree(b, a), "established sessions disagree");
+            }
         }
     }
     assert!(est[0].len() <= 2 && est[1].len() <= 2);

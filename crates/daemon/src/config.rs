@@ -287,6 +287,7 @@ struct RawInterface {
     default_policy: Option<String>,
     offload: Option<bool>,
     control_socket: Option<String>,
+    control_group: Option<String>,
     state_dir: Option<String>,
     block_when_stopped: Option<bool>,
 }
@@ -354,6 +355,9 @@ pub struct Interface {
     pub default_action: policy::Action,
     pub offload: bool,
     pub control_socket: String,
+    /// `control_group`: the group id (resolved from its name when the file is read) whose processes may use the
+    /// control socket besides root's; the socket is then mode 0660 of that group.
+    pub control_group: Option<u32>,
     /// Where the daemon keeps what must survive a restart (sequence-number marks of static-key SAs).
     pub state_dir: std::path::PathBuf,
     /// Keep dropping covered traffic after a clean stop too, until `netveil down` (a crash always leaves it
@@ -681,6 +685,28 @@ impl Config {
 /// The reason of a policy's error for an SA name that no SA has.
 const NO_SUCH_SA: &str = "names no SA";
 
+/// The group id of a `control_group` value (at `key`): the name of a group of this host (`/etc/group` or what NSS
+/// knows), 1-32 of [A-Za-z0-9_.-], not starting with '-'.
+pub fn control_group(key: &str, name: &str) -> Result<u32, ConfigError> {
+    let valid = !name.is_empty()
+        && name.len() <= 32
+        && !name.starts_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if !valid {
+        return err(
+            key,
+            "not a group name (1-32 of [A-Za-z0-9_.-], not starting with '-')",
+        );
+    }
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        Ok(None) => err(key, format!("no group '{name}' on this host")),
+        Err(e) => err(key, format!("cannot look up the group '{name}': {e}")),
+    }
+}
+
 /// Parses the `[interface]` section.
 fn parse_interface(ri: RawInterface) -> Result<Interface, ConfigError> {
     let name = ri.name.unwrap_or_else(|| "nv0".into());
@@ -735,6 +761,10 @@ fn parse_interface(ri: RawInterface) -> Result<Interface, ConfigError> {
         default_action,
         offload: ri.offload.unwrap_or(true),
         control_socket,
+        control_group: ri
+            .control_group
+            .map(|g| control_group("interface.control_group", &g))
+            .transpose()?,
         state_dir: match ri.state_dir {
             Some(d) if d.is_empty() => return err("interface.state_dir", "must not be empty"),
             Some(d) => d.into(),

@@ -63,13 +63,18 @@ impl FilterSock {
     }
 }
 
-/// The socket filter of an ESP receive socket: the inbound ESP SAs that arrive that way (in UDP, or raw), each
-/// with its window (see [`window_rule`]). `None` (no filter) if there are too many SAs for one filter.
+/// The socket filter of an ESP or AH receive socket: the inbound SAs of its protocol that arrive that way (ESP in
+/// UDP, or raw; AH raw), each with its window (see [`window_rule`]). `None` (no filter) if there are too many SAs
+/// for one filter.
 pub fn esp_filter(sad: &Sad, layout: Layout, storm: bool, mtu: u16) -> Option<Program> {
     let udp = layout == Layout::EspInUdp;
+    let protocol = match layout {
+        Layout::AhRawV4 | Layout::AhRawV6 => netveil_ipsec::Protocol::Ah,
+        _ => netveil_ipsec::Protocol::Esp,
+    };
     let rules: Vec<SpiRule> = sad
         .inbound()
-        .filter(|s| s.protocol() == netveil_ipsec::Protocol::Esp && s.params.encap.is_some() == udp)
+        .filter(|s| s.protocol() == protocol && s.params.encap.is_some() == udp)
         .map(|s| window_rule(s.spi(), s.replay_state(), storm))
         .collect();
     if udp {
@@ -82,6 +87,112 @@ pub fn esp_filter(sad: &Sad, layout: Layout, storm: bool, mtu: u16) -> Option<Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each raw socket's filter lists the inbound SAs of its protocol that arrive raw: the ESP filters (both
+    /// families) the raw ESP SA, the AH filters the AH SA, the ESP-in-UDP filter the UDP one; never an outbound SA.
+    #[test]
+    fn each_socket_filter_lists_its_protocols_sas() {
+        let key = |n: usize| "11".repeat(n);
+        let sa = |name: &str,
+                  dir: &str,
+                  proto: &str,
+                  spi: u32,
+                  suite: &str,
+                  k: String,
+                  extra: &str| {
+            format!(
+                "[[sa]]\nname = \"{name}\"\ndirection = \"{dir}\"\nprotocol = \"{proto}\"\nspi = {spi}\n\
+                 mode = \"transport\"\nsuite = \"{suite}\"\n{k}\n{extra}\n"
+            )
+        };
+        let text = [
+            "[interface]\n".to_string(),
+            sa(
+                "esp-in",
+                "in",
+                "esp",
+                0x1001,
+                "aes128gcm16",
+                format!("enc_key = \"{}\"", key(20)),
+                "",
+            ),
+            sa(
+                "ah-in",
+                "in",
+                "ah",
+                0x2001,
+                "sha256",
+                format!("auth_key = \"{}\"", key(32)),
+                "",
+            ),
+            sa(
+                "udp-in",
+                "in",
+                "esp",
+                0x3001,
+                "aes128gcm16",
+                format!("enc_key = \"{}\"", key(20)),
+                "encap = \"udp\"",
+            ),
+            sa(
+                "esp-out",
+                "out",
+                "esp",
+                0x4001,
+                "aes128gcm16",
+                format!("enc_key = \"{}\"", key(20)),
+                "",
+            ),
+            sa(
+                "ah-out",
+                "out",
+                "ah",
+                0x5001,
+                "sha256",
+                format!("auth_key = \"{}\"", key(32)),
+                "",
+            ),
+        ]
+        .concat();
+        let cfg = crate::config::Config::parse(&text).unwrap();
+        let (sad, _) = cfg.build_sad(0).unwrap();
+        // What each filter passes, over what its socket's filter sees: the SPI at the layout's offset.
+        let passes = |layout: Layout, spi: u32| {
+            let p = esp_filter(&sad, layout, false, 1400).unwrap();
+            let mut pkt = match layout {
+                Layout::EspRawV4 | Layout::AhRawV4 => {
+                    let mut h = vec![0u8; 20];
+                    h[0] = 0x45;
+                    h
+                }
+                Layout::EspInUdp => vec![0u8; 8],
+                _ => Vec::new(),
+            };
+            if matches!(layout, Layout::AhRawV4 | Layout::AhRawV6) {
+                pkt.extend_from_slice(&[59, 4, 0, 0]);
+            }
+            pkt.extend_from_slice(&spi.to_be_bytes());
+            pkt.extend_from_slice(&1u32.to_be_bytes());
+            pkt.extend_from_slice(&[0; 32]);
+            netveil_io::filter::run(&p, &pkt)
+        };
+        let spis = [0x1001, 0x2001, 0x3001, 0x4001, 0x5001];
+        for (layout, pass) in [
+            (Layout::EspRawV4, 0x1001),
+            (Layout::EspRawV6, 0x1001),
+            (Layout::AhRawV4, 0x2001),
+            (Layout::AhRawV6, 0x2001),
+            (Layout::EspInUdp, 0x3001),
+        ] {
+            for spi in spis {
+                assert_eq!(passes(layout, spi), spi == pass, "{layout:?} {spi:#x}");
+            }
+        }
+        // The raw sockets of both protocols and families get a filter; no other protocol has one.
+        assert_eq!(Layout::raw(50, true), Some(Layout::EspRawV6));
+        assert_eq!(Layout::raw(51, false), Some(Layout::AhRawV4));
+        assert_eq!(Layout::raw(17, false), None);
+    }
 
     #[test]
     fn window_rules() {

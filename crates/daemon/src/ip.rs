@@ -507,6 +507,11 @@ impl Prepared {
     pub fn control_socket(&self) -> &Path {
         Path::new(&self.config.interface.control_socket)
     }
+
+    /// The control group's id, if the configuration names one.
+    pub fn control_group(&self) -> Option<u32> {
+        self.config.interface.control_group
+    }
 }
 
 /// The running IP engine: its shared state (also what the control answers read) and its threads.
@@ -686,8 +691,8 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
                 Ok(s) => {
                     s.set_buffer_sizes(8 << 20).ok();
                     let s = Arc::new(s);
-                    if proto == ip_proto::ESP && !is6 {
-                        filters.push((Layout::EspRawV4, FilterSock::Raw(s.clone())));
+                    if let Some(l) = Layout::raw(proto, is6) {
+                        filters.push((l, FilterSock::Raw(s.clone())));
                     }
                     if proto == ip_proto::ESP {
                         if is6 {

@@ -97,6 +97,7 @@ struct RawL2 {
     mtu: Option<i64>,
     offload: Option<bool>,
     control_socket: Option<String>,
+    control_group: Option<String>,
     /// `[[l2sec.peer]]` tables, each deserialized into a [`RawPeer`] on its own (errors name `l2sec.peer[i]`).
     #[serde(default)]
     peer: Vec<toml::Value>,
@@ -134,6 +135,8 @@ pub struct L2Config {
     /// TAP offloads: TCP super-frames from the host split here, received segments coalesced for it.
     pub offload: bool,
     pub control_socket: PathBuf,
+    /// `l2sec.control_group`: see [`crate::config::Interface::control_group`].
+    pub control_group: Option<u32>,
     /// Where the group epoch persists (`l2sec.state_dir`).
     pub state_dir: PathBuf,
     pub peers: HashMap<[u8; 6], VerifyingKey>,
@@ -461,6 +464,10 @@ impl L2Config {
             .unwrap_or_else(|| PathBuf::from(format!("{RUN_DIR}/{tap}.sock")));
         // It reaches a log line.
         crate::names::check_text("l2sec.control_socket", &control_socket.to_string_lossy())?;
+        let control_group = r
+            .control_group
+            .map(|g| crate::config::control_group("l2sec.control_group", &g))
+            .transpose()?;
         let state_dir = match r.state_dir {
             Some(d) if d.is_empty() => return cerr("l2sec.state_dir", "must not be empty"),
             Some(d) => file(&d),
@@ -487,6 +494,7 @@ impl L2Config {
             mtu,
             offload: r.offload.unwrap_or(true),
             control_socket,
+            control_group,
             state_dir,
             peers,
             peer_ips,
@@ -688,6 +696,11 @@ impl Prepared {
     /// The control socket the configuration names.
     pub fn control_socket(&self) -> &Path {
         &self.cfg.control_socket
+    }
+
+    /// The control group's id, if the configuration names one.
+    pub fn control_group(&self) -> Option<u32> {
+        self.cfg.control_group
     }
 }
 
@@ -1230,6 +1243,17 @@ mod tests {
 
     fn parse(text: &str) -> std::result::Result<L2Config, ConfigError> {
         L2Config::parse(text, Path::new("/nonexistent"))
+    }
+
+    /// `l2sec.control_group` is resolved to its group id; an unknown group is an error naming the key.
+    #[test]
+    fn the_control_group_is_resolved() {
+        let with =
+            |g: &str| base().replace("[l2sec]\n", &format!("[l2sec]\ncontrol_group = \"{g}\"\n"));
+        assert_eq!(parse(&with("nogroup")).unwrap().control_group, Some(65534));
+        assert_eq!(parse(&base()).unwrap().control_group, None);
+        let e = parse(&with("netveil-no-such-group")).err().unwrap();
+        assert_eq!(e.key, "l2sec.control_group");
     }
 
     #[test]

@@ -167,11 +167,27 @@ fn control_socket(ip: Option<&crate::ip::Prepared>, l2: Option<&crate::l2::Prepa
     }
 }
 
-/// Binds the control socket at `path` (see [`netveil_control::listen`]) with the umask narrowed around the bind, so
-/// that the socket is 0600 from its first moment. The daemon has no other thread yet when it calls this.
-fn listen(path: &Path) -> Result<UnixListener> {
-    Ok(netveil_control::listen(path, |p| {
-        netveil_io::os::with_umask(0o177, || UnixListener::bind(p))
+/// The control group of the section whose control socket is used (see [`control_socket`]).
+fn control_group(
+    ip: Option<&crate::ip::Prepared>,
+    l2: Option<&crate::l2::Prepared>,
+) -> Option<u32> {
+    match (ip, l2) {
+        (Some(p), _) => p.control_group(),
+        (None, Some(p)) => p.control_group(),
+        (None, None) => None,
+    }
+}
+
+/// The daemon's umask, set once at the start of `up`, before any thread: every file and socket it creates is
+/// private until it widens one on purpose (the control socket for its control group).
+pub const DAEMON_UMASK: u32 = 0o077;
+
+/// Binds the control socket at `path` (see [`netveil_control::listen`]): under [`DAEMON_UMASK`] it is private from
+/// its first moment (the umask is not changed here: data-plane threads run by now).
+fn listen(path: &Path, group: Option<u32>) -> Result<UnixListener> {
+    Ok(netveil_control::listen(path, group, |p| {
+        UnixListener::bind(p)
     })?)
 }
 
@@ -208,12 +224,15 @@ fn answer(controls: &[Arc<dyn Control>], line: &str) -> Value {
 /// down`, or the end of a data-plane thread. `verbose` (`-v` count) and `quiet` (`-q`) override the file's
 /// `log_level`.
 pub fn up(path: &Path, verbose: u8, quiet: bool) -> Result<()> {
+    // First of all, with no other thread yet (the umask is the process's).
+    netveil_io::os::set_umask(DAEMON_UMASK);
     let s = load(path)?;
     crate::log::init(crate::log::level(s.log_level, verbose, quiet));
     // Every check and every key schedule of every engine before the first change to the system.
     let ip = s.ip.map(crate::ip::prepare).transpose()?;
     let l2 = s.l2.map(crate::l2::prepare).transpose()?;
     let control = control_socket(ip.as_ref(), l2.as_ref());
+    let group = control_group(ip.as_ref(), l2.as_ref());
     let mut undo = Undo::default();
     let mut engines: Vec<Box<dyn Engine>> = Vec::new();
     let mut controls: Vec<Arc<dyn Control>> = Vec::new();
@@ -228,7 +247,7 @@ pub fn up(path: &Path, verbose: u8, quiet: bool) -> Result<()> {
             controls.push(e.control());
             engines.push(Box::new(e));
         }
-        listen(&control)
+        listen(&control, group)
     })();
     let listener = match started {
         Ok(l) => l,
@@ -242,7 +261,9 @@ pub fn up(path: &Path, verbose: u8, quiet: bool) -> Result<()> {
     let stop = netveil_io::os::stop_on_signals();
     std::thread::Builder::new()
         .name("nv-ctl".into())
-        .spawn(move || netveil_control::serve_lines(listener, stop, |req| answer(&controls, req)))
+        .spawn(move || {
+            netveil_control::serve_lines(listener, stop, group, |req| answer(&controls, req))
+        })
         .map_err(Error::io("thread"))?;
     while !stop.load(Relaxed) && engines.iter_mut().all(|e| e.tick()) {
         std::thread::sleep(Duration::from_millis(20));
@@ -377,5 +398,26 @@ sas = ["nope"]
             "{shown}"
         );
         assert!(!shown.contains("0011"), "{shown}");
+    }
+
+    /// `control_group` is resolved to its group id when the file is read; an unknown or malformed name is an error
+    /// naming the key.
+    #[test]
+    fn the_control_group_is_a_group_of_this_host() {
+        let ip = |g: &str| {
+            parse(
+                &format!("[interface]\ncontrol_group = \"{g}\"\n"),
+                Path::new("."),
+            )
+            .map(|s| s.ip.unwrap().interface.control_group)
+        };
+        assert_eq!(ip("root").ok(), Some(Some(0)));
+        assert_eq!(ip("nogroup").ok(), Some(Some(65534)));
+        for bad in ["netveil-no-such-group", "-x", "a b", ""] {
+            let e = ip(bad).err().unwrap();
+            assert_eq!(e.key, "interface.control_group", "{bad}");
+        }
+        let none = parse("[interface]\n", Path::new(".")).ok().unwrap();
+        assert_eq!(none.ip.unwrap().interface.control_group, None);
     }
 }

@@ -12,6 +12,9 @@
 //! | UDP (ESP-in-UDP, RFC 3948) | the UDP header | bytes 8..12 | sequence number, 12..16 |
 //! | UDP (PSP) | the UDP header | bytes 12..16 | IV, 16..24 |
 //! | raw IPv4, protocol 50 | the IPv4 header | after the IPv4 header | the next 4 bytes |
+//! | raw IPv6, protocol 50 | the ESP header (an IPv6 raw socket's packets start after the IPv6 header) | bytes 0..4 | 4..8 |
+//! | raw IPv4, protocol 51 | the IPv4 header | 4 bytes after the IPv4 header | the next 4 bytes |
+//! | raw IPv6, protocol 51 | the AH header | bytes 4..8 | 8..12 |
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -51,6 +54,31 @@ pub enum Layout {
     PspInUdp,
     /// ESP on a raw IPv4 socket: after the IPv4 header (of any length).
     EspRawV4,
+    /// ESP on a raw IPv6 socket: at the start (the kernel hands over what follows the IPv6 header and any
+    /// extension headers before ESP).
+    EspRawV6,
+    /// AH on a raw IPv4 socket: SPI and sequence number at 4 and 8 of the AH header, after the IPv4 header.
+    AhRawV4,
+    /// AH on a raw IPv6 socket: the AH header at the start.
+    AhRawV6,
+}
+
+impl Layout {
+    /// The layout of a raw receive socket of IP protocol `proto` (50: ESP, 51: AH; `None` for others).
+    pub fn raw(proto: u8, ipv6: bool) -> Option<Layout> {
+        match (proto, ipv6) {
+            (50, false) => Some(Layout::EspRawV4),
+            (50, true) => Some(Layout::EspRawV6),
+            (51, false) => Some(Layout::AhRawV4),
+            (51, true) => Some(Layout::AhRawV6),
+            _ => None,
+        }
+    }
+
+    /// Whether the socket's packets start with an IPv4 header (the filter skips it, whatever its length).
+    fn after_ipv4(self) -> bool {
+        matches!(self, Layout::EspRawV4 | Layout::AhRawV4)
+    }
 }
 
 /// A receive SA the filter lets through: its SPI and, if a replay window runs, the lowest counter value not yet
@@ -157,6 +185,9 @@ fn spi_filter_with(layout: Layout, rules: &[SpiRule], single_max: Option<u32>) -
         Layout::EspInUdp => (LD_W_ABS, 8, 12),
         Layout::PspInUdp => (LD_W_ABS, 12, 16),
         Layout::EspRawV4 => (LD_W_IND, 0, 4),
+        Layout::EspRawV6 => (LD_W_ABS, 0, 4),
+        Layout::AhRawV4 => (LD_W_IND, 4, 8),
+        Layout::AhRawV6 => (LD_W_ABS, 4, 8),
     };
     const DROP: usize = 0;
     const ACCEPT_L: usize = 1;
@@ -173,7 +204,7 @@ fn spi_filter_with(layout: Layout, rules: &[SpiRule], single_max: Option<u32>) -
         ops.push(Op::J(JGT_K, m, ACCEPT_L, filtered));
         ops.push(Op::L(filtered));
     }
-    if layout == Layout::EspRawV4 {
+    if layout.after_ipv4() {
         // X = the IPv4 header length.
         ops.push(Op::I(LDX_B_MSH, 0));
     }

@@ -43,6 +43,13 @@ pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// Sets the process's umask to `mask` for good and returns the previous one. The umask is process-wide: call it
+/// before any thread starts that creates files.
+pub fn set_umask(mask: u32) -> u32 {
+    // SAFETY: umask has no memory-safety preconditions.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
 /// `poll(2)` on `fds` for up to `timeout_ms` (negative: forever): the number of descriptors with events.
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: the pointer and length describe `fds`, which outlives the call.

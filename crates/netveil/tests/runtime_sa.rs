@@ -1,5 +1,6 @@
 //! SAs and policies changed on running daemons with `netveil sa` and `netveil policy`, in network namespaces, as an
-//! external key manager would: three rekeys of an ESP tunnel during a 1 GiB byte-checked TCP transfer, and a
+//! external key manager would: three rekeys of an ESP tunnel during a 1 GiB byte-checked TCP transfer (each new SPI
+//! on the wire after its update, the old one gone after the switch, no whole key in any log or status), and a
 //! policy with its SAs added to a running daemon. Needs root.
 
 use netveil_lab::lab::{self, HostPair, Lab, TwoHosts};
@@ -8,7 +9,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
 
@@ -82,9 +83,43 @@ fn update(socket: &Path, name: &str, dir: &str, spi: u32, local: &str, remote: &
     );
 }
 
+/// The ESP-in-UDP packets of a capture: (time, IPv4 source, SPI), in capture order (IKE's non-ESP marker and
+/// keepalives left out).
+fn esp_in_udp(pcap: &Path) -> Vec<(SystemTime, [u8; 4], u32)> {
+    let p = netveil_pcap::read_file(pcap).unwrap();
+    p.records
+        .iter()
+        .filter_map(|r| {
+            let ip = netveil_pcap::split_frame(p.link, &r.data)?.ip;
+            let ihl = usize::from(ip.first()? & 0x0f) * 4;
+            if ip.get(9) != Some(&17) {
+                return None;
+            }
+            let spi = u32::from_be_bytes(ip.get(ihl + 8..ihl + 12)?.try_into().ok()?);
+            let nanos = if p.nanos { r.ts_frac } else { r.ts_frac * 1000 };
+            let t = SystemTime::UNIX_EPOCH + Duration::new(u64::from(r.ts_sec), nanos);
+            (spi != 0).then(|| (t, ip[12..16].try_into().unwrap(), spi))
+        })
+        .collect()
+}
+
+/// The keys (`enc_key`, `auth_key`) of a configuration text, lowercase.
+fn config_keys(config: &str) -> Vec<String> {
+    config
+        .lines()
+        .filter(|l| l.trim_start().starts_with("enc_key") || l.trim_start().starts_with("auth_key"))
+        .filter_map(|l| l.split('"').nth(1))
+        .map(|k| k.to_ascii_lowercase())
+        .collect()
+}
+
 /// Three rekeys of both directions of an ESP-in-UDP tunnel (new SPIs and keys, `netveil sa update`, the receiver
 /// first, as a key manager does it) during a 1 GiB TCP transfer whose every byte is checked: the transfer
 /// completes, and no packet is dropped as replayed, of an unknown SPI, or failing authentication, on either side.
+/// On the wire (a capture between the hosts), each direction's new SPI appears only after its sender's update,
+/// and its previous SPI no longer shortly after; no whole key installed (configuration or update) is in either
+/// daemon's log, `status --json` or `sa list --json`, while the `keys` answer (for Wireshark) holds those in
+/// force (the control that the search finds keys where they are).
 #[test]
 fn three_rekeys_during_a_1gib_transfer() {
     let _g = serial();
@@ -102,6 +137,10 @@ fn three_rekeys_during_a_1gib_transfer() {
         hosts.addrs[1].outer.to_string(),
     ];
     hosts.ping(&lab, 0, 2, "0.2").unwrap();
+    // Headers only (Ethernet, IPv4, UDP, the SPI and sequence number).
+    let mut cap = lab
+        .capture(&hosts.ns[0], "veth-a", "rekeys.pcap", 64, &["udp"])
+        .unwrap();
 
     let transfer = {
         let (a, b, dst) = (
@@ -114,6 +153,8 @@ fn three_rekeys_during_a_1gib_transfer() {
     let t0 = Instant::now();
     let mut spis = Vec::new();
     let mut keys = Vec::new();
+    // Per update of a sender: (source address, SPI, when the update was sent, when it was done).
+    let mut switches = Vec::new();
     for round in 1..=3u32 {
         std::thread::sleep(Duration::from_millis(150));
         // a -> b: b (receiver) first, then a; b -> a: a first, then b.
@@ -123,6 +164,7 @@ fn three_rekeys_during_a_1gib_transfer() {
             let key = random_hex(20);
             keys.push(key.clone());
             update(&socks[to], &name, "in", spi, &outer[to], &outer[from], &key);
+            let sent = SystemTime::now();
             update(
                 &socks[from],
                 &name,
@@ -132,6 +174,7 @@ fn three_rekeys_during_a_1gib_transfer() {
                 &outer[to],
                 &key,
             );
+            switches.push((hosts.addrs[from].outer, spi, sent, SystemTime::now()));
             spis.push((name, spi));
         }
         assert!(
@@ -148,6 +191,46 @@ fn three_rekeys_during_a_1gib_transfer() {
         )
     });
     assert_eq!(t.bytes, 1 << 30);
+    let wire = esp_in_udp(&cap.stop().unwrap());
+    for (k, &(src, spi, sent, done)) in switches.iter().enumerate() {
+        let std::net::IpAddr::V4(src) = src else {
+            panic!("IPv4 outer addresses expected")
+        };
+        let of = |spi: u32| -> Vec<SystemTime> {
+            wire.iter()
+                .filter(|w| w.1 == src.octets() && w.2 == spi)
+                .map(|w| w.0)
+                .collect()
+        };
+        let new = of(spi);
+        assert!(!new.is_empty(), "SPI {spi:#x} from {src} never on the wire");
+        assert!(
+            new[0] >= sent,
+            "SPI {spi:#x} from {src} on the wire before its update"
+        );
+        // The previous SPI of this sender: its last update's, or for the first the configuration's (what it sent
+        // before the first update).
+        let old = match switches[..k].iter().rev().find(|s| s.0 == switches[k].0) {
+            Some(s) => s.1,
+            None => {
+                wire.iter()
+                    .find(|w| w.1 == src.octets() && w.0 < sent)
+                    .unwrap_or_else(|| panic!("nothing from {src} before the first update"))
+                    .2
+            }
+        };
+        assert_ne!(old, spi);
+        let old_times = of(old);
+        let last_old = *old_times
+            .last()
+            .unwrap_or_else(|| panic!("SPI {old:#x} never on the wire"));
+        // Packets already on their way when the update returned may still leave: a little slack.
+        assert!(
+            last_old <= done + Duration::from_millis(500),
+            "SPI {old:#x} from {src} still on the wire {:?} after the switch to {spi:#x}",
+            last_old.duration_since(done).unwrap_or_default()
+        );
+    }
     println!(
         "1 GiB through three rekeys: {:.2} s, {:.0} Mbit/s",
         t.seconds,
@@ -188,6 +271,40 @@ fn three_rekeys_during_a_1gib_transfer() {
             assert!(
                 !log.contains(&k[..16]),
                 "side {i}: a key in the log:\n{log}"
+            );
+        }
+        // No whole key anywhere but in the `keys` answer: the configuration's and every update's.
+        let installed: Vec<String> = config_keys(&hosts.configs[i])
+            .into_iter()
+            .chain(keys.iter().map(|k| k.to_ascii_lowercase()))
+            .collect();
+        assert!(installed.len() >= keys.len() + 2, "{installed:?}");
+        let places = [
+            ("log", log.clone()),
+            ("status", st.to_string()),
+            (
+                "status --json",
+                netveil(&["status", "--json"], &socks[i], ""),
+            ),
+            (
+                "sa list --json",
+                netveil(&["sa", "list", "--json"], &socks[i], ""),
+            ),
+        ];
+        for (what, text) in &places {
+            let text = text.to_ascii_lowercase();
+            for k in &installed {
+                assert!(
+                    !text.contains(k.as_str()),
+                    "side {i}: a whole key in {what}"
+                );
+            }
+        }
+        let answer = d.ask("keys").unwrap().to_string().to_ascii_lowercase();
+        for k in &keys[keys.len() - 2..] {
+            assert!(
+                answer.contains(k.as_str()),
+                "side {i}: the key in force is not in the keys answer"
             );
         }
     }
