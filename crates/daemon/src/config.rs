@@ -179,6 +179,8 @@ struct RawInterface {
     offload: Option<bool>,
     control_socket: Option<String>,
     state_dir: Option<String>,
+    #[serde(default)]
+    allow_volatile_state: bool,
     block_when_stopped: Option<bool>,
 }
 
@@ -245,8 +247,9 @@ pub struct Interface {
     pub default_action: policy::Action,
     pub offload: bool,
     pub control_socket: String,
-    /// Where the daemon keeps what must survive a restart (sequence-number marks of static-key SAs).
-    pub state_dir: std::path::PathBuf,
+    /// Where the daemon keeps what must survive a restart (sequence-number marks of static-key SAs): `state_dir`,
+    /// `allow_volatile_state`, and `netveil up --fresh-keys`.
+    pub state_dir: crate::state::StateLocation,
     /// Keep dropping covered traffic after a clean stop too, until `netveil down` (a crash always leaves it
     /// blocked).
     pub block_when_stopped: bool,
@@ -583,10 +586,13 @@ fn parse_interface(ri: RawInterface) -> Result<Interface, ConfigError> {
         default_action,
         offload: ri.offload.unwrap_or(true),
         control_socket,
-        state_dir: match ri.state_dir {
-            Some(d) if d.is_empty() => return err("interface.state_dir", "must not be empty"),
-            Some(d) => d.into(),
-            None => crate::state::DEFAULT_STATE_DIR.into(),
+        state_dir: crate::state::StateLocation {
+            allow_volatile: ri.allow_volatile_state,
+            ..crate::state::StateLocation::new(match ri.state_dir {
+                Some(d) if d.is_empty() => return err("interface.state_dir", "must not be empty"),
+                Some(d) => d,
+                None => crate::state::DEFAULT_STATE_DIR.into(),
+            })
         },
         block_when_stopped: ri.block_when_stopped.unwrap_or(true),
     })

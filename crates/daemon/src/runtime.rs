@@ -201,9 +201,13 @@ fn answer(controls: &[Arc<dyn Control>], line: &str) -> Value {
 
 /// `netveil up -c FILE`: every engine the file's sections select, in one process, until SIGINT/SIGTERM, `netveil
 /// down`, or the end of a data-plane thread. `verbose` (`-v` count) and `quiet` (`-q`) override the file's
-/// `log_level`.
-pub fn up(path: &Path, verbose: u8, quiet: bool) -> Result<()> {
-    let s = load(path)?;
+/// `log_level`; `fresh_keys` (`--fresh-keys`) confirms that outbound SAs whose keys have no sequence mark use new
+/// keys, for a state directory without its record (see [`crate::state`]).
+pub fn up(path: &Path, verbose: u8, quiet: bool, fresh_keys: bool) -> Result<()> {
+    let mut s = load(path)?;
+    if let Some(c) = s.ip.as_mut() {
+        c.interface.state_dir.fresh_keys = fresh_keys;
+    }
     crate::log::init(crate::log::level(s.log_level, verbose, quiet));
     // Every check and every key schedule of every engine before the first change to the system.
     let ip = s.ip.map(crate::ip::prepare).transpose()?;

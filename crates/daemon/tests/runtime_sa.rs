@@ -84,6 +84,20 @@ fn packet(dst: [u8; 4], n: u32) -> PacketBuf {
     PacketBuf::from_slice(&p, 256, 640)
 }
 
+/// A scratch directory that may hold state (not the system's temporary directory: see `netveil_daemon::state`).
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("netveil-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// As `netveil up --fresh-keys`: the state directories are new, and so are the keys.
+fn fresh(mut c: Config) -> Config {
+    c.interface.state_dir.fresh_keys = true;
+    c
+}
+
 struct Pair {
     a: Shared,
     b: Shared,
@@ -91,10 +105,9 @@ struct Pair {
 }
 
 fn pair(tag: &str) -> Pair {
-    let dir = std::env::temp_dir().join(format!("netveil-rt-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let a = Config::parse(&config("a", "b", &dir.join("a"))).unwrap();
-    let b = Config::parse(&config("b", "a", &dir.join("b"))).unwrap();
+    let dir = scratch(&format!("rt-{tag}"));
+    let a = fresh(Config::parse(&config("a", "b", &dir.join("a"))).unwrap());
+    let b = fresh(Config::parse(&config("b", "a", &dir.join("b"))).unwrap());
     Pair {
         a: Shared::new(a).unwrap(),
         b: Shared::new(b).unwrap(),
@@ -324,13 +337,15 @@ fn policy_added_live_reports_acquire_until_its_sa_comes() {
 /// half a block, the engine's tick tops the reservation up (durably), so sending goes on past the first block.
 #[test]
 fn configured_sas_get_their_reservations_topped_up() {
-    use netveil_daemon::state::{seq_file, SeqStore, StateDir, SEQ_BLOCK};
-    let dir = std::env::temp_dir().join(format!("netveil-rt-seq-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let cfg = Config::parse(&config("a", "b", &dir)).unwrap();
+    use netveil_daemon::state::{seq_file, SeqStore, StateDir, StateLocation, SEQ_BLOCK};
+    let dir = scratch("rt-seq");
+    let cfg = fresh(Config::parse(&config("a", "b", &dir)).unwrap());
     let file = seq_file(&cfg.sas[0]);
-    let (store, starts) =
-        SeqStore::start(StateDir::open(&dir, "state_dir").unwrap(), &cfg.sas).unwrap();
+    let (store, starts) = SeqStore::start(
+        StateDir::open(&cfg.interface.state_dir, "state_dir").unwrap(),
+        &cfg.sas,
+    )
+    .unwrap();
     let sad = cfg.build_sad_reserved(0, &starts).unwrap();
     let a = Shared::with_sad(cfg, &sad, Some(store));
     a.db.arm();
@@ -344,7 +359,9 @@ fn configured_sas_get_their_reservations_topped_up() {
     a.db.tick(0, false, false);
     let used = out.seq_last();
     assert_eq!(out.seq_reserved(), used + SEQ_BLOCK);
-    let mark = StateDir::open(&dir, "state_dir").unwrap().read_u64(&file);
+    let mark = StateDir::open(&StateLocation::new(&dir), "state_dir")
+        .unwrap()
+        .read_u64(&file);
     assert_eq!(mark, Ok(Some(used + SEQ_BLOCK)));
     let _ = std::fs::remove_dir_all(&dir);
 }
