@@ -1206,6 +1206,30 @@ mod tests {
         );
     }
 
+    /// `[interface] state_dir` and `allow_volatile_state` (default: refused); `--fresh-keys` is never read from the
+    /// file (a key of that name is unknown).
+    #[test]
+    fn state_dir_and_allow_volatile_state() {
+        let c = Config::parse("[interface]\n").unwrap();
+        assert_eq!(
+            c.interface.state_dir,
+            crate::state::StateLocation::new(crate::state::DEFAULT_STATE_DIR)
+        );
+        let c =
+            Config::parse("[interface]\nstate_dir = \"/run/nv\"\nallow_volatile_state = true\n")
+                .unwrap();
+        assert_eq!(c.interface.state_dir.path, std::path::Path::new("/run/nv"));
+        assert!(c.interface.state_dir.allow_volatile && !c.interface.state_dir.fresh_keys);
+        for k in ["fresh_keys", "allow_volatile_state = \"yes\""] {
+            let text = if k.contains('=') {
+                format!("[interface]\n{k}\n")
+            } else {
+                format!("[interface]\n{k} = true\n")
+            };
+            assert!(Config::parse(&text).is_err(), "{k}");
+        }
+    }
+
     /// A syntax error names the line and column and never prints the line (it may hold a key).
     #[test]
     fn syntax_errors_do_not_print_the_file() {

@@ -1305,6 +1305,11 @@ mod tests {
         );
         let c = parse(&base().replace("[l2sec]\n", "[l2sec]\nstate_dir = \"st\"\n")).unwrap();
         assert_eq!(c.state_dir, Path::new("/nonexistent/st"));
+        assert!(!c.state_location().allow_volatile);
+        let c =
+            parse(&base().replace("[l2sec]\n", "[l2sec]\nallow_volatile_state = true\n")).unwrap();
+        assert!(c.state_location().allow_volatile);
+        assert!(!c.state_location().fresh_keys);
         let e = parse(&base().replace("[l2sec]\n", "[l2sec]\nstate_dir = \"\"\n"))
             .err()
             .unwrap();

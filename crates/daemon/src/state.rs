@@ -81,6 +81,11 @@ fn cerr(key: &str, reason: String) -> ConfigError {
     }
 }
 
+/// Whether the directory `dir` holds its [`SENTINEL`] (a regular file, not a link).
+fn has_sentinel(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join(SENTINEL)).is_ok_and(|m| m.is_file())
+}
+
 /// The nearest existing directory at or above `path` (what [`StateDir::open`] would create the directory in).
 fn nearest_existing(path: &Path) -> &Path {
     let mut p = path;
@@ -227,7 +232,7 @@ impl StateDir {
         d.write_u64(".probe", 0).map_err(why)?;
         let _ = std::fs::remove_file(path.join(".probe"));
         let sentinel = path.join(SENTINEL);
-        d.known = std::fs::symlink_metadata(&sentinel).is_ok_and(|m| m.is_file());
+        d.known = has_sentinel(path);
         if !d.known && loc.fresh_keys {
             let mut id = [0u8; 16];
             netveil_crypto::rand::fill_random(&mut id);
@@ -286,7 +291,7 @@ impl StateDir {
                 path.display()
             ));
         }
-        if !std::fs::symlink_metadata(path.join(SENTINEL)).is_ok_and(|m| m.is_file()) {
+        if !has_sentinel(path) {
             notes.push(format!(
                 "the state directory {} has no {SENTINEL} record (new, or its contents were lost): `up` refuses \
                  outbound SAs whose keys have no sequence mark there until `netveil up --fresh-keys` confirms \
@@ -312,7 +317,9 @@ impl StateDir {
     pub fn read_mark(&self, name: &str, key: &str, sa: &str) -> Result<u64, ConfigError> {
         match self.read_u64(name).map_err(|e| cerr(key, e))? {
             Some(m) => Ok(m),
-            None if self.known => Ok(0),
+            // (The record may have been written since the directory was opened: a daemon's runtime store is
+            // opened once.)
+            None if self.known || has_sentinel(&self.path) => Ok(0),
             None => Err(cerr(
                 key,
                 format!(

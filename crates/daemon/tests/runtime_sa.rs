@@ -389,3 +389,34 @@ fn a_threads_remembered_decision_follows_policy_changes() {
     p.a.db.policy_del("not-7", 0).unwrap();
     assert_eq!(out(5), Ok(()));
 }
+
+/// An outbound SA added at runtime to a daemon whose state directory holds no record (new, or its contents lost)
+/// and that was not started with `--fresh-keys` is refused, naming its key and the confirmation; once the directory
+/// holds its record, the same SA is added and starts at 1.
+#[test]
+fn an_sa_added_at_runtime_needs_the_state_record_or_a_confirmation() {
+    use netveil_daemon::state::{StateDir, StateLocation, SENTINEL};
+    let dir = scratch("rt-record");
+    let a = Config::parse(&config("a", "b", &dir)).unwrap();
+    assert!(!a.interface.state_dir.fresh_keys);
+    let a = Shared::new(a).unwrap();
+    let mut t = sa_table("out", 0x3001, "192.0.2.1", "192.0.2.3");
+    t.insert("name".into(), "a-to-c".into());
+    let e = a.db.sa_add(t.clone(), 0).unwrap_err();
+    assert_eq!(e.key, "sa.enc_key");
+    assert!(
+        e.reason.contains("SA 'a-to-c'") && e.reason.contains("--fresh-keys"),
+        "{e}"
+    );
+    assert!(!dir.join(SENTINEL).exists());
+    let confirmed = StateLocation {
+        fresh_keys: true,
+        ..StateLocation::new(&dir)
+    };
+    StateDir::open(&confirmed, "interface.state_dir").unwrap();
+    a.db.sa_add(t, 0).unwrap();
+    let snap = a.db.load();
+    let out = snap.sad.iter().find(|s| s.params.name == "a-to-c").unwrap();
+    assert_eq!(out.params.first_seq, 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
