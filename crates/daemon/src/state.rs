@@ -205,6 +205,7 @@ impl StateDir {
             let above = nearest_existing(path);
             if above.is_dir() {
                 only_root_may_write(above, path, key)?;
+                volatile(loc, above, key)?;
             }
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -213,11 +214,12 @@ impl StateDir {
                 .map_err(why)?;
         }
         only_root_may_write(path, path, key)?;
+        let kind = volatile(loc, path, key)?;
         let meta = std::fs::metadata(path).map_err(why)?;
         if meta.permissions().mode() & 0o077 != 0 {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(why)?;
         }
-        if let Some(kind) = volatile(loc, path, key)? {
+        if let Some(kind) = kind {
             tracing::warn!(
                 "the state directory {} is on a {kind} (allow_volatile_state = true): its sequence-number marks \
                  are lost at a reboot; after one, outbound SAs need new keys, confirmed with `netveil up \
@@ -931,6 +933,7 @@ mod tests {
                 e.reason
             );
         }
+        assert!(!dir.exists(), "a refused open created {}", dir.display());
         let allowed = StateLocation {
             allow_volatile: true,
             ..loc.clone()
