@@ -289,6 +289,8 @@ struct RawInterface {
     control_socket: Option<String>,
     control_group: Option<String>,
     state_dir: Option<String>,
+    #[serde(default)]
+    allow_volatile_state: bool,
     block_when_stopped: Option<bool>,
 }
 
@@ -358,8 +360,9 @@ pub struct Interface {
     /// `control_group`: the group id (resolved from its name when the file is read) whose processes may use the
     /// control socket besides root's; the socket is then mode 0660 of that group.
     pub control_group: Option<u32>,
-    /// Where the daemon keeps what must survive a restart (sequence-number marks of static-key SAs).
-    pub state_dir: std::path::PathBuf,
+    /// Where the daemon keeps what must survive a restart (sequence-number marks of static-key SAs): `state_dir`,
+    /// `allow_volatile_state`, and `netveil up --fresh-keys`.
+    pub state_dir: crate::state::StateLocation,
     /// Keep dropping covered traffic after a clean stop too, until `netveil down` (a crash always leaves it
     /// blocked).
     pub block_when_stopped: bool,
@@ -765,10 +768,13 @@ fn parse_interface(ri: RawInterface) -> Result<Interface, ConfigError> {
             .control_group
             .map(|g| control_group("interface.control_group", &g))
             .transpose()?,
-        state_dir: match ri.state_dir {
-            Some(d) if d.is_empty() => return err("interface.state_dir", "must not be empty"),
-            Some(d) => d.into(),
-            None => crate::state::DEFAULT_STATE_DIR.into(),
+        state_dir: crate::state::StateLocation {
+            allow_volatile: ri.allow_volatile_state,
+            ..crate::state::StateLocation::new(match ri.state_dir {
+                Some(d) if d.is_empty() => return err("interface.state_dir", "must not be empty"),
+                Some(d) => d,
+                None => crate::state::DEFAULT_STATE_DIR.into(),
+            })
         },
         block_when_stopped: ri.block_when_stopped.unwrap_or(true),
     })
@@ -1429,6 +1435,30 @@ mod tests {
             psp("transport", "replay_window = 1024").unwrap_err().key,
             "psp.replay_window"
         );
+    }
+
+    /// `[interface] state_dir` and `allow_volatile_state` (default: refused); `--fresh-keys` is never read from the
+    /// file (a key of that name is unknown).
+    #[test]
+    fn state_dir_and_allow_volatile_state() {
+        let c = Config::parse("[interface]\n").unwrap();
+        assert_eq!(
+            c.interface.state_dir,
+            crate::state::StateLocation::new(crate::state::DEFAULT_STATE_DIR)
+        );
+        let c =
+            Config::parse("[interface]\nstate_dir = \"/run/nv\"\nallow_volatile_state = true\n")
+                .unwrap();
+        assert_eq!(c.interface.state_dir.path, std::path::Path::new("/run/nv"));
+        assert!(c.interface.state_dir.allow_volatile && !c.interface.state_dir.fresh_keys);
+        for k in ["fresh_keys", "allow_volatile_state = \"yes\""] {
+            let text = if k.contains('=') {
+                format!("[interface]\n{k}\n")
+            } else {
+                format!("[interface]\n{k} = true\n")
+            };
+            assert!(Config::parse(&text).is_err(), "{k}");
+        }
     }
 
     /// A syntax error names the line and column and never prints the line (it may hold a key).

@@ -1017,7 +1017,12 @@ fn preflight_with(cfg: &Config, live_ok: bool) -> Result<Option<String>> {
         .iter()
         .any(|s| s.direction == netveil_ipsec::sa::Direction::Out)
     {
-        crate::state::StateDir::check(&i.state_dir, "interface.state_dir")?;
+        if let Some(n) = crate::state::StateDir::check(&i.state_dir, "interface.state_dir")? {
+            note = Some(match note {
+                Some(m) => format!("{m}; {n}"),
+                None => n,
+            });
+        }
     }
     Ok(note)
 }

@@ -16,7 +16,9 @@
 //! signing_key = "h1.l2key"         # Ed25519 key (netveil keygen --ed25519): group frames are signed
 //! # require_signatures = true      # refuse group frames not signed by a known peer (default: true when
 //!                                  # [[l2sec.peer]] entries are listed, false otherwise)
-//! # state_dir = "/var/lib/netveil" # where the group epoch (l2sec-<interface>.epoch) persists
+//! # state_dir = "/var/lib/netveil" # where the group epoch (l2sec-<interface>.epoch) persists: only root's,
+//!                                  #   not on a tmpfs (see the daemon's `state` module)
+//! # allow_volatile_state = false   # accept a state_dir on a tmpfs/ramfs (every start warns)
 //! replay_window = 1024
 //! # security_number = 0x00abcd     # send and require this 24-bit number
 //! # timestamps = true              # send timestamps, accept within timestamp_tolerance seconds
@@ -87,6 +89,8 @@ struct RawL2 {
     signing_key: Option<String>,
     require_signatures: Option<bool>,
     state_dir: Option<String>,
+    #[serde(default)]
+    allow_volatile_state: bool,
     replay_window: Option<i64>,
     security_number: Option<i64>,
     #[serde(default)]
@@ -139,6 +143,8 @@ pub struct L2Config {
     pub control_group: Option<u32>,
     /// Where the group epoch persists (`l2sec.state_dir`).
     pub state_dir: PathBuf,
+    /// `l2sec.allow_volatile_state`: a state directory on a tmpfs or ramfs is accepted (with a warning).
+    pub allow_volatile_state: bool,
     pub peers: HashMap<[u8; 6], VerifyingKey>,
     /// Configured address bindings (`l2sec.peer[i].ip`).
     pub peer_ips: HashMap<[u8; 6], Ipv4Addr>,
@@ -496,9 +502,18 @@ impl L2Config {
             control_socket,
             control_group,
             state_dir,
+            allow_volatile_state: r.allow_volatile_state,
             peers,
             peer_ips,
         })
+    }
+
+    /// The state directory and what the configuration allows for it.
+    pub fn state_location(&self) -> crate::state::StateLocation {
+        crate::state::StateLocation {
+            allow_volatile: self.allow_volatile_state,
+            ..crate::state::StateLocation::new(&self.state_dir)
+        }
     }
 
     /// The node configuration for a port with `mac` and the address `ip/len`, in group `epoch`.
@@ -667,6 +682,8 @@ pub fn check(cfg: &L2Config) -> Result<()> {
         }
         .into());
     }
+    // Only root's and persistent (the note about fresh keys is for the IP engine's sequence marks).
+    StateDir::check(&cfg.state_location(), "l2sec.state_dir")?;
     let f = d.join(epoch_file(&cfg.interface));
     if let Ok(t) = std::fs::read_to_string(&f) {
         if t.trim().parse::<u64>().is_err() {
@@ -720,7 +737,7 @@ pub fn prepare(cfg: L2Config) -> Result<Prepared> {
     };
     // The group epoch, persisted before anything is set up (a state directory that cannot be used is a
     // configuration error: nothing applied).
-    let state = StateDir::open(&cfg.state_dir, "l2sec.state_dir")?;
+    let state = StateDir::open(&cfg.state_location(), "l2sec.state_dir")?;
     let since_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -1364,6 +1381,11 @@ mod tests {
         );
         let c = parse(&base().replace("[l2sec]\n", "[l2sec]\nstate_dir = \"st\"\n")).unwrap();
         assert_eq!(c.state_dir, Path::new("/nonexistent/st"));
+        assert!(!c.state_location().allow_volatile);
+        let c =
+            parse(&base().replace("[l2sec]\n", "[l2sec]\nallow_volatile_state = true\n")).unwrap();
+        assert!(c.state_location().allow_volatile);
+        assert!(!c.state_location().fresh_keys);
         let e = parse(&base().replace("[l2sec]\n", "[l2sec]\nstate_dir = \"\"\n"))
             .err()
             .unwrap();
@@ -1372,9 +1394,9 @@ mod tests {
 
     #[test]
     fn the_epoch_strictly_increases_and_persists_before_use() {
-        let dir = std::env::temp_dir().join(format!("netveil-l2-epoch-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let st = StateDir::open(&dir, "l2sec.state_dir").unwrap();
+        let dir = crate::state::test_dir("l2-epoch");
+        let st =
+            StateDir::open(&crate::state::StateLocation::new(&dir), "l2sec.state_dir").unwrap();
         let now = 1_700_000_000_000_000u64;
         let e1 = next_epoch(&st, "eth0", now).unwrap();
         assert_eq!(e1, now);

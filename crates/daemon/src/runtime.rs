@@ -222,11 +222,15 @@ fn answer(controls: &[Arc<dyn Control>], line: &str) -> Value {
 
 /// `netveil up -c FILE`: every engine the file's sections select, in one process, until SIGINT/SIGTERM, `netveil
 /// down`, or the end of a data-plane thread. `verbose` (`-v` count) and `quiet` (`-q`) override the file's
-/// `log_level`.
-pub fn up(path: &Path, verbose: u8, quiet: bool) -> Result<()> {
+/// `log_level`; `fresh_keys` (`--fresh-keys`) confirms that outbound SAs whose keys have no sequence mark use new
+/// keys, for a state directory without its record (see [`crate::state`]).
+pub fn up(path: &Path, verbose: u8, quiet: bool, fresh_keys: bool) -> Result<()> {
     // First of all, with no other thread yet (the umask is the process's).
     netveil_io::os::set_umask(DAEMON_UMASK);
-    let s = load(path)?;
+    let mut s = load(path)?;
+    if let Some(c) = s.ip.as_mut() {
+        c.interface.state_dir.fresh_keys = fresh_keys;
+    }
     crate::log::init(crate::log::level(s.log_level, verbose, quiet));
     // Every check and every key schedule of every engine before the first change to the system.
     let ip = s.ip.map(crate::ip::prepare).transpose()?;
@@ -322,6 +326,7 @@ pub fn down(path: &Path) -> Result<()> {
     let _ = std::fs::remove_file(
         iface
             .state_dir
+            .path
             .join(crate::state::policies_file(&iface.name)),
     );
     let _ = std::fs::remove_file(sock);

@@ -9,24 +9,72 @@
 //! of one decimal line, replaced atomically: written to a temporary file, synced, renamed over the old one, and the
 //! directory synced, so a crash at any moment leaves either the old or the new value. A file that does not parse is
 //! an error (the daemon refuses to start rather than guess a mark), never silently reset.
+//!
+//! What the directory must be (checked by [`StateDir::open`] and [`StateDir::check`], errors naming the key that
+//! chose it):
+//!
+//! - **Only root's** (or the daemon's own user's, for a daemon that does not run as root), like sshd's
+//!   `StrictModes`: the directory and every directory above it, up to `/`, along the path as written and along the
+//!   path that its symbolic links resolve to, is owned by root (or that user) and not writable by its group or
+//!   others. Whoever can write there can remove a mark and make the daemon reuse nonces. A sticky, world-writable
+//!   directory such as `/tmp` or `/var/tmp` is refused too: its entries are removed by age by tmp cleaners
+//!   (systemd-tmpfiles) and anyone may create a path there first.
+//! - **Persistent**: a directory on a tmpfs or ramfs loses every mark at a reboot, and a restart after it would
+//!   send sequence numbers 1, 2, 3 again under the same keys. It is refused unless `allow_volatile_state = true`
+//!   says the operator knows (then every start warns).
+//! - **Known**: the file [`SENTINEL`] records that the directory has held the daemon's state since it was
+//!   initialised. With it, a key without a mark was never used with this directory and starts at 1. Without it
+//!   (a new directory, or one whose contents were lost: a tmpfs after a reboot, a wiped or replaced disk), a missing
+//!   mark proves nothing: an outbound SA whose keys have no mark is refused ([`StateDir::read_mark`]) until the
+//!   operator confirms fresh keys (`netveil up --fresh-keys`), which writes the record. Keys that have a mark
+//!   continue above it either way.
 
 use crate::error::ConfigError;
 
 use netveil_ipsec::sa::Direction;
 use netveil_ipsec::{InboundSa, OutboundSa, RxState, SaParams};
 use netveil_sa::seq::SeqCounter;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Where the daemon keeps its state unless `state_dir` says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/netveil";
 
+/// The file that records that a state directory was initialised (with `netveil up --fresh-keys`) and has held the
+/// daemon's marks since: one line naming it, a random id and the time it was written.
+pub const SENTINEL: &str = "netveil-state";
+
+/// A state directory as the configuration gives it, with what the operator allowed for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateLocation {
+    /// `state_dir`.
+    pub path: PathBuf,
+    /// `allow_volatile_state = true`: a directory on a tmpfs or ramfs is accepted (every start warns).
+    pub allow_volatile: bool,
+    /// `netveil up --fresh-keys` (never from the file): the keys of outbound SAs without a mark are new, so a
+    /// directory without its [`SENTINEL`] is initialised (see [`StateDir::open`]).
+    pub fresh_keys: bool,
+}
+
+impl StateLocation {
+    /// `path`, persistent storage required, no confirmation of fresh keys.
+    pub fn new(path: impl Into<PathBuf>) -> StateLocation {
+        StateLocation {
+            path: path.into(),
+            allow_volatile: false,
+            fresh_keys: false,
+        }
+    }
+}
+
 /// A writable state directory.
 
 #[derive(Debug, Clone)]
 pub struct StateDir {
     path: PathBuf,
+    /// Its [`SENTINEL`] exists: a missing mark is a key never used with this directory.
+    known: bool,
 }
 
 fn cerr(key: &str, reason: String) -> ConfigError {
@@ -36,10 +84,115 @@ fn cerr(key: &str, reason: String) -> ConfigError {
     }
 }
 
+/// Whether the directory `dir` holds its [`SENTINEL`] (a regular file, not a link).
+fn has_sentinel(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join(SENTINEL)).is_ok_and(|m| m.is_file())
+}
+
+/// The nearest existing directory at or above `path` (what [`StateDir::open`] would create the directory in).
+fn nearest_existing(path: &Path) -> &Path {
+    let mut p = path;
+    while !p.exists() {
+        match p.parent() {
+            Some(q) if !q.as_os_str().is_empty() => p = q,
+            _ => break,
+        }
+    }
+    p
+}
+
+/// Whether `dir` (an existing directory) and every directory above it may hold the state (see the module
+/// documentation): owned by root or by this process's user, not writable by group or others; checked along the
+/// path as written and along its resolved form. Errors name `key`; `wanted` is the configured path.
+fn only_root_may_write(dir: &Path, wanted: &Path, key: &str) -> Result<(), ConfigError> {
+    let me = netveil_io::os::euid();
+    let abs = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| cerr(key, format!("cannot resolve {}: {e}", dir.display())))?
+            .join(dir)
+    };
+    let real = std::fs::canonicalize(&abs)
+        .map_err(|e| cerr(key, format!("cannot resolve {}: {e}", abs.display())))?;
+    for p in abs.ancestors().chain(real.ancestors()) {
+        if p.as_os_str().is_empty() {
+            continue;
+        }
+        let m = std::fs::metadata(p).map_err(|e| {
+            cerr(
+                key,
+                format!(
+                    "cannot use {} as the state directory: {}: {e}",
+                    wanted.display(),
+                    p.display()
+                ),
+            )
+        })?;
+        let why = if m.uid() != 0 && m.uid() != me {
+            format!("{} is owned by user {}, not by root", p.display(), m.uid())
+        } else if m.mode() & 0o022 != 0 {
+            format!(
+                "{} is writable by its group or others (mode {:o}{})",
+                p.display(),
+                m.mode() & 0o7777,
+                if m.mode() & 0o1000 != 0 {
+                    "; sticky directories such as /tmp are refused too: tmp cleaners remove old files there"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            continue;
+        };
+        return Err(cerr(
+            key,
+            format!(
+                "cannot use {} as the state directory: {why}; whoever can write there can remove a \
+                 sequence-number mark and make netveil reuse nonces: give a directory on a path that only root \
+                 can write, such as {DEFAULT_STATE_DIR}",
+                wanted.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The file system of `dir` if it loses its contents at a reboot (tmpfs, ramfs): refused unless `loc` allows it;
+/// `Ok(Some(kind))` when allowed.
+fn volatile(
+    loc: &StateLocation,
+    dir: &Path,
+    key: &str,
+) -> Result<Option<&'static str>, ConfigError> {
+    let kind = netveil_io::os::volatile_fs(dir).map_err(|e| {
+        cerr(
+            key,
+            format!("cannot tell the file system of {}: {e}", dir.display()),
+        )
+    })?;
+    match kind {
+        Some(k) if !loc.allow_volatile => Err(cerr(
+            key,
+            format!(
+                "{} is on a {k}, which loses every sequence-number mark at a reboot: a restart after one would \
+                 send sequence numbers 1, 2, 3 again under the same keys (nonce reuse); give a directory on \
+                 persistent storage, or set allow_volatile_state = true in the same section if you know (new \
+                 keys after every reboot, confirmed with `netveil up --fresh-keys`)",
+                loc.path.display()
+            ),
+        )),
+        k => Ok(k),
+    }
+}
+
 impl StateDir {
-    /// Opens (creating it, mode 0700) the state directory `path` and checks that a value can be written and synced
-    /// there. Errors name `key`, the configuration key that chose the directory.
-    pub fn open(path: &Path, key: &str) -> Result<StateDir, ConfigError> {
+    /// Opens (creating it, mode 0700) the state directory of `loc` and checks that a value can be written and
+    /// synced there, that it is only root's and persistent (see the module documentation; a volatile one that
+    /// `loc` allows is logged as a warning), and whether it holds its [`SENTINEL`] (written now if `loc` confirms
+    /// fresh keys). Errors name `key`, the configuration key that chose the directory.
+    pub fn open(loc: &StateLocation, key: &str) -> Result<StateDir, ConfigError> {
+        let path = loc.path.as_path();
         let why = |e: std::io::Error| {
             cerr(
                 key,
@@ -51,34 +204,72 @@ impl StateDir {
             )
         };
         if !path.is_dir() {
+            // Nothing is created in a place that could not hold the state.
+            let above = nearest_existing(path);
+            if above.is_dir() {
+                only_root_may_write(above, path, key)?;
+                volatile(loc, above, key)?;
+            }
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(path)
                 .map_err(why)?;
         }
+        only_root_may_write(path, path, key)?;
+        let kind = volatile(loc, path, key)?;
         let meta = std::fs::metadata(path).map_err(why)?;
         if meta.permissions().mode() & 0o077 != 0 {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(why)?;
         }
-        let d = StateDir {
+        if let Some(kind) = kind {
+            tracing::warn!(
+                "the state directory {} is on a {kind} (allow_volatile_state = true): its sequence-number marks \
+                 are lost at a reboot; after one, outbound SAs need new keys, confirmed with `netveil up \
+                 --fresh-keys`",
+                path.display()
+            );
+        }
+        let mut d = StateDir {
             path: path.to_path_buf(),
+            known: false,
         };
         d.write_u64(".probe", 0).map_err(why)?;
         let _ = std::fs::remove_file(path.join(".probe"));
+        let sentinel = path.join(SENTINEL);
+        d.known = has_sentinel(path);
+        if !d.known && loc.fresh_keys {
+            let mut id = [0u8; 16];
+            netveil_crypto::rand::fill_random(&mut id);
+            let since = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs();
+            netveil_control::write_private(
+                &sentinel,
+                format!(
+                    "netveil state directory (initialised with --fresh-keys)\nid {}\nsince {since}\n",
+                    hex::encode(id)
+                )
+                .as_bytes(),
+            )
+            .map_err(why)?;
+            tracing::info!(
+                "state directory {} initialised (--fresh-keys): keys without a sequence mark start at 1",
+                path.display()
+            );
+            d.known = true;
+        }
         Ok(d)
     }
 
     /// Whether [`StateDir::open`] would succeed, without creating or writing anything: the directory, or the
-    /// nearest existing parent it would be created in, must be a writable directory.
-    pub fn check(path: &Path, key: &str) -> Result<(), ConfigError> {
-        let mut p = path;
-        while !p.exists() {
-            match p.parent() {
-                Some(q) if !q.as_os_str().is_empty() => p = q,
-                _ => break,
-            }
-        }
+    /// nearest existing parent it would be created in, must be a writable directory, only root's, and persistent
+    /// unless `loc` allows otherwise. Returns a note for `netveil check`: a volatile directory, or one without its
+    /// [`SENTINEL`] (then `up` needs `--fresh-keys` for keys without a mark).
+    pub fn check(loc: &StateLocation, key: &str) -> Result<Option<String>, ConfigError> {
+        let path = loc.path.as_path();
+        let p = nearest_existing(path);
         if p.as_os_str().as_encoded_bytes().contains(&0) {
             return Err(cerr(
                 key,
@@ -97,11 +288,74 @@ impl StateDir {
                 ),
             ));
         }
-        Ok(())
+        only_root_may_write(p, path, key)?;
+        let mut notes = Vec::new();
+        if let Some(kind) = volatile(loc, p, key)? {
+            notes.push(format!(
+                "the state directory {} is on a {kind} (allow_volatile_state = true): its marks are lost at a reboot",
+                path.display()
+            ));
+        }
+        if !has_sentinel(path) {
+            notes.push(format!(
+                "the state directory {} has no {SENTINEL} record (new, or its contents were lost): `up` refuses \
+                 outbound SAs whose keys have no sequence mark there until `netveil up --fresh-keys` confirms \
+                 that they are new keys",
+                path.display()
+            ));
+        }
+        Ok((!notes.is_empty()).then(|| notes.join("; ")))
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the directory holds its [`SENTINEL`] (so a missing mark is a key never used with it).
+    pub fn is_known(&self) -> bool {
+        self.known
+    }
+
+    /// The sequence mark `name` of the outbound SA `sa` (0: keys never used with this directory). A missing mark
+    /// in a directory without its [`SENTINEL`] is an error that names `key` and says what to do: those keys may
+    /// have been used with the state that was lost, and starting them at 1 could repeat a nonce.
+    pub fn read_mark(&self, name: &str, key: &str, sa: &str) -> Result<u64, ConfigError> {
+        match self.read_u64(name).map_err(|e| cerr(key, e))? {
+            Some(m) => Ok(m),
+            // (The record may have been written since the directory was opened: a daemon's runtime store is
+            // opened once.)
+            None if self.known || has_sentinel(&self.path) => Ok(0),
+            None => Err(cerr(
+                key,
+                format!(
+                    "SA '{sa}': its keys have no sequence mark in {dir}, and {dir} holds no {SENTINEL} record \
+                     (it is new, or what it held was lost: a tmpfs after a reboot, a wiped or replaced disk): \
+                     these keys may have sent sequence numbers before, which a start at 1 would send again \
+                     (nonce reuse). Configure new keys for it and confirm with `netveil up --fresh-keys` (once: \
+                     it records the directory)",
+                    dir = self.path.display()
+                ),
+            )),
+        }
+    }
+
+    /// [`StateDir::read_mark`] for an inbound SA's receive floor: missing, it is 0 only where the directory's record
+    /// (or `--fresh-keys`) says the keys are new; otherwise packets accepted before the loss would be accepted again.
+    pub fn read_floor(&self, name: &str, key: &str, sa: &str) -> Result<u64, ConfigError> {
+        match self.read_u64(name).map_err(|e| cerr(key, e))? {
+            Some(m) => Ok(m),
+            None if self.known || has_sentinel(&self.path) => Ok(0),
+            None => Err(cerr(
+                key,
+                format!(
+                    "SA '{sa}': its keys have no receive floor in {dir}, and {dir} holds no {SENTINEL} record \
+                     (it is new, or what it held was lost): packets these keys were accepted with before could be \
+                     accepted again (replays). Configure new keys for it and confirm with `netveil up --fresh-keys` \
+                     (once: it records the directory)",
+                    dir = self.path.display()
+                ),
+            )),
+        }
     }
 
     /// The value stored under `name` (`None` if there is none yet). A file that is not one decimal number is an
@@ -375,9 +629,7 @@ impl SeqStore {
         }
         let mark = self
             .dir
-            .read_u64(&file)
-            .map_err(|e| cerr(key, e))?
-            .unwrap_or(0);
+            .read_mark(&file, &format!("{key}.enc_key"), &p.name)?;
         if mark >= limit {
             return Err(cerr(
                 &format!("{key}.enc_key"),
@@ -603,9 +855,7 @@ impl RxStore {
         }
         let floor = self
             .dir
-            .read_u64(&file)
-            .map_err(|e| cerr(key, e))?
-            .unwrap_or(0);
+            .read_floor(&file, &format!("{key}.enc_key"), &p.name)?;
         if floor >= limit {
             return Err(cerr(
                 &format!("{key}.enc_key"),
@@ -740,9 +990,36 @@ impl Drop for RxStore {
     }
 }
 
+/// A scratch directory for tests that may hold state: under the build's target directory (its `tmp`), whose path
+/// is only its owner's, unlike the system's temporary directory (refused: see the module documentation).
+#[cfg(test)]
+pub(crate) fn test_dir(tag: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/<test binary>
+    let target = exe.ancestors().nth(3).expect("target directory");
+    let d = target
+        .join("tmp")
+        .join(format!("netveil-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&d)
+        .unwrap();
+    d
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A location whose keys are confirmed fresh (as `netveil up --fresh-keys`).
+    fn fresh(p: &Path) -> StateLocation {
+        StateLocation {
+            fresh_keys: true,
+            ..StateLocation::new(p)
+        }
+    }
 
     fn out_sa(name: &str) -> netveil_ipsec::SaParams {
         let cfg = crate::config::Config::parse(&format!(
@@ -758,9 +1035,8 @@ mod tests {
     /// used.
     #[test]
     fn sequence_marks_across_starts_crashes_and_stops() {
-        let dir = std::env::temp_dir().join(format!("netveil-seq-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let open = || StateDir::open(&dir, "state_dir").unwrap();
+        let dir = test_dir("seq-test").join("state");
+        let open = || StateDir::open(&fresh(&dir), "state_dir").unwrap();
         let p = out_sa("a");
         let file = seq_file(&p);
         let (store, starts) = SeqStore::start(open(), std::slice::from_ref(&p)).unwrap();
@@ -823,9 +1099,8 @@ mod tests {
 
     #[test]
     fn values_survive_and_damage_is_an_error() {
-        let dir = std::env::temp_dir().join(format!("netveil-state-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let s = StateDir::open(&dir.join("sub"), "state_dir").unwrap();
+        let dir = test_dir("state-test");
+        let s = StateDir::open(&StateLocation::new(dir.join("sub")), "state_dir").unwrap();
         assert_eq!(
             std::fs::metadata(s.path()).unwrap().permissions().mode() & 0o777,
             0o700
@@ -833,13 +1108,277 @@ mod tests {
         assert_eq!(s.read_u64("x"), Ok(None));
         s.write_u64("x", 42).unwrap();
         s.write_u64("x", 1 << 40).unwrap();
-        let again = StateDir::open(&dir.join("sub"), "state_dir").unwrap();
+        let again = StateDir::open(&StateLocation::new(dir.join("sub")), "state_dir").unwrap();
         assert_eq!(again.read_u64("x"), Ok(Some(1 << 40)));
         std::fs::write(dir.join("sub/x"), "garbage").unwrap();
         assert!(again.read_u64("x").unwrap_err().contains("damaged"));
         // A directory that cannot be created is refused with the key named.
-        let e = StateDir::open(Path::new("/proc/netveil-nope"), "interface.state_dir").unwrap_err();
+        let e = StateDir::open(
+            &StateLocation::new("/proc/netveil-nope"),
+            "interface.state_dir",
+        )
+        .unwrap_err();
         assert_eq!(e.key, "interface.state_dir");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn is_root() -> bool {
+        netveil_io::os::euid() == 0
+    }
+
+    fn sh(args: &[&str]) {
+        let st = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .status()
+            .unwrap();
+        assert!(st.success(), "{args:?}");
+    }
+
+    /// What a state directory without its record does with marks: a key without one is refused (the error names
+    /// the key and says what to do, and nothing is written), a key with one continues above it; `--fresh-keys`
+    /// writes the record once, and from then on a key without a mark is a new one (starts at 1) without it.
+    #[test]
+    fn a_missing_mark_needs_the_record_or_a_confirmation() {
+        let dir = test_dir("fresh").join("state");
+        let (p, q) = (out_sa("a"), {
+            let mut q = out_sa("b");
+            q.enc_key = zeroize::Zeroizing::new(vec![1; 20]);
+            q
+        });
+        assert_ne!(seq_file(&p), seq_file(&q));
+        let plain = StateLocation::new(&dir);
+        let d = StateDir::open(&plain, "interface.state_dir").unwrap();
+        assert!(!d.is_known());
+        let e = SeqStore::start(d, std::slice::from_ref(&p)).err().unwrap();
+        assert_eq!(e.key, "sa[0].enc_key");
+        assert!(
+            e.reason.contains("SA 'a'")
+                && e.reason.contains("no sequence mark")
+                && e.reason.contains("--fresh-keys"),
+            "{}",
+            e.reason
+        );
+        assert!(!dir.join(seq_file(&p)).exists());
+        assert!(!dir.join(SENTINEL).exists());
+        let note = StateDir::check(&plain, "interface.state_dir")
+            .unwrap()
+            .unwrap();
+        assert!(note.contains("--fresh-keys"), "{note}");
+        // A key that has a mark (an older netveil wrote no record) continues above it.
+        StateDir::open(&plain, "k")
+            .unwrap()
+            .write_u64(&seq_file(&q), 41)
+            .unwrap();
+        let (store, starts) = SeqStore::start(
+            StateDir::open(&plain, "k").unwrap(),
+            std::slice::from_ref(&q),
+        )
+        .unwrap();
+        assert_eq!(starts[0].as_ref().unwrap().first, 42);
+        drop(store);
+        // Confirmed: the record is written, and the key starts at 1.
+        let d = StateDir::open(&fresh(&dir), "interface.state_dir").unwrap();
+        assert!(d.is_known());
+        let rec = std::fs::read_to_string(dir.join(SENTINEL)).unwrap();
+        assert!(
+            rec.starts_with("netveil state directory") && rec.contains("\nid "),
+            "{rec}"
+        );
+        let (store, starts) = SeqStore::start(d, std::slice::from_ref(&p)).unwrap();
+        assert_eq!(starts[0].as_ref().unwrap().first, 1);
+        drop(store);
+        // Later starts need no confirmation, and the record is not rewritten.
+        let d = StateDir::open(&plain, "interface.state_dir").unwrap();
+        assert!(d.is_known());
+        assert_eq!(std::fs::read_to_string(dir.join(SENTINEL)).unwrap(), rec);
+        let mut r = out_sa("r");
+        r.enc_key = zeroize::Zeroizing::new(vec![2; 20]);
+        assert!(SeqStore::start(d, std::slice::from_ref(&r)).is_ok());
+        assert_eq!(
+            StateDir::check(&plain, "interface.state_dir").unwrap(),
+            None
+        );
+        // The record lost (as a tmpfs after a reboot): refused again.
+        std::fs::remove_file(dir.join(SENTINEL)).unwrap();
+        std::fs::remove_file(dir.join(seq_file(&p))).unwrap();
+        let d = StateDir::open(&plain, "interface.state_dir").unwrap();
+        assert!(SeqStore::start(d, std::slice::from_ref(&p)).is_err());
+    }
+
+    /// A directory, or a directory above it, owned by another user than root is refused by `open` and `check`,
+    /// naming the key and the owner; owned by root again, it is accepted.
+    #[test]
+    fn a_foreign_owner_is_refused() {
+        if !is_root() {
+            eprintln!("skipped: needs root (chown)");
+            return;
+        }
+        let base = test_dir("owner");
+        let dir = base.join("state");
+        let loc = StateLocation::new(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+        sh(&["chown", "65534:65534", dir.to_str().unwrap()]);
+        let e = StateDir::open(&loc, "interface.state_dir").unwrap_err();
+        assert_eq!(e.key, "interface.state_dir");
+        assert!(e.reason.contains("owned by user 65534"), "{}", e.reason);
+        let e = StateDir::check(&loc, "interface.state_dir").unwrap_err();
+        assert!(e.reason.contains("owned by user 65534"), "{}", e.reason);
+        // Nothing was written into it.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        // A foreign parent: the directory below it would not be created.
+        sh(&["chown", "0:0", dir.to_str().unwrap()]);
+        assert!(StateDir::open(&loc, "interface.state_dir").is_ok());
+        sh(&["chown", "65534:65534", base.to_str().unwrap()]);
+        let sub = StateLocation::new(base.join("new"));
+        let e = StateDir::open(&sub, "l2sec.state_dir").unwrap_err();
+        assert_eq!(e.key, "l2sec.state_dir");
+        assert!(e.reason.contains("owned by user 65534"), "{}", e.reason);
+        assert!(!base.join("new").exists());
+        sh(&["chown", "0:0", base.to_str().unwrap()]);
+        assert!(StateDir::open(&sub, "l2sec.state_dir").is_ok());
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// A group-writable directory above the state directory, a group-writable state directory, and a sticky
+    /// world-writable one (/tmp) are refused; the same paths with mode 0755 are accepted.
+    #[test]
+    fn writable_by_others_is_refused() {
+        let base = test_dir("mode");
+        let dir = base.join("state");
+        let loc = StateLocation::new(&dir);
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(&base, 0o775);
+        for e in [
+            StateDir::open(&loc, "interface.state_dir").unwrap_err(),
+            StateDir::check(&loc, "interface.state_dir").unwrap_err(),
+        ] {
+            assert_eq!(e.key, "interface.state_dir");
+            assert!(
+                e.reason
+                    .contains("writable by its group or others (mode 775)"),
+                "{}",
+                e.reason
+            );
+        }
+        assert!(!dir.exists());
+        mode(&base, 0o755);
+        assert!(StateDir::open(&loc, "interface.state_dir").is_ok());
+        mode(&dir, 0o770);
+        let e = StateDir::open(&loc, "interface.state_dir").unwrap_err();
+        assert!(e.reason.contains("mode 770"), "{}", e.reason);
+        mode(&dir, 0o700);
+        assert!(StateDir::open(&loc, "interface.state_dir").is_ok());
+        // Sticky and world-writable (the system's temporary directory, where there is one like that).
+        let tmp = std::env::temp_dir();
+        if std::fs::metadata(&tmp).unwrap().mode() & 0o1002 == 0o1002 {
+            let t = StateLocation::new(tmp.join(format!("netveil-sticky-{}", std::process::id())));
+            let e = StateDir::check(&t, "interface.state_dir").unwrap_err();
+            assert!(e.reason.contains("sticky"), "{}", e.reason);
+            assert!(StateDir::open(&t, "interface.state_dir").is_err());
+            assert!(!t.path.exists());
+        }
+        // Through a symbolic link from a safe place into an unsafe one.
+        let unsafe_dir = base.join("open");
+        std::fs::create_dir(&unsafe_dir).unwrap();
+        mode(&unsafe_dir, 0o777);
+        std::os::unix::fs::symlink(&unsafe_dir, base.join("link")).unwrap();
+        let e = StateDir::open(&StateLocation::new(base.join("link/state")), "k").unwrap_err();
+        assert!(e.reason.contains("mode 777"), "{}", e.reason);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// Captures what `f` logs (at warn and above).
+    fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let w = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || w.clone())
+            .finish();
+        let r = tracing::subscriber::with_default(sub, f);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        (r, text)
+    }
+
+    /// A state directory on a tmpfs (mounted for the test) is refused, naming the key and `allow_volatile_state`;
+    /// allowed, every open warns and `check` notes it; the same directory on the disk opens without a warning.
+    #[test]
+    fn a_volatile_directory_needs_allow_volatile_state_and_warns() {
+        if !is_root() {
+            eprintln!("skipped: needs root (mount)");
+            return;
+        }
+        let base = test_dir("volatile");
+        let mnt = base.join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let dir = mnt.join("state");
+        let loc = StateLocation::new(&dir);
+        // On the disk first (positive control): no warning.
+        let (r, log) = logged(|| StateDir::open(&loc, "interface.state_dir"));
+        assert!(r.is_ok() && log.is_empty(), "{log}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        sh(&[
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=1m,mode=0755",
+            "tmpfs",
+            mnt.to_str().unwrap(),
+        ]);
+        struct Umount(PathBuf);
+        impl Drop for Umount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _u = Umount(mnt.clone());
+        for e in [
+            StateDir::check(&loc, "interface.state_dir").unwrap_err(),
+            StateDir::open(&loc, "interface.state_dir").unwrap_err(),
+        ] {
+            assert_eq!(e.key, "interface.state_dir");
+            assert!(
+                e.reason.contains("is on a tmpfs")
+                    && e.reason.contains("allow_volatile_state = true"),
+                "{}",
+                e.reason
+            );
+        }
+        assert!(!dir.exists(), "a refused open created {}", dir.display());
+        let allowed = StateLocation {
+            allow_volatile: true,
+            ..loc.clone()
+        };
+        for _ in 0..2 {
+            let (r, log) = logged(|| StateDir::open(&allowed, "interface.state_dir"));
+            assert!(r.is_ok());
+            assert!(
+                log.contains("WARN")
+                    && log.contains("is on a tmpfs")
+                    && log.contains("--fresh-keys"),
+                "{log}"
+            );
+        }
+        let note = StateDir::check(&allowed, "interface.state_dir")
+            .unwrap()
+            .unwrap();
+        assert!(note.contains("tmpfs"), "{note}");
+        drop(_u);
+        let _ = std::fs::remove_dir_all(&base);
     }
 }

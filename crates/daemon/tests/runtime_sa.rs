@@ -85,6 +85,20 @@ fn packet(dst: [u8; 4], n: u32) -> PacketBuf {
     PacketBuf::from_slice(&p, 256, 640)
 }
 
+/// A scratch directory that may hold state (not the system's temporary directory: see `netveil_daemon::state`).
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("netveil-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// As `netveil up --fresh-keys`: the state directories are new, and so are the keys.
+fn fresh(mut c: Config) -> Config {
+    c.interface.state_dir.fresh_keys = true;
+    c
+}
+
 struct Pair {
     a: Shared,
     b: Shared,
@@ -92,10 +106,9 @@ struct Pair {
 }
 
 fn pair(tag: &str) -> Pair {
-    let dir = std::env::temp_dir().join(format!("netveil-rt-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let a = Config::parse(&config("a", "b", &dir.join("a"))).unwrap();
-    let b = Config::parse(&config("b", "a", &dir.join("b"))).unwrap();
+    let dir = scratch(&format!("rt-{tag}"));
+    let a = fresh(Config::parse(&config("a", "b", &dir.join("a"))).unwrap());
+    let b = fresh(Config::parse(&config("b", "a", &dir.join("b"))).unwrap());
     Pair {
         a: Shared::new(a).unwrap(),
         b: Shared::new(b).unwrap(),
@@ -356,12 +369,14 @@ fn policy_added_live_reports_acquire_until_its_sa_comes() {
 #[test]
 fn configured_sas_get_their_reservations_topped_up() {
     use netveil_daemon::state::{seq_file, StateDir, SEQ_BLOCK};
-    let dir = std::env::temp_dir().join(format!("netveil-rt-seq-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let cfg = Config::parse(&config("a", "b", &dir)).unwrap();
+    let dir = scratch("rt-seq");
+    let cfg = fresh(Config::parse(&config("a", "b", &dir)).unwrap());
     let file = seq_file(&cfg.sas[0]);
-    let (seq, rx, starts) =
-        netveil_daemon::state::start(StateDir::open(&dir, "state_dir").unwrap(), &cfg.sas).unwrap();
+    let (seq, rx, starts) = netveil_daemon::state::start(
+        StateDir::open(&cfg.interface.state_dir, "state_dir").unwrap(),
+        &cfg.sas,
+    )
+    .unwrap();
     let (sad, at) = cfg.build_sad_reserved(0, &starts).unwrap();
     let a = Shared::with_sas(cfg, Installed::of(&sad, &at), Some((seq, rx)));
     a.db.arm();
@@ -376,7 +391,12 @@ fn configured_sas_get_their_reservations_topped_up() {
     a.db.tick(0, false, false);
     let used = out.seq_last();
     assert_eq!(out.seq_reserved(), used + SEQ_BLOCK);
-    let mark = StateDir::open(&dir, "state_dir").unwrap().read_u64(&file);
+    let mark = StateDir::open(
+        &netveil_daemon::state::StateLocation::new(&dir),
+        "state_dir",
+    )
+    .unwrap()
+    .read_u64(&file);
     assert_eq!(mark, Ok(Some(used + SEQ_BLOCK)));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -467,7 +487,7 @@ fn an_outbound_policy_never_seals_with_an_inbound_sa() {
 /// An engine started from `text` with the stores of its state directory (as `netveil up` does): outbound SAs above
 /// their sequence marks, inbound SAs above their receive floors.
 fn started(text: &str) -> Shared {
-    let cfg = Config::parse(text).unwrap();
+    let cfg = fresh(Config::parse(text).unwrap());
     let dir = netveil_daemon::state::StateDir::open(&cfg.interface.state_dir, "state_dir").unwrap();
     let (seq, rx, starts) = netveil_daemon::state::start(dir, &cfg.sas).unwrap();
     let (sad, at) = cfg.build_sad_reserved(0, &starts).unwrap();
@@ -487,17 +507,19 @@ fn seq_of(p: &PacketBuf) -> u32 {
 #[test]
 fn no_op_changes_continue_the_sequence_and_burn_no_block() {
     use netveil_daemon::state::{seq_file, StateDir, SEQ_BLOCK};
-    let dir = std::env::temp_dir().join(format!("netveil-rt-noop-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("rt-noop");
     let text = config("a", "b", &dir);
     let a = started(&text);
     let file = seq_file(&Config::parse(&text).unwrap().sas[0]);
     let mark = || {
-        StateDir::open(&dir, "state_dir")
-            .unwrap()
-            .read_u64(&file)
-            .unwrap()
-            .unwrap()
+        StateDir::open(
+            &netveil_daemon::state::StateLocation::new(&dir),
+            "state_dir",
+        )
+        .unwrap()
+        .read_u64(&file)
+        .unwrap()
+        .unwrap()
     };
     assert_eq!(mark(), SEQ_BLOCK);
     let mut last = 0;
@@ -537,8 +559,7 @@ fn no_op_changes_continue_the_sequence_and_burn_no_block() {
 #[test]
 fn replayed_packets_are_refused_across_re_adds_restarts_and_crashes() {
     use netveil_daemon::state::RX_MIN_BLOCK;
-    let dir = std::env::temp_dir().join(format!("netveil-rt-replay-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("rt-replay");
     let a = started(&config("a", "b", &dir.join("a")));
     let text_b = config("b", "a", &dir.join("b"));
     let b = started(&text_b);
@@ -617,8 +638,7 @@ fn replayed_packets_are_refused_across_re_adds_restarts_and_crashes() {
 #[test]
 fn sealing_goes_past_one_block_only_with_top_ups() {
     use netveil_daemon::state::SEQ_BLOCK;
-    let dir = std::env::temp_dir().join(format!("netveil-rt-block-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("rt-block");
     let a = started(&config("a", "b", &dir));
     let snap = a.db.load();
     let out = snap.sad.outbound().next().unwrap();
@@ -653,8 +673,7 @@ fn sealing_goes_past_one_block_only_with_top_ups() {
 /// `netveil down` (or a stop that lifts the block) forget it.
 #[test]
 fn runtime_policies_stay_covered_across_a_crash() {
-    let dir = std::env::temp_dir().join(format!("netveil-rt-cover-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("rt-cover");
     let text = config("a", "b", &dir);
     let a = started(&text);
     let pol: toml::Table = toml::from_str(
@@ -713,5 +732,40 @@ fn runtime_policies_stay_covered_across_a_crash() {
     let a = started(&text);
     assert!(a.db.restore_runtime_policies().unwrap().is_empty());
     drop(a);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An outbound SA added at runtime to a daemon whose state directory holds no record (new, or its contents lost)
+/// and that was not started with `--fresh-keys` is refused, naming its key and the confirmation; once the directory
+/// holds its record, the same SA is added and starts at 1.
+#[test]
+fn an_sa_added_at_runtime_needs_the_state_record_or_a_confirmation() {
+    use netveil_daemon::state::{StateDir, StateLocation, SENTINEL};
+    let dir = scratch("rt-record");
+    let a = Config::parse(&config("a", "b", &dir)).unwrap();
+    assert!(!a.interface.state_dir.fresh_keys);
+    let a = Shared::new(a).unwrap();
+    let mut t = sa_table("out", 0x3001, "192.0.2.1", "192.0.2.3");
+    t.insert("name".into(), "a-to-c".into());
+    let e = a.db.sa_add(t.clone(), 0).unwrap_err();
+    assert_eq!(e.key, "sa.enc_key");
+    assert!(
+        e.reason.contains("SA 'a-to-c'") && e.reason.contains("--fresh-keys"),
+        "{e}"
+    );
+    assert!(!dir.join(SENTINEL).exists());
+    let confirmed = StateLocation {
+        fresh_keys: true,
+        ..StateLocation::new(&dir)
+    };
+    StateDir::open(&confirmed, "interface.state_dir").unwrap();
+    a.db.sa_add(t, 0).unwrap();
+    let snap = a.db.load();
+    let out = snap
+        .sad
+        .iter()
+        .find(|s| s.base().params.name == "a-to-c")
+        .unwrap();
+    assert_eq!(out.base().params.first_seq, 1);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -97,6 +97,28 @@ pub fn may_write_dir(dir: &Path) -> bool {
     dir.is_dir() && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0
 }
 
+/// The kind of file system that holds `path`, where it matters to persistent state: `Some("tmpfs")` or
+/// `Some("ramfs")` for one that lives in memory only (its contents are gone after a reboot or a remount), `None`
+/// for any other (`statfs(2)`).
+pub fn volatile_fs(path: &Path) -> io::Result<Option<&'static str>> {
+    use nix::sys::statfs::{statfs, TMPFS_MAGIC};
+    // (nix names no constant for ramfs: RAMFS_MAGIC of <linux/magic.h>.)
+    const RAMFS_MAGIC: u32 = 0x8584_58f6;
+    let t = statfs(path).map_err(io::Error::from)?.filesystem_type();
+    Ok(if t == TMPFS_MAGIC {
+        Some("tmpfs")
+    } else if t.0 as u32 == RAMFS_MAGIC {
+        Some("ramfs")
+    } else {
+        None
+    })
+}
+
+/// The effective user id of this process.
+pub fn euid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
 /// `SO_MARK` on a socket (its packets carry the fwmark `mark`; a listener's accepted connections inherit it).
 pub fn set_mark(sock: &impl AsFd, mark: u32) -> io::Result<()> {
     sys::set_mark(sock.as_fd(), mark)
@@ -200,6 +222,19 @@ mod tests {
         let d = std::env::temp_dir();
         assert!(may_write_dir(&d));
         assert!(!may_write_dir(&d.join("netveil-no-such-dir-for-the-test")));
+    }
+
+    /// /proc is no tmpfs, /dev/shm is one (where it exists); a missing path is an error.
+    #[test]
+    fn volatile_file_systems() {
+        assert_eq!(volatile_fs(Path::new("/proc")).unwrap(), None);
+        assert!(volatile_fs(Path::new("/netveil-no-such-path")).is_err());
+        if Path::new("/dev/shm").is_dir() {
+            assert_eq!(volatile_fs(Path::new("/dev/shm")).unwrap(), Some("tmpfs"));
+        }
+        if is_root() {
+            assert_eq!(euid(), 0);
+        }
     }
 
     /// A connection from a fixed local port to a listener on loopback: the listener sees that port. The mark needs

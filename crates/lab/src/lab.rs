@@ -106,7 +106,11 @@ fn random_bytes(n: usize) -> Vec<u8> {
     v
 }
 
-/// A set of network namespaces and a scratch directory, all removed on drop.
+/// Where labs keep their scratch directories: not in the system's temporary directory, since the daemons' state
+/// directories inside must be on a path that only root can write (a sticky, world-writable `/tmp` is refused).
+pub const LAB_BASE: &str = "/var/lib/netveil-lab";
+
+/// A set of network namespaces and a scratch directory (under [`LAB_BASE`]), all removed on drop.
 pub struct Lab {
     id: String,
     namespaces: Vec<String>,
@@ -126,10 +130,17 @@ impl Lab {
         }
         let n = LAB_COUNTER.fetch_add(1, Ordering::Relaxed);
         let id = format!("{prefix}{}-{n}", std::process::id());
-        let dir = std::env::temp_dir().join(format!("netveil-lab-{id}"));
+        let dir = Path::new(LAB_BASE).join(&id);
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(Error::io(format!("cannot create {}", dir.display())))?;
+        for d in [Path::new(LAB_BASE), &dir] {
+            use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+            let made = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(d)
+                .and_then(|()| std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)));
+            made.map_err(Error::io(format!("cannot create {}", d.display())))?;
+        }
         let netveil = netveil_binary();
         Ok(Lab {
             id,
@@ -241,10 +252,22 @@ impl Lab {
             .map_err(|_| other(format!("thread in namespace {ns} panicked")))?
     }
 
-    /// Starts `netveil up -c CONFIG` in a namespace with the given configuration text (written into the lab
-    /// directory as `NAME.toml`) and waits until its control socket answers `status`. The configuration's
-    /// `control_socket` must be [`Lab::socket_path`]`(name)` (the [`HostPair`] generator does that).
+    /// Starts `netveil up --fresh-keys -c CONFIG` in a namespace with the given configuration text (written into
+    /// the lab directory as `NAME.toml`) and waits until its control socket answers `status`. The configuration's
+    /// `control_socket` must be [`Lab::socket_path`]`(name)` (the [`HostPair`] generator does that). A lab's state
+    /// directories are new and so are its keys, hence `--fresh-keys` (marks already there are still honoured).
     pub fn start_daemon(&self, ns: &str, name: &str, config: &str) -> Result<Daemon> {
+        self.start_daemon_with(ns, name, config, &["--fresh-keys"])
+    }
+
+    /// [`Lab::start_daemon`] with `args` after `netveil up` instead of `--fresh-keys`.
+    pub fn start_daemon_with(
+        &self,
+        ns: &str,
+        name: &str,
+        config: &str,
+        args: &[&str],
+    ) -> Result<Daemon> {
         let cfg = self.dir.join(format!("{name}.toml"));
         std::fs::write(&cfg, config)
             .map_err(Error::io(format!("cannot write {}", cfg.display())))?;
@@ -256,6 +279,7 @@ impl Lab {
             .args(["netns", "exec", ns])
             .arg(&self.netveil)
             .arg("up")
+            .args(args)
             .arg("-c")
             .arg(&cfg)
             .stdin(Stdio::null())
@@ -446,6 +470,8 @@ impl Drop for Lab {
                 .status();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        // (Only if no other lab uses it.)
+        let _ = std::fs::remove_dir(LAB_BASE);
     }
 }
 

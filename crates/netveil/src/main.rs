@@ -34,6 +34,11 @@ enum Cmd {
         /// Only warnings and errors in the log (overrides the file's `log_level`).
         #[arg(short, long)]
         quiet: bool,
+        /// Confirm that outbound SAs whose keys have no sequence mark in the state directory use new keys. Needed
+        /// once for a state directory without its netveil-state record (a new one, or one whose contents were
+        /// lost, e.g. a tmpfs after a reboot), which this records; never put it in a service's command line.
+        #[arg(long)]
+        fresh_keys: bool,
     },
     /// Stop the daemon of a configuration (if it runs) and remove what keeps covered traffic blocked: after a
     /// crash, a kill or a stop, netveil drops the traffic its policies cover until this command (fail closed).
@@ -156,7 +161,8 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             config,
             verbose,
             quiet,
-        } => netveil_daemon::runtime::up(&config, verbose, quiet)?,
+            fresh_keys,
+        } => netveil_daemon::runtime::up(&config, verbose, quiet, fresh_keys)?,
         Cmd::Down { config } => netveil_daemon::runtime::down(&config)?,
         Cmd::Check { config } => println!("{}", netveil_daemon::runtime::check(&config)?),
         Cmd::Status {

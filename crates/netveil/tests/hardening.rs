@@ -153,7 +153,8 @@ fn restarts_never_repeat_a_sequence_number() {
 
 /// Covered traffic never leaves in clear while the daemon is not forwarding: after kill -9 (and after a clean stop)
 /// the pings that kept going are dropped by the fail-closed filter, never sent on the wire; `up` after the crash
-/// reclaims what the killed instance left and starts; `netveil down` ends the blocking.
+/// reclaims what the killed instance left and starts; `netveil down` ends the blocking. (The positive control of
+/// each capture: the same pings, protected, are on it from just before the stop.)
 fn fails_closed(pair: HostPair, default_route: bool) {
     let _g = serial();
     let mut lab = new_lab();
@@ -190,6 +191,22 @@ fn fails_closed(pair: HostPair, default_route: bool) {
         }
         let pcap = cap.stop().unwrap();
         let frames = lab::tshark_frames(&pcap, None, None).unwrap();
+        let a_out = hosts.addrs[0].outer.to_string();
+        let protected = frames
+            .iter()
+            .filter(|f| {
+                f.src == a_out
+                    && if psp {
+                        f.udp_ports.contains(&1000)
+                    } else {
+                        f.outer_proto == Some(50)
+                    }
+            })
+            .count();
+        assert!(
+            protected >= 5,
+            "{label}: only {protected} protected packets from a on the capture before {how:?}: {frames:?}"
+        );
         let clear: Vec<_> = frames
             .iter()
             .filter(|f| {
@@ -251,8 +268,9 @@ fn fails_closed_psp_tunnel_with_a_default_route() {
     fails_closed(HostPair::psp("aes-gcm-128"), true);
 }
 
-/// A configuration option keeps the old behaviour for a clean stop: no blocking after SIGTERM (a crash still
-/// blocks).
+/// A configuration option keeps the old behaviour for a clean stop: the fail-closed table is there while the daemon
+/// runs, gone after SIGTERM (a covered ping then leaves in clear: on the wire), and still there, blocking, after
+/// kill -9.
 #[test]
 fn block_when_stopped_false_lifts_the_block_on_a_clean_stop() {
     let _g = serial();
@@ -265,12 +283,60 @@ fn block_when_stopped_false_lifts_the_block_on_a_clean_stop() {
     );
     hosts.start(&lab).unwrap();
     let a = hosts.ns[0].clone();
+    let b_in = hosts.addrs[1].inner.to_string();
+    let b_out = hosts.addrs[1].outer.to_string();
+    // Without the TUN, covered traffic would take this route out in clear.
+    lab.ip(
+        &a,
+        &["route", "add", "default", "via", &b_out, "dev", "veth-a"],
+    )
+    .unwrap();
+    let table = |lab: &Lab| {
+        lab.exec(&a, &["nft", "list", "table", "inet", TABLE])
+            .unwrap()
+            .status
+            .success()
+    };
+    // Pings to b's inner address while a is stopped: the echo requests on a's wire.
+    let clear_pings = |lab: &Lab, file: &str| {
+        let mut cap = lab
+            .capture(
+                &a,
+                "veth-a",
+                file,
+                128,
+                &["icmp", "and", "dst", "host", &b_in],
+            )
+            .unwrap();
+        for _ in 0..3 {
+            let _ = lab.exec(&a, &["ping", "-n", "-c", "1", "-W", "1", &b_in]);
+        }
+        let pcap = cap.stop().unwrap();
+        lab::tshark_frames(&pcap, None, None).unwrap().len()
+    };
+    assert!(table(&lab), "no fail-closed table while the daemon runs");
+    assert!(ping_once(&lab, &a, &b_in));
     hosts.daemons[0].stop();
-    assert!(!lab
-        .exec(&a, &["nft", "list", "table", "inet", TABLE])
-        .unwrap()
-        .status
-        .success());
+    assert!(!table(&lab), "the table survived a clean stop");
+    let n = clear_pings(&lab, "term.pcap");
+    assert!(
+        n >= 3,
+        "after the clean stop, {n} clear pings on the wire (the block was not lifted)"
+    );
+    // kill -9: still blocked (and counted).
+    hosts.daemons[0] = lab.start_daemon(&a, "a", &hosts.configs[0]).unwrap();
+    assert!(table(&lab), "no fail-closed table after the restart");
+    assert!(ping_once(&lab, &a, &b_in));
+    hosts.daemons[0].kill();
+    assert!(table(&lab), "the table is gone after kill -9");
+    let before = lab.nft_counter(&a, TABLE, "output");
+    let n = clear_pings(&lab, "kill.pcap");
+    assert_eq!(n, 0, "after kill -9, {n} clear pings on the wire");
+    let blocked = lab.nft_counter(&a, TABLE, "output") - before;
+    assert!(
+        blocked >= 3,
+        "after kill -9 the filter dropped only {blocked} packets"
+    );
 }
 
 fn mac_of(lab: &Lab, ns: &str, dev: &str) -> String {
@@ -329,24 +395,30 @@ fn psp_filter(mode: Mode) {
         .unwrap();
     let mut listener = scopeguard(listener);
     std::thread::sleep(Duration::from_millis(300));
-    let mut cap = lab
-        .capture(
-            &a,
-            "veth-a",
-            "synack.pcap",
-            128,
-            &["tcp", "src", "port", "7777"],
-        )
-        .unwrap();
+    // An answer (SYN-ACK from the service, RST from port 1001 where nothing listens on the inner address) would be
+    // routed into a's TUN and leave protected, so it is watched for on every interface of a's namespace, the TUN
+    // included, where it would be in clear.
+    let answer_filter: Vec<&str> = if mode == Mode::Tunnel {
+        vec![
+            "tcp", "and", "src", "host", &a_in, "and", "(src", "port", "7777", "or", "src", "port",
+            "1001)",
+        ]
+    } else {
+        vec!["tcp", "and", "src", "port", "7777"]
+    };
+    let spoof = |file: &str| {
+        let mut cap = lab.capture(&a, "any", file, 128, &answer_filter).unwrap();
+        spoof_syns(&lab, &hosts, &b_in, &a_in, 1001, 7777, 5);
+        // Port to port, but between the inner addresses (tunnel mode): not the key exchange either.
+        if mode == Mode::Tunnel {
+            spoof_syns(&lab, &hosts, &b_in, &a_in, 1001, 1001, 5);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let pcap = cap.stop().unwrap();
+        lab::tshark_frames(&pcap, None, None).unwrap()
+    };
     let before = clear_drops(hosts.daemon(0));
-    spoof_syns(&lab, &hosts, &b_in, &a_in, 1001, 7777, 5);
-    // Port to port, but between the inner addresses (tunnel mode): not the key exchange either.
-    if mode == Mode::Tunnel {
-        spoof_syns(&lab, &hosts, &b_in, &a_in, 1001, 1001, 5);
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let pcap = cap.stop().unwrap();
-    let answered = lab::tshark_frames(&pcap, None, None).unwrap();
+    let answered = spoof("synack.pcap");
     assert!(
         answered.is_empty(),
         "{mode:?}: a answered spoofed clear SYNs: {answered:?}"
@@ -370,6 +442,18 @@ fn psp_filter(mode: Mode) {
     );
     hosts.wait_psp_associated(Duration::from_secs(10)).unwrap();
     assert!(ping_once(&lab, &a, &b_in));
+    // The positive control: without the input filter the same SYNs are answered, and the capture sees it.
+    lab.exec_ok(&a, &["nft", "flush", "chain", "inet", TABLE, "input"])
+        .unwrap();
+    let answered = spoof("synack-unfiltered.pcap");
+    let from_service = answered
+        .iter()
+        .filter(|f| f.tcp_ports.contains(&7777))
+        .count();
+    assert!(
+        from_service >= 1,
+        "{mode:?}: without the input filter, no answer from the service was captured: {answered:?}"
+    );
     let _ = listener.0.kill();
 }
 
@@ -646,6 +730,36 @@ fn floods_are_dropped_before_the_daemon_where_they_can_be() {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap()
     };
+    // The namespace's UDP counters (/proc/net/snmp): InErrors counts every datagram a socket refused, its filter's
+    // refusals and full receive buffers alike; RcvbufErrors only the latter.
+    let udp_errors = || {
+        let snmp = lab
+            .exec_ok(&hosts.ns[1], &["cat", "/proc/net/snmp"])
+            .unwrap();
+        let rows: Vec<Vec<&str>> = snmp
+            .lines()
+            .filter(|l| l.starts_with("Udp: "))
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let get = |k: &str| -> u64 {
+            let i = rows[0].iter().position(|x| *x == k).unwrap();
+            rows[1][i].parse().unwrap()
+        };
+        (get("InErrors"), get("RcvbufErrors"))
+    };
+    // Refusals by the socket filter, not overflows, during `f` (returns what `f` returns, and the refusals).
+    let filtered = |f: &dyn Fn() -> u64| {
+        let (e0, o0) = udp_errors();
+        let n = f();
+        std::thread::sleep(Duration::from_millis(100));
+        let (e1, o1) = udp_errors();
+        assert!(
+            o1 - o0 < n / 100 + 10,
+            "{} of {n} flood datagrams overflowed the receive buffer",
+            o1 - o0
+        );
+        (n, (e1 - e0) - (o1 - o0))
+    };
     let flood_from = |src: &str, kind: &str, extra: &[&str]| {
         let mut args = vec![
             NETVEIL,
@@ -669,11 +783,18 @@ fn floods_are_dropped_before_the_daemon_where_they_can_be() {
         ];
         args.extend_from_slice(extra);
         let out = lab.exec_ok(&a, &args).unwrap();
-        out.split_whitespace()
+        let n = out
+            .split_whitespace()
             .next()
             .unwrap()
             .parse::<u64>()
-            .unwrap()
+            .unwrap();
+        // Each flood is checked on its own: a flooder that sent (almost) nothing proves nothing.
+        assert!(
+            n > 5000,
+            "the {kind} flood from {src} sent only {n} packets"
+        );
+        n
     };
     let flood = |src: &str, kind: &str| flood_from(src, kind, &[]);
     let rss0 = rss();
@@ -684,19 +805,22 @@ fn floods_are_dropped_before_the_daemon_where_they_can_be() {
         drops("rx:auth-failed"),
     );
     let n = flood("192.0.2.77", "unknown-spi");
-    assert!(n > 5000, "sent {n}");
     assert!(
         drops("rx:not-from-a-peer") - nf0 >= n,
         "non-peer flood not dropped by the prerouting filter"
     );
-    let n = flood("192.0.2.1", "random");
+    let (n, refused) = filtered(&|| flood("192.0.2.1", "random"));
     let sf = drops("rx:socket-filter-or-full") - sf0;
     assert!(
-        sf >= n,
-        "spoofed random flood: {sf} of {n} refused by the socket filter"
+        sf >= n && refused >= n,
+        "spoofed random flood: {sf} (kernel: {refused}) of {n} refused by the socket filter"
     );
-    let n = flood("192.0.2.1", "unknown-spi");
-    assert!(drops("rx:socket-filter-or-full") - sf0 - sf >= n);
+    let (n, refused) = filtered(&|| flood("192.0.2.1", "unknown-spi"));
+    let sf2 = drops("rx:socket-filter-or-full") - sf0 - sf;
+    assert!(
+        sf2 >= n && refused >= n,
+        "unknown-SPI flood: {sf2} (kernel: {refused}) of {n} refused by the socket filter"
+    );
     assert_eq!(
         drops("rx:unknown-spi"),
         uk0,
@@ -716,8 +840,13 @@ fn floods_are_dropped_before_the_daemon_where_they_can_be() {
     // (Some genuine traffic first, so the window has a top.)
     assert!(ping_once(&lab, &a, &hosts.addrs[1].inner.to_string()));
     let start = (top(&hosts.daemon(1).status_json().unwrap()) + 10).to_string();
-    let n = flood_from("192.0.2.1", "bad-icv", &["--counter-start", &start]);
+    let (n, refused) =
+        filtered(&|| flood_from("192.0.2.1", "bad-icv", &["--counter-start", &start]));
     let af = drops("rx:auth-failed") - af0;
+    assert!(
+        refused < n / 2,
+        "aimed bad ICVs refused by the socket filter: {refused} of {n}"
+    );
     assert!(
         af > n / 2,
         "aimed bad ICVs that reached the data plane: {af} of {n}"
@@ -734,11 +863,11 @@ fn floods_are_dropped_before_the_daemon_where_they_can_be() {
         hosts.daemon(1).log()
     );
     let (sf1, af1) = (drops("rx:socket-filter-or-full"), drops("rx:auth-failed"));
-    let n = flood("192.0.2.1", "bad-icv");
+    let (n, refused) = filtered(&|| flood("192.0.2.1", "bad-icv"));
     let sf = drops("rx:socket-filter-or-full") - sf1;
     assert!(
-        sf > n * 9 / 10,
-        "blind bad ICVs refused by the filter in a storm: {sf} of {n}"
+        sf > n * 9 / 10 && refused > n * 9 / 10,
+        "blind bad ICVs refused by the filter in a storm: {sf} (kernel: {refused}) of {n}"
     );
     assert!(drops("rx:auth-failed") - af1 < n / 10);
     assert!(ping_once(&lab, &a, &hosts.addrs[1].inner.to_string()));

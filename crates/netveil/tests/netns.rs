@@ -589,7 +589,10 @@ fn bad_config_leaves_nothing_behind() {
     );
     std::fs::write(&path, &failing).unwrap();
     let out = lab
-        .exec(&ns, &[NETVEIL, "up", "-c", path.to_str().unwrap()])
+        .exec(
+            &ns,
+            &[NETVEIL, "up", "--fresh-keys", "-c", path.to_str().unwrap()],
+        )
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "setup should fail: {err}");
