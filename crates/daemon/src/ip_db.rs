@@ -512,6 +512,12 @@ impl Db {
         t.nft_text.as_ref().and(t.nft_table.clone())
     }
 
+    /// The nftables table text (named `table`) that the SAs and policies in force amount to: what a change installs
+    /// when the engine manages a table (for tests: a database in memory has none).
+    pub fn nft_text(&self, table: &str) -> Option<String> {
+        crate::nft::nft_table_text(&self.tables().view(), table)
+    }
+
     /// Puts `next` in force: the nftables table first (a failure changes nothing), then the snapshot, then the
     /// socket filters.
     fn publish(&self, t: &mut Tables, next: Tables2) -> Result<(), ChangeError> {
