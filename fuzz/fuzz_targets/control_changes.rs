@@ -495,7 +495,7 @@ fn request(u: &mut Unstructured) -> AResult<String> {
                 .to_string()] = any_value(u, 2)?;
             r
         }
-        _ => return Ok(u.arbitrary::<String>()?),
+        _ => return u.arbitrary::<String>(),
     };
     Ok(v.to_string())
 }
