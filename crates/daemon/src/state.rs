@@ -750,8 +750,8 @@ impl Drop for SeqStore {
 
 /// The smallest block of sequence numbers a receive floor is reserved ahead by (see [`RxStore`]).
 pub const RX_MIN_BLOCK: u64 = 32;
-/// A receive floor is reserved ahead by about this many seconds of the SA's recent rate.
-pub const RX_BLOCK_SECONDS: u64 = 1;
+/// A receive floor is reserved ahead by about this many milliseconds of the SA's recent rate.
+pub const RX_BLOCK_MILLIS: u64 = 250;
 
 /// The receive floors of inbound SAs with static keys: the counterpart of [`SeqStore`], so that no packet accepted
 /// before a restart, a crash or a re-add of the same keys is ever accepted again. For each key, a file named after
@@ -761,14 +761,15 @@ pub const RX_BLOCK_SECONDS: u64 = 1;
 /// - at start, the SA's window takes everything up to the floor as seen, and it may accept numbers up to a
 ///   *ceiling* written (synced) before the first packet;
 /// - while it runs, [`RxStore::top_up`] raises the ceiling ahead of what arrives, in blocks of about
-///   [`RX_BLOCK_SECONDS`] of the SA's recent rate (at least [`RX_MIN_BLOCK`]), before the window gets there; an
-///   authenticated packet above the ceiling (the peer jumped ahead, or a burst outran the tick) is dropped
-///   (`rx:seq-not-reserved`) and the next tick reserves above it;
+///   [`RX_BLOCK_MILLIS`] of the SA's recent rate (at least [`RX_MIN_BLOCK`]), before the window gets there; for an
+///   authenticated packet above the ceiling (the peer restarted after a crash and jumped ahead, or a burst outran
+///   the tick) the receiving thread writes a floor above it at once (synced) and accepts it; only if that write
+///   fails is it dropped (`rx:seq-not-reserved`);
 /// - on a clean stop, [`RxStore::finish`] writes the highest number accepted, so a restart loses nothing.
 ///
 /// The price of a crash: a receiver that restarts after kill -9 or a power loss refuses the numbers between what it
 /// had accepted and its last ceiling, so a live sender that did not restart loses at most one block: about
-/// [`RX_BLOCK_SECONDS`] of traffic at its recent rate, or [`RX_MIN_BLOCK`] packets at low rates, then is accepted
+/// [`RX_BLOCK_MILLIS`] of traffic at its recent rate, or [`RX_MIN_BLOCK`] packets at low rates, then is accepted
 /// again. Within one run, an SA removed and added again with the same keys keeps its window (exactly).
 pub struct RxStore {
     dir: StateDir,
@@ -789,6 +790,11 @@ struct RxSlot {
     rate_top: u64,
     rate_at: std::time::Instant,
     rate: u64,
+    /// The floor on disk: written only with this lock held (by the tick's top-ups and by the receiving thread when a
+    /// packet is above the ceiling), so that it only grows while the daemon runs.
+    durable: Arc<std::sync::Mutex<u64>>,
+    /// The block the floor is reserved ahead by now (sized by the tick to the recent rate).
+    block: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Where an inbound SA starts: its floor and ceiling, or the receive state of an SA with the same keys built
@@ -880,6 +886,8 @@ impl RxStore {
             rate_top: floor,
             rate_at: std::time::Instant::now(),
             rate: 0,
+            durable: Arc::new(std::sync::Mutex::new(ceiling)),
+            block: Arc::new(std::sync::atomic::AtomicU64::new(RX_MIN_BLOCK)),
         });
         Ok(RxStart {
             floor,
@@ -893,7 +901,28 @@ impl RxStore {
         let file = rx_file(&sa.params);
         if let Some(s) = self.slots.iter_mut().find(|s| s.file == file) {
             if s.state.is_none() {
-                s.state = Some(sa.rx_state().clone());
+                let st = sa.rx_state().clone();
+                // A packet above the ceiling (the sender restarted after a crash and jumped ahead) gets a floor
+                // above it at once, durably, instead of waiting for the next tick.
+                let (dir, file, durable, block, limit) = (
+                    self.dir.clone(),
+                    s.file.clone(),
+                    s.durable.clone(),
+                    s.block.clone(),
+                    s.limit,
+                );
+                st.on_ceiling(Box::new(move |seq| {
+                    let mut d = durable.lock().ok()?;
+                    let next = seq
+                        .saturating_add(block.load(std::sync::atomic::Ordering::Relaxed))
+                        .min(limit);
+                    if next > *d {
+                        dir.write_u64(&file, next).ok()?;
+                        *d = next;
+                    }
+                    Some(*d)
+                }));
+                s.state = Some(st);
             }
             s.name = sa.params.name.clone();
             s.live += 1;
@@ -931,10 +960,9 @@ impl RxStore {
                 s.rate_top = top;
                 s.rate_at = now;
             }
-            let block = s
-                .rate
-                .saturating_mul(RX_BLOCK_SECONDS)
-                .clamp(RX_MIN_BLOCK, SEQ_BLOCK);
+            let block =
+                (s.rate.saturating_mul(RX_BLOCK_MILLIS) / 1000).clamp(RX_MIN_BLOCK, SEQ_BLOCK);
+            s.block.store(block, std::sync::atomic::Ordering::Relaxed);
             let ceiling = st.ceiling();
             let wanted = st.wanted();
             if ceiling >= s.limit || (wanted <= ceiling && ceiling - top.min(ceiling) > block / 2) {
@@ -944,9 +972,19 @@ impl RxStore {
             if next <= ceiling {
                 continue;
             }
-            match self.dir.write_u64(&s.file, next) {
+            let Ok(mut d) = s.durable.lock() else {
+                continue;
+            };
+            let written = if next > *d {
+                self.dir.write_u64(&s.file, next).map(|()| {
+                    *d = next;
+                })
+            } else {
+                Ok(())
+            };
+            match written {
                 Ok(()) => {
-                    st.raise(next);
+                    st.raise(*d);
                     s.failed = false;
                 }
                 Err(e) if !s.failed => {
@@ -973,7 +1011,13 @@ impl RxStore {
     pub fn finish(&mut self) {
         for s in &self.slots {
             if let Some(st) = &s.state {
-                let _ = self.dir.write_u64(&s.file, st.top().max(s.floor));
+                let Ok(mut d) = s.durable.lock() else {
+                    continue;
+                };
+                let top = st.top().max(s.floor);
+                if self.dir.write_u64(&s.file, top).is_ok() {
+                    *d = top;
+                }
             }
         }
     }

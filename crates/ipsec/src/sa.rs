@@ -329,7 +329,13 @@ pub struct RxState {
     pub(crate) window: Mutex<ReplayWindow>,
     ceiling: AtomicU64,
     wanted: AtomicU64,
+    /// The caller's way to raise the ceiling at once, durably (see [`RxState::on_ceiling`]).
+    reserve: std::sync::OnceLock<Box<ReserveFn>>,
 }
+
+/// Given an authenticated sequence number above the ceiling, makes a floor of at least that number durable and
+/// returns it (the new ceiling), or `None` if it could not.
+pub type ReserveFn = dyn Fn(u64) -> Option<u64> + Send + Sync;
 
 impl RxState {
     /// A fresh window without a ceiling (tests and offline tools).
@@ -343,6 +349,7 @@ impl RxState {
             window: Mutex::new(ReplayWindow::with_floor(size.max(64), esn, floor)),
             ceiling: AtomicU64::new(ceiling),
             wanted: AtomicU64::new(0),
+            reserve: std::sync::OnceLock::new(),
         }
     }
 
@@ -376,8 +383,24 @@ impl RxState {
         if seq <= self.ceiling.load(Acquire) {
             return true;
         }
+        // Rare (a sender that restarted after a crash jumps ahead; a burst outruns the caller's top-ups): the caller
+        // makes a higher floor durable now, and the packet goes on.
+        if let Some(upto) = self.reserve.get().and_then(|r| r(seq)) {
+            self.raise(upto);
+            if seq <= self.ceiling.load(Acquire) {
+                return true;
+            }
+        }
         self.wanted.fetch_max(seq, Relaxed);
         false
+    }
+
+    /// Installs the caller's way to raise the ceiling at once when an authenticated packet is above it (once; later
+    /// calls are ignored). Without it, such a packet is dropped and noted as [`RxState::wanted`] for the caller's
+    /// next top-up. The function does the caller's I/O (a durable write) on the receiving thread, with the window
+    /// held: it is for the rare case, the caller's top-ups keeping the ceiling ahead of steady traffic.
+    pub fn on_ceiling(&self, f: Box<ReserveFn>) {
+        let _ = self.reserve.set(f);
     }
 }
 

@@ -332,9 +332,8 @@ fn recorded_packets_are_never_accepted_twice() {
         lost <= netveil_daemon::state::RX_MIN_BLOCK as u32 + 2,
         "{lost} lost after the crash"
     );
-    // Every echo request reached b's TUN once: a replayed one would be there twice. (Replies a did not get are
-    // not a measure: the first reply of b restarted after a crash jumps above a's receive ceiling and is dropped
-    // until a's next tick.)
+    // Every echo request reached b's TUN once: a replayed one would be there twice, and every one a's pings got a
+    // reply for is there.
     let pcap = tun.stop().unwrap();
     let got = echo_requests(&pcap);
     let unique: std::collections::HashSet<&(String, String)> = got.iter().collect();
