@@ -1010,13 +1010,12 @@ fn no_sa(name: &str) -> ConfigError {
     }
 }
 
-fn spi_taken(p: &SaParams, o: &SaBase) -> ConfigError {
+fn spi_taken(_p: &SaParams, o: &SaBase) -> ConfigError {
     ConfigError {
         key: "sa.spi".into(),
         reason: format!(
-            "{:#x} is still taken by inbound SA '{}' (a replaced SA keeps its SPI for {RETIRE_SECONDS} s): use a \
-             new SPI",
-            p.spi, o.params.name
+            "still taken by inbound SA '{}' (a replaced SA keeps its SPI for {RETIRE_SECONDS} s): use a new SPI",
+            o.params.name
         ),
     }
 }

@@ -911,16 +911,24 @@ impl RxStore {
                     s.block.clone(),
                     s.limit,
                 );
+                // Each time this happens the block doubles (up to SEQ_BLOCK): a flow that starts or speeds up
+                // costs a few synced writes on the receiving thread, not one per block of the old rate, until the
+                // tick sizes the block to the new rate again.
                 st.on_ceiling(Box::new(move |seq| {
+                    use std::sync::atomic::Ordering::Relaxed;
                     let mut d = durable.lock().ok()?;
-                    let next = seq
-                        .saturating_add(block.load(std::sync::atomic::Ordering::Relaxed))
-                        .min(limit);
-                    if next > *d {
-                        dir.write_u64(&file, next).ok()?;
-                        *d = next;
+                    if seq <= *d {
+                        return Some(*d);
                     }
-                    Some(*d)
+                    let b = block
+                        .load(Relaxed)
+                        .saturating_mul(2)
+                        .clamp(RX_MIN_BLOCK, SEQ_BLOCK);
+                    block.store(b, Relaxed);
+                    let next = seq.saturating_add(b).min(limit);
+                    dir.write_u64(&file, next).ok()?;
+                    *d = next;
+                    Some(next)
                 }));
                 s.state = Some(st);
             }
@@ -954,15 +962,19 @@ impl RxStore {
             }
             let top = st.top();
             let elapsed = now.duration_since(s.rate_at);
+            let rate_block = |rate: u64| {
+                (rate.saturating_mul(RX_BLOCK_MILLIS) / 1000).clamp(RX_MIN_BLOCK, SEQ_BLOCK)
+            };
             if elapsed >= std::time::Duration::from_millis(250) {
                 let n = top.saturating_sub(s.rate_top);
                 s.rate = (u128::from(n) * 1000 / elapsed.as_millis().max(1)) as u64;
                 s.rate_top = top;
                 s.rate_at = now;
+                // A new estimate: the block follows it (down too, after a burst the receiving thread doubled it).
+                s.block
+                    .store(rate_block(s.rate), std::sync::atomic::Ordering::Relaxed);
             }
-            let block =
-                (s.rate.saturating_mul(RX_BLOCK_MILLIS) / 1000).clamp(RX_MIN_BLOCK, SEQ_BLOCK);
-            s.block.store(block, std::sync::atomic::Ordering::Relaxed);
+            let block = rate_block(s.rate).max(s.block.load(std::sync::atomic::Ordering::Relaxed));
             let ceiling = st.ceiling();
             let wanted = st.wanted();
             if ceiling >= s.limit || (wanted <= ceiling && ceiling - top.min(ceiling) > block / 2) {
