@@ -749,7 +749,7 @@ impl Drop for SeqStore {
 }
 
 /// The smallest block of sequence numbers a receive floor is reserved ahead by (see [`RxStore`]).
-pub const RX_MIN_BLOCK: u64 = 32;
+pub const RX_MIN_BLOCK: u64 = 8;
 /// A receive floor is reserved ahead by about this many milliseconds of the SA's recent rate.
 pub const RX_BLOCK_MILLIS: u64 = 250;
 

@@ -37,7 +37,7 @@ fn python() -> PathBuf {
 
 /// A ping every 100 ms until one is answered, for at most `secs` seconds: after kill -9 and a restart, the restarted
 /// side refuses its peer's packets up to its receive floor (at most one block: about a quarter second of the recent
-/// rate, or 32 packets; see the README's "Restarts and crashes"), so the first reply may be lost.
+/// rate, or 8 packets; see the README's "Restarts and crashes"), so the first reply may be lost.
 fn ping_within(lab: &Lab, ns: &str, dst: &str, secs: u32) -> bool {
     let w = secs.to_string();
     lab.exec(ns, &["ping", "-n", "-c", "1", "-i", "0.1", "-w", &w, dst])

@@ -318,7 +318,7 @@ fn recorded_packets_are_never_accepted_twice() {
         "a live sender lost pings after a clean restart of the receiver"
     );
     delivered += got;
-    // A crash: at most one block (32 packets at this rate) lost, then accepted again.
+    // A crash: at most one block (the minimum, 8 packets, at this rate) lost, then accepted again.
     hosts.daemons[1].kill();
     std::thread::sleep(Duration::from_millis(200));
     hosts.daemons[1] = lab.start_daemon(&b, "b", &hosts.configs[1]).unwrap();
