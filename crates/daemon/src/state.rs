@@ -1046,15 +1046,32 @@ impl Drop for RxStore {
     }
 }
 
-/// A scratch directory for tests that may hold state: under the build's target directory (its `tmp`), whose path
-/// is only its owner's, unlike the system's temporary directory (refused: see the module documentation).
+/// Where tests keep scratch state directories: `/var/lib/netveil-test` (root's and persistent, as a state
+/// directory and its parents must be, wherever the checkout lies) when it can be made, else `fallback` (a build's
+/// target directory, whose parents must then be root's and not writable by others).
+#[doc(hidden)]
+pub fn test_scratch_base(fallback: &Path) -> PathBuf {
+    let sys = Path::new("/var/lib/netveil-test");
+    let made = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(sys)
+        .is_ok();
+    if made {
+        sys.to_path_buf()
+    } else {
+        fallback.to_path_buf()
+    }
+}
+
+/// A scratch directory for tests that may hold state (see [`test_scratch_base`]; the system's temporary directory
+/// is refused: see the module documentation).
 #[cfg(test)]
 pub(crate) fn test_dir(tag: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     // target/<profile>/deps/<test binary>
     let target = exe.ancestors().nth(3).expect("target directory");
-    let d = target
-        .join("tmp")
+    let d = test_scratch_base(&target.join("tmp"))
         .join(format!("netveil-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::DirBuilder::new()

@@ -366,11 +366,13 @@ fn packet(dst: [u8; 4]) -> PacketBuf {
 /// A state directory for one run (not the system's temporary directory: state wants a directory of its own).
 fn scratch(tag: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "netveil-props-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
+    let d =
+        netveil_daemon::state::test_scratch_base(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))
+            .join(format!(
+                "netveil-props-{tag}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

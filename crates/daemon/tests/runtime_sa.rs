@@ -87,8 +87,9 @@ fn packet(dst: [u8; 4], n: u32) -> PacketBuf {
 
 /// A scratch directory that may hold state (not the system's temporary directory: see `netveil_daemon::state`).
 fn scratch(tag: &str) -> std::path::PathBuf {
-    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("netveil-{tag}-{}", std::process::id()));
+    let d =
+        netveil_daemon::state::test_scratch_base(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))
+            .join(format!("netveil-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }
