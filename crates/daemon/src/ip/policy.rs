@@ -1,0 +1,254 @@
+//! The IP engine's policy decisions: outbound and inbound checks, first-fragment memory.
+
+use super::*;
+use crate::ip_db::Snapshot;
+use crate::ip_drop::Drop;
+use netveil_io::PacketBuf;
+use netveil_ipsec::bundle::{self, Protected, Unprotected};
+use netveil_ipsec::Drop as IpsecDrop;
+use netveil_sa::policy::{Action, Direction, FlowKey};
+use std::net::IpAddr;
+use std::sync::atomic::Ordering::Relaxed;
+
+impl Shared {
+    /// Outbound: a packet read from the TUN becomes the packet to send (in place), or a drop; returns how it
+    /// leaves.
+    ///
+    /// Fragments (RFC 4301 section 7): a later fragment carries no ports, so it gets the decision its packet's first
+    /// fragment got (remembered in `frags`); if that is not known and some policy selects by port, it is dropped.
+    ///
+    /// `snap`: the SAs and policies in force (loaded once per batch). Traffic for a protect policy whose SAs are not
+    /// installed is dropped and reported (acquire).
+    pub fn process_out(
+        &self,
+        snap: &Snapshot,
+        pkt: &mut PacketBuf,
+        now: u64,
+        frags: &mut FragCache,
+    ) -> std::result::Result<Out, Drop> {
+        let (key, frag) = flow_key_frag(pkt.data()).ok_or(IpsecDrop::Malformed)?;
+        let action = self.decide(snap, Direction::Out, &key, frag, now, frags)?;
+        if let Some(f) = frag.filter(|f| f.first) {
+            frags.insert(&key, f.ident, action, now);
+        }
+        match action {
+            Action::Protect(i) if snap.policies[i].psp => self.psp_out(pkt),
+            Action::Protect(i) => {
+                // Only outbound SAs: an outbound policy's bundle cannot hold anything else.
+                let sas = snap.policies[i].sas.outbound();
+                if sas.is_empty() {
+                    if snap.acquire_due(i, now) {
+                        self.db
+                            .report(crate::ip_db::acquire(&snap.policies[i].name, &key));
+                    }
+                    return Err(Drop::NoSa);
+                }
+                Ok(
+                    match bundle::protect_for_sockets(&snap.sad, sas, pkt, now)? {
+                        // The SA that says where (looked up again by the sender: a small value to pass around).
+                        Protected::UdpPayload { .. } => Out::NatTPayload(sas[sas.len() - 1]),
+                        Protected::Packet
+                            if sas
+                                .last()
+                                .is_some_and(|&o| snap.sad.out(o).params.encap.is_some()) =>
+                        {
+                            Out::NatT
+                        }
+                        Protected::Packet => Out::Raw,
+                    },
+                )
+            }
+            Action::Bypass => {
+                // Bypassed traffic from the TUN is forwarded like a router would: the TTL or hop limit goes down, so
+                // that a packet whose route leads back into the TUN cannot circle forever.
+                decrement_ttl(pkt.data_mut())?;
+                self.bypassed.fetch_add(1, Relaxed);
+                Ok(Out::Raw)
+            }
+            Action::Discard => Err(Drop::PolicyDiscard),
+        }
+    }
+
+    /// Inbound: a received ESP/AH packet becomes the packet to deliver to the TUN (in place), or a drop.
+    /// Decapsulated traffic must match an inbound protect policy whose SAs are exactly the ones it came through.
+    pub fn process_in(
+        &self,
+        snap: &Snapshot,
+        pkt: &mut PacketBuf,
+        now: u64,
+        frags: &mut FragCache,
+    ) -> std::result::Result<(), Drop> {
+        match bundle::unprotect(&snap.sad, pkt, self.config.interface.nat_t_port, now)? {
+            Unprotected::Packet(used) => {
+                self.check_in(snap, pkt.data(), now, frags, came_through(used))
+            }
+            Unprotected::Clear | Unprotected::NotEsp => Err(IpsecDrop::Unsupported.into()),
+        }
+    }
+
+    /// The policy decision for a packet of `key` in `dir`. A later fragment (no ports) gets the decision its first
+    /// fragment got, from `frags`; if that is not known, it is dropped where some policy selects by port, else looked
+    /// up like any packet.
+    fn decide(
+        &self,
+        snap: &Snapshot,
+        dir: Direction,
+        key: &FlowKey,
+        frag: Option<netveil_wire::ip::Fragment>,
+        now: u64,
+        frags: &mut FragCache,
+    ) -> std::result::Result<Action, Drop> {
+        match frag {
+            Some(f) if !f.first => match frags.get(key, f.ident, now) {
+                Some(a) => Ok(a),
+                None if snap.port_selective => Err(Drop::FragmentNoState),
+                None => Ok(frags.lookup(snap, dir, key)),
+            },
+            _ => Ok(frags.lookup(snap, dir, key)),
+        }
+    }
+
+    /// The inbound policy check of a decapsulated packet: the first matching rule must be a protect policy that
+    /// `came_through` accepts (its SAs, or PSP). A later fragment is checked against its first fragment's policy
+    /// (see [`Shared::process_out`]).
+    pub(super) fn check_in(
+        &self,
+        snap: &Snapshot,
+        p: &[u8],
+        now: u64,
+        frags: &mut FragCache,
+        came_through: impl Fn(&crate::config::PolicyRule) -> bool,
+    ) -> std::result::Result<(), Drop> {
+        let (key, frag) = flow_key_frag(p).ok_or(IpsecDrop::Malformed)?;
+        let action = self.decide(snap, Direction::In, &key, frag, now, frags)?;
+        let r = match action {
+            Action::Protect(i) if came_through(&snap.policies[i]) => Ok(()),
+            Action::Discard => Err(Drop::PolicyDiscard),
+            _ => Err(Drop::PolicyMismatch),
+        };
+        if let (Ok(()), Some(f)) = (r, frag) {
+            if f.first {
+                frags.insert(&key, f.ident, action, now);
+            }
+        }
+        r
+    }
+}
+
+/// The inbound policy check of ESP/AH traffic: a protect policy whose SAs are exactly the ones `used` (see
+/// [`Shared::check_in`]).
+pub(super) fn came_through(used: bundle::Used) -> impl Fn(&crate::config::PolicyRule) -> bool {
+    move |p| !p.psp && !p.sas.inbound().is_empty() && used.matches(p.sas.inbound())
+}
+
+/// Decrements the IPv4 TTL (updating the header checksum, RFC 1624) or the IPv6 hop limit.
+pub(super) fn decrement_ttl(p: &mut [u8]) -> std::result::Result<(), Drop> {
+    netveil_wire::ip::decrement_hop_limit(p).map_err(|e| match e {
+        netveil_wire::ip::HopLimitError::Exceeded => Drop::TtlExceeded,
+        netveil_wire::ip::HopLimitError::Malformed => IpsecDrop::Malformed.into(),
+    })
+}
+
+/// The policy-relevant fields of an IP packet (ports 0 for protocols without ports and for non-first fragments);
+/// `None` for a packet whose headers do not parse.
+pub fn flow_key(p: &[u8]) -> Option<FlowKey> {
+    flow_key_frag(p).map(|(k, _)| k)
+}
+
+/// [`flow_key`], and for a fragment what identifies its packet.
+pub fn flow_key_frag(p: &[u8]) -> Option<(FlowKey, Option<netveil_wire::ip::Fragment>)> {
+    let f = netveil_wire::ip::flow_key(p).ok()?;
+    Some((
+        FlowKey {
+            src: f.src,
+            dst: f.dst,
+            proto: f.proto,
+            src_port: f.src_port,
+            dst_port: f.dst_port,
+        },
+        f.frag,
+    ))
+}
+
+/// How long a first fragment's decision is remembered (the IPv4 reassembly timeout).
+pub(super) const FRAG_SECONDS: u64 = 30;
+/// Packets whose fragments are remembered at once (per thread); a newer packet takes an older one's slot.
+const FRAG_SLOTS: usize = 4096;
+
+/// The policy decisions of first fragments, by (source, destination, protocol, identification), so that later
+/// fragments (without ports) get the same (RFC 4301 section 7): a fixed table owned by one data-plane thread, no
+/// allocation per packet. A slot taken by another packet makes that packet's later fragments unknown (dropped
+/// where policies select by port, never sent in clear).
+///
+/// It also remembers the last policy decision with its flow and snapshot, since a batch mostly holds segments of
+/// one flow: the same flow under the same snapshot gets it again without a walk through the policies.
+pub struct FragCache {
+    slots: Vec<Option<FragSlot>>,
+    hasher: std::collections::hash_map::RandomState,
+    /// (snapshot generation, direction, flow, decision) of the last lookup.
+    last: Option<(u64, Direction, FlowKey, Action)>,
+}
+
+#[derive(Clone, Copy)]
+struct FragSlot {
+    src: IpAddr,
+    dst: IpAddr,
+    proto: u8,
+    ident: u32,
+    action: Action,
+    expires: u64,
+}
+
+impl Default for FragCache {
+    fn default() -> Self {
+        FragCache {
+            slots: vec![None; FRAG_SLOTS],
+            hasher: Default::default(),
+            last: None,
+        }
+    }
+}
+
+impl FragCache {
+    fn index(&self, k: &FlowKey, ident: u32) -> usize {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one((k.src, k.dst, k.proto, ident)) as usize % FRAG_SLOTS
+    }
+
+    /// The policy decision for a flow in `dir` under `snap`: the last one if it was for the same, else looked up
+    /// (and remembered).
+    fn lookup(&mut self, snap: &Snapshot, dir: Direction, key: &FlowKey) -> Action {
+        if let Some((g, d, k, a)) = &self.last {
+            if *g == snap.generation && *d == dir && k == key {
+                return *a;
+            }
+        }
+        let a = snap.spd.lookup(dir, key).1;
+        self.last = Some((snap.generation, dir, *key, a));
+        a
+    }
+
+    /// Remembers the decision for the packet of a first fragment.
+    pub fn insert(&mut self, k: &FlowKey, ident: u32, action: Action, now: u64) {
+        let i = self.index(k, ident);
+        self.slots[i] = Some(FragSlot {
+            src: k.src,
+            dst: k.dst,
+            proto: k.proto,
+            ident,
+            action,
+            expires: now + FRAG_SECONDS,
+        });
+    }
+
+    /// The decision of the first fragment of a later fragment's packet, if remembered.
+    pub fn get(&self, k: &FlowKey, ident: u32, now: u64) -> Option<Action> {
+        let s = self.slots[self.index(k, ident)]?;
+        (s.src == k.src
+            && s.dst == k.dst
+            && s.proto == k.proto
+            && s.ident == ident
+            && now < s.expires)
+            .then_some(s.action)
+    }
+}
