@@ -296,6 +296,9 @@ rtt min/avg/max/mdev = 0.008/0.046/0.124/0.054 ms
         assert_eq!(percentile(&v, 99.0), 10.0);
         assert_eq!(percentile(&[7.0], 99.0), 7.0);
         assert_eq!(percentile(&v, 50.0), 5.0);
+        // 160 values: 158.4 rounds up to rank 159 (not to the nearest, 158).
+        let v: Vec<f64> = (1..=160).map(f64::from).collect();
+        assert_eq!(percentile(&v, 99.0), 159.0);
     }
 
     fn st(bytes: u32, median_ms: f64) -> PingStat {
