@@ -46,6 +46,9 @@ pub struct Row {
     pub ping: Vec<PingStat>,
     /// The `netveil` binary that ran the daemons (netveil rows).
     pub netveil_bin: Option<PathBuf>,
+    /// Measurements behind the row (`--rounds`; fewer where some failed): Gbit/s and retransmits are their
+    /// medians, the round-trip times are pooled.
+    pub rounds: u32,
 }
 
 /// The `netveil` binary of a netveil row and the label its rows get ("" or " (base)").
@@ -68,6 +71,7 @@ fn measure_clear(a: &BenchArgs) -> Result<Row> {
         retransmits: r,
         ping,
         netveil_bin: None,
+        rounds: 1,
     })
 }
 
@@ -95,6 +99,7 @@ fn measure_pair(
         retransmits: r,
         ping,
         netveil_bin: Some(bin.path.clone()),
+        rounds: 1,
     })
 }
 
@@ -245,6 +250,7 @@ fn measure_wireguard_go(a: &BenchArgs, wg_go: &std::path::Path) -> Result<Row> {
         retransmits: r,
         ping,
         netveil_bin: None,
+        rounds: 1,
     })
 }
 
@@ -260,6 +266,8 @@ pub struct L2Row {
     pub first_ping_ms: f64,
     /// The `netveil` binary that ran the daemons (l2sec rows).
     pub netveil_bin: Option<PathBuf>,
+    /// Measurements behind the row, as [`Row::rounds`] (the first ping: the fastest of all rounds).
+    pub rounds: u32,
 }
 
 /// The plain bridge (`suite` None) or l2sec with `suite`, run by `bin`, between two stations of the wired-LAN lab.
@@ -297,7 +305,67 @@ fn measure_l2(a: &BenchArgs, bin: &Bin, suite: Option<&str>) -> Result<L2Row> {
         ping,
         first_ping_ms: first,
         netveil_bin: suite.map(|_| bin.path.clone()),
+        rounds: 1,
     })
+}
+
+/// The measurements of several rounds grouped by `key`, in the order of each key's first appearance.
+fn group_rounds<T>(all: Vec<T>, key: impl Fn(&T) -> String) -> Vec<Vec<T>> {
+    let mut groups: Vec<(String, Vec<T>)> = Vec::new();
+    for r in all {
+        let k = key(&r);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, v)) => v.push(r),
+            None => groups.push((k, vec![r])),
+        }
+    }
+    groups.into_iter().map(|(_, v)| v).collect()
+}
+
+fn median_u64(v: impl Iterator<Item = u64>) -> u64 {
+    bench_ping::median(&v.map(|x| x as f64).collect::<Vec<_>>()).round() as u64
+}
+
+/// One row per path out of every round's measurements: medians of Gbit/s and retransmits, pooled round-trip times.
+fn merge_rows(all: Vec<Row>) -> Vec<Row> {
+    group_rounds(all, |r| format!("{}\t{}", r.path, r.encap))
+        .into_iter()
+        .map(|rs| Row {
+            path: rs[0].path.clone(),
+            encap: rs[0].encap.clone(),
+            gbit_per_s: bench_ping::median(&rs.iter().map(|r| r.gbit_per_s).collect::<Vec<_>>()),
+            retransmits: median_u64(rs.iter().map(|r| r.retransmits)),
+            ping: bench_ping::pool(rs.iter().map(|r| r.ping.as_slice())),
+            netveil_bin: rs[0].netveil_bin.clone(),
+            rounds: rs.len() as u32,
+        })
+        .collect()
+}
+
+/// [`merge_rows`] for the l2sec rows (the first ping: the fastest).
+fn merge_l2rows(all: Vec<L2Row>) -> Vec<L2Row> {
+    group_rounds(all, |r| r.path.clone())
+        .into_iter()
+        .map(|rs| L2Row {
+            path: rs[0].path.clone(),
+            gbit_per_s: bench_ping::median(&rs.iter().map(|r| r.gbit_per_s).collect::<Vec<_>>()),
+            retransmits: median_u64(rs.iter().map(|r| r.retransmits)),
+            ping: bench_ping::pool(rs.iter().map(|r| r.ping.as_slice())),
+            first_ping_ms: rs.iter().map(|r| r.first_ping_ms).fold(f64::NAN, f64::min),
+            netveil_bin: rs[0].netveil_bin.clone(),
+            rounds: rs.len() as u32,
+        })
+        .collect()
+}
+
+/// The binaries in the order round `round` runs them: in odd rounds the other way round, so that neither always
+/// runs first.
+fn turns(bins: &[Bin], round: u32) -> Vec<&Bin> {
+    let mut v: Vec<&Bin> = bins.iter().collect();
+    if round % 2 == 1 {
+        v.reverse();
+    }
+    v
 }
 
 /// A `--daemon-bin` or `--compare` path: an existing file, made absolute (the lab runs it from elsewhere).
@@ -324,10 +392,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "netveil bench needs iperf3 (apt-get install iperf3)".into(),
         ));
     }
-    if a.flood && (a.compare.is_some() || a.daemon_bin.is_some()) {
+    if a.flood && (a.compare.is_some() || a.daemon_bin.is_some() || a.rounds.is_some()) {
         return Err(Error::Usage(
-            "--daemon-bin and --compare are not for --flood".into(),
+            "--daemon-bin, --compare and --rounds are not for --flood (it has --flood-rounds)"
+                .into(),
         ));
+    }
+    let rounds = a.rounds.unwrap_or(1);
+    if rounds == 0 {
+        return Err(Error::Usage("--rounds: at least 1".into()));
     }
     if a.flood {
         let rows = crate::bench_flood::run(&a)?;
@@ -435,24 +508,33 @@ pub fn run(a: BenchArgs) -> Result<()> {
             println!("  measurement failed: {e}");
         }
     };
-    report(measure_clear(&a), &mut rows);
-    if !a.no_peers {
-        if let (Some(wg_go), true) = (find_wireguard_go(), lab::have_tool("wg")) {
-            report(measure_wireguard_go(&a, &wg_go), &mut rows);
+    let wg_go = match (a.no_peers, find_wireguard_go(), lab::have_tool("wg")) {
+        (false, Some(w), true) => Some(w),
+        _ => None,
+    };
+    for round in 0..rounds {
+        if rounds > 1 {
+            println!("  round {}/{rounds}", round + 1);
         }
-    }
-    for s in &suites {
-        for &udp in &encaps {
-            for b in &bins {
-                report(measure_suite(&a, b, s, udp), &mut rows);
+        let order = turns(&bins, round);
+        report(measure_clear(&a), &mut rows);
+        if let Some(w) = &wg_go {
+            report(measure_wireguard_go(&a, w), &mut rows);
+        }
+        for s in &suites {
+            for &udp in &encaps {
+                for b in &order {
+                    report(measure_suite(&a, b, s, udp), &mut rows);
+                }
+            }
+        }
+        for v in &psp {
+            for b in &order {
+                report(measure_psp(&a, b, v), &mut rows);
             }
         }
     }
-    for v in &psp {
-        for b in &bins {
-            report(measure_psp(&a, b, v), &mut rows);
-        }
-    }
+    let mut rows = merge_rows(rows);
     // Added round-trip time: over clear veth; and its ratio to wireguard-go's.
     let clear_ping = rows
         .iter()
@@ -475,6 +557,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
         .map(|r| r.gbit_per_s)
         .unwrap_or(0.0);
     println!();
+    if rounds > 1 {
+        println!(
+            "over {rounds} rounds: median Gbit/s and retransmits, round-trip times of all rounds pooled"
+        );
+    }
     println!(
         "{:<40} {:<15} {:>10} {:>9} {:>8}",
         "path", "encapsulation", "Gbit/s", "of clear", "retrans"
@@ -514,12 +601,19 @@ pub fn run(a: BenchArgs) -> Result<()> {
              Ethernet does.",
             a.seconds, a.pings
         );
-        let paths = std::iter::once((None, &bins[0])).chain(
-            l2suites
-                .iter()
-                .flat_map(|s| bins.iter().map(move |b| (Some(s.as_str()), b))),
-        );
-        for (s, b) in paths {
+        let mut paths = Vec::new();
+        for round in 0..rounds {
+            paths.push((round, None, &bins[0]));
+            for s in &l2suites {
+                for b in turns(&bins, round) {
+                    paths.push((round, Some(s.as_str()), b));
+                }
+            }
+        }
+        for (round, s, b) in paths {
+            if rounds > 1 && s.is_none() {
+                println!("  round {}/{rounds}", round + 1);
+            }
             match measure_l2(&a, b, s) {
                 Ok(r) => {
                     println!(
@@ -537,11 +631,18 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 }
             }
         }
+        l2rows = merge_l2rows(l2rows);
         if let Some(plain) = l2rows.first().filter(|r| r.netveil_bin.is_none()).cloned() {
             for r in l2rows.iter_mut().skip(1) {
                 bench_ping::fill_added(&mut r.ping, &plain.ping, None);
             }
             println!();
+            if rounds > 1 {
+                println!(
+                    "over {rounds} rounds: median Gbit/s and retransmits, round-trip times of all rounds pooled, \
+                     the fastest first ping"
+                );
+            }
             println!(
                 "{:<40} {:>8} {:>9} {:>8} {:>11}",
                 "path", "Gbit/s", "of plain", "retrans", "first ms"
@@ -586,4 +687,59 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Err(Error::Other("some l2sec measurements failed".into()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(path: &str, g: f64, times: &[f64]) -> Row {
+        Row {
+            path: path.into(),
+            encap: "udp 4500".into(),
+            gbit_per_s: g,
+            retransmits: g as u64,
+            ping: vec![bench_ping::stat(56, times.len() as u32, times)],
+            netveil_bin: None,
+            rounds: 1,
+        }
+    }
+
+    #[test]
+    fn rounds_merge_per_path_in_first_order() {
+        // Round 2 ran the base binary first: the merged table keeps round 1's order.
+        let all = vec![
+            row("esp", 1.0, &[0.1]),
+            row("esp (base)", 4.0, &[0.4]),
+            row("esp (base)", 6.0, &[0.6]),
+            row("esp", 3.0, &[0.3]),
+            row("esp", 2.0, &[0.2, 0.25]),
+        ];
+        let m = merge_rows(all);
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].path.as_str(), m[0].rounds), ("esp", 3));
+        assert_eq!((m[0].gbit_per_s, m[0].retransmits), (2.0, 2));
+        assert_eq!((m[0].ping[0].received, m[0].ping[0].median_ms), (4, 0.225));
+        assert_eq!(
+            (m[1].path.as_str(), m[1].rounds, m[1].gbit_per_s),
+            ("esp (base)", 2, 5.0)
+        );
+    }
+
+    #[test]
+    fn binaries_take_turns_going_first() {
+        let bins = [
+            Bin {
+                path: "new".into(),
+                label: "",
+            },
+            Bin {
+                path: "old".into(),
+                label: " (base)",
+            },
+        ];
+        let first = |r| turns(&bins, r)[0].label;
+        assert_eq!([first(0), first(1), first(2)], ["", " (base)", ""]);
+        assert_eq!(turns(&bins[..1], 1).len(), 1);
+    }
 }

@@ -69,6 +69,11 @@ pub struct BenchArgs {
     /// same row with --daemon-bin, labelled "(base)": a before/after table from one run.
     #[arg(long, value_name = "PATH")]
     pub compare: Option<PathBuf>,
+    /// Rounds of every tunnel and l2sec row (each round with its own clear, wireguard-go and plain-bridge rows,
+    /// and with --compare the two binaries taking turns at going first); the tables show the median Gbit/s and
+    /// the round-trip times of all rounds pooled [default: 1].
+    #[arg(long)]
+    pub rounds: Option<u32>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,

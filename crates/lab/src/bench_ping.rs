@@ -32,6 +32,9 @@ pub struct PingStat {
     /// `added_median_ms` over wireguard-go's (IP rows; `None` where either is missing or wireguard-go's is not
     /// above zero).
     pub x_wireguard_go: Option<f64>,
+    /// The round-trip times the statistics come from (for pooling rounds; not in the JSON).
+    #[serde(skip)]
+    pub times: Vec<f64>,
 }
 
 /// The round-trip times (ms) of ping's reply lines, in order. Duplicates (`DUP!`) are left out; `time<X` (ping's
@@ -101,7 +104,28 @@ pub fn stat(bytes: u32, sent: u32, times: &[f64]) -> PingStat {
         p99_ms: percentile(times, 99.0),
         added_median_ms: None,
         x_wireguard_go: None,
+        times: times.to_vec(),
     }
+}
+
+/// The statistics of several runs (rounds) pooled: per size, every round's times together (and their pings sent).
+pub fn pool<'a>(runs: impl IntoIterator<Item = &'a [PingStat]>) -> Vec<PingStat> {
+    let mut by_size: Vec<(u32, u32, Vec<f64>)> = Vec::new();
+    for run in runs {
+        for s in run {
+            match by_size.iter_mut().find(|(b, ..)| *b == s.bytes) {
+                Some((_, sent, times)) => {
+                    *sent += s.sent;
+                    times.extend_from_slice(&s.times);
+                }
+                None => by_size.push((s.bytes, s.sent, s.times.clone())),
+            }
+        }
+    }
+    by_size
+        .iter()
+        .map(|(b, sent, times)| stat(*b, *sent, times))
+        .collect()
 }
 
 /// `count` pings of `bytes` payload, [`PING_INTERVAL`] apart, from namespace `ns` to `dst`, after a few warm-up
@@ -303,6 +327,19 @@ rtt min/avg/max/mdev = 0.008/0.046/0.124/0.054 ms
 
     fn st(bytes: u32, median_ms: f64) -> PingStat {
         stat(bytes, 300, &[median_ms])
+    }
+
+    #[test]
+    fn rounds_pool_their_times() {
+        let a = stat(56, 3, &[1.0, 2.0, 3.0]);
+        let b = stat(56, 4, &[10.0, 20.0]);
+        let c = stat(1000, 1, &[5.0]);
+        let p = pool([&[a, c][..], &[b][..]]);
+        assert_eq!(p.len(), 2);
+        // The median of all five times, not the median of the two rounds' medians (11.0).
+        assert_eq!((p[0].bytes, p[0].sent, p[0].received), (56, 7, 5));
+        assert_eq!((p[0].median_ms, p[0].p99_ms), (3.0, 20.0));
+        assert_eq!((p[1].bytes, p[1].sent, p[1].median_ms), (1000, 1, 5.0));
     }
 
     #[test]
