@@ -4,7 +4,7 @@
 //! lookup, crypto, the rest), measured in process.
 //!
 //! Each row builds a fresh two-host lab (two namespaces joined by a veth pair), starts `netveil up` in both, pings
-//! the peer's inner address (`--pings` per payload size, see [`bench_ping`](crate::bench_ping)), then runs iperf3
+//! the peer's inner address (`--pings` per payload size, see [`bench_ping`]), then runs iperf3
 //! between the inner addresses for `--seconds`. Figures are the receiver's goodput. With `--compare PATH` every
 //! netveil row is measured a second time, right after, with the daemons of the `netveil` binary at PATH.
 
