@@ -54,9 +54,8 @@ use sa::{parse_sa, RawSa};
 use values::err;
 pub use values::{serde_reason, toml_error, typed, Secret};
 
-/// The keys of the configuration file's top level that [`Config::parse_all`] knows (the others' sections are
-/// parsed elsewhere: `l2sec` by [`crate::l2::L2Config`], `log_level` by [`crate::runtime`]).
-const TOP_KEYS: [&str; 6] = ["interface", "sa", "policy", "psp", "l2sec", "log_level"];
+/// The top-level keys of the IP engine's sections (the registry hands [`Config::from_sections`] these only).
+pub const IP_SECTIONS: [&str; 4] = ["interface", "sa", "policy", "psp"];
 
 /// The tables of an array of tables (`[[sa]]`): each with its key (`sa[0]`), or the error of the whole.
 fn array_of_tables(
@@ -111,23 +110,39 @@ impl Config {
     pub fn parse_all(text: &str) -> Result<Config, Vec<ConfigError>> {
         // Syntax first (the position of an error, never the line); then each table on its own, so that a value of
         // the wrong type is reported by its key, without the value.
-        let mut top: toml::Table = toml::from_str(text).map_err(|e| {
+        let top: toml::Table = toml::from_str(text).map_err(|e| {
             vec![ConfigError {
                 key: String::new(),
                 reason: toml_error(text, &e),
             }]
         })?;
         let mut errors = Vec::new();
-        for k in top.keys().filter(|k| !TOP_KEYS.contains(&k.as_str())) {
+        for k in top.keys().filter(|k| !IP_SECTIONS.contains(&k.as_str())) {
             errors.push(ConfigError {
                 key: if crate::names::is_name(k) {
                     k.clone()
                 } else {
                     String::new()
                 },
-                reason: format!("unknown section or key (known: {})", TOP_KEYS.join(", ")),
+                reason: format!("unknown section or key (known: {})", IP_SECTIONS.join(", ")),
             });
         }
+        let mut own = top;
+        own.retain(|k, _| IP_SECTIONS.contains(&k.as_ref()));
+        match Config::from_sections(own) {
+            Ok(c) if errors.is_empty() => Ok(c),
+            Ok(_) => Err(errors),
+            Err(e) => {
+                errors.extend(e);
+                Err(errors)
+            }
+        }
+    }
+
+    /// Validates the IP engine's sections (`top` holds [`IP_SECTIONS`] only: the runtime's registry hands each
+    /// engine its own), reporting every error as [`Config::parse_all`] does.
+    pub fn from_sections(mut top: toml::Table) -> Result<Config, Vec<ConfigError>> {
+        let mut errors = Vec::new();
         let interface = match top.remove("interface") {
             Some(v) => typed::<RawInterface>(v, "interface"),
             None => err("interface", "missing (the [interface] section)"),
