@@ -128,7 +128,7 @@ impl Config {
             });
         }
         let mut own = top;
-        own.retain(|k, _| IP_SECTIONS.contains(&k.as_ref()));
+        own.retain(|k, _| IP_SECTIONS.contains(&k));
         match Config::from_sections(own) {
             Ok(c) if errors.is_empty() => Ok(c),
             Ok(_) => Err(errors),
