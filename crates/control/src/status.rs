@@ -3,7 +3,10 @@
 //!
 //! The JSON form is stable (the README's "Control socket" section lists it): members are added, never renamed or
 //! removed. One object holds every engine's part: the IP engine's members at the top level (`interface`, `sas`,
-//! `drops`, ...), the L2 engine's under `l2sec`. Clients ignore members they do not know.
+//! `drops`, ...), the L2 engine's under `l2sec`, any other engine's under `engines`, by the engine's name (its own
+//! typed value, written with [`Status::set_part`], read back with [`Status::part`], and rendered generically: an
+//! engine added to the daemon shows up here without a change to this crate). Clients ignore members they do not
+//! know.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -17,6 +20,23 @@ pub struct Status {
     /// The L2 engine (l2sec over a TAP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub l2sec: Option<L2Status>,
+    /// Every other engine's part, by engine name (absent when there is none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub engines: BTreeMap<String, serde_json::Value>,
+}
+
+impl Status {
+    /// Sets engine `name`'s part to its typed status (an engine without a member of its own in [`Status`]).
+    pub fn set_part<T: Serialize>(&mut self, name: &str, part: &T) {
+        let v = serde_json::to_value(part)
+            .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
+        self.engines.insert(name.to_string(), v);
+    }
+
+    /// Engine `name`'s part as its typed status (`None`: absent, or not of that type).
+    pub fn part<T: serde::de::DeserializeOwned>(&self, name: &str) -> Option<T> {
+        serde_json::from_value(self.engines.get(name)?.clone()).ok()
+    }
 }
 
 /// Drop counters by stable reason name (`tx:no-sa`, `rx:auth-failed`, ...), every reason listed, 0 included.
@@ -321,6 +341,31 @@ pub fn render_status(s: &Status) -> String {
     if let Some(ip) = &s.ip {
         o.push_str(&render_ip_status(ip));
     }
+    for (name, part) in &s.engines {
+        if !o.is_empty() {
+            o.push('\n');
+        }
+        o.push_str(&render_part(name, part));
+    }
+    o
+}
+
+/// Another engine's part, generically: its name, then one line per member (`name: value`, nested values as
+/// compact JSON).
+fn render_part(name: &str, part: &serde_json::Value) -> String {
+    let mut o = format!("{name}:");
+    match part {
+        serde_json::Value::Object(m) => {
+            o.push('\n');
+            for (k, v) in m {
+                match v {
+                    serde_json::Value::String(s) => o.push_str(&format!("  {k}: {s}\n")),
+                    v => o.push_str(&format!("  {k}: {v}\n")),
+                }
+            }
+        }
+        v => o.push_str(&format!(" {v}\n")),
+    }
     o
 }
 
@@ -602,6 +647,7 @@ mod tests {
         let s = Status {
             ip: Some(ip),
             l2sec: None,
+            ..Default::default()
         };
         let v = serde_json::to_value(&s).unwrap();
         let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
@@ -632,6 +678,7 @@ mod tests {
                 interface: "eth0".into(),
                 ..Default::default()
             }),
+            ..Default::default()
         };
         let v = serde_json::to_value(&l2).unwrap();
         assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), ["l2sec"]);
@@ -659,6 +706,7 @@ mod tests {
         let t = render_status(&Status {
             ip: Some(ip.clone()),
             l2sec: None,
+            ..Default::default()
         });
         assert!(t.starts_with("interface: nv0  up 1h02m03s\n"), "{t}");
         assert!(t.contains("rx:auth-failed"), "{t}");
@@ -676,10 +724,43 @@ mod tests {
                 interface: "eth0".into(),
                 ..Default::default()
             }),
+            ..Default::default()
         });
         assert!(t.starts_with("l2sec: eth0"), "{t}");
         assert!(t.contains("\ninterface: nv0"), "{t}");
         assert!(t.contains("PSP tunnel v0"), "{t}");
         assert!(t.contains("peer connected"), "{t}");
+    }
+
+    /// An engine without a member of its own: its typed part under `engines`, by name, read back as its type, and
+    /// rendered generically after the others; a status without one has no `engines` member.
+    #[test]
+    fn other_engines_have_a_part_of_their_own() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Echo {
+            port: u16,
+            name: String,
+        }
+        let mut s = Status {
+            l2sec: Some(L2Status {
+                interface: "eth0".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(serde_json::to_value(&s).unwrap().get("engines").is_none());
+        let echo = Echo {
+            port: 7,
+            name: "e0".into(),
+        };
+        s.set_part("echo", &echo);
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["engines"]["echo"], json!({"port": 7, "name": "e0"}));
+        let back: Status = serde_json::from_value(v).unwrap();
+        assert_eq!(back.part::<Echo>("echo"), Some(echo));
+        assert_eq!(back.part::<Echo>("other"), None);
+        let t = render_status(&back);
+        assert!(t.starts_with("l2sec: eth0"), "{t}");
+        assert!(t.ends_with("\necho:\n  name: e0\n  port: 7\n"), "{t}");
     }
 }

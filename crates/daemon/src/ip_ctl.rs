@@ -442,6 +442,7 @@ mod tests {
         let text = netveil_control::render_status(&Status {
             ip: Some(st),
             l2sec: None,
+            ..Default::default()
         });
         let lines: Vec<&str> = text
             .lines()

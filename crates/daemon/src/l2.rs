@@ -68,9 +68,8 @@ use zeroize::Zeroizing;
 use crate::config::{ConfigError, RUN_DIR};
 use crate::state::StateDir;
 
-/// The top-level keys of a configuration file: `l2sec` is this engine's; the IP engine's sections are parsed by
-/// [`crate::config::Config`], `log_level` by [`crate::runtime`].
-const FILE_KEYS: [&str; 6] = ["l2sec", "interface", "sa", "policy", "log_level", "psp"];
+/// The top-level key of this engine's section (the runtime's registry hands [`L2Config::from_section`] this one).
+pub const L2_SECTIONS: [&str; 1] = ["l2sec"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -240,21 +239,31 @@ impl L2Config {
         Self::parse(&text, base)
     }
 
-    /// Parses and checks a configuration; relative file names are relative to `base`.
+    /// Parses and checks a configuration text of an `[l2sec]` section only; relative file names are relative to
+    /// `base`.
     pub fn parse(text: &str, base: &Path) -> std::result::Result<L2Config, ConfigError> {
         let mut top: toml::Table = match toml::from_str(text) {
             Ok(t) => t,
             Err(e) => return cerr("", crate::config::toml_error(text, &e)),
         };
-        if top.keys().any(|k| !FILE_KEYS.contains(&k.as_str())) {
+        if top.keys().any(|k| !L2_SECTIONS.contains(&k.as_str())) {
             return cerr(
                 "",
-                format!("unknown section or key (known: {})", FILE_KEYS.join(", ")),
+                format!("unknown section or key (known: {})", L2_SECTIONS.join(", ")),
             );
         }
         let Some(l2) = top.remove("l2sec") else {
             return cerr("l2sec", "missing (the [l2sec] section)");
         };
+        Self::from_section(l2, base)
+    }
+
+    /// Parses and checks the `[l2sec]` section (the value of the top-level key `l2sec`); relative file names are
+    /// relative to `base`.
+    pub fn from_section(
+        l2: toml::Value,
+        base: &Path,
+    ) -> std::result::Result<L2Config, ConfigError> {
         let r: RawL2 = crate::config::typed(l2, "l2sec")?;
         let file = |p: &str| -> PathBuf {
             let p = Path::new(p);

@@ -1,14 +1,18 @@
 //! netveil's daemon: the configuration, the runtime and the engines behind `netveil up`.
 //!
 //! - [`runtime`]: `netveil up`, `down`, `check`: one parse, the engines its sections select, one control socket.
+//! - [`registry`]: the engine registry (the [`registry::EngineSection`] trait, the one list of engines and
+//!   key-exchange drivers): adding an engine is its module plus one line there.
 //! - [`engine`]: what every engine plugs into (the [`engine::Engine`] and [`engine::Control`] traits, `Undo`).
-//! - [`config`]: the IP sections of `netveil.toml`, validated as a whole before anything is applied.
+//! - [`config`]: the IP sections of `netveil.toml` (one module per section), validated as a whole before anything
+//!   is applied.
 //! - [`ip`]: the IP engine: TUN + raw/UDP sockets, ESP/AH and PSP, the data-plane threads.
 //! - [`ip_drop`]: why the IP engine drops a packet (the drop-reason registry of ESP/AH plus the engine's own).
-//! - [`l2`]: the L2 engine: l2sec on a LAN port (TAP + AF_PACKET).
+//! - [`l2`]: the L2 engine: l2sec on a LAN port (TAP + AF_PACKET); [`l2_section`]: its registry entry.
 //! - [`psp_kx`]: the PSP key-exchange driver: TCP and TLS around the sans-I/O [`netveil_psp::kx`] machine.
 //! - [`ip_db`]: the IP engine's SAs and policies, changed while traffic flows (snapshots swapped atomically).
 //! - [`ip_ctl`]: the IP engine's answers on the control socket.
+//! - [`sa_api`]: the typed SA/policy interface that key-exchange drivers use.
 //! - [`nft`]: the IP engine's nftables table (fail-closed filters, peer filter).
 //! - [`filters`]: the socket-filter rules and the storm mode.
 //! - [`error`]: configuration errors, each naming its key.
@@ -26,11 +30,14 @@ pub mod ip_ctl;
 pub mod ip_db;
 pub mod ip_drop;
 pub mod l2;
+pub mod l2_section;
 pub mod log;
 pub mod names;
 pub mod nft;
 pub mod psp_kx;
+pub mod registry;
 pub mod runtime;
+pub mod sa_api;
 pub mod state;
 
 /// A failure of the daemon or of a command run on a configuration. Bad input (configuration, arguments) exits with

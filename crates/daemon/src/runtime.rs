@@ -1,13 +1,20 @@
 //! The runtime: one `netveil up` for every engine. One parse of the configuration file yields its sections; the
-//! sections present select the engines (`[interface]`, `[[sa]]`, `[[policy]]`, `[psp]`: the IP engine; `[l2sec]`:
-//! the L2 engine), so one file may run both in one process. The runtime exists once: it checks every engine's
-//! configuration against the host before anything changes, records every change in one [`Undo`], handles the
-//! signals, runs the one control socket (its status is every engine's status in one JSON object) and drives the
-//! engines ([`Engine::tick`], [`Engine::stop`]).
+//! sections present select the engines of the registry ([`crate::registry`]: each engine owns top-level keys), so
+//! one file may run several engines in one process. The runtime exists once: it checks every engine's configuration
+//! against the host before anything changes, records every change in one [`Undo`], handles the signals, runs the
+//! one control socket (its status is every engine's status in one JSON object) and drives the engines
+//! ([`Engine::tick`], [`Engine::stop`]) and the key-exchange drivers beside them.
+//!
+//! Every step iterates a [`Registry`]: [`parse_all`] (unknown top-level keys refused, naming the known ones, then
+//! each engine's own keys handed to its parser), [`check`], [`up`] (prepare all, then start all), the control
+//! socket's `status` (each engine's [`Control`] adds its part) and [`down`]. The functions without `_with` use
+//! [`crate::registry::DEFAULT`]; the `_with` ones take a registry of the caller's (a test engine, say).
 
-use crate::config::{Config, ConfigError};
-use crate::engine::{remove_fwmark_rules, run, Control, Engine, Undo};
-use crate::l2::L2Config;
+use crate::config::ConfigError;
+use crate::engine::{Control, Engine, Undo};
+use crate::registry::{
+    DriverConfig, DriverSection, EngineSection, Registry, Section, UpOptions, DEFAULT,
+};
 use crate::{Error, Result};
 use serde_json::{json, Value};
 use std::os::unix::net::UnixListener;
@@ -16,57 +23,99 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The sections of one configuration file, parsed and validated.
-pub struct Sections {
-    /// `[interface]`, `[[sa]]`, `[[policy]]`, `[psp]`: the IP engine (ESP, AH, PSP over TUN).
-    pub ip: Option<Config>,
-    /// `[l2sec]`: the L2 engine.
-    pub l2: Option<L2Config>,
+/// The sections of one configuration file, parsed and validated: each engine's and each driver's whose keys are
+/// present, in registry order.
+pub struct Sections<'r> {
+    pub engines: Vec<(&'r dyn EngineSection, Box<dyn Section>)>,
+    pub drivers: Vec<(&'r dyn DriverSection, Box<dyn DriverConfig>)>,
     /// `log_level` (top level, before the first section).
     pub log_level: Option<crate::log::Level>,
 }
 
-/// The top-level keys of each engine.
-const IP_KEYS: [&str; 4] = ["interface", "sa", "policy", "psp"];
-const L2_KEYS: [&str; 1] = ["l2sec"];
+impl Sections<'_> {
+    /// Engine `name`'s parsed configuration, as its type (`None`: not in the file, or not of type `T`).
+    pub fn get<T: 'static>(&self, name: &str) -> Option<&T> {
+        self.engines
+            .iter()
+            .find(|(e, _)| e.name() == name)
+            .and_then(|(_, s)| s.as_any().downcast_ref())
+    }
+}
+
 /// The top-level keys of the runtime itself.
 const RUNTIME_KEYS: [&str; 1] = ["log_level"];
 
 /// Reads and validates a configuration file: its sections, each checked as a whole.
-pub fn load(path: &Path) -> std::result::Result<Sections, ConfigError> {
-    load_all(path).map_err(|mut e| e.swap_remove(0))
+pub fn load(path: &Path) -> std::result::Result<Sections<'static>, ConfigError> {
+    load_with(&DEFAULT, path)
+}
+
+/// [`load`] with the engines and drivers of `reg`.
+pub fn load_with<'r>(
+    reg: &Registry<'r>,
+    path: &Path,
+) -> std::result::Result<Sections<'r>, ConfigError> {
+    load_all_with(reg, path).map_err(|mut e| e.swap_remove(0))
 }
 
 /// Like [`load`], with every error of the file (see [`parse_all`]).
-pub fn load_all(path: &Path) -> std::result::Result<Sections, Vec<ConfigError>> {
+pub fn load_all(path: &Path) -> std::result::Result<Sections<'static>, Vec<ConfigError>> {
+    load_all_with(&DEFAULT, path)
+}
+
+/// [`load_all`] with the engines and drivers of `reg`.
+pub fn load_all_with<'r>(
+    reg: &Registry<'r>,
+    path: &Path,
+) -> std::result::Result<Sections<'r>, Vec<ConfigError>> {
     let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
         vec![ConfigError {
             key: String::new(),
             reason: format!("cannot read {}: {e}", path.display()),
         }]
     })?);
-    parse_all(&text, path.parent().unwrap_or(Path::new(".")))
+    parse_all_with(reg, &text, path.parent().unwrap_or(Path::new(".")))
 }
 
 /// Parses a configuration text (`base`: where relative paths in it start).
-pub fn parse(text: &str, base: &Path) -> std::result::Result<Sections, ConfigError> {
-    parse_all(text, base).map_err(|mut e| e.swap_remove(0))
+pub fn parse(text: &str, base: &Path) -> std::result::Result<Sections<'static>, ConfigError> {
+    parse_with(&DEFAULT, text, base)
+}
+
+/// [`parse`] with the engines and drivers of `reg`.
+pub fn parse_with<'r>(
+    reg: &Registry<'r>,
+    text: &str,
+    base: &Path,
+) -> std::result::Result<Sections<'r>, ConfigError> {
+    parse_all_with(reg, text, base).map_err(|mut e| e.swap_remove(0))
 }
 
 /// Parses a configuration text and reports every error in it, each naming its key (at least one on failure):
-/// unknown sections, then the IP sections' (see [`Config::parse_all`]), then `[l2sec]`'s.
-pub fn parse_all(text: &str, base: &Path) -> std::result::Result<Sections, Vec<ConfigError>> {
-    let table: toml::Table = toml::from_str(text).map_err(|e| {
+/// unknown sections, then each engine's (in registry order, each parsing only its own keys), then each driver's.
+pub fn parse_all(
+    text: &str,
+    base: &Path,
+) -> std::result::Result<Sections<'static>, Vec<ConfigError>> {
+    parse_all_with(&DEFAULT, text, base)
+}
+
+/// [`parse_all`] with the engines and drivers of `reg`.
+pub fn parse_all_with<'r>(
+    reg: &Registry<'r>,
+    text: &str,
+    base: &Path,
+) -> std::result::Result<Sections<'r>, Vec<ConfigError>> {
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| {
         vec![ConfigError {
             key: String::new(),
             reason: crate::config::toml_error(text, &e),
         }]
     })?;
-    let known_key =
-        |k: &str| IP_KEYS.contains(&k) || L2_KEYS.contains(&k) || RUNTIME_KEYS.contains(&k);
+    let known: Vec<&str> = reg.keys().chain(RUNTIME_KEYS).collect();
     let mut errors: Vec<ConfigError> = table
         .keys()
-        .filter(|k| !known_key(k))
+        .filter(|k| !known.contains(&k.as_str()))
         .map(|k| ConfigError {
             // Named when it is a plain name (it may be anything, a secret written in the wrong place too).
             key: if crate::names::is_name(k) {
@@ -74,110 +123,108 @@ pub fn parse_all(text: &str, base: &Path) -> std::result::Result<Sections, Vec<C
             } else {
                 String::new()
             },
-            reason: format!(
-                "unknown section or key (known: {})",
-                IP_KEYS
-                    .iter()
-                    .chain(L2_KEYS.iter())
-                    .chain(RUNTIME_KEYS.iter())
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            reason: format!("unknown section or key (known: {})", known.join(", ")),
         })
         .collect();
     let log_level = table
         .get("log_level")
         .and_then(|v| crate::log::parse_level(v).map_err(|e| errors.push(e)).ok());
-    let has = |keys: &[&str]| keys.iter().any(|k| table.contains_key(*k));
-    // With unknown sections reported, the engines read the file without them (their own parsers refuse unknown
-    // keys); otherwise the text itself, so that their errors give the file's line numbers.
-    let known;
-    let text = if errors.is_empty() {
-        text
-    } else {
-        let mut t = table.clone();
-        t.retain(|k, _| known_key(k));
-        known = zeroize::Zeroizing::new(toml::to_string(&t).unwrap_or_default());
-        known.as_str()
+    // Each engine and driver gets a table of its own keys only (the unknown ones are reported above).
+    let mut own = |keys: &[&str]| -> Option<toml::Table> {
+        let t: toml::Table = keys
+            .iter()
+            .filter_map(|k| table.remove(*k).map(|v| (k.to_string(), v)))
+            .collect();
+        (!t.is_empty()).then_some(t)
     };
-    let ip = if has(&IP_KEYS) {
-        Config::parse_all(text).map_err(|e| errors.extend(e)).ok()
-    } else {
-        None
+    let mut engines = Vec::new();
+    for e in reg.engines {
+        if let Some(t) = own(e.keys()) {
+            match e.parse(t, base) {
+                Ok(s) => engines.push((*e, s)),
+                Err(es) => errors.extend(es),
+            }
+        }
+    }
+    let mut drivers = Vec::new();
+    for d in reg.drivers {
+        if let Some(t) = own(d.keys()) {
+            let first = t.keys().next().cloned().unwrap_or_default();
+            match d.parse(t, base) {
+                Ok(c) => drivers.push((*d, c, first)),
+                Err(es) => errors.extend(es),
+            }
+        }
+    }
+    // A driver installs its SAs through an engine of this file.
+    let with_port = || {
+        reg.engines
+            .iter()
+            .filter(|e| e.offers_sa_port())
+            .map(|e| e.describe())
+            .collect::<Vec<_>>()
+            .join(" or ")
     };
-    let l2 = if has(&L2_KEYS) {
-        L2Config::parse(text, base).map_err(|e| errors.push(e)).ok()
-    } else {
-        None
-    };
-    if errors.is_empty() && ip.is_none() && l2.is_none() {
+    for (d, _, key) in &drivers {
+        if !engines.iter().any(|(e, _)| e.offers_sa_port()) {
+            errors.push(ConfigError {
+                key: key.clone(),
+                reason: format!(
+                    "the {} key exchange needs an engine that installs SAs ({})",
+                    d.name(),
+                    with_port()
+                ),
+            });
+        }
+    }
+    if errors.is_empty() && engines.is_empty() {
         errors.push(ConfigError {
             key: String::new(),
-            reason: "nothing to run: no [interface] (ESP, AH, PSP) and no [l2sec] section".into(),
+            reason: format!(
+                "nothing to run: no {} section",
+                reg.engines
+                    .iter()
+                    .map(|e| e.describe())
+                    .collect::<Vec<_>>()
+                    .join(" and no ")
+            ),
         });
     }
     if !errors.is_empty() {
         return Err(errors);
     }
-    Ok(Sections { ip, l2, log_level })
+    Ok(Sections {
+        engines,
+        drivers: drivers.into_iter().map(|(d, c, _)| (d, c)).collect(),
+        log_level,
+    })
 }
 
 /// `netveil check -c FILE`: the file, and what `up` would fail on here (nothing is applied). Returns the summary
-/// line; a note (a daemon of this configuration already runs) is printed on stderr.
+/// line; notes (a daemon of this configuration already runs) are printed on stderr.
 pub fn check(path: &Path) -> Result<String> {
-    let s = load_all(path).map_err(Error::Configs)?;
+    check_with(&DEFAULT, path)
+}
+
+/// [`check`] with the engines and drivers of `reg`.
+pub fn check_with(reg: &Registry<'_>, path: &Path) -> Result<String> {
+    let s = load_all_with(reg, path).map_err(Error::Configs)?;
     let mut parts = Vec::new();
-    if let Some(c) = &s.ip {
-        // PSP: the certificates and key are read and checked too.
-        if let Some(p) = &c.psp {
-            crate::psp_kx::tls(p)?;
-        }
-        if let Some(note) = crate::ip::preflight_check(c)? {
+    let engines = s.engines.iter().map(|(_, sec)| sec.check());
+    for c in engines.chain(s.drivers.iter().map(|(_, d)| d.check())) {
+        let c = c?;
+        for note in c.notes {
             eprintln!("netveil: note: {note}");
         }
-        parts.push(format!(
-            "{} SAs, {} policies{}",
-            c.sas.len(),
-            c.policies.len(),
-            if c.psp.is_some() { ", PSP" } else { "" }
-        ));
-    }
-    if let Some(c) = &s.l2 {
-        crate::l2::check(c)?;
-        parts.push(format!(
-            "l2sec on {}, {} suites, {} peer keys",
-            c.interface,
-            c.suites.len(),
-            c.peers.len()
-        ));
+        if !c.summary.is_empty() {
+            parts.push(c.summary);
+        }
     }
     Ok(format!("{}: ok ({})", path.display(), parts.join("; ")))
 }
 
 /// Set by the control request `stop` (from `netveil down`): the daemon removes its fail-closed filters on exit.
 static DOWN: AtomicBool = AtomicBool::new(false);
-
-/// The one control socket: `[interface] control_socket` when the IP engine runs, else `[l2sec] control_socket`.
-fn control_socket(ip: Option<&crate::ip::Prepared>, l2: Option<&crate::l2::Prepared>) -> PathBuf {
-    match (ip, l2) {
-        (Some(p), _) => p.control_socket().to_path_buf(),
-        (None, Some(p)) => p.control_socket().to_path_buf(),
-        (None, None) => PathBuf::from(crate::config::RUN_DIR).join("netveil.sock"),
-    }
-}
-
-/// The control group of the section whose control socket is used (see [`control_socket`]).
-fn control_group(
-    ip: Option<&crate::ip::Prepared>,
-    l2: Option<&crate::l2::Prepared>,
-) -> Option<u32> {
-    match (ip, l2) {
-        (Some(p), _) => p.control_group(),
-        (None, Some(p)) => p.control_group(),
-        (None, None) => None,
-    }
-}
 
 /// The daemon's umask, set once at the start of `up`, before any thread: every file and socket it creates is
 /// private until it widens one on purpose (the control socket for its control group).
@@ -225,38 +272,63 @@ fn answer(controls: &[Arc<dyn Control>], line: &str) -> Value {
 /// `log_level`; `fresh_keys` (`--fresh-keys`) confirms that outbound SAs whose keys have no sequence mark use new
 /// keys, for a state directory without its record (see [`crate::state`]).
 pub fn up(path: &Path, verbose: u8, quiet: bool, fresh_keys: bool) -> Result<()> {
+    up_with(&DEFAULT, path, verbose, quiet, fresh_keys)
+}
+
+/// [`up`] with the engines and drivers of `reg`.
+pub fn up_with(
+    reg: &Registry<'_>,
+    path: &Path,
+    verbose: u8,
+    quiet: bool,
+    fresh_keys: bool,
+) -> Result<()> {
     // First of all, with no other thread yet (the umask is the process's).
     netveil_io::os::set_umask(DAEMON_UMASK);
-    let mut s = load(path)?;
-    if let Some(c) = s.ip.as_mut() {
-        c.interface.state_dir.fresh_keys = fresh_keys;
-    }
+    let s = load_with(reg, path)?;
     crate::log::init(crate::log::level(s.log_level, verbose, quiet));
     // Every check and every key schedule of every engine before the first change to the system.
-    let ip = s.ip.map(crate::ip::prepare).transpose()?;
-    let l2 = s.l2.map(crate::l2::prepare).transpose()?;
-    let control = control_socket(ip.as_ref(), l2.as_ref());
-    let group = control_group(ip.as_ref(), l2.as_ref());
+    let opts = UpOptions { fresh_keys };
+    let mut prepared = Vec::new();
+    let mut driver_configs: Vec<Box<dyn DriverConfig>> = Vec::new();
+    for (_, sec) in s.engines {
+        driver_configs.extend(sec.drivers());
+        prepared.push(sec.prepare(&opts)?);
+    }
+    driver_configs.extend(s.drivers.into_iter().map(|(_, c)| c));
+    // The one control socket: the first engine's.
+    let control = prepared.first().map_or_else(
+        || PathBuf::from(netveil_control::RUN_DIR).join("netveil.sock"),
+        |p| p.control_socket().to_path_buf(),
+    );
+    let group = prepared.first().and_then(|p| p.control_group());
     let mut undo = Undo::default();
     let mut engines: Vec<Box<dyn Engine>> = Vec::new();
+    let mut drivers: Vec<Box<dyn Engine>> = Vec::new();
     let mut controls: Vec<Arc<dyn Control>> = Vec::new();
     let started = (|| -> Result<UnixListener> {
-        if let Some(p) = ip {
-            let e = crate::ip::start(p, &mut undo, &control)?;
-            controls.push(Arc::new(crate::ip_ctl::IpControl(e.shared())));
-            engines.push(Box::new(e));
+        let mut port = None;
+        for p in prepared {
+            let st = p.start(&mut undo, &control)?;
+            controls.push(st.control);
+            engines.push(st.engine);
+            port = port.or(st.sa_port);
         }
-        if let Some(p) = l2 {
-            let e = crate::l2::start(p, &mut undo, &control)?;
-            controls.push(e.control());
-            engines.push(Box::new(e));
+        for d in driver_configs {
+            let Some(port) = &port else {
+                return Err(Error::Usage(
+                    "a key-exchange driver needs an engine that installs SAs, and none offers it"
+                        .into(),
+                ));
+            };
+            drivers.push(d.start(port.clone())?);
         }
         listen(&control, group)
     })();
     let listener = match started {
         Ok(l) => l,
         Err(e) => {
-            for en in engines {
+            for en in drivers.into_iter().chain(engines) {
                 en.stop(&mut undo, false);
             }
             return Err(e);
@@ -269,11 +341,17 @@ pub fn up(path: &Path, verbose: u8, quiet: bool, fresh_keys: bool) -> Result<()>
             netveil_control::serve_lines(listener, stop, group, |req| answer(&controls, req))
         })
         .map_err(Error::io("thread"))?;
-    while !stop.load(Relaxed) && engines.iter_mut().all(|e| e.tick()) {
+    while !stop.load(Relaxed)
+        && drivers
+            .iter_mut()
+            .chain(engines.iter_mut())
+            .all(|e| e.tick())
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     let down = DOWN.load(Relaxed);
-    for e in engines {
+    // The drivers first: they change the engines' SAs.
+    for e in drivers.into_iter().chain(engines) {
         e.stop(&mut undo, down);
     }
     let _ = std::fs::remove_file(&control);
@@ -281,65 +359,34 @@ pub fn up(path: &Path, verbose: u8, quiet: bool, fresh_keys: bool) -> Result<()>
     Ok(())
 }
 
-/// `netveil down -c FILE`: stops a running daemon of this configuration (it removes its setup), then removes the
-/// fail-closed filters and whatever a killed instance left (its routing rules, a stale control socket): covered
-/// traffic is no longer blocked.
+/// `netveil down -c FILE`: each engine of the file that supports it stops a running daemon of this configuration
+/// and removes what it leaves behind (the IP engine: its fail-closed filters, a killed instance's routing rules and
+/// stale control socket: covered traffic is no longer blocked). A file of engines that do not support it is an
+/// error saying so.
 pub fn down(path: &Path) -> Result<()> {
-    let Some(config) = load(path)?.ip else {
-        return Err(Error::Usage(
-            "netveil down is for [interface] configurations: an l2sec daemon gives its port back when it stops \
-             (SIGTERM), and a killed one when `netveil up` runs again"
-                .into(),
-        ));
-    };
-    let iface = &config.interface;
-    let sock = Path::new(&iface.control_socket);
-    let mut stopped = false;
-    if std::os::unix::net::UnixStream::connect(sock).is_ok() {
-        netveil_control::request_stop(sock)?;
-        let t = std::time::Instant::now();
-        while std::os::unix::net::UnixStream::connect(sock).is_ok() {
-            if t.elapsed() > Duration::from_secs(15) {
-                return Err(Error::Other(format!(
-                    "the daemon on {} did not stop within 15 s",
-                    sock.display()
-                )));
+    down_with(&DEFAULT, path)
+}
+
+/// [`down`] with the engines and drivers of `reg`.
+pub fn down_with(reg: &Registry<'_>, path: &Path) -> Result<()> {
+    let s = load_with(reg, path)?;
+    let mut done = false;
+    let mut unsupported = None;
+    for (e, sec) in &s.engines {
+        match sec.down() {
+            Some(r) => {
+                r?;
+                done = true;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            None => {
+                unsupported.get_or_insert_with(|| e.down_unsupported());
+            }
         }
-        // Its undo runs after the socket is gone: wait for the TUN to go too.
-        let dev = Path::new("/sys/class/net").join(&iface.name);
-        while dev.exists() && t.elapsed() < Duration::from_secs(15) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        stopped = true;
     }
-    let table = iface.nft_table();
-    let had_table = crate::engine::nft_table_exists(&table);
-    if had_table {
-        run(&["nft", "delete", "table", "inet", &table])?;
+    match (done, unsupported) {
+        (false, Some(m)) => Err(Error::Usage(m)),
+        _ => Ok(()),
     }
-    if let Some(m) = iface.fwmark {
-        remove_fwmark_rules(&m.to_string());
-    }
-    // The policies a killed instance had added at runtime: no longer restored (their block is lifted too).
-    let _ = std::fs::remove_file(
-        iface
-            .state_dir
-            .path
-            .join(crate::state::policies_file(&iface.name)),
-    );
-    let _ = std::fs::remove_file(sock);
-    eprintln!(
-        "netveil: {} down{}",
-        iface.name,
-        match (stopped, had_table) {
-            (true, _) => " (daemon stopped; nothing blocked any more)",
-            (false, true) => " (covered traffic no longer blocked)",
-            (false, false) => " (nothing was running or blocked)",
-        }
-    );
-    Ok(())
 }
 
 #[cfg(test)]
@@ -403,26 +450,5 @@ sas = ["nope"]
             "{shown}"
         );
         assert!(!shown.contains("0011"), "{shown}");
-    }
-
-    /// `control_group` is resolved to its group id when the file is read; an unknown or malformed name is an error
-    /// naming the key.
-    #[test]
-    fn the_control_group_is_a_group_of_this_host() {
-        let ip = |g: &str| {
-            parse(
-                &format!("[interface]\ncontrol_group = \"{g}\"\n"),
-                Path::new("."),
-            )
-            .map(|s| s.ip.unwrap().interface.control_group)
-        };
-        assert_eq!(ip("root").ok(), Some(Some(0)));
-        assert_eq!(ip("nogroup").ok(), Some(Some(65534)));
-        for bad in ["netveil-no-such-group", "-x", "a b", ""] {
-            let e = ip(bad).err().unwrap();
-            assert_eq!(e.key, "interface.control_group", "{bad}");
-        }
-        let none = parse("[interface]\n", Path::new(".")).ok().unwrap();
-        assert_eq!(none.ip.unwrap().interface.control_group, None);
     }
 }

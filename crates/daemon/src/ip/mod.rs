@@ -12,12 +12,14 @@
 mod policy;
 mod psp;
 mod rx;
+mod section;
 mod setup;
 #[cfg(test)]
 mod tests;
 mod tx;
 
 pub use policy::{flow_key, flow_key_frag, FragCache};
+pub use section::IpSection;
 pub use setup::{host_addresses, preflight, preflight_check, prepare, start, IpEngine, Prepared};
 pub use tx::{UdpOut, PSP_TX_SOCKETS};
 #[allow(unused_imports)]

@@ -1,0 +1,179 @@
+//! The IP engine in the registry ([`crate::registry`]): its sections (`[interface]`, `[[sa]]`, `[[policy]]`,
+//! `[psp]`), `check`, `prepare`, `start` (its control answers: [`crate::ip_ctl::IpControl`]) and `down`.
+
+use crate::config::{Config, ConfigError, IP_SECTIONS};
+use crate::engine::{remove_fwmark_rules, run, Undo};
+use crate::registry::{Checked, EngineSection, Section, Started, UpOptions};
+use crate::{Error, Result};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The IP engine: ESP, AH and PSP over a TUN.
+pub struct IpSection;
+
+impl EngineSection for IpSection {
+    fn name(&self) -> &'static str {
+        "ip"
+    }
+
+    fn keys(&self) -> &'static [&'static str] {
+        &IP_SECTIONS
+    }
+
+    fn describe(&self) -> &'static str {
+        "[interface] (ESP, AH, PSP)"
+    }
+
+    fn parse(
+        &self,
+        table: toml::Table,
+        _base: &Path,
+    ) -> std::result::Result<Box<dyn Section>, Vec<ConfigError>> {
+        Ok(Box::new(Config::from_sections(table)?))
+    }
+
+    fn offers_sa_port(&self) -> bool {
+        // The typed SA interface is offered once it has methods (`IpEngine::sa_port`).
+        false
+    }
+}
+
+impl Section for Config {
+    fn check(&self) -> Result<Checked> {
+        // PSP: the certificates and key are read and checked too.
+        if let Some(p) = &self.psp {
+            crate::psp_kx::tls(p)?;
+        }
+        let notes = super::preflight_check(self)?.into_iter().collect();
+        Ok(Checked {
+            summary: format!(
+                "{} SAs, {} policies{}",
+                self.sas.len(),
+                self.policies.len(),
+                if self.psp.is_some() { ", PSP" } else { "" }
+            ),
+            notes,
+        })
+    }
+
+    fn prepare(
+        mut self: Box<Self>,
+        opts: &UpOptions,
+    ) -> Result<Box<dyn crate::registry::Prepared>> {
+        self.interface.state_dir.fresh_keys = opts.fresh_keys;
+        Ok(Box::new(super::prepare(*self)?))
+    }
+
+    fn down(&self) -> Option<Result<()>> {
+        Some(down(self))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl crate::registry::Prepared for super::Prepared {
+    fn control_socket(&self) -> &Path {
+        super::Prepared::control_socket(self)
+    }
+
+    fn control_group(&self) -> Option<u32> {
+        super::Prepared::control_group(self)
+    }
+
+    fn start(self: Box<Self>, undo: &mut Undo, control: &Path) -> Result<Started> {
+        let e = super::start(*self, undo, control)?;
+        Ok(Started {
+            control: Arc::new(crate::ip_ctl::IpControl(e.shared())),
+            engine: Box::new(e),
+            sa_port: None,
+        })
+    }
+}
+
+/// `netveil down` of the IP sections: stops a running daemon of this configuration (it removes its setup), then
+/// removes the fail-closed filters and whatever a killed instance left (its routing rules, a stale control
+/// socket): covered traffic is no longer blocked.
+fn down(config: &Config) -> Result<()> {
+    let iface = &config.interface;
+    let sock = Path::new(&iface.control_socket);
+    let mut stopped = false;
+    if std::os::unix::net::UnixStream::connect(sock).is_ok() {
+        netveil_control::request_stop(sock)?;
+        let t = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(sock).is_ok() {
+            if t.elapsed() > Duration::from_secs(15) {
+                return Err(Error::Other(format!(
+                    "the daemon on {} did not stop within 15 s",
+                    sock.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Its undo runs after the socket is gone: wait for the TUN to go too.
+        let dev = Path::new("/sys/class/net").join(&iface.name);
+        while dev.exists() && t.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stopped = true;
+    }
+    let table = iface.nft_table();
+    let had_table = crate::engine::nft_table_exists(&table);
+    if had_table {
+        run(&["nft", "delete", "table", "inet", &table])?;
+    }
+    if let Some(m) = iface.fwmark {
+        remove_fwmark_rules(&m.to_string());
+    }
+    // The policies a killed instance had added at runtime: no longer restored (their block is lifted too).
+    let _ = std::fs::remove_file(
+        iface
+            .state_dir
+            .path
+            .join(crate::state::policies_file(&iface.name)),
+    );
+    let _ = std::fs::remove_file(sock);
+    eprintln!(
+        "netveil: {} down{}",
+        iface.name,
+        match (stopped, had_table) {
+            (true, _) => " (daemon stopped; nothing blocked any more)",
+            (false, true) => " (covered traffic no longer blocked)",
+            (false, false) => " (nothing was running or blocked)",
+        }
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::runtime::parse;
+    use std::path::Path;
+
+    /// `control_group` is resolved to its group id when the file is read; an unknown or malformed name is an error
+    /// naming the key.
+    #[test]
+    fn the_control_group_is_a_group_of_this_host() {
+        let ip = |g: &str| {
+            parse(
+                &format!("[interface]\ncontrol_group = \"{g}\"\n"),
+                Path::new("."),
+            )
+            .map(|s| s.get::<Config>("ip").unwrap().interface.control_group)
+        };
+        assert_eq!(ip("root").ok(), Some(Some(0)));
+        assert_eq!(ip("nogroup").ok(), Some(Some(65534)));
+        for bad in ["netveil-no-such-group", "-x", "a b", ""] {
+            let e = ip(bad).err().unwrap();
+            assert_eq!(e.key, "interface.control_group", "{bad}");
+        }
+        let none = parse("[interface]\n", Path::new(".")).ok().unwrap();
+        assert_eq!(
+            none.get::<Config>("ip").unwrap().interface.control_group,
+            None
+        );
+    }
+}
