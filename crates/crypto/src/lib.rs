@@ -11,6 +11,7 @@
 pub mod aead;
 pub mod cbc;
 pub mod dh;
+pub mod kdf;
 pub mod mac;
 pub mod rand;
 
