@@ -1,9 +1,9 @@
 //! Randomness, passed in: the [`Rng`] trait, the operating system's generator [`OsRng`], and (feature
-//! `test-rng`, for tests and fuzzing only) the deterministic [`SeededRng`].
+//! `test-rng`, for tests and fuzzing only) the deterministic `SeededRng`.
 //!
 //! The protocol crates (`ipsec`, `psp`, `l2sec`) never reach for randomness themselves: whatever draws random
 //! bytes there (keys, nonces, exchange ids, first sequence numbers, IV-generator keys) takes a `&mut dyn Rng` or
-//! a `Box<dyn Rng>` from its caller. The daemon passes [`OsRng`]; in-memory tests pass a [`SeededRng`], so that a
+//! a `Box<dyn Rng>` from its caller. The daemon passes [`OsRng`]; in-memory tests pass a `SeededRng`, so that a
 //! key exchange run twice with the same seed gives the same transcript and keys. `scripts/check-rng` keeps the
 //! protocol crates' sources free of the OS generator and of [`fill_random`].
 
