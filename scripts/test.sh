@@ -26,6 +26,7 @@ cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 scripts/check-ip-offsets
+scripts/check-rng && scripts/check-rng --self-test
 if [ -x ../shared/tools/check-layers ]; then
   ../shared/tools/check-layers
 else

@@ -14,6 +14,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use netveil_crypto::rand::SeededRng;
 use netveil_ipsec::bundle::{self, Sad};
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::{AhSuite, EspSuite};
@@ -71,7 +72,7 @@ fn world() -> &'static World {
         ];
         let mut out = Sad::default();
         for (spi, suite, mode, esn, udp) in &specs {
-            out.insert_out(OutboundSa::new(params(*spi, Direction::Out, *suite, *mode, *esn, *udp), 0).unwrap());
+            out.insert_out(OutboundSa::new(params(*spi, Direction::Out, *suite, *mode, *esn, *udp), 0, &mut SeededRng::new(0)).unwrap());
         }
         World { out, specs }
     })

@@ -6,6 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use netveil_crypto::rand::SeededRng;
 use netveil_l2sec::node::{Inbound, Node, NodeConfig, Outbound};
 use netveil_wire::PacketBuf;
 use std::net::Ipv4Addr;
@@ -20,7 +21,9 @@ fn node(mac: [u8; 6], host: u8, now: Instant, epoch: u64) -> Node {
     c.lifetime = Duration::from_secs(30);
     c.rekey_margin = Duration::from_secs(5);
     c.epoch = epoch;
-    Node::new(c, now, 0).unwrap()
+    // A seeded generator: every run of an input is the same.
+    let rng = SeededRng::new(u64::from(host) << 32 | epoch);
+    Node::new(c, now, 0, Box::new(rng)).unwrap()
 }
 
 fuzz_target!(|data: &[u8]| {

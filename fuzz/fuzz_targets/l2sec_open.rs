@@ -8,6 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use netveil_crypto::rand::SeededRng;
 use netveil_l2sec::ed25519_dalek::SigningKey;
 use netveil_l2sec::{
     peek, Header, RxConfig, RxSession, SealOpts, SessionKeys, Suite, TxConfig, TxSession, Version,
@@ -118,7 +119,7 @@ fuzz_target!(|data: &[u8]| {
             TxConfig {
                 first_seq: Some(1000),
                 ..TxConfig::default()
-            },
+            }, &mut SeededRng::new(0),
         )
     } else {
         let k = SessionKeys::derive(suite, &SECRET, b"fuzz").unwrap();
@@ -129,7 +130,7 @@ fuzz_target!(|data: &[u8]| {
                 first_seq: Some(1000),
                 epoch,
                 ..TxConfig::default()
-            },
+            }, &mut SeededRng::new(0),
         )
         .unwrap()
     };

@@ -18,6 +18,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
+use netveil_crypto::rand::SeededRng;
 use netveil_l2sec::sep::{
     msg_type, DhGroup, Established, Mac, Sep, SepConfig, SepError, SepEvent, HEADER_LEN, VERSION,
 };
@@ -162,7 +163,7 @@ fn agree(from: &Established, to: &Established) -> bool {
             key_id: from.key_id,
             insecure_ecb: ecb,
             ..TxConfig::default()
-        },
+        }, &mut SeededRng::new(0),
     )
     .unwrap();
     let mut rx = RxSession::new(
@@ -188,8 +189,8 @@ fn pair(opts: u8, data: &[u8]) {
     let ip_a = Ipv4Addr::new(10, 0, 0, 1);
     let ip_b = Ipv4Addr::new(10, 0, 0, 2);
     let mut hosts = [
-        Sep::new(cfg(A, ip_a, opts)),
-        Sep::new(cfg(B, ip_b, opts ^ 0x20)),
+        Sep::new(cfg(A, ip_a, opts), Box::new(SeededRng::new(1))),
+        Sep::new(cfg(B, ip_b, opts ^ 0x20), Box::new(SeededRng::new(2))),
     ];
     let macs = [A, B];
     let mut now = Instant::now();
@@ -310,11 +311,11 @@ fuzz_target!(|data: &[u8]| {
     let ip_b = Ipv4Addr::new(10, 0, 0, 2);
     match sel % 3 {
         0 => {
-            let mut b = Sep::new(cfg(B, ip_b, opts));
+            let mut b = Sep::new(cfg(B, ip_b, opts), Box::new(SeededRng::new(2)));
             feed(&mut b, B, A, None, rest, now);
         }
         1 => {
-            let mut a = Sep::new(cfg(A, ip_a, opts));
+            let mut a = Sep::new(cfg(A, ip_a, opts), Box::new(SeededRng::new(1)));
             a.initiate(B, None, 1, now);
             let mut id = [0u8; 8];
             if let Some(SepEvent::Transmit { msg, .. }) = a.poll_event() {

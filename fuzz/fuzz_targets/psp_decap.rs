@@ -108,7 +108,11 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn device() -> Device {
-    Device::with_master_keys(zeroize::Zeroizing::new([0x33; 32]), zeroize::Zeroizing::new([0x44; 32]))
+    Device::with_master_keys(
+        zeroize::Zeroizing::new([0x33; 32]),
+        zeroize::Zeroizing::new([0x44; 32]),
+        Box::new(netveil_crypto::rand::SeededRng::new(0)),
+    )
 }
 
 /// Opens `payload` with `rx` as a datagram of a coalesced receive (between other bytes in one buffer); checks that

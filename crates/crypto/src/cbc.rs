@@ -133,15 +133,15 @@ where
 }
 
 /// Unpredictable per-packet IVs for CBC without a syscall per packet: IV = AES-128-ECB(random key, counter),
-/// truncated to the IV length. Built once per SA from the OS RNG.
+/// truncated to the IV length. Built once per outbound SA, its key drawn from the caller's RNG.
 pub struct IvGen {
     cipher: Aes128,
 }
 
 impl IvGen {
-    pub fn new() -> Self {
+    pub fn new(rng: &mut dyn crate::rand::Rng) -> Self {
         let mut key = Zeroizing::new([0u8; 16]);
-        crate::rand::fill_random(&mut key[..]);
+        rng.fill(&mut key[..]);
         Self {
             cipher: Aes128::new(GenericArray::from_slice(&key[..])),
         }
@@ -157,12 +157,6 @@ impl IvGen {
         self.cipher.encrypt_block(&mut block);
         let n = out.len().min(block.len());
         out[..n].copy_from_slice(&block[..n]);
-    }
-}
-
-impl Default for IvGen {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

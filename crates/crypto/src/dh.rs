@@ -16,7 +16,7 @@ use crypto_bigint::modular::runtime_mod::{DynResidue, DynResidueParams};
 use crypto_bigint::{Uint, U2048, U3072, U512};
 use zeroize::Zeroizing;
 
-use crate::rand::fill_random;
+use crate::rand::Rng;
 use crate::KeyError;
 
 /// RFC 3526 group 14: `2^2048 - 2^1984 - 1 + 2^64 * ([2^1918 pi] + 124476)`.
@@ -158,10 +158,10 @@ fn modp_agree<const LIMBS: usize>(
 }
 
 impl KeyPair {
-    /// A fresh key pair from the operating system's random number generator.
-    pub fn generate(group: Group) -> KeyPair {
+    /// A fresh key pair, its private key drawn from `rng` (the caller's: the OS generator in production).
+    pub fn generate(group: Group, rng: &mut dyn Rng) -> KeyPair {
         let mut private = Zeroizing::new(vec![0u8; group.private_len()]);
-        fill_random(&mut private);
+        rng.fill(&mut private);
         Self::from_private(group, &private).expect("private key of the right length")
     }
 
@@ -227,6 +227,32 @@ impl KeyPair {
                 Group::Modp2048 => modp_agree::<{ U2048::LIMBS }>(MODP2048_P, x, peer_public),
                 _ => modp_agree::<{ U3072::LIMBS }>(MODP3072_P, x, peer_public),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rand::SeededRng;
+
+    /// The private key is drawn from the caller's generator, nothing else: the same seed gives the same key pair
+    /// (the one of the seed's first bytes), another seed another one.
+    #[test]
+    fn generate_draws_from_the_given_rng() {
+        for g in Group::ALL {
+            let a = KeyPair::generate(g, &mut SeededRng::new(1));
+            let b = KeyPair::generate(g, &mut SeededRng::new(1));
+            let c = KeyPair::generate(g, &mut SeededRng::new(2));
+            assert_eq!(a.public(), b.public(), "{g:?}");
+            assert_ne!(a.public(), c.public(), "{g:?}");
+            let mut private = vec![0u8; g.private_len()];
+            SeededRng::new(1).fill(&mut private);
+            assert_eq!(
+                KeyPair::from_private(g, &private).unwrap().public(),
+                a.public(),
+                "{g:?}"
+            );
         }
     }
 }

@@ -5,12 +5,16 @@
 //! aws-lc-rs for AES-GCM, AES-GMAC and ChaCha20-Poly1305, RustCrypto for CBC modes, HMAC and truncated-tag GCM.
 //!
 //! The traits know nothing of ESP: the `netveil-ipsec` crate composes them into ESP and AH transforms.
+//!
+//! Randomness and key derivation live here too, for the protocol crates to be given: [`rand::Rng`] (the OS
+//! generator [`rand::OsRng`] for the runtime, a seeded one for tests) and [`kdf`] (HKDF, SP 800-108, IKEv2 prf+).
 
 #![forbid(unsafe_code)]
 
 pub mod aead;
 pub mod cbc;
 pub mod dh;
+pub mod kdf;
 pub mod mac;
 pub mod rand;
 

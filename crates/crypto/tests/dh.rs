@@ -2,6 +2,7 @@
 //! built-in `pow`), agreement between two fresh key pairs, and refusal of invalid peer values.
 
 use netveil_crypto::dh::{Group, KeyPair, MODP_EXPONENT_LEN};
+use netveil_crypto::rand::OsRng;
 use netveil_crypto::KeyError;
 
 /// Hex decoding that ignores whitespace.
@@ -90,7 +91,7 @@ fn rfc7748_section_6_1_alice_and_bob() {
 
 #[test]
 fn x25519_refuses_low_order_points_and_wrong_lengths() {
-    let kp = KeyPair::generate(Group::X25519);
+    let kp = KeyPair::generate(Group::X25519, &mut OsRng);
     assert_eq!(kp.public().len(), 32);
     let low_order = [
         hx("0000000000000000000000000000000000000000000000000000000000000000"),
@@ -108,7 +109,7 @@ fn x25519_refuses_low_order_points_and_wrong_lengths() {
     for len in [0, 31, 33, 64] {
         assert!(kp.agree(&vec![9u8; len]).is_err());
     }
-    let peer = KeyPair::generate(Group::X25519);
+    let peer = KeyPair::generate(Group::X25519, &mut OsRng);
     assert_eq!(
         &*kp.agree(peer.public()).unwrap(),
         &*peer.agree(kp.public()).unwrap()
@@ -218,8 +219,8 @@ fn modp_known_answers_from_python_pow() {
 #[test]
 fn modp_two_parties_agree() {
     for group in [Group::Modp2048, Group::Modp3072] {
-        let a = KeyPair::generate(group);
-        let b = KeyPair::generate(group);
+        let a = KeyPair::generate(group, &mut OsRng);
+        let b = KeyPair::generate(group, &mut OsRng);
         assert_eq!(a.public().len(), group.public_len());
         assert_ne!(a.public(), b.public());
         let za = a.agree(b.public()).unwrap();
@@ -254,7 +255,7 @@ fn sub_small(p: &[u8], k: u8) -> Vec<u8> {
 #[test]
 fn modp_refuses_invalid_public_values() {
     for group in [Group::Modp2048, Group::Modp3072] {
-        let kp = KeyPair::generate(group);
+        let kp = KeyPair::generate(group, &mut OsRng);
         let p = group.modp_prime().unwrap();
         let bad = [
             be(group, &[0]),
@@ -271,7 +272,7 @@ fn modp_refuses_invalid_public_values() {
             );
         }
         // Wrong lengths, even with a valid value inside.
-        let good = KeyPair::generate(group);
+        let good = KeyPair::generate(group, &mut OsRng);
         let mut long = vec![0u8];
         long.extend_from_slice(good.public());
         assert!(kp.agree(&long).is_err());
@@ -289,7 +290,7 @@ fn private_key_lengths_are_checked() {
     assert!(KeyPair::from_private(Group::Modp2048, &[1; MODP_EXPONENT_LEN - 1]).is_err());
     assert!(KeyPair::from_private(Group::Modp3072, &[1; MODP_EXPONENT_LEN + 1]).is_err());
     for g in Group::ALL {
-        assert_eq!(KeyPair::generate(g).group(), g);
+        assert_eq!(KeyPair::generate(g, &mut OsRng).group(), g);
         // Debug shows no secret.
         let d = format!(
             "{:?}",

@@ -20,6 +20,7 @@ use crate::filters::{esp_filter, FilterSock};
 use crate::state::{RxStore, SeqStore, StateDir};
 use arc_swap::{ArcSwap, Guard};
 pub use netveil_control::Event;
+use netveil_crypto::rand::OsRng;
 use netveil_io::filter::{Layout, Program};
 use netveil_ipsec::bundle::{Bundle, InIdx, OutIdx, SaIdx, Sad};
 use netveil_ipsec::sa::Direction as SaDir;
@@ -350,11 +351,11 @@ impl Tables {
             let start = self.seq()?.reserve(&p, "sa")?;
             let sa = Arc::new(
                 match start.counter {
-                    Some(c) => OutboundSa::with_counter(p, now, c),
+                    Some(c) => OutboundSa::with_counter(p, now, c, &mut OsRng),
                     None => {
                         let mut p = p;
                         p.first_seq = start.first;
-                        OutboundSa::with_reservation(p, now, start.reserved)
+                        OutboundSa::with_reservation(p, now, start.reserved, &mut OsRng)
                     }
                 }
                 .map_err(cant)?,

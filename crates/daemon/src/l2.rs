@@ -756,6 +756,7 @@ pub fn prepare(cfg: L2Config) -> Result<Prepared> {
         cfg.node_config(mac, ip.0, ip.1, epoch),
         started,
         since_unix.as_secs(),
+        Box::new(netveil_crypto::rand::OsRng),
     )
     .map_err(|e| Error::Usage(format!("l2sec: {e}")))?;
     let (head, tail) = node.overhead();

@@ -87,7 +87,7 @@ pub struct PspState {
 
 impl PspState {
     pub fn new(cfg: PspConfig) -> PspState {
-        let mut d = Device::new();
+        let mut d = Device::new(Box::new(netveil_crypto::rand::OsRng));
         d.set_replay_window(cfg.replay_window);
         PspState {
             cfg,

@@ -1085,6 +1085,7 @@ pub(crate) fn test_dir(tag: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netveil_crypto::rand::OsRng;
 
     /// A location whose keys are confirmed fresh (as `netveil up --fresh-keys`).
     fn fresh(p: &Path) -> StateLocation {
@@ -1127,8 +1128,9 @@ mod tests {
             let mut sad = netveil_ipsec::bundle::Sad::default();
             let mut q = p.clone();
             q.first_seq = s.first;
-            let i = sad
-                .insert_out(netveil_ipsec::OutboundSa::with_reservation(q, 0, s.reserved).unwrap());
+            let i = sad.insert_out(
+                netveil_ipsec::OutboundSa::with_reservation(q, 0, s.reserved, &mut OsRng).unwrap(),
+            );
             store.track(sad.out_arc(i).clone());
             (store, sad, s.first)
         };

@@ -9,6 +9,7 @@
 use std::net::IpAddr;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use netveil_crypto::rand::OsRng;
 use netveil_ipsec::inbound::{classify, Classified};
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::{esp, EspSuite, InboundSa, Mode, OutboundSa, SaParams, UdpEncap};
@@ -75,7 +76,7 @@ fn pair(mode: Mode, encap: bool) -> (OutboundSa, InboundSa) {
         m => m,
     };
     (
-        OutboundSa::new(params(Direction::Out, mode), NOW).unwrap(),
+        OutboundSa::new(params(Direction::Out, mode), NOW, &mut OsRng).unwrap(),
         InboundSa::new(params(Direction::In, inbound_mode), NOW).unwrap(),
     )
 }

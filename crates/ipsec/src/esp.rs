@@ -335,9 +335,9 @@ fn encap(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64, outer: bool) -> Result<
         match keys {
             // Counter IVs: unique per key because sequence numbers never repeat (RFC 4106 section 3.1).
             EspKeys::Aead { .. } => iv.copy_from_slice(&seq.to_be_bytes()),
-            EspKeys::CbcHmac { ivgen, .. } => {
+            EspKeys::CbcHmac { .. } => {
                 if iv_len > 0 {
-                    ivgen.fill(seq, iv)
+                    sa.ivgen.fill(seq, iv)
                 }
             }
         }

@@ -2,7 +2,8 @@
 //! (outbound sequence counter or inbound anti-replay window, lifetime, counters).
 
 use crate::suite::{AhSuite, EspKeys, EspSuite, SuiteError};
-use netveil_crypto::Mac;
+use netveil_crypto::rand::Rng;
+use netveil_crypto::{IvGen, Mac};
 use netveil_sa::counters::SaCounters;
 use netveil_sa::lifetime::{Lifetime, LifetimeState};
 use netveil_sa::replay::ReplayWindow;
@@ -206,6 +207,8 @@ pub struct OutboundSa {
     pub(crate) seq: Arc<SeqCounter>,
     /// IPv4 identification for outer headers this SA builds.
     ip_id: AtomicU16,
+    /// CBC IVs (for the CBC suites; keyed for every outbound SA, which costs one AES key schedule).
+    pub(crate) ivgen: IvGen,
 }
 
 impl core::ops::Deref for OutboundSa {
@@ -219,10 +222,11 @@ impl OutboundSa {
     /// An outbound SA whose sequence numbers are bounded only by their space: for offline tools and tests, which
     /// choose their first number (`params.first_seq`) themselves. A daemon with static keys uses
     /// [`OutboundSa::with_reservation`], so that a restart never repeats a number. `now` is the caller's clock in
-    /// seconds. Parameters of an inbound SA are refused ([`SaError::Direction`]).
-    pub fn new(params: SaParams, now: u64) -> Result<OutboundSa, SaError> {
+    /// seconds. `rng` (the caller's: the OS generator in production) keys the CBC IV generator and picks the first
+    /// IPv4 identification. Parameters of an inbound SA are refused ([`SaError::Direction`]).
+    pub fn new(params: SaParams, now: u64, rng: &mut dyn Rng) -> Result<OutboundSa, SaError> {
         let seq = SeqCounter::new(params.first_seq.max(1), params.esn);
-        Self::build(params, now, Arc::new(seq))
+        Self::build(params, now, Arc::new(seq), rng)
     }
 
     /// An SA that continues the sequence space of another SA with the same keys (`counter`, from
@@ -233,6 +237,7 @@ impl OutboundSa {
         params: SaParams,
         now: u64,
         counter: Arc<SeqCounter>,
+        rng: &mut dyn Rng,
     ) -> Result<OutboundSa, SaError> {
         let limit = if params.esn {
             u64::MAX
@@ -242,7 +247,7 @@ impl OutboundSa {
         if counter.limit() != limit {
             return Err(SaError::SpaceMismatch);
         }
-        Self::build(params, now, counter)
+        Self::build(params, now, counter, rng)
     }
 
     /// Like [`OutboundSa::new`], for an SA whose sequence numbers may go only up to `reserved` until
@@ -252,19 +257,25 @@ impl OutboundSa {
         params: SaParams,
         now: u64,
         reserved: u64,
+        rng: &mut dyn Rng,
     ) -> Result<OutboundSa, SaError> {
         let seq = SeqCounter::with_reservation(params.first_seq.max(1), params.esn, reserved);
-        Self::build(params, now, Arc::new(seq))
+        Self::build(params, now, Arc::new(seq), rng)
     }
 
-    fn build(params: SaParams, now: u64, seq: Arc<SeqCounter>) -> Result<OutboundSa, SaError> {
+    fn build(
+        params: SaParams,
+        now: u64,
+        seq: Arc<SeqCounter>,
+        rng: &mut dyn Rng,
+    ) -> Result<OutboundSa, SaError> {
         let base = SaBase::build(params, now, Direction::Out)?;
-        let mut id = [0u8; 2];
-        netveil_crypto::rand::fill_random(&mut id);
+        let id = netveil_crypto::rand::array::<2>(rng);
         Ok(OutboundSa {
             base,
             seq,
             ip_id: AtomicU16::new(u16::from_be_bytes(id)),
+            ivgen: IvGen::new(rng),
         })
     }
 

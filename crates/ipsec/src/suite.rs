@@ -3,7 +3,7 @@
 //! objects built from them once per SA.
 
 use netveil_crypto::{
-    new_aead, new_cbc, new_mac, Aead, AeadAlg, CbcAlg, CbcCipher, HashAlg, IvGen, KeyError, Mac,
+    new_aead, new_cbc, new_mac, Aead, AeadAlg, CbcAlg, CbcCipher, HashAlg, KeyError, Mac,
 };
 
 /// An integrity algorithm (HMAC with the truncation RFC 2404/2403/4868 define).
@@ -334,11 +334,7 @@ impl EspSuite {
                     Some(i) => Some(i.build(auth_key)?),
                     None => None,
                 };
-                Ok(EspKeys::CbcHmac {
-                    cipher,
-                    mac,
-                    ivgen: IvGen::new(),
-                })
+                Ok(EspKeys::CbcHmac { cipher, mac })
             }
         }
     }
@@ -354,11 +350,11 @@ pub enum EspKeys {
         salt: [u8; 4],
         gmac: bool,
     },
-    /// CBC (or NULL) encryption with HMAC (or, for null-null, nothing).
+    /// CBC (or NULL) encryption with HMAC (or, for null-null, nothing). The IVs come from the outbound SA's
+    /// generator (`OutboundSa::ivgen`).
     CbcHmac {
         cipher: Option<Box<dyn CbcCipher>>,
         mac: Option<Box<dyn Mac>>,
-        ivgen: IvGen,
     },
 }
 

@@ -2,6 +2,7 @@
 //! encapsulation; AH mutable fields; single-bit tampering; anti-replay; sequence exhaustion; lifetimes; TFC padding;
 //! truncated input.
 
+use netveil_crypto::rand::OsRng;
 use netveil_ipsec::bundle::{self, InIdx, OutIdx, Sad, Unprotected};
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::{AhSuite, EspSuite};
@@ -319,7 +320,8 @@ impl Cfg {
     }
     /// Adds the outbound and inbound SA to `sad`; returns (out, in) indices.
     fn add(&self, sad: &mut Sad) -> (OutIdx, InIdx) {
-        let o = sad.insert_out(OutboundSa::new(self.params(Direction::Out), NOW).unwrap());
+        let o =
+            sad.insert_out(OutboundSa::new(self.params(Direction::Out), NOW, &mut OsRng).unwrap());
         let i = sad
             .insert_in(InboundSa::new(self.params(Direction::In), NOW).unwrap())
             .unwrap();

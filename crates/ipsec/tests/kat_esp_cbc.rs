@@ -1,6 +1,7 @@
 //! Known-answer test at the ESP layer: RFC 3602 section 4, case #5 (transport-mode ESP with AES-128-CBC, SPI
 //! 0x4321, sequence number 1; the RFC's vectors carry no ICV, so the SA has no integrity algorithm).
 
+use netveil_crypto::rand::OsRng;
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::{Enc, EspSuite};
 use netveil_ipsec::{esp, inbound, InboundSa, Mode, OutboundSa, SaParams};
@@ -12,7 +13,7 @@ fn hx(s: &str) -> Vec<u8> {
 }
 
 fn out_sa() -> OutboundSa {
-    OutboundSa::new(params(Direction::Out), 0).unwrap()
+    OutboundSa::new(params(Direction::Out), 0, &mut OsRng).unwrap()
 }
 
 fn in_sa() -> InboundSa {

@@ -1,5 +1,6 @@
 //! Known-answer tests: the 14 AES-GCM ESP packets of draft-mcgrew-gcm-test-01 (testdata/), sealed and opened.
 
+use netveil_crypto::rand::OsRng;
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::EspSuite;
 use netveil_ipsec::{esp, InboundSa, Mode, OutboundSa, SaParams};
@@ -60,7 +61,8 @@ fn draft_mcgrew_gcm_test_01_all_cases() {
 
         // Seal: lay out SPI, low sequence bits, IV, plaintext (with trailer) and ICV room, behind a fake 20-byte
         // IP header so that ESN sealing has bytes in front.
-        let out = OutboundSa::new(params(&keymat, spi, esn, Direction::Out), 0).unwrap();
+        let out =
+            OutboundSa::new(params(&keymat, spi, esn, Direction::Out), 0, &mut OsRng).unwrap();
         let mut laid = Vec::new();
         laid.extend_from_slice(&spi.to_be_bytes());
         laid.extend_from_slice(&(seq as u32).to_be_bytes());

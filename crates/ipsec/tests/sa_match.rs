@@ -1,6 +1,7 @@
 //! Inbound SA selection beyond the SPI: a tunnel SA only accepts packets addressed to its local end, and the
 //! encapsulation (raw ESP or ESP-in-UDP) must be the one the SA is configured for.
 
+use netveil_crypto::rand::OsRng;
 use netveil_ipsec::bundle::{self, Sad};
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::EspSuite;
@@ -46,7 +47,12 @@ fn inner() -> PacketBuf {
 fn sealed(out_local: &str, out_remote: &str, udp: bool) -> PacketBuf {
     let mut out = Sad::default();
     let o = out.insert_out(
-        OutboundSa::new(params(Direction::Out, out_local, out_remote, udp), 0).unwrap(),
+        OutboundSa::new(
+            params(Direction::Out, out_local, out_remote, udp),
+            0,
+            &mut OsRng,
+        )
+        .unwrap(),
     );
     let mut p = inner();
     bundle::protect(&out, &[o], &mut p, 0).unwrap();
@@ -80,18 +86,18 @@ fn an_sa_is_built_only_as_its_own_direction() {
     let inbound = params(Direction::In, "192.0.2.2", "192.0.2.1", false);
     let outbound = params(Direction::Out, "192.0.2.1", "192.0.2.2", false);
     assert_eq!(
-        OutboundSa::new(inbound.clone(), 0).err(),
+        OutboundSa::new(inbound.clone(), 0, &mut OsRng).err(),
         Some(SaError::Direction)
     );
     assert_eq!(
-        OutboundSa::with_reservation(inbound.clone(), 0, 1 << 20).err(),
+        OutboundSa::with_reservation(inbound.clone(), 0, 1 << 20, &mut OsRng).err(),
         Some(SaError::Direction)
     );
     assert_eq!(
         InboundSa::new(outbound.clone(), 0).err(),
         Some(SaError::Direction)
     );
-    assert!(OutboundSa::new(outbound, 0).is_ok());
+    assert!(OutboundSa::new(outbound, 0, &mut OsRng).is_ok());
     assert!(InboundSa::new(inbound, 0).is_ok());
 }
 

@@ -1,6 +1,7 @@
 //! Session key material: the encryption key, the HMAC key (version 0) or the nonce salt (version 1), held in
 //! fixed arrays that are zeroized on drop and never printed. Either given explicitly (as the session
-//! establishment protocol hands them over) or derived with HKDF-SHA256 (RFC 5869) from a shared secret.
+//! establishment protocol hands them over) or derived with HKDF-SHA256 (RFC 5869, [`netveil_crypto::kdf`]) from a
+//! shared secret.
 //!
 //! Derivation: `okm = HKDF-SHA256(salt = "netveil-l2sec", ikm = secret, info = "netveil-l2sec " ‖ suite name ‖
 //! 0x00 ‖ context, L = enc_key_len + auth_key_len + salt_len)`, split in that order (encryption key, then HMAC
@@ -19,8 +20,6 @@
 //!   CBC IVs may repeat, and receivers refuse what falls into their replay window. The group secret must be
 //!   replaced when a version-0 host restarts.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::suite::{Suite, HMAC_LEN, SALT_LEN};
@@ -148,23 +147,5 @@ impl SessionKeys {
     }
 }
 
-/// HKDF-SHA256 (RFC 5869): extract with `salt`, expand with `info` into `out` (at most 255 · 32 bytes).
-pub fn hkdf_sha256(salt: &[u8], ikm: &[u8], info: &[u8], out: &mut [u8]) {
-    assert!(out.len() <= 255 * 32, "HKDF output too long");
-    let mut ext = <Hmac<Sha256> as Mac>::new_from_slice(salt).expect("HMAC takes any key length");
-    ext.update(ikm);
-    let mut prk = zeroize::Zeroizing::new([0u8; 32]);
-    prk.copy_from_slice(&ext.finalize().into_bytes());
-    let base = <Hmac<Sha256> as Mac>::new_from_slice(&prk[..]).expect("HMAC takes any key length");
-    let mut t = zeroize::Zeroizing::new([0u8; 32]);
-    let mut t_len = 0;
-    for (i, chunk) in out.chunks_mut(32).enumerate() {
-        let mut m = base.clone();
-        m.update(&t[..t_len]);
-        m.update(info);
-        m.update(&[i as u8 + 1]);
-        t.copy_from_slice(&m.finalize().into_bytes());
-        t_len = 32;
-        chunk.copy_from_slice(&t[..chunk.len()]);
-    }
-}
+/// HKDF-SHA256 (RFC 5869), from `netveil_crypto::kdf` (re-exported for the known-answer tests).
+pub use netveil_crypto::kdf::hkdf_sha256;

@@ -82,6 +82,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
+use netveil_crypto::rand::Rng;
 use netveil_sa::counters::DropCounters;
 use netveil_wire::ethernet::{self, ethertype, Address};
 use netveil_wire::{arp, ipv4, PacketBuf};
@@ -430,8 +431,14 @@ fn arp_sender(frame: &[u8]) -> Option<(Mac, Ipv4Addr)> {
 
 impl Node {
     /// A host, started at `now` (monotonic) which is `unix_now` seconds of Unix time (for timestamps). A version-1
-    /// host queues the ANNOUNCE of its epoch (see [`Node::poll_transmit`]).
-    pub fn new(cfg: NodeConfig, now: Instant, unix_now: u64) -> Result<Node, ConfigError> {
+    /// host queues the ANNOUNCE of its epoch (see [`Node::poll_transmit`]). `rng` (the OS generator in the daemon,
+    /// a seeded one in tests) draws first sequence numbers and SEP's ids, nonces and private keys.
+    pub fn new(
+        cfg: NodeConfig,
+        now: Instant,
+        unix_now: u64,
+        mut rng: Box<dyn Rng>,
+    ) -> Result<Node, ConfigError> {
         let epoch = match cfg.group_suite.version() {
             Version::V0 => 0,
             Version::V1 if cfg.epoch == 0 => return Err(ConfigError::ZeroEpoch),
@@ -447,6 +454,7 @@ impl Node {
                 insecure_ecb: cfg.insecure_ecb,
                 first_seq: None,
             },
+            &mut *rng,
         )?;
         // Check that every session suite builds (ECB switch) before anything runs.
         for s in &cfg.suites {
@@ -457,6 +465,7 @@ impl Node {
                     insecure_ecb: cfg.insecure_ecb,
                     ..TxConfig::default()
                 },
+                &mut *rng,
             )?;
         }
         let mut bound = HashMap::new();
@@ -466,17 +475,20 @@ impl Node {
                 return Err(ConfigError::IpBoundTwice(*ip));
             }
         }
-        let sep = Sep::new(SepConfig {
-            mac: cfg.mac,
-            ip: cfg.ip,
-            prefix_len: cfg.prefix_len,
-            suites: cfg.suites.clone(),
-            groups: cfg.groups.clone(),
-            lifetime: cfg.lifetime,
-            retransmit: cfg.retransmit,
-            attempts: cfg.attempts,
-            max_starts_per_second: cfg.sep_per_second,
-        });
+        let sep = Sep::new(
+            SepConfig {
+                mac: cfg.mac,
+                ip: cfg.ip,
+                prefix_len: cfg.prefix_len,
+                suites: cfg.suites.clone(),
+                groups: cfg.groups.clone(),
+                lifetime: cfg.lifetime,
+                retransmit: cfg.retransmit,
+                attempts: cfg.attempts,
+                max_starts_per_second: cfg.sep_per_second,
+            },
+            rng,
+        );
         let v1 = cfg.group_suite.version() == Version::V1;
         let mut node = Node {
             cfg,
@@ -970,7 +982,7 @@ impl Node {
         };
         let rx_cfg = self.rx_config(est.key_id, None);
         let (Ok(tx), Ok(rx)) = (
-            TxSession::new(&est.tx, tx_cfg),
+            TxSession::new(&est.tx, tx_cfg, self.sep.rng()),
             RxSession::new(&est.rx, rx_cfg),
         ) else {
             self.stats.sep_error(SepError::NoCommonSuite);

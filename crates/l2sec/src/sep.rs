@@ -135,12 +135,13 @@ use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac as HmacMac};
 use netveil_crypto::dh::{Group, KeyPair};
-use netveil_crypto::rand::fill_random;
+use netveil_crypto::rand::{array as random, Rng};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-use crate::keys::{hkdf_sha256, SessionKeys};
+use crate::keys::SessionKeys;
 use crate::suite::Suite;
+use netveil_crypto::kdf::hkdf_sha256;
 
 /// A MAC address.
 pub type Mac = [u8; 6];
@@ -647,6 +648,8 @@ pub struct Sep {
     freshest: HashMap<Mac, ((u64, u64), Instant)>,
     bucket: Bucket,
     rate_limited: u64,
+    /// Exchange ids, nonces and Diffie-Hellman private keys are drawn from this (the caller's) generator.
+    rng: Box<dyn Rng>,
 }
 
 fn later(now: Instant, d: Duration) -> Instant {
@@ -655,15 +658,12 @@ fn later(now: Instant, d: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-fn random<const N: usize>() -> [u8; N] {
-    let mut b = [0u8; N];
-    fill_random(&mut b);
-    b
-}
-
 impl Sep {
-    pub fn new(cfg: SepConfig) -> Sep {
+    /// A host's SEP state; `rng` (the OS generator in the daemon, a seeded one in tests) draws its exchange ids,
+    /// nonces and Diffie-Hellman private keys.
+    pub fn new(cfg: SepConfig, rng: Box<dyn Rng>) -> Sep {
         Sep {
+            rng,
             cfg,
             exchanges: HashMap::new(),
             lingers: HashMap::new(),
@@ -675,6 +675,10 @@ impl Sep {
     }
     pub fn config(&self) -> &SepConfig {
         &self.cfg
+    }
+    /// The generator (the node draws its sessions' first sequence numbers from it too).
+    pub(crate) fn rng(&mut self) -> &mut dyn Rng {
+        &mut *self.rng
     }
     /// Exchanges not started (initiations postponed, requests refused) because of the rate limit.
     pub fn rate_limited(&self) -> u64 {
@@ -805,8 +809,8 @@ impl Sep {
             return Err(SepError::RateLimited);
         }
         self.lingers.remove(&peer);
-        let id = random::<8>();
-        let ni = random::<NONCE_LEN>();
+        let id = random::<8>(&mut *self.rng);
+        let ni = random::<NONCE_LEN>(&mut *self.rng);
         let mut m1 = header(ty::REQUEST, self.cfg.mac, peer, &id);
         m1.extend_from_slice(&self.cfg.ip.octets());
         m1.extend_from_slice(&peer_ip.unwrap_or(Ipv4Addr::UNSPECIFIED).octets());
@@ -947,7 +951,7 @@ impl Sep {
         }
         self.exchanges.remove(&from);
         self.lingers.remove(&from);
-        let nr = random::<NONCE_LEN>();
+        let nr = random::<NONCE_LEN>(&mut *self.rng);
         let mut m2 = header(ty::ACCEPT, self.cfg.mac, from, &h.id);
         m2.extend_from_slice(&nr);
         m2.extend_from_slice(&self.cfg.ip.octets());
@@ -1061,7 +1065,7 @@ impl Sep {
                     return Err(SepError::Malformed);
                 }
                 let kei = &body[4..];
-                let kp = KeyPair::generate(dh_group(group));
+                let kp = KeyPair::generate(dh_group(group), &mut *self.rng);
                 let z = kp.agree(kei).map_err(|_| SepError::BadKeyShare)?;
                 let own_lifetime = self.cfg.lifetime.as_secs().clamp(1, u32::MAX as u64) as u32;
                 let accepted = offer.min(own_lifetime);
@@ -1213,7 +1217,7 @@ impl Sep {
                 if !self.cfg.groups.iter().take(255).any(|g| *g == group) {
                     return Err(SepError::NoCommonGroup);
                 }
-                let kp = KeyPair::generate(dh_group(group));
+                let kp = KeyPair::generate(dh_group(group), &mut *self.rng);
                 let mut m5 = header(ty::KEY_EXCHANGE, own, from, &h.id);
                 m5.extend_from_slice(&x.lifetime_offer.to_be_bytes());
                 m5.extend_from_slice(kp.public());

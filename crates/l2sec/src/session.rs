@@ -2,6 +2,7 @@
 //! [`RxSession::open`], plus [`peek`] to pick the session of a received frame.
 
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use netveil_crypto::rand::Rng;
 use netveil_sa::replay::{ReplayError, ReplayWindow};
 use netveil_sa::seq::SeqCounter;
 use netveil_wire::ethernet::{self, Address};
@@ -83,9 +84,8 @@ impl core::fmt::Debug for SealOpts<'_> {
     }
 }
 
-fn random_first_seq() -> u64 {
-    let mut b = [0u8; 4];
-    netveil_crypto::rand::fill_random(&mut b);
+fn random_first_seq(rng: &mut dyn Rng) -> u64 {
+    let b = netveil_crypto::rand::array::<4>(rng);
     u64::from(u32::from_be_bytes(b) & 0x7fff_ffff) + 1
 }
 
@@ -120,26 +120,28 @@ impl core::fmt::Debug for TxSession {
 }
 
 impl TxSession {
-    /// A keyed session with `keys` (whose suite fixes the version).
-    pub fn new(keys: &SessionKeys, cfg: TxConfig) -> Result<Self, ConfigError> {
+    /// A keyed session with `keys` (whose suite fixes the version). Without `cfg.first_seq`, the first sequence
+    /// number is drawn from `rng` (the caller's: the OS generator in production).
+    pub fn new(keys: &SessionKeys, cfg: TxConfig, rng: &mut dyn Rng) -> Result<Self, ConfigError> {
         let engine = Engine::new(keys, cfg.insecure_ecb)?;
         Ok(TxSession {
             version: keys.suite().version(),
             suite: Some(keys.suite()),
             engine: Some(engine),
-            seq: SeqCounter::new(cfg.first_seq.unwrap_or_else(random_first_seq), true),
+            seq: SeqCounter::new(cfg.first_seq.unwrap_or_else(|| random_first_seq(rng)), true),
             cfg,
         })
     }
 
     /// A session without keys (hosts without a session, before or for the session establishment): every frame
-    /// must be signed and cannot be encrypted.
-    pub fn keyless(version: Version, cfg: TxConfig) -> Self {
+    /// must be signed and cannot be encrypted. Without `cfg.first_seq`, the first sequence number is drawn from
+    /// `rng`.
+    pub fn keyless(version: Version, cfg: TxConfig, rng: &mut dyn Rng) -> Self {
         TxSession {
             version,
             suite: None,
             engine: None,
-            seq: SeqCounter::new(cfg.first_seq.unwrap_or_else(random_first_seq), true),
+            seq: SeqCounter::new(cfg.first_seq.unwrap_or_else(|| random_first_seq(rng)), true),
             cfg,
         }
     }

@@ -11,6 +11,17 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
+thread_local! {
+    /// The next seed of [`rng`]: each test runs on its own thread, so its generators are the same every run.
+    static NEXT_SEED: std::cell::Cell<u64> = const { std::cell::Cell::new(1) };
+}
+
+/// A seeded generator (not for production), a new seed for every call of a test.
+fn rng() -> Box<dyn netveil_crypto::rand::Rng> {
+    let seed = NEXT_SEED.with(|s| s.replace(s.get() + 1));
+    Box::new(netveil_crypto::rand::SeededRng::new(seed))
+}
+
 const SECRET: [u8; 32] = [7; 32];
 
 fn mac(i: u8) -> [u8; 6] {
@@ -153,10 +164,51 @@ fn three(now: Instant, f: impl Fn(&mut NodeConfig)) -> Lan {
         .map(|i| {
             let mut c = cfg(i, &SECRET);
             f(&mut c);
-            Node::new(c, now, 1_700_000_000).unwrap()
+            Node::new(c, now, 1_700_000_000, rng()).unwrap()
         })
         .collect();
     Lan::new(nodes, now)
+}
+
+/// Nodes run on the generators they are given: with the same seeds, ANNOUNCE-to-data gives the same frames on
+/// the wire (SEP's ids, nonces and key shares, the sessions' first sequence numbers and keys); other seeds give
+/// other frames.
+#[test]
+fn same_seeds_same_frames() {
+    let run = |base: u64| {
+        NEXT_SEED.with(|s| s.set(base));
+        let now = Instant::now();
+        let nodes = (0..2)
+            .map(|i| Node::new(cfg(i, &SECRET), now, 0, rng()).unwrap())
+            .collect();
+        let mut lan = Lan::new(nodes, now);
+        let req = eth(
+            [0xff; 6],
+            mac(0),
+            0x0806,
+            &arp(1, mac(0), ip(0), [0; 6], ip(1)),
+        );
+        assert_eq!(lan.send(0, &req), Ok(Outbound::Send));
+        let reply = eth(
+            mac(0),
+            mac(1),
+            0x0806,
+            &arp(2, mac(1), ip(1), mac(0), ip(0)),
+        );
+        assert_eq!(lan.send(1, &reply), Ok(Outbound::Queued));
+        let data = eth(mac(1), mac(0), 0x0800, &ipv4(ip(0), ip(1), b"hello"));
+        assert_eq!(lan.send(0, &data), Ok(Outbound::Send));
+        assert_eq!(lan.delivered[1].last(), Some(&data));
+        lan.wire
+    };
+    let a = run(100);
+    assert!(a.len() >= 8, "{} frames", a.len());
+    assert_eq!(a, run(100), "same seeds, same frames");
+    let b = run(200);
+    assert_eq!(a.len(), b.len());
+    assert_ne!(a, b, "other seeds, other frames");
+    // The group ARP request's first sequence number is drawn too: even the first frame differs.
+    assert_ne!(a[0], b[0]);
 }
 
 #[test]
@@ -217,9 +269,9 @@ fn arp_resolution_sets_up_a_session_and_the_reply_waits_for_it() {
 fn an_outsider_without_the_group_secret_reads_and_injects_nothing() {
     let now = Instant::now();
     let mut nodes: Vec<Node> = (0..2)
-        .map(|i| Node::new(cfg(i, &SECRET), now, 0).unwrap())
+        .map(|i| Node::new(cfg(i, &SECRET), now, 0, rng()).unwrap())
         .collect();
-    nodes.push(Node::new(cfg(2, &[9u8; 32]), now, 0).unwrap());
+    nodes.push(Node::new(cfg(2, &[9u8; 32]), now, 0, rng()).unwrap());
     let mut lan = Lan::new(nodes, now);
     let bcast = [0xff; 6];
     let req = eth(bcast, mac(0), 0x0806, &arp(1, mac(0), ip(0), [0; 6], ip(1)));
@@ -322,7 +374,7 @@ fn a_restarted_host_is_heard_again_and_sessions_heal() {
     lan.advance(Duration::from_secs(2));
     let mut c = cfg(1, &SECRET);
     c.epoch = 2;
-    lan.restart(1, Node::new(c, lan.now, 0).unwrap());
+    lan.restart(1, Node::new(c, lan.now, 0, rng()).unwrap());
     assert_eq!(lan.nodes[0].stats().peer_restarts, 1);
     assert_eq!(lan.nodes[0].sender_epoch(&mac(1)), Some(2));
     let p = &lan.nodes[0].peers(lan.now)[0];
@@ -366,7 +418,7 @@ fn with_signatures_required_only_known_signers_are_heard() {
                 }
             }
         }
-        nodes.push(Node::new(c, now, 0).unwrap());
+        nodes.push(Node::new(c, now, 0, rng()).unwrap());
     }
     let mut lan = Lan::new(nodes, now);
     let bcast = [0xff; 6];
@@ -451,7 +503,7 @@ fn signed(now: Instant, n: u8, ips: bool) -> Lan {
                     c.peer_ips.insert(mac(j), ip(j));
                 }
             }
-            Node::new(c, now, 0).unwrap()
+            Node::new(c, now, 0, rng()).unwrap()
         })
         .collect();
     Lan::new(nodes, now)
@@ -504,7 +556,7 @@ fn group_frames_replayed_across_a_restart_are_refused() {
     let mark = lan.wire.len();
     let mut c = cfg(0, &SECRET);
     c.epoch = 2;
-    lan.restart(0, Node::new(c, lan.now, 0).unwrap());
+    lan.restart(0, Node::new(c, lan.now, 0, rng()).unwrap());
     lan.send(0, &arp_req).unwrap();
     lan.send(0, &udp).unwrap();
     lan.send(0, &data(0, 1, b"y")).unwrap();
@@ -549,7 +601,7 @@ fn a_replayed_request_does_not_displace_a_live_exchange() {
     // REQUEST is in flight and h2 waits for the ACCEPT.
     let mut c = cfg(0, &SECRET);
     c.epoch = 2;
-    lan.nodes[0] = Node::new(c, lan.now, 0).unwrap();
+    lan.nodes[0] = Node::new(c, lan.now, 0, rng()).unwrap();
     let announce = lan.nodes[0].poll_transmit().unwrap();
     assert_eq!(inject(&mut lan, 1, &announce), Ok(Inbound::Control));
     let request = lan.nodes[1]
@@ -640,7 +692,7 @@ fn strict_receiver(lan: &mut Lan, now: Instant) -> Vec<u8> {
         c.signing_key = Some(SigningKey::from_bytes(&[2; 32]));
         c.peer_keys
             .insert(mac(0), SigningKey::from_bytes(&[1; 32]).verifying_key());
-        Node::new(c, now, 0).unwrap()
+        Node::new(c, now, 0, rng()).unwrap()
     };
     eth(
         [0xff; 6],
@@ -667,7 +719,7 @@ fn unauthenticated_group_frames_leave_no_sender_state() {
         (outsider, NodeDrop::Frame(Drop::AuthFailed)),
         (forger, NodeDrop::Frame(Drop::BadSignature)),
     ] {
-        let mut n = Node::new(c, now, 0).unwrap();
+        let mut n = Node::new(c, now, 0, rng()).unwrap();
         let mut f = PacketBuf::from_slice(&g, 64, 128);
         n.handle_outbound(&mut f, now).unwrap();
         for x in [f.data().to_vec(), n.poll_transmit().unwrap()] {
@@ -699,7 +751,7 @@ fn frames_refused_by_their_header_cost_no_key_derivation() {
         (unsigned, &g, NodeDrop::Frame(Drop::Policy)),
         (stranger, &g3, NodeDrop::Frame(Drop::NoPeerKey)),
     ] {
-        let mut n = Node::new(c, now, 0).unwrap();
+        let mut n = Node::new(c, now, 0, rng()).unwrap();
         let mut f = PacketBuf::from_slice(frame, 64, 128);
         n.handle_outbound(&mut f, now).unwrap();
         for _ in 0..3 {
@@ -721,7 +773,7 @@ fn group_frames_carry_the_64_bit_epoch_that_keys_them() {
     let epoch = 0x0001_8f3a_1234_5678u64;
     let mut c = cfg(0, &SECRET);
     c.epoch = epoch;
-    let mut n = Node::new(c, now, 0).unwrap();
+    let mut n = Node::new(c, now, 0, rng()).unwrap();
     assert_eq!(n.epoch(), epoch);
     let clear = eth(
         [0xff; 6],
@@ -761,13 +813,13 @@ fn group_frames_carry_the_64_bit_epoch_that_keys_them() {
     // The next epoch gives other keys: the same frame does not open under it.
     let mut c = cfg(0, &SECRET);
     c.epoch = epoch + 1;
-    let mut n2 = Node::new(c, now, 0).unwrap();
+    let mut n2 = Node::new(c, now, 0, rng()).unwrap();
     let mut f2 = PacketBuf::from_slice(&clear, 64, 128);
     n2.handle_outbound(&mut f2, now).unwrap();
     assert_eq!(&f2.data()[20..28], &(epoch + 1).to_be_bytes());
     let mut forged = w.clone();
     forged[20..28].copy_from_slice(&(epoch + 1).to_be_bytes());
-    let mut r = Node::new(cfg(1, &SECRET), now, 0).unwrap();
+    let mut r = Node::new(cfg(1, &SECRET), now, 0, rng()).unwrap();
     let mut b = PacketBuf::from_slice(&forged, 0, 0);
     assert_eq!(
         r.handle_inbound(&mut b, now),
@@ -776,7 +828,7 @@ fn group_frames_carry_the_64_bit_epoch_that_keys_them() {
     // A version-1 node refuses epoch 0.
     let mut c = cfg(0, &SECRET);
     c.epoch = 0;
-    assert!(Node::new(c, now, 0).is_err());
+    assert!(Node::new(c, now, 0, rng()).is_err());
 }
 
 /// A restarted host announces its epoch: a peer with a session heals at once, one without does nothing.
@@ -788,7 +840,7 @@ fn a_restart_announcement_heals_sessions_without_traffic() {
     lan.send(0, &data(0, 1, b"x")).unwrap();
     let mut c = cfg(1, &SECRET);
     c.epoch = 9;
-    lan.restart(1, Node::new(c, lan.now, 0).unwrap());
+    lan.restart(1, Node::new(c, lan.now, 0, rng()).unwrap());
     assert_eq!(lan.nodes[0].stats().peer_restarts, 1);
     assert_eq!(lan.nodes[2].stats().peer_restarts, 1);
     assert_eq!(lan.nodes[0].peers(lan.now)[0].stats.sessions, 2);
@@ -863,7 +915,7 @@ fn sep_binds_addresses_to_one_mac() {
     for j in 0..2u8 {
         c.peer_keys.insert(mac(j), keys[j as usize].verifying_key());
     }
-    lan.restart(2, Node::new(c, lan.now, 0).unwrap());
+    lan.restart(2, Node::new(c, lan.now, 0, rng()).unwrap());
     assert_eq!(
         lan.send(2, &data(2, 0, b"y")),
         Ok(Outbound::Queued),
@@ -974,7 +1026,7 @@ fn events_tell_sessions_restarts_and_failures() {
     let mut c = cfg(1, &SECRET);
     c.lifetime = Duration::from_secs(20);
     c.epoch = 2;
-    lan.restart(1, Node::new(c, lan.now, 0).unwrap());
+    lan.restart(1, Node::new(c, lan.now, 0, rng()).unwrap());
     let e0 = events(&mut lan.nodes[0]);
     assert_eq!(e0.first(), Some(&NodeEvent::PeerRestarted { peer: mac(1) }));
     // A host that never answers: the exchange fails.

@@ -140,6 +140,7 @@ fn thesis_ethertype_and_key_id() {
                 key_id: 0x5a,
                 ..TxConfig::default()
             },
+            &mut rng(),
         )
         .unwrap();
         let mut rx = RxSession::new(
@@ -175,7 +176,7 @@ fn keyless_signed_frames_both_versions() {
     let key = signer(9);
     let vk = key.verifying_key();
     for version in [Version::V0, Version::V1] {
-        let mut tx = TxSession::keyless(version, TxConfig::default());
+        let mut tx = TxSession::keyless(version, TxConfig::default(), &mut rng());
         let mut rx = RxSession::keyless(version, RxConfig::default());
         for et in ETHERTYPES {
             for n in [0, 1, 7, 8, 1500] {
@@ -205,7 +206,7 @@ fn group_traffic_with_per_sender_keys() {
     let key = signer(3);
     for suite in secure_suites() {
         let tx_keys = netveil_l2sec::SessionKeys::group_sender(suite, &group, SRC).unwrap();
-        let mut tx = TxSession::new(&tx_keys, TxConfig::default()).unwrap();
+        let mut tx = TxSession::new(&tx_keys, TxConfig::default(), &mut rng()).unwrap();
         // The receiver derives the sender's keys from the group secret and the source MAC.
         let clear = frame_bytes(BCAST, SRC, 0x0806, &l3(0x0806, 28));
         for signed in [false, true] {
@@ -252,6 +253,7 @@ fn sequence_numbers_cross_2_pow_32() {
                 first_seq: Some(first),
                 ..TxConfig::default()
             },
+            &mut rng(),
         )
         .unwrap();
         let mut rx = RxSession::new(&k, RxConfig::default()).unwrap();
@@ -262,6 +264,7 @@ fn sequence_numbers_cross_2_pow_32() {
                 first_seq: Some(first - 2000),
                 ..TxConfig::default()
             },
+            &mut rng(),
         )
         .unwrap();
         let clear = frame_bytes(DST, SRC, 0x0800, &l3(0x0800, 40));
@@ -284,7 +287,7 @@ fn random_first_sequence_numbers_are_in_range_and_differ() {
     let k = keys(Suite::Aes128Gcm);
     let mut seen = std::collections::HashSet::new();
     for _ in 0..16 {
-        let mut tx = TxSession::new(&k, TxConfig::default()).unwrap();
+        let mut tx = TxSession::new(&k, TxConfig::default(), &mut rng()).unwrap();
         let mut f = buf(&frame_bytes(DST, SRC, 0x0800, &[]));
         tx.seal(&mut f, &SealOpts::default()).unwrap();
         let s = tx.last_seq();

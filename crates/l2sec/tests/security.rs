@@ -82,7 +82,7 @@ fn every_bit_flip_fails() {
     }
     // Keyless signed frames too.
     for version in [Version::V0, Version::V1] {
-        let mut tx = TxSession::keyless(version, TxConfig::default());
+        let mut tx = TxSession::keyless(version, TxConfig::default(), &mut rng());
         let mut rx = RxSession::keyless(version, RxConfig::default());
         let opts = SealOpts {
             signer: Some(&key),
@@ -186,6 +186,7 @@ fn per_peer_windows_are_independent() {
                     first_seq: Some(100),
                     ..TxConfig::default()
                 },
+                &mut rng(),
             )
             .unwrap()
         })
@@ -239,8 +240,8 @@ fn wrong_session_key_and_wrong_group_key() {
         let real = SessionKeys::group_sender(suite, &[1u8; 32], SRC).unwrap();
         let wrong = SessionKeys::group_sender(suite, &[2u8; 32], SRC).unwrap();
         let bclear = frame_bytes(BCAST, SRC, 0x0806, &l3(0x0806, 28));
-        let mut tx_real = TxSession::new(&real, tx_cfg(suite)).unwrap();
-        let mut tx_wrong = TxSession::new(&wrong, tx_cfg(suite)).unwrap();
+        let mut tx_real = TxSession::new(&real, tx_cfg(suite), &mut rng()).unwrap();
+        let mut tx_wrong = TxSession::new(&wrong, tx_cfg(suite), &mut rng()).unwrap();
         let mut rx_real = RxSession::new(&real, rx_cfg(suite)).unwrap();
         let mut rx_wrong = RxSession::new(&wrong, rx_cfg(suite)).unwrap();
         let f = sealed(&mut tx_real, &bclear, &SealOpts::default());
@@ -382,7 +383,7 @@ fn signatures() {
     }
     // Keyless: without a session only signed, clear frames.
     for version in [Version::V0, Version::V1] {
-        let mut tx = TxSession::keyless(version, TxConfig::default());
+        let mut tx = TxSession::keyless(version, TxConfig::default(), &mut rng());
         let mut rx = RxSession::keyless(version, RxConfig::default());
         let mut f = buf(&clear);
         assert_eq!(tx.seal(&mut f, &SealOpts::default()), Err(SealError::NoKey));
@@ -562,7 +563,7 @@ fn bad_padding_under_a_valid_icv() {
         first_seq: Some(5),
         ..TxConfig::default()
     };
-    let mut tx = TxSession::new(&k, cfg).unwrap();
+    let mut tx = TxSession::new(&k, cfg, &mut rng()).unwrap();
     let mut f = sealed(
         &mut tx,
         &clear,
@@ -590,7 +591,7 @@ fn bad_padding_under_a_valid_icv() {
     let key = [0x33u8; 16];
     let salt = [1, 2, 3, 4];
     let k = SessionKeys::new(Suite::Aes128Gcm, &key, &[], &salt).unwrap();
-    let mut tx = TxSession::new(&k, cfg).unwrap();
+    let mut tx = TxSession::new(&k, cfg, &mut rng()).unwrap();
     let mut f = sealed(&mut tx, &clear, &SealOpts::default());
     let aead = new_aead(AeadAlg::AesGcm128 { tag_len: 16 }, &key).unwrap();
     let nonce: [u8; 12] = [1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 5];
@@ -641,7 +642,7 @@ fn ecb_shows_patterns_cbc_and_aead_do_not() {
     for suite in Suite::ALL.into_iter().filter(|s| s.is_ecb()) {
         let k = keys(suite);
         assert!(matches!(
-            TxSession::new(&k, TxConfig::default()),
+            TxSession::new(&k, TxConfig::default(), &mut rng()),
             Err(ConfigError::EcbNotAllowed)
         ));
         assert!(matches!(
@@ -705,6 +706,7 @@ fn seal_errors_leave_the_frame_unchanged() {
                 first_seq: Some(u64::MAX),
                 ..TxConfig::default()
             },
+            &mut rng(),
         )
         .unwrap();
         tx.seal(&mut buf(&clear), &SealOpts::default()).unwrap();
@@ -727,7 +729,7 @@ fn debug_output_has_no_secrets() {
             &vec![0xef; suite.salt_len()],
         )
         .unwrap();
-        let tx = TxSession::new(&k, tx_cfg(suite)).unwrap();
+        let tx = TxSession::new(&k, tx_cfg(suite), &mut rng()).unwrap();
         let rx = RxSession::new(&k, rx_cfg(suite)).unwrap();
         for s in [format!("{k:?}"), format!("{tx:?}"), format!("{rx:?}")] {
             for needle in ["171", "205", "239", "ab, ab", "0xab", "cd, cd"] {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use common::{buf, frame_bytes, l3};
+use common::{buf, frame_bytes, l3, reseed, rng};
 use netveil_crypto::dh::{Group, KeyPair};
 use netveil_l2sec::sep::{
     group_code, msg_type, public_len, suite_code, DhGroup, Established, Mac, Sep, SepConfig,
@@ -92,7 +92,7 @@ struct Lan {
 impl Lan {
     fn new(cfgs: Vec<SepConfig>) -> Lan {
         Lan {
-            hosts: cfgs.into_iter().map(Sep::new).collect(),
+            hosts: cfgs.into_iter().map(|c| Sep::new(c, rng())).collect(),
             now: Instant::now(),
             established: HashMap::new(),
             failed: HashMap::new(),
@@ -231,6 +231,7 @@ fn frame_passes(from: &Established, to: &Established, src: Mac, dst: Mac) -> boo
             insecure_ecb,
             ..TxConfig::default()
         },
+        &mut rng(),
     ) else {
         return false;
     };
@@ -276,6 +277,50 @@ fn assert_one_session(lan: &Lan, i_mac: Mac, r_mac: Mac) {
     check_pair(&lan.est(i_mac)[0], &lan.est(r_mac)[0], i_mac, r_mac);
     assert!(lan.fails(i_mac).is_empty(), "{:?}", lan.fails(i_mac));
     assert!(lan.fails(r_mac).is_empty(), "{:?}", lan.fails(r_mac));
+}
+
+/// SEP runs on the generators it is given: with the same seeds, an exchange gives the same messages (ids,
+/// nonces, key shares, confirmations) and the same session keys (the same frame sealed); other seeds other ones.
+#[test]
+fn same_seeds_same_exchange() {
+    let run = |base: u64| {
+        reseed(base);
+        let mut lan = Lan::two();
+        assert!(lan.initiate(A, B, Some(IP_B), 7));
+        lan.run_clean();
+        assert_one_session(&lan, A, B);
+        let msgs: Vec<Vec<u8>> = lan.log.iter().map(|w| w.msg.clone()).collect();
+        let sealed: Vec<Vec<u8>> = [A, B]
+            .iter()
+            .map(|&m| {
+                let e = &lan.est(m)[0];
+                let cfg = TxConfig {
+                    key_id: e.key_id,
+                    first_seq: Some(1),
+                    ..TxConfig::default()
+                };
+                let mut tx = TxSession::new(&e.tx, cfg, &mut rng()).unwrap();
+                let mut f = buf(&frame_bytes(B, A, 0x0800, &l3(0x0800, 64)));
+                tx.seal(&mut f, &SealOpts::default()).unwrap();
+                f.data().to_vec()
+            })
+            .collect();
+        (msgs, sealed)
+    };
+    let (m1, s1) = run(100);
+    let (m2, s2) = run(100);
+    assert!(m1.len() >= 6, "{} messages", m1.len());
+    assert_eq!(m1, m2, "same seeds, same messages");
+    assert_eq!(s1, s2, "same seeds, same keys");
+    let (m3, s3) = run(200);
+    assert_eq!(m1.len(), m3.len());
+    for (a, b) in m1.iter().zip(&m3) {
+        assert_ne!(
+            a, b,
+            "another seed: every message differs (its exchange id at least)"
+        );
+    }
+    assert_ne!(s1, s3, "another seed, other keys");
 }
 
 #[test]
@@ -482,7 +527,7 @@ fn wrong_sender_and_malformed_messages() {
     let log = clean_log();
     let now = Instant::now();
     for w in &log {
-        let mut to = Sep::new(cfg(w.to, if w.to == A { IP_A } else { IP_B }));
+        let mut to = Sep::new(cfg(w.to, if w.to == A { IP_A } else { IP_B }), rng());
         // The frame came from C, but the message says A (or B).
         assert_eq!(
             to.handle_message(C, &w.msg, fresh(), now),
@@ -523,7 +568,7 @@ fn unexpected_messages_change_nothing() {
     let log = clean_log();
     let now = Instant::now();
     // A fresh responder knows no exchange: everything but a REQUEST is unexpected.
-    let mut b = Sep::new(cfg(B, IP_B));
+    let mut b = Sep::new(cfg(B, IP_B), rng());
     for w in log
         .iter()
         .filter(|w| w.to == B && w.ty() != msg_type::REQUEST)
@@ -533,7 +578,7 @@ fn unexpected_messages_change_nothing() {
             Err(SepError::Unexpected)
         );
     }
-    let mut a = Sep::new(cfg(A, IP_A));
+    let mut a = Sep::new(cfg(A, IP_A), rng());
     for w in log.iter().filter(|w| w.to == A) {
         assert_eq!(
             a.handle_message(B, &w.msg, fresh(), now),
@@ -824,8 +869,8 @@ fn responder_preference_follows_the_initiators_order() {
 
 /// Replaces the key share of KEY_EXCHANGE (`kei`) and/or KEY_EXCHANGE_ACCEPT (`ker`) with Mallory's.
 fn mallory(lan: &mut Lan, kei: bool, ker: bool) {
-    let m1 = KeyPair::generate(Group::X25519);
-    let m2 = KeyPair::generate(Group::X25519);
+    let m1 = KeyPair::generate(Group::X25519, &mut rng());
+    let m2 = KeyPair::generate(Group::X25519, &mut rng());
     lan.run(&mut |w| {
         let at = HEADER_LEN + 4;
         if kei && w.ty() == msg_type::KEY_EXCHANGE {
@@ -961,7 +1006,7 @@ fn restarted_initiator_replaces_the_exchange() {
     lan.drain(&mut flight);
     lan.deliver(&flight[0]);
     assert!(lan.host(B).in_progress(&A));
-    lan.hosts[0] = Sep::new(cfg(A, IP_A));
+    lan.hosts[0] = Sep::new(cfg(A, IP_A), rng());
     let mut stale = Vec::new();
     lan.drain(&mut stale);
     assert!(lan.initiate(A, B, None, 2));
@@ -1035,7 +1080,7 @@ fn exchanges_started_are_rate_limited() {
     let now = Instant::now();
     let mut c = cfg(B, IP_B);
     c.max_starts_per_second = 20;
-    let mut b = Sep::new(c);
+    let mut b = Sep::new(c, rng());
     let peer = |i: u8| -> Mac { [0x02, 0x20, 0, 0, 1, i] };
     for i in 0..20 {
         assert_eq!(b.try_initiate(peer(i), None, 1, now), Ok(()), "{i}");
@@ -1082,7 +1127,7 @@ fn exchanges_started_are_rate_limited() {
 #[test]
 fn announce_is_accepted_and_does_nothing() {
     let now = Instant::now();
-    let mut b = Sep::new(cfg(B, IP_B));
+    let mut b = Sep::new(cfg(B, IP_B), rng());
     let m = netveil_l2sec::sep::announce_message(A);
     assert_eq!(m.len(), HEADER_LEN);
     assert_eq!(b.handle_message(A, &m, fresh(), now), Ok(()));
@@ -1108,7 +1153,7 @@ fn announce_is_accepted_and_does_nothing() {
 #[test]
 fn responder_exchanges_are_bounded() {
     let now = Instant::now();
-    let mut b = Sep::new(cfg(B, IP_B));
+    let mut b = Sep::new(cfg(B, IP_B), rng());
     let request = |i: u32| request_from(i, B);
     for i in 0..MAX_RESPONDERS as u32 {
         let (mac, m) = request(i);

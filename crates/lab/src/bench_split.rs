@@ -36,6 +36,7 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
+use netveil_crypto::rand::OsRng;
 use netveil_crypto::{new_aead, Aead, AeadAlg};
 use netveil_ipsec::bundle::{self, Sad, Unprotected};
 use netveil_ipsec::sa::Direction;
@@ -200,7 +201,7 @@ fn esp_sad() -> (Sad, Vec<bundle::OutIdx>) {
             tfc_pad_to: 0,
             first_seq: 1,
         };
-        let o = OutboundSa::new(params(Direction::Out, a, b), NOW).expect("ESP SA");
+        let o = OutboundSa::new(params(Direction::Out, a, b), NOW, &mut OsRng).expect("ESP SA");
         let n = InboundSa::new(params(Direction::In, b, a), NOW).expect("ESP SA");
         out.push(sad.insert_out(o));
         sad.insert_in(n).expect("fresh SPI");
@@ -214,7 +215,8 @@ pub fn psp_split(packets: usize, payload: usize) -> Split {
     let batch = packets.clamp(1, BATCH);
     let batches = packets.div_ceil(batch).max(1);
     let master = Zeroizing::new([0x5a; 32]);
-    let mut dev = Device::with_master_keys(master.clone(), Zeroizing::new([0xa5; 32]));
+    let mut dev =
+        Device::with_master_keys(master.clone(), Zeroizing::new([0xa5; 32]), Box::new(OsRng));
 
     // The SAs, their transmit sides, and a key object per SA for the bare AEAD calls.
     let mut txs = Vec::with_capacity(SAS);

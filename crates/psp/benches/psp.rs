@@ -7,6 +7,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use netveil_crypto::rand::SeededRng;
 use netveil_crypto::{new_aead, AeadAlg};
 use netveil_psp::{kdf, Device, Mode, RxAssoc, TxConfig, TxSa, Version};
 use netveil_wire::PacketBuf;
@@ -57,7 +58,11 @@ fn tx_for(a: &RxAssoc) -> TxSa {
 
 /// A device with `SAS` receive SAs of `version` and their transmit sides.
 fn device(version: Version) -> (Device, Vec<TxSa>) {
-    let mut d = Device::with_master_keys(Zeroizing::new([1; 32]), Zeroizing::new([2; 32]));
+    let mut d = Device::with_master_keys(
+        Zeroizing::new([1; 32]),
+        Zeroizing::new([2; 32]),
+        Box::new(SeededRng::new(0)),
+    );
     let txs = (0..SAS)
         .map(|_| tx_for(&d.rx_assoc(version).unwrap()))
         .collect();

@@ -16,12 +16,15 @@
 //!   leaves replay protection to TCP). Only meaningful where the sender keeps one IV counter per SA, as
 //!   [`crate::TxSa`] does.
 //!
-//! The device does no I/O and reads no clock; randomness for new master keys comes from the caller or the OS.
+//! The device does no I/O and reads no clock; new master keys are drawn from the generator its creator gave it
+//! ([`Device::new`], [`Device::with_master_keys`]: the OS generator in the daemon, a seeded one in tests), or
+//! passed in ([`Device::rotate_with`]).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use netveil_crypto::rand::Rng;
 use netveil_sa::replay::ReplayWindow;
 use netveil_wire::PacketBuf;
 use zeroize::Zeroizing;
@@ -158,6 +161,8 @@ pub struct Device {
     generation: u8,
     /// Replay window size for new receive SAs (0: no check).
     replay_window: u32,
+    /// Where fresh master keys come from.
+    rng: Box<dyn Rng>,
     rx: SpiMap<Arc<RxEntry>>,
     /// What data-plane threads decapsulate with: a snapshot of `rx`, republished by every change of it.
     receiver: Arc<Receiver>,
@@ -191,22 +196,30 @@ impl core::fmt::Debug for Device {
     }
 }
 
-fn random_key() -> Zeroizing<[u8; 32]> {
+fn random_key(rng: &mut dyn Rng) -> Zeroizing<[u8; 32]> {
     let mut k = Zeroizing::new([0u8; 32]);
-    netveil_crypto::rand::fill_random(&mut k[..]);
+    rng.fill(&mut k[..]);
     k
 }
 
 impl Device {
-    /// A device with two fresh random master keys, generation 0, phase 0.
-    pub fn new() -> Self {
-        Self::with_master_keys(random_key(), random_key())
+    /// A device with two fresh master keys drawn from `rng`, generation 0, phase 0. The device keeps `rng` for
+    /// the master keys of [`Device::rotate`].
+    pub fn new(mut rng: Box<dyn Rng>) -> Self {
+        let (k0, k1) = (random_key(&mut *rng), random_key(&mut *rng));
+        Self::with_master_keys(k0, k1, rng)
     }
 
-    /// A device with the given master keys (for tests and reference vectors).
-    pub fn with_master_keys(key0: Zeroizing<[u8; 32]>, key1: Zeroizing<[u8; 32]>) -> Self {
+    /// A device with the given master keys (for tests and reference vectors); `rng` draws the master keys of
+    /// [`Device::rotate`].
+    pub fn with_master_keys(
+        key0: Zeroizing<[u8; 32]>,
+        key1: Zeroizing<[u8; 32]>,
+        rng: Box<dyn Rng>,
+    ) -> Self {
         let stats = Arc::<Stats>::default();
         Device {
+            rng,
             master: [key0, key1],
             next_spi: [1, 1],
             phase: 0,
@@ -316,11 +329,15 @@ impl Device {
         gone
     }
 
-    /// Rotates the master keys: the inactive key is replaced by `fresh` (or a random key) and becomes active,
-    /// the generation goes up, and the SAs the replaced key derived (two rotations old) are forgotten.
+    /// Rotates the master keys: the inactive key is replaced by `fresh` (or a key drawn from the device's
+    /// generator) and becomes active, the generation goes up, and the SAs the replaced key derived (two rotations
+    /// old) are forgotten.
     pub fn rotate_with(&mut self, fresh: Option<Zeroizing<[u8; 32]>>) {
         let next = 1 - self.phase;
-        self.master[next as usize] = fresh.unwrap_or_else(random_key);
+        self.master[next as usize] = match fresh {
+            Some(k) => k,
+            None => random_key(&mut *self.rng),
+        };
         self.next_spi[next as usize] = 1;
         self.rx.retain(|&spi, _| (spi >> 31) as u8 != next);
         self.publish();
@@ -328,7 +345,7 @@ impl Device {
         self.generation = (self.generation + 1) & 0x7f;
     }
 
-    /// [`Device::rotate_with`] a random key.
+    /// [`Device::rotate_with`] a key drawn from the device's generator.
     pub fn rotate(&mut self) {
         self.rotate_with(None)
     }
@@ -441,11 +458,5 @@ impl Receiver {
                 Ok(d)
             }
         }
-    }
-}
-
-impl Default for Device {
-    fn default() -> Self {
-        Self::new()
     }
 }

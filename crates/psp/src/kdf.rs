@@ -1,12 +1,12 @@
-//! PSP SA key derivation: NIST SP 800-108 counter mode with AES-256-CMAC as PRF, keyed with the master key that
-//! the SPI's top bit selects. Input block (16 bytes, big-endian): counter (32 bits, 1 then 2) ‖ label ("Pv0\0"
-//! for 128-bit keys, "Pv1\0" for 256-bit keys) ‖ SPI ‖ key length in bits (32 bits).
+//! PSP SA key derivation: NIST SP 800-108 counter mode with AES-256-CMAC as PRF
+//! ([`netveil_crypto::kdf::sp800_108_cmac_aes256`]), keyed with the master key that the SPI's top bit selects.
+//! Input block (16 bytes, big-endian): counter (32 bits, 1 then 2) ‖ label ("Pv0\0" for 128-bit keys, "Pv1\0"
+//! for 256-bit keys: SP 800-108's label "Pv0"/"Pv1" and its 0x00 separator) ‖ SPI (the context) ‖ key length in
+//! bits (32 bits).
 //!
 //! The label is chosen by the key length: for versions 0 and 1 this is the specification's label by version;
 //! for the GMAC versions 2 and 3 it is an assumption (no vector checked).
 
-use aes::Aes256;
-use cmac::{Cmac, Mac};
 use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 use crate::header::Version;
@@ -37,18 +37,9 @@ impl MasterKeys {
 /// Derives an SA key from the master key already selected by the SPI's top bit.
 pub fn derive(master: &[u8; 32], spi: u32, version: Version) -> Zeroizing<Vec<u8>> {
     let len = version.key_len();
-    let label: &[u8; 4] = if len == 16 { b"Pv0\0" } else { b"Pv1\0" };
+    let label: &[u8] = if len == 16 { b"Pv0" } else { b"Pv1" };
     let mut out = Zeroizing::new(vec![0u8; len]);
-    let mut block = [0u8; 16];
-    block[4..8].copy_from_slice(label);
-    block[8..12].copy_from_slice(&spi.to_be_bytes());
-    block[12..16].copy_from_slice(&((len * 8) as u32).to_be_bytes()); // check-ip-offsets: allow (KDF block)
-    for (i, chunk) in out.chunks_mut(16).enumerate() {
-        block[..4].copy_from_slice(&(i as u32 + 1).to_be_bytes());
-        let mut mac = <Cmac<Aes256> as Mac>::new_from_slice(master).expect("32-byte key");
-        mac.update(&block);
-        chunk.copy_from_slice(&mac.finalize().into_bytes());
-    }
+    netveil_crypto::kdf::sp800_108_cmac_aes256(master, label, &spi.to_be_bytes(), &mut out);
     out
 }
 

@@ -1,9 +1,15 @@
 //! The device model: SPI allocation, rotation and generations, the receive SA table, counters and the replay
 //! extension, with packets sealed by a transmit SA built from what `rx_assoc` handed out.
 
+use netveil_crypto::rand::SeededRng;
 use netveil_psp::{kdf, Device, Mode, RxDrop, TxConfig, TxSa, Version};
 use netveil_wire::PacketBuf;
 use zeroize::Zeroizing;
+
+/// A device with master keys from a seeded generator (every run the same).
+fn device() -> Device {
+    Device::new(Box::new(SeededRng::new(1)))
+}
 
 /// An IPv4/UDP packet 192.0.2.1:4000 -> 192.0.2.2:5000 with `n` payload bytes (checksums not needed).
 fn udp4(n: usize, fill: u8) -> PacketBuf {
@@ -57,7 +63,7 @@ fn key(b: u8) -> Zeroizing<[u8; 32]> {
 
 #[test]
 fn spis_carry_the_phase_bit_are_never_zero_and_never_reused() {
-    let mut d = Device::with_master_keys(key(1), key(2));
+    let mut d = Device::with_master_keys(key(1), key(2), Box::new(SeededRng::new(0)));
     let mut seen = std::collections::HashSet::new();
     for _ in 0..1000 {
         let a = d.rx_assoc(Version::AesGcm128).unwrap();
@@ -79,7 +85,7 @@ fn spis_carry_the_phase_bit_are_never_zero_and_never_reused() {
 
 #[test]
 fn handed_out_keys_are_the_spec_derivation_from_the_active_master_key() {
-    let mut d = Device::with_master_keys(key(7), key(9));
+    let mut d = Device::with_master_keys(key(7), key(9), Box::new(SeededRng::new(0)));
     for v in [
         Version::AesGcm128,
         Version::AesGcm256,
@@ -106,7 +112,7 @@ fn handed_out_keys_are_the_spec_derivation_from_the_active_master_key() {
 
 #[test]
 fn round_trip_counts_packets_and_bytes_and_the_iv_strictly_increases() {
-    let mut d = Device::new();
+    let mut d = device();
     let a = d.rx_assoc(Version::AesGcm128).unwrap();
     let mut tx = tx_for(&a, Mode::Tunnel);
     let mut last_iv = 0;
@@ -131,7 +137,7 @@ fn round_trip_counts_packets_and_bytes_and_the_iv_strictly_increases() {
 
 #[test]
 fn sas_survive_one_rotation_and_die_at_the_second() {
-    let mut d = Device::new();
+    let mut d = device();
     let a0 = d.rx_assoc(Version::AesGcm256).unwrap();
     let mut tx0 = tx_for(&a0, Mode::Transport);
 
@@ -171,7 +177,7 @@ fn sas_survive_one_rotation_and_die_at_the_second() {
 
 #[test]
 fn the_generation_is_seven_bits() {
-    let mut d = Device::new();
+    let mut d = device();
     for i in 1..=300u32 {
         d.rotate();
         assert_eq!(u32::from(d.generation()), i % 128);
@@ -181,7 +187,7 @@ fn the_generation_is_seven_bits() {
 
 #[test]
 fn unknown_spi_tamper_wrong_version_and_garbage_are_counted_and_dropped() {
-    let mut d = Device::new();
+    let mut d = device();
     let a = d.rx_assoc(Version::AesGcm128).unwrap();
     let mut tx = tx_for(&a, Mode::Tunnel);
 
@@ -231,7 +237,7 @@ fn unknown_spi_tamper_wrong_version_and_garbage_are_counted_and_dropped() {
 
 #[test]
 fn replay_extension_drops_repeats_and_accepts_reordering_within_the_window() {
-    let mut d = Device::new();
+    let mut d = device();
     d.set_replay_window(64);
     let a = d.rx_assoc(Version::AesGcm128).unwrap();
     let mut tx = tx_for(&a, Mode::Tunnel);
@@ -253,7 +259,7 @@ fn replay_extension_drops_repeats_and_accepts_reordering_within_the_window() {
     assert_eq!((s.rx_packets, s.rx_replay, s.rx_bad), (100, 3, 3));
 
     // Without the extension (the default), PSP accepts repeats, as the specification says.
-    let mut d = Device::new();
+    let mut d = device();
     let a = d.rx_assoc(Version::AesGcm128).unwrap();
     let mut tx = tx_for(&a, Mode::Tunnel);
     let (p, _) = sealed(&mut tx, 20);
@@ -264,7 +270,7 @@ fn replay_extension_drops_repeats_and_accepts_reordering_within_the_window() {
 
 #[test]
 fn forgotten_sas_no_longer_decrypt() {
-    let mut d = Device::new();
+    let mut d = device();
     let a = d.rx_assoc(Version::AesGcm128).unwrap();
     let mut tx = tx_for(&a, Mode::Tunnel);
     assert!(d.forget(a.spi));
@@ -277,7 +283,7 @@ fn forgotten_sas_no_longer_decrypt() {
 
 #[test]
 fn transport_mode_refuses_ipv4_fragments_and_tunnel_mode_carries_them() {
-    let mut d = Device::new();
+    let mut d = device();
     let a = d.rx_assoc(Version::AesGcm128).unwrap();
     for (flags, off) in [(0x20u8, 0u8), (0x00, 0x10), (0x01, 0x00)] {
         let mut b = udp4(100, 7);
@@ -335,7 +341,7 @@ fn drop_names_are_pinned() {
 
 #[test]
 fn a_receiver_taken_early_follows_every_change_of_the_device() {
-    let mut d = Device::new();
+    let mut d = device();
     // Taken before any SA exists, as the daemon's data plane does at start.
     let rx = d.receiver();
     let a0 = d.rx_assoc(Version::AesGcm128).unwrap();
@@ -384,7 +390,7 @@ fn open_in_place(
 
 #[test]
 fn coalesced_datagrams_open_in_place_in_tunnel_mode_only() {
-    let mut d = Device::new();
+    let mut d = device();
     d.set_replay_window(64);
     let rx = d.receiver();
     let a = d.rx_assoc(Version::AesGcm128).unwrap();
@@ -439,7 +445,7 @@ fn coalesced_datagrams_open_in_place_in_tunnel_mode_only() {
 
 #[test]
 fn tunnel_packets_are_sealed_as_a_datagram_payload_for_sockets() {
-    let mut d = Device::new();
+    let mut d = device();
     let rx = d.receiver();
     let a = d.rx_assoc(Version::AesGcm128).unwrap();
     // Two transmit SAs with the same key and IV counter: one seals whole packets, the other datagram payloads.

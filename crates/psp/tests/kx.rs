@@ -4,6 +4,7 @@
 //! with the real transforms. Loss is a connection cut at a chosen byte; duplication is the same bytes delivered
 //! twice; restarts are fresh machines and devices.
 
+use netveil_crypto::rand::SeededRng;
 use netveil_psp::kx::{Event, KeyExchange, KxConfig, KxError, KEEP};
 use netveil_psp::xform::peek;
 use netveil_psp::{assoc, Device, Mode, RxDrop, TxConfig, TxSa, Version};
@@ -66,10 +67,11 @@ struct Host {
 }
 
 impl Host {
-    fn new(cfg: KxConfig, now: Instant) -> Host {
+    /// A host whose device draws its master keys from `rng` (seeded: every run of a test is the same).
+    fn new(cfg: KxConfig, now: Instant, rng: SeededRng) -> Host {
         Host {
             kx: KeyExchange::new(cfg, now).unwrap(),
-            dev: Device::new(),
+            dev: Device::new(Box::new(rng)),
             tx: None,
             installs: 0,
             sent: vec![],
@@ -169,14 +171,28 @@ impl Sealed {
 struct Pair {
     h: [Host; 2],
     now: Instant,
+    /// Where the hosts' generators come from (also those of hosts restarted later).
+    seeds: SeededRng,
+    /// Everything delivered, in order: the sender's index, then the bytes.
+    transcript: Vec<u8>,
 }
 
 impl Pair {
     fn new(c0: KxConfig, c1: KxConfig) -> Pair {
+        Pair::seeded(c0, c1, 1)
+    }
+
+    fn seeded(c0: KxConfig, c1: KxConfig, seed: u64) -> Pair {
         let now = Instant::now();
+        let mut seeds = SeededRng::new(seed);
         Pair {
-            h: [Host::new(c0, now), Host::new(c1, now)],
+            h: [
+                Host::new(c0, now, seeds.fork()),
+                Host::new(c1, now, seeds.fork()),
+            ],
             now,
+            seeds,
+            transcript: vec![],
         }
     }
 
@@ -206,6 +222,8 @@ impl Pair {
                 let bytes = self.h[from].outgoing();
                 if !bytes.is_empty() {
                     moved = true;
+                    self.transcript.push(from as u8);
+                    self.transcript.extend_from_slice(&bytes);
                     let now = self.now;
                     self.h[1 - from].input(now, &bytes);
                 }
@@ -231,6 +249,40 @@ impl Pair {
             assert!(h.errors.is_empty(), "side {i}: {:?}", h.errors);
         }
     }
+}
+
+/// The exchange runs on the seeded generators it is given: the same seed gives the same transcript (associations,
+/// hence receive keys) through connection and rotations, and the same packets sealed with the installed transmit
+/// SAs; another seed gives other ones.
+#[test]
+fn same_seed_same_transcript() {
+    let run = |seed: u64| {
+        let mut p = Pair::seeded(
+            cfg(Version::AesGcm256, Some(ROTATE)),
+            cfg(Version::AesGcm256, None),
+            seed,
+        );
+        p.connect();
+        p.pump();
+        for side in [0, 1, 0] {
+            let now = p.now;
+            p.h[side].rotate(now);
+            p.pump();
+        }
+        p.assert_associated();
+        p.assert_no_errors();
+        let sealed: Vec<Vec<u8>> = p.h.iter().map(|h| h.seal(0x77).sealed).collect();
+        (p.transcript, sealed)
+    };
+    let (t1, s1) = run(5);
+    let (t2, s2) = run(5);
+    assert!(t1.len() > 4 * (3 + 6 + 32), "{} bytes", t1.len());
+    assert_eq!(t1, t2, "same seed, same transcript");
+    assert_eq!(s1, s2, "same seed, same transmit keys");
+    let (t3, s3) = run(6);
+    assert_eq!(t1.len(), t3.len());
+    assert_ne!(t1, t3, "another seed, other keys");
+    assert_ne!(s1, s3);
 }
 
 /// (a) Each side sends its association on connect; each installs the other's; packets sealed with each side's
@@ -616,7 +668,7 @@ fn peer_restart_reassociates() {
         let stale = p.h[survivor].seal(9);
         let c = *p.h[restarting].kx.config();
         p.now += Duration::from_secs(2);
-        p.h[restarting] = Host::new(c, p.now);
+        p.h[restarting] = Host::new(c, p.now, p.seeds.fork());
         p.h[survivor].kx.disconnected();
         p.connect();
         p.pump();

@@ -1,129 +1,18 @@
-//! ICMP for IPv6 (RFC 4443).
+//! ICMP for IPv6 (RFC 4443): [`crate::icmp`]'s generic message with [`V6`] (checksum over an IPv6 pseudo-header
+//! and the message).
 
 use std::net::Ipv6Addr;
 
-use crate::field::{get_u16, set_u16};
-use crate::{checksum, Error, Result};
+use crate::checksum;
+use crate::icmp::{self, V6};
 
-/// Length of the fixed header (type, code, checksum, 4 bytes of message-specific data).
-pub const HEADER_LEN: usize = 8;
+pub use crate::icmp::HEADER_LEN;
 
-/// A view of an ICMP message. The message is the whole buffer.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+/// A view of an ICMPv6 message. The message is the whole buffer.
+pub type Packet<T> = icmp::Packet<T, V6>;
 
-impl<T: AsRef<[u8]>> Packet<T> {
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps `buffer`, checking it holds the 8-byte header.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(Error::Truncated)
-        } else {
-            Ok(())
-        }
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    pub fn msg_type(&self) -> u8 {
-        self.buffer.as_ref()[0]
-    }
-
-    pub fn msg_code(&self) -> u8 {
-        self.buffer.as_ref()[1]
-    }
-
-    pub fn checksum(&self) -> u16 {
-        get_u16(self.buffer.as_ref(), 2)
-    }
-
-    /// Bytes 4..8 (message-specific: echo id and sequence, MTU, pointer, unused).
-    pub fn rest_of_header(&self) -> [u8; 4] {
-        let d = self.buffer.as_ref();
-        [d[4], d[5], d[6], d[7]]
-    }
-
-    /// Echo identifier (meaningful for echo request/reply).
-    pub fn echo_ident(&self) -> u16 {
-        get_u16(self.buffer.as_ref(), 4)
-    }
-
-    /// Echo sequence number (meaningful for echo request/reply).
-    pub fn echo_seq_no(&self) -> u16 {
-        get_u16(self.buffer.as_ref(), 6)
-    }
-
-    pub fn is_echo(&self) -> bool {
-        matches!(
-            self.msg_type(),
-            msg_type::ECHO_REQUEST | msg_type::ECHO_REPLY
-        )
-    }
-
-    /// The bytes after the 8-byte header.
-    pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[HEADER_LEN..]
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    pub fn set_msg_type(&mut self, v: u8) {
-        self.buffer.as_mut()[0] = v;
-    }
-
-    pub fn set_msg_code(&mut self, v: u8) {
-        self.buffer.as_mut()[1] = v;
-    }
-
-    pub fn set_checksum(&mut self, v: u16) {
-        set_u16(self.buffer.as_mut(), 2, v);
-    }
-
-    pub fn set_rest_of_header(&mut self, v: [u8; 4]) {
-        self.buffer.as_mut()[4..8].copy_from_slice(&v);
-    }
-
-    pub fn set_echo_ident(&mut self, v: u16) {
-        set_u16(self.buffer.as_mut(), 4, v);
-    }
-
-    pub fn set_echo_seq_no(&mut self, v: u16) {
-        set_u16(self.buffer.as_mut(), 6, v);
-    }
-
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buffer.as_mut()[HEADER_LEN..]
-    }
-}
-
-/// Parsed ICMP message, borrowing its payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Repr<'a> {
-    pub msg_type: u8,
-    pub msg_code: u8,
-    /// Bytes 4..8 of the header.
-    pub rest_of_header: [u8; 4],
-    pub payload: &'a [u8],
-}
-
-impl<'a> Repr<'a> {
-    pub fn buffer_len(&self) -> usize {
-        HEADER_LEN + self.payload.len()
-    }
-}
+/// Parsed ICMPv6 message, borrowing its payload.
+pub type Repr<'a> = icmp::Repr<'a, V6>;
 
 /// ICMPv6 message types.
 pub mod msg_type {
@@ -150,37 +39,23 @@ fn sum(src: &Ipv6Addr, dst: &Ipv6Addr, d: &[u8]) -> u16 {
 impl<T: AsRef<[u8]>> Packet<T> {
     /// MTU of a Packet Too Big message.
     pub fn mtu(&self) -> u32 {
-        crate::field::get_u32(self.buffer.as_ref(), 4)
+        crate::field::get_u32(self.bytes(), 4)
     }
 
     /// True if the checksum (with the IPv6 pseudo-header) over the whole buffer is correct.
     pub fn verify_checksum(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
-        sum(src, dst, self.buffer.as_ref()) == 0
+        sum(src, dst, self.bytes()) == 0
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Computes and stores the checksum (with the IPv6 pseudo-header) over the whole buffer.
     pub fn fill_checksum(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
-        self.set_checksum(0);
-        let c = sum(src, dst, self.buffer.as_ref());
-        self.set_checksum(c);
+        self.fill_checksum_with(|d| sum(src, dst, d));
     }
 }
 
 impl<'a> Repr<'a> {
-    /// Parses the message. Does not verify the checksum.
-    pub fn parse<T: AsRef<[u8]> + ?Sized>(p: &Packet<&'a T>) -> Result<Repr<'a>> {
-        p.check_len()?;
-        let d: &'a [u8] = p.buffer.as_ref();
-        Ok(Repr {
-            msg_type: d[0],
-            msg_code: d[1],
-            rest_of_header: p.rest_of_header(),
-            payload: &d[HEADER_LEN..],
-        })
-    }
-
     /// Writes the message and its checksum; the buffer must be exactly `buffer_len()` bytes.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(
         &self,
@@ -188,10 +63,7 @@ impl<'a> Repr<'a> {
         src: &Ipv6Addr,
         dst: &Ipv6Addr,
     ) {
-        p.set_msg_type(self.msg_type);
-        p.set_msg_code(self.msg_code);
-        p.set_rest_of_header(self.rest_of_header);
-        p.payload_mut()[..self.payload.len()].copy_from_slice(self.payload);
+        self.emit_fields(p);
         p.fill_checksum(src, dst);
     }
 }

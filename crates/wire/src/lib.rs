@@ -14,6 +14,7 @@ pub mod checksum;
 pub mod esp;
 pub mod ethernet;
 mod field;
+pub mod icmp;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod ip;

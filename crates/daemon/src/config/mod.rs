@@ -33,6 +33,7 @@ mod sa;
 mod values;
 
 use ipnet::IpNet;
+use netveil_crypto::rand::OsRng;
 use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::{AhSuite, EspSuite};
 use netveil_ipsec::{Mode, SaParams, UdpEncap};
@@ -285,19 +286,19 @@ impl Config {
             at.push(match (p.direction, starts.get(i)) {
                 (Direction::Out, Some(Start::Out(s))) => {
                     let sa = match &s.counter {
-                        Some(c) => OutboundSa::with_counter(p.clone(), now, c.clone()),
+                        Some(c) => OutboundSa::with_counter(p.clone(), now, c.clone(), &mut OsRng),
                         None => {
                             let mut p = p.clone();
                             p.first_seq = s.first;
-                            OutboundSa::with_reservation(p, now, s.reserved)
+                            OutboundSa::with_reservation(p, now, s.reserved, &mut OsRng)
                         }
                     }
                     .map_err(cant)?;
                     SaIdx::Out(sad.insert_out(sa))
                 }
-                (Direction::Out, _) => {
-                    SaIdx::Out(sad.insert_out(OutboundSa::new(p.clone(), now).map_err(cant)?))
-                }
+                (Direction::Out, _) => SaIdx::Out(
+                    sad.insert_out(OutboundSa::new(p.clone(), now, &mut OsRng).map_err(cant)?),
+                ),
                 (Direction::In, start) => {
                     let sa = match start {
                         Some(Start::In(s)) => InboundSa::with_state(p.clone(), now, s.state(p)),

@@ -5,6 +5,22 @@ use ed25519_dalek::SigningKey;
 use netveil_l2sec::{RxConfig, RxSession, SessionKeys, Suite, TxConfig, TxSession};
 use netveil_wire::PacketBuf;
 
+thread_local! {
+    /// The next seed of [`rng`]: each test runs on its own thread, so its generators are the same every run.
+    static NEXT_SEED: std::cell::Cell<u64> = const { std::cell::Cell::new(1) };
+}
+
+/// A seeded generator (not for production), a new seed for every call of a test.
+pub fn rng() -> Box<dyn netveil_crypto::rand::Rng> {
+    let seed = NEXT_SEED.with(|s| s.replace(s.get() + 1));
+    Box::new(netveil_crypto::rand::SeededRng::new(seed))
+}
+
+/// The next [`rng`] calls of this test use the seeds `base`, `base + 1`, ...
+pub fn reseed(base: u64) {
+    NEXT_SEED.with(|s| s.set(base));
+}
+
 pub const DST: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x02];
 pub const SRC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x01];
 pub const BCAST: [u8; 6] = [0xff; 6];
@@ -72,7 +88,7 @@ pub fn rx_cfg(suite: Suite) -> RxConfig {
 pub fn pair(suite: Suite) -> (TxSession, RxSession) {
     let k = keys(suite);
     (
-        TxSession::new(&k, tx_cfg(suite)).unwrap(),
+        TxSession::new(&k, tx_cfg(suite), &mut rng()).unwrap(),
         RxSession::new(&k, rx_cfg(suite)).unwrap(),
     )
 }
