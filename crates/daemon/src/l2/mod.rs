@@ -42,9 +42,12 @@
 //!
 //! Threads: TAP → seal → AF_PACKET (`sendmmsg` per batch), AF_PACKET (`recvmmsg` per batch) → open → TAP, a timer
 //! thread for SEP retransmissions and rekeys, and the control socket (`netveil status`). The protocol state is
-//! one [`netveil_l2sec::Node`] behind a mutex, taken once per batch.
+//! one [`netveil_l2sec::Node`] behind a mutex, taken once per batch for the node's decisions only, never across
+//! a system call: frames are sealed and opened in buffers the threads own, the node's own frames (SEP) handed
+//! over in order (see [`order`]), and the system calls made after the lock is released.
 
 mod config;
+mod order;
 mod rx;
 mod setup;
 mod status;
@@ -78,6 +81,8 @@ struct State {
     started: Instant,
     nft: String,
     stop: AtomicBool,
+    /// The wire order of the node's ready frames against sealed data (see [`order`]).
+    order: order::WireOrder,
 }
 
 const BATCH: usize = 64;

@@ -6,7 +6,6 @@ use netveil_wire::PacketBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use super::tx::send_ready;
 use super::{State, BATCH};
 
 pub(super) fn rx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
@@ -29,6 +28,7 @@ pub(super) fn rx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
         };
         // The frames for the host, moved to the front of `bufs` in order.
         let mut k = 0;
+        let ticket;
         {
             let Ok(mut node) = st.node.lock() else { return };
             let now = Instant::now();
@@ -38,7 +38,10 @@ pub(super) fn rx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
                     k += 1;
                 }
             }
-            send_ready(&mut node, sock, &mut extra);
+            ticket = st.order.take_ready(&mut node, &mut extra);
+        }
+        if let Some(t) = ticket {
+            st.order.send(t, sock, &mut extra, &st.stop);
         }
         let _ = tap.send_batch(&mut bufs[..k]);
     }

@@ -311,6 +311,7 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
         started,
         nft: table,
         stop: AtomicBool::new(false),
+        order: Default::default(),
         cfg,
     });
     let (tap, sock) = (Arc::new(tap), Arc::new(sock));
@@ -332,6 +333,7 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
         let (st, sock) = (st.clone(), sock.clone());
         spawn("l2-timer", Box::new(move || timer_loop(&st, &sock)))?
     };
+    let epoch = st.node.lock().map(|n| n.epoch()).unwrap_or(0);
     tracing::info!(
         "{}: l2sec up (TAP {}, {} {}/{}, MTU {}, EtherType 0x{:04x}, group {} epoch {}, suites {}, {} peer keys); control socket {}",
         st.cfg.interface,
@@ -342,7 +344,7 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
         st.mtu,
         st.cfg.ethertype,
         st.cfg.group_suite.name(),
-        st.node.lock().map(|n| n.epoch()).unwrap_or(0),
+        epoch,
         st.cfg.suites.iter().map(|s| s.name()).collect::<Vec<_>>().join(" "),
         st.cfg.peers.len(),
         control.display()

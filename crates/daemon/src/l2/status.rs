@@ -40,6 +40,8 @@ fn peer_status(p: &PeerStatus) -> L2Peer {
 /// The L2 engine's status (`None` if the node's lock is poisoned: a data-plane thread panicked).
 pub(super) fn status(st: &State) -> Option<L2Status> {
     let now = Instant::now();
+    // (The nft process runs before the node is taken: the data plane never waits for it.)
+    let (clear_in, clear_out) = nft_clear_drops(&st.nft);
     let node = st.node.lock().ok()?;
     let s = node.stats();
     let drops = |d: &netveil_sa::counters::DropCounters<netveil_l2sec::NodeDrop>| -> Drops {
@@ -49,7 +51,6 @@ pub(super) fn status(st: &State) -> Option<L2Status> {
             .map(|(k, n)| (k.to_string(), n))
             .collect()
     };
-    let (clear_in, clear_out) = nft_clear_drops(&st.nft);
     let c = &st.cfg;
     Some(L2Status {
         interface: c.interface.clone(),

@@ -5,23 +5,29 @@ use netveil_l2sec::node::NodeEvent;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use super::tx::send_ready;
 use super::{mac_str, State};
 
 pub(super) fn timer_loop(st: &State, sock: &PacketSocket) {
     let mut extra = Vec::new();
+    let mut events: Vec<NodeEvent> = Vec::with_capacity(16);
     while !st.stop.load(Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
         let now = Instant::now();
-        {
+        let ticket = {
             let Ok(mut node) = st.node.lock() else { return };
             if node.poll_timeout().is_some_and(|t| t <= now) {
                 node.handle_timeout(now);
             }
-            send_ready(&mut node, sock, &mut extra);
             while let Some(e) = node.poll_event() {
-                log_event(&st.cfg.interface, &e);
+                events.push(e);
             }
+            st.order.take_ready(&mut node, &mut extra)
+        };
+        if let Some(t) = ticket {
+            st.order.send(t, sock, &mut extra, &st.stop);
+        }
+        for e in events.drain(..) {
+            log_event(&st.cfg.interface, &e);
         }
     }
 }

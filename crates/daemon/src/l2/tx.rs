@@ -2,26 +2,12 @@
 
 use netveil_io::packet::{MAX_SEGMENTS, TAP_SCRATCH_LEN};
 use netveil_io::{PacketSocket, Tap};
-use netveil_l2sec::node::{Node, Outbound};
+use netveil_l2sec::node::Outbound;
 use netveil_wire::PacketBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use super::State;
-
-/// Sends what the node has ready (SEP messages, frames that waited for a session), while the caller still holds
-/// the node: a new session's first frames must not overtake the SEP message that completes it at the peer (the
-/// initiator's FINISH), and another thread could seal with the new session as soon as the lock is released.
-/// Rare, so the system call under the lock costs nothing in steady state.
-pub(super) fn send_ready(node: &mut Node, sock: &PacketSocket, scratch: &mut Vec<PacketBuf>) {
-    while let Some(f) = node.poll_transmit() {
-        scratch.push(PacketBuf::from_slice(&f, 0, 0));
-    }
-    if !scratch.is_empty() {
-        let _ = sock.send_batch(scratch);
-        scratch.clear();
-    }
-}
 
 pub(super) fn tx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
     let (head, tail) = st.node.lock().map(|n| n.overhead()).unwrap_or((16, 80));
@@ -54,6 +40,7 @@ pub(super) fn tx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
             }
         }
         send.clear();
+        let (ticket, seen);
         {
             let Ok(mut node) = st.node.lock() else { return };
             let now = Instant::now();
@@ -62,7 +49,14 @@ pub(super) fn tx_loop(st: &State, tap: &Tap, sock: &PacketSocket) {
                     send.push(i);
                 }
             }
-            send_ready(&mut node, sock, &mut extra);
+            ticket = st.order.take_ready(&mut node, &mut extra);
+            seen = st.order.issued();
+        }
+        if let Some(t) = ticket {
+            st.order.send(t, sock, &mut extra, &st.stop);
+        }
+        if !st.order.wait_sent(seen, &st.stop) {
+            return;
         }
         if send.len() == n {
             let _ = sock.send_batch(&bufs[..n]);
