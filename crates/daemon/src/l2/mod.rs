@@ -40,11 +40,13 @@
 //! and an nftables `netdev` table on the port that drops (and counts) every frame that is not l2sec, in both
 //! directions, so that nothing leaves or enters the host in clear.
 //!
-//! Threads: TAP → seal → AF_PACKET (`sendmmsg` per batch), AF_PACKET (`recvmmsg` per batch) → open → TAP, a timer
-//! thread for SEP retransmissions and rekeys, and the control socket (`netveil status`). The protocol state is
-//! one [`netveil_l2sec::Node`] behind a mutex, taken once per batch for the node's decisions only, never across
-//! a system call: frames are sealed and opened in buffers the threads own, the node's own frames (SEP) handed
-//! over in order (see [`order`]), and the system calls made after the lock is released.
+//! Threads: `l2-tx` (TAP → seal → AF_PACKET, `sendmmsg` per batch) and `l2-rx` (AF_PACKET, `recvmmsg` per batch →
+//! open → TAP, and the node's timers: SEP retransmissions and rekeys), each of which also serves the other
+//! direction while it is awake and the other thread sleeps (see [`worker`]); and the control socket (`netveil
+//! status`). The protocol state is one [`netveil_l2sec::Node`] behind a mutex, taken once per batch for the
+//! node's decisions only, never across a system call: frames are sealed and opened in buffers the threads own, the
+//! node's own frames (SEP) handed over in order (see [`order`]), and the system calls made after the lock is
+//! released.
 
 mod config;
 mod order;
@@ -55,6 +57,7 @@ mod status;
 mod tests;
 mod timer;
 mod tx;
+mod worker;
 
 pub use config::{parse_mac, read_signing_key, L2Config};
 pub use setup::{check, next_epoch, prepare, start, Prepared};
@@ -83,6 +86,10 @@ struct State {
     stop: AtomicBool,
     /// The wire order of the node's ready frames against sealed data (see [`order`]).
     order: order::WireOrder,
+    /// The two directions' buffers (see [`worker`]).
+    tx: Mutex<tx::TxLane>,
+    rx: Mutex<rx::RxLane>,
+    sleeping: worker::Sleeping,
 }
 
 const BATCH: usize = 64;
@@ -92,7 +99,6 @@ pub struct L2Engine {
     st: Arc<State>,
     tx: std::thread::JoinHandle<()>,
     rx: std::thread::JoinHandle<()>,
-    timer: std::thread::JoinHandle<()>,
     tap: Arc<Tap>,
     /// Drop-storm warnings (looked at once a second).
     watch: crate::log::DropWatch,
@@ -133,17 +139,11 @@ impl Engine for L2Engine {
 
     fn stop(self: Box<Self>, _undo: &mut Undo, _down: bool) {
         let L2Engine {
-            st,
-            tx,
-            rx,
-            timer,
-            tap,
-            ..
+            st, tx, rx, tap, ..
         } = *self;
         st.stop.store(true, Relaxed);
         let _ = tx.join();
         let _ = rx.join();
-        let _ = timer.join();
         drop(tap);
         tracing::info!("{}: l2sec down", st.cfg.interface);
     }

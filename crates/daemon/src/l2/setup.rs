@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use super::config::cerr;
 use super::config::{parse_mac, L2Config};
-use super::rx::rx_loop;
-use super::timer::timer_loop;
-use super::tx::tx_loop;
+use super::rx::RxLane;
+use super::tx::TxLane;
+use super::worker::{self, Home};
 use super::{mac_str, L2Engine, State};
 use crate::config::ConfigError;
 use crate::state::StateDir;
@@ -298,10 +298,16 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
         cfg.interface
     )))?;
     sock.set_buffer_sizes(8 << 20).ok();
+    // The threads wait with poll and read only what is waiting (see `worker`); sends block (no frame is lost to
+    // a full queue), and the timeouts are a safety net.
     sock.set_recv_timeout(Duration::from_millis(200))
         .map_err(Error::io("socket timeout"))?;
     tap.set_recv_timeout(Duration::from_millis(200))
         .map_err(Error::io("TAP timeout"))?;
+    let lanes = (
+        TxLane::new(node.overhead(), mtu),
+        RxLane::new(mtu, tap.offload()),
+    );
 
     let st = Arc::new(State {
         node: Mutex::new(node),
@@ -312,6 +318,9 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
         nft: table,
         stop: AtomicBool::new(false),
         order: Default::default(),
+        tx: Mutex::new(lanes.0),
+        rx: Mutex::new(lanes.1),
+        sleeping: Default::default(),
         cfg,
     });
     let (tap, sock) = (Arc::new(tap), Arc::new(sock));
@@ -321,18 +330,12 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
             .spawn(f)
             .map_err(Error::io("thread"))
     };
-    let tx = {
+    let worker = |name: &str, home: Home| {
         let (st, tap, sock) = (st.clone(), tap.clone(), sock.clone());
-        spawn("l2-tx", Box::new(move || tx_loop(&st, &tap, &sock)))?
+        spawn(name, Box::new(move || worker::run(&st, &tap, &sock, home)))
     };
-    let rx = {
-        let (st, tap, sock) = (st.clone(), tap.clone(), sock.clone());
-        spawn("l2-rx", Box::new(move || rx_loop(&st, &tap, &sock)))?
-    };
-    let timer = {
-        let (st, sock) = (st.clone(), sock.clone());
-        spawn("l2-timer", Box::new(move || timer_loop(&st, &sock)))?
-    };
+    let tx = worker("l2-tx", Home::Tap)?;
+    let rx = worker("l2-rx", Home::Port)?;
     let epoch = st.node.lock().map(|n| n.epoch()).unwrap_or(0);
     tracing::info!(
         "{}: l2sec up (TAP {}, {} {}/{}, MTU {}, EtherType 0x{:04x}, group {} epoch {}, suites {}, {} peer keys); control socket {}",
@@ -354,7 +357,6 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
         st,
         tx,
         rx,
-        timer,
         tap,
         watch: crate::log::DropWatch::new(now),
         looked: now,

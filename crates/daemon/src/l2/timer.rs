@@ -2,33 +2,61 @@
 
 use netveil_io::PacketSocket;
 use netveil_l2sec::node::NodeEvent;
-use std::sync::atomic::Ordering::Relaxed;
+use netveil_wire::PacketBuf;
 use std::time::{Duration, Instant};
 
 use super::{mac_str, State};
 
-pub(super) fn timer_loop(st: &State, sock: &PacketSocket) {
-    let mut extra = Vec::new();
-    let mut events: Vec<NodeEvent> = Vec::with_capacity(16);
-    while !st.stop.load(Relaxed) {
-        std::thread::sleep(Duration::from_millis(20));
-        let now = Instant::now();
+/// How often the timers are looked at (SEP retransmissions are a second or more apart).
+pub(super) const TICK: Duration = Duration::from_millis(20);
+
+/// The node's timers, run by the thread that waits on the port (no thread of their own).
+pub(super) struct Timers {
+    next: Instant,
+    ready: Vec<PacketBuf>,
+    events: Vec<NodeEvent>,
+}
+
+impl Timers {
+    pub(super) fn new(now: Instant) -> Timers {
+        Timers {
+            next: now + TICK,
+            ready: Vec::new(),
+            events: Vec::with_capacity(16),
+        }
+    }
+
+    /// How long the thread may wait for frames before the timers are due (milliseconds, for `poll`).
+    pub(super) fn wait_ms(&self, now: Instant) -> i32 {
+        self.next.saturating_duration_since(now).as_millis() as i32 + 1
+    }
+
+    /// Runs the node's timers if a tick is due: retransmissions and rekeys (sent after the lock, in order) and
+    /// the node's events (logged after the lock). `None` if the engine must stop.
+    pub(super) fn run(&mut self, st: &State, sock: &PacketSocket, now: Instant) -> Option<()> {
+        if now < self.next {
+            return Some(());
+        }
+        self.next = now + TICK;
         let ticket = {
-            let Ok(mut node) = st.node.lock() else { return };
+            let Ok(mut node) = st.node.lock() else {
+                return None;
+            };
             if node.poll_timeout().is_some_and(|t| t <= now) {
                 node.handle_timeout(now);
             }
             while let Some(e) = node.poll_event() {
-                events.push(e);
+                self.events.push(e);
             }
-            st.order.take_ready(&mut node, &mut extra)
+            st.order.take_ready(&mut node, &mut self.ready)
         };
         if let Some(t) = ticket {
-            st.order.send(t, sock, &mut extra, &st.stop);
+            st.order.send(t, sock, &mut self.ready, &st.stop);
         }
-        for e in events.drain(..) {
+        for e in self.events.drain(..) {
             log_event(&st.cfg.interface, &e);
         }
+        Some(())
     }
 }
 
