@@ -7,26 +7,26 @@
 //! read only when `poll` says a frame is there).
 //!
 //! Latency is mostly wake-ups: a ping through two hosts crosses four threads if each direction waits for its own.
-//! So, after a round that moved frames, a thread keeps serving for a short while ([`SPIN`]) without sleeping,
-//! its home lane and the other one too when the other's thread sleeps: the answer to what it just sent or
-//! delivered usually comes back within that window, on the other lane (the echo reply that the host's stack
-//! writes to the TAP during our write to it; the peer's answer arriving at the port). The thread that wrote the
-//! request then reads the answer itself, and the sleeping thread's wake-up is off the round trip. Lanes are
-//! taken with `try_lock` by the visiting thread, so frames of one direction never overtake each other, and
-//! nobody waits for a busy lane it does not own. Under load every thread is busy with its own lane: nobody spins,
-//! nobody visits.
+//! So a thread also serves the other lane when that lane's thread has slept a while ([`QUIET`]): the answer to
+//! what it just delivered or sent usually comes back on the other lane (the echo reply that the host's stack
+//! writes to the TAP during our write to it; the peer's answer arriving at the port), and the thread that is
+//! awake reads it, the sleeping thread's wake-up off the round trip. And when sparse traffic (the first frames
+//! after a wait of [`QUIET`] or more) woke a thread, it stays awake for a short while ([`SPIN`]), so that the
+//! peer's answer finds it awake. Lanes are taken with `try_lock` by the visiting thread, so frames of one
+//! direction never overtake each other, and nobody waits for a busy lane it does not own. Under a stream nobody
+//! has slept that long: each thread keeps to its own lane (both directions in parallel), and nobody spins.
 
 use netveil_io::{PacketSocket, Tap};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use super::timer::Timers;
 use super::{rx, tx, State};
 
-/// How long a thread keeps serving without sleeping after a round that moved frames. About the time the peer
-/// takes to answer on a quiet LAN: long enough that a round trip's answer finds the thread awake, short enough
-/// to cost little when nothing comes back.
+/// How long a thread woken by sparse traffic keeps serving without sleeping. About the time the peer takes to
+/// answer on a quiet LAN: long enough that a round trip's answer finds the thread awake, short enough to cost
+/// little when nothing comes back.
 pub(super) const SPIN: Duration = Duration::from_micros(60);
 
 /// The lane whose descriptor a thread waits on.
@@ -38,11 +38,21 @@ pub(super) enum Home {
     Port,
 }
 
-/// Whether each lane's own thread sleeps (waits on its descriptor): only then is the lane worth a visit.
+/// How long a thread must have slept for the traffic to count as sparse (requests and answers, not a stream):
+/// only then does a thread stay awake after a round, and only a lane whose thread slept that long is visited.
+pub(super) const QUIET: Duration = Duration::from_micros(500);
+
+/// Since when each lane's own thread sleeps (waits on its descriptor), in microseconds from the engine's start
+/// plus one; 0 while it is awake.
 #[derive(Default)]
 pub(super) struct Sleeping {
-    tx: AtomicBool,
-    rx: AtomicBool,
+    tx: AtomicU64,
+    rx: AtomicU64,
+}
+
+/// Microseconds from `start` to `t`, plus one (never 0).
+fn stamp(start: Instant, t: Instant) -> u64 {
+    t.saturating_duration_since(start).as_micros() as u64 + 1
 }
 
 /// One round of a lane, by its own thread (`own`: waiting for the lane if a visitor holds it) or a visitor (only
@@ -96,24 +106,34 @@ pub(super) fn run(st: &State, tap: &Tap, sock: &PacketSocket, home: Home) {
     };
     let mut timers = (home == Home::Port).then(|| Timers::new(Instant::now()));
     let mut awake_until: Option<Instant> = None;
+    // The last wait was long: what comes now is sparse traffic, whose answer is worth staying awake for.
+    let mut quiet = false;
     while !st.stop.load(Relaxed) {
         let Some(mut moved) = round(st, home, true, tap, sock) else {
             return;
         };
-        if (moved > 0 || awake_until.is_some()) && theirs.load(Relaxed) {
-            let Some(m) = round(st, other, false, tap, sock) else {
-                return;
-            };
-            moved += m;
-        }
         let now = Instant::now();
+        if moved > 0 || awake_until.is_some() {
+            // A visit only to a lane whose thread slept a while: under a stream, each thread keeps its own lane
+            // (both directions in parallel).
+            let since = theirs.load(Relaxed);
+            if since != 0 && stamp(st.started, now) >= since + QUIET.as_micros() as u64 {
+                let Some(m) = round(st, other, false, tap, sock) else {
+                    return;
+                };
+                moved += m;
+            }
+        }
         if let Some(t) = timers.as_mut() {
             if t.run(st, sock, now).is_none() {
                 return;
             }
         }
         if moved > 0 {
-            awake_until = Some(now + SPIN);
+            if quiet || awake_until.is_some() {
+                awake_until = Some(now + SPIN);
+            }
+            quiet = false;
             continue;
         }
         if awake_until.is_some_and(|t| now < t) {
@@ -122,8 +142,10 @@ pub(super) fn run(st: &State, tap: &Tap, sock: &PacketSocket, home: Home) {
         }
         awake_until = None;
         let ms = timers.as_ref().map_or(200, |t| t.wait_ms(now));
-        mine.store(true, Relaxed);
+        mine.store(stamp(st.started, now), Relaxed);
         readable(fd, ms);
-        mine.store(false, Relaxed);
+        let woke = Instant::now();
+        mine.store(0, Relaxed);
+        quiet = woke.saturating_duration_since(now) >= QUIET;
     }
 }
