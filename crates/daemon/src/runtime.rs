@@ -241,10 +241,16 @@ pub fn up(path: &Path, verbose: u8, quiet: bool, fresh_keys: bool) -> Result<()>
     let mut engines: Vec<Box<dyn Engine>> = Vec::new();
     let mut controls: Vec<Arc<dyn Control>> = Vec::new();
     let started = (|| -> Result<UnixListener> {
-        if let Some(p) = ip {
+        if let Some(mut p) = ip {
+            let psp = p.take_psp_driver();
             let e = crate::ip::start(p, &mut undo, &control)?;
             controls.push(Arc::new(crate::ip_ctl::IpControl(e.shared())));
+            let port = e.sa_port();
             engines.push(Box::new(e));
+            // PSP's key exchange: a driver beside the engine, changing it through its port.
+            if let Some((cfg, tls, mark)) = psp {
+                engines.push(Box::new(crate::psp_kx::start_driver(cfg, tls, port, mark)?));
+            }
         }
         if let Some(p) = l2 {
             let e = crate::l2::start(p, &mut undo, &control)?;
