@@ -563,3 +563,6 @@ impl Link<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
