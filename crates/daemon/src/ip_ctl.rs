@@ -51,17 +51,17 @@ impl Control for IpControl {
             Request::Keys => keys_json(sh),
             Request::Rotate => match &sh.psp {
                 Some(st) => {
-                    let before = st.rotations.load(Relaxed);
-                    st.rotate_requests.fetch_add(1, Relaxed);
+                    let before = st.kx.rotations.load(Relaxed);
+                    st.kx.rotate_requests.fetch_add(1, Relaxed);
                     // Wait (briefly) for the key exchange to carry it out, so that `netveil rotate` returns after.
                     let t = std::time::Instant::now();
-                    while st.rotations.load(Relaxed) == before
+                    while st.kx.rotations.load(Relaxed) == before
                         && t.elapsed() < std::time::Duration::from_secs(3)
                     {
                         std::thread::sleep(std::time::Duration::from_millis(10));
                     }
                     let d = st.device.read().map(|d| d.generation()).unwrap_or(0);
-                    json!({ "rotated": st.rotations.load(Relaxed) != before, "generation": d })
+                    json!({ "rotated": st.kx.rotations.load(Relaxed) != before, "generation": d })
                 }
                 None => json!({ "error": "no [psp] section: nothing to rotate" }),
             },
@@ -223,7 +223,7 @@ fn policies(sh: &Shared) -> Vec<PolicyStatus> {
 }
 
 /// PSP: the device (generation, phase, receive SAs), the association and the specification's counters.
-fn psp_status(st: &crate::psp_kx::PspState) -> Option<PspStatus> {
+fn psp_status(st: &crate::psp_state::PspState) -> Option<PspStatus> {
     let (gen, phase, rx_sas, windows, c) = match st.device.read() {
         Ok(d) => (
             d.generation(),
@@ -250,12 +250,12 @@ fn psp_status(st: &crate::psp_kx::PspState) -> Option<PspStatus> {
         }
         .into(),
         version: st.cfg.version.number(),
-        connected: st.connected.load(Relaxed),
+        connected: st.kx.connected.load(Relaxed),
         generation: gen,
         phase,
-        rotations: st.rotations.load(Relaxed),
+        rotations: st.kx.rotations.load(Relaxed),
         tx_spi: format!("{:#010x}", st.tx_spi.load(Relaxed)),
-        rx_spi: format!("{:#010x}", st.rx_spi.load(Relaxed)),
+        rx_spi: format!("{:#010x}", st.kx.rx_spi.load(Relaxed)),
         rx_sas: rx_sas
             .iter()
             .map(|(s, g)| PspRxSa {
@@ -264,8 +264,8 @@ fn psp_status(st: &crate::psp_kx::PspState) -> Option<PspStatus> {
                 replay_top: top(*s),
             })
             .collect(),
-        assoc_sent: st.assoc_sent.load(Relaxed),
-        assoc_received: st.assoc_received.load(Relaxed),
+        assoc_sent: st.kx.assoc_sent.load(Relaxed),
+        assoc_received: st.kx.assoc_received.load(Relaxed),
         replay_window: st.cfg.replay_window,
         stats: PspStats {
             rx_packets: c.rx_packets,

@@ -9,10 +9,13 @@
 //! - [`ip`]: the IP engine: TUN + raw/UDP sockets, ESP/AH and PSP, the data-plane threads.
 //! - [`ip_drop`]: why the IP engine drops a packet (the drop-reason registry of ESP/AH plus the engine's own).
 //! - [`l2`]: the L2 engine: l2sec on a LAN port (TAP + AF_PACKET); [`l2_section`]: its registry entry.
-//! - [`psp_kx`]: the PSP key-exchange driver: TCP and TLS around the sans-I/O [`netveil_psp::kx`] machine.
+//! - [`psp_kx`]: the PSP key-exchange driver: TCP and TLS around the sans-I/O [`netveil_psp::kx`] machine, beside the
+//!   IP engine, changing its data plane only through the typed port of [`sa_api`].
+//! - [`psp_state`]: PSP in the IP engine's data plane: the device, the transmit SA, the socket filter.
+//! - [`sa_api`]: the typed SA and policy interface ([`sa_api::SaPort`]) of the IP engine, for key-exchange drivers
+//!   and the control socket's adapter.
 //! - [`ip_db`]: the IP engine's SAs and policies, changed while traffic flows (snapshots swapped atomically).
 //! - [`ip_ctl`]: the IP engine's answers on the control socket.
-//! - [`sa_api`]: the typed SA/policy interface that key-exchange drivers use.
 //! - [`nft`]: the IP engine's nftables table (fail-closed filters, peer filter).
 //! - [`filters`]: the socket-filter rules and the storm mode.
 //! - [`error`]: configuration errors, each naming its key.
@@ -35,6 +38,7 @@ pub mod log;
 pub mod names;
 pub mod nft;
 pub mod psp_kx;
+pub mod psp_state;
 pub mod registry;
 pub mod runtime;
 pub mod sa_api;

@@ -16,15 +16,17 @@
 //!   trickles bytes cannot hold the key exchange.
 //! - Each side checks the other's certificate against `psp.peer_ca` and the name `psp.peer_name` (the client
 //!   by TLS server-name verification, the server by checking the client certificate's names).
+//! - It runs as a driver beside the IP engine ([`start_driver`]): its own thread, sockets and clock. It changes
+//!   the data plane only through the engine's typed port ([`SaPort`]): calls of the machine that change the
+//!   device's receive SAs go through [`SaPort::psp_rx`], which runs them under the device's write lock (the data
+//!   plane does not take it: it decapsulates through the receive SAs the device republishes atomically) and
+//!   refreshes the PSP socket's filter under the same lock, before the association that hands a new SPI out is
+//!   written: the filter never refuses the peer's first packets with it.
 //! - Once the connection is up, the machine is told so ([`KeyExchange::connected`]); the plaintext the peer sends
-//!   goes to [`KeyExchange::handle_input`], what [`KeyExchange::poll_transmit`] returns is written. Calls that
-//!   change the device's receive SAs run under the device's write lock (the data plane does not take it: it
-//!   decapsulates through [`PspState::rx`], which the device republishes atomically), and the PSP socket's filter
-//!   is refreshed under the same lock, before the association that hands a new SPI out is written: the filter never refuses
-//!   the peer's first packets with it.
-//! - Events: `InstallTx` swaps the data plane's transmit SA ([`PspState::tx`], read per packet without a lock),
-//!   `AssocSent`/`InstallTx`/`Rotated` move the `status` counters, `Failed` closes the connection (then the
-//!   usual reconnection).
+//!   goes to [`KeyExchange::handle_input`], what [`KeyExchange::poll_transmit`] returns is written.
+//! - Events: `InstallTx` swaps the data plane's transmit SA ([`SaPort::psp_install_tx`]: read per packet without
+//!   a lock), `AssocSent`/`InstallTx`/`Rotated` move the `status` counters ([`PspKxState`], shared with the
+//!   engine's answers), `Failed` closes the connection (then the usual reconnection).
 //! - Rotation (every `psp.rotate_seconds` since the last one, or on `netveil rotate`): the device rotates its
 //!   master keys, then allocates a new receive SPI under the new key and sends it. The peer switches its
 //!   transmit SA when the message arrives; packets still in flight with the old SPI decrypt because SAs one
@@ -34,171 +36,20 @@
 //! Key material is zeroized after use and never logged.
 
 use crate::config::PspConfig;
+use crate::engine::{Engine, Undo};
+use crate::sa_api::{PspKxState, SaPort};
 use crate::{Error, Result};
-use arc_swap::ArcSwapOption;
 use netveil_psp::kx::{Event, KeyExchange, KxConfig};
-use netveil_psp::{Device, Mode, Stats, TxConfig, TxSa};
+use netveil_psp::TxConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
-
-/// The PSP state the data plane and the key exchange share.
-pub struct PspState {
-    pub cfg: PspConfig,
-    pub device: RwLock<Device>,
-    /// The device's receive side for the data plane: decapsulates without the device's lock.
-    pub rx: Arc<netveil_psp::Receiver>,
-    /// The device's counters (the same `Arc` as the device's `stats`): the transmit path counts without taking
-    /// the device's lock.
-    pub stats: Arc<Stats>,
-    /// The transmit SA to the peer (installed from the peer's association), with its key schedule. Replaced by
-    /// the key exchange, loaded per packet without a lock; its IV counter is atomic, so threads may share it.
-    pub tx: ArcSwapOption<TxSa>,
-    /// The SPI of `tx` (0: none yet), for `status`.
-    pub tx_spi: AtomicU32,
-    /// Our latest receive SPI handed to the peer.
-    pub rx_spi: AtomicU32,
-    pub connected: AtomicBool,
-    /// Rotation requests (`netveil rotate`): the key exchange rotates when this moves.
-    pub rotate_requests: AtomicU64,
-    pub rotations: AtomicU64,
-    pub assoc_sent: AtomicU64,
-    pub assoc_received: AtomicU64,
-    /// Outbound packets dropped because no transmit SA is installed yet.
-    pub tx_no_sa: AtomicU64,
-    /// A storm of authentication failures is on: the socket filter refuses IVs far above the windows.
-    pub storm: AtomicBool,
-    /// The tunnel MTU (for the longest single datagram, see [`crate::filters::single_datagram_max`]).
-    pub mtu: u16,
-    /// The PSP receive socket, whose socket filter passes only the device's SPIs (and IVs not left of the window).
-    rx_socket: Mutex<
-        Option<(
-            Arc<netveil_io::UdpSocket>,
-            Option<netveil_io::filter::Program>,
-        )>,
-    >,
-}
-
-impl PspState {
-    pub fn new(cfg: PspConfig) -> PspState {
-        let mut d = Device::new(Box::new(netveil_crypto::rand::OsRng));
-        d.set_replay_window(cfg.replay_window);
-        PspState {
-            cfg,
-            stats: d.stats.clone(),
-            rx: d.receiver(),
-            device: RwLock::new(d),
-            tx: ArcSwapOption::empty(),
-            tx_spi: AtomicU32::new(0),
-            rx_spi: AtomicU32::new(0),
-            connected: AtomicBool::new(false),
-            rotate_requests: AtomicU64::new(0),
-            rotations: AtomicU64::new(0),
-            assoc_sent: AtomicU64::new(0),
-            assoc_received: AtomicU64::new(0),
-            tx_no_sa: AtomicU64::new(0),
-            rx_socket: Mutex::new(None),
-            storm: AtomicBool::new(false),
-            mtu: crate::config::DEFAULT_MTU,
-        }
-    }
-
-    /// The socket PSP packets arrive on: from now on its filter follows the device's receive SAs.
-    pub fn set_rx_socket(&self, s: Arc<netveil_io::UdpSocket>) {
-        if let Ok(mut g) = self.rx_socket.lock() {
-            *g = Some((s, None));
-        }
-        self.refresh_filter_now();
-    }
-
-    /// Re-attaches the receive socket's filter if the device's SPIs or replay floors changed.
-    pub fn refresh_filter_now(&self) {
-        if let Ok(d) = self.device.read() {
-            self.refresh_filter(&d);
-        }
-    }
-
-    /// As [`PspState::refresh_filter_now`], for a caller that holds the device. Called before a new receive SPI is
-    /// handed to the peer, so the filter never refuses the peer's first packets with it.
-    fn refresh_filter(&self, dev: &Device) {
-        let Ok(mut g) = self.rx_socket.lock() else {
-            return;
-        };
-        let Some((sock, installed)) = g.as_mut() else {
-            return;
-        };
-        let storm = self.storm.load(Relaxed);
-        let rules: Vec<netveil_io::filter::SpiRule> = dev
-            .rx_windows()
-            .into_iter()
-            .map(|(spi, w)| crate::filters::window_rule(spi, w, storm))
-            .collect();
-        let p = netveil_io::filter::spi_filter_gro(
-            netveil_io::filter::Layout::PspInUdp,
-            &rules,
-            crate::filters::single_datagram_max(self.mtu),
-        );
-        if p != *installed {
-            match sock.attach_filter(p.as_ref()) {
-                Ok(()) => *installed = p,
-                Err(e) => log_warn(&format!("cannot attach the PSP socket filter: {e}")),
-            }
-        }
-    }
-
-    /// Runs `f` on the device under its write lock (the data plane goes on through the published receive SAs),
-    /// then refreshes the socket filter under the same lock: before anything the call queued (a new SPI) is sent
-    /// to the peer.
-    fn with_device(&self, f: impl FnOnce(&mut Device)) -> std::result::Result<(), String> {
-        let mut d = self.device.write().map_err(|_| "device lock poisoned")?;
-        f(&mut d);
-        self.refresh_filter(&d);
-        Ok(())
-    }
-
-    /// Applies the key exchange's events: the transmit SA, the counters. Returns the protocol error, if any
-    /// (after applying the other events).
-    fn apply(&self, kx: &mut KeyExchange) -> std::result::Result<(), String> {
-        let mut failed = None;
-        while let Some(e) = kx.poll_event() {
-            match e {
-                Event::AssocSent { spi, generation } => {
-                    self.rx_spi.store(spi, Relaxed);
-                    self.assoc_sent.fetch_add(1, Relaxed);
-                    tracing::info!(
-                        "psp {}: association sent: receive SPI {spi:#010x} (generation {generation})",
-                        self.cfg.remote
-                    );
-                }
-                Event::InstallTx(sa) => {
-                    let spi = sa.config().spi;
-                    self.tx.store(Some(Arc::new(sa)));
-                    self.tx_spi.store(spi, Relaxed);
-                    self.assoc_received.fetch_add(1, Relaxed);
-                    tracing::info!(
-                        "psp {}: the peer's association installed: transmit SPI {spi:#010x}",
-                        self.cfg.remote
-                    );
-                }
-                Event::Rotated { generation } => {
-                    self.rotations.fetch_add(1, Relaxed);
-                    tracing::info!(
-                        "psp {}: master keys rotated (generation {generation})",
-                        self.cfg.remote
-                    );
-                }
-                Event::Failed(e) => failed = failed.or(Some(e.to_string())),
-            }
-        }
-        failed.map_or(Ok(()), Err)
-    }
-}
 
 /// The key exchange's configuration from `[psp]`.
 fn kx_config(c: &PspConfig) -> KxConfig {
@@ -380,25 +231,142 @@ pub fn listen(cfg: &PspConfig, mark: u32) -> Result<TcpListener> {
     Ok(l)
 }
 
+/// PSP's key exchange as a driver beside the IP engine: its thread, its sockets (the listener, bound here, or
+/// the connections it makes) and its clock; the data plane changes only through the engine's port.
+pub struct PspDriver {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Engine for PspDriver {
+    fn tick(&mut self) -> bool {
+        !self.thread.is_finished()
+    }
+
+    fn stop(self: Box<Self>, _undo: &mut Undo, _down: bool) {
+        self.stop.store(true, Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+/// PSP's key exchange as the registry starts it (see [`crate::registry::Prepared::drivers`]): `[psp]`, its TLS
+/// certificates and key (read and checked when the IP engine was prepared) and the daemon's socket mark.
+pub struct PspDriverConfig {
+    pub cfg: PspConfig,
+    pub tls: Tls,
+    pub mark: u32,
+}
+
+impl crate::registry::DriverConfig for PspDriverConfig {
+    fn start(self: Box<Self>, port: Arc<dyn SaPort>) -> Result<Box<dyn crate::engine::Engine>> {
+        let PspDriverConfig { cfg, tls, mark } = *self;
+        Ok(Box::new(start_driver(cfg, tls, port, mark)?))
+    }
+}
+
+/// Starts PSP's key exchange with the `[psp]` peer of `cfg` (`tls`: its checked TLS configurations), changing the
+/// data plane through `port` (the IP engine's, which carries PSP); its sockets carry `mark`. The responder (the
+/// higher outer address) binds its listener here: a port taken fails the start.
+pub fn start_driver(
+    cfg: PspConfig,
+    tls: Tls,
+    port: Arc<dyn SaPort>,
+    mark: u32,
+) -> Result<PspDriver> {
+    let st = port
+        .psp_kx_state()
+        .ok_or_else(|| Error::Other("the IP engine carries no PSP ([psp] section)".into()))?;
+    let kx = KeyExchange::new(kx_config(&cfg), Instant::now()).map_err(|e| {
+        Error::Config(crate::config::ConfigError {
+            key: "psp.crypt_offset".into(),
+            reason: e.to_string(),
+        })
+    })?;
+    let listener = if is_initiator(&cfg) {
+        None
+    } else {
+        Some(listen(&cfg, mark)?)
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let cx = Ctx { cfg, port, st };
+    let thread = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("nv-psp".into())
+            .spawn(move || run(&cx, kx, &tls, listener, mark, &stop))
+            .map_err(Error::io("thread"))?
+    };
+    Ok(PspDriver { stop, thread })
+}
+
+/// What the driver works with: the `[psp]` section, the engine's port, and the key-exchange state that the
+/// engine's `status` and `rotate` answers share.
+struct Ctx {
+    cfg: PspConfig,
+    port: Arc<dyn SaPort>,
+    st: Arc<PspKxState>,
+}
+
+impl Ctx {
+    /// Applies the key exchange's events: the transmit SA (through the port), the counters. Returns the protocol
+    /// error, if any (after applying the other events).
+    fn apply(&self, kx: &mut KeyExchange) -> std::result::Result<(), String> {
+        let mut failed = None;
+        while let Some(e) = kx.poll_event() {
+            match e {
+                Event::AssocSent { spi, generation } => {
+                    self.st.rx_spi.store(spi, Relaxed);
+                    self.st.assoc_sent.fetch_add(1, Relaxed);
+                    tracing::info!(
+                        "psp {}: association sent: receive SPI {spi:#010x} (generation {generation})",
+                        self.cfg.remote
+                    );
+                }
+                Event::InstallTx(sa) => {
+                    let spi = sa.config().spi;
+                    match self.port.psp_install_tx(sa) {
+                        Ok(()) => {
+                            self.st.assoc_received.fetch_add(1, Relaxed);
+                            tracing::info!(
+                                "psp {}: the peer's association installed: transmit SPI {spi:#010x}",
+                                self.cfg.remote
+                            );
+                        }
+                        Err(e) => failed = failed.or(Some(e)),
+                    }
+                }
+                Event::Rotated { generation } => {
+                    self.st.rotations.fetch_add(1, Relaxed);
+                    tracing::info!(
+                        "psp {}: master keys rotated (generation {generation})",
+                        self.cfg.remote
+                    );
+                }
+                Event::Failed(e) => failed = failed.or(Some(e.to_string())),
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+}
+
 /// Runs the key exchange until `stop`: connects or accepts, associates, rotates, re-associates.
-pub fn run(st: &PspState, tls: &Tls, listener: Option<TcpListener>, mark: u32, stop: &AtomicBool) {
-    let peer = SocketAddr::new(st.cfg.remote, st.cfg.control_port);
-    let me = SocketAddr::new(st.cfg.local, st.cfg.control_port);
+fn run(
+    cx: &Ctx,
+    mut kx: KeyExchange,
+    tls: &Tls,
+    listener: Option<TcpListener>,
+    mark: u32,
+    stop: &AtomicBool,
+) {
+    let peer = SocketAddr::new(cx.cfg.remote, cx.cfg.control_port);
+    let me = SocketAddr::new(cx.cfg.local, cx.cfg.control_port);
     if let Some(l) = &listener {
         let _ = l.set_nonblocking(true);
     }
-    let mut kx = match KeyExchange::new(kx_config(&st.cfg), Instant::now()) {
-        Ok(kx) => kx,
-        Err(e) => {
-            // The configuration checks the crypt offset: not expected.
-            log_warn(&format!("PSP key exchange: psp.crypt_offset: {e}"));
-            return;
-        }
-    };
-    let mut rot = Rotation::new(st);
+    let mut rot = Rotation::new(cx);
     while !stop.load(Relaxed) {
         // Rotation requests and the timer, also while disconnected (nothing to send then).
-        if let Err(e) = rot.service(st, &mut kx) {
+        if let Err(e) = rot.service(cx, &mut kx) {
             log_warn(&format!("PSP key exchange: {e}"));
         }
         let stream = match &listener {
@@ -429,7 +397,7 @@ pub fn run(st: &PspState, tls: &Tls, listener: Option<TcpListener>, mark: u32, s
         };
         let initiator = listener.is_none();
         let mut link = Link {
-            st,
+            cx,
             kx: &mut kx,
             rot: &mut rot,
         };
@@ -447,12 +415,12 @@ pub fn run(st: &PspState, tls: &Tls, listener: Option<TcpListener>, mark: u32, s
                     link.session(s, stop)
                 })
         };
-        if st.connected.swap(false, Relaxed) {
+        if cx.st.connected.swap(false, Relaxed) {
             tracing::info!("psp {peer}: key exchange disconnected");
         }
         kx.disconnected();
         // Events the machine queued before the connection ended (a rotation) still count.
-        let r = r.and(st.apply(&mut kx));
+        let r = r.and(cx.apply(&mut kx));
         if let Err(e) = r {
             log_warn(&format!("PSP key exchange with {peer}: {e}"));
             sleep_unless(stop, Duration::from_secs(1));
@@ -473,24 +441,24 @@ struct Rotation {
 }
 
 impl Rotation {
-    fn new(st: &PspState) -> Self {
+    fn new(cx: &Ctx) -> Self {
         Rotation {
-            seen: st.rotate_requests.load(Relaxed),
+            seen: cx.st.rotate_requests.load(Relaxed),
         }
     }
 
     /// Rotates on a new request, or when the machine's timer is due (the device lock is taken only then), and
     /// applies the events.
-    fn service(&mut self, st: &PspState, kx: &mut KeyExchange) -> std::result::Result<(), String> {
+    fn service(&mut self, cx: &Ctx, kx: &mut KeyExchange) -> std::result::Result<(), String> {
         let now = Instant::now();
-        let req = st.rotate_requests.load(Relaxed);
+        let req = cx.st.rotate_requests.load(Relaxed);
         if req != self.seen {
             self.seen = req;
-            st.with_device(|d| kx.rotate(now, d))?;
+            cx.port.psp_rx(&mut |d| kx.rotate(now, d))?;
         } else if kx.poll_timeout().is_some_and(|t| now >= t) {
-            st.with_device(|d| kx.handle_timeout(now, d))?;
+            cx.port.psp_rx(&mut |d| kx.handle_timeout(now, d))?;
         }
-        st.apply(kx)
+        cx.apply(kx)
     }
 }
 
@@ -539,9 +507,9 @@ fn check_client_name(
         .map_err(|_| format!("the peer's certificate is not for {}", name.to_str()))
 }
 
-/// One connection's plumbing: the shared state, the machine and the rotation requests.
+/// One connection's plumbing: the driver's context, the machine and the rotation requests.
 struct Link<'a> {
-    st: &'a PspState,
+    cx: &'a Ctx,
     kx: &'a mut KeyExchange,
     rot: &'a mut Rotation,
 }
@@ -562,21 +530,22 @@ impl Link<'_> {
         s.sock
             .set_read_timeout(Some(Duration::from_millis(100)))
             .map_err(|e| e.to_string())?;
-        self.st.connected.store(true, Relaxed);
+        self.cx.st.connected.store(true, Relaxed);
         tracing::info!(
             "psp {}: key exchange connected ({}, TLS 1.3, the peer's certificate is for {})",
-            self.st.cfg.remote,
+            self.cx.cfg.remote,
             s.conn
                 .negotiated_cipher_suite()
                 .map_or("?".into(), |c| format!("{:?}", c.suite())),
-            self.st.cfg.peer_name
+            self.cx.cfg.peer_name
         );
         let kx = &mut *self.kx;
-        self.st.with_device(|d| kx.connected(Instant::now(), d))?;
+        let now = Instant::now();
+        self.cx.port.psp_rx(&mut |d| kx.connected(now, d))?;
         self.exchange(&mut s)?;
         let mut chunk = Zeroizing::new([0u8; 256]);
         while !stop.load(Relaxed) {
-            self.rot.service(self.st, self.kx)?;
+            self.rot.service(self.cx, self.kx)?;
             self.exchange(&mut s)?;
             match s.read(&mut chunk[..]) {
                 Ok(0) => return Err("the peer closed the connection".into()),
@@ -597,7 +566,7 @@ impl Link<'_> {
 
     /// Applies the machine's events (a protocol error ends the session), then writes what it has to send.
     fn exchange<S: Write>(&mut self, s: &mut S) -> std::result::Result<(), String> {
-        self.st.apply(self.kx)?;
+        self.cx.apply(self.kx)?;
         let mut any = false;
         while let Some(m) = self.kx.poll_transmit() {
             s.write_all(&m).map_err(|e| e.to_string())?;
@@ -610,7 +579,5 @@ impl Link<'_> {
     }
 }
 
-/// Whether the mode of `cfg` is tunnel mode.
-pub fn is_tunnel(cfg: &PspConfig) -> bool {
-    cfg.mode == Mode::Tunnel
-}
+#[cfg(test)]
+mod tests;

@@ -130,6 +130,12 @@ pub trait Prepared: Send {
     /// Sets the engine up (every system change recorded in `undo`) and starts its threads. `control`: the
     /// daemon's control socket (for its startup line).
     fn start(self: Box<Self>, undo: &mut Undo, control: &Path) -> Result<Started>;
+    /// Key-exchange drivers that this engine's sections configure, prepared with it (certificates and keys read
+    /// and checked before any change to the system): the runtime starts them right after this engine, with the
+    /// [`SaPort`] it offers (PSP's TLS key exchange beside the IP engine).
+    fn drivers(&mut self) -> Vec<Box<dyn DriverConfig>> {
+        Vec::new()
+    }
 }
 
 /// A started engine.

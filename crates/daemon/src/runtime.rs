@@ -308,10 +308,21 @@ pub fn up_with(
     let mut controls: Vec<Arc<dyn Control>> = Vec::new();
     let started = (|| -> Result<UnixListener> {
         let mut port = None;
-        for p in prepared {
+        for mut p in prepared {
+            // The drivers this engine's own sections configure: started with this engine's port.
+            let own = p.drivers();
             let st = p.start(&mut undo, &control)?;
             controls.push(st.control);
             engines.push(st.engine);
+            for d in own {
+                let Some(port) = &st.sa_port else {
+                    return Err(Error::Other(
+                        "an engine configures a key-exchange driver but offers no SA interface"
+                            .into(),
+                    ));
+                };
+                drivers.push(d.start(port.clone())?);
+            }
             port = port.or(st.sa_port);
         }
         for d in driver_configs {

@@ -214,9 +214,58 @@ impl Engine for EchoEngine {
     }
 }
 
-/// The SA port the test engine offers (the typed SA interface's methods are not used here).
+/// The SA port the test engine offers (the typed SA interface's methods are not used here: each refuses).
 struct EchoPort;
-impl SaPort for EchoPort {}
+
+fn refused() -> netveil_daemon::config::ConfigError {
+    netveil_daemon::config::ConfigError {
+        key: String::new(),
+        reason: "the echo engine installs no SAs".into(),
+    }
+}
+
+impl SaPort for EchoPort {
+    fn sa_add_out(
+        &self,
+        _: netveil_daemon::sa_api::OutboundSaParams,
+    ) -> Result<(), netveil_daemon::config::ConfigError> {
+        Err(refused())
+    }
+    fn sa_add_in(
+        &self,
+        _: netveil_daemon::sa_api::InboundSaParams,
+    ) -> Result<(), netveil_daemon::config::ConfigError> {
+        Err(refused())
+    }
+    fn sa_update(
+        &self,
+        _: netveil_daemon::sa_api::AnySaParams,
+    ) -> Result<(), netveil_daemon::config::ConfigError> {
+        Err(refused())
+    }
+    fn sa_del(&self, _: &str) -> Result<(), netveil_daemon::config::ConfigError> {
+        Err(refused())
+    }
+    fn policy_add(
+        &self,
+        _: netveil_daemon::sa_api::PolicyParams,
+        _: Option<usize>,
+    ) -> Result<(), netveil_daemon::config::ConfigError> {
+        Err(refused())
+    }
+    fn policy_del(&self, _: &str) -> Result<(), netveil_daemon::config::ConfigError> {
+        Err(refused())
+    }
+    fn psp_rx(&self, _: &mut dyn FnMut(&mut netveil_psp::Device)) -> Result<(), String> {
+        Err("no PSP".into())
+    }
+    fn psp_install_tx(&self, _: netveil_psp::TxSa) -> Result<(), String> {
+        Err("no PSP".into())
+    }
+    fn psp_kx_state(&self) -> Option<Arc<netveil_daemon::sa_api::PspKxState>> {
+        None
+    }
+}
 
 /// A test key-exchange driver: its section is `[kx]` (`peer`).
 struct TestDriver {

@@ -29,7 +29,7 @@ use crate::config::{Config, ConfigError};
 use crate::filters::FilterSock;
 use crate::ip_db::{Db, Installed};
 use crate::ip_drop::Drop;
-use crate::psp_kx::PspState;
+use crate::psp_state::PspState;
 use netveil_ipsec::bundle::OutIdx;
 use netveil_sa::counters::DropCounters;
 use std::sync::atomic::{AtomicBool, AtomicU64};

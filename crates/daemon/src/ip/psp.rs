@@ -3,7 +3,7 @@
 use super::*;
 use crate::ip_db::Snapshot;
 use crate::ip_drop::Drop;
-use crate::psp_kx::{self};
+use crate::psp_state;
 use netveil_io::PacketBuf;
 use netveil_ipsec::Drop as IpsecDrop;
 use std::net::IpAddr;
@@ -25,7 +25,7 @@ impl Shared {
                     return Err(Drop::NoSa);
                 }
                 Some(sa) => {
-                    let tunnel = psp_kx::is_tunnel(&st.cfg);
+                    let tunnel = psp_state::is_tunnel(&st.cfg);
                     if tunnel
                         && (netveil_wire::ip::version(pkt.data()) == Some(4))
                             != st.cfg.local.is_ipv4()

@@ -34,8 +34,8 @@ impl EngineSection for IpSection {
     }
 
     fn offers_sa_port(&self) -> bool {
-        // The typed SA interface is offered once it has methods (`IpEngine::sa_port`).
-        false
+        // `IpEngine::sa_port`: PSP's key-exchange driver and the IKE driver install SAs through it.
+        true
     }
 }
 
@@ -87,9 +87,20 @@ impl crate::registry::Prepared for super::Prepared {
         let e = super::start(*self, undo, control)?;
         Ok(Started {
             control: Arc::new(crate::ip_ctl::IpControl(e.shared())),
+            sa_port: Some(e.sa_port()),
             engine: Box::new(e),
-            sa_port: None,
         })
+    }
+
+    fn drivers(&mut self) -> Vec<Box<dyn crate::registry::DriverConfig>> {
+        // `[psp]`: the TLS key exchange, its certificates and key read by `prepare`.
+        self.take_psp_driver()
+            .map(|(cfg, tls, mark)| {
+                Box::new(crate::psp_kx::PspDriverConfig { cfg, tls, mark })
+                    as Box<dyn crate::registry::DriverConfig>
+            })
+            .into_iter()
+            .collect()
     }
 }
 

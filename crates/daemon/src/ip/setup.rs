@@ -60,6 +60,14 @@ pub fn prepare(config: Config) -> Result<Prepared> {
 }
 
 impl Prepared {
+    /// What PSP's key-exchange driver starts with ([`psp_kx::start_driver`], beside the engine): the `[psp]`
+    /// section, its checked TLS configurations and the mark of the daemon's sockets. `None` without `[psp]`.
+    pub fn take_psp_driver(&mut self) -> Option<(crate::config::PspConfig, psp_kx::Tls, u32)> {
+        let tls = self.tls.take()?;
+        let cfg = self.config.psp.clone()?;
+        Some((cfg, tls, self.config.interface.socket_mark()))
+    }
+
     /// The control socket the configuration names.
     pub fn control_socket(&self) -> &Path {
         Path::new(&self.config.interface.control_socket)
@@ -87,12 +95,12 @@ pub struct IpEngine {
 }
 
 /// Sets up the TUN device, routes, rules, the fail-closed nftables table and the sockets (each change recorded in
-/// `undo`) and starts the data-plane threads (and the PSP key exchange). `control`: the control socket, for the
-/// startup line.
+/// `undo`) and starts the data-plane threads (PSP's key exchange is a driver beside the engine: see
+/// [`Prepared::take_psp_driver`]). `control`: the control socket, for the startup line.
 pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
     let Prepared {
         config,
-        tls,
+        tls: _,
         seq_store,
         sas,
     } = p;
@@ -197,7 +205,6 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
     let mut sockets = Sockets::default();
     // PSP: UDP port 1000 on our outer address, and the key-exchange listener.
     let mut psp_out = UdpOut::default();
-    let mut psp_listener = None;
     if let Some(c) = &shared.config.psp {
         let io = |what: &str| Error::io(format!("cannot open {what} socket"));
         let udp_sock = |port: u16| -> Result<Arc<UdpSocket>> {
@@ -224,9 +231,6 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
         if let Some(st) = &shared.psp {
             // Only the SPIs the device handed out pass the socket (refreshed on every association and rotation).
             st.set_rx_socket(s);
-        }
-        if !psp_kx::is_initiator(c) {
-            psp_listener = Some(psp_kx::listen(c, iface.socket_mark())?);
         }
     }
     let udp = driven || shared.config.sas.iter().any(|s| s.encap.is_some());
@@ -326,15 +330,6 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
             .spawn(move || rx_loop(&sh, &tun, &rx))
             .map_err(Error::io("thread"))?
     };
-    if let (Some(st), Some(tls)) = (shared.psp.clone(), tls) {
-        let sh = shared.clone();
-        let l = psp_listener;
-        let mark = iface.socket_mark();
-        std::thread::Builder::new()
-            .name("nv-psp".into())
-            .spawn(move || psp_kx::run(&st, &tls, l, mark, &sh.stop))
-            .map_err(Error::io("thread"))?;
-    }
     tracing::info!(
         "{}: up ({} SAs, {} policies, default {}{}, MTU {}); control socket {}",
         iface.name,
@@ -349,7 +344,7 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
             Some(st) => format!(
                 ", PSP v{} {} with {}",
                 st.cfg.version.number(),
-                if psp_kx::is_tunnel(&st.cfg) {
+                if crate::psp_state::is_tunnel(&st.cfg) {
                     "tunnel"
                 } else {
                     "transport"
@@ -419,6 +414,11 @@ impl IpEngine {
     /// The state the data plane and the control answers share.
     pub fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
+    }
+
+    /// The engine's typed SA and policy interface, for key-exchange drivers.
+    pub fn sa_port(&self) -> Arc<dyn crate::sa_api::SaPort> {
+        Arc::new(crate::ip_db::IpPort(self.shared.clone()))
     }
 }
 

@@ -1,0 +1,58 @@
+//! The IP engine's typed port ([`crate::sa_api::SaPort`]): what key-exchange drivers change the engine through.
+
+use crate::ip::Shared;
+use crate::sa_api::{
+    AnySaParams, ChangeError, InboundSaParams, OutboundSaParams, PolicyParams, PspKxState, SaPort,
+};
+use std::sync::Arc;
+
+/// The port of a running IP engine (its SA and policy database, its PSP device and transmit SA), at the engine's
+/// clock.
+pub struct IpPort(pub Arc<Shared>);
+
+impl SaPort for IpPort {
+    fn sa_add_out(&self, p: OutboundSaParams) -> Result<(), ChangeError> {
+        self.0.db.sa_add_out(p, self.0.now())
+    }
+
+    fn sa_add_in(&self, p: InboundSaParams) -> Result<(), ChangeError> {
+        self.0.db.sa_add_in(p, self.0.now())
+    }
+
+    fn sa_update(&self, p: AnySaParams) -> Result<(), ChangeError> {
+        self.0.db.sa_replace(p, self.0.now())
+    }
+
+    fn sa_del(&self, name: &str) -> Result<(), ChangeError> {
+        self.0.db.sa_del(name, self.0.now())
+    }
+
+    fn policy_add(&self, p: PolicyParams, position: Option<usize>) -> Result<(), ChangeError> {
+        self.0.db.policy_add_params(p, position, self.0.now())
+    }
+
+    fn policy_del(&self, name: &str) -> Result<(), ChangeError> {
+        self.0.db.policy_del(name, self.0.now())
+    }
+
+    fn psp_rx(&self, f: &mut dyn FnMut(&mut netveil_psp::Device)) -> Result<(), String> {
+        match &self.0.psp {
+            Some(st) => st.with_device(f),
+            None => Err("no [psp] section".into()),
+        }
+    }
+
+    fn psp_install_tx(&self, sa: netveil_psp::TxSa) -> Result<(), String> {
+        match &self.0.psp {
+            Some(st) => {
+                st.install_tx(sa);
+                Ok(())
+            }
+            None => Err("no [psp] section".into()),
+        }
+    }
+
+    fn psp_kx_state(&self) -> Option<Arc<PspKxState>> {
+        self.0.psp.as_ref().map(|st| st.kx.clone())
+    }
+}

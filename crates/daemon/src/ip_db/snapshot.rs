@@ -1,0 +1,161 @@
+//! What the data plane reads ([`Snapshot`]), and the SAs as the control plane keeps them ([`Installed`]).
+
+use super::*;
+
+/// What the data plane reads: built by the control plane, never changed once published.
+pub struct Snapshot {
+    /// Every SA: the named ones at the indices policies use, then the retiring inbound ones (aliases).
+    pub sad: Sad,
+    /// Policies in order; `sas` resolved against `sad` (empty for a protect policy whose SAs are not all there).
+    pub policies: Vec<PolicyRule>,
+    pub spd: PolicyDb,
+    /// Some policy selects by port: later fragments (no ports) need their first fragment's decision.
+    pub port_selective: bool,
+    /// Per policy: 1 + the second of its last acquire.
+    acquired: Vec<AtomicU64>,
+    /// Unique per snapshot built in this process: what a data-plane thread's remembered decision was made under
+    /// (see [`crate::ip::FragCache`]).
+    pub generation: u64,
+}
+
+/// The generation of the next snapshot built.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+impl Snapshot {
+    /// Policies resolve their SAs by name among the SAs of their own direction only: an outbound policy can never
+    /// reach an inbound SA (whose keys are the peer's sending keys), whatever was added or removed in between. A
+    /// policy whose SAs are not all installed in its direction gets none (its traffic is dropped).
+    pub(super) fn build(t: &Tables) -> Snapshot {
+        let mut sad = Sad::default();
+        let mut outs: HashMap<&str, OutIdx> = HashMap::new();
+        let mut ins: HashMap<&str, InIdx> = HashMap::new();
+        for sa in &t.sas {
+            match sa {
+                Installed::Out(o) => {
+                    outs.insert(&o.params.name, sad.insert_out_arc(o.clone()));
+                }
+                Installed::In(i) => {
+                    // Clashes were refused when the SA was added.
+                    if let Ok(x) = sad.insert_in_arc(i.clone()) {
+                        ins.insert(&i.params.name, x);
+                    }
+                }
+            }
+        }
+        for r in &t.retiring {
+            if let Some(&i) = ins.get(r.successor.as_str()) {
+                let _ = sad.insert_alias(r.sa.clone(), i);
+            }
+        }
+        let mut spd = PolicyDb::new(t.default_action);
+        let mut policies = Vec::with_capacity(t.policies.len());
+        for (j, p) in t.policies.iter().enumerate() {
+            let mut p = p.clone();
+            p.sas = Bundle::None;
+            if let Action::Protect(_) = p.action {
+                p.action = Action::Protect(j);
+                if !p.psp {
+                    p.sas = match p.direction {
+                        netveil_sa::policy::Direction::Out => p
+                            .sa_names
+                            .iter()
+                            .map(|n| outs.get(n.as_str()).copied())
+                            .collect::<Option<Vec<_>>>()
+                            .map_or(Bundle::None, Bundle::Out),
+                        netveil_sa::policy::Direction::In => p
+                            .sa_names
+                            .iter()
+                            .map(|n| ins.get(n.as_str()).copied())
+                            .collect::<Option<Vec<_>>>()
+                            .map_or(Bundle::None, Bundle::In),
+                    };
+                }
+            }
+            spd.push(Rule {
+                name: p.name.clone(),
+                direction: p.direction,
+                selector: p.selector.clone(),
+                action: p.action,
+            });
+            policies.push(p);
+        }
+        Snapshot {
+            port_selective: policies
+                .iter()
+                .any(|p| !p.selector.src_ports.is_any() || !p.selector.dst_ports.is_any()),
+            acquired: policies.iter().map(|_| AtomicU64::new(0)).collect(),
+            generation: NEXT_GENERATION.fetch_add(1, Relaxed),
+            sad,
+            policies,
+            spd,
+        }
+    }
+
+    /// Whether traffic for protect policy `i`, which has no SAs, is to be reported now: at most once per policy
+    /// and second.
+    pub fn acquire_due(&self, i: usize, now: u64) -> bool {
+        let Some(a) = self.acquired.get(i) else {
+            return false;
+        };
+        let prev = a.load(Relaxed);
+        prev != now + 1 && a.compare_exchange(prev, now + 1, Relaxed, Relaxed).is_ok()
+    }
+}
+
+/// An installed SA of either direction, as the control plane keeps them (by name, in the order added).
+#[derive(Clone)]
+pub enum Installed {
+    Out(Arc<OutboundSa>),
+    In(Arc<InboundSa>),
+}
+
+impl Installed {
+    /// What both directions have.
+    pub fn base(&self) -> &SaBase {
+        match self {
+            Installed::Out(s) => s,
+            Installed::In(s) => s,
+        }
+    }
+    pub fn params(&self) -> &SaParams {
+        &self.base().params
+    }
+    pub(super) fn addr(&self) -> usize {
+        self.base() as *const SaBase as usize
+    }
+    /// The SAs of a database built from a configuration (`at`: where each of its SAs went, in file order).
+    pub fn of(sad: &Sad, at: &[SaIdx]) -> Vec<Installed> {
+        at.iter()
+            .map(|x| match *x {
+                SaIdx::Out(i) => Installed::Out(sad.out_arc(i).clone()),
+                SaIdx::In(i) => Installed::In(sad.in_arc(i).clone()),
+            })
+            .collect()
+    }
+}
+
+/// An event of an SA (`sa-added`, `soft-lifetime`, ...).
+pub(super) fn sa_event(event: &str, sa: &SaBase) -> Event {
+    Event {
+        sa: Some(sa.params.name.clone()),
+        spi: Some(format!("{:#010x}", sa.spi())),
+        ..Event::new(event)
+    }
+}
+
+/// An acquire: traffic of `flow` for protect policy `policy`, which has no SA.
+pub fn acquire(policy: &str, flow: &FlowKey) -> Event {
+    let ports = if netveil_sa::policy::has_ports(flow.proto) {
+        format!(" {} -> {}", flow.src_port, flow.dst_port)
+    } else {
+        String::new()
+    };
+    Event {
+        policy: Some(policy.to_string()),
+        flow: Some(format!(
+            "{} -> {} proto {}{ports}",
+            flow.src, flow.dst, flow.proto
+        )),
+        ..Event::new("acquire")
+    }
+}

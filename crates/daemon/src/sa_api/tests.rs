@@ -1,0 +1,221 @@
+//! Tests of the typed port: installs, checks and the stored form of policies.
+
+use super::*;
+use crate::ip::{FragCache, Shared};
+use crate::ip_db::IpPort;
+use netveil_ipsec::suite::EspSuite;
+use netveil_sa::policy::Direction as PDir;
+use netveil_wire::PacketBuf;
+
+/// An engine with no SA and no policy in its file, its state directory new (as `netveil up --fresh-keys`).
+fn engine(dir: &std::path::Path) -> Arc<Shared> {
+    let mut c =
+        crate::config::Config::parse(&format!("[interface]\nstate_dir = \"{}\"\n", dir.display()))
+            .unwrap();
+    c.interface.state_dir.fresh_keys = true;
+    Arc::new(Shared::new(c).unwrap())
+}
+
+fn common(name: &str, spi: u32, local: &str, remote: &str) -> SaCommon {
+    let mut key = vec![0u8; 20];
+    key[..4].copy_from_slice(&spi.to_be_bytes());
+    SaCommon {
+        name: name.into(),
+        spi,
+        suite: Suite::Esp(EspSuite::parse("aes128gcm16", false).unwrap()),
+        mode: Mode::Tunnel {
+            local: local.parse().unwrap(),
+            remote: remote.parse().unwrap(),
+        },
+        enc_key: Zeroizing::new(key),
+        auth_key: Zeroizing::new(Vec::new()),
+        esn: false,
+        lifetime: Lifetime::default(),
+        encap: None,
+    }
+}
+
+fn selector(src: &str, dst: &str) -> Selector {
+    Selector {
+        src: src.parse().unwrap(),
+        dst: dst.parse().unwrap(),
+        proto: None,
+        src_ports: PortRange::ANY,
+        dst_ports: PortRange::ANY,
+    }
+}
+
+/// A UDP packet 10.1.0.1 -> 10.2.0.1 carrying `n`.
+fn packet(n: u32) -> PacketBuf {
+    let mut p = vec![
+        0x45, 0, 0, 32, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 1, 0, 1, 10, 2, 0, 1, 0x13, 0x88, 0x13,
+        0x89, 0, 12, 0, 0,
+    ];
+    p.extend_from_slice(&n.to_be_bytes());
+    let c = netveil_wire::checksum::checksum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    PacketBuf::from_slice(&p, 256, 640)
+}
+
+/// An SA pair and policies installed through the typed port alone (no TOML anywhere): a's outbound SA and
+/// policy seal a packet under the SPI given, b's inbound SA and policy open it; before the SAs are there the
+/// packet is dropped for want of an SA, and after the outbound SA is removed again too.
+#[test]
+fn sa_pair_and_policies_through_the_typed_port() {
+    let dir = crate::state::test_dir("sa-port");
+    let (a, b) = (engine(&dir.join("a")), engine(&dir.join("b")));
+    let (pa, pb): (Arc<dyn SaPort>, Arc<dyn SaPort>) =
+        (Arc::new(IpPort(a.clone())), Arc::new(IpPort(b.clone())));
+    let seal = |n: u32| {
+        let mut p = packet(n);
+        let snap = a.db.load();
+        a.process_out(&snap, &mut p, a.now(), &mut FragCache::default())
+            .map(|_| p)
+    };
+    pa.policy_add(
+        PolicyParams {
+            name: "a-out".into(),
+            direction: PDir::Out,
+            selector: selector("10.1.0.0/16", "10.2.0.0/16"),
+            action: PolicyAction::Protect(vec!["a-to-b".into()]),
+        },
+        None,
+    )
+    .unwrap();
+    assert_eq!(seal(1).err(), Some(crate::ip_drop::Drop::NoSa), "no SA yet");
+    pa.sa_add_out(OutboundSaParams {
+        sa: common("a-to-b", 0x4242, "192.0.2.1", "192.0.2.2"),
+        tfc_pad_to: 0,
+    })
+    .unwrap();
+    pb.sa_add_in(InboundSaParams {
+        sa: common("a-to-b", 0x4242, "192.0.2.2", "192.0.2.1"),
+        replay_window: 64,
+    })
+    .unwrap();
+    pb.policy_add(
+        PolicyParams {
+            name: "b-in".into(),
+            direction: PDir::In,
+            selector: selector("10.1.0.0/16", "10.2.0.0/16"),
+            action: PolicyAction::Protect(vec!["a-to-b".into()]),
+        },
+        Some(0),
+    )
+    .unwrap();
+    let mut wire = seal(7).expect("sealed through the SA added by the port");
+    assert_eq!(wire.data()[9], 50, "ESP");
+    assert_eq!(
+        u32::from_be_bytes(wire.data()[20..24].try_into().unwrap()),
+        0x4242
+    );
+    let snap = b.db.load();
+    b.process_in(&snap, &mut wire, b.now(), &mut FragCache::default())
+        .expect("opened by b's inbound SA");
+    assert_eq!(&wire.data()[28..32], &7u32.to_be_bytes());
+    // The listing shows each SA in its direction.
+    let sa = |s: &Shared| {
+        s.db.load()
+            .sad
+            .iter()
+            .map(|r| (r.base().params.name.clone(), r.base().params.direction))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(sa(&a), [("a-to-b".to_string(), Direction::Out)]);
+    assert_eq!(sa(&b), [("a-to-b".to_string(), Direction::In)]);
+    pa.sa_del("a-to-b").unwrap();
+    assert_eq!(seal(8).err(), Some(crate::ip_drop::Drop::NoSa));
+    drop((pa, pb, a, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The typed calls keep the rules of the file: an outbound policy never names an inbound SA (nor an inbound SA
+/// comes under a name an outbound policy uses), a bad replay window or key length is refused naming the key,
+/// and a refused call changes nothing.
+#[test]
+fn typed_calls_are_checked_as_the_file_is() {
+    let dir = crate::state::test_dir("sa-port-checks");
+    let a = engine(&dir);
+    let port: Arc<dyn SaPort> = Arc::new(IpPort(a.clone()));
+    let inbound = |replay_window| InboundSaParams {
+        sa: common("x", 0x777, "192.0.2.1", "192.0.2.2"),
+        replay_window,
+    };
+    assert_eq!(
+        port.sa_add_in(inbound(8)).unwrap_err().key,
+        "sa.replay_window"
+    );
+    let mut short = common("y", 0x778, "192.0.2.1", "192.0.2.2");
+    short.enc_key.truncate(16);
+    assert_eq!(
+        port.sa_add_out(OutboundSaParams {
+            sa: short,
+            tfc_pad_to: 0
+        })
+        .unwrap_err()
+        .key,
+        "sa.enc_key"
+    );
+    port.sa_add_in(inbound(64)).unwrap();
+    let out_policy = PolicyParams {
+        name: "p".into(),
+        direction: PDir::Out,
+        selector: selector("10.1.0.0/16", "10.2.0.0/16"),
+        action: PolicyAction::Protect(vec!["x".into()]),
+    };
+    let e = port.policy_add(out_policy.clone(), None).unwrap_err();
+    assert_eq!(e.key, "policy.sas[0]");
+    assert!(a.db.load().policies.is_empty());
+    // With the inbound SA gone, the policy may wait for an outbound "x"; an inbound one is then refused.
+    port.sa_del("x").unwrap();
+    port.policy_add(out_policy, None).unwrap();
+    assert_eq!(port.sa_add_in(inbound(64)).unwrap_err().key, "sa.direction");
+    assert!(a.db.load().sad.iter().next().is_none());
+    // An update keeps the direction.
+    port.sa_add_out(OutboundSaParams {
+        sa: common("x", 0x779, "192.0.2.1", "192.0.2.2"),
+        tfc_pad_to: 0,
+    })
+    .unwrap();
+    assert_eq!(
+        port.sa_update(AnySaParams::In(inbound(64)))
+            .unwrap_err()
+            .key,
+        "sa.direction"
+    );
+    drop((port, a));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A policy added through the port is kept as a `[[policy]]` table that the configuration's parser reads back
+/// as the same policy (what a successor of a killed daemon restores).
+#[test]
+fn policy_params_round_trip_through_their_table() {
+    let mut sel = selector("10.1.0.0/16", "2001:db8::/32");
+    sel.dst = "10.2.0.9/32".parse().unwrap();
+    sel.proto = Some(6);
+    sel.dst_ports = PortRange {
+        start: 443,
+        end: 444,
+    };
+    for action in [
+        PolicyAction::Protect(vec!["s1".into(), "s2".into()]),
+        PolicyAction::ProtectPsp,
+        PolicyAction::Bypass,
+        PolicyAction::Discard,
+    ] {
+        let p = PolicyParams {
+            name: "rt".into(),
+            direction: PDir::In,
+            selector: sel.clone(),
+            action,
+        };
+        let back = PolicyParams::from_rule(
+            crate::config::policy_from_table(p.to_table(), true, &[]).unwrap(),
+        );
+        assert_eq!(back.name, p.name);
+        assert_eq!(back.direction, p.direction);
+        assert_eq!(back.selector, p.selector);
+        assert_eq!(back.action, p.action);
+    }
+}
