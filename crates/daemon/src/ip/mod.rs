@@ -64,7 +64,7 @@ pub struct Shared {
     pub psp: Option<Arc<PspState>>,
     /// The receive sockets, for the packets the kernel dropped before them (socket filter, full buffer).
     pub(crate) rx_sockets: Vec<FilterSock>,
-    /// A storm of authentication failures is on (see [`STORM_AUTH_FAILURES_PER_S`]).
+    /// A storm of authentication failures is on (see [`crate::filters::STORM_AUTH_FAILURES_PER_S`]).
     pub storm: AtomicBool,
 }
 

@@ -42,10 +42,10 @@
 //!
 //! Threads: `l2-tx` (TAP → seal → AF_PACKET, `sendmmsg` per batch) and `l2-rx` (AF_PACKET, `recvmmsg` per batch →
 //! open → TAP, and the node's timers: SEP retransmissions and rekeys), each of which also serves the other
-//! direction while it is awake and the other thread sleeps (see [`worker`]); and the control socket (`netveil
+//! direction while it is awake and the other thread sleeps (see `worker`); and the control socket (`netveil
 //! status`). The protocol state is one [`netveil_l2sec::Node`] behind a mutex, taken once per batch for the
 //! node's decisions only, never across a system call: frames are sealed and opened in buffers the threads own, the
-//! node's own frames (SEP) handed over in order (see [`order`]), and the system calls made after the lock is
+//! node's own frames (SEP) handed over in order (see `order`), and the system calls made after the lock is
 //! released.
 
 mod config;
