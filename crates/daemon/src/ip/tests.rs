@@ -77,13 +77,13 @@ sas = ["out"]
     let mut first = fragment(0, true, &udp);
     assert_eq!(
         sh.process_out(&snap, &mut first, 0, &mut frags),
-        Ok(Out::Raw)
+        Ok(TxRecord::Raw4)
     );
     assert_eq!(proto(&first), ip_proto::ESP);
     let mut later = fragment(185, false, &[8u8; 20]);
     assert_eq!(
         sh.process_out(&snap, &mut later, 0, &mut frags),
-        Ok(Out::Raw)
+        Ok(TxRecord::Raw4)
     );
     assert_eq!(
         proto(&later),
@@ -107,7 +107,10 @@ sas = ["out"]
     let mut other = vec![0x13, 0x88, 0x00, 0x35, 0, 12, 0, 0, 1, 2, 3, 4];
     other.truncate(12);
     let mut p = fragment(0, false, &other);
-    assert_eq!(sh.process_out(&snap, &mut p, 0, &mut frags), Ok(Out::Raw));
+    assert_eq!(
+        sh.process_out(&snap, &mut p, 0, &mut frags),
+        Ok(TxRecord::Raw4)
+    );
     assert_eq!(proto(&p), ip_proto::UDP);
 }
 

@@ -2,7 +2,6 @@
 
 use super::*;
 use netveil_io::{PacketBuf, RawSocket, Tun, UdpSocket};
-use netveil_ipsec::bundle::{OutIdx, Sad};
 use netveil_ipsec::Drop as IpsecDrop;
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
@@ -13,53 +12,21 @@ pub(super) fn new_bufs(n: usize, cap: usize) -> Vec<PacketBuf> {
     (0..n).map(|_| PacketBuf::new(cap, HEADROOM)).collect()
 }
 
-/// How a processed outbound packet leaves.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Egress {
-    Raw4,
-    Raw6,
-    Udp,
-    Psp,
-}
-
-/// How a processed outbound packet leaves, and for the payload of a datagram, from where to where.
-#[derive(Clone, Copy)]
-struct TxMeta {
-    egress: Egress,
-    /// The packet is a datagram's payload, not a whole IP packet: where it goes.
-    payload_of: Option<PayloadOf>,
-}
-
-/// Where a datagram's payload goes.
-#[derive(Clone, Copy)]
-enum PayloadOf {
-    /// Between the ends of this SA (an index into the snapshot's SAD, see [`Out::NatTPayload`]).
-    Sa(OutIdx),
-    /// To the PSP peer, from this source port (see [`Out::PspPayload`]).
-    PspPeer(u16),
-}
-
-/// What the addresses of datagram payloads are looked up in.
-struct PayloadEnds<'a> {
-    sad: &'a Sad,
-    /// The PSP tunnel's local address and the peer's socket address.
-    psp: Option<(IpAddr, SocketAddr)>,
-}
-
-/// Moves the packets of kind `k` among `bufs[from..to]` to the front of that range; returns where they end.
+/// Moves the packets whose records are of class `k` among `bufs[from..to]` to the front of that range; returns
+/// where they end.
 fn partition(
     bufs: &mut [PacketBuf],
-    meta: &mut [TxMeta],
+    recs: &mut [TxRecord],
     from: usize,
     to: usize,
-    k: Egress,
+    k: u8,
 ) -> usize {
     let mut n = from;
     for i in from..to {
-        if meta[i].egress == k {
+        if recs[i].class() == k {
             if n != i {
                 bufs.swap(n, i);
-                meta.swap(n, i);
+                recs.swap(n, i);
             }
             n += 1;
         }
@@ -95,21 +62,9 @@ pub(super) fn tx_loop(
         n_bufs,
         HEADROOM + mtu.max(crate::config::TFC_PAD_MAX.into()) + TAILROOM,
     );
-    let mut meta = vec![
-        TxMeta {
-            egress: Egress::Raw4,
-            payload_of: None
-        };
-        n_bufs
-    ];
+    // One record per buffer: how its packet leaves (filled by `process_out`).
+    let mut recs = vec![TxRecord::Raw4; n_bufs];
     let mut gso = GsoSender::new();
-    // Where PSP tunnel payloads go (the configuration does not change while this runs).
-    let psp_ends = sh.psp.as_ref().map(|st| {
-        (
-            st.cfg.local,
-            SocketAddr::new(st.cfg.remote, netveil_psp::UDP_PORT),
-        )
-    });
     let mut frags = FragCache::default();
     while !sh.stop.load(Relaxed) {
         let n = match tun.recv_batch(&mut scratch, &mut bufs, HEADROOM) {
@@ -131,46 +86,22 @@ pub(super) fn tx_loop(
         let mut good = 0;
         for i in 0..n {
             match sh.process_out(&snap, &mut bufs[i], now, &mut frags) {
-                Ok(out) => {
+                Ok(rec) => {
                     sh.tx_packets.fetch_add(1, Relaxed);
                     sh.tx_bytes.fetch_add(bufs[i].len() as u64, Relaxed);
-                    meta[i] = match out {
-                        Out::NatT => TxMeta {
-                            egress: Egress::Udp,
-                            payload_of: None,
-                        },
-                        Out::NatTPayload(sa) => TxMeta {
-                            egress: Egress::Udp,
-                            payload_of: Some(PayloadOf::Sa(sa)),
-                        },
-                        Out::PspPayload(sport) => TxMeta {
-                            egress: Egress::Psp,
-                            payload_of: Some(PayloadOf::PspPeer(sport)),
-                        },
-                        Out::Psp => TxMeta {
-                            egress: Egress::Psp,
-                            payload_of: None,
-                        },
-                        Out::Raw => TxMeta {
-                            egress: if netveil_wire::ip::version(bufs[i].data()) == Some(4) {
-                                Egress::Raw4
-                            } else {
-                                Egress::Raw6
-                            },
-                            payload_of: None,
-                        },
-                    };
+                    recs[i] = rec;
                     if good != i {
                         bufs.swap(good, i);
-                        meta.swap(good, i);
+                        recs.swap(good, i);
                     }
                     good += 1;
                 }
                 Err(d) => sh.tx_drops.count(d),
             }
         }
-        let n4 = partition(&mut bufs, &mut meta, 0, good, Egress::Raw4);
-        let n6 = partition(&mut bufs, &mut meta, n4, good, Egress::Raw6);
+        drop(snap);
+        let n4 = partition(&mut bufs, &mut recs, 0, good, 0);
+        let n6 = partition(&mut bufs, &mut recs, n4, good, 1);
         if n4 > 0 {
             let _ = send4.send_batch(&bufs[..n4]);
         }
@@ -179,16 +110,12 @@ pub(super) fn tx_loop(
                 let _ = s6.send_batch(&bufs[n4..n6]);
             }
         }
-        let nu = partition(&mut bufs, &mut meta, n6, good, Egress::Udp);
-        let ends = PayloadEnds {
-            sad: &snap.sad,
-            psp: psp_ends,
-        };
+        let nu = partition(&mut bufs, &mut recs, n6, good, 2);
         if nu > n6 {
-            gso.send(&bufs[n6..nu], &meta[n6..nu], &ends, udp);
+            gso.send(&bufs[n6..nu], &recs[n6..nu], udp);
         }
         if good > nu {
-            gso.send(&bufs[nu..good], &meta[nu..good], &ends, psp);
+            gso.send(&bufs[nu..good], &recs[nu..good], psp);
         }
     }
 }
@@ -215,40 +142,6 @@ struct GsoRun {
     sock: usize,
 }
 
-/// The payload of the UDP datagram that `p` is, its source address, destination and source port: those of the
-/// SA `m` names for a payload, else read from the packet's IP and UDP headers (which the engine built: they are
-/// whole).
-fn udp_datagram<'p>(
-    p: &'p PacketBuf,
-    m: &TxMeta,
-    ends: &PayloadEnds,
-) -> Option<(&'p [u8], IpAddr, SocketAddr, u16)> {
-    match m.payload_of {
-        Some(PayloadOf::Sa(sa)) => {
-            let (src, sport, to) = ends.sad.out(sa).udp_tunnel_ends()?;
-            return Some((p.data(), src, to, sport));
-        }
-        Some(PayloadOf::PspPeer(sport)) => {
-            let (src, to) = ends.psp?;
-            return Some((p.data(), src, to, sport));
-        }
-        None => {}
-    }
-    let ip = netveil_wire::ip::Packet::new_checked(p.data()).ok()?;
-    let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    if ip.payload().len() <= netveil_wire::udp::HEADER_LEN {
-        return None;
-    }
-    let dgram = netveil_wire::udp::Packet::new_unchecked(ip.payload());
-    let (sport, dport) = (dgram.src_port(), dgram.dst_port());
-    // The UDP payload as a slice of the packet's buffer (the view's borrow ends here): what follows the headers,
-    // up to the IP length.
-    let end = ip.total_len().min(p.len());
-    let payload_len = ip.payload().len() - netveil_wire::udp::HEADER_LEN;
-    let payload = p.data().get(end - payload_len..end)?;
-    Some((payload, src, SocketAddr::new(dst, dport), sport))
-}
-
 /// The most packets one [`GsoSender::send`] call gathers at once (a TUN read's segments).
 const GSO_GATHER: usize = netveil_io::tun::MAX_SEGMENTS;
 
@@ -259,27 +152,22 @@ impl GsoSender {
         }
     }
 
-    /// Sends `pkts`: UDP payloads where `meta` gives their addresses, else whole IP/UDP packets.
-    fn send(&mut self, pkts: &[PacketBuf], meta: &[TxMeta], ends: &PayloadEnds, udp: &UdpOut) {
-        for (chunk, meta) in pkts.chunks(GSO_GATHER).zip(meta.chunks(GSO_GATHER)) {
-            self.send_chunk(chunk, meta, ends, udp);
+    /// Sends `pkts`: datagram payloads, to where their records say.
+    fn send(&mut self, pkts: &[PacketBuf], recs: &[TxRecord], udp: &UdpOut) {
+        for (chunk, recs) in pkts.chunks(GSO_GATHER).zip(recs.chunks(GSO_GATHER)) {
+            self.send_chunk(chunk, recs, udp);
         }
     }
 
-    fn send_chunk(
-        &mut self,
-        pkts: &[PacketBuf],
-        meta: &[TxMeta],
-        ends: &PayloadEnds,
-        udp: &UdpOut,
-    ) {
+    fn send_chunk(&mut self, pkts: &[PacketBuf], recs: &[TxRecord], udp: &UdpOut) {
         let mut payloads = [IoSlice::new(&[]); GSO_GATHER];
         let mut k = 0;
         self.runs.clear();
-        for (p, m) in pkts.iter().zip(meta) {
-            let Some((payload, src, to, sport)) = udp_datagram(p, m, ends) else {
+        for (p, r) in pkts.iter().zip(recs) {
+            let Some(&Datagram { src, sport, to }) = r.datagram() else {
                 continue;
             };
+            let payload = p.data();
             if payload.len() > netveil_io::udp::GSO_MAX_PAYLOAD {
                 continue;
             }
