@@ -58,6 +58,17 @@ pub struct BenchArgs {
     /// The tunnels to flood: esp (ESP-in-UDP aes128gcm16), psp (aes-gcm-128).
     #[arg(long, value_delimiter = ',', default_value = "esp,psp")]
     pub flood_tunnels: Vec<String>,
+    /// Pings per payload size (56 and 1000 bytes) and row, 5 ms apart, for the round-trip times (median, p99);
+    /// 0: no pings.
+    #[arg(long, default_value_t = 300)]
+    pub pings: u32,
+    /// The `netveil` binary that runs the daemons of the netveil rows (default: this program).
+    #[arg(long, value_name = "PATH")]
+    pub daemon_bin: Option<PathBuf>,
+    /// Also measure every netveil row (ESP, PSP, l2sec) with the daemons of this `netveil` binary, right after the
+    /// same row with --daemon-bin, labelled "(base)": a before/after table from one run.
+    #[arg(long, value_name = "PATH")]
+    pub compare: Option<PathBuf>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,

@@ -3,7 +3,8 @@
 //!
 //! - [`lab`]: namespaces, veth pairs, daemons, captures, two-host setups.
 //! - [`lan`]: a switched LAN of stations for l2sec.
-//! - [`bench`](mod@bench), [`bench_flood`], [`bench_split`]: throughput, floods, and where a packet's time goes.
+//! - [`bench`](mod@bench), [`bench_ping`], [`bench_flood`], [`bench_split`]: throughput, round-trip times, floods,
+//!   and where a packet's time goes.
 //! - [`demo`]: `netveil demo`.
 
 #![forbid(unsafe_code)]
@@ -11,6 +12,7 @@
 pub mod bench;
 pub mod bench_args;
 pub mod bench_flood;
+pub mod bench_ping;
 pub mod bench_split;
 pub mod demo;
 pub mod lab;

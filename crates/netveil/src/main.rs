@@ -113,7 +113,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: pcap_tools::PcapCmd,
     },
-    /// Measure throughput through netveil and in clear, in a lab of network namespaces.
+    /// Measure throughput and ping round-trip time through netveil, in clear and through wireguard-go, in a lab of
+    /// network namespaces.
     Bench(netveil_lab::bench::BenchArgs),
     /// Lab tool: flood an interface with packets aimed at a tunnel endpoint (what `netveil bench --flood` uses).
     #[command(hide = true)]
