@@ -12,6 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A receiving socket. Built once per protocol and family, so the size difference of the variants is irrelevant.
 #[allow(clippy::large_enum_variant)]
@@ -38,7 +39,7 @@ impl RxSock {
     }
 }
 
-pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
+pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
     // Received packets (raw sockets), or received GRO messages (UDP) that are split into `out`.
     let mut bufs = new_bufs(BATCH, HEADROOM + 65535 + TAILROOM);
     let mut out = new_bufs(2 * BATCH, HEADROOM + 65535 + TAILROOM);
@@ -54,14 +55,45 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
             revents: 0,
         })
         .collect();
+    // Then: the transmit thread's wake-up call (see `TxPath::rx_wake`), and the TUN, watched while the transmit
+    // thread sleeps (see `TxPath`).
+    let (wake_at, tun_at) = (socks.len(), socks.len() + 1);
+    for fd in [path.rx_wake.fd(), -1] {
+        pfds.push(libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+    }
+    // For what this thread reads from the TUN (see `TxCtx::serve_tun`).
+    let mut tx = TxCtx::new(tun.mtu() as usize);
+    // Until when this thread looks for packets without sleeping: a little while after traffic, longer after it
+    // sent something and awaits the answer.
+    let mut spin_until = Instant::now();
     while !sh.stop.load(Relaxed) {
-        if !matches!(netveil_io::os::poll(&mut pfds, 200), Ok(n) if n > 0) {
+        let watch = path.rx_watch_tun();
+        pfds[tun_at].fd = if watch { tun.as_raw_fd() } else { -1 };
+        // Look without sleeping while traffic flows, else sleep until a packet or a wake-up call comes (or the
+        // stop flag is due to be checked).
+        let spin = Instant::now() < spin_until;
+        let r = netveil_io::os::poll(&mut pfds, if spin { 0 } else { 200 });
+        if !matches!(r, Ok(n) if n > 0) {
+            if spin {
+                std::thread::yield_now();
+            }
             continue;
+        }
+        if pfds[wake_at].revents & libc::POLLIN != 0 {
+            path.rx_wake.drain();
+        }
+        if watch && pfds[tun_at].revents & libc::POLLIN != 0 && tx.serve_tun(sh, tun, path) {
+            spin_until = Instant::now() + AWAIT_ANSWER;
         }
         for (k, s) in socks.iter().enumerate() {
             if pfds[k].revents & libc::POLLIN == 0 {
                 continue;
             }
+            spin_until = spin_until.max(Instant::now() + SPIN);
             match s {
                 RxSock::Raw(r) => {
                     let Ok(n) = r.recv_batch(&mut bufs, HEADROOM) else {
@@ -78,6 +110,7 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                     }
                     if good > 0 {
                         let _ = tun.send_batch(&mut bufs[..good]);
+                        answer(&mut tx, sh, tun, path, &mut spin_until);
                     }
                 }
                 RxSock::Udp(u, kind) => {
@@ -89,6 +122,7 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                         out: &mut out,
                         good: 0,
                         spans: &mut spans,
+                        wrote: false,
                     };
                     let rx = UdpRx {
                         sh,
@@ -104,9 +138,21 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                         rx.deliver(&mut bufs, m, meta, &mut d, &mut frags);
                     }
                     d.finish(&mut bufs);
+                    if d.wrote {
+                        answer(&mut tx, sh, tun, path, &mut spin_until);
+                    }
                 }
             }
         }
+    }
+}
+
+/// After the receive thread wrote packets to the TUN while it watches the TUN (the transmit thread sleeps): the
+/// answer the kernel made on the spot (an echo reply, a TCP acknowledgement) is read and sent at once, and its
+/// own answer awaited.
+fn answer(tx: &mut TxCtx, sh: &Shared, tun: &Tun, path: &TxPath, spin_until: &mut Instant) {
+    if path.tx_asleep.load(Relaxed) && tx.serve_tun(sh, tun, path) {
+        *spin_until = Instant::now() + AWAIT_ANSWER;
     }
 }
 
@@ -160,6 +206,8 @@ struct Delivery<'a> {
     /// Packets in `out` to write.
     good: usize,
     spans: &'a mut Vec<Span>,
+    /// Whether anything was written.
+    wrote: bool,
 }
 
 impl Delivery<'_> {
@@ -186,6 +234,7 @@ impl Delivery<'_> {
     fn write_out(&mut self) {
         if self.good > 0 {
             let _ = self.tun.send_batch(&mut self.out[..self.good]);
+            self.wrote = true;
             self.good = 0;
         }
     }
@@ -194,6 +243,7 @@ impl Delivery<'_> {
     fn write_spans(&mut self, bufs: &mut [PacketBuf]) {
         if !self.spans.is_empty() {
             let _ = self.tun.send_spans(bufs, self.spans);
+            self.wrote = true;
             self.spans.clear();
         }
     }
@@ -216,9 +266,10 @@ struct UdpRx<'a> {
 
 impl UdpRx<'_> {
     /// Delivers message `m` of `bufs`: one datagram, or datagrams of `meta.segment_size` bytes (GRO; the last may
-    /// be shorter). Coalesced datagrams of tunnel mode (ESP in UDP of a tunnel SA, PSP with an IP packet inside)
-    /// are opened where they lie ([`Delivery::push_span`]); any other datagram gets back its IP and UDP headers,
-    /// in its own buffer (swapped out) or a copy, so that one code path handles it.
+    /// be shorter). Datagrams of tunnel mode (ESP in UDP of a tunnel SA, PSP with an IP packet inside) are opened
+    /// where they lie ([`Delivery::push_span`]), from the addresses the receive gave, without headers; one of
+    /// transport mode gets back its IP and UDP headers (the inner packet is rebuilt around that IP header), in
+    /// its own buffer (swapped out) or a copy.
     fn deliver(
         &self,
         bufs: &mut [PacketBuf],
@@ -230,23 +281,15 @@ impl UdpRx<'_> {
         let sh = self.sh;
         let (src, dst) = (meta.src, meta.dst);
         let total = bufs[m].len();
-        if meta.segment_size == 0 || meta.segment_size >= total {
-            d.write_spans(bufs);
-            let b = d.next_out();
-            std::mem::swap(&mut bufs[m], b);
-            if synth_udp_headers(b, src, dst, self.port).is_none() {
-                sh.rx_drops.count(IpsecDrop::Malformed.into());
-            } else if sh.deliver_in(self.snap, b, self.now, self.kind, frags) {
-                d.keep();
-            }
-            return;
-        }
+        // One datagram, or several of `segment_size` bytes (GRO).
+        let single = meta.segment_size == 0 || meta.segment_size >= total;
+        let seg_size = if single { total } else { meta.segment_size };
         // The bytes a datagram's IP and UDP headers had, which the counters include.
         let hdrs = netveil_wire::ip::ip_udp_header_len(src.ip());
         let start = bufs[m].headroom();
         let mut at = start;
         while at < start + total {
-            let len = meta.segment_size.min(start + total - at);
+            let len = seg_size.min(start + total - at);
             let seg = at..at + len;
             at += len;
             let b = &mut bufs[m];
@@ -279,9 +322,19 @@ impl UdpRx<'_> {
                 }
                 continue;
             }
-            // Untouched, and needs its headers: copied out with them.
+            // Untouched, and needs its headers (transport mode): given them in its own buffer (swapped out) or a
+            // copy.
             d.write_spans(bufs);
             let b = d.next_out();
+            if single {
+                std::mem::swap(&mut bufs[m], b);
+                if synth_udp_headers(b, src, dst, self.port).is_none() {
+                    sh.rx_drops.count(IpsecDrop::Malformed.into());
+                } else if sh.deliver_in(self.snap, b, self.now, self.kind, frags) {
+                    d.keep();
+                }
+                return;
+            }
             b.reset(HEADROOM);
             let Some(room) = b.push_back(len) else {
                 continue;

@@ -1,12 +1,17 @@
 //! The IP engine's transmit thread: TUN batch in, policy and encapsulation in place, raw and UDP (GSO) sends.
 
 use super::*;
+use netveil_io::os::EventFd;
 use netveil_io::{PacketBuf, RawSocket, Tun, UdpSocket};
 use netveil_ipsec::Drop as IpsecDrop;
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{Relaxed, SeqCst},
+};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::{Duration, Instant};
 
 pub(super) fn new_bufs(n: usize, cap: usize) -> Vec<PacketBuf> {
     (0..n).map(|_| PacketBuf::new(cap, HEADROOM)).collect()
@@ -46,46 +51,177 @@ pub struct UdpOut {
 /// PSP transmit sockets (source ports) per family.
 pub const PSP_TX_SOCKETS: usize = 8;
 
-pub(super) fn tx_loop(
-    sh: &Shared,
-    tun: &Tun,
-    send4: &RawSocket,
-    send6: Option<&RawSocket>,
-    udp: &UdpOut,
-    psp: &UdpOut,
-) {
-    let mtu = tun.mtu() as usize;
-    let mut scratch = vec![0u8; netveil_io::tun::RECV_SCRATCH_LEN];
-    let n_bufs = netveil_io::tun::MAX_SEGMENTS;
-    // Room for TFC padding up to the largest an SA may ask for (SAs come and go while this runs).
-    let mut bufs = new_bufs(
-        n_bufs,
-        HEADROOM + mtu.max(crate::config::TFC_PAD_MAX.into()) + TAILROOM,
-    );
-    // One record per buffer: how its packet leaves (filled by `process_out`).
-    let mut recs = vec![TxRecord::Raw4; n_bufs];
-    let mut gso = GsoSender::new();
-    let mut frags = FragCache::default();
-    while !sh.stop.load(Relaxed) {
-        let n = match tun.recv_batch(&mut scratch, &mut bufs, HEADROOM) {
-            Ok(n) => n,
+/// Where the packets read from the TUN leave (the raw and UDP sockets), and who reads the TUN.
+///
+/// Under load the transmit thread reads the TUN and the receive thread the sockets, in parallel. At low rates
+/// one thread does both, so that a round trip costs no hand-off between threads (each a sleep and a wake-up):
+/// the transmit thread, idle for [`SPIN`], hands the TUN to the receive thread ([`TxPath::tx_asleep`]) and sleeps
+/// on [`TxPath::tx_wake`]; the receive thread then watches the TUN beside its sockets, seals and sends what it
+/// reads there, and after sending looks for the answer without sleeping for a while ([`AWAIT_ANSWER`]). A read
+/// of more than [`REPLY_AFTER_AT_MOST`] packets (a sender's burst) wakes the transmit thread, which takes the
+/// TUN back.
+pub(super) struct TxPath {
+    pub send4: RawSocket,
+    pub send6: Option<RawSocket>,
+    pub udp: UdpOut,
+    pub psp: UdpOut,
+    /// Held by the thread that reads the TUN, from the read until its packets are sent: packets leave in the
+    /// order they were read, whichever thread read them.
+    turn: Mutex<()>,
+    /// The transmit thread sleeps and leaves the TUN to the receive thread.
+    pub tx_asleep: AtomicBool,
+    /// Wakes the transmit thread (a burst on the TUN).
+    pub tx_wake: EventFd,
+    /// The receive thread watches the TUN (it saw `tx_asleep` before its `poll`).
+    pub rx_watches_tun: AtomicBool,
+    /// Wakes the receive thread, to watch the TUN (the transmit thread went to sleep while the receive thread
+    /// slept without watching it).
+    pub rx_wake: EventFd,
+}
+
+impl TxPath {
+    pub fn new(
+        send4: RawSocket,
+        send6: Option<RawSocket>,
+        udp: UdpOut,
+        psp: UdpOut,
+    ) -> std::io::Result<TxPath> {
+        Ok(TxPath {
+            send4,
+            send6,
+            udp,
+            psp,
+            turn: Mutex::new(()),
+            tx_asleep: AtomicBool::new(false),
+            tx_wake: EventFd::new()?,
+            rx_watches_tun: AtomicBool::new(false),
+            rx_wake: EventFd::new()?,
+        })
+    }
+
+    /// The transmit thread's: leaves the TUN to the receive thread (waking it if it sleeps without watching the
+    /// TUN) and sleeps until it is woken or `timeout` passes.
+    fn tx_sleep(&self, timeout_ms: i32) {
+        // Both sides store, then load the other's flag (sequentially consistent): either the receive thread sees
+        // `tx_asleep` before its poll, or this thread sees that it does not watch and wakes it.
+        self.tx_asleep.store(true, SeqCst);
+        if !self.rx_watches_tun.load(SeqCst) {
+            self.rx_wake.signal();
+        }
+        let mut pfd = [libc::pollfd {
+            fd: self.tx_wake.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let _ = netveil_io::os::poll(&mut pfd, timeout_ms);
+        self.tx_wake.drain();
+        self.tx_asleep.store(false, SeqCst);
+    }
+
+    /// The receive thread's, before its poll: whether to watch the TUN.
+    pub fn rx_watch_tun(&self) -> bool {
+        let w = self.tx_asleep.load(SeqCst);
+        self.rx_watches_tun.store(w, SeqCst);
+        // Seen again after the store: a transmit thread that went to sleep in between either is seen now or saw
+        // the store's old value and woke this thread.
+        w || self.tx_asleep.load(SeqCst)
+    }
+}
+
+/// One thread's state for reading the TUN and sending what it read: the buffers with their records beside them,
+/// the GSO sender and the fragment memory. Allocated once per thread.
+pub(super) struct TxCtx {
+    scratch: Vec<u8>,
+    bufs: Vec<PacketBuf>,
+    /// One record per buffer: how its packet leaves (filled by `process_out`).
+    recs: Vec<TxRecord>,
+    gso: GsoSender,
+    frags: FragCache,
+}
+
+/// How long a data-plane thread keeps looking for more packets without sleeping after it last found some (while
+/// traffic flows; an idle daemon sleeps), and how long the transmit thread is idle before it leaves the TUN to the
+/// receive thread.
+pub(super) const SPIN: Duration = Duration::from_micros(50);
+/// The most packets a TUN read by the receive thread may give for it to keep the TUN (see [`TxPath`]): an echo
+/// request or reply, a TCP acknowledgement.
+const REPLY_AFTER_AT_MOST: usize = 2;
+/// How long the receive thread looks for the answer without sleeping after it sent what it read from the TUN: a
+/// round trip through the tunnel (the peer's processing included) on a busy machine.
+pub(super) const AWAIT_ANSWER: Duration = Duration::from_micros(300);
+
+impl TxCtx {
+    pub fn new(mtu: usize) -> TxCtx {
+        let n_bufs = netveil_io::tun::MAX_SEGMENTS;
+        TxCtx {
+            scratch: vec![0u8; netveil_io::tun::RECV_SCRATCH_LEN],
+            // Room for TFC padding up to the largest an SA may ask for (SAs come and go while this runs).
+            bufs: new_bufs(
+                n_bufs,
+                HEADROOM + mtu.max(crate::config::TFC_PAD_MAX.into()) + TAILROOM,
+            ),
+            recs: vec![TxRecord::Raw4; n_bufs],
+            gso: GsoSender::new(),
+            frags: FragCache::default(),
+        }
+    }
+
+    /// One TUN read, without waiting, processed and sent, in the TUN's turn (see [`TxPath::turn`]): the packets
+    /// read, or `WouldBlock` when none was there. `wait_turn` false: `WouldBlock` also when the other thread
+    /// holds the turn.
+    fn run(
+        &mut self,
+        sh: &Shared,
+        tun: &Tun,
+        path: &TxPath,
+        wait_turn: bool,
+    ) -> std::io::Result<usize> {
+        let _turn = if wait_turn {
+            path.turn.lock().unwrap_or_else(|e| e.into_inner())
+        } else {
+            match path.turn.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => return Err(std::io::ErrorKind::WouldBlock.into()),
+            }
+        };
+        let n = tun.try_recv_batch(&mut self.scratch, &mut self.bufs, HEADROOM)?;
+        self.process_and_send(sh, n, path);
+        Ok(n)
+    }
+
+    /// The receive thread's turn on the TUN, which it watches while the transmit thread sleeps (see [`TxPath`]):
+    /// reads and sends what is there, without waiting. Returns whether it sent anything. A burst wakes the
+    /// transmit thread, which takes the TUN back.
+    pub fn serve_tun(&mut self, sh: &Shared, tun: &Tun, path: &TxPath) -> bool {
+        match self.run(sh, tun, path, false) {
+            Ok(n) => {
+                if n > REPLY_AFTER_AT_MOST && path.tx_asleep.swap(false, SeqCst) {
+                    path.tx_wake.signal();
+                }
+                n > 0
+            }
             Err(e)
                 if e.kind() == std::io::ErrorKind::WouldBlock
                     || e.kind() == std::io::ErrorKind::Interrupted =>
             {
-                continue
+                false
             }
             Err(_) => {
                 sh.tx_drops.count(IpsecDrop::Malformed.into());
-                continue;
+                false
             }
-        };
+        }
+    }
+
+    fn process_and_send(&mut self, sh: &Shared, n: usize, path: &TxPath) {
+        let (bufs, recs) = (&mut self.bufs, &mut self.recs);
         let now = sh.now();
         let snap = sh.db.load();
         // Process in place; keep the good packets at the front.
         let mut good = 0;
         for i in 0..n {
-            match sh.process_out(&snap, &mut bufs[i], now, &mut frags) {
+            match sh.process_out(&snap, &mut bufs[i], now, &mut self.frags) {
                 Ok(rec) => {
                     sh.tx_packets.fetch_add(1, Relaxed);
                     sh.tx_bytes.fetch_add(bufs[i].len() as u64, Relaxed);
@@ -100,22 +236,45 @@ pub(super) fn tx_loop(
             }
         }
         drop(snap);
-        let n4 = partition(&mut bufs, &mut recs, 0, good, 0);
-        let n6 = partition(&mut bufs, &mut recs, n4, good, 1);
+        let n4 = partition(bufs, recs, 0, good, 0);
+        let n6 = partition(bufs, recs, n4, good, 1);
         if n4 > 0 {
-            let _ = send4.send_batch(&bufs[..n4]);
+            let _ = path.send4.send_batch(&bufs[..n4]);
         }
         if n6 > n4 {
-            if let Some(s6) = send6 {
+            if let Some(s6) = &path.send6 {
                 let _ = s6.send_batch(&bufs[n4..n6]);
             }
         }
-        let nu = partition(&mut bufs, &mut recs, n6, good, 2);
+        let nu = partition(bufs, recs, n6, good, 2);
         if nu > n6 {
-            gso.send(&bufs[n6..nu], &recs[n6..nu], udp);
+            self.gso.send(&bufs[n6..nu], &recs[n6..nu], &path.udp);
         }
         if good > nu {
-            gso.send(&bufs[nu..good], &recs[nu..good], psp);
+            self.gso.send(&bufs[nu..good], &recs[nu..good], &path.psp);
+        }
+    }
+}
+
+pub(super) fn tx_loop(sh: &Shared, tun: &Tun, path: &TxPath) {
+    let mut ctx = TxCtx::new(tun.mtu() as usize);
+    // When this thread last found packets (for the short spin before it sleeps).
+    let mut busy = Instant::now();
+    while !sh.stop.load(Relaxed) {
+        match ctx.run(sh, tun, path, true) {
+            Ok(_) => busy = Instant::now(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Nothing there: look again for a little while after traffic, else leave the TUN to the receive
+                // thread and sleep until it wakes this thread for a burst (or the stop flag is due to be checked).
+                if busy.elapsed() < SPIN {
+                    std::thread::yield_now();
+                } else {
+                    path.tx_sleep(200);
+                    busy = Instant::now();
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => sh.tx_drops.count(IpsecDrop::Malformed.into()),
         }
     }
 }
