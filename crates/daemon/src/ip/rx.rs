@@ -12,7 +12,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// A receiving socket. Built once per protocol and family, so the size difference of the variants is irrelevant.
 #[allow(clippy::large_enum_variant)]
@@ -67,33 +66,30 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
     }
     // For what this thread reads from the TUN (see `TxCtx::serve_tun`).
     let mut tx = TxCtx::new(tun.mtu() as usize);
-    // Until when this thread looks for packets without sleeping: a little while after traffic, longer after it
-    // sent something and awaits the answer.
-    let mut spin_until = Instant::now();
+    // The last receive delivered more than a few packets: traffic flows in, and the transmit thread is to seal
+    // what the TUN gives, in parallel.
+    let mut flowing = false;
     while !sh.stop.load(Relaxed) {
         let watch = path.rx_watch_tun();
         pfds[tun_at].fd = if watch { tun.as_raw_fd() } else { -1 };
-        // Look without sleeping while traffic flows, else sleep until a packet or a wake-up call comes (or the
-        // stop flag is due to be checked).
-        let spin = Instant::now() < spin_until;
-        let r = netveil_io::os::poll(&mut pfds, if spin { 0 } else { 200 });
-        if !matches!(r, Ok(n) if n > 0) {
-            if spin {
-                std::thread::yield_now();
-            }
+        // Sleep until a packet or a wake-up call comes (or the stop flag is due to be checked).
+        if !matches!(netveil_io::os::poll(&mut pfds, 200), Ok(n) if n > 0) {
             continue;
         }
         if pfds[wake_at].revents & libc::POLLIN != 0 {
             path.rx_wake.drain();
         }
-        if watch && pfds[tun_at].revents & libc::POLLIN != 0 && tx.serve_tun(sh, tun, path) {
-            spin_until = Instant::now() + AWAIT_ANSWER;
+        if watch && pfds[tun_at].revents & libc::POLLIN != 0 {
+            if flowing {
+                path.wake_tx();
+            } else {
+                tx.serve_tun(sh, tun, path);
+            }
         }
         for (k, s) in socks.iter().enumerate() {
             if pfds[k].revents & libc::POLLIN == 0 {
                 continue;
             }
-            spin_until = spin_until.max(Instant::now() + SPIN);
             match s {
                 RxSock::Raw(r) => {
                     let Ok(n) = r.recv_batch(&mut bufs, HEADROOM) else {
@@ -110,7 +106,7 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
                     }
                     if good > 0 {
                         let _ = tun.send_batch(&mut bufs[..good]);
-                        answer(&mut tx, sh, tun, path, &mut spin_until);
+                        flowing = answer(&mut tx, sh, tun, path, good);
                     }
                 }
                 RxSock::Udp(u, kind) => {
@@ -122,7 +118,7 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
                         out: &mut out,
                         good: 0,
                         spans: &mut spans,
-                        wrote: false,
+                        wrote: 0,
                     };
                     let rx = UdpRx {
                         sh,
@@ -138,8 +134,8 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
                         rx.deliver(&mut bufs, m, meta, &mut d, &mut frags);
                     }
                     d.finish(&mut bufs);
-                    if d.wrote {
-                        answer(&mut tx, sh, tun, path, &mut spin_until);
+                    if d.wrote > 0 {
+                        flowing = answer(&mut tx, sh, tun, path, d.wrote);
                     }
                 }
             }
@@ -147,13 +143,20 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
     }
 }
 
-/// After the receive thread wrote packets to the TUN while it watches the TUN (the transmit thread sleeps): the
-/// answer the kernel made on the spot (an echo reply, a TCP acknowledgement) is read and sent at once, and its
-/// own answer awaited.
-fn answer(tx: &mut TxCtx, sh: &Shared, tun: &Tun, path: &TxPath, spin_until: &mut Instant) {
-    if path.tx_asleep.load(Relaxed) && tx.serve_tun(sh, tun, path) {
-        *spin_until = Instant::now() + AWAIT_ANSWER;
+/// After the receive thread wrote `delivered` packets to the TUN while it watches the TUN (the transmit thread
+/// sleeps): at low rates the answer the kernel made on the spot (an echo reply, a TCP acknowledgement) is read and
+/// sent at once; when more came in, the transmit thread is woken to seal the answers in parallel. Returns whether
+/// more came in.
+fn answer(tx: &mut TxCtx, sh: &Shared, tun: &Tun, path: &TxPath, delivered: usize) -> bool {
+    let flowing = delivered > REPLY_AFTER_AT_MOST;
+    if path.tx_asleep.load(Relaxed) {
+        if flowing {
+            path.wake_tx();
+        } else {
+            tx.serve_tun(sh, tun, path);
+        }
     }
+    flowing
 }
 
 impl Shared {
@@ -206,8 +209,8 @@ struct Delivery<'a> {
     /// Packets in `out` to write.
     good: usize,
     spans: &'a mut Vec<Span>,
-    /// Whether anything was written.
-    wrote: bool,
+    /// Packets written.
+    wrote: usize,
 }
 
 impl Delivery<'_> {
@@ -234,7 +237,7 @@ impl Delivery<'_> {
     fn write_out(&mut self) {
         if self.good > 0 {
             let _ = self.tun.send_batch(&mut self.out[..self.good]);
-            self.wrote = true;
+            self.wrote += self.good;
             self.good = 0;
         }
     }
@@ -243,7 +246,7 @@ impl Delivery<'_> {
     fn write_spans(&mut self, bufs: &mut [PacketBuf]) {
         if !self.spans.is_empty() {
             let _ = self.tun.send_spans(bufs, self.spans);
-            self.wrote = true;
+            self.wrote += self.spans.len();
             self.spans.clear();
         }
     }

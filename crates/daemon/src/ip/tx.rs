@@ -54,12 +54,13 @@ pub const PSP_TX_SOCKETS: usize = 8;
 /// Where the packets read from the TUN leave (the raw and UDP sockets), and who reads the TUN.
 ///
 /// Under load the transmit thread reads the TUN and the receive thread the sockets, in parallel. At low rates
-/// one thread does both, so that a round trip costs no hand-off between threads (each a sleep and a wake-up):
-/// the transmit thread, idle for [`SPIN`], hands the TUN to the receive thread ([`TxPath::tx_asleep`]) and sleeps
-/// on [`TxPath::tx_wake`]; the receive thread then watches the TUN beside its sockets, seals and sends what it
-/// reads there, and after sending looks for the answer without sleeping for a while ([`AWAIT_ANSWER`]). A read
-/// of more than [`REPLY_AFTER_AT_MOST`] packets (a sender's burst) wakes the transmit thread, which takes the
-/// TUN back.
+/// one thread does both, so that a round trip costs fewer hand-offs between threads (each a sleep and a
+/// wake-up): the transmit thread, idle for [`HANDOFF_IDLE`], hands the TUN to the receive thread
+/// ([`TxPath::tx_asleep`]) and sleeps on [`TxPath::tx_wake`]; the receive thread then watches the TUN beside its
+/// sockets and seals and sends what it reads there, in particular the kernel's answer to a packet it just
+/// delivered, which is there at once. A read of more than [`REPLY_AFTER_AT_MOST`] packets (a sender's burst), or
+/// a receive that delivered more (a flow coming in, whose acknowledgements the transmit thread then seals in
+/// parallel), wakes the transmit thread, which takes the TUN back.
 pub(super) struct TxPath {
     pub send4: RawSocket,
     pub send6: Option<RawSocket>,
@@ -118,6 +119,13 @@ impl TxPath {
         self.tx_asleep.store(false, SeqCst);
     }
 
+    /// Wakes the transmit thread if it sleeps, to take the TUN back.
+    pub fn wake_tx(&self) {
+        if self.tx_asleep.swap(false, SeqCst) {
+            self.tx_wake.signal();
+        }
+    }
+
     /// The receive thread's, before its poll: whether to watch the TUN.
     pub fn rx_watch_tun(&self) -> bool {
         let w = self.tx_asleep.load(SeqCst);
@@ -139,16 +147,14 @@ pub(super) struct TxCtx {
     frags: FragCache,
 }
 
-/// How long a data-plane thread keeps looking for more packets without sleeping after it last found some (while
-/// traffic flows; an idle daemon sleeps), and how long the transmit thread is idle before it leaves the TUN to the
-/// receive thread.
-pub(super) const SPIN: Duration = Duration::from_micros(50);
+/// How long the transmit thread waits on the TUN (sleeping in `poll`) after it last found packets before it
+/// leaves the TUN to the receive thread: longer than the gaps of a flow under load, shorter than those of a ping.
+/// No thread spins: on a machine whose cores are all busy a spinning thread only takes time from the threads that
+/// have work (and the scheduler then makes it wait when it has some).
+pub(super) const HANDOFF_IDLE: Duration = Duration::from_millis(1);
 /// The most packets a TUN read by the receive thread may give for it to keep the TUN (see [`TxPath`]): an echo
 /// request or reply, a TCP acknowledgement.
-const REPLY_AFTER_AT_MOST: usize = 2;
-/// How long the receive thread looks for the answer without sleeping after it sent what it read from the TUN: a
-/// round trip through the tunnel (the peer's processing included) on a busy machine.
-pub(super) const AWAIT_ANSWER: Duration = Duration::from_micros(300);
+pub(super) const REPLY_AFTER_AT_MOST: usize = 2;
 
 impl TxCtx {
     pub fn new(mtu: usize) -> TxCtx {
@@ -196,8 +202,8 @@ impl TxCtx {
     pub fn serve_tun(&mut self, sh: &Shared, tun: &Tun, path: &TxPath) -> bool {
         match self.run(sh, tun, path, false) {
             Ok(n) => {
-                if n > REPLY_AFTER_AT_MOST && path.tx_asleep.swap(false, SeqCst) {
-                    path.tx_wake.signal();
+                if n > REPLY_AFTER_AT_MOST {
+                    path.wake_tx();
                 }
                 n > 0
             }
@@ -258,16 +264,17 @@ impl TxCtx {
 
 pub(super) fn tx_loop(sh: &Shared, tun: &Tun, path: &TxPath) {
     let mut ctx = TxCtx::new(tun.mtu() as usize);
-    // When this thread last found packets (for the short spin before it sleeps).
+    // When this thread last found packets (it waits on the TUN for a while before it hands the TUN over).
     let mut busy = Instant::now();
     while !sh.stop.load(Relaxed) {
         match ctx.run(sh, tun, path, true) {
             Ok(_) => busy = Instant::now(),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                // Nothing there: look again for a little while after traffic, else leave the TUN to the receive
+                // Nothing there: wait on the TUN for a while after traffic, else leave the TUN to the receive
                 // thread and sleep until it wakes this thread for a burst (or the stop flag is due to be checked).
-                if busy.elapsed() < SPIN {
-                    std::thread::yield_now();
+                // (`poll` counts whole milliseconds: the wait is one, not the rest of one, which would spin.)
+                if busy.elapsed() < HANDOFF_IDLE {
+                    let _ = tun.wait_readable(HANDOFF_IDLE);
                 } else {
                     path.tx_sleep(200);
                     busy = Instant::now();
