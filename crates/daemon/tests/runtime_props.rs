@@ -15,7 +15,7 @@
 //!   for protect and discard) and an input-chain drop for every inbound protect policy.
 
 use netveil_daemon::config::Config;
-use netveil_daemon::ip::{FragCache, Out, Shared};
+use netveil_daemon::ip::{FragCache, Shared, TxRecord};
 use netveil_daemon::ip_db::{Installed, RETIRE_SECONDS};
 use netveil_daemon::state::{StateDir, SEQ_BLOCK};
 use netveil_ipsec::bundle::{Bundle, SaRef};
@@ -343,7 +343,7 @@ impl Run {
             } else {
                 prop_assert_eq!(
                     got.map(|o| {
-                        assert_eq!(o, Out::Raw);
+                        assert_eq!(o, TxRecord::Raw4);
                         None
                     }),
                     want,

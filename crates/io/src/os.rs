@@ -5,7 +5,7 @@
 use crate::sys;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
@@ -58,6 +58,41 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
         Err(io::Error::last_os_error())
     } else {
         Ok(r as usize)
+    }
+}
+
+/// An `eventfd(2)` counter, non-blocking: one thread wakes another that waits in [`poll`] on [`EventFd::fd`].
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd has no memory-safety preconditions; a non-negative result is a new descriptor we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Makes the descriptor readable (wakes a poller).
+    pub fn signal(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer; a full counter (EAGAIN) is as good as a wake-up.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    /// Resets the counter (the descriptor is no longer readable).
+    pub fn drain(&self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer; EAGAIN (nothing signalled) is fine.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    }
+
+    /// The descriptor, for [`poll`].
+    pub fn fd(&self) -> i32 {
+        self.0.as_raw_fd()
     }
 }
 
@@ -254,5 +289,28 @@ mod tests {
         let mut b = [0u8; 1];
         s.read_exact(&mut b).unwrap();
         assert_eq!(&b, b"x");
+    }
+
+    /// A signal makes the eventfd readable for `poll` until it is drained; draining an unsignalled one does not
+    /// block.
+    #[test]
+    fn eventfd_wakes_a_poller_until_drained() {
+        let e = EventFd::new().unwrap();
+        let readable = |e: &EventFd| {
+            let mut p = [libc::pollfd {
+                fd: e.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            poll(&mut p, 0).unwrap() == 1 && p[0].revents & libc::POLLIN != 0
+        };
+        assert!(!readable(&e));
+        e.signal();
+        e.signal();
+        assert!(readable(&e));
+        e.drain();
+        assert!(!readable(&e));
+        e.drain();
+        assert!(!readable(&e));
     }
 }

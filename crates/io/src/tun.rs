@@ -194,11 +194,29 @@ impl Tun {
         Ok(())
     }
 
-    /// Runs a read, waiting (up to the receive timeout) and retrying when a non-blocking read finds nothing.
-    fn read_retry<T>(&self, mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    /// Waits up to `timeout` until a read would find a packet; `Ok(false)` if none came (zero: only looks).
+    pub fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        sys::poll_readable(self.dev.as_fd(), timeout)
+    }
+
+    /// As [`Tun::recv_batch`], but without waiting: `WouldBlock` at once when no packet is there (the device has
+    /// a receive timeout set, which makes its descriptor non-blocking; without one this blocks).
+    pub fn try_recv_batch(
+        &self,
+        scratch: &mut [u8],
+        out: &mut [PacketBuf],
+        headroom: usize,
+    ) -> io::Result<usize> {
+        self.recv_batch_how(scratch, out, headroom, false)
+    }
+
+    /// Runs a read, waiting (up to the receive timeout; `wait` false: not at all) and retrying when a non-blocking
+    /// read finds nothing.
+    fn read_retry<T>(&self, wait: bool, mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
         loop {
             match f() {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !wait => return Err(e),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     let ms = self.timeout_ms.load(Ordering::Relaxed);
                     if ms == 0 || !sys::poll_readable(self.dev.as_fd(), Duration::from_millis(ms))?
@@ -224,6 +242,16 @@ impl Tun {
         out: &mut [PacketBuf],
         headroom: usize,
     ) -> io::Result<usize> {
+        self.recv_batch_how(scratch, out, headroom, true)
+    }
+
+    fn recv_batch_how(
+        &self,
+        scratch: &mut [u8],
+        out: &mut [PacketBuf],
+        headroom: usize,
+        wait: bool,
+    ) -> io::Result<usize> {
         if out.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -231,7 +259,7 @@ impl Tun {
             ));
         }
         if !self.offload {
-            self.recv(&mut out[0], headroom)?;
+            self.recv_how(&mut out[0], headroom, wait)?;
             return Ok(1);
         }
         if scratch.len() < RECV_SCRATCH_LEN {
@@ -251,7 +279,9 @@ impl Tun {
         let mut sizes = [0usize; MAX_SEGMENTS];
         let r = {
             let views = recv_views(out);
-            self.read_retry(|| self.dev.recv_multiple(scratch, views, &mut sizes[..n], 0))
+            self.read_retry(wait, || {
+                self.dev.recv_multiple(scratch, views, &mut sizes[..n], 0)
+            })
         };
         let got = *r.as_ref().unwrap_or(&0);
         for (i, b) in out.iter_mut().enumerate() {
@@ -263,14 +293,18 @@ impl Tun {
     /// Reads one IP packet into `buf` at `headroom`. On an offload device a super-packet cannot be returned
     /// this way: it is dropped with an error (use [`Tun::recv_batch`] there).
     pub fn recv(&self, buf: &mut PacketBuf, headroom: usize) -> io::Result<()> {
+        self.recv_how(buf, headroom, true)
+    }
+
+    fn recv_how(&self, buf: &mut PacketBuf, headroom: usize, wait: bool) -> io::Result<()> {
         buf.reset(headroom);
         if !self.offload {
-            let n = self.read_retry(|| self.dev.recv(buf.spare_mut()))?;
+            let n = self.read_retry(wait, || self.dev.recv(buf.spare_mut()))?;
             buf.set_len(n);
             return Ok(());
         }
         let mut scratch = self.recv_scratch.lock().unwrap_or_else(|e| e.into_inner());
-        self.recv_batch(&mut scratch, std::slice::from_mut(buf), headroom)
+        self.recv_batch_how(&mut scratch, std::slice::from_mut(buf), headroom, wait)
             .map(|_| ())
     }
 

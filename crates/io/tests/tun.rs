@@ -129,6 +129,25 @@ fn tun_basics(offload: bool) {
     }
     assert!(start.elapsed() < Duration::from_secs(2));
 
+    // Without waiting: an empty device says WouldBlock at once even with a long receive timeout, and a queued
+    // packet is read; `wait_readable` tells the two apart.
+    t.set_recv_timeout(Duration::from_secs(30)).unwrap();
+    let mut scratch = vec![0u8; RECV_SCRATCH_LEN];
+    let mut out: Vec<PacketBuf> = (0..64).map(|_| PacketBuf::new(2048, HEADROOM)).collect();
+    while t.wait_readable(Duration::ZERO).unwrap() {
+        let _ = t.try_recv_batch(&mut scratch, &mut out, HEADROOM);
+    }
+    let start = Instant::now();
+    let e = t
+        .try_recv_batch(&mut scratch, &mut out, HEADROOM)
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+    assert!(start.elapsed() < Duration::from_secs(10));
+    s.send_to(b"queued", (PEER, 9998)).unwrap();
+    assert!(t.wait_readable(Duration::from_secs(3)).unwrap());
+    let n = t.try_recv_batch(&mut scratch, &mut out, HEADROOM).unwrap();
+    assert!(out[..n].iter().any(|p| p.data().ends_with(b"queued")));
+
     // The device disappears with the Tun.
     assert!(common::link_exists("nvtest0"));
     drop(t);

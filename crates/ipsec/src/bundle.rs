@@ -264,7 +264,8 @@ pub enum Protected {
     /// The complete IP packet to send.
     Packet,
     /// The payload of a datagram from `src` (port `sport`) to `to`, for a UDP socket to send: the outermost SA is
-    /// tunnel-mode ESP in UDP, whose outer IP and UDP headers the socket writes.
+    /// ESP in UDP, whose IP and UDP headers the socket writes (tunnel mode: the SA's ends; transport mode: the
+    /// packet's addresses).
     UdpPayload {
         src: IpAddr,
         sport: u16,
@@ -272,8 +273,8 @@ pub enum Protected {
     },
 }
 
-/// [`protect`] for a sender that has UDP sockets: an outermost tunnel-mode ESP-in-UDP SA leaves the packet as its
-/// datagram's payload, without outer headers to write and parse back (see [`Protected::UdpPayload`]).
+/// [`protect`] for a sender that has UDP sockets: an outermost ESP-in-UDP SA leaves the packet as its datagram's
+/// payload, without headers to write and parse back (see [`Protected::UdpPayload`]).
 pub fn protect_for_sockets(
     sad: &Sad,
     bundle: &[OutIdx],
@@ -284,13 +285,12 @@ pub fn protect_for_sockets(
         return Ok(Protected::Packet);
     };
     let sa = sad.out(last);
-    match sa.udp_tunnel_ends() {
-        Some((src, sport, to)) => {
-            protect(sad, inner, pkt, now)?;
-            esp::encapsulate_udp_payload(sa, pkt, now)?;
-            Ok(Protected::UdpPayload { src, sport, to })
-        }
-        None => protect(sad, bundle, pkt, now).map(|()| Protected::Packet),
+    if sa.protocol() == Protocol::Esp && sa.params.encap.is_some() {
+        protect(sad, inner, pkt, now)?;
+        let (src, sport, to) = esp::encapsulate_udp_payload(sa, pkt, now)?;
+        Ok(Protected::UdpPayload { src, sport, to })
+    } else {
+        protect(sad, bundle, pkt, now).map(|()| Protected::Packet)
     }
 }
 

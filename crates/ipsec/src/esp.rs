@@ -12,6 +12,7 @@ use crate::{inbound::Located, Drop};
 use netveil_sa::lifetime::LifetimeState;
 use netveil_wire::ip::Layout;
 use netveil_wire::{ip, ip_proto, udp, PacketBuf};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Largest explicit IV + ICV + header + trailer overhead ESP can add (for buffer sizing).
@@ -238,17 +239,29 @@ pub fn encapsulate(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64) -> Result<(),
     encap(sa, pkt, now, true)
 }
 
-/// As [`encapsulate`] with a tunnel-mode ESP-in-UDP SA, for a UDP socket to send: `pkt` becomes the datagram's
-/// payload (the ESP packet), without the outer IP and UDP headers, which the socket writes. Any other SA is
-/// `Unsupported` (with nothing consumed).
-pub fn encapsulate_udp_payload(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
-    if !matches!(sa.params.mode, Mode::Tunnel { .. }) || sa.params.encap.is_none() {
+/// As [`encapsulate`] with an ESP-in-UDP SA, for a UDP socket to send: `pkt` becomes the datagram's payload (the
+/// ESP packet), without the IP and UDP headers, which the socket writes; returns where the datagram goes: from
+/// the source address and port to the destination. Tunnel mode: between the SA's ends. Transport mode: from the
+/// packet's source to its destination (the IP header and any IPv6 extension headers before ESP are consumed; a
+/// socket cannot send them). Any other SA is `Unsupported` (with nothing consumed).
+pub fn encapsulate_udp_payload(
+    sa: &OutboundSa,
+    pkt: &mut PacketBuf,
+    now: u64,
+) -> Result<(IpAddr, u16, SocketAddr), Drop> {
+    let Some(u) = sa.params.encap else {
         return Err(Drop::Unsupported);
-    }
-    encap(sa, pkt, now, false)
+    };
+    let (src, dst) = match sa.params.mode {
+        Mode::Tunnel { local, remote } => (local, remote),
+        Mode::Transport => ip::addrs(pkt.data()).ok_or(Drop::Malformed)?,
+    };
+    encap(sa, pkt, now, false)?;
+    Ok((src, u.local_port, SocketAddr::new(dst, u.remote_port)))
 }
 
-/// `outer`: push the outer headers of tunnel mode (else the packet ends as the ESP packet).
+/// `outer`: push the outer headers of tunnel mode, keep the IP header (and write the UDP header) of transport mode;
+/// else the packet ends as the ESP packet.
 fn encap(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64, outer: bool) -> Result<(), Drop> {
     let keys = esp_keys(sa)?;
     let suite = suite(sa);
@@ -259,7 +272,12 @@ fn encap(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64, outer: bool) -> Result<
     let icv_len = suite.icv_len();
     let block = suite.enc.block_len();
     let udp = sa.params.encap;
-    let udp_len = if udp.is_some() { udp::HEADER_LEN } else { 0 };
+    // The UDP header of transport mode, unless the socket writes it.
+    let udp_len = if udp.is_some() && outer {
+        udp::HEADER_LEN
+    } else {
+        0
+    };
     let (tos, df) = ip::dscp_ecn_df(pkt.data());
 
     // Where the payload starts, and what the ESP next header will say.
@@ -368,6 +386,10 @@ fn encap(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64, outer: bool) -> Result<
             };
             let ports = udp.map(|u| (u.local_port, u.remote_port));
             iphdr::push_outer(pkt, local, remote, proto, tos, df, sa.next_ip_id(), ports)?;
+        }
+        (Mode::Transport, Some(ip)) if !outer => {
+            // The socket writes the IP and UDP headers.
+            pkt.pull_front(ip.header_len).ok_or(Drop::Malformed)?;
         }
         (Mode::Transport, Some(ip)) => {
             let data = pkt.data_mut();

@@ -8,7 +8,7 @@ use netveil_sa::counters::SaCounters;
 use netveil_sa::lifetime::{Lifetime, LifetimeState};
 use netveil_sa::replay::ReplayWindow;
 use netveil_sa::seq::SeqCounter;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::{
     AtomicBool, AtomicU16, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
@@ -277,17 +277,6 @@ impl OutboundSa {
             ip_id: AtomicU16::new(u16::from_be_bytes(id)),
             ivgen: IvGen::new(rng),
         })
-    }
-
-    /// For a tunnel-mode ESP-in-UDP SA, where its datagrams go: from the local address and port to the remote
-    /// ones (see [`crate::bundle::protect_for_sockets`]).
-    pub fn udp_tunnel_ends(&self) -> Option<(IpAddr, u16, SocketAddr)> {
-        match (self.protocol(), self.params.mode, self.params.encap) {
-            (Protocol::Esp, Mode::Tunnel { local, remote }, Some(u)) => {
-                Some((local, u.local_port, SocketAddr::new(remote, u.remote_port)))
-            }
-            _ => None,
-        }
     }
 
     /// The sequence counter (shared with SAs built later with the same keys: [`OutboundSa::with_counter`]).

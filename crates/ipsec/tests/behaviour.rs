@@ -1436,17 +1436,63 @@ fn tunnel_esp_in_udp_is_sealed_as_a_datagram_payload_for_sockets() {
             }
         }
     }
-    // Transport mode, raw ESP, AH: whole packets, as `protect` makes them.
+    // Transport-mode ESP in UDP: the datagram's payload too, from the packet's source to its destination (no
+    // headers written to be parsed back).
+    for name in ESP_SUITES {
+        for case in [Case::Tr4, Case::Tr6] {
+            let cfg = Cfg::new(esp_suite(name), Mode::Transport).encap(true);
+            let (whole, o, _) = cfg.pair();
+            let (sockets, o2, i2) = cfg.pair();
+            for size in SIZES {
+                let ctx = format!("transport {name} {case:?} {size}");
+                let pkt = case.packet(17, size);
+                let (src, dst): (IpAddr, IpAddr) = if case.inner_v6() {
+                    (
+                        <[u8; 16]>::try_from(&pkt[8..24]).unwrap().into(),
+                        <[u8; 16]>::try_from(&pkt[24..40]).unwrap().into(),
+                    )
+                } else {
+                    (
+                        <[u8; 4]>::try_from(&pkt[12..16]).unwrap().into(),
+                        <[u8; 4]>::try_from(&pkt[16..20]).unwrap().into(),
+                    )
+                };
+                let wire = protect(&whole, &[o], &pkt).unwrap();
+                let mut b = PacketBuf::from_slice(&pkt, 256, 2048);
+                let r = bundle::protect_for_sockets(&sockets, &[o2], &mut b, NOW).unwrap();
+                assert_eq!(
+                    r,
+                    bundle::Protected::UdpPayload {
+                        src,
+                        sport: NAT_T,
+                        to: std::net::SocketAddr::new(dst, NAT_T),
+                    },
+                    "{ctx}"
+                );
+                let payload = &wire[l3_len(&wire) + 8..];
+                if esp_suite_counter_iv(name) {
+                    assert_eq!(hex::encode(b.data()), hex::encode(payload), "{ctx}");
+                } else {
+                    assert_eq!(b.len(), payload.len(), "{ctx}");
+                }
+                // With the headers the receiver sees, it opens to the packet.
+                let mut w = wire[..l3_len(&wire) + 8].to_vec();
+                w.extend_from_slice(b.data());
+                let (r, back) = unprotect(&sockets, &w);
+                assert!(
+                    matches!(r, Ok(Unprotected::Packet(u)) if u.matches(&[i2])),
+                    "{ctx}: {r:?}"
+                );
+                assert_eq!(back, pkt, "{ctx}");
+            }
+        }
+    }
+    // Raw ESP, AH: whole packets, as `protect` makes them.
     for cfg in [
-        Cfg::new(esp_suite("aes128gcm16"), Mode::Transport).encap(true),
         Cfg::new(esp_suite("aes128gcm16"), Case::Tun44.mode()),
         Cfg::new(ah_suite("sha256"), Case::Tun44.mode()),
     ] {
-        let case = if cfg.mode == Mode::Transport {
-            Case::Tr4
-        } else {
-            Case::Tun44
-        };
+        let case = Case::Tun44;
         let (whole, o, _) = cfg.pair();
         let (sockets, o2, _) = cfg.pair();
         let pkt = case.packet(6, 300);

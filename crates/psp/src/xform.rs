@@ -153,13 +153,11 @@ impl TxSa {
         self.encap(pkt, true).map(|_| ())
     }
 
-    /// As [`TxSa::encapsulate`] in tunnel mode, for a UDP socket to send: `pkt` becomes the datagram's payload (PSP
-    /// header, inner packet, ICV), without the outer IP and UDP headers, which the socket writes. Returns the UDP
-    /// source port the packet would carry (the flow's). In transport mode: `Err(Malformed)`, with no IV used.
+    /// As [`TxSa::encapsulate`], for a UDP socket to send: `pkt` becomes the datagram's payload (PSP header, inner
+    /// packet or transport payload, ICV), without the IP and UDP headers, which the socket writes (transport mode:
+    /// from the packet's source to its destination; its IP header is consumed). Returns the UDP source port the
+    /// packet would carry (the flow's).
     pub fn encapsulate_udp_payload(&self, pkt: &mut PacketBuf) -> Result<u16, Error> {
-        if self.cfg.mode != Mode::Tunnel {
-            return Err(Error::Malformed);
-        }
         self.encap(pkt, false)
     }
 
@@ -224,6 +222,11 @@ impl TxSa {
         // none of the steps below fails).
         let iv = self.take_iv()?;
         match self.cfg.mode {
+            Mode::Transport if !outer => {
+                pkt.pull_front(ihl).ok_or(Error::Malformed)?;
+                pkt.push_front(pushed).ok_or(Error::NoRoom)?;
+                pkt.push_back(ICV_LEN).ok_or(Error::NoRoom)?;
+            }
             Mode::Transport => {
                 pkt.insert_gap(ihl, added).ok_or(Error::NoRoom)?;
                 pkt.push_back(ICV_LEN).ok_or(Error::NoRoom)?;

@@ -466,12 +466,34 @@ fn tunnel_packets_are_sealed_as_a_datagram_payload_for_sockets() {
         assert!(matches!(r, Ok(Some(_))), "{n}: {r:?}");
         assert_eq!(data, clear, "{n}");
     }
-    // Transport mode has no payload-only form, and uses no IV for trying.
+    // Transport mode alike: the payload is the whole packet's UDP payload (the packet's IP header consumed), and
+    // a refused packet (a fragment) uses no IV.
+    let (whole, sockets) = (tx_for(&a, Mode::Transport), tx_for(&a, Mode::Transport));
+    for n in [0usize, 1, 100, 1400] {
+        let (mut w, mut p) = (udp4(n, 0x3c), udp4(n, 0x3c));
+        let clear = p.data().to_vec();
+        whole.encapsulate(&mut w).unwrap();
+        let sport = sockets.encapsulate_udp_payload(&mut p).unwrap();
+        assert_eq!(p.data(), &w.data()[28..], "transport {n}");
+        assert_eq!(
+            sport,
+            u16::from_be_bytes([w.data()[20], w.data()[21]]),
+            "transport {n}"
+        );
+        let mut back = buf(w.data());
+        rx.decapsulate(&mut back).unwrap();
+        assert_eq!(back.data(), &clear[..], "transport {n}");
+    }
     let t = tx_for(&a, Mode::Transport);
-    let mut p = udp4(10, 0);
+    let mut frag = udp4(10, 0);
+    let d = frag.data_mut();
+    d[6] |= 0x20;
+    d[10..12].fill(0);
+    let c = netveil_wire::checksum::checksum(&d[..20]);
+    d[10..12].copy_from_slice(&c.to_be_bytes());
     assert_eq!(
-        t.encapsulate_udp_payload(&mut p),
-        Err(netveil_psp::Error::Malformed)
+        t.encapsulate_udp_payload(&mut frag),
+        Err(netveil_psp::Error::Fragment)
     );
     let mut w = udp4(10, 0);
     t.encapsulate(&mut w).unwrap();

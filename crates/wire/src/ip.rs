@@ -310,6 +310,23 @@ pub fn dst_addr(p: &[u8]) -> Option<IpAddr> {
     }
 }
 
+/// The source and destination addresses of the IP packet at the start of `p`, read from the fixed header alone
+/// (as [`dst_addr`]).
+#[inline]
+pub fn addrs(p: &[u8]) -> Option<(IpAddr, IpAddr)> {
+    match version(p) {
+        Some(4) if p.len() >= ipv4::MIN_HEADER_LEN => {
+            let h = ipv4::Packet::new_unchecked(p);
+            Some((h.src_addr().into(), h.dst_addr().into()))
+        }
+        Some(6) if p.len() >= ipv6::HEADER_LEN => {
+            let h = ipv6::Packet::new_unchecked(p);
+            Some((h.src_addr().into(), h.dst_addr().into()))
+        }
+        _ => None,
+    }
+}
+
 /// The DSCP/ECN byte (IPv4 TOS, IPv6 traffic class) and the IPv4 DF bit of the packet in `p`, which a tunnel copies
 /// to its outer header. Only the fixed header is read; `(0, false)` if `p` does not start with one.
 #[inline]

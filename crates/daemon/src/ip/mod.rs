@@ -30,7 +30,6 @@ use crate::filters::FilterSock;
 use crate::ip_db::{Db, Installed};
 use crate::ip_drop::Drop;
 use crate::psp_state::PspState;
-use netveil_ipsec::bundle::OutIdx;
 use netveil_sa::counters::DropCounters;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -68,21 +67,55 @@ pub struct Shared {
     pub storm: AtomicBool,
 }
 
-/// How a processed outbound packet leaves.
+/// The record of a processed outbound packet: how it leaves, with what the batch sender needs (kept beside the
+/// packet buffers, one per buffer, so that nothing is looked up or parsed again).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Out {
-    /// As the raw IP packet it now is.
-    Raw,
-    /// ESP-in-UDP on the NAT-T socket (transport mode: the packet's IP and UDP headers say where to).
-    NatT,
-    /// ESP-in-UDP of a tunnel on the NAT-T socket: the packet is the datagram's payload, between the ends of
-    /// this outbound SA (of the snapshot's SAD, [`netveil_ipsec::OutboundSa::udp_tunnel_ends`]).
-    NatTPayload(OutIdx),
-    /// PSP on the UDP port 1000 socket (transport mode: the packet's IP and UDP headers say where to).
-    Psp,
-    /// PSP of a tunnel on the UDP port 1000 socket: the packet is the datagram's payload, to the peer, from this
-    /// source port (the flow's, which picks the socket of the pool).
-    PspPayload(u16),
+pub enum TxRecord {
+    /// The IPv4 packet it now is, on the raw IPv4 socket.
+    Raw4,
+    /// The IPv6 packet it now is, on the raw IPv6 socket.
+    Raw6,
+    /// ESP in UDP: the buffer holds the datagram's payload, for a NAT-T socket.
+    NatT(Datagram),
+    /// PSP: the buffer holds the datagram's payload, for a PSP socket (the source port picks one of the pool).
+    Psp(Datagram),
+}
+
+/// Where a datagram whose payload a buffer holds goes: from `src`, port `sport`, to `to`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Datagram {
+    pub src: std::net::IpAddr,
+    pub sport: u16,
+    pub to: std::net::SocketAddr,
+}
+
+impl TxRecord {
+    /// The raw record of an IP packet of this family.
+    pub fn raw(v6: bool) -> TxRecord {
+        if v6 {
+            TxRecord::Raw6
+        } else {
+            TxRecord::Raw4
+        }
+    }
+
+    /// The datagram, for the UDP records.
+    pub fn datagram(&self) -> Option<&Datagram> {
+        match self {
+            TxRecord::NatT(d) | TxRecord::Psp(d) => Some(d),
+            TxRecord::Raw4 | TxRecord::Raw6 => None,
+        }
+    }
+
+    /// Which sender takes it: raw IPv4, raw IPv6, NAT-T, PSP.
+    pub(crate) fn class(&self) -> u8 {
+        match self {
+            TxRecord::Raw4 => 0,
+            TxRecord::Raw6 => 1,
+            TxRecord::NatT(_) => 2,
+            TxRecord::Psp(_) => 3,
+        }
+    }
 }
 
 impl Shared {

@@ -11,8 +11,8 @@ use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Shared {
-    /// Outbound: a packet read from the TUN becomes the packet to send (in place), or a drop; returns how it
-    /// leaves.
+    /// Outbound: a packet read from the TUN becomes the packet to send (in place), or a drop; returns its record
+    /// (how it leaves, and for a datagram from where to where).
     ///
     /// Fragments (RFC 4301 section 7): a later fragment carries no ports, so it gets the decision its packet's first
     /// fragment got (remembered in `frags`); if that is not known and some policy selects by port, it is dropped.
@@ -25,14 +25,14 @@ impl Shared {
         pkt: &mut PacketBuf,
         now: u64,
         frags: &mut FragCache,
-    ) -> std::result::Result<Out, Drop> {
+    ) -> std::result::Result<TxRecord, Drop> {
         let (key, frag) = flow_key_frag(pkt.data()).ok_or(IpsecDrop::Malformed)?;
         let action = self.decide(snap, Direction::Out, &key, frag, now, frags)?;
         if let Some(f) = frag.filter(|f| f.first) {
             frags.insert(&key, f.ident, action, now);
         }
         match action {
-            Action::Protect(i) if snap.policies[i].psp => self.psp_out(pkt),
+            Action::Protect(i) if snap.policies[i].psp => self.psp_out(pkt, &key),
             Action::Protect(i) => {
                 // Only outbound SAs: an outbound policy's bundle cannot hold anything else.
                 let sas = snap.policies[i].sas.outbound();
@@ -45,16 +45,21 @@ impl Shared {
                 }
                 Ok(
                     match bundle::protect_for_sockets(&snap.sad, sas, pkt, now)? {
-                        // The SA that says where (looked up again by the sender: a small value to pass around).
-                        Protected::UdpPayload { .. } => Out::NatTPayload(sas[sas.len() - 1]),
-                        Protected::Packet
-                            if sas
-                                .last()
-                                .is_some_and(|&o| snap.sad.out(o).params.encap.is_some()) =>
-                        {
-                            Out::NatT
+                        Protected::UdpPayload { src, sport, to } => {
+                            TxRecord::NatT(Datagram { src, sport, to })
                         }
-                        Protected::Packet => Out::Raw,
+                        // The outermost tunnel SA says the family, else (transport mode only) the packet's own.
+                        Protected::Packet => TxRecord::raw(
+                            sas.iter()
+                                .rev()
+                                .find_map(|&o| match snap.sad.out(o).params.mode {
+                                    netveil_ipsec::Mode::Tunnel { remote, .. } => {
+                                        Some(remote.is_ipv6())
+                                    }
+                                    netveil_ipsec::Mode::Transport => None,
+                                })
+                                .unwrap_or(key.dst.is_ipv6()),
+                        ),
                     },
                 )
             }
@@ -63,7 +68,7 @@ impl Shared {
                 // that a packet whose route leads back into the TUN cannot circle forever.
                 decrement_ttl(pkt.data_mut())?;
                 self.bypassed.fetch_add(1, Relaxed);
-                Ok(Out::Raw)
+                Ok(TxRecord::raw(key.dst.is_ipv6()))
             }
             Action::Discard => Err(Drop::PolicyDiscard),
         }

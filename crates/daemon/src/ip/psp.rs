@@ -6,13 +6,17 @@ use crate::ip_drop::Drop;
 use crate::psp_state;
 use netveil_io::PacketBuf;
 use netveil_ipsec::Drop as IpsecDrop;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Shared {
     /// PSP outbound: encapsulate with the transmit SA the peer handed us (tunnel: outer addresses set to ours and
     /// the peer's). Counted in the device's tx counters.
-    pub(super) fn psp_out(&self, pkt: &mut PacketBuf) -> std::result::Result<Out, Drop> {
+    pub(super) fn psp_out(
+        &self,
+        pkt: &mut PacketBuf,
+        key: &netveil_sa::policy::FlowKey,
+    ) -> std::result::Result<TxRecord, Drop> {
         let st = self.psp.as_ref().ok_or(Drop::PolicyDiscard)?;
         let len = pkt.len();
         let r = {
@@ -26,28 +30,29 @@ impl Shared {
                 }
                 Some(sa) => {
                     let tunnel = psp_state::is_tunnel(&st.cfg);
-                    if tunnel
-                        && (netveil_wire::ip::version(pkt.data()) == Some(4))
-                            != st.cfg.local.is_ipv4()
-                    {
+                    if tunnel && key.src.is_ipv4() != st.cfg.local.is_ipv4() {
                         // The outer header is a copy of the inner one: tunnels stay within one family.
                         Err(netveil_psp::Error::Malformed)
                     } else {
-                        if tunnel {
-                            // The datagram's payload: the socket writes the outer headers.
-                            sa.encapsulate_udp_payload(pkt).map(Some)
-                        } else {
-                            sa.encapsulate(pkt).map(|()| None)
-                        }
+                        // The datagram's payload: the socket writes the IP and UDP headers (tunnel: between the
+                        // tunnel's ends; transport: between the packet's).
+                        sa.encapsulate_udp_payload(pkt)
                     }
                 }
             }
         };
         st.stats.count_tx(r.map(|_| len));
-        Ok(match r? {
-            Some(sport) => Out::PspPayload(sport),
-            None => Out::Psp,
-        })
+        let sport = r?;
+        let (src, dst) = if psp_state::is_tunnel(&st.cfg) {
+            (st.cfg.local, st.cfg.remote)
+        } else {
+            (key.src, key.dst)
+        };
+        Ok(TxRecord::Psp(Datagram {
+            src,
+            sport,
+            to: SocketAddr::new(dst, netveil_psp::UDP_PORT),
+        }))
     }
 
     /// PSP inbound: `pkt` is a datagram from the PSP socket with its IP and UDP headers restored. Decapsulated

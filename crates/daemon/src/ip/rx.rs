@@ -38,7 +38,7 @@ impl RxSock {
     }
 }
 
-pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
+pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
     // Received packets (raw sockets), or received GRO messages (UDP) that are split into `out`.
     let mut bufs = new_bufs(BATCH, HEADROOM + 65535 + TAILROOM);
     let mut out = new_bufs(2 * BATCH, HEADROOM + 65535 + TAILROOM);
@@ -54,9 +54,37 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
             revents: 0,
         })
         .collect();
+    // Then: the transmit thread's wake-up call (see `TxPath::rx_wake`), and the TUN, watched while the transmit
+    // thread sleeps (see `TxPath`).
+    let (wake_at, tun_at) = (socks.len(), socks.len() + 1);
+    for fd in [path.rx_wake.fd(), -1] {
+        pfds.push(libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+    }
+    // For what this thread reads from the TUN (see `TxCtx::serve_tun`).
+    let mut tx = TxCtx::new(tun.mtu() as usize);
+    // The last receive delivered more than a few packets: traffic flows in, and the transmit thread is to seal
+    // what the TUN gives, in parallel.
+    let mut flowing = false;
     while !sh.stop.load(Relaxed) {
+        let watch = path.rx_watch_tun();
+        pfds[tun_at].fd = if watch { tun.as_raw_fd() } else { -1 };
+        // Sleep until a packet or a wake-up call comes (or the stop flag is due to be checked).
         if !matches!(netveil_io::os::poll(&mut pfds, 200), Ok(n) if n > 0) {
             continue;
+        }
+        if pfds[wake_at].revents & libc::POLLIN != 0 {
+            path.rx_wake.drain();
+        }
+        if watch && pfds[tun_at].revents & libc::POLLIN != 0 {
+            if flowing {
+                path.wake_tx();
+            } else {
+                tx.serve_tun(sh, tun, path);
+            }
         }
         for (k, s) in socks.iter().enumerate() {
             if pfds[k].revents & libc::POLLIN == 0 {
@@ -78,6 +106,7 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                     }
                     if good > 0 {
                         let _ = tun.send_batch(&mut bufs[..good]);
+                        flowing = answer(&mut tx, sh, tun, path, good);
                     }
                 }
                 RxSock::Udp(u, kind) => {
@@ -89,6 +118,7 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                         out: &mut out,
                         good: 0,
                         spans: &mut spans,
+                        wrote: 0,
                     };
                     let rx = UdpRx {
                         sh,
@@ -104,10 +134,29 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock]) {
                         rx.deliver(&mut bufs, m, meta, &mut d, &mut frags);
                     }
                     d.finish(&mut bufs);
+                    if d.wrote > 0 {
+                        flowing = answer(&mut tx, sh, tun, path, d.wrote);
+                    }
                 }
             }
         }
     }
+}
+
+/// After the receive thread wrote `delivered` packets to the TUN while it watches the TUN (the transmit thread
+/// sleeps): at low rates the answer the kernel made on the spot (an echo reply, a TCP acknowledgement) is read and
+/// sent at once; when more came in, the transmit thread is woken to seal the answers in parallel. Returns whether
+/// more came in.
+fn answer(tx: &mut TxCtx, sh: &Shared, tun: &Tun, path: &TxPath, delivered: usize) -> bool {
+    let flowing = delivered > REPLY_AFTER_AT_MOST;
+    if path.tx_asleep.load(Relaxed) {
+        if flowing {
+            path.wake_tx();
+        } else {
+            tx.serve_tun(sh, tun, path);
+        }
+    }
+    flowing
 }
 
 impl Shared {
@@ -160,6 +209,8 @@ struct Delivery<'a> {
     /// Packets in `out` to write.
     good: usize,
     spans: &'a mut Vec<Span>,
+    /// Packets written.
+    wrote: usize,
 }
 
 impl Delivery<'_> {
@@ -186,6 +237,7 @@ impl Delivery<'_> {
     fn write_out(&mut self) {
         if self.good > 0 {
             let _ = self.tun.send_batch(&mut self.out[..self.good]);
+            self.wrote += self.good;
             self.good = 0;
         }
     }
@@ -194,6 +246,7 @@ impl Delivery<'_> {
     fn write_spans(&mut self, bufs: &mut [PacketBuf]) {
         if !self.spans.is_empty() {
             let _ = self.tun.send_spans(bufs, self.spans);
+            self.wrote += self.spans.len();
             self.spans.clear();
         }
     }
@@ -216,9 +269,10 @@ struct UdpRx<'a> {
 
 impl UdpRx<'_> {
     /// Delivers message `m` of `bufs`: one datagram, or datagrams of `meta.segment_size` bytes (GRO; the last may
-    /// be shorter). Coalesced datagrams of tunnel mode (ESP in UDP of a tunnel SA, PSP with an IP packet inside)
-    /// are opened where they lie ([`Delivery::push_span`]); any other datagram gets back its IP and UDP headers,
-    /// in its own buffer (swapped out) or a copy, so that one code path handles it.
+    /// be shorter). Datagrams of tunnel mode (ESP in UDP of a tunnel SA, PSP with an IP packet inside) are opened
+    /// where they lie ([`Delivery::push_span`]), from the addresses the receive gave, without headers; one of
+    /// transport mode gets back its IP and UDP headers (the inner packet is rebuilt around that IP header), in
+    /// its own buffer (swapped out) or a copy.
     fn deliver(
         &self,
         bufs: &mut [PacketBuf],
@@ -230,23 +284,15 @@ impl UdpRx<'_> {
         let sh = self.sh;
         let (src, dst) = (meta.src, meta.dst);
         let total = bufs[m].len();
-        if meta.segment_size == 0 || meta.segment_size >= total {
-            d.write_spans(bufs);
-            let b = d.next_out();
-            std::mem::swap(&mut bufs[m], b);
-            if synth_udp_headers(b, src, dst, self.port).is_none() {
-                sh.rx_drops.count(IpsecDrop::Malformed.into());
-            } else if sh.deliver_in(self.snap, b, self.now, self.kind, frags) {
-                d.keep();
-            }
-            return;
-        }
+        // One datagram, or several of `segment_size` bytes (GRO).
+        let single = meta.segment_size == 0 || meta.segment_size >= total;
+        let seg_size = if single { total } else { meta.segment_size };
         // The bytes a datagram's IP and UDP headers had, which the counters include.
         let hdrs = netveil_wire::ip::ip_udp_header_len(src.ip());
         let start = bufs[m].headroom();
         let mut at = start;
         while at < start + total {
-            let len = meta.segment_size.min(start + total - at);
+            let len = seg_size.min(start + total - at);
             let seg = at..at + len;
             at += len;
             let b = &mut bufs[m];
@@ -279,9 +325,19 @@ impl UdpRx<'_> {
                 }
                 continue;
             }
-            // Untouched, and needs its headers: copied out with them.
+            // Untouched, and needs its headers (transport mode): given them in its own buffer (swapped out) or a
+            // copy.
             d.write_spans(bufs);
             let b = d.next_out();
+            if single {
+                std::mem::swap(&mut bufs[m], b);
+                if synth_udp_headers(b, src, dst, self.port).is_none() {
+                    sh.rx_drops.count(IpsecDrop::Malformed.into());
+                } else if sh.deliver_in(self.snap, b, self.now, self.kind, frags) {
+                    d.keep();
+                }
+                return;
+            }
             b.reset(HEADROOM);
             let Some(room) = b.push_back(len) else {
                 continue;

@@ -316,18 +316,22 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
 
     shared.db.attach(sockets, filters, table.clone(), nft_text);
     shared.db.arm();
+    // Both threads send what they read from the TUN (the receive thread the kernel's immediate answers).
+    let path = Arc::new(
+        TxPath::new(send4, send6, udp_out, psp_out).map_err(Error::io("cannot open an eventfd"))?,
+    );
     let tx = {
-        let (sh, tun) = (shared.clone(), tun.clone());
+        let (sh, tun, path) = (shared.clone(), tun.clone(), path.clone());
         std::thread::Builder::new()
             .name("nv-tx".into())
-            .spawn(move || tx_loop(&sh, &tun, &send4, send6.as_ref(), &udp_out, &psp_out))
+            .spawn(move || tx_loop(&sh, &tun, &path))
             .map_err(Error::io("thread"))?
     };
     let rxh = {
         let (sh, tun) = (shared.clone(), tun.clone());
         std::thread::Builder::new()
             .name("nv-rx".into())
-            .spawn(move || rx_loop(&sh, &tun, &rx))
+            .spawn(move || rx_loop(&sh, &tun, &rx, &path))
             .map_err(Error::io("thread"))?
     };
     tracing::info!(

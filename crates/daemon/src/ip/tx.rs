@@ -1,65 +1,37 @@
 //! The IP engine's transmit thread: TUN batch in, policy and encapsulation in place, raw and UDP (GSO) sends.
 
 use super::*;
+use netveil_io::os::EventFd;
 use netveil_io::{PacketBuf, RawSocket, Tun, UdpSocket};
-use netveil_ipsec::bundle::{OutIdx, Sad};
 use netveil_ipsec::Drop as IpsecDrop;
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{Relaxed, SeqCst},
+};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::{Duration, Instant};
 
 pub(super) fn new_bufs(n: usize, cap: usize) -> Vec<PacketBuf> {
     (0..n).map(|_| PacketBuf::new(cap, HEADROOM)).collect()
 }
 
-/// How a processed outbound packet leaves.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Egress {
-    Raw4,
-    Raw6,
-    Udp,
-    Psp,
-}
-
-/// How a processed outbound packet leaves, and for the payload of a datagram, from where to where.
-#[derive(Clone, Copy)]
-struct TxMeta {
-    egress: Egress,
-    /// The packet is a datagram's payload, not a whole IP packet: where it goes.
-    payload_of: Option<PayloadOf>,
-}
-
-/// Where a datagram's payload goes.
-#[derive(Clone, Copy)]
-enum PayloadOf {
-    /// Between the ends of this SA (an index into the snapshot's SAD, see [`Out::NatTPayload`]).
-    Sa(OutIdx),
-    /// To the PSP peer, from this source port (see [`Out::PspPayload`]).
-    PspPeer(u16),
-}
-
-/// What the addresses of datagram payloads are looked up in.
-struct PayloadEnds<'a> {
-    sad: &'a Sad,
-    /// The PSP tunnel's local address and the peer's socket address.
-    psp: Option<(IpAddr, SocketAddr)>,
-}
-
-/// Moves the packets of kind `k` among `bufs[from..to]` to the front of that range; returns where they end.
+/// Moves the packets whose records are of class `k` among `bufs[from..to]` to the front of that range; returns
+/// where they end.
 fn partition(
     bufs: &mut [PacketBuf],
-    meta: &mut [TxMeta],
+    recs: &mut [TxRecord],
     from: usize,
     to: usize,
-    k: Egress,
+    k: u8,
 ) -> usize {
     let mut n = from;
     for i in from..to {
-        if meta[i].egress == k {
+        if recs[i].class() == k {
             if n != i {
                 bufs.swap(n, i);
-                meta.swap(n, i);
+                recs.swap(n, i);
             }
             n += 1;
         }
@@ -79,116 +51,237 @@ pub struct UdpOut {
 /// PSP transmit sockets (source ports) per family.
 pub const PSP_TX_SOCKETS: usize = 8;
 
-pub(super) fn tx_loop(
-    sh: &Shared,
-    tun: &Tun,
-    send4: &RawSocket,
-    send6: Option<&RawSocket>,
-    udp: &UdpOut,
-    psp: &UdpOut,
-) {
-    let mtu = tun.mtu() as usize;
-    let mut scratch = vec![0u8; netveil_io::tun::RECV_SCRATCH_LEN];
-    let n_bufs = netveil_io::tun::MAX_SEGMENTS;
-    // Room for TFC padding up to the largest an SA may ask for (SAs come and go while this runs).
-    let mut bufs = new_bufs(
-        n_bufs,
-        HEADROOM + mtu.max(crate::config::TFC_PAD_MAX.into()) + TAILROOM,
-    );
-    let mut meta = vec![
-        TxMeta {
-            egress: Egress::Raw4,
-            payload_of: None
+/// Where the packets read from the TUN leave (the raw and UDP sockets), and who reads the TUN.
+///
+/// Under load the transmit thread reads the TUN and the receive thread the sockets, in parallel. At low rates
+/// one thread does both, so that a round trip costs fewer hand-offs between threads (each a sleep and a
+/// wake-up): the transmit thread, idle for [`HANDOFF_IDLE`], hands the TUN to the receive thread
+/// ([`TxPath::tx_asleep`]) and sleeps on [`TxPath::tx_wake`]; the receive thread then watches the TUN beside its
+/// sockets and seals and sends what it reads there, in particular the kernel's answer to a packet it just
+/// delivered, which is there at once. A read of more than [`REPLY_AFTER_AT_MOST`] packets (a sender's burst), or
+/// a receive that delivered more (a flow coming in, whose acknowledgements the transmit thread then seals in
+/// parallel), wakes the transmit thread, which takes the TUN back.
+pub(super) struct TxPath {
+    pub send4: RawSocket,
+    pub send6: Option<RawSocket>,
+    pub udp: UdpOut,
+    pub psp: UdpOut,
+    /// Held by the thread that reads the TUN, from the read until its packets are sent: packets leave in the
+    /// order they were read, whichever thread read them.
+    turn: Mutex<()>,
+    /// The transmit thread sleeps and leaves the TUN to the receive thread.
+    pub tx_asleep: AtomicBool,
+    /// Wakes the transmit thread (a burst on the TUN).
+    pub tx_wake: EventFd,
+    /// The receive thread watches the TUN (it saw `tx_asleep` before its `poll`).
+    pub rx_watches_tun: AtomicBool,
+    /// Wakes the receive thread, to watch the TUN (the transmit thread went to sleep while the receive thread
+    /// slept without watching it).
+    pub rx_wake: EventFd,
+}
+
+impl TxPath {
+    pub fn new(
+        send4: RawSocket,
+        send6: Option<RawSocket>,
+        udp: UdpOut,
+        psp: UdpOut,
+    ) -> std::io::Result<TxPath> {
+        Ok(TxPath {
+            send4,
+            send6,
+            udp,
+            psp,
+            turn: Mutex::new(()),
+            tx_asleep: AtomicBool::new(false),
+            tx_wake: EventFd::new()?,
+            rx_watches_tun: AtomicBool::new(false),
+            rx_wake: EventFd::new()?,
+        })
+    }
+
+    /// The transmit thread's: leaves the TUN to the receive thread (waking it if it sleeps without watching the
+    /// TUN) and sleeps until it is woken or `timeout` passes.
+    fn tx_sleep(&self, timeout_ms: i32) {
+        // Both sides store, then load the other's flag (sequentially consistent): either the receive thread sees
+        // `tx_asleep` before its poll, or this thread sees that it does not watch and wakes it.
+        self.tx_asleep.store(true, SeqCst);
+        if !self.rx_watches_tun.load(SeqCst) {
+            self.rx_wake.signal();
+        }
+        let mut pfd = [libc::pollfd {
+            fd: self.tx_wake.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let _ = netveil_io::os::poll(&mut pfd, timeout_ms);
+        self.tx_wake.drain();
+        self.tx_asleep.store(false, SeqCst);
+    }
+
+    /// Wakes the transmit thread if it sleeps, to take the TUN back.
+    pub fn wake_tx(&self) {
+        if self.tx_asleep.swap(false, SeqCst) {
+            self.tx_wake.signal();
+        }
+    }
+
+    /// The receive thread's, before its poll: whether to watch the TUN.
+    pub fn rx_watch_tun(&self) -> bool {
+        let w = self.tx_asleep.load(SeqCst);
+        self.rx_watches_tun.store(w, SeqCst);
+        // Seen again after the store: a transmit thread that went to sleep in between either is seen now or saw
+        // the store's old value and woke this thread.
+        w || self.tx_asleep.load(SeqCst)
+    }
+}
+
+/// One thread's state for reading the TUN and sending what it read: the buffers with their records beside them,
+/// the GSO sender and the fragment memory. Allocated once per thread.
+pub(super) struct TxCtx {
+    scratch: Vec<u8>,
+    bufs: Vec<PacketBuf>,
+    /// One record per buffer: how its packet leaves (filled by `process_out`).
+    recs: Vec<TxRecord>,
+    gso: GsoSender,
+    frags: FragCache,
+}
+
+/// How long the transmit thread waits on the TUN (sleeping in `poll`) after it last found packets before it
+/// leaves the TUN to the receive thread: longer than the gaps of a flow under load, shorter than those of a ping.
+/// No thread spins: on a machine whose cores are all busy a spinning thread only takes time from the threads that
+/// have work (and the scheduler then makes it wait when it has some).
+pub(super) const HANDOFF_IDLE: Duration = Duration::from_millis(1);
+/// The most packets a TUN read by the receive thread may give for it to keep the TUN (see [`TxPath`]): an echo
+/// request or reply, a TCP acknowledgement.
+pub(super) const REPLY_AFTER_AT_MOST: usize = 2;
+
+impl TxCtx {
+    pub fn new(mtu: usize) -> TxCtx {
+        let n_bufs = netveil_io::tun::MAX_SEGMENTS;
+        TxCtx {
+            scratch: vec![0u8; netveil_io::tun::RECV_SCRATCH_LEN],
+            // Room for TFC padding up to the largest an SA may ask for (SAs come and go while this runs).
+            bufs: new_bufs(
+                n_bufs,
+                HEADROOM + mtu.max(crate::config::TFC_PAD_MAX.into()) + TAILROOM,
+            ),
+            recs: vec![TxRecord::Raw4; n_bufs],
+            gso: GsoSender::new(),
+            frags: FragCache::default(),
+        }
+    }
+
+    /// One TUN read, without waiting, processed and sent, in the TUN's turn (see [`TxPath::turn`]): the packets
+    /// read, or `WouldBlock` when none was there. `wait_turn` false: `WouldBlock` also when the other thread
+    /// holds the turn.
+    fn run(
+        &mut self,
+        sh: &Shared,
+        tun: &Tun,
+        path: &TxPath,
+        wait_turn: bool,
+    ) -> std::io::Result<usize> {
+        let _turn = if wait_turn {
+            path.turn.lock().unwrap_or_else(|e| e.into_inner())
+        } else {
+            match path.turn.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => return Err(std::io::ErrorKind::WouldBlock.into()),
+            }
         };
-        n_bufs
-    ];
-    let mut gso = GsoSender::new();
-    // Where PSP tunnel payloads go (the configuration does not change while this runs).
-    let psp_ends = sh.psp.as_ref().map(|st| {
-        (
-            st.cfg.local,
-            SocketAddr::new(st.cfg.remote, netveil_psp::UDP_PORT),
-        )
-    });
-    let mut frags = FragCache::default();
-    while !sh.stop.load(Relaxed) {
-        let n = match tun.recv_batch(&mut scratch, &mut bufs, HEADROOM) {
-            Ok(n) => n,
+        let n = tun.try_recv_batch(&mut self.scratch, &mut self.bufs, HEADROOM)?;
+        self.process_and_send(sh, n, path);
+        Ok(n)
+    }
+
+    /// The receive thread's turn on the TUN, which it watches while the transmit thread sleeps (see [`TxPath`]):
+    /// reads and sends what is there, without waiting. Returns whether it sent anything. A burst wakes the
+    /// transmit thread, which takes the TUN back.
+    pub fn serve_tun(&mut self, sh: &Shared, tun: &Tun, path: &TxPath) -> bool {
+        match self.run(sh, tun, path, false) {
+            Ok(n) => {
+                if n > REPLY_AFTER_AT_MOST {
+                    path.wake_tx();
+                }
+                n > 0
+            }
             Err(e)
                 if e.kind() == std::io::ErrorKind::WouldBlock
                     || e.kind() == std::io::ErrorKind::Interrupted =>
             {
-                continue
+                false
             }
             Err(_) => {
                 sh.tx_drops.count(IpsecDrop::Malformed.into());
-                continue;
+                false
             }
-        };
+        }
+    }
+
+    fn process_and_send(&mut self, sh: &Shared, n: usize, path: &TxPath) {
+        let (bufs, recs) = (&mut self.bufs, &mut self.recs);
         let now = sh.now();
         let snap = sh.db.load();
         // Process in place; keep the good packets at the front.
         let mut good = 0;
         for i in 0..n {
-            match sh.process_out(&snap, &mut bufs[i], now, &mut frags) {
-                Ok(out) => {
+            match sh.process_out(&snap, &mut bufs[i], now, &mut self.frags) {
+                Ok(rec) => {
                     sh.tx_packets.fetch_add(1, Relaxed);
                     sh.tx_bytes.fetch_add(bufs[i].len() as u64, Relaxed);
-                    meta[i] = match out {
-                        Out::NatT => TxMeta {
-                            egress: Egress::Udp,
-                            payload_of: None,
-                        },
-                        Out::NatTPayload(sa) => TxMeta {
-                            egress: Egress::Udp,
-                            payload_of: Some(PayloadOf::Sa(sa)),
-                        },
-                        Out::PspPayload(sport) => TxMeta {
-                            egress: Egress::Psp,
-                            payload_of: Some(PayloadOf::PspPeer(sport)),
-                        },
-                        Out::Psp => TxMeta {
-                            egress: Egress::Psp,
-                            payload_of: None,
-                        },
-                        Out::Raw => TxMeta {
-                            egress: if netveil_wire::ip::version(bufs[i].data()) == Some(4) {
-                                Egress::Raw4
-                            } else {
-                                Egress::Raw6
-                            },
-                            payload_of: None,
-                        },
-                    };
+                    recs[i] = rec;
                     if good != i {
                         bufs.swap(good, i);
-                        meta.swap(good, i);
+                        recs.swap(good, i);
                     }
                     good += 1;
                 }
                 Err(d) => sh.tx_drops.count(d),
             }
         }
-        let n4 = partition(&mut bufs, &mut meta, 0, good, Egress::Raw4);
-        let n6 = partition(&mut bufs, &mut meta, n4, good, Egress::Raw6);
+        drop(snap);
+        let n4 = partition(bufs, recs, 0, good, 0);
+        let n6 = partition(bufs, recs, n4, good, 1);
         if n4 > 0 {
-            let _ = send4.send_batch(&bufs[..n4]);
+            let _ = path.send4.send_batch(&bufs[..n4]);
         }
         if n6 > n4 {
-            if let Some(s6) = send6 {
+            if let Some(s6) = &path.send6 {
                 let _ = s6.send_batch(&bufs[n4..n6]);
             }
         }
-        let nu = partition(&mut bufs, &mut meta, n6, good, Egress::Udp);
-        let ends = PayloadEnds {
-            sad: &snap.sad,
-            psp: psp_ends,
-        };
+        let nu = partition(bufs, recs, n6, good, 2);
         if nu > n6 {
-            gso.send(&bufs[n6..nu], &meta[n6..nu], &ends, udp);
+            self.gso.send(&bufs[n6..nu], &recs[n6..nu], &path.udp);
         }
         if good > nu {
-            gso.send(&bufs[nu..good], &meta[nu..good], &ends, psp);
+            self.gso.send(&bufs[nu..good], &recs[nu..good], &path.psp);
+        }
+    }
+}
+
+pub(super) fn tx_loop(sh: &Shared, tun: &Tun, path: &TxPath) {
+    let mut ctx = TxCtx::new(tun.mtu() as usize);
+    // When this thread last found packets (it waits on the TUN for a while before it hands the TUN over).
+    let mut busy = Instant::now();
+    while !sh.stop.load(Relaxed) {
+        match ctx.run(sh, tun, path, true) {
+            Ok(_) => busy = Instant::now(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Nothing there: wait on the TUN for a while after traffic, else leave the TUN to the receive
+                // thread and sleep until it wakes this thread for a burst (or the stop flag is due to be checked).
+                // (`poll` counts whole milliseconds: the wait is one, not the rest of one, which would spin.)
+                if busy.elapsed() < HANDOFF_IDLE {
+                    let _ = tun.wait_readable(HANDOFF_IDLE);
+                } else {
+                    path.tx_sleep(200);
+                    busy = Instant::now();
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => sh.tx_drops.count(IpsecDrop::Malformed.into()),
         }
     }
 }
@@ -215,40 +308,6 @@ struct GsoRun {
     sock: usize,
 }
 
-/// The payload of the UDP datagram that `p` is, its source address, destination and source port: those of the
-/// SA `m` names for a payload, else read from the packet's IP and UDP headers (which the engine built: they are
-/// whole).
-fn udp_datagram<'p>(
-    p: &'p PacketBuf,
-    m: &TxMeta,
-    ends: &PayloadEnds,
-) -> Option<(&'p [u8], IpAddr, SocketAddr, u16)> {
-    match m.payload_of {
-        Some(PayloadOf::Sa(sa)) => {
-            let (src, sport, to) = ends.sad.out(sa).udp_tunnel_ends()?;
-            return Some((p.data(), src, to, sport));
-        }
-        Some(PayloadOf::PspPeer(sport)) => {
-            let (src, to) = ends.psp?;
-            return Some((p.data(), src, to, sport));
-        }
-        None => {}
-    }
-    let ip = netveil_wire::ip::Packet::new_checked(p.data()).ok()?;
-    let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    if ip.payload().len() <= netveil_wire::udp::HEADER_LEN {
-        return None;
-    }
-    let dgram = netveil_wire::udp::Packet::new_unchecked(ip.payload());
-    let (sport, dport) = (dgram.src_port(), dgram.dst_port());
-    // The UDP payload as a slice of the packet's buffer (the view's borrow ends here): what follows the headers,
-    // up to the IP length.
-    let end = ip.total_len().min(p.len());
-    let payload_len = ip.payload().len() - netveil_wire::udp::HEADER_LEN;
-    let payload = p.data().get(end - payload_len..end)?;
-    Some((payload, src, SocketAddr::new(dst, dport), sport))
-}
-
 /// The most packets one [`GsoSender::send`] call gathers at once (a TUN read's segments).
 const GSO_GATHER: usize = netveil_io::tun::MAX_SEGMENTS;
 
@@ -259,27 +318,22 @@ impl GsoSender {
         }
     }
 
-    /// Sends `pkts`: UDP payloads where `meta` gives their addresses, else whole IP/UDP packets.
-    fn send(&mut self, pkts: &[PacketBuf], meta: &[TxMeta], ends: &PayloadEnds, udp: &UdpOut) {
-        for (chunk, meta) in pkts.chunks(GSO_GATHER).zip(meta.chunks(GSO_GATHER)) {
-            self.send_chunk(chunk, meta, ends, udp);
+    /// Sends `pkts`: datagram payloads, to where their records say.
+    fn send(&mut self, pkts: &[PacketBuf], recs: &[TxRecord], udp: &UdpOut) {
+        for (chunk, recs) in pkts.chunks(GSO_GATHER).zip(recs.chunks(GSO_GATHER)) {
+            self.send_chunk(chunk, recs, udp);
         }
     }
 
-    fn send_chunk(
-        &mut self,
-        pkts: &[PacketBuf],
-        meta: &[TxMeta],
-        ends: &PayloadEnds,
-        udp: &UdpOut,
-    ) {
+    fn send_chunk(&mut self, pkts: &[PacketBuf], recs: &[TxRecord], udp: &UdpOut) {
         let mut payloads = [IoSlice::new(&[]); GSO_GATHER];
         let mut k = 0;
         self.runs.clear();
-        for (p, m) in pkts.iter().zip(meta) {
-            let Some((payload, src, to, sport)) = udp_datagram(p, m, ends) else {
+        for (p, r) in pkts.iter().zip(recs) {
+            let Some(&Datagram { src, sport, to }) = r.datagram() else {
                 continue;
             };
+            let payload = p.data();
             if payload.len() > netveil_io::udp::GSO_MAX_PAYLOAD {
                 continue;
             }
