@@ -39,8 +39,11 @@ pub(super) enum Home {
 }
 
 /// How long a thread must have slept for the traffic to count as sparse (requests and answers, not a stream):
-/// only then does a thread stay awake after a round, and only a lane whose thread slept that long is visited.
-pub(super) const QUIET: Duration = Duration::from_micros(500);
+/// only then does a thread stay awake after a round, and only a lane whose thread slept that long is visited. 2 ms:
+/// at 500 µs, the pauses of a TCP stream on a 2-core machine counted as sparse, and visits and short spins cost
+/// 6-11% of l2sec's goodput (`netveil bench`, same run as the base binary); at 2 ms goodput equals the base's and
+/// pings (5 ms apart in the bench, far sparser in real use) still cross fewer threads.
+pub(super) const QUIET: Duration = Duration::from_millis(2);
 
 /// Since when each lane's own thread sleeps (waits on its descriptor), in microseconds from the engine's start
 /// plus one; 0 while it is awake.
