@@ -30,6 +30,7 @@ mod interface;
 mod policy;
 mod psp;
 mod sa;
+pub(crate) use sa::check_keys;
 mod values;
 
 use ipnet::IpNet;

@@ -147,56 +147,7 @@ pub(crate) fn parse_sa(
         Some(h) => parse_hex(&k("auth_key"), h)?,
         None => zeroize::Zeroizing::new(vec![]),
     };
-    match suite {
-        Suite::Esp(es) => {
-            let want = es.enc.key_len();
-            if enc_key.len() != want {
-                let salt = if es.enc.is_aead() {
-                    ", key followed by the 4-byte salt"
-                } else {
-                    ""
-                };
-                return err(
-                    k("enc_key"),
-                    format!(
-                        "{} needs {want} bytes ({} hex digits{salt}), got {}",
-                        es.name(),
-                        want * 2,
-                        enc_key.len()
-                    ),
-                );
-            }
-            let want = es.integ.map_or(0, |i| i.key_len());
-            if auth_key.len() != want {
-                return err(
-                    k("auth_key"),
-                    format!(
-                        "{} needs {want} bytes ({} hex digits), got {}",
-                        es.name(),
-                        want * 2,
-                        auth_key.len()
-                    ),
-                );
-            }
-        }
-        Suite::Ah(a) => {
-            if !enc_key.is_empty() {
-                return err(k("enc_key"), "AH does not encrypt: remove enc_key");
-            }
-            let want = a.integ.key_len();
-            if auth_key.len() != want {
-                return err(
-                    k("auth_key"),
-                    format!(
-                        "{} needs {want} bytes ({} hex digits), got {}",
-                        a.name(),
-                        want * 2,
-                        auth_key.len()
-                    ),
-                );
-            }
-        }
-    }
+    check_keys(suite, &enc_key, &auth_key, k)?;
     let replay_window = match s.replay_window {
         None => DEFAULT_REPLAY_WINDOW,
         Some(w) => int_in(&k("replay_window"), w, 64, 1 << 20)? as u32,
@@ -314,4 +265,66 @@ pub(crate) fn suite_proto(s: &Suite) -> u8 {
         Suite::Esp(_) => 50,
         Suite::Ah(_) => 51,
     }
+}
+
+/// The key lengths an SA's suite needs (ESP: encryption key, with the salt for AEAD, and integrity key; AH: no
+/// encryption key, its integrity key). Errors name `k(KEY)` and give lengths, never a value. One rule for the file
+/// and for SAs added at runtime ([`crate::sa_api`]).
+pub(crate) fn check_keys(
+    suite: Suite,
+    enc_key: &[u8],
+    auth_key: &[u8],
+    k: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    match suite {
+        Suite::Esp(es) => {
+            let want = es.enc.key_len();
+            if enc_key.len() != want {
+                let salt = if es.enc.is_aead() {
+                    ", key followed by the 4-byte salt"
+                } else {
+                    ""
+                };
+                return err(
+                    k("enc_key"),
+                    format!(
+                        "{} needs {want} bytes ({} hex digits{salt}), got {}",
+                        es.name(),
+                        want * 2,
+                        enc_key.len()
+                    ),
+                );
+            }
+            let want = es.integ.map_or(0, |i| i.key_len());
+            if auth_key.len() != want {
+                return err(
+                    k("auth_key"),
+                    format!(
+                        "{} needs {want} bytes ({} hex digits), got {}",
+                        es.name(),
+                        want * 2,
+                        auth_key.len()
+                    ),
+                );
+            }
+        }
+        Suite::Ah(a) => {
+            if !enc_key.is_empty() {
+                return err(k("enc_key"), "AH does not encrypt: remove enc_key");
+            }
+            let want = a.integ.key_len();
+            if auth_key.len() != want {
+                return err(
+                    k("auth_key"),
+                    format!(
+                        "{} needs {want} bytes ({} hex digits), got {}",
+                        a.name(),
+                        want * 2,
+                        auth_key.len()
+                    ),
+                );
+            }
+        }
+    }
+    Ok(())
 }

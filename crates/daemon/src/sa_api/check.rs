@@ -48,54 +48,10 @@ pub fn check_sa(
                     "needs an integrity algorithm (e.g. aes128-sha256; value not shown)",
                 );
             }
-            let want = es.enc.key_len();
-            if enc_key.len() != want {
-                let salt = if es.enc.is_aead() {
-                    ", key followed by the 4-byte salt"
-                } else {
-                    ""
-                };
-                return err(
-                    "sa.enc_key",
-                    format!(
-                        "{} needs {want} bytes ({} hex digits{salt}), got {}",
-                        es.name(),
-                        want * 2,
-                        enc_key.len()
-                    ),
-                );
-            }
-            let want = es.integ.map_or(0, |i| i.key_len());
-            if auth_key.len() != want {
-                return err(
-                    "sa.auth_key",
-                    format!(
-                        "{} needs {want} bytes ({} hex digits), got {}",
-                        es.name(),
-                        want * 2,
-                        auth_key.len()
-                    ),
-                );
-            }
         }
-        Suite::Ah(a) => {
-            if !enc_key.is_empty() {
-                return err("sa.enc_key", "AH does not encrypt: remove enc_key");
-            }
-            let want = a.integ.key_len();
-            if auth_key.len() != want {
-                return err(
-                    "sa.auth_key",
-                    format!(
-                        "{} needs {want} bytes ({} hex digits), got {}",
-                        a.name(),
-                        want * 2,
-                        auth_key.len()
-                    ),
-                );
-            }
-        }
+        Suite::Ah(_) => {}
     }
+    crate::config::check_keys(p.suite, enc_key, auth_key, &|n| format!("sa.{n}"))?;
     if p.direction == Direction::In && !(64..=1 << 20).contains(&p.replay_window) {
         return err("sa.replay_window", "must be between 64 and 1048576");
     }
