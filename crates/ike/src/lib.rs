@@ -1,0 +1,14 @@
+//! IKEv2 (RFC 7296) as a sans-I/O protocol crate: bytes and time in, bytes, SA installs and events out. No
+//! sockets, threads, clocks or global randomness: the daemon's IKE driver owns those and passes an RNG in.
+//!
+//! - [`message`]: the message codec: the header and every payload, as views that cannot panic once checked
+//!   (`new_checked`) and owned representations with `parse`/`emit`/`buffer_len`.
+//! - [`proposal`]: transforms and proposals, written and read in strongSwan's syntax (`aes256gcm16-prfsha384-ecp384`).
+//! - [`keys`]: the key schedule (SKEYSEED, SK_*, child KEYMAT) and the AUTH payload's octets, over `crypto`'s prf+.
+//! - [`sk`]: the Encrypted payload (SK, RFC 7296 3.14; AEAD per RFC 5282): seal and open in place.
+#![forbid(unsafe_code)]
+
+pub mod keys;
+pub mod message;
+pub mod proposal;
+pub mod sk;
