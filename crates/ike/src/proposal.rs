@@ -1194,7 +1194,12 @@ mod tests {
         );
         // Additional key exchanges are matched slot by slot.
         let pq = ike("aes128gcm16-prfsha256-x25519-ke1_mlkem768");
-        assert!(select(&[pq.clone()], &[pq.clone()], Preference::Ours).is_some());
+        assert!(select(
+            std::slice::from_ref(&pq),
+            std::slice::from_ref(&pq),
+            Preference::Ours
+        )
+        .is_some());
         assert_eq!(
             select(
                 &[pq],
