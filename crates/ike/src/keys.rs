@@ -25,9 +25,17 @@ use zeroize::Zeroizing;
 
 use crate::proposal::{Encr, Integ, Prf, Proposal, Protocol};
 
-/// Key material: zeroized on drop, never printed (`Debug` shows the length only).
-#[derive(Clone, PartialEq, Eq)]
+/// Key material: zeroized on drop, never printed (`Debug` shows the length only); compared in constant time.
+#[derive(Clone)]
 pub struct Secret(Zeroizing<Vec<u8>>);
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Secret) -> bool {
+        self.0.len() == other.0.len() && bool::from(self.0.ct_eq(&other.0))
+    }
+}
+
+impl Eq for Secret {}
 
 impl Secret {
     /// Takes a copy of `bytes`.

@@ -201,10 +201,10 @@ impl SkKey {
         at: usize,
         kind: Encrypted,
     ) -> Result<(), SealError> {
-        let hdr_end = at + kind.header_len();
-        if at < IKE_HEADER_LEN || msg.len() < hdr_end {
-            return Err(SealError::BadOffset);
-        }
+        let hdr_end = match at.checked_add(kind.header_len()) {
+            Some(end) if at >= IKE_HEADER_LEN && end <= msg.len() => end,
+            _ => return Err(SealError::BadOffset),
+        };
         let (iv_len, icv_len, block) = (self.iv_len(), self.icv_len(), self.block_len());
         let plain = msg.len() - hdr_end;
         let pad = (block - (plain + 1) % block) % block;
@@ -259,9 +259,9 @@ impl SkKey {
         kind: Encrypted,
     ) -> Result<Range<usize>, OpenError> {
         let malformed = |why| Err(OpenError::Malformed(why));
-        let hdr_end = at + kind.header_len();
         let (iv_len, icv_len, block) = (self.iv_len(), self.icv_len(), self.block_len());
-        if at < IKE_HEADER_LEN || msg.len() < hdr_end + iv_len + icv_len {
+        let hdr_end = at.saturating_add(kind.header_len());
+        if at < IKE_HEADER_LEN || msg.len().saturating_sub(iv_len + icv_len) < hdr_end {
             return malformed("too short for the encrypted payload");
         }
         let len = msg.len();
@@ -493,6 +493,55 @@ mod tests {
             tx.seal(&mut rng, &mut vec![0; 80_000], 28, Encrypted::Sk),
             Err(SealError::TooLong)
         );
+    }
+
+    /// Hostile input: arbitrary bytes at arbitrary offsets, and sealed messages with random edits, through
+    /// `open` for every suite. Nothing panics; only the untouched message opens, to its plaintext.
+    #[test]
+    fn hostile_input_never_panics_and_edits_never_open() {
+        let mut rng = SeededRng::new(11);
+        let mut r = |n: usize| -> usize {
+            let b: [u8; 8] = netveil_crypto::rand::array(&mut rng);
+            (u64::from_le_bytes(b) % n as u64) as usize
+        };
+        let mut seal_rng = SeededRng::new(12);
+        for (encr, integ) in SUITES {
+            let k = keys(encr, integ);
+            let mut tx = SkKey::outbound(&k, Role::Initiator).unwrap();
+            let rx = SkKey::inbound(&k, Role::Responder).unwrap();
+            for round in 0..400 {
+                let kind = if round % 2 == 0 {
+                    Encrypted::Sk
+                } else {
+                    Encrypted::Skf
+                };
+                // Arbitrary bytes, arbitrary offset (also past the end and near usize::MAX).
+                let mut junk: Vec<u8> = (0..r(120)).map(|_| r(256) as u8).collect();
+                let at = [r(140), usize::MAX - r(8)][r(2)];
+                let _ = rx.open(&mut junk, at, kind);
+                // A sealed message, edited.
+                let plain: Vec<u8> = (0..r(64)).map(|_| r(256) as u8).collect();
+                let (mut m, at) = message(kind, &plain);
+                tx.seal(&mut seal_rng, &mut m, at, kind).unwrap();
+                let orig = m.clone();
+                match r(4) {
+                    0 => m.truncate(r(m.len())),
+                    1 => m.extend((0..1 + r(20)).map(|_| r(256) as u8)),
+                    _ => {
+                        for _ in 0..1 + r(3) {
+                            let i = r(m.len());
+                            m[i] ^= 1 + r(255) as u8;
+                        }
+                    }
+                }
+                let got = rx.open(&mut m, at, kind);
+                if m == orig {
+                    assert_eq!(&m[got.unwrap()], &plain[..]);
+                } else {
+                    assert!(got.is_err(), "{encr:?}: an edited message opened");
+                }
+            }
+        }
     }
 
     #[test]
