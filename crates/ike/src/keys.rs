@@ -308,7 +308,7 @@ impl IkeKeys {
     /// The octets `signer` signs or MACs for its AUTH payload (RFC 7296 section 2.15): for the initiator
     /// `RealMessage1 | NonceRData | prf(SK_pi, RestOfInitIDPayload)`, for the responder `RealMessage2 |
     /// NonceIData | prf(SK_pr, RestOfRespIDPayload)`. `message` is the signer's IKE_SA_INIT message as sent (the
-    /// whole IKE message from its header on), `peer_nonce` the other side's nonce data, `id_rest` the signer's ID
+    /// whole IKE message from its header on, without the non-ESP marker of port 4500), `peer_nonce` the other side's nonce data, `id_rest` the signer's ID
     /// payload after its 4-byte generic header (ID type, three reserved bytes, identification data).
     pub fn signed_octets(
         &self,

@@ -393,6 +393,8 @@ pub enum ProposalError {
     MissingPrf,
     #[error("an IKE proposal needs a key exchange method")]
     MissingKe,
+    #[error("{0} additional key exchange slots given, RFC 9370 has 7")]
+    TooManyAddKe(usize),
     #[error("additional key exchange {0} without a key exchange")]
     AddKeWithoutKe(u8),
     #[error("unknown transform: type {ty}, id {id}, key length {key_bits:?}")]
@@ -488,7 +490,7 @@ impl Proposal {
         ke.iter().for_each(|&x| push_unique(&mut p.ke, x));
         esn.iter().for_each(|&x| push_unique(&mut p.esn, x));
         if add_ke.len() > ADD_KE_SLOTS {
-            return Err(ProposalError::AddKeWithoutKe(ADD_KE_SLOTS as u8 + 1));
+            return Err(ProposalError::TooManyAddKe(add_ke.len()));
         }
         for (slot, list) in p.add_ke.iter_mut().zip(add_ke) {
             list.iter().for_each(|&x| push_unique(slot, x));
@@ -1097,6 +1099,19 @@ mod tests {
             "additional key exchange 1 without a key exchange"
         );
         assert_eq!(err(Protocol::Esp, ""), "empty proposal");
+        let x: &[Ke] = &[Ke::Curve25519];
+        assert_eq!(
+            Proposal::new(
+                Protocol::Esp,
+                &[Encr::AesGcm16_128],
+                &[],
+                &[],
+                x,
+                &[x; 8],
+                &[]
+            ),
+            Err(ProposalError::TooManyAddKe(8))
+        );
         assert_eq!(
             err(Protocol::Esp, "aes128--sha1"),
             "unknown algorithm keyword ''"
