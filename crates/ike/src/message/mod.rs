@@ -26,6 +26,9 @@ pub mod payloads;
 pub mod sa;
 pub mod ts;
 
+#[cfg(test)]
+mod tests;
+
 pub use chain::{Chain, RawPayload};
 pub use header::{ExchangeType, Flags, Header, HEADER_LEN};
 pub use notify::{Delete, Notify, NotifyType};

@@ -160,7 +160,9 @@ impl Notify {
 
     /// The hash algorithm ids of a SIGNATURE_HASH_ALGORITHMS notify (`None` for another type or an odd length).
     pub fn signature_hash_algorithms(&self) -> Option<Vec<u16>> {
-        if self.notify_type != NotifyType::SIGNATURE_HASH_ALGORITHMS || !self.data.len().is_multiple_of(2) {
+        if self.notify_type != NotifyType::SIGNATURE_HASH_ALGORITHMS
+            || !self.data.len().is_multiple_of(2)
+        {
             return None;
         }
         Some(

@@ -282,7 +282,8 @@ impl Proposal {
         if len < PROPOSAL_HEADER_LEN {
             return Err(Error::BadLength { what: "proposal" });
         }
-        let mut p = Reader::new(r.take(len - PROPOSAL_HEADER_LEN)?, "proposal");
+        // The rest of the header (number, protocol, SPI size, transform count) is inside the length.
+        let mut p = Reader::new(r.take(len - 4)?, "proposal");
         let number = p.u8()?;
         let protocol_id = p.u8()?;
         let spi_size = usize::from(p.u8()?);
