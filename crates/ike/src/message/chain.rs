@@ -8,6 +8,61 @@ pub const GENERIC_HEADER_LEN: usize = 4;
 /// The critical bit of the generic payload header's second byte.
 pub const CRITICAL: u8 = 0x80;
 
+/// A view of one payload at the start of `buffer`: its generic header and its body. [`Packet::new_checked`]
+/// checks that the header is there, that its length is at least 4 and that the buffer holds that many bytes;
+/// after that no accessor panics. Bytes after the payload (the next payloads) are not part of it.
+#[derive(Debug, Clone)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    pub fn new_unchecked(buffer: T) -> Self {
+        Packet { buffer }
+    }
+
+    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+        let b = buffer.as_ref();
+        let Some(hdr) = b.get(..GENERIC_HEADER_LEN) else {
+            return Err(Error::Truncated {
+                what: "generic payload header",
+            });
+        };
+        let len = usize::from(u16::from_be_bytes([hdr[2], hdr[3]]));
+        if len < GENERIC_HEADER_LEN {
+            return Err(Error::BadLength { what: "payload" });
+        }
+        if len > b.len() {
+            return Err(Error::Truncated { what: "payload" });
+        }
+        Ok(Packet { buffer })
+    }
+
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// The next payload's type (for SK and SKF: the first inner payload's).
+    pub fn next_payload(&self) -> u8 {
+        self.buffer.as_ref()[0]
+    }
+
+    pub fn critical(&self) -> bool {
+        self.buffer.as_ref()[1] & CRITICAL != 0
+    }
+
+    /// The payload's length, generic header included.
+    pub fn payload_len(&self) -> u16 {
+        let b = self.buffer.as_ref();
+        u16::from_be_bytes([b[2], b[3]])
+    }
+
+    /// The bytes after the generic header, up to the payload's length.
+    pub fn body(&self) -> &[u8] {
+        &self.buffer.as_ref()[GENERIC_HEADER_LEN..usize::from(self.payload_len())]
+    }
+}
+
 /// One payload of a chain, as the generic header frames it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawPayload<'a> {
@@ -69,27 +124,15 @@ impl<'a> Chain<'a> {
                 cap: MAX_PAYLOADS,
             });
         }
-        let Some(hdr) = self.rest.get(..GENERIC_HEADER_LEN) else {
-            return Err(Error::Truncated {
-                what: "generic payload header",
-            });
-        };
-        let next_payload = hdr[0];
-        let critical = hdr[1] & CRITICAL != 0;
-        let len = usize::from(u16::from_be_bytes([hdr[2], hdr[3]]));
-        if len < GENERIC_HEADER_LEN {
-            return Err(Error::BadLength { what: "payload" });
-        }
-        let Some(whole) = self.rest.get(..len) else {
-            return Err(Error::Truncated { what: "payload" });
-        };
+        let view = Packet::new_checked(self.rest)?;
+        let len = usize::from(view.payload_len());
         let p = RawPayload {
             payload_type: self.next,
-            critical,
-            next_payload,
-            body: &whole[GENERIC_HEADER_LEN..],
+            critical: view.critical(),
+            next_payload: view.next_payload(),
+            body: &self.rest[GENERIC_HEADER_LEN..len],
         };
-        if critical && !p.is_known() {
+        if p.critical && !p.is_known() {
             return Err(Error::UnsupportedCriticalPayload {
                 payload_type: p.payload_type,
             });
@@ -103,7 +146,7 @@ impl<'a> Chain<'a> {
             }
             self.next = payload_type::NONE;
         } else {
-            self.next = next_payload;
+            self.next = p.next_payload;
         }
         Ok(Some(p))
     }

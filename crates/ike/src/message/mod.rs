@@ -2,7 +2,8 @@
 //! additional key exchanges).
 //!
 //! - [`header`]: the IKE header as a view ([`header::Packet`]) and as a representation ([`Header`]).
-//! - [`chain`]: the generic payload header and [`Chain`], an iterator over a payload chain that checks every length.
+//! - [`chain`]: the generic payload header as a view ([`chain::Packet`]) and [`Chain`], an iterator over a payload
+//!   chain that checks every length.
 //! - [`Payload`] and its bodies ([`sa`], [`ts`], [`notify`], [`payloads`]), each with `parse`/`emit`/`buffer_len`.
 //! - [`Message`]: a header and its payloads in order; [`parse_chain`] and [`emit_chain`] do the same for the
 //!   payloads inside an opened SK payload.

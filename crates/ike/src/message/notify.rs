@@ -170,6 +170,21 @@ impl Notify {
         Ok(w.written())
     }
 
+    /// An INVALID_KE_PAYLOAD notify naming the group the responder wants (RFC 7296 1.3).
+    pub fn invalid_ke_payload(group: u16) -> Notify {
+        Notify::new(NotifyType::INVALID_KE_PAYLOAD, group.to_be_bytes().to_vec())
+    }
+
+    /// The group an INVALID_KE_PAYLOAD notify asks for (`None` for another type or data not 2 bytes long).
+    pub fn invalid_ke_group(&self) -> Option<u16> {
+        match self.data[..] {
+            [a, b] if self.notify_type == NotifyType::INVALID_KE_PAYLOAD => {
+                Some(u16::from_be_bytes([a, b]))
+            }
+            _ => None,
+        }
+    }
+
     /// The hash algorithm ids of a SIGNATURE_HASH_ALGORITHMS notify (`None` for another type or an odd length).
     pub fn signature_hash_algorithms(&self) -> Option<Vec<u16>> {
         if self.notify_type != NotifyType::SIGNATURE_HASH_ALGORITHMS

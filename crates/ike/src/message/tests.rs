@@ -396,6 +396,30 @@ fn chain_errors() {
 }
 
 #[test]
+fn payload_view() {
+    let b = gp(payload_type::NOTIFY, 0x80, &[1, 2, 3]);
+    let mut with_next = b.clone();
+    with_next.extend_from_slice(&[9, 9]);
+    let v = chain::Packet::new_checked(&with_next[..]).unwrap();
+    assert_eq!(
+        (v.next_payload(), v.critical(), v.payload_len(), v.body()),
+        (payload_type::NOTIFY, true, 7, &[1u8, 2, 3][..])
+    );
+    assert!(matches!(
+        chain::Packet::new_checked(&b[..6]),
+        Err(Error::Truncated { .. })
+    ));
+    assert!(matches!(
+        chain::Packet::new_checked(&b[..3]),
+        Err(Error::Truncated { .. })
+    ));
+    assert!(matches!(
+        chain::Packet::new_checked(&[0u8, 0, 0, 3][..]),
+        Err(Error::BadLength { .. })
+    ));
+}
+
+#[test]
 fn unknown_payloads_critical_or_not() {
     // Unknown, not critical: kept as Unknown (the state machine skips it), the chain goes on.
     let mut b = gp(payload_type::NONCE, 0, &[1, 2, 3]);
@@ -778,6 +802,16 @@ fn delete_id_notify_details() {
     );
     assert_eq!(n.signature_hash_algorithms(), Some(vec![2, 3, 4, 5]));
     assert!(NotifyType::NO_PROPOSAL_CHOSEN.is_error() && !NotifyType::COOKIE.is_error());
+    let n = Notify::parse(&[0, 0, 0, 17, 0, 31]).unwrap();
+    assert_eq!(
+        (n.notify_type, n.invalid_ke_group()),
+        (NotifyType::INVALID_KE_PAYLOAD, Some(31))
+    );
+    assert_eq!(Notify::invalid_ke_payload(19).invalid_ke_group(), Some(19));
+    assert_eq!(
+        Notify::new(NotifyType::COOKIE, vec![0, 19]).invalid_ke_group(),
+        None
+    );
     assert_eq!(
         format!("{:?}", NotifyType(16430)),
         "IKEV2_FRAGMENTATION_SUPPORTED"
