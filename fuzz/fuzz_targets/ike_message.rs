@@ -5,7 +5,7 @@
 //! is a fixed point. The same for a chain of payloads as found inside an opened SK payload.
 
 use libfuzzer_sys::fuzz_target;
-use netveil_ike::message::{chain_len, emit_chain, header, parse_chain, Chain, Message};
+use netveil_ike::message::{chain, chain_len, emit_chain, header, parse_chain, Chain, Message};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(h) = header::Packet::new_checked(data) {
@@ -19,6 +19,10 @@ fuzz_target!(|data: &[u8]| {
             h.message_id(),
             h.payload(),
         );
+    }
+    if let Ok(v) = chain::Packet::new_checked(data) {
+        assert_eq!(v.body().len() + 4, usize::from(v.payload_len()));
+        let _ = (v.next_payload(), v.critical());
     }
     if let Ok(m) = Message::parse(data) {
         let stated = header::Packet::new_checked(data).unwrap().length() as usize;
