@@ -90,7 +90,7 @@ pub enum Event {
         ike_sa: IkeSaId,
         connection: String,
     },
-    ChildSaUp(ChildSa),
+    ChildSaUp(Box<ChildSa>),
     /// A CHILD_SA removed: remove both SAs (by their SPIs) and the policies installed for it.
     ChildSaDown {
         ike_sa: IkeSaId,
