@@ -237,6 +237,38 @@ pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result
     Ok(n > 0)
 }
 
+/// `poll(2)` for readability of several descriptors (`None`: no timeout). Which are readable; all false on
+/// timeout or when a signal interrupted the wait.
+pub(crate) fn poll_readable_many(
+    fds: &[BorrowedFd<'_>],
+    timeout: Option<Duration>,
+) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.map_or(-1, |t| {
+        // Rounded up: a wait of 0.3 ms is not a busy loop.
+        let ms = t.as_micros().div_ceil(1000);
+        ms.min(i32::MAX as u128) as libc::c_int
+    });
+    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfds for the duration of the call; the descriptors are
+    // borrowed, so open.
+    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    match cvt(r) {
+        Ok(_) => Ok(pfds
+            .iter()
+            .map(|p| p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+            .collect()),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(vec![false; pfds.len()]),
+        Err(e) => Err(e),
+    }
+}
+
 /// One control message of a received datagram.
 pub(crate) struct Cmsg<'a> {
     pub level: libc::c_int,

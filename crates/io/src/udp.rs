@@ -140,6 +140,17 @@ impl UdpSocket {
     /// Binds a UDP socket to `addr` (port 0 picks one; see [`UdpSocket::local_addr`]) with `IP_PKTINFO` /
     /// `IPV6_RECVPKTINFO` enabled. IPv6 sockets are `IPV6_V6ONLY`: bind a separate IPv4 socket for IPv4 peers.
     pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
+        Self::bind_with(addr, false)
+    }
+
+    /// [`UdpSocket::bind`] with `SO_REUSEPORT`: every socket bound so to the same address by the same user joins
+    /// one group, among which the kernel spreads the datagrams, or which a steering program picks from (see
+    /// [`UdpSocket::steer_non_esp`]). How the IP engine's ESP-in-UDP socket and the IKE driver's share port 4500.
+    pub fn bind_shared(addr: SocketAddr) -> io::Result<UdpSocket> {
+        Self::bind_with(addr, true)
+    }
+
+    fn bind_with(addr: SocketAddr, reuse_port: bool) -> io::Result<UdpSocket> {
         let fd = match addr {
             SocketAddr::V4(_) => {
                 let fd = sys::socket(libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_UDP)?;
@@ -168,6 +179,14 @@ impl UdpSocket {
                 fd
             }
         };
+        if reuse_port {
+            sys::setsockopt(
+                fd.as_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_REUSEPORT,
+                1 as libc::c_int,
+            )?;
+        }
         sys::bind(fd.as_fd(), &addr)?;
         let local = sys::local_addr(fd.as_fd())?;
         Ok(UdpSocket {
@@ -177,6 +196,34 @@ impl UdpSocket {
             tx: Mutex::new(Mmsg::new()),
             gso: AtomicBool::new(true),
         })
+    }
+
+    /// Steers the datagrams of this socket's `SO_REUSEPORT` group (see [`UdpSocket::bind_shared`]) by their
+    /// first bytes (`SO_ATTACH_REUSEPORT_CBPF`, run on the UDP payload): those shorter than 4 bytes (a NAT-T
+    /// keepalive, RFC 3948 2.3) or starting with four zero bytes (the non-ESP marker of IKE, RFC 3948 2.2) go to
+    /// the group's socket number `marker_index`, every other one (ESP: its SPI is never zero) to `esp_index`.
+    /// Sockets are numbered in the order they joined the group; an index beyond the group falls back to the
+    /// kernel's hash. The program is the group's (any member may attach it) and replaces an earlier one.
+    pub fn steer_non_esp(&self, marker_index: u32, esp_index: u32) -> io::Result<()> {
+        let insns = steer_program(marker_index, esp_index);
+        let prog = libc::sock_fprog {
+            len: insns.len() as u16,
+            filter: insns.as_ptr() as *mut libc::sock_filter,
+        };
+        // `prog` points at `insns`, which lives until the call returns (the kernel copies the program).
+        sys::setsockopt(
+            self.fd.as_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            prog,
+        )
+    }
+
+    /// Waits until one of `socks` has a datagram to read, or `timeout` passes (`None`: forever). Returns which
+    /// are readable (all false on timeout); an interrupted wait returns all false too.
+    pub fn poll_readable(socks: &[&UdpSocket], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
+        let fds: Vec<_> = socks.iter().map(|s| s.fd.as_fd()).collect();
+        sys::poll_readable_many(&fds, timeout)
     }
 
     /// The bound address (with the actual port).
@@ -488,4 +535,28 @@ impl AsRawFd for UdpSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
+}
+
+/// The steering program of [`UdpSocket::steer_non_esp`] (classic BPF on the UDP payload).
+fn steer_program(marker_index: u32, esp_index: u32) -> [libc::sock_filter; 6] {
+    let i = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    const LD_LEN: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_LEN) as u16;
+    const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+    const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    [
+        // 0: A = payload length
+        i(LD_LEN, 0, 0, 0),
+        // 1: under 4 bytes (a keepalive): to the marker socket (4)
+        i(JGE_K, 0, 2, 4),
+        // 2: A = the first 32-bit word
+        i(LD_W_ABS, 0, 0, 0),
+        // 3: zero (the non-ESP marker): 4, else 5
+        i(JEQ_K, 0, 1, 0),
+        // 4:
+        i(RET_K, 0, 0, marker_index),
+        // 5:
+        i(RET_K, 0, 0, esp_index),
+    ]
 }

@@ -275,7 +275,9 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
             } else {
                 (std::net::Ipv4Addr::UNSPECIFIED, iface.nat_t_port).into()
             };
-            let s = UdpSocket::bind(addr).map_err(io("UDP (NAT-T)"))?;
+            // SO_REUSEPORT: a key-exchange driver (IKE) may share the port, steering what is not ESP to its own
+            // socket (see `UdpSocket::steer_non_esp`).
+            let s = UdpSocket::bind_shared(addr).map_err(io("UDP (NAT-T)"))?;
             s.set_buffer_sizes(8 << 20).ok();
             s.enable_gro().ok();
             s.set_mark(iface.socket_mark())
