@@ -8,6 +8,8 @@
 //!   is applied.
 //! - [`ip`]: the IP engine: TUN + raw/UDP sockets, ESP/AH and PSP, the data-plane threads.
 //! - [`ip_drop`]: why the IP engine drops a packet (the drop-reason registry of ESP/AH plus the engine's own).
+//! - [`ike`]: the IKEv2 key-exchange driver (`[ike]`): its sockets on UDP 500 and 4500, the loop around
+//!   [`netveil_ike`]'s state machine, the CHILD_SAs it negotiates installed through [`sa_api`].
 //! - [`l2`]: the L2 engine: l2sec on a LAN port (TAP + AF_PACKET); [`l2_section`]: its registry entry.
 //! - [`psp_kx`]: the PSP key-exchange driver: TCP and TLS around the sans-I/O [`netveil_psp::kx`] machine, beside the
 //!   IP engine, changing its data plane only through the typed port of [`sa_api`].
@@ -28,6 +30,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod filters;
+pub mod ike;
 pub mod ip;
 pub mod ip_ctl;
 pub mod ip_db;

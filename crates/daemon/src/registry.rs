@@ -31,7 +31,7 @@ use std::sync::Arc;
 pub const ENGINES: &[&dyn EngineSection] = &[&crate::ip::IpSection, &crate::l2_section::L2Section];
 
 /// Every key-exchange driver with sections of its own.
-pub const DRIVERS: &[&dyn DriverSection] = &[];
+pub const DRIVERS: &[&dyn DriverSection] = &[&crate::ike::IkeSection];
 
 /// The registry of `netveil up`: [`ENGINES`] and [`DRIVERS`].
 pub const DEFAULT: Registry<'static> = Registry {

@@ -1,0 +1,813 @@
+//! The `[ike]` section: IKEv2 connections as swanctl.conf writes them, in TOML.
+//!
+//! ```toml
+//! [ike]
+//! retransmit_timeout = "4s"       # strongswan.conf's charon.retransmit_* (all connections)
+//! retransmit_base = 1.8
+//! retransmit_tries = 5
+//!
+//! [[ike.connection]]
+//! name = "site"
+//! local_addrs = ["192.0.2.1"]
+//! remote_addrs = ["198.51.100.1"]
+//! proposals = ["aes256gcm16-prfsha384-ecp384"]
+//! psk_file = "/etc/netveil/site.psk"    # or psk = "..." (0x... for hex)
+//! local = { id = "192.0.2.1", auth = "psk" }
+//! remote = { id = "198.51.100.1", auth = "psk" }
+//!
+//! [[ike.connection.children]]
+//! name = "net"
+//! local_ts = ["10.1.0.0/16"]
+//! remote_ts = ["10.2.0.0/16", "10.3.0.1/32[tcp/80]"]
+//! esp_proposals = ["aes256gcm16-ecp384"]
+//! start_action = "start"
+//! ```
+//!
+//! The shape is swanctl.conf's (`connections.<name>` with `local`, `remote`, `children.<name>`, the same key
+//! names and values) except that connections and children are arrays of tables with a `name` key: swanctl's
+//! order is meaningful (the first child is the one IKE_AUTH creates, connections are matched in order) and TOML
+//! tables are unordered. Every error names its key (`ike.connection[0].children[1].esp_proposals`) and never shows
+//! a value; a pre-shared key appears in no message.
+
+use crate::config::{typed, ConfigError, Secret, DEFAULT_SOCKET_MARK};
+use crate::names::is_name;
+use netveil_ike::config::{
+    Action, AuthMethod, AuthRound, ChildConfig, Connection, Identity, Lifetimes, Mode, Retransmit,
+    TsSpec,
+};
+use netveil_ike::keys::Secret as IkeSecret;
+use netveil_ike::proposal::{Encr, Integ, Proposal, Protocol};
+use netveil_ipsec::suite::{Enc, EspSuite};
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// The IKE port (RFC 7296 2.) and the NAT-T port (RFC 3948).
+pub const IKE_PORT: u16 = 500;
+pub const NAT_T_PORT: u16 = 4500;
+
+/// The parsed `[ike]` section.
+#[derive(Debug, Clone)]
+pub struct IkeConfig {
+    pub connections: Vec<Connection>,
+    /// `SO_MARK` of the IKE sockets (`socket_mark`): the IP engine's (`[interface] fwmark`, default
+    /// [`DEFAULT_SOCKET_MARK`]), so that the fail-closed filters let IKE out and a `fwmark` routing rule keeps it
+    /// off the TUN.
+    pub socket_mark: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIke {
+    connection: Option<Vec<toml::Value>>,
+    retransmit_timeout: Option<toml::Value>,
+    retransmit_base: Option<f64>,
+    retransmit_tries: Option<i64>,
+    socket_mark: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConn {
+    name: String,
+    #[serde(default)]
+    local_addrs: Vec<String>,
+    #[serde(default)]
+    remote_addrs: Vec<String>,
+    remote_port: Option<i64>,
+    proposals: Option<Vec<String>>,
+    #[serde(default)]
+    encap: bool,
+    fragmentation: Option<bool>,
+    local: Option<toml::Value>,
+    remote: Option<toml::Value>,
+    psk: Option<Secret>,
+    psk_file: Option<String>,
+    dpd_delay: Option<toml::Value>,
+    rekey_time: Option<toml::Value>,
+    over_time: Option<toml::Value>,
+    rand_time: Option<toml::Value>,
+    children: Option<Vec<toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    id: Option<String>,
+    auth: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChild {
+    name: String,
+    local_ts: Option<Vec<String>>,
+    remote_ts: Option<Vec<String>>,
+    esp_proposals: Option<Vec<String>>,
+    mode: Option<String>,
+    rekey_time: Option<toml::Value>,
+    life_time: Option<toml::Value>,
+    rand_time: Option<toml::Value>,
+    start_action: Option<String>,
+    dpd_action: Option<String>,
+    close_action: Option<String>,
+    replay_window: Option<i64>,
+}
+
+fn e(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses the `[ike]` table (its value: the section's keys). Every error found, each naming its key.
+pub fn parse(v: toml::Value, base: &Path) -> Result<IkeConfig, Vec<ConfigError>> {
+    let raw: RawIke = typed(v, "ike").map_err(|e| vec![e])?;
+    let mut errors = Vec::new();
+    let mut retransmit = Retransmit::default();
+    if let Some(t) = raw.retransmit_timeout {
+        match duration(t, "ike.retransmit_timeout") {
+            Ok(d) if !d.is_zero() => retransmit.timeout = d,
+            Ok(_) => errors.push(e("ike.retransmit_timeout", "must be above zero")),
+            Err(x) => errors.push(x),
+        }
+    }
+    if let Some(b) = raw.retransmit_base {
+        if (1.0..=10.0).contains(&b) {
+            retransmit.base = b;
+        } else {
+            errors.push(e("ike.retransmit_base", "must be 1.0 to 10.0"));
+        }
+    }
+    if let Some(t) = raw.retransmit_tries {
+        match u32::try_from(t) {
+            Ok(t @ 0..=100) => retransmit.tries = t,
+            _ => errors.push(e("ike.retransmit_tries", "must be 0 to 100")),
+        }
+    }
+    let socket_mark = match raw.socket_mark {
+        None => DEFAULT_SOCKET_MARK,
+        Some(m) => u32::try_from(m)
+            .ok()
+            .filter(|m| *m != 0)
+            .unwrap_or_else(|| {
+                errors.push(e(
+                    "ike.socket_mark",
+                    "must be 1 to 4294967295 (the [interface] fwmark)",
+                ));
+                DEFAULT_SOCKET_MARK
+            }),
+    };
+    let conns = raw.connection.unwrap_or_default();
+    if conns.is_empty() {
+        errors.push(e(
+            "ike.connection",
+            "no connection: add at least one [[ike.connection]]",
+        ));
+    }
+    let mut connections = Vec::new();
+    for (i, c) in conns.into_iter().enumerate() {
+        let key = format!("ike.connection[{i}]");
+        match connection(c, &key, base, retransmit) {
+            Ok(c) => {
+                if connections.iter().any(|o: &Connection| o.name == c.name) {
+                    errors.push(e(format!("{key}.name"), "names another connection too"));
+                }
+                connections.push(c);
+            }
+            Err(es) => errors.extend(es),
+        }
+    }
+    if errors.is_empty() {
+        Ok(IkeConfig {
+            connections,
+            socket_mark,
+        })
+    } else {
+        Err(errors)
+    }
+}
+
+fn connection(
+    v: toml::Value,
+    key: &str,
+    base: &Path,
+    retransmit: Retransmit,
+) -> Result<Connection, Vec<ConfigError>> {
+    let r: RawConn = typed(v, key).map_err(|e| vec![e])?;
+    let k = |s: &str| format!("{key}.{s}");
+    let errors = std::cell::RefCell::new(Vec::new());
+    let ok = |x: Result<(), ConfigError>| {
+        if let Err(x) = x {
+            errors.borrow_mut().push(x)
+        }
+    };
+    ok(name(&r.name, &k("name")));
+    let addrs = |list: &[String], what: &str| -> Result<Vec<IpAddr>, ConfigError> {
+        list.iter()
+            .enumerate()
+            .map(|(i, a)| {
+                a.parse::<IpAddr>().map_err(|_| {
+                    e(
+                        format!("{}[{i}]", k(what)),
+                        "is not an IP address (hostnames and ranges are not supported)",
+                    )
+                })
+            })
+            .collect()
+    };
+    let mut local_addrs = Vec::new();
+    let mut remote_addrs = Vec::new();
+    ok(addrs(&r.local_addrs, "local_addrs").map(|a| local_addrs = a));
+    ok(addrs(&r.remote_addrs, "remote_addrs").map(|a| remote_addrs = a));
+    if local_addrs.is_empty() {
+        ok(Err(e(
+            k("local_addrs"),
+            "is required (the addresses the IKE sockets bind to)",
+        )));
+    }
+    let remote_port = match r.remote_port {
+        None => IKE_PORT,
+        Some(p) => u16::try_from(p)
+            .ok()
+            .filter(|p| *p != 0)
+            .unwrap_or_else(|| {
+                ok(Err(e(k("remote_port"), "must be 1 to 65535")));
+                IKE_PORT
+            }),
+    };
+    let mut proposals = Vec::new();
+    match &r.proposals {
+        None => ok(Err(e(
+            k("proposals"),
+            "is required (e.g. [\"aes256gcm16-prfsha384-ecp384\"])",
+        ))),
+        Some(p) if p.is_empty() => ok(Err(e(k("proposals"), "is empty"))),
+        Some(p) => {
+            for (i, s) in p.iter().enumerate() {
+                match Proposal::parse(Protocol::Ike, s) {
+                    Ok(p) => proposals.push(p),
+                    Err(x) => ok(Err(e(format!("{}[{i}]", k("proposals")), x.to_string()))),
+                }
+            }
+        }
+    }
+    let local = r.local.map(|v| auth(v, &k("local"), false));
+    let remote = r.remote.map(|v| auth(v, &k("remote"), true));
+    let (local, remote) = match (local, remote) {
+        (Some(Ok(l)), Some(Ok(r))) => (Some(l), Some(r)),
+        (l, r) => {
+            for (x, what) in [(l, "local"), (r, "remote")] {
+                match x {
+                    None => ok(Err(e(
+                        k(what),
+                        "is required (id and auth = \"psk\" of this side)",
+                    ))),
+                    Some(Err(x)) => ok(Err(x)),
+                    Some(Ok(_)) => {}
+                }
+            }
+            (None, None)
+        }
+    };
+    let psk = match (r.psk, r.psk_file) {
+        (Some(_), Some(_)) => {
+            ok(Err(e(k("psk_file"), "give psk or psk_file, not both")));
+            None
+        }
+        (Some(s), None) => match decode_psk(&s) {
+            Ok(s) => Some(s),
+            Err(why) => {
+                ok(Err(e(k("psk"), why)));
+                None
+            }
+        },
+        (None, Some(f)) => match read_psk_file(&base.join(f)) {
+            Ok(s) => Some(s),
+            Err(why) => {
+                ok(Err(e(k("psk_file"), why)));
+                None
+            }
+        },
+        (None, None) => None,
+    };
+    let uses_psk = [&local, &remote].iter().any(|a| {
+        matches!(
+            a,
+            Some(AuthRound {
+                method: AuthMethod::Psk,
+                ..
+            })
+        )
+    });
+    if uses_psk
+        && psk.is_none()
+        && errors
+            .borrow()
+            .iter()
+            .all(|x| !x.key.starts_with(&k("psk")))
+    {
+        ok(Err(e(
+            k("psk"),
+            "auth = \"psk\" needs a pre-shared key (psk or psk_file)",
+        )));
+    }
+    let dur = |v: Option<toml::Value>, what: &str, default: Duration| -> Duration {
+        match v.map(|v| duration(v, &k(what))) {
+            None => default,
+            Some(Ok(d)) => d,
+            Some(Err(x)) => {
+                ok(Err(x));
+                default
+            }
+        }
+    };
+    let dpd = dur(r.dpd_delay, "dpd_delay", Duration::ZERO);
+    let rekey = dur(r.rekey_time, "rekey_time", Duration::from_secs(4 * 3600));
+    // swanctl: over_time defaults to 10% of rekey_time, rand_time to over_time.
+    let over = dur(r.over_time, "over_time", rekey / 10);
+    let rand = dur(r.rand_time, "rand_time", over);
+    if !rekey.is_zero() && rand >= rekey {
+        ok(Err(e(k("rand_time"), "must be below rekey_time")));
+    }
+    let mut children = Vec::new();
+    let raw_children = r.children.unwrap_or_default();
+    if raw_children.is_empty() {
+        ok(Err(e(
+            k("children"),
+            "no child: add at least one [[ike.connection.children]]",
+        )));
+    }
+    for (i, c) in raw_children.into_iter().enumerate() {
+        let ck = format!("{}[{i}]", k("children"));
+        match child(c, &ck, &local_addrs, &remote_addrs) {
+            Ok(c) => {
+                if children.iter().any(|o: &ChildConfig| o.name == c.name) {
+                    ok(Err(e(format!("{ck}.name"), "names another child too")));
+                }
+                children.push(c);
+            }
+            Err(es) => errors.borrow_mut().extend(es),
+        }
+    }
+    let errors = errors.into_inner();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let (Some(local), Some(remote)) = (local, remote) else {
+        unreachable!("both sides parsed when there is no error")
+    };
+    Ok(Connection {
+        name: r.name,
+        local_addrs,
+        remote_addrs,
+        remote_port,
+        proposals,
+        encap: r.encap,
+        fragmentation: r.fragmentation.unwrap_or(true),
+        local,
+        remote,
+        psk,
+        dpd_delay: (!dpd.is_zero()).then_some(dpd),
+        lifetimes: Lifetimes {
+            rekey,
+            life: rekey + over,
+            rand,
+        },
+        retransmit,
+        children,
+    })
+}
+
+fn name(s: &str, key: &str) -> Result<(), ConfigError> {
+    if is_name(s) {
+        Ok(())
+    } else {
+        Err(e(
+            key,
+            "must be 1 to 64 characters of A-Z a-z 0-9 . _ - (value not shown)",
+        ))
+    }
+}
+
+fn auth(v: toml::Value, key: &str, remote: bool) -> Result<AuthRound, ConfigError> {
+    let r: RawAuth = typed(v, key)?;
+    let method = match r.auth.as_deref() {
+        Some("psk") => AuthMethod::Psk,
+        Some("pubkey") => {
+            return Err(e(
+                format!("{key}.auth"),
+                "pubkey is not supported yet (only psk)",
+            ))
+        }
+        Some(_) => return Err(e(format!("{key}.auth"), "must be \"psk\"")),
+        None => return Err(e(format!("{key}.auth"), "is required (\"psk\")")),
+    };
+    let id = match r.id.as_deref() {
+        None => {
+            return Err(e(
+                format!("{key}.id"),
+                "is required (an IP address, a name, user@name or %any)",
+            ))
+        }
+        Some(s) => identity(s, remote).map_err(|why| e(format!("{key}.id"), why))?,
+    };
+    Ok(AuthRound { id, method })
+}
+
+/// swanctl's identity syntax (the subset that needs no certificate): `%any`, an IP address, `@fqdn`, a name
+/// with a dot, `user@name`, `@#hex` (a key id). Distinguished names come with certificates.
+fn identity(s: &str, remote: bool) -> Result<Identity, &'static str> {
+    if s == "%any" {
+        return if remote {
+            Ok(Identity::Any)
+        } else {
+            Err("%any is for the remote side only")
+        };
+    }
+    if let Ok(a) = s.parse::<IpAddr>() {
+        return Ok(match a {
+            IpAddr::V4(a) => Identity::Ipv4(a),
+            IpAddr::V6(a) => Identity::Ipv6(a),
+        });
+    }
+    let printable =
+        |t: &str| !t.is_empty() && t.len() <= 255 && t.bytes().all(|b| b.is_ascii_graphic());
+    if let Some(h) = s.strip_prefix("@#") {
+        return match hex::decode(h) {
+            Ok(b) if !b.is_empty() => Ok(Identity::KeyId(b)),
+            _ => Err("@# must be followed by hex digits (a key id)"),
+        };
+    }
+    if let Some(n) = s.strip_prefix('@') {
+        return if printable(n) {
+            Ok(Identity::Fqdn(n.into()))
+        } else {
+            Err("is not a valid name")
+        };
+    }
+    if s.contains('=') {
+        return Err("distinguished names need certificates, which are not supported yet");
+    }
+    if printable(s) && s.contains('@') {
+        return Ok(Identity::Email(s.into()));
+    }
+    if printable(s) {
+        return Ok(Identity::Fqdn(s.into()));
+    }
+    Err("is not an identity (an IP address, a name, user@name, @#hex or %any)")
+}
+
+/// A PSK as written: `0x` followed by hex digits, or the string's bytes (as swanctl's `secret`).
+fn decode_psk(s: &str) -> Result<IkeSecret, String> {
+    let bytes = match s.strip_prefix("0x") {
+        Some(h) => zeroize::Zeroizing::new(
+            hex::decode(h).map_err(|_| "0x must be followed by hex digits (value not shown)")?,
+        ),
+        None => zeroize::Zeroizing::new(s.as_bytes().to_vec()),
+    };
+    // RFC 7296 2.15: the key should be as strong as the PRF's key; strongSwan warns below 20 bytes. Refuse what
+    // is trivially guessable.
+    if bytes.len() < 16 {
+        return Err(format!(
+            "is too short ({} bytes; at least 16, value not shown)",
+            bytes.len()
+        ));
+    }
+    Ok(IkeSecret::new(&bytes))
+}
+
+/// The PSK file: a regular file owned by root, readable by its owner only (mode 0400 or 0600); its contents as
+/// [`decode_psk`] reads them, without a final line break.
+fn read_psk_file(path: &Path) -> Result<IkeSecret, String> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = path.display();
+    let md = std::fs::metadata(path).map_err(|x| format!("cannot read {shown}: {x}"))?;
+    if !md.is_file() {
+        return Err(format!("{shown} is not a regular file"));
+    }
+    if md.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{shown} is readable or writable by others (mode {:o}): make it 0600 or 0400",
+            md.mode() & 0o777
+        ));
+    }
+    if md.uid() != 0 {
+        return Err(format!("{shown} is not owned by root"));
+    }
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(path).map_err(|_| format!("cannot read {shown} as text"))?,
+    );
+    decode_psk(text.trim_end_matches(['\n', '\r']))
+}
+
+/// A duration as swanctl writes them: seconds as an integer, or a string with `s`, `m`, `h` or `d`.
+fn duration(v: toml::Value, key: &str) -> Result<Duration, ConfigError> {
+    let bad = || {
+        e(
+            key,
+            "expected seconds (an integer) or a string like \"30s\", \"10m\", \"4h\", \"1d\"",
+        )
+    };
+    let secs = match v {
+        toml::Value::Integer(n) => u64::try_from(n).map_err(|_| bad())?,
+        toml::Value::String(s) => {
+            let (num, unit) = match s.char_indices().last() {
+                Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c),
+                _ => (s.as_str(), 's'),
+            };
+            let n: u64 = num.parse().map_err(|_| bad())?;
+            let mult = match unit {
+                's' => 1,
+                'm' => 60,
+                'h' => 3600,
+                'd' => 86400,
+                _ => return Err(bad()),
+            };
+            n.checked_mul(mult).ok_or_else(bad)?
+        }
+        _ => return Err(bad()),
+    };
+    if secs > 365 * 86400 {
+        return Err(e(key, "is longer than a year"));
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+fn action(s: Option<&str>, key: &str, allowed: &[&str]) -> Result<Action, ConfigError> {
+    let a = match s {
+        None | Some("none") => Action::None,
+        Some("start") | Some("restart") => Action::Start,
+        Some("trap") => Action::Trap,
+        Some(_) => {
+            return Err(e(
+                key,
+                format!("must be one of: none, {}", allowed.join(", ")),
+            ))
+        }
+    };
+    let word = match a {
+        Action::None => "none",
+        Action::Start => "start",
+        Action::Trap => "trap",
+    };
+    if a != Action::None && !allowed.contains(&word) {
+        return Err(e(
+            key,
+            format!("must be one of: none, {}", allowed.join(", ")),
+        ));
+    }
+    if a == Action::Trap {
+        // The acquire path (first covered packet initiates) is not wired to the driver yet.
+        return Err(e(key, "trap is not supported yet (use start)"));
+    }
+    Ok(a)
+}
+
+fn child(
+    v: toml::Value,
+    key: &str,
+    local_addrs: &[IpAddr],
+    remote_addrs: &[IpAddr],
+) -> Result<ChildConfig, Vec<ConfigError>> {
+    let r: RawChild = typed(v, key).map_err(|e| vec![e])?;
+    let k = |s: &str| format!("{key}.{s}");
+    let errors = std::cell::RefCell::new(Vec::new());
+    let ok = |x: Result<(), ConfigError>| {
+        if let Err(x) = x {
+            errors.borrow_mut().push(x)
+        }
+    };
+    ok(name(&r.name, &k("name")));
+    let ts_list = |list: Option<Vec<String>>, what: &str, own: &[IpAddr]| -> Vec<TsSpec> {
+        let list = list.unwrap_or_else(|| vec!["dynamic".into()]);
+        if list.is_empty() {
+            ok(Err(e(k(what), "is empty")));
+        }
+        let mut out = Vec::new();
+        for (i, s) in list.iter().enumerate() {
+            match ts(s, own) {
+                Ok(t) => out.push(t),
+                Err(why) => ok(Err(e(format!("{}[{i}]", k(what)), why))),
+            }
+        }
+        out
+    };
+    let local_ts = ts_list(r.local_ts, "local_ts", local_addrs);
+    let remote_ts = ts_list(r.remote_ts, "remote_ts", remote_addrs);
+    let mut esp_proposals = Vec::new();
+    match &r.esp_proposals {
+        None => ok(Err(e(
+            k("esp_proposals"),
+            "is required (e.g. [\"aes256gcm16-ecp384\"])",
+        ))),
+        Some(p) if p.is_empty() => ok(Err(e(k("esp_proposals"), "is empty"))),
+        Some(p) => {
+            for (i, s) in p.iter().enumerate() {
+                let pk = format!("{}[{i}]", k("esp_proposals"));
+                match Proposal::parse(Protocol::Esp, s) {
+                    Ok(p) => match engine_supports(&p) {
+                        Ok(()) => esp_proposals.push(p),
+                        Err(why) => ok(Err(e(pk, why))),
+                    },
+                    Err(x) => ok(Err(e(pk, x.to_string()))),
+                }
+            }
+        }
+    }
+    let mode = match r.mode.as_deref() {
+        None | Some("tunnel") => Mode::Tunnel,
+        Some("transport") => Mode::Transport,
+        Some(_) => {
+            ok(Err(e(k("mode"), "must be tunnel or transport")));
+            Mode::Tunnel
+        }
+    };
+    let dur = |v: Option<toml::Value>, what: &str, default: Duration| -> Duration {
+        match v.map(|v| duration(v, &k(what))) {
+            None => default,
+            Some(Ok(d)) => d,
+            Some(Err(x)) => {
+                ok(Err(x));
+                default
+            }
+        }
+    };
+    // swanctl's defaults: rekey after 1 h, life_time 110% of rekey_time, rand_time life - rekey.
+    let rekey = dur(r.rekey_time, "rekey_time", Duration::from_secs(3600));
+    let life = dur(r.life_time, "life_time", rekey + rekey / 10);
+    let rand = dur(r.rand_time, "rand_time", life.saturating_sub(rekey));
+    if life <= rekey && !rekey.is_zero() {
+        ok(Err(e(k("life_time"), "must be above rekey_time")));
+    }
+    if !rekey.is_zero() && rand >= rekey {
+        ok(Err(e(k("rand_time"), "must be below rekey_time")));
+    }
+    let act = |s: &Option<String>, what: &str, allowed: &[&str]| -> Action {
+        action(s.as_deref(), &k(what), allowed).unwrap_or_else(|x| {
+            ok(Err(x));
+            Action::None
+        })
+    };
+    let start_action = act(&r.start_action, "start_action", &["start", "trap"]);
+    let dpd_action = act(&r.dpd_action, "dpd_action", &["start", "trap"]);
+    let close_action = act(&r.close_action, "close_action", &["start", "trap"]);
+    // The IP engine's window: 64 to 2^20 packets (swanctl's default 32 is raised to 64).
+    let replay_window = match r.replay_window {
+        None => 64,
+        Some(n @ 0..=1_048_576) => (n as u32).max(64),
+        Some(_) => {
+            ok(Err(e(k("replay_window"), "must be 0 to 1048576 packets")));
+            64
+        }
+    };
+    let errors = errors.into_inner();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(ChildConfig {
+        name: r.name,
+        local_ts,
+        remote_ts,
+        esp_proposals,
+        mode,
+        lifetimes: Lifetimes { rekey, life, rand },
+        start_action,
+        dpd_action,
+        close_action,
+        replay_window,
+    })
+}
+
+/// A traffic selector: `10.0.0.0/24`, `10.0.0.1` (a host), `10.0.0.1/32[tcp/80]`, `[udp]`, `[tcp/1024-65535]`,
+/// `[6/%any]`; `dynamic` is the side's first address (the one it initiates from or to) as a host selector:
+/// negotiated addresses (virtual IPs) are not supported.
+fn ts(s: &str, own: &[IpAddr]) -> Result<TsSpec, String> {
+    let (net, extra) = match s.split_once('[') {
+        Some((n, rest)) => (
+            n,
+            Some(
+                rest.strip_suffix(']')
+                    .ok_or("a '[' without its ']' (as in 10.0.0.1/32[tcp/80])")?,
+            ),
+        ),
+        None => (s, None),
+    };
+    let (addr, prefix) = if net == "dynamic" {
+        let a = *own
+            .first()
+            .ok_or("dynamic needs the side's address (local_addrs or remote_addrs)")?;
+        (a, if a.is_ipv4() { 32 } else { 128 })
+    } else {
+        let n: ipnet::IpNet = match net.parse() {
+            Ok(n) => n,
+            Err(_) => net
+                .parse::<IpAddr>()
+                .map(ipnet::IpNet::from)
+                .map_err(|_| "is not a network (10.0.0.0/24), an address or dynamic".to_string())?,
+        };
+        if n.trunc() != n {
+            return Err(format!("has host bits set (the network is {})", n.trunc()));
+        }
+        (n.addr(), n.prefix_len())
+    };
+    let (mut protocol, mut ports) = (0u8, (0u16, 65535u16));
+    if let Some(x) = extra {
+        let (p, port) = match x.split_once('/') {
+            Some((p, port)) => (p, Some(port)),
+            None => (x, None),
+        };
+        protocol = match p {
+            "" | "%any" => 0,
+            "tcp" => 6,
+            "udp" => 17,
+            "icmp" => 1,
+            "ipv6-icmp" | "icmp6" => 58,
+            "sctp" => 132,
+            n => n
+                .parse()
+                .map_err(|_| "unknown protocol (tcp, udp, icmp, icmp6, sctp or a number)")?,
+        };
+        if let Some(port) = port {
+            let pn = |t: &str| {
+                t.parse::<u16>()
+                    .map_err(|_| "bad port (a number, a-b or %any)")
+            };
+            ports = match port {
+                "%any" | "" => (0, 65535),
+                r => match r.split_once('-') {
+                    Some((a, b)) => (pn(a)?, pn(b)?),
+                    None => (pn(r)?, pn(r)?),
+                },
+            };
+            if ports.0 > ports.1 {
+                return Err("port range runs backwards".into());
+            }
+            if ports != (0, 65535) && !netveil_sa::policy::has_ports(protocol) {
+                return Err("ports need a protocol with ports (tcp, udp, sctp)".into());
+            }
+        }
+    }
+    Ok(TsSpec {
+        addr,
+        prefix,
+        protocol,
+        ports,
+    })
+}
+
+/// The IP engine's suite for one encryption and integrity algorithm of an ESP proposal. Exhaustive: an
+/// algorithm the IKE crate learns does not compile here until it is mapped (or refused).
+pub fn esp_suite(encr: Encr, integ: Option<Integ>) -> Option<EspSuite> {
+    use netveil_ipsec::suite::Integ as I;
+    let enc = match encr {
+        Encr::AesCbc128 => Enc::AesCbc { key_bits: 128 },
+        Encr::AesCbc256 => Enc::AesCbc { key_bits: 256 },
+        Encr::AesGcm16_128 => Enc::AesGcm {
+            key_bits: 128,
+            icv: 16,
+        },
+        Encr::AesGcm16_256 => Enc::AesGcm {
+            key_bits: 256,
+            icv: 16,
+        },
+        Encr::ChaCha20Poly1305 => Enc::ChaCha20Poly1305,
+        Encr::TripleDes => Enc::TripleDesCbc,
+    };
+    let integ = integ.map(|i| match i {
+        Integ::HmacSha1_96 => I::HmacSha1_96,
+        Integ::HmacSha256_128 => I::HmacSha256_128,
+        Integ::HmacSha384_192 => I::HmacSha384_192,
+        Integ::HmacSha512_256 => I::HmacSha512_256,
+    });
+    if enc.is_aead() != integ.is_none() {
+        return None;
+    }
+    Some(EspSuite { enc, integ })
+}
+
+/// Whether every encryption/integrity pair a proposal may select is one the IP engine installs.
+fn engine_supports(p: &Proposal) -> Result<(), String> {
+    for &en in p.encr() {
+        let integs: Vec<Option<Integ>> = if en.is_aead() {
+            vec![None]
+        } else {
+            p.integ().iter().map(|&i| Some(i)).collect()
+        };
+        for i in integs {
+            if esp_suite(en, i).is_none() {
+                return Err(format!(
+                    "{en:?} with {i:?} is not supported by the IP engine (aes*gcm16, chacha20poly1305, \
+                     aes128/aes256/3des with sha1/sha256/sha384/sha512)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

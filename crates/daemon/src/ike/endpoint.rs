@@ -1,0 +1,67 @@
+//! The one place that calls the IKE state machine (`netveil_ike::machine::Endpoint`, written beside this driver
+//! on another branch): it plugs the endpoint into the driver's [`Machine`] trait.
+//!
+//! Until that module is merged, the implementation below is compiled out (`#[cfg(any())]`) and [`new`] refuses
+//! to start with a message saying so; the merge removes the two `cfg` lines and the fallback.
+
+use super::driver::Machine;
+use netveil_ike::config::Connection;
+
+/// The state machine of `connections`, its randomness from the operating system.
+#[cfg(any())]
+pub fn new(connections: Vec<Connection>) -> Result<Box<dyn Machine>, String> {
+    let rng = Box::new(netveil_crypto::rand::OsRng);
+    Ok(Box::new(Endpoint(netveil_ike::machine::Endpoint::new(
+        connections,
+        rng,
+        std::time::Instant::now(),
+    ))))
+}
+
+/// The state machine is not built in yet (see the module documentation).
+#[cfg(not(any()))]
+pub fn new(connections: Vec<Connection>) -> Result<Box<dyn Machine>, String> {
+    let _ = connections;
+    Err(
+        "this build has no IKE state machine yet (crates/ike's machine module is not merged)"
+            .into(),
+    )
+}
+
+#[cfg(any())]
+struct Endpoint(netveil_ike::machine::Endpoint);
+
+#[cfg(any())]
+impl Machine for Endpoint {
+    fn initiate(
+        &mut self,
+        connection: &str,
+        child: Option<&str>,
+        now: std::time::Instant,
+    ) -> Result<netveil_ike::event::IkeSaId, String> {
+        self.0
+            .initiate(connection, child, now)
+            .map_err(|e| e.to_string())
+    }
+    fn handle_datagram(
+        &mut self,
+        now: std::time::Instant,
+        local: std::net::SocketAddr,
+        remote: std::net::SocketAddr,
+        bytes: &[u8],
+    ) {
+        self.0.handle_datagram(now, local, remote, bytes)
+    }
+    fn handle_timeout(&mut self, now: std::time::Instant) {
+        self.0.handle_timeout(now)
+    }
+    fn poll_transmit(&mut self) -> Option<netveil_ike::event::Transmit> {
+        self.0.poll_transmit()
+    }
+    fn poll_event(&mut self) -> Option<netveil_ike::event::Event> {
+        self.0.poll_event()
+    }
+    fn poll_timeout(&self) -> Option<std::time::Instant> {
+        self.0.poll_timeout()
+    }
+}

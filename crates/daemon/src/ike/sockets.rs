@@ -1,0 +1,169 @@
+//! The IKE driver's sockets: UDP 500 and UDP 4500, one of each per address family of the configured local
+//! addresses, bound to the wildcard address (the local address of each datagram comes from `IP_PKTINFO`; those
+//! to an address not configured are dropped, and replies leave from the address they came to).
+//!
+//! Port 4500 is shared with the IP engine's ESP-in-UDP socket: both are bound with `SO_REUSEPORT` into one group
+//! ([`UdpSocket::bind_shared`]), and this driver attaches the group's steering program
+//! ([`UdpSocket::steer_non_esp`]): datagrams with the non-ESP marker (four zero bytes) and NAT-T keepalives come
+//! here, ESP goes to the engine, which knows nothing of IKE. The engine's socket joined first (engines start
+//! before drivers): it is the group's socket 0, this one 1. Without an engine socket on the port this one is alone
+//! and gets everything (ESP is dropped here, as an engine without NAT-T would).
+
+use netveil_ike::event::Transmit;
+use netveil_io::{PacketBuf, UdpMeta, UdpSocket};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+/// The non-ESP marker (RFC 3948 2.2).
+pub const MARKER: [u8; 4] = [0; 4];
+
+/// The largest IKE datagram read (IKE messages above the path MTU come fragmented, RFC 7383).
+const MAX_DATAGRAM: usize = 65535;
+
+struct Sock {
+    sock: UdpSocket,
+    /// Whether it is the NAT-T port's (the marker in front of every IKE message).
+    nat_t: bool,
+}
+
+/// A received IKE message, without the marker.
+#[derive(Debug)]
+pub struct Datagram {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub bytes: Vec<u8>,
+}
+
+pub struct Sockets {
+    socks: Vec<Sock>,
+    locals: Vec<IpAddr>,
+}
+
+impl Sockets {
+    /// Binds `ike_port` and `nat_t_port` (500 and 4500) for each family of `locals`, with `mark` as `SO_MARK`.
+    pub fn open(
+        locals: &[IpAddr],
+        ike_port: u16,
+        nat_t_port: u16,
+        mark: Option<u32>,
+    ) -> io::Result<Sockets> {
+        let mut socks = Vec::new();
+        for v6 in [false, true] {
+            if !locals.iter().any(|a| a.is_ipv6() == v6) {
+                continue;
+            }
+            let any = if v6 {
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            };
+            let ctx = |port: u16| {
+                move |e: io::Error| {
+                    io::Error::new(e.kind(), format!("UDP port {port} ({any}): {e}"))
+                }
+            };
+            let ike = UdpSocket::bind(SocketAddr::new(any, ike_port)).map_err(ctx(ike_port))?;
+            let nat = UdpSocket::bind_shared(SocketAddr::new(any, nat_t_port))
+                .map_err(ctx(nat_t_port))?;
+            nat.steer_non_esp(1, 0).map_err(ctx(nat_t_port))?;
+            for s in [&ike, &nat] {
+                if let Some(m) = mark {
+                    s.set_mark(m).map_err(ctx(s.local_addr().port()))?;
+                }
+            }
+            socks.push(Sock {
+                sock: ike,
+                nat_t: false,
+            });
+            socks.push(Sock {
+                sock: nat,
+                nat_t: true,
+            });
+        }
+        Ok(Sockets {
+            socks,
+            locals: locals.to_vec(),
+        })
+    }
+
+    /// Waits up to `wait` and reads what the sockets have: each datagram as an IKE message (`Err(())`: dropped,
+    /// not to a configured address, or on the NAT-T port without the marker).
+    pub fn receive(&self, wait: Duration, out: &mut Vec<Result<Datagram, ()>>) -> io::Result<()> {
+        let refs: Vec<&UdpSocket> = self.socks.iter().map(|s| &s.sock).collect();
+        let ready = UdpSocket::poll_readable(&refs, Some(wait))?;
+        for (s, ready) in self.socks.iter().zip(ready) {
+            if !ready {
+                continue;
+            }
+            s.sock.set_recv_timeout(Duration::from_millis(1))?;
+            let mut bufs = vec![PacketBuf::new(MAX_DATAGRAM, 0); 8];
+            let mut meta = vec![UdpMeta::default(); 8];
+            let n = match s.sock.recv_batch(&mut bufs, &mut meta, 0) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                Err(e) => return Err(e),
+            };
+            let port = s.sock.local_addr().port();
+            for (b, m) in bufs[..n].iter().zip(&meta[..n]) {
+                out.push(self.accept(s.nat_t, b.data(), m, port));
+            }
+        }
+        Ok(())
+    }
+
+    fn accept(&self, nat_t: bool, data: &[u8], m: &UdpMeta, port: u16) -> Result<Datagram, ()> {
+        if !self.locals.contains(&m.dst) {
+            return Err(());
+        }
+        let bytes = if nat_t {
+            // Keepalives (1 byte) and ESP (non-zero SPI) carry no IKE message.
+            match data.strip_prefix(&MARKER) {
+                Some(rest) if !rest.is_empty() => rest,
+                _ => return Err(()),
+            }
+        } else {
+            data
+        };
+        Ok(Datagram {
+            local: SocketAddr::new(m.dst, port),
+            remote: m.src,
+            bytes: bytes.to_vec(),
+        })
+    }
+
+    /// Sends one message from the socket of its local port and family (the marker in front on the NAT-T port).
+    pub fn send(&self, t: &Transmit) -> io::Result<()> {
+        let s = self
+            .socks
+            .iter()
+            .find(|s| {
+                s.sock.local_addr().port() == t.local.port()
+                    && s.sock.local_addr().is_ipv6() == t.local.is_ipv6()
+            })
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::AddrNotAvailable,
+                    format!("no IKE socket for {}", t.local),
+                )
+            })?;
+        let mut data = Vec::with_capacity(t.bytes.len() + 4);
+        if s.nat_t {
+            data.extend_from_slice(&MARKER);
+        }
+        data.extend_from_slice(&t.bytes);
+        let pkt = PacketBuf::from_slice(&data, 0, 0);
+        match s
+            .sock
+            .send_batch_from(&[pkt], &[t.remote], &[t.local.ip()])?
+        {
+            1 => Ok(()),
+            _ => Err(io::Error::new(io::ErrorKind::WouldBlock, "not sent")),
+        }
+    }
+
+    /// The bound addresses (tests).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.socks.iter().map(|s| s.sock.local_addr()).collect()
+    }
+}
