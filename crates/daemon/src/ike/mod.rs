@@ -126,3 +126,7 @@ impl Engine for IkeDriver {
         let _ = self.thread.join();
     }
 }
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod driver_tests;
