@@ -36,7 +36,7 @@ use netveil_ike::config::{
     TsSpec,
 };
 use netveil_ike::keys::Secret as IkeSecret;
-use netveil_ike::proposal::{Encr, Integ, Proposal, Protocol};
+use netveil_ike::proposal::{Encr, Integ, Proposal, ProposalError, Protocol};
 use netveil_ipsec::suite::{Enc, EspSuite};
 use serde::Deserialize;
 use std::net::IpAddr;
@@ -249,7 +249,10 @@ fn connection(
             for (i, s) in p.iter().enumerate() {
                 match Proposal::parse(Protocol::Ike, s) {
                     Ok(p) => proposals.push(p),
-                    Err(x) => ok(Err(e(format!("{}[{i}]", k("proposals")), x.to_string()))),
+                    Err(x) => ok(Err(e(
+                        format!("{}[{i}]", k("proposals")),
+                        proposal_error(s, &x),
+                    ))),
                 }
             }
         }
@@ -612,7 +615,7 @@ fn child(
                         Ok(()) => esp_proposals.push(p),
                         Err(why) => ok(Err(e(pk, why))),
                     },
-                    Err(x) => ok(Err(e(pk, x.to_string()))),
+                    Err(x) => ok(Err(e(pk, proposal_error(s, &x)))),
                 }
             }
         }
@@ -709,7 +712,7 @@ fn ts(s: &str, own: &[IpAddr]) -> Result<TsSpec, String> {
                 .map_err(|_| "is not a network (10.0.0.0/24), an address or dynamic".to_string())?,
         };
         if n.trunc() != n {
-            return Err(format!("has host bits set (the network is {})", n.trunc()));
+            return Err("has host bits set (write the network's address, value not shown)".into());
         }
         (n.addr(), n.prefix_len())
     };
@@ -756,6 +759,27 @@ fn ts(s: &str, own: &[IpAddr]) -> Result<TsSpec, String> {
         protocol,
         ports,
     })
+}
+
+/// A proposal's error as the IKE crate words it, except that a token it does not know (which may be anything,
+/// a secret pasted in the wrong place too) is named by its position, not shown; the other errors name keywords
+/// it knows.
+fn proposal_error(s: &str, x: &ProposalError) -> String {
+    match x {
+        ProposalError::UnknownToken(t) => {
+            let n = s
+                .trim()
+                .split('-')
+                .position(|w| w == t)
+                .map_or(0, |n| n + 1);
+            format!(
+                "algorithm {n} (of those separated by '-') is not a keyword netveil knows (value not shown; e.g. \
+                 aes128, aes256gcm16, chacha20poly1305, sha256, prfsha384, x25519, ecp384, modp2048, ke1_mlkem768, \
+                 esn)"
+            )
+        }
+        other => other.to_string(),
+    }
 }
 
 /// The IP engine's suite for one encryption and integrity algorithm of an ESP proposal. Exhaustive: an
