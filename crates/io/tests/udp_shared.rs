@@ -10,8 +10,11 @@ use netveil_io::{PacketBuf, UdpMeta, UdpSocket};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-/// Everything `s` receives within 300 ms: (first byte, length).
-fn drain(s: &UdpSocket) -> Vec<(u8, usize)> {
+/// What a socket received: (first byte, length) of each datagram.
+type Got = Vec<(u8, usize)>;
+
+/// Everything `s` receives within 300 ms.
+fn drain(s: &UdpSocket) -> Got {
     s.set_recv_timeout(Duration::from_millis(300)).unwrap();
     let mut got = Vec::new();
     loop {
@@ -25,7 +28,7 @@ fn drain(s: &UdpSocket) -> Vec<(u8, usize)> {
     }
 }
 
-fn shared_port(any: IpAddr, lo: IpAddr, steer: bool) -> (Vec<(u8, usize)>, Vec<(u8, usize)>) {
+fn shared_port(any: IpAddr, lo: IpAddr, steer: bool) -> (Got, Got) {
     let port = 4500;
     let engine = UdpSocket::bind_shared(SocketAddr::new(any, port)).expect("engine's socket");
     let ike = UdpSocket::bind_shared(SocketAddr::new(any, port)).expect("IKE's socket joins");
