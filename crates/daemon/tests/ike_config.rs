@@ -182,3 +182,42 @@ fn no_ike_error_shows_a_value() {
         }
     }
 }
+
+/// The README's `[ike]` example parses as documented (its PSK file replaced by an inline key: the file is
+/// root's).
+#[test]
+fn the_readme_example_parses() {
+    let readme = include_str!("../../../README.md");
+    let start = readme.find("### IKEv2").expect("the section");
+    let block = &readme[start..];
+    let block = &block[block.find("```toml\n").unwrap() + 8..];
+    let block = &block[..block.find("```").unwrap()];
+    let text = block.replace(
+        "psk_file = \"/etc/netveil/site.psk\"",
+        "psk = \"0123456789abcdef0123456789abcdef\"",
+    );
+    assert_ne!(text, block);
+    // Every commented-out key as well (the defaults as written).
+    let uncommented: String = text
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(kv) if kv.contains(" = ") => {
+                let kv = kv.split("  #").next().unwrap();
+                if kv.contains(", ") && !kv.contains('[') {
+                    kv.replace(", ", "\n") + "\n"
+                } else {
+                    format!("{kv}\n")
+                }
+            }
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    for t in [&text, &uncommented] {
+        let s = runtime::parse_all(t, std::path::Path::new("/"))
+            .unwrap_or_else(|e| panic!("{e:?}\n{t}"));
+        assert_eq!(
+            s.drivers[0].1.check().unwrap().summary,
+            "1 IKE connection, 1 child"
+        );
+    }
+}
