@@ -38,7 +38,13 @@ pub struct Datagram {
 pub struct Sockets {
     socks: Vec<Sock>,
     locals: Vec<IpAddr>,
+    /// Receive buffers, allocated once.
+    bufs: Vec<PacketBuf>,
+    meta: Vec<UdpMeta>,
 }
+
+/// Datagrams read per socket and turn.
+const BATCH: usize = 8;
 
 impl Sockets {
     /// Binds `ike_port` and `nat_t_port` (500 and 4500) for each family of `locals`, with `mark` as `SO_MARK`.
@@ -84,12 +90,18 @@ impl Sockets {
         Ok(Sockets {
             socks,
             locals: locals.to_vec(),
+            bufs: vec![PacketBuf::new(MAX_DATAGRAM, 0); BATCH],
+            meta: vec![UdpMeta::default(); BATCH],
         })
     }
 
     /// Waits up to `wait` and reads what the sockets have: each datagram as an IKE message (`Err(())`: dropped,
     /// not to a configured address, or on the NAT-T port without the marker).
-    pub fn receive(&self, wait: Duration, out: &mut Vec<Result<Datagram, ()>>) -> io::Result<()> {
+    pub fn receive(
+        &mut self,
+        wait: Duration,
+        out: &mut Vec<Result<Datagram, ()>>,
+    ) -> io::Result<()> {
         let refs: Vec<&UdpSocket> = self.socks.iter().map(|s| &s.sock).collect();
         let ready = UdpSocket::poll_readable(&refs, Some(wait))?;
         for (s, ready) in self.socks.iter().zip(ready) {
@@ -97,41 +109,52 @@ impl Sockets {
                 continue;
             }
             s.sock.set_recv_timeout(Duration::from_millis(1))?;
-            let mut bufs = vec![PacketBuf::new(MAX_DATAGRAM, 0); 8];
-            let mut meta = vec![UdpMeta::default(); 8];
-            let n = match s.sock.recv_batch(&mut bufs, &mut meta, 0) {
+            for b in &mut self.bufs {
+                b.reset(0);
+            }
+            let n = match s.sock.recv_batch(&mut self.bufs, &mut self.meta, 0) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
                 Err(e) => return Err(e),
             };
             let port = s.sock.local_addr().port();
-            for (b, m) in bufs[..n].iter().zip(&meta[..n]) {
-                out.push(self.accept(s.nat_t, b.data(), m, port));
+            for (b, m) in self.bufs[..n].iter().zip(&self.meta[..n]) {
+                out.push(accept(&self.locals, s.nat_t, b.data(), m, port));
             }
         }
         Ok(())
     }
+}
 
-    fn accept(&self, nat_t: bool, data: &[u8], m: &UdpMeta, port: u16) -> Result<Datagram, ()> {
-        if !self.locals.contains(&m.dst) {
-            return Err(());
-        }
-        let bytes = if nat_t {
-            // Keepalives (1 byte) and ESP (non-zero SPI) carry no IKE message.
-            match data.strip_prefix(&MARKER) {
-                Some(rest) if !rest.is_empty() => rest,
-                _ => return Err(()),
-            }
-        } else {
-            data
-        };
-        Ok(Datagram {
-            local: SocketAddr::new(m.dst, port),
-            remote: m.src,
-            bytes: bytes.to_vec(),
-        })
+/// One received datagram as an IKE message, or `Err(())`: not to one of `locals`, or on the NAT-T port without
+/// the marker (ESP, a keepalive).
+fn accept(
+    locals: &[IpAddr],
+    nat_t: bool,
+    data: &[u8],
+    m: &UdpMeta,
+    port: u16,
+) -> Result<Datagram, ()> {
+    if !locals.contains(&m.dst) {
+        return Err(());
     }
+    let bytes = if nat_t {
+        // Keepalives (1 byte) and ESP (non-zero SPI) carry no IKE message.
+        match data.strip_prefix(&MARKER) {
+            Some(rest) if !rest.is_empty() => rest,
+            _ => return Err(()),
+        }
+    } else {
+        data
+    };
+    Ok(Datagram {
+        local: SocketAddr::new(m.dst, port),
+        remote: m.src,
+        bytes: bytes.to_vec(),
+    })
+}
 
+impl Sockets {
     /// Sends one message from the socket of its local port and family (the marker in front on the NAT-T port).
     pub fn send(&self, t: &Transmit) -> io::Result<()> {
         let s = self
