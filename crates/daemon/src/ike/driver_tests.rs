@@ -325,3 +325,59 @@ fn stop_removes_what_is_installed() {
     drop(engine);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every failure is logged with what to check, and with what it concerns (proposals, selectors, ids).
+#[test]
+fn failures_say_what_to_check() {
+    let t = |addr: &str| TsSpec {
+        addr: addr.parse().unwrap(),
+        prefix: 24,
+        protocol: 6,
+        ports: (80, 80),
+    };
+    let cases = [
+        (
+            Failure::NoProposalChosen {
+                ours: vec!["aes256gcm16-prfsha384-ecp384".into()],
+                theirs: vec!["aes128-sha1-modp1024".into()],
+            },
+            vec!["aes256gcm16-prfsha384-ecp384", "aes128-sha1-modp1024", "proposals"],
+        ),
+        (
+            Failure::TsUnacceptable {
+                ours: vec![t("10.1.0.0")],
+                theirs: vec![t("10.9.0.0")],
+            },
+            vec!["10.1.0.0/24[6/80-80]", "10.9.0.0/24", "local_ts"],
+        ),
+        (
+            Failure::AuthenticationFailed {
+                id: "peer.example.org".into(),
+                by_peer: false,
+            },
+            vec!["peer.example.org", "pre-shared key", "remote.id"],
+        ),
+        (
+            Failure::AuthenticationFailed {
+                id: "me".into(),
+                by_peer: true,
+            },
+            vec!["refused our authentication as me", "local.id"],
+        ),
+        (Failure::Timeout, vec!["UDP 500 and 4500"]),
+        (
+            Failure::PeerError {
+                notify: 14,
+                name: "NO_PROPOSAL_CHOSEN".into(),
+            },
+            vec!["NO_PROPOSAL_CHOSEN (14)"],
+        ),
+        (Failure::NoMatchingConnection, vec!["remote_addrs"]),
+    ];
+    for (f, want) in cases {
+        let s = driver::explain(&f);
+        for w in want {
+            assert!(s.contains(w), "{f:?}: {s}");
+        }
+    }
+}
