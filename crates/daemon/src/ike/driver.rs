@@ -28,6 +28,8 @@ pub trait Machine: Send {
         child: Option<&str>,
         now: Instant,
     ) -> Result<IkeSaId, String>;
+    /// Deletes an IKE SA (INFORMATIONAL DELETE; its children go with it).
+    fn terminate(&mut self, ike_sa: IkeSaId, now: Instant) -> Result<(), String>;
     fn handle_datagram(
         &mut self,
         now: Instant,
@@ -59,10 +61,13 @@ pub struct Driver {
     /// (connection, child) to initiate at start (`start_action = start`).
     pub start: Vec<(String, String)>,
     pub counters: Arc<Counters>,
+    /// The IKE SAs up (from the events), deleted at stop.
+    pub ike_sas: Vec<IkeSaId>,
 }
 
 impl Driver {
-    /// Runs until `stop`; then removes every CHILD_SA it installed.
+    /// Runs until `stop`; then deletes every IKE SA that is up (the peer hears of it: one try, no wait for the
+    /// answer) and removes every CHILD_SA it installed.
     pub fn run(mut self, stop: &AtomicBool) {
         let now = Instant::now();
         for (conn, child) in std::mem::take(&mut self.start) {
@@ -78,6 +83,13 @@ impl Driver {
         while !stop.load(Relaxed) {
             self.turn(TURN);
         }
+        let now = Instant::now();
+        for id in std::mem::take(&mut self.ike_sas) {
+            if let Err(e) = self.machine.terminate(id, now) {
+                tracing::debug!("ike: IKE SA {} at stop: {e}", id.0);
+            }
+        }
+        self.flush();
         self.installer.remove_all();
     }
 
@@ -135,9 +147,13 @@ impl Driver {
     fn apply(&mut self, ev: Event) {
         match ev {
             Event::IkeSaUp { ike_sa, connection } => {
+                if !self.ike_sas.contains(&ike_sa) {
+                    self.ike_sas.push(ike_sa);
+                }
                 tracing::info!("ike: IKE SA {} of connection {connection} established", ike_sa.0)
             }
             Event::IkeSaDown { ike_sa, connection } => {
+                self.ike_sas.retain(|i| *i != ike_sa);
                 tracing::info!("ike: IKE SA {} of connection {connection} deleted", ike_sa.0)
             }
             Event::ChildSaUp(c) => match self.installer.install(&c) {

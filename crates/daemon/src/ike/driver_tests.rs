@@ -24,6 +24,7 @@ struct Script {
     initiated: Vec<(String, Option<String>)>,
     received: Vec<(SocketAddr, SocketAddr, Vec<u8>)>,
     timeouts: u32,
+    terminated: Vec<IkeSaId>,
     tx: Vec<Transmit>,
     events: Vec<Event>,
     timeout: Option<Instant>,
@@ -52,6 +53,17 @@ impl Machine for Scripted {
             bytes: b"IKE_SA_INIT".to_vec(),
         });
         Ok(IkeSaId(1))
+    }
+    fn terminate(&mut self, id: IkeSaId, _: Instant) -> std::result::Result<(), String> {
+        let mut s = self.s.lock().unwrap();
+        s.terminated.push(id);
+        let peer = self.child.remote;
+        s.tx.push(Transmit {
+            local: self.nat,
+            remote: peer,
+            bytes: b"INFORMATIONAL DELETE".to_vec(),
+        });
+        Ok(())
     }
     fn handle_datagram(&mut self, _: Instant, local: SocketAddr, remote: SocketAddr, b: &[u8]) {
         let mut s = self.s.lock().unwrap();
@@ -188,6 +200,7 @@ fn the_loop_moves_datagrams_events_and_timeouts() {
         installer: Installer::new(Arc::new(IpPort(engine.clone()))),
         start: vec![("site".into(), "net".into())],
         counters: counters.clone(),
+        ike_sas: Vec::new(),
     };
     let running = spawn(d).unwrap();
     // start_action = start: initiated at once, its first message from port 500's socket, without a marker.
@@ -239,7 +252,11 @@ fn the_loop_moves_datagrams_events_and_timeouts() {
     wait_for("the timeout", || script.lock().unwrap().timeouts == 1);
     wait_for("the CHILD_SA removed", || sas().is_empty());
     assert_eq!(engine.db.load().policies.len(), 0);
+    // At stop the IKE SA that is up is deleted: the peer gets the DELETE.
     Box::new(running).stop(&mut crate::engine::Undo::default(), false);
+    assert_eq!(script.lock().unwrap().terminated, [IkeSaId(1)]);
+    let (_, b) = recv(&peer).expect("the DELETE at stop");
+    assert_eq!(b, b"\0\0\0\0INFORMATIONAL DELETE");
     drop(engine);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -311,6 +328,7 @@ fn stop_removes_what_is_installed() {
         installer: inst,
         start: vec![("c".into(), "x".into())],
         counters: Default::default(),
+        ike_sas: Vec::new(),
     };
     let running = spawn(d).unwrap();
     std::thread::sleep(Duration::from_millis(250));
@@ -341,7 +359,11 @@ fn failures_say_what_to_check() {
                 ours: vec!["aes256gcm16-prfsha384-ecp384".into()],
                 theirs: vec!["aes128-sha1-modp1024".into()],
             },
-            vec!["aes256gcm16-prfsha384-ecp384", "aes128-sha1-modp1024", "proposals"],
+            vec![
+                "aes256gcm16-prfsha384-ecp384",
+                "aes128-sha1-modp1024",
+                "proposals",
+            ],
         ),
         (
             Failure::TsUnacceptable {

@@ -43,6 +43,13 @@ impl Machine for Endpoint {
             .initiate(connection, child, now)
             .map_err(|e| e.to_string())
     }
+    fn terminate(
+        &mut self,
+        ike_sa: netveil_ike::event::IkeSaId,
+        now: std::time::Instant,
+    ) -> Result<(), String> {
+        self.0.terminate(ike_sa, now).map_err(|e| e.to_string())
+    }
     fn handle_datagram(
         &mut self,
         now: std::time::Instant,

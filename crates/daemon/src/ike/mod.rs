@@ -95,6 +95,7 @@ impl DriverConfig for config::IkeConfig {
             installer: install::Installer::new(port),
             start,
             counters: Default::default(),
+            ike_sas: Vec::new(),
         };
         Ok(Box::new(spawn(d)?))
     }
