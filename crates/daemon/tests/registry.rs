@@ -420,7 +420,7 @@ fn an_unknown_key_names_the_registrys_keys() {
     assert_eq!(e[0].key, "bogus");
     assert_eq!(
         e[0].reason,
-        "unknown section or key (known: interface, sa, policy, psp, l2sec, log_level)"
+        "unknown section or key (known: interface, sa, policy, psp, l2sec, ike, log_level)"
     );
     // Every other error is the engines' own, named by their keys.
     assert!(e[1..].iter().all(|e| e.key.starts_with("l2sec.")), "{e:?}");
