@@ -11,14 +11,23 @@ use crate::message::sa::protocol_id;
 use crate::message::{self, AddrRange, Id, IdType, TrafficSelector};
 use crate::proposal::{Proposal, Protocol, Transform, TransformType};
 
-/// An SA payload proposal (number `number`, SPI `spi`) from a typed proposal.
+/// An SA payload proposal (number `number`, SPI `spi`) from a typed proposal, its transforms in strongSwan's
+/// order (ENCR, INTEG, PRF, KE, ESN, then the additional key exchanges; RFC 7296 leaves the order free).
 pub fn to_wire(p: &Proposal, number: u8, spi: &[u8]) -> message::Proposal {
+    let mut ts = p.transforms();
+    ts.sort_by_key(|t| match t.ty {
+        TransformType::Encr => 0,
+        TransformType::Integ => 1,
+        TransformType::Prf => 2,
+        TransformType::Ke => 3,
+        TransformType::Esn => 4,
+        TransformType::AddKe(n) => 4 + n,
+    });
     message::Proposal {
         number,
         protocol_id: p.protocol().id(),
         spi: spi.to_vec(),
-        transforms: p
-            .transforms()
+        transforms: ts
             .iter()
             .map(|t| {
                 let w = message::Transform::new(t.ty.number(), t.id);

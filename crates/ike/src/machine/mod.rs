@@ -128,7 +128,12 @@ pub struct IkeSaStatus {
     pub remote: SocketAddr,
     /// The selected IKE proposal in strongSwan's syntax (empty before IKE_SA_INIT completes).
     pub proposal: String,
+    /// A NAT was seen (either side) or `encap` forced UDP encapsulation.
     pub nat: bool,
+    /// Our address was translated (the peer's NAT_DETECTION_DESTINATION_IP did not match).
+    pub nat_local: bool,
+    /// The peer's address was translated (or faked, as strongSwan's `encap` does).
+    pub nat_remote: bool,
     /// Since the SA was created.
     pub age: Duration,
     pub children: Vec<ChildStatus>,
@@ -395,7 +400,9 @@ impl Endpoint {
                     .as_ref()
                     .map(|p| p.to_string())
                     .unwrap_or_default(),
-                nat: sa.nat_local || sa.nat_remote,
+                nat: sa.nat_local || sa.nat_remote || self.connections[sa.conn].encap,
+                nat_local: sa.nat_local,
+                nat_remote: sa.nat_remote,
                 age: now.saturating_duration_since(sa.created),
                 children: sa
                     .children
