@@ -9,7 +9,7 @@ use machine_common::*;
 use netveil_crypto::dh::Group;
 use netveil_crypto::rand::SeededRng;
 use netveil_ike::machine::{Endpoint, Limits};
-use netveil_ike::message::{ExchangeType, Ke, Message, Notify, NotifyType, Payload};
+use netveil_ike::message::{ExchangeType, Message, Notify, NotifyType, Payload};
 
 /// A valid IKE_SA_INIT request of A's for `ike`, and a fresh responder B for it.
 fn request_and_responder(ike: &str) -> (Vec<u8>, Endpoint, Sim) {
