@@ -552,3 +552,6 @@ impl Endpoint {
         true
     }
 }
+
+#[cfg(test)]
+mod tests;
