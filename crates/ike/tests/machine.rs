@@ -36,6 +36,8 @@ fn establishes_with_every_group_and_ike_suite() {
         ("aes128-sha256-modp2048", "aes128-sha256"),
         ("aes256-sha384-x25519", "aes128gcm16-esn"),
         ("aes128gcm16-prfsha384-modp3072", "aes256-sha1"),
+        ("aes256gcm16-prfsha256-ecp256", "aes256gcm16"),
+        ("aes256-sha384-ecp384", "aes128-sha256"),
     ] {
         let sim = establish(ike, esp, 1);
         assert_up(&sim);

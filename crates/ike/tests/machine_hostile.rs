@@ -108,6 +108,43 @@ fn invalid_x25519_values_are_refused_without_state() {
 }
 
 #[test]
+fn invalid_ecp_points_are_refused_without_state() {
+    for (ike, n) in [("aes256-sha256-ecp256", 64), ("aes256-sha256-ecp384", 96)] {
+        let (req, mut b, sim) = request_and_responder(ike);
+        let m = Message::parse(&req).unwrap();
+        let good = m
+            .payloads
+            .iter()
+            .find_map(|p| match p {
+                Payload::Ke(k) => Some(k.data.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(good.len(), n);
+        let mut off = good.clone();
+        off[n - 1] ^= 1;
+        let mut prefixed = vec![4];
+        prefixed.extend_from_slice(&good);
+        for (what, v) in [
+            ("off the curve", off),
+            ("zero", vec![0u8; n]),
+            ("SEC 1 prefix", prefixed),
+            ("short", good[..n - 1].to_vec()),
+        ] {
+            let out = deliver(&mut b, &sim, &set_ke(&req, v));
+            assert_eq!(
+                only_notify(&out),
+                NotifyType::INVALID_SYNTAX,
+                "{ike} {what}"
+            );
+            assert_eq!(b.half_open(), 0, "{what}");
+        }
+        assert_eq!(deliver(&mut b, &sim, &m.to_vec().unwrap()).len(), 1);
+        assert_eq!(b.half_open(), 1);
+    }
+}
+
+#[test]
 fn a_ke_of_another_group_gets_invalid_ke_payload() {
     let (req, mut b, sim) = request_and_responder("aes256-sha256-x25519");
     let other = with_payloads(&req, |ps| {

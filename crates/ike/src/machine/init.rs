@@ -37,7 +37,9 @@ pub fn dh_group(k: KeMethod) -> Option<Group> {
         KeMethod::Curve25519 => Some(Group::X25519),
         KeMethod::Modp2048 => Some(Group::Modp2048),
         KeMethod::Modp3072 => Some(Group::Modp3072),
-        KeMethod::Ecp256 | KeMethod::Ecp384 | KeMethod::MlKem768 => None,
+        KeMethod::Ecp256 => Some(Group::Ecp256),
+        KeMethod::Ecp384 => Some(Group::Ecp384),
+        KeMethod::MlKem768 => None,
     }
 }
 
