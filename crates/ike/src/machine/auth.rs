@@ -1,7 +1,7 @@
 //! IKE_AUTH (RFC 7296 1.2, 2.15) with pre-shared keys, and the first CHILD_SA (2.9 narrowing, 2.17 keys).
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::glue::{self, Range};
 use super::info::Outcome;
@@ -13,6 +13,23 @@ use crate::keys::{psk_auth, verify_psk_auth, ChildKeys, ChildSuite, Role};
 use crate::message::payloads::auth_method;
 use crate::message::{payload_type, Auth, Id, Notify, NotifyType, Payload, Ts};
 use crate::proposal::{self, Preference, Proposal};
+
+/// A CHILD_SA that an exchange set up, for [`Endpoint::child_up`].
+pub(super) struct NewChild<'a> {
+    pub cfg: usize,
+    pub chosen: Proposal,
+    pub inbound_spi: u32,
+    pub outbound_spi: u32,
+    pub mode: Mode,
+    pub local_ts: Vec<TsSpec>,
+    pub remote_ts: Vec<TsSpec>,
+    /// Whether we initiated the exchange that creates it (its Ni is ours).
+    pub we_initiated: bool,
+    pub ni: &'a [u8],
+    pub nr: &'a [u8],
+    pub shared: Option<&'a [u8]>,
+    pub replaces: Option<u32>,
+}
 
 /// The ID payload body (type, reserved, data) as it is emitted.
 fn id_body(id: &Id) -> Vec<u8> {
@@ -105,26 +122,17 @@ impl Endpoint {
         );
     }
 
-    /// The CHILD_SA event, and the child recorded in the SA.
-    #[allow(clippy::too_many_arguments)]
-    fn child_up(
-        &mut self,
-        sa: &mut IkeSa,
-        cfg: usize,
-        chosen: Proposal,
-        inbound_spi: u32,
-        outbound_spi: u32,
-        mode: Mode,
-        local_ts: Vec<TsSpec>,
-        remote_ts: Vec<TsSpec>,
-    ) -> bool {
+    /// The CHILD_SA event, and the child recorded in the SA. Keys: KEYMAT from the creating exchange's nonces
+    /// (and PFS shared secret), the first half for the direction from that exchange's initiator.
+    pub(super) fn child_up(&mut self, sa: &mut IkeSa, n: NewChild<'_>, now: Instant) -> bool {
         let conn = &self.connections[sa.conn];
-        let child = &conn.children[cfg];
+        let child = &conn.children[n.cfg];
         let Some(keys) = &sa.keys else { return false };
-        let Ok(suite) = ChildSuite::from_proposal(&chosen) else {
+        let Ok(suite) = ChildSuite::from_proposal(&n.chosen) else {
             return false;
         };
-        let Ok(k) = ChildKeys::derive(suite, keys.suite().prf(), keys.sk_d(), &[], &sa.ni, &sa.nr)
+        let shared: Vec<&[u8]> = n.shared.into_iter().collect();
+        let Ok(k) = ChildKeys::derive(suite, keys.suite().prf(), keys.sk_d(), &shared, n.ni, n.nr)
         else {
             return false;
         };
@@ -132,43 +140,59 @@ impl Endpoint {
             (k.encr_i().clone(), k.integ_i().clone()),
             (k.encr_r().clone(), k.integ_r().clone()),
         );
-        let (inb, outb) = match sa.role {
-            Role::Initiator => (r_to_i, i_to_r),
-            Role::Responder => (i_to_r, r_to_i),
+        let (inb, outb) = if n.we_initiated {
+            (r_to_i, i_to_r)
+        } else {
+            (i_to_r, r_to_i)
         };
         let udp_encap = sa.nat_local || sa.nat_remote || conn.encap;
         let ev = ChildSa {
             ike_sa: sa.id,
             connection: conn.name.clone(),
             child: child.name.clone(),
-            proposal: chosen.clone(),
-            mode,
+            proposal: n.chosen.clone(),
+            mode: n.mode,
             local: sa.local,
             remote: sa.remote,
             udp_encap,
             inbound: EspSa {
-                spi: inbound_spi,
+                spi: n.inbound_spi,
                 encr_key: inb.0,
                 integ_key: inb.1,
             },
             outbound: EspSa {
-                spi: outbound_spi,
+                spi: n.outbound_spi,
                 encr_key: outb.0,
                 integ_key: outb.1,
             },
-            local_ts: local_ts.clone(),
-            remote_ts: remote_ts.clone(),
+            local_ts: n.local_ts.clone(),
+            remote_ts: n.remote_ts.clone(),
             replay_window: child.replay_window,
-            replaces: None,
+            replaces: n.replaces,
         };
+        let l = child.lifetimes;
+        let mut r = [0u8; 8];
+        self.rng.fill(&mut r);
+        let jitter = if l.rand.is_zero() {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(
+                u64::from_be_bytes(r) % (l.rand.as_nanos().min(u128::from(u64::MAX)) as u64),
+            )
+        };
+        let rekey = l.rekey.saturating_sub(jitter);
+        let name = child.name.clone();
         sa.children.push(Child {
-            name: child.name.clone(),
-            inbound_spi,
-            outbound_spi,
-            mode,
-            proposal: chosen,
-            local_ts,
-            remote_ts,
+            name,
+            cfg: n.cfg,
+            rekey_at: now + if rekey.is_zero() { l.life } else { rekey },
+            expire_at: now + l.life.max(rekey),
+            inbound_spi: n.inbound_spi,
+            outbound_spi: n.outbound_spi,
+            mode: n.mode,
+            proposal: n.chosen,
+            local_ts: n.local_ts,
+            remote_ts: n.remote_ts,
         });
         self.events.push_back(Event::ChildSaUp(Box::new(ev)));
         true
@@ -287,14 +311,13 @@ impl Endpoint {
         if has_notify(o, NotifyType::INITIAL_CONTACT) {
             self.initial_contact(sa);
         }
-        inner.extend(self.responder_child(sa, o));
+        inner.extend(self.responder_child(sa, o, now));
         self.respond(sa, ex, mid, &inner);
-        let _ = now;
         Outcome::Keep
     }
 
     /// Responder: the child's payloads for the IKE_AUTH response (or the notify that refuses it).
-    fn responder_child(&mut self, sa: &mut IkeSa, o: &Opened) -> Vec<Payload> {
+    fn responder_child(&mut self, sa: &mut IkeSa, o: &Opened, now: Instant) -> Vec<Payload> {
         let conn = &self.connections[sa.conn];
         let (Some(sa_p), Some(tsi), Some(tsr)) = (
             sa_of(o),
@@ -367,16 +390,22 @@ impl Endpoint {
         out.push(Payload::TsR(Ts {
             selectors: ts_r.iter().map(Range::selector).collect(),
         }));
-        if !self.child_up(
-            sa,
-            k,
-            sel.chosen,
-            spi,
-            peer_spi,
+        let (ni, nr) = (sa.ni.clone(), sa.nr.clone());
+        let n = NewChild {
+            cfg: k,
+            chosen: sel.chosen,
+            inbound_spi: spi,
+            outbound_spi: peer_spi,
             mode,
-            glue::specs(&ts_r),
-            glue::specs(&ts_i),
-        ) {
+            local_ts: glue::specs(&ts_r),
+            remote_ts: glue::specs(&ts_i),
+            we_initiated: false,
+            ni: &ni,
+            nr: &nr,
+            shared: None,
+            replaces: None,
+        };
+        if !self.child_up(sa, n, now) {
             self.inbound_spis.remove(&spi);
             return vec![notify(NotifyType::NO_PROPOSAL_CHOSEN)];
         }
@@ -428,13 +457,13 @@ impl Endpoint {
         sa.pending = None;
         sa.my_mid += 1;
         self.ike_up(sa);
-        self.initiator_child(sa, o);
+        self.initiator_child(sa, o, now);
         self.after_response(sa, now);
         Outcome::Keep
     }
 
     /// Initiator: the first child from the IKE_AUTH response, if the responder's choices are among ours.
-    fn initiator_child(&mut self, sa: &mut IkeSa, o: &Opened) {
+    fn initiator_child(&mut self, sa: &mut IkeSa, o: &Opened, now: Instant) {
         let Some(spi) = sa.first_child_spi.take() else {
             return;
         };
@@ -504,7 +533,22 @@ impl Endpoint {
             tsi.map(glue::ts_specs).unwrap_or_default(),
             tsr.map(glue::ts_specs).unwrap_or_default(),
         );
-        if !self.child_up(sa, ci, chosen, spi, peer_spi, mode, l, r) {
+        let (ni, nr) = (sa.ni.clone(), sa.nr.clone());
+        let n = NewChild {
+            cfg: ci,
+            chosen,
+            inbound_spi: spi,
+            outbound_spi: peer_spi,
+            mode,
+            local_ts: l,
+            remote_ts: r,
+            we_initiated: true,
+            ni: &ni,
+            nr: &nr,
+            shared: None,
+            replaces: None,
+        };
+        if !self.child_up(sa, n, now) {
             self.inbound_spis.remove(&spi);
         }
     }

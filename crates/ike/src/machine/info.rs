@@ -62,12 +62,33 @@ impl Endpoint {
         }
     }
 
-    /// After a response completed our request: a queued DELETE goes out.
+    /// After a response completed our request: a queued DELETE goes out (of an old CHILD_SA first).
     pub(super) fn after_response(&mut self, sa: &mut IkeSa, now: Instant) {
-        if sa.delete_queued && sa.pending.is_none() && sa.state == State::Established {
+        if sa.pending.is_some() || sa.state != State::Established {
+            return;
+        }
+        while let Some(spi) = sa.queued_child_deletes.pop() {
+            if sa.children.iter().any(|c| c.inbound_spi == spi) {
+                self.send_delete_child(sa, spi, now);
+                return;
+            }
+        }
+        if sa.delete_queued {
             sa.delete_queued = false;
             self.send_delete_ike(sa, now);
         }
+    }
+
+    /// An INFORMATIONAL DELETE of our CHILD_SA with inbound SPI `spi`; ChildSaDown follows the answer.
+    pub(super) fn send_delete_child(&mut self, sa: &mut IkeSa, spi: u32, now: Instant) {
+        let d = Payload::Delete(Delete::child(protocol_id::ESP, &[spi]));
+        self.request(
+            sa,
+            ExchangeType::INFORMATIONAL,
+            Purpose::DeleteChild(spi),
+            &[d],
+            now,
+        );
     }
 
     /// A protected (SK) message for `sa`.
@@ -105,9 +126,12 @@ impl Endpoint {
                 (State::Established | State::Deleting, ExchangeType::INFORMATIONAL) => {
                     self.info_request(sa, &o)
                 }
-                (State::Established | State::Deleting, ExchangeType::CREATE_CHILD_SA) => {
-                    // Not implemented yet: refused as RFC 7296 1.3 allows; the IKE SA stays.
-                    let n = Payload::Notify(Notify::new(NotifyType::NO_ADDITIONAL_SAS, vec![]));
+                (State::Established, ExchangeType::CREATE_CHILD_SA) => {
+                    self.child_request(sa, now, &o)
+                }
+                (State::Deleting, ExchangeType::CREATE_CHILD_SA) => {
+                    // We are deleting the IKE SA: no new CHILD_SAs (RFC 7296 2.25).
+                    let n = Payload::Notify(Notify::new(NotifyType::TEMPORARY_FAILURE, vec![]));
                     self.respond(sa, h.exchange_type, h.message_id, &[n]);
                     Outcome::Keep
                 }
@@ -129,6 +153,9 @@ impl Endpoint {
         sa.last_heard = now;
         match (purpose, h.exchange_type) {
             (Purpose::Auth, ExchangeType::IKE_AUTH) => self.auth_response(sa, now, &o),
+            (Purpose::CreateChild { cfg, spi, rekey }, ExchangeType::CREATE_CHILD_SA) => {
+                self.child_response(sa, now, &o, (cfg, spi, rekey))
+            }
             (
                 Purpose::DeleteIke | Purpose::DeleteChild(_) | Purpose::Liveness,
                 ExchangeType::INFORMATIONAL,
@@ -240,14 +267,7 @@ impl Endpoint {
             && sa.pending.is_none()
             && sa.children.iter().any(|c| c.inbound_spi == inbound_spi);
         if ok {
-            let d = Payload::Delete(Delete::child(protocol_id::ESP, &[inbound_spi]));
-            self.request(
-                &mut sa,
-                ExchangeType::INFORMATIONAL,
-                Purpose::DeleteChild(inbound_spi),
-                &[d],
-                now,
-            );
+            self.send_delete_child(&mut sa, inbound_spi, now);
         }
         self.sas.insert(ike_sa, sa);
         if ok {

@@ -7,9 +7,10 @@
 //! What it does: IKE_SA_INIT (both roles, INVALID_KE_PAYLOAD retry, COOKIE under load, NAT detection and the move
 //! to port 4500), IKE_AUTH with pre-shared keys and the first CHILD_SA (traffic selector narrowing, ESP proposal
 //! selection, transport mode), reliability (window size 1, retransmission with back-off, the responder's cached
-//! response), INFORMATIONAL (DELETE of the IKE SA or of a CHILD_SA, liveness checks, DPD). Not yet: CREATE_CHILD_SA
-//! (answered with NO_ADDITIONAL_SAS), IKE fragmentation (SKF payloads are dropped; support is not announced),
-//! certificates.
+//! response), INFORMATIONAL (DELETE of the IKE SA or of a CHILD_SA, liveness checks, DPD), CREATE_CHILD_SA for
+//! CHILD_SAs (new ones and rekeys, with PFS, by API and by lifetime; the old one deleted after a rekey). Not yet:
+//! rekeying the IKE SA (answered with NO_ADDITIONAL_SAS), rekey collisions (RFC 7296 2.8.1: both new CHILD_SAs
+//! stay), IKE fragmentation (SKF payloads are dropped), certificates.
 //!
 //! Where state lives: each IKE SA is an entry of `sas` (by [`IkeSaId`], never reused), found from a datagram by
 //! our own SPI (`by_spi`: SPIi when we initiated, SPIr when we responded; random, never 0, unique on this
@@ -19,6 +20,7 @@
 //! [`Limits::cookie_threshold`] of them the responder asks for a cookie first (RFC 7296 2.6), statelessly.
 
 mod auth;
+mod child;
 pub mod glue;
 mod info;
 mod init;
@@ -543,6 +545,10 @@ impl Endpoint {
             return true;
         }
         if sa.state == State::Established {
+            self.after_response(sa, now);
+            if sa.pending.is_some() || self.child_timers(sa, now) {
+                return true;
+            }
             if let Some(d) = self.dpd_delay(sa) {
                 if now >= sa.last_heard + d {
                     self.send_dpd(sa, now);

@@ -40,6 +40,20 @@ pub enum Purpose {
     /// DELETE of the CHILD_SA with this inbound SPI.
     DeleteChild(u32),
     Liveness,
+    /// CREATE_CHILD_SA for child config `cfg` with our new inbound SPI; `rekey`: the inbound SPI of the child it
+    /// replaces.
+    CreateChild {
+        cfg: usize,
+        spi: u32,
+        rekey: Option<u32>,
+    },
+}
+
+/// Our side of an outstanding CREATE_CHILD_SA: the nonce and the key exchange (PFS).
+pub struct ChildExchange {
+    pub ni: Vec<u8>,
+    pub dh: Option<KeyPair>,
+    pub ke_retried: bool,
 }
 
 /// Our outstanding request (window size 1).
@@ -53,6 +67,11 @@ pub struct Pending {
 
 pub struct Child {
     pub name: String,
+    /// Index of the child config.
+    pub cfg: usize,
+    /// When we rekey it (rekey time less a random part), and when it expires (life time).
+    pub rekey_at: Instant,
+    pub expire_at: Instant,
     pub inbound_spi: u32,
     pub outbound_spi: u32,
     pub mode: Mode,
@@ -106,6 +125,9 @@ pub struct IkeSa {
     pub was_up: bool,
     /// terminate() came while a request was outstanding: the DELETE follows its answer.
     pub delete_queued: bool,
+    /// CHILD_SAs (by inbound SPI) to delete once no request is outstanding (the old one after a rekey).
+    pub queued_child_deletes: Vec<u32>,
+    pub child_x: Option<ChildExchange>,
 }
 
 pub fn backoff(r: &Retransmit, n: u32) -> Duration {
@@ -164,6 +186,8 @@ impl IkeSa {
             last_heard: now,
             was_up: false,
             delete_queued: false,
+            queued_child_deletes: Vec::new(),
+            child_x: None,
         }
     }
 
@@ -195,8 +219,16 @@ impl IkeSa {
         }
         if let Some(p) = &self.pending {
             at(p.next_at);
-        } else if let (State::Established, Some(d)) = (self.state, dpd) {
-            at(self.last_heard + d);
+        } else if self.state == State::Established {
+            if let Some(d) = dpd {
+                at(self.last_heard + d);
+            }
+            for c in &self.children {
+                at(c.rekey_at.min(c.expire_at));
+            }
+            if self.delete_queued || !self.queued_child_deletes.is_empty() {
+                at(self.last_heard);
+            }
         }
         t
     }

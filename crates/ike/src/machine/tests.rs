@@ -169,24 +169,38 @@ fn unexpected_exchanges_when_established() {
             .a_to_b(ExchangeType::INFORMATIONAL, false, mid, &[])
             .is_empty());
     }
-    // CREATE_CHILD_SA is refused with NO_ADDITIONAL_SAS, and the IKE SA stays.
-    let out = t.a_to_b(ExchangeType::CREATE_CHILD_SA, false, next, &[]);
-    assert_eq!(out.len(), 1);
-    assert!(out[0].header.flags.response);
-    assert_eq!(out[0].header.message_id, next);
-    assert_eq!(t.b_state(), State::Established);
-    let b_sa = t.b.sas.values().next().unwrap();
-    let opened = b_sa.open(&out[0].to_vec().unwrap());
-    assert!(
-        opened.is_none(),
-        "B's response is sealed for A, not for B's inbound key"
-    );
-    let a_sa = t.a.sas.values().next().unwrap();
-    let opened = a_sa.open(&out[0].to_vec().unwrap()).unwrap();
-    assert_eq!(
-        opened.notifies().next().unwrap().notify_type,
-        NotifyType::NO_ADDITIONAL_SAS
-    );
+    // An empty CREATE_CHILD_SA is INVALID_SYNTAX; an IKE SA rekey (IKE proposal with an 8-byte SPI) is refused
+    // with NO_ADDITIONAL_SAS (not implemented); the IKE SA stays.
+    let ike_rekey = vec![
+        Payload::Sa(crate::message::Sa {
+            proposals: vec![super::glue::to_wire(
+                &Proposal::parse(Protocol::Ike, "aes256gcm16-prfsha256-x25519").unwrap(),
+                1,
+                &[9; 8],
+            )],
+        }),
+        Payload::Nonce(crate::message::Nonce::new(vec![5; 32]).unwrap()),
+    ];
+    for (mid, inner, want) in [
+        (next, vec![], NotifyType::INVALID_SYNTAX),
+        (next + 1, ike_rekey, NotifyType::NO_ADDITIONAL_SAS),
+    ] {
+        let out = t.a_to_b(ExchangeType::CREATE_CHILD_SA, false, mid, &inner);
+        assert_eq!(out.len(), 1);
+        assert!(out[0].header.flags.response);
+        assert_eq!(out[0].header.message_id, mid);
+        assert_eq!(t.b_state(), State::Established);
+        let b_sa = t.b.sas.values().next().unwrap();
+        let opened = b_sa.open(&out[0].to_vec().unwrap());
+        assert!(
+            opened.is_none(),
+            "B's response is sealed for A, not for B's inbound key"
+        );
+        let a_sa = t.a.sas.values().next().unwrap();
+        let opened = a_sa.open(&out[0].to_vec().unwrap()).unwrap();
+        assert_eq!(opened.notifies().next().unwrap().notify_type, want);
+    }
+    let next = next + 1;
     // An empty INFORMATIONAL with the next id is answered (liveness), empty.
     let out = t.a_to_b(ExchangeType::INFORMATIONAL, false, next + 1, &[]);
     assert_eq!(out.len(), 1);
