@@ -198,9 +198,10 @@ impl Endpoint {
         true
     }
 
-    fn ike_up(&mut self, sa: &mut IkeSa) {
+    fn ike_up(&mut self, sa: &mut IkeSa, now: Instant) {
         sa.state = State::Established;
         sa.was_up = true;
+        sa.ike_rekey_at = self.ike_rekey_time(sa.conn, now);
         self.events.push_back(Event::IkeSaUp {
             ike_sa: sa.id,
             connection: self.connections[sa.conn].name.clone(),
@@ -307,7 +308,7 @@ impl Endpoint {
             }),
         ];
         self.half_open -= 1;
-        self.ike_up(sa);
+        self.ike_up(sa, now);
         if has_notify(o, NotifyType::INITIAL_CONTACT) {
             self.initial_contact(sa);
         }
@@ -456,7 +457,7 @@ impl Endpoint {
         }
         sa.pending = None;
         sa.my_mid += 1;
-        self.ike_up(sa);
+        self.ike_up(sa, now);
         self.initiator_child(sa, o, now);
         self.after_response(sa, now);
         Outcome::Keep

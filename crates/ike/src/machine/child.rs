@@ -1,7 +1,6 @@
 //! CREATE_CHILD_SA for CHILD_SAs (RFC 7296 1.3.1 new, 1.3.3 rekey, 2.17 keys with PFS): both roles, and the
 //! rekey timers. A rekey installs the new CHILD_SA (`replaces` names the old one's inbound SPI) and then its
-//! initiator deletes the old one with an INFORMATIONAL DELETE (2.8). Rekeying the IKE SA itself (1.3.2) is not
-//! implemented: such a request is answered with NO_ADDITIONAL_SAS.
+//! initiator deletes the old one with an INFORMATIONAL DELETE (2.8). Rekeying the IKE SA itself is in `rekey`.
 
 use std::time::Instant;
 
@@ -362,13 +361,13 @@ impl Endpoint {
         let Some(got) = got else {
             return refuse(self, sa, NotifyType::INVALID_SYNTAX);
         };
-        // An IKE SA rekey (an IKE proposal with an 8-byte SPI): not implemented.
+        // An IKE SA rekey (IKE proposals with 8-byte SPIs).
         if got
             .proposals
             .iter()
             .any(|p| p.protocol_id == protocol_id::IKE)
         {
-            return refuse(self, sa, NotifyType::NO_ADDITIONAL_SAS);
+            return self.rekey_request(sa, now, o);
         }
         let (Some(ni), Some(tsi), Some(tsr)) = (ni, tsi, tsr) else {
             return refuse(self, sa, NotifyType::INVALID_SYNTAX);

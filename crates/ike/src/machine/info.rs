@@ -123,13 +123,14 @@ impl Endpoint {
                 (State::HalfOpen, ExchangeType::IKE_AUTH) => {
                     self.auth_request(sa, now, local, remote, &o)
                 }
-                (State::Established | State::Deleting, ExchangeType::INFORMATIONAL) => {
-                    self.info_request(sa, &o)
-                }
+                (
+                    State::Established | State::Deleting | State::Rekeyed,
+                    ExchangeType::INFORMATIONAL,
+                ) => self.info_request(sa, &o),
                 (State::Established, ExchangeType::CREATE_CHILD_SA) => {
                     self.child_request(sa, now, &o)
                 }
-                (State::Deleting, ExchangeType::CREATE_CHILD_SA) => {
+                (State::Deleting | State::Rekeyed, ExchangeType::CREATE_CHILD_SA) => {
                     // We are deleting the IKE SA: no new CHILD_SAs (RFC 7296 2.25).
                     let n = Payload::Notify(Notify::new(NotifyType::TEMPORARY_FAILURE, vec![]));
                     self.respond(sa, h.exchange_type, h.message_id, &[n]);
@@ -155,6 +156,9 @@ impl Endpoint {
             (Purpose::Auth, ExchangeType::IKE_AUTH) => self.auth_response(sa, now, &o),
             (Purpose::CreateChild { cfg, spi, rekey }, ExchangeType::CREATE_CHILD_SA) => {
                 self.child_response(sa, now, &o, (cfg, spi, rekey))
+            }
+            (Purpose::RekeyIke { spi }, ExchangeType::CREATE_CHILD_SA) => {
+                self.rekey_response(sa, now, &o, spi)
             }
             (
                 Purpose::DeleteIke | Purpose::DeleteChild(_) | Purpose::Liveness,

@@ -8,9 +8,9 @@
 //! to port 4500), IKE_AUTH with pre-shared keys and the first CHILD_SA (traffic selector narrowing, ESP proposal
 //! selection, transport mode), reliability (window size 1, retransmission with back-off, the responder's cached
 //! response), INFORMATIONAL (DELETE of the IKE SA or of a CHILD_SA, liveness checks, DPD), CREATE_CHILD_SA for
-//! CHILD_SAs (new ones and rekeys, with PFS, by API and by lifetime; the old one deleted after a rekey). Not yet:
-//! rekeying the IKE SA (answered with NO_ADDITIONAL_SAS), rekey collisions (RFC 7296 2.8.1: both new CHILD_SAs
-//! stay), IKE fragmentation (SKF payloads are dropped), certificates.
+//! CHILD_SAs (new ones and rekeys, with PFS, by API and by lifetime; the old one deleted after a rekey), and
+//! rekeying the IKE SA (the children move to the new SA). Not yet: rekey collisions (RFC 7296 2.8.1: both new
+//! SAs stay, the redundant one is not deleted), IKE fragmentation (SKF payloads are dropped), certificates.
 //!
 //! Where state lives: each IKE SA is an entry of `sas` (by [`IkeSaId`], never reused), found from a datagram by
 //! our own SPI (`by_spi`: SPIi when we initiated, SPIr when we responded; random, never 0, unique on this
@@ -24,6 +24,7 @@ mod child;
 pub mod glue;
 mod info;
 mod init;
+mod rekey;
 mod sa;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -390,6 +391,7 @@ impl Endpoint {
                 state: match sa.state {
                     State::Established => "ESTABLISHED",
                     State::Deleting => "DELETING",
+                    State::Rekeyed => "REKEYED",
                     _ => "CONNECTING",
                 },
                 initiator: sa.role == Role::Initiator,
@@ -492,6 +494,13 @@ impl Endpoint {
         for c in &sa.children {
             self.inbound_spis.remove(&c.inbound_spi);
         }
+        if let Some(sa::Pending {
+            purpose: sa::Purpose::RekeyIke { spi },
+            ..
+        }) = &sa.pending
+        {
+            self.by_spi.remove(spi);
+        }
         if let Some(spi) = sa.first_child_spi {
             self.inbound_spis.remove(&spi);
         }
@@ -521,6 +530,11 @@ impl Endpoint {
 
     /// Timers of one SA; false when it is gone.
     fn sa_timeout(&mut self, sa: &mut IkeSa, now: Instant) -> bool {
+        if sa.state == State::Rekeyed && now >= sa.last_heard + sa::REKEYED_LINGER {
+            let sa = std::mem::replace(sa, IkeSa::placeholder(now));
+            self.destroy(sa, None);
+            return false;
+        }
         if sa.state == State::HalfOpen && now >= sa.created + self.limits.half_open_timeout {
             let sa = std::mem::replace(sa, IkeSa::placeholder(now));
             self.forget(sa);
@@ -548,6 +562,12 @@ impl Endpoint {
             self.after_response(sa, now);
             if sa.pending.is_some() || self.child_timers(sa, now) {
                 return true;
+            }
+            if now >= sa.ike_rekey_at {
+                self.send_rekey_ike(sa, now);
+                if sa.pending.is_some() {
+                    return true;
+                }
             }
             if let Some(d) = self.dpd_delay(sa) {
                 if now >= sa.last_heard + d {

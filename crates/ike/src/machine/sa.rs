@@ -29,7 +29,12 @@ pub enum State {
     Established,
     /// Our DELETE of the IKE SA is outstanding.
     Deleting,
+    /// Responder of an IKE SA rekey: the old SA, childless, waits for the peer's DELETE.
+    Rekeyed,
 }
+
+/// How long a rekeyed IKE SA waits for the peer's DELETE before it goes by itself.
+pub const REKEYED_LINGER: Duration = Duration::from_secs(30);
 
 /// What our outstanding request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +51,10 @@ pub enum Purpose {
         cfg: usize,
         spi: u32,
         rekey: Option<u32>,
+    },
+    /// CREATE_CHILD_SA rekeying the IKE SA, with our SPI for the new one.
+    RekeyIke {
+        spi: u64,
     },
 }
 
@@ -128,6 +137,8 @@ pub struct IkeSa {
     /// CHILD_SAs (by inbound SPI) to delete once no request is outstanding (the old one after a rekey).
     pub queued_child_deletes: Vec<u32>,
     pub child_x: Option<ChildExchange>,
+    /// When we rekey the IKE SA (set when it comes up).
+    pub ike_rekey_at: Instant,
 }
 
 pub fn backoff(r: &Retransmit, n: u32) -> Duration {
@@ -188,6 +199,7 @@ impl IkeSa {
             delete_queued: false,
             queued_child_deletes: Vec::new(),
             child_x: None,
+            ike_rekey_at: now + Duration::from_secs(86400 * 365),
         }
     }
 
@@ -217,6 +229,9 @@ impl IkeSa {
         if self.state == State::HalfOpen {
             at(self.created + limits.half_open_timeout);
         }
+        if self.state == State::Rekeyed {
+            at(self.last_heard + REKEYED_LINGER);
+        }
         if let Some(p) = &self.pending {
             at(p.next_at);
         } else if self.state == State::Established {
@@ -226,6 +241,7 @@ impl IkeSa {
             for c in &self.children {
                 at(c.rekey_at.min(c.expire_at));
             }
+            at(self.ike_rekey_at);
             if self.delete_queued || !self.queued_child_deletes.is_empty() {
                 at(self.last_heard);
             }

@@ -169,8 +169,8 @@ fn unexpected_exchanges_when_established() {
             .a_to_b(ExchangeType::INFORMATIONAL, false, mid, &[])
             .is_empty());
     }
-    // An empty CREATE_CHILD_SA is INVALID_SYNTAX; an IKE SA rekey (IKE proposal with an 8-byte SPI) is refused
-    // with NO_ADDITIONAL_SAS (not implemented); the IKE SA stays.
+    // An empty CREATE_CHILD_SA is INVALID_SYNTAX, and so is an IKE SA rekey (IKE proposal with an 8-byte SPI)
+    // without its KE payload; the IKE SA stays.
     let ike_rekey = vec![
         Payload::Sa(crate::message::Sa {
             proposals: vec![super::glue::to_wire(
@@ -183,7 +183,7 @@ fn unexpected_exchanges_when_established() {
     ];
     for (mid, inner, want) in [
         (next, vec![], NotifyType::INVALID_SYNTAX),
-        (next + 1, ike_rekey, NotifyType::NO_ADDITIONAL_SAS),
+        (next + 1, ike_rekey, NotifyType::INVALID_SYNTAX),
     ] {
         let out = t.a_to_b(ExchangeType::CREATE_CHILD_SA, false, mid, &inner);
         assert_eq!(out.len(), 1);
