@@ -581,3 +581,6 @@ impl Endpoint {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_strongswan;
