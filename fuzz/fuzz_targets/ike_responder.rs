@@ -25,6 +25,7 @@ const LIMITS: Limits = Limits {
     half_open_timeout: Duration::from_secs(30),
     cookie_secret_lifetime: Duration::from_secs(300),
     ike_sa_max: 6,
+    fragment_len: 300,
 };
 
 fn conn(name: &str, local: &str, remote: &str, psk: &[u8]) -> Connection {

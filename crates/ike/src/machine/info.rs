@@ -41,8 +41,8 @@ impl Endpoint {
             retries: 0,
             next_at: now + backoff(&retransmit, 0),
         });
-        if !bytes.is_empty() {
-            self.send(sa.local, sa.remote, bytes);
+        for b in bytes {
+            self.send(sa.local, sa.remote, b);
         }
     }
 
@@ -57,8 +57,8 @@ impl Endpoint {
         let bytes = sa.sealed_message(&mut *self.rng, exchange, true, mid, inner);
         sa.last_response = Some((mid, bytes.clone()));
         sa.peer_mid = mid.wrapping_add(1);
-        if !bytes.is_empty() {
-            self.send(sa.local, sa.remote, bytes);
+        for b in bytes {
+            self.send(sa.local, sa.remote, b);
         }
     }
 
@@ -112,7 +112,9 @@ impl Endpoint {
                     Some((m, b)) if *m == h.message_id && !b.is_empty() => {
                         let (l, r, b) = (sa.local, sa.remote, b.clone());
                         self.counters.responses_resent += 1;
-                        self.send(l, r, b);
+                        for b in b {
+                            self.send(l, r, b);
+                        }
                     }
                     _ => self.counters.unexpected += 1,
                 }

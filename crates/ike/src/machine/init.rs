@@ -139,7 +139,7 @@ impl Endpoint {
         sa.pending = Some(Pending {
             message_id: 0,
             purpose: Purpose::Init,
-            bytes: bytes.clone(),
+            bytes: vec![bytes.clone()],
             retries: 0,
             next_at: now + backoff(&retransmit, 0),
         });
@@ -429,6 +429,7 @@ impl Endpoint {
             .notifies()
             .any(|n| n.notify_type == NotifyType::IKEV2_FRAGMENTATION_SUPPORTED);
         if self.connections[ci].fragmentation && peer_frag {
+            sa.fragment_len = Some(self.limits.fragment_len);
             payloads.push(Payload::Notify(Notify::new(
                 NotifyType::IKEV2_FRAGMENTATION_SUPPORTED,
                 Vec::new(),
@@ -600,6 +601,12 @@ impl Endpoint {
         if sa.nat_local || sa.nat_remote || self.connections[sa.conn].encap {
             sa.local.set_port(4500);
             sa.remote.set_port(4500);
+        }
+        let peer_frag = msg
+            .notifies()
+            .any(|n| n.notify_type == NotifyType::IKEV2_FRAGMENTATION_SUPPORTED);
+        if self.connections[sa.conn].fragmentation && peer_frag {
+            sa.fragment_len = Some(self.limits.fragment_len);
         }
         sa.pending = None;
         sa.my_mid = 1;

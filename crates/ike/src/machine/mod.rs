@@ -9,8 +9,9 @@
 //! selection, transport mode), reliability (window size 1, retransmission with back-off, the responder's cached
 //! response), INFORMATIONAL (DELETE of the IKE SA or of a CHILD_SA, liveness checks, DPD), CREATE_CHILD_SA for
 //! CHILD_SAs (new ones and rekeys, with PFS, by API and by lifetime; the old one deleted after a rekey), and
-//! rekeying the IKE SA (the children move to the new SA). Not yet: rekey collisions (RFC 7296 2.8.1: both new
-//! SAs stay, the redundant one is not deleted), IKE fragmentation (SKF payloads are dropped), certificates.
+//! rekeying the IKE SA (the children move to the new SA), IKE fragmentation (RFC 7383: encrypted messages above
+//! [`Limits::fragment_len`] sent in fragments, fragments reassembled, when both ends announced it). Not yet: rekey
+//! collisions (RFC 7296 2.8.1: both new SAs stay, the redundant one is not deleted), certificates.
 //!
 //! Where state lives: each IKE SA is an entry of `sas` (by [`IkeSaId`], never reused), found from a datagram by
 //! our own SPI (`by_spi`: SPIi when we initiated, SPIr when we responded; random, never 0, unique on this
@@ -54,6 +55,9 @@ pub struct Limits {
     pub cookie_secret_lifetime: Duration,
     /// Most IKE SAs in all.
     pub ike_sa_max: usize,
+    /// With fragmentation (RFC 7383) agreed, an encrypted message longer than this goes in fragments of at most
+    /// this many bytes (IKE header included): 1200 leaves room for IPv6, UDP and the non-ESP marker in 1280.
+    pub fragment_len: usize,
 }
 
 impl Default for Limits {
@@ -64,6 +68,7 @@ impl Default for Limits {
             half_open_timeout: Duration::from_secs(30),
             cookie_secret_lifetime: Duration::from_secs(300),
             ike_sa_max: 65536,
+            fragment_len: 1200,
         }
     }
 }
@@ -554,7 +559,9 @@ impl Endpoint {
                 p.next_at = now + sa::backoff(&retransmit, p.retries);
                 let (l, r, b) = (sa.local, sa.remote, p.bytes.clone());
                 self.counters.retransmits += 1;
-                self.send(l, r, b);
+                for b in b {
+                    self.send(l, r, b);
+                }
             }
             return true;
         }

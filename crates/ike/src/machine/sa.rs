@@ -12,8 +12,8 @@ use crate::config::{Mode, Retransmit, TsSpec};
 use crate::event::IkeSaId;
 use crate::keys::{IkeKeys, Role};
 use crate::message::{
-    self, chain, first_type, payload_type, Chain, Encrypted, ExchangeType, Flags, Header, Id,
-    Message, Payload,
+    self, chain, first_type, payload_type, Chain, Encrypted, EncryptedFragment, ExchangeType,
+    Flags, Header, Id, Message, Payload,
 };
 use crate::proposal::{Ke, Proposal};
 use crate::sk::{self, SkKey};
@@ -69,7 +69,8 @@ pub struct ChildExchange {
 pub struct Pending {
     pub message_id: u32,
     pub purpose: Purpose,
-    pub bytes: Vec<u8>,
+    /// The request's datagrams (several when fragmented, RFC 7383).
+    pub bytes: Vec<Vec<u8>>,
     pub retries: u32,
     pub next_at: Instant,
 }
@@ -122,8 +123,12 @@ pub struct IkeSa {
     pub my_mid: u32,
     pub peer_mid: u32,
     pub pending: Option<Pending>,
-    /// The last response we sent (its message id and bytes), sent again for a retransmitted request.
-    pub last_response: Option<(u32, Vec<u8>)>,
+    /// The last response we sent (its message id and datagrams), sent again for a retransmitted request.
+    pub last_response: Option<(u32, Vec<Vec<u8>>)>,
+    /// Both ends announced IKEV2_FRAGMENTATION_SUPPORTED: messages above this many bytes go in fragments.
+    pub fragment_len: Option<usize>,
+    /// Fragments of the message being reassembled.
+    pub reassembly: Option<Reassembly>,
     pub children: Vec<Child>,
     /// Initiator: the child config (index) and the inbound SPI of the first CHILD_SA.
     pub first_child: Option<usize>,
@@ -139,6 +144,20 @@ pub struct IkeSa {
     pub child_x: Option<ChildExchange>,
     /// When we rekey the IKE SA (set when it comes up).
     pub ike_rekey_at: Instant,
+}
+
+/// Most fragments of one message we take, and most bytes they may hold together.
+pub const MAX_FRAGMENTS: u16 = 64;
+pub const MAX_REASSEMBLED: usize = 65_536;
+
+/// The fragments of one message (RFC 7383 2.6), each already authenticated and decrypted.
+pub struct Reassembly {
+    pub message_id: u32,
+    pub response: bool,
+    pub exchange: ExchangeType,
+    pub first_inner: u8,
+    pub parts: Vec<Option<Vec<u8>>>,
+    pub bytes: usize,
 }
 
 pub fn backoff(r: &Retransmit, n: u32) -> Duration {
@@ -190,6 +209,8 @@ impl IkeSa {
             peer_mid: 0,
             pending: None,
             last_response: None,
+            fragment_len: None,
+            reassembly: None,
             children: Vec::new(),
             first_child: None,
             first_child_spi: None,
@@ -279,8 +300,9 @@ impl IkeSa {
         .unwrap_or_default()
     }
 
-    /// An encrypted message of this SA: `inner` sealed in an SK payload. Empty if it cannot be built (no keys, too
-    /// long, the AEAD's IVs used up).
+    /// An encrypted message of this SA: `inner` sealed in an SK payload, or in SKF fragments (RFC 7383) when the
+    /// message is longer than [`IkeSa::fragment_len`]. Empty if it cannot be built (no keys, too long, the AEAD's
+    /// IVs used up).
     pub fn sealed_message(
         &mut self,
         rng: &mut dyn Rng,
@@ -288,68 +310,127 @@ impl IkeSa {
         response: bool,
         message_id: u32,
         inner: &[Payload],
-    ) -> Vec<u8> {
+    ) -> Vec<Vec<u8>> {
         let mut plain = vec![0u8; message::chain_len(inner)];
         if message::emit_chain(inner, &mut plain).is_err() {
             return Vec::new();
         }
-        let msg = Message {
-            header: self.header(exchange, response, message_id),
-            payloads: vec![Payload::Sk(Encrypted {
-                first_inner: first_type(inner),
-                data: plain,
-            })],
-        };
-        let (Ok(mut bytes), Some(key)) = (msg.to_vec(), self.sk_out.as_mut()) else {
+        let header = self.header(exchange, response, message_id);
+        let Some(key) = self.sk_out.as_mut() else {
             return Vec::new();
         };
-        match key.seal(rng, &mut bytes, sk::IKE_HEADER_LEN, sk::Encrypted::Sk) {
-            Ok(()) => bytes,
-            Err(_) => Vec::new(),
+        // IV, ICV and the most padding a block cipher adds.
+        let overhead = sk::IKE_HEADER_LEN + 8 + key.iv_len() + key.icv_len() + 16;
+        let seal = |key: &mut SkKey, rng: &mut dyn Rng, payload: Payload, kind| {
+            let mut bytes = Message {
+                header,
+                payloads: vec![payload],
+            }
+            .to_vec()
+            .ok()?;
+            key.seal(rng, &mut bytes, sk::IKE_HEADER_LEN, kind).ok()?;
+            Some(bytes)
+        };
+        match self.fragment_len {
+            Some(max) if overhead + plain.len() > max && max > overhead => {
+                let chunks: Vec<&[u8]> = plain.chunks(max - overhead).collect();
+                let total = chunks.len() as u16;
+                let mut out = Vec::new();
+                for (i, c) in chunks.iter().enumerate() {
+                    let first = if i == 0 { first_type(inner) } else { 0 };
+                    let Ok(f) = EncryptedFragment::new(i as u16 + 1, total, first, c.to_vec())
+                    else {
+                        return Vec::new();
+                    };
+                    match seal(key, rng, Payload::Skf(f), sk::Encrypted::Skf) {
+                        Some(b) => out.push(b),
+                        None => return Vec::new(),
+                    }
+                }
+                out
+            }
+            _ => {
+                let p = Payload::Sk(Encrypted {
+                    first_inner: first_type(inner),
+                    data: plain,
+                });
+                seal(key, rng, p, sk::Encrypted::Sk).into_iter().collect()
+            }
         }
     }
 
     /// Opens a protected message: the inner payloads, and the raw bodies of IDi and IDr (for AUTH). `None`: not
-    /// an SK message, malformed, or not authentic.
-    pub fn open(&self, bytes: &[u8]) -> Option<Opened> {
+    /// an SK or SKF message, malformed, not authentic, or a fragment of a message not yet complete.
+    pub fn open(&mut self, bytes: &[u8]) -> Option<Opened> {
         let msg = Message::parse(bytes).ok()?;
         let first = msg.payloads.first()?.payload_type();
-        // Where the SK payload starts: after the clear payloads before it (normally none).
+        // Where the SK (or SKF) payload starts: after the clear payloads before it (normally none).
         let mut at = message::HEADER_LEN;
-        let mut sk_first = None;
+        let mut found = None;
         for raw in Chain::new(first, bytes.get(message::HEADER_LEN..)?) {
             let raw = raw.ok()?;
-            if raw.payload_type == payload_type::SK {
-                sk_first = Some(raw.next_payload);
+            if raw.payload_type == payload_type::SK || raw.payload_type == payload_type::SKF {
+                found = Some((raw.payload_type, raw.next_payload));
                 break;
             }
             at += chain::GENERIC_HEADER_LEN + raw.body.len();
         }
-        let inner_first = sk_first?;
+        let (kind, inner_first) = found?;
         let mut buf = bytes.to_vec();
-        let range = self
-            .sk_in
-            .as_ref()?
-            .open(&mut buf, at, sk::Encrypted::Sk)
-            .ok()?;
-        let plain = &buf[range];
-        let mut payloads = Vec::new();
-        let (mut idi, mut idr) = (None, None);
-        for raw in Chain::new(inner_first, plain) {
-            let raw = raw.ok()?;
-            match raw.payload_type {
-                payload_type::IDI if idi.is_none() => idi = Some(raw.body.to_vec()),
-                payload_type::IDR if idr.is_none() => idr = Some(raw.body.to_vec()),
-                _ => {}
-            }
-            payloads.push(Payload::parse(&raw).ok()?);
+        let skind = if kind == payload_type::SK {
+            sk::Encrypted::Sk
+        } else {
+            // Fragments only where fragmentation was agreed.
+            self.fragment_len?;
+            sk::Encrypted::Skf
+        };
+        let range = self.sk_in.as_ref()?.open(&mut buf, at, skind).ok()?;
+        let h = msg.header;
+        if kind == payload_type::SK {
+            return Opened::from_plain(h, inner_first, &buf[range]);
         }
-        Some(Opened {
-            header: msg.header,
-            payloads,
-            idi_body: idi,
-            idr_body: idr,
-        })
+        // A fragment (authentic): number and total follow the generic header.
+        let number = u16::from_be_bytes([buf[at + 4], buf[at + 5]]);
+        let total = u16::from_be_bytes([buf[at + 6], buf[at + 7]]);
+        if total > MAX_FRAGMENTS || number == 0 || number > total {
+            return None;
+        }
+        let same = self.reassembly.as_ref().is_some_and(|r| {
+            r.message_id == h.message_id
+                && r.response == h.flags.response
+                && r.exchange == h.exchange_type
+                && r.parts.len() == usize::from(total)
+        });
+        if !same {
+            self.reassembly = Some(Reassembly {
+                message_id: h.message_id,
+                response: h.flags.response,
+                exchange: h.exchange_type,
+                first_inner: 0,
+                parts: vec![None; usize::from(total)],
+                bytes: 0,
+            });
+        }
+        let r = self.reassembly.as_mut()?;
+        let slot = &mut r.parts[usize::from(number - 1)];
+        if slot.is_none() {
+            let data = buf[range].to_vec();
+            if r.bytes + data.len() > MAX_REASSEMBLED {
+                self.reassembly = None;
+                return None;
+            }
+            r.bytes += data.len();
+            *slot = Some(data);
+            if number == 1 {
+                r.first_inner = inner_first;
+            }
+        }
+        if r.parts.iter().any(Option::is_none) {
+            return None;
+        }
+        let r = self.reassembly.take()?;
+        let plain: Vec<u8> = r.parts.into_iter().flatten().flatten().collect();
+        Opened::from_plain(h, r.first_inner, &plain)
     }
 }
 
@@ -362,6 +443,26 @@ pub struct Opened {
 }
 
 impl Opened {
+    fn from_plain(header: Header, first: u8, plain: &[u8]) -> Option<Opened> {
+        let mut payloads = Vec::new();
+        let (mut idi, mut idr) = (None, None);
+        for raw in Chain::new(first, plain) {
+            let raw = raw.ok()?;
+            match raw.payload_type {
+                payload_type::IDI if idi.is_none() => idi = Some(raw.body.to_vec()),
+                payload_type::IDR if idr.is_none() => idr = Some(raw.body.to_vec()),
+                _ => {}
+            }
+            payloads.push(Payload::parse(&raw).ok()?);
+        }
+        Some(Opened {
+            header,
+            payloads,
+            idi_body: idi,
+            idr_body: idr,
+        })
+    }
+
     pub fn count(&self, t: u8) -> usize {
         self.payloads
             .iter()

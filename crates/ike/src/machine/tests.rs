@@ -107,8 +107,9 @@ impl Two {
         inner: &[Payload],
     ) -> Vec<Message> {
         let sa = self.a.sas.values_mut().next().unwrap();
-        let bytes = sa.sealed_message(&mut *self.a.rng, x, response, mid, inner);
-        assert!(!bytes.is_empty());
+        let bytes = sa
+            .sealed_message(&mut *self.a.rng, x, response, mid, inner)
+            .remove(0);
         self.b
             .handle_datagram(self.now, B.parse().unwrap(), A.parse().unwrap(), &bytes);
         std::iter::from_fn(|| self.b.poll_transmit())
@@ -190,13 +191,13 @@ fn unexpected_exchanges_when_established() {
         assert!(out[0].header.flags.response);
         assert_eq!(out[0].header.message_id, mid);
         assert_eq!(t.b_state(), State::Established);
-        let b_sa = t.b.sas.values().next().unwrap();
+        let b_sa = t.b.sas.values_mut().next().unwrap();
         let opened = b_sa.open(&out[0].to_vec().unwrap());
         assert!(
             opened.is_none(),
             "B's response is sealed for A, not for B's inbound key"
         );
-        let a_sa = t.a.sas.values().next().unwrap();
+        let a_sa = t.a.sas.values_mut().next().unwrap();
         let opened = a_sa.open(&out[0].to_vec().unwrap()).unwrap();
         assert_eq!(opened.notifies().next().unwrap().notify_type, want);
     }
@@ -204,7 +205,7 @@ fn unexpected_exchanges_when_established() {
     // An empty INFORMATIONAL with the next id is answered (liveness), empty.
     let out = t.a_to_b(ExchangeType::INFORMATIONAL, false, next + 1, &[]);
     assert_eq!(out.len(), 1);
-    let a_sa = t.a.sas.values().next().unwrap();
+    let a_sa = t.a.sas.values_mut().next().unwrap();
     assert!(a_sa
         .open(&out[0].to_vec().unwrap())
         .unwrap()
@@ -219,7 +220,9 @@ fn the_initiator_in_auth_sent_ignores_requests() {
     t.pump(2);
     // B (half-open) seals an INFORMATIONAL request to A, which waits for its IKE_AUTH response.
     let sa = t.b.sas.values_mut().next().unwrap();
-    let bytes = sa.sealed_message(&mut *t.b.rng, ExchangeType::INFORMATIONAL, false, 0, &[]);
+    let bytes = sa
+        .sealed_message(&mut *t.b.rng, ExchangeType::INFORMATIONAL, false, 0, &[])
+        .remove(0);
     let before = t.a.counters().unexpected;
     t.a.handle_datagram(t.now, A.parse().unwrap(), B.parse().unwrap(), &bytes);
     assert_eq!(t.a.counters().unexpected, before + 1);

@@ -231,6 +231,15 @@ impl Sim {
         self.settle();
     }
 
+    /// Both endpoints with these caps and timers.
+    pub fn limits(&mut self, l: netveil_ike::machine::Limits) {
+        for e in &mut self.ep {
+            let blank = Endpoint::new(vec![], Box::new(SeededRng::new(0)), self.now);
+            let old = std::mem::replace(e, blank);
+            *e = old.with_limits(l);
+        }
+    }
+
     pub fn initiate(&mut self) {
         self.ep[0].initiate("ab", None, self.now).unwrap();
     }
