@@ -1,6 +1,6 @@
 #![no_main]
 
-//! Two IKE endpoints that share a PSK, driven by the fuzzer's schedule: deliver, drop, duplicate, reorder or
+//! Two IKE endpoints that share a PSK (and fragment what is above 256 bytes), driven by the fuzzer's schedule: deliver, drop, duplicate, reorder or
 //! mutate the next datagram, advance the clock, and call the API (initiate, rekey a CHILD_SA or the IKE SA,
 //! create or delete a CHILD_SA, terminate). Invariants, per endpoint: no panic; the events are consistent
 //! (ChildSaDown only for a CHILD_SA that is up, by its inbound SPI, never twice; IkeSaDown only for an SA that
@@ -15,9 +15,19 @@ use netveil_crypto::rand::SeededRng;
 use netveil_ike::config::*;
 use netveil_ike::event::{Event, IkeSaId, Transmit};
 use netveil_ike::keys::Secret;
-use netveil_ike::machine::Endpoint;
+use netveil_ike::machine::{Endpoint, Limits};
 use netveil_ike::message::Message;
 use netveil_ike::proposal::{Proposal, Protocol};
+
+/// Small enough that IKE_AUTH and PFS rekeys go in fragments (RFC 7383).
+const SMALL_FRAGMENTS: Limits = Limits {
+    half_open_max: 16,
+    cookie_threshold: 8,
+    half_open_timeout: Duration::from_secs(30),
+    cookie_secret_lifetime: Duration::from_secs(300),
+    ike_sa_max: 32,
+    fragment_len: 256,
+};
 
 fn conn(name: &str, local: &str, remote: &str, lts: &str, rts: &str) -> Connection {
     let life = Lifetimes {
@@ -41,7 +51,7 @@ fn conn(name: &str, local: &str, remote: &str, lts: &str, rts: &str) -> Connecti
             .map(|p| Proposal::parse(Protocol::Ike, p).unwrap())
             .collect(),
         encap: name == "a",
-        fragmentation: false,
+        fragmentation: true,
         local: AuthRound {
             id: Identity::Fqdn(format!("{name}.example")),
             method: AuthMethod::Psk,
@@ -178,12 +188,14 @@ fuzz_target!(|data: &[u8]| {
                 vec![conn("a", "10.0.0.1", "10.0.0.2", "10.1.0.0", "10.2.0.0")],
                 Box::new(SeededRng::new(1)),
                 now,
-            ),
+            )
+            .with_limits(SMALL_FRAGMENTS),
             Endpoint::new(
                 vec![conn("b", "10.0.0.2", "10.0.0.1", "10.2.0.0", "10.1.0.0")],
                 Box::new(SeededRng::new(2)),
                 now,
-            ),
+            )
+            .with_limits(SMALL_FRAGMENTS),
         ],
         seen: [Seen::default(), Seen::default()],
         wire: Vec::new(),
