@@ -186,3 +186,35 @@ fn a_refused_rekey_lets_the_child_expire() {
     );
     assert_eq!(sim.ike_down(0), 0, "the IKE SA stays");
 }
+
+/// Both ends rekey the same CHILD_SA at once: one exchange wins (the higher initiator nonce), the other end gets
+/// TEMPORARY_FAILURE; exactly one new CHILD_SA pair results and the old one goes, on both ends.
+#[test]
+fn a_child_rekey_collision_ends_with_one_new_child() {
+    for seed in 0..6 {
+        let mut sim = up("aes256gcm16-x25519", "aes256gcm16-x25519", 100 + seed);
+        let old = [last_up(&sim, 0), last_up(&sim, 1)];
+        for i in 0..2 {
+            let id = sim.ep[i].status(sim.now)[0].id;
+            sim.ep[i]
+                .rekey_child(id, old[i].inbound.spi, sim.now)
+                .unwrap();
+        }
+        sim.run_for(Duration::from_secs(20));
+        for i in 0..2 {
+            let st = sim.ep[i].status(sim.now);
+            assert_eq!(st[0].children.len(), 1, "seed {seed}, ep {i}: {st:?}");
+            assert_eq!(
+                downs(&sim, i),
+                vec![old[i].inbound.spi],
+                "seed {seed}, ep {i}"
+            );
+            assert_eq!(sim.children_up(i).len(), 2, "seed {seed}, ep {i}");
+        }
+        assert_crosswise(&last_up(&sim, 0), &last_up(&sim, 1));
+        assert!(
+            sim.failures(0).is_empty() && sim.failures(1).is_empty(),
+            "seed {seed}"
+        );
+    }
+}

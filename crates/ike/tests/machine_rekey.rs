@@ -140,3 +140,24 @@ fn a_rekeyed_responder_sa_lingers_only_so_long() {
     );
     assert_eq!(sim.child_down(1), 0);
 }
+
+/// Both ends rekey the IKE SA at once: one new IKE SA results (the same on both ends), with the children.
+#[test]
+fn an_ike_rekey_collision_ends_with_one_new_sa() {
+    for seed in 0..6 {
+        let mut sim = established("aes256-sha256-x25519", 110 + seed);
+        let before = [
+            sim.ep[0].status(sim.now).remove(0),
+            sim.ep[1].status(sim.now).remove(0),
+        ];
+        for (i, b) in before.iter().enumerate() {
+            sim.ep[i].rekey_ike(b.id, sim.now).unwrap();
+        }
+        sim.run_for(Duration::from_secs(20));
+        check_rekeyed(&mut sim, &before);
+        assert!(
+            sim.failures(0).is_empty() && sim.failures(1).is_empty(),
+            "seed {seed}"
+        );
+    }
+}

@@ -203,6 +203,16 @@ impl Endpoint {
                     return Outcome::Keep;
                 }
             }
+            if let (NotifyType::TEMPORARY_FAILURE, Some(old)) = (n.notify_type, rekey) {
+                // A collision we lost, or a peer busy: the rekey is tried again a little later.
+                self.inbound_spis.remove(&spi);
+                let wait = self.retry_delay();
+                if let Some(c) = sa.children.iter_mut().find(|c| c.inbound_spi == old) {
+                    c.rekey_at = (now + wait).min(c.expire_at);
+                }
+                self.after_response(sa, now);
+                return Outcome::Keep;
+            }
             let f = Failure::PeerError {
                 notify: n.notify_type.0,
                 name: n.notify_type.name().unwrap_or("unknown").to_string(),
@@ -372,6 +382,10 @@ impl Endpoint {
         let (Some(ni), Some(tsi), Some(tsr)) = (ni, tsi, tsr) else {
             return refuse(self, sa, NotifyType::INVALID_SYNTAX);
         };
+        // While we rekey the IKE SA, no CHILD_SA is made or rekeyed in it (RFC 7296 2.25).
+        if matches!(&sa.pending, Some(p) if matches!(p.purpose, Purpose::RekeyIke { .. })) {
+            return refuse(self, sa, NotifyType::TEMPORARY_FAILURE);
+        }
         let conn = &self.connections[sa.conn];
         // A rekey names the old CHILD_SA by the peer's inbound SPI: our outbound one.
         let rekey = o.notifies().find(|n| n.notify_type == NotifyType::REKEY_SA);
@@ -387,6 +401,15 @@ impl Endpoint {
                 }
             }
         };
+        // A rekey collision (both ends rekey this CHILD_SA at once): the exchange with the higher initiator
+        // nonce goes on, the other end's is refused with TEMPORARY_FAILURE; both ends decide alike.
+        if let (Some((old_in, _)), Some(p), Some(x)) = (old, &sa.pending, &sa.child_x) {
+            let ours =
+                matches!(p.purpose, Purpose::CreateChild { rekey: Some(r), .. } if r == old_in);
+            if ours && x.ni.as_slice() > ni.as_bytes() {
+                return refuse(self, sa, NotifyType::TEMPORARY_FAILURE);
+            }
+        }
         let picked = conn
             .children
             .iter()
@@ -511,6 +534,13 @@ impl Endpoint {
         }
         self.respond(sa, ex, mid, &out);
         Outcome::Keep
+    }
+
+    /// A random 2 to 10 s before a refused rekey is tried again.
+    pub(super) fn retry_delay(&mut self) -> std::time::Duration {
+        let mut r = [0u8; 2];
+        self.rng.fill(&mut r);
+        std::time::Duration::from_millis(2000 + u64::from(u16::from_be_bytes(r)) % 8000)
     }
 
     /// Rekeys and expiries of children, when no request is outstanding. True if a request went out.

@@ -10,8 +10,9 @@
 //! response), INFORMATIONAL (DELETE of the IKE SA or of a CHILD_SA, liveness checks, DPD), CREATE_CHILD_SA for
 //! CHILD_SAs (new ones and rekeys, with PFS, by API and by lifetime; the old one deleted after a rekey), and
 //! rekeying the IKE SA (the children move to the new SA), IKE fragmentation (RFC 7383: encrypted messages above
-//! [`Limits::fragment_len`] sent in fragments, fragments reassembled, when both ends announced it). Not yet: rekey
-//! collisions (RFC 7296 2.8.1: both new SAs stay, the redundant one is not deleted), certificates.
+//! [`Limits::fragment_len`] sent in fragments, fragments reassembled, when both ends announced it), and rekey
+//! collisions (both ends rekey the same SA: the exchange with the higher initiator nonce goes on, the other is
+//! refused with TEMPORARY_FAILURE and retried later if still needed). Not yet: certificates and EAP.
 //!
 //! Where state lives: each IKE SA is an entry of `sas` (by [`IkeSaId`], never reused), found from a datagram by
 //! our own SPI (`by_spi`: SPIi when we initiated, SPIr when we responded; random, never 0, unique on this

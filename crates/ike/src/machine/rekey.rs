@@ -209,6 +209,12 @@ impl Endpoint {
                 }
             }
             release(self, sa);
+            if n.notify_type == NotifyType::TEMPORARY_FAILURE {
+                // A collision we lost, or a peer busy: tried again a little later.
+                sa.ike_rekey_at = now + self.retry_delay();
+                self.after_response(sa, now);
+                return Outcome::Keep;
+            }
             let f = Failure::PeerError {
                 notify: n.notify_type.0,
                 name: n.notify_type.name().unwrap_or("unknown").to_string(),
@@ -297,6 +303,19 @@ impl Endpoint {
         let (Some(got), Some(ni), Some(ke)) = (got, ni, ke) else {
             return refuse(self, sa, Notify::new(NotifyType::INVALID_SYNTAX, vec![]));
         };
+        // A rekey collision (both ends rekey the IKE SA at once): the exchange with the higher initiator nonce
+        // goes on, the other is refused with TEMPORARY_FAILURE; both ends decide alike, so one new SA results.
+        // While we rekey a CHILD_SA, the peer's IKE rekey waits too (RFC 7296 2.25).
+        if let (Some(p), Some(x)) = (&sa.pending, &sa.child_x) {
+            let lose = match p.purpose {
+                Purpose::RekeyIke { .. } => x.ni.as_slice() > ni.as_bytes(),
+                Purpose::CreateChild { .. } => true,
+                _ => false,
+            };
+            if lose {
+                return refuse(self, sa, Notify::new(NotifyType::TEMPORARY_FAILURE, vec![]));
+            }
+        }
         let theirs = rekey_proposals(got);
         let list: Vec<Proposal> = theirs.iter().map(|(_, p, _)| p.clone()).collect();
         let ours = self.connections[sa.conn].proposals.clone();
