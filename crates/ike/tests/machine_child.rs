@@ -194,21 +194,15 @@ fn a_child_rekey_collision_ends_with_one_new_child() {
     for seed in 0..6 {
         let mut sim = up("aes256gcm16-x25519", "aes256gcm16-x25519", 100 + seed);
         let old = [last_up(&sim, 0), last_up(&sim, 1)];
-        for i in 0..2 {
+        for (i, o) in old.iter().enumerate() {
             let id = sim.ep[i].status(sim.now)[0].id;
-            sim.ep[i]
-                .rekey_child(id, old[i].inbound.spi, sim.now)
-                .unwrap();
+            sim.ep[i].rekey_child(id, o.inbound.spi, sim.now).unwrap();
         }
         sim.run_for(Duration::from_secs(20));
-        for i in 0..2 {
+        for (i, o) in old.iter().enumerate() {
             let st = sim.ep[i].status(sim.now);
             assert_eq!(st[0].children.len(), 1, "seed {seed}, ep {i}: {st:?}");
-            assert_eq!(
-                downs(&sim, i),
-                vec![old[i].inbound.spi],
-                "seed {seed}, ep {i}"
-            );
+            assert_eq!(downs(&sim, i), vec![o.inbound.spi], "seed {seed}, ep {i}");
             assert_eq!(sim.children_up(i).len(), 2, "seed {seed}, ep {i}");
         }
         assert_crosswise(&last_up(&sim, 0), &last_up(&sim, 1));
