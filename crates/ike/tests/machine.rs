@@ -499,6 +499,35 @@ fn dpd_checks_liveness_and_finds_a_dead_peer() {
 }
 
 #[test]
+fn esp_traffic_postpones_dpd() {
+    let (mut a, b) = pair(&["aes256-sha256-x25519"], &["aes256gcm16"]);
+    a.dpd_delay = Some(Duration::from_secs(30));
+    let mut sim = Sim::new(a, b, 51);
+    sim.initiate();
+    sim.settle();
+    let id = ike_id(&sim, 0);
+    let before = sim.sent[0].len();
+    for _ in 0..5 {
+        sim.run_for(Duration::from_secs(20));
+        let now = sim.now;
+        sim.ep[0].peer_traffic(id, now);
+    }
+    assert_eq!(
+        sim.sent[0].len(),
+        before,
+        "no liveness check while ESP comes in"
+    );
+    sim.run_for(Duration::from_secs(31));
+    assert_eq!(sim.sent[0].len(), before + 1);
+}
+
+#[test]
+fn the_endpoint_can_move_between_threads() {
+    fn send<T: Send>() {}
+    send::<netveil_ike::machine::Endpoint>();
+}
+
+#[test]
 fn encap_moves_to_port_4500_and_claims_nat() {
     let (mut a, b) = pair(&["aes256-sha256-x25519"], &["aes256gcm16"]);
     a.encap = true;

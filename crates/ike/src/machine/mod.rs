@@ -290,6 +290,14 @@ impl Endpoint {
         Ok(id)
     }
 
+    /// Tells the endpoint that the data plane received authentic traffic of one of `ike_sa`'s CHILD_SAs: the
+    /// peer is alive, and dead peer detection waits another `dpd_delay` (as strongSwan counts inbound ESP).
+    pub fn peer_traffic(&mut self, ike_sa: IkeSaId, now: Instant) {
+        if let Some(sa) = self.sas.get_mut(&ike_sa) {
+            sa.last_heard = sa.last_heard.max(now);
+        }
+    }
+
     /// Deletes an IKE SA (INFORMATIONAL DELETE; its children go with it).
     pub fn terminate(&mut self, ike_sa: IkeSaId, now: Instant) -> Result<(), EndpointError> {
         let mut sa = self
