@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use netveil_crypto::rand::SeededRng;
+use netveil_crypto::rand::SeededRng; // check-rng: allow (a #[cfg(test)] module file)
 
 use super::sa::{Pending, Purpose, State};
 use super::Endpoint;
@@ -203,7 +203,7 @@ fn our_responder_takes_charons_ike_auth() {
         "10.22.0.1",
         "10.11.0.1",
     );
-    let mut ep = Endpoint::new(vec![c], Box::new(SeededRng::new(1)), now);
+    let mut ep = Endpoint::new(vec![c], Box::new(SeededRng::new(1)), now); // check-rng: allow (a #[cfg(test)] module file)
     let (src, dst, init) = &r.msgs[0];
     ep.handle_datagram(now, *dst, *src, init);
     assert!(ep.poll_transmit().is_some());
@@ -282,7 +282,7 @@ fn our_initiator_takes_charons_ike_auth_response() {
         "10.11.0.1",
         "10.22.0.1",
     );
-    let mut ep = Endpoint::new(vec![c], Box::new(SeededRng::new(2)), now);
+    let mut ep = Endpoint::new(vec![c], Box::new(SeededRng::new(2)), now); // check-rng: allow (a #[cfg(test)] module file)
     let id = ep.initiate("ss", None, now).unwrap();
     while ep.poll_transmit().is_some() {}
     // Our SA after the recorded IKE_SA_INIT, waiting for the answer to an IKE_AUTH whose child SPI is charon's.
