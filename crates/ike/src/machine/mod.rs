@@ -23,11 +23,13 @@
 
 mod auth;
 mod child;
+mod cookie;
 pub mod glue;
 mod info;
 mod init;
 mod rekey;
 mod sa;
+mod status;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -35,12 +37,13 @@ use std::time::{Duration, Instant};
 
 use netveil_crypto::rand::Rng;
 
-use crate::config::{Connection, Mode, TsSpec};
+use crate::config::Connection;
 use crate::event::{Event, Failure, IkeSaId, Transmit};
 use crate::keys::Role;
 use crate::message::{header, ExchangeType, Header};
 
 use sa::{IkeSa, State};
+pub use status::{ChildStatus, IkeSaStatus};
 
 /// Caps and timers of an endpoint's responder side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,44 +111,6 @@ pub enum EndpointError {
     TooManySas,
     #[error("the IKE SA is not established, has a request outstanding, or has no such CHILD_SA")]
     Busy,
-}
-
-/// One CHILD_SA in [`IkeSaStatus`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChildStatus {
-    pub name: String,
-    pub inbound_spi: u32,
-    pub outbound_spi: u32,
-    pub mode: Mode,
-    /// The selected ESP proposal in strongSwan's syntax.
-    pub proposal: String,
-    pub local_ts: Vec<TsSpec>,
-    pub remote_ts: Vec<TsSpec>,
-}
-
-/// One IKE SA, as `swanctl --list-sas` shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IkeSaStatus {
-    pub id: IkeSaId,
-    pub connection: String,
-    /// `CONNECTING`, `ESTABLISHED` or `DELETING`, as strongSwan names them.
-    pub state: &'static str,
-    pub initiator: bool,
-    pub spi_i: u64,
-    pub spi_r: u64,
-    pub local: SocketAddr,
-    pub remote: SocketAddr,
-    /// The selected IKE proposal in strongSwan's syntax (empty before IKE_SA_INIT completes).
-    pub proposal: String,
-    /// A NAT was seen (either side) or `encap` forced UDP encapsulation.
-    pub nat: bool,
-    /// Our address was translated (the peer's NAT_DETECTION_DESTINATION_IP did not match).
-    pub nat_local: bool,
-    /// The peer's address was translated (or faked, as strongSwan's `encap` does).
-    pub nat_remote: bool,
-    /// Since the SA was created.
-    pub age: Duration,
-    pub children: Vec<ChildStatus>,
 }
 
 /// The secret the responder's cookies are keyed with (RFC 7296 2.6), and the previous one.
@@ -393,50 +358,6 @@ impl Endpoint {
             .values()
             .filter_map(|sa| sa.next_timeout(&self.limits, self.dpd_delay(sa)))
             .min()
-    }
-
-    /// For `netveil status` (as swanctl --list-sas): one entry per IKE SA with its children.
-    pub fn status(&self, now: Instant) -> Vec<IkeSaStatus> {
-        self.sas
-            .values()
-            .map(|sa| IkeSaStatus {
-                id: sa.id,
-                connection: self.connections[sa.conn].name.clone(),
-                state: match sa.state {
-                    State::Established => "ESTABLISHED",
-                    State::Deleting => "DELETING",
-                    State::Rekeyed => "REKEYED",
-                    _ => "CONNECTING",
-                },
-                initiator: sa.role == Role::Initiator,
-                spi_i: sa.spi_i,
-                spi_r: sa.spi_r,
-                local: sa.local,
-                remote: sa.remote,
-                proposal: sa
-                    .proposal
-                    .as_ref()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
-                nat: sa.nat_local || sa.nat_remote || self.connections[sa.conn].encap,
-                nat_local: sa.nat_local,
-                nat_remote: sa.nat_remote,
-                age: now.saturating_duration_since(sa.created),
-                children: sa
-                    .children
-                    .iter()
-                    .map(|c| ChildStatus {
-                        name: c.name.clone(),
-                        inbound_spi: c.inbound_spi,
-                        outbound_spi: c.outbound_spi,
-                        mode: c.mode,
-                        proposal: c.proposal.to_string(),
-                        local_ts: c.local_ts.clone(),
-                        remote_ts: c.remote_ts.clone(),
-                    })
-                    .collect(),
-            })
-            .collect()
     }
 
     // ---- helpers shared by the exchanges ----
