@@ -469,13 +469,22 @@ pub struct Pki {
     ca_cert: PathBuf,
 }
 
-/// Runs `pki ARGS` (5.9 writes to standard output only) and writes what it prints (PEM) to `out`.
+/// Runs `pki ARGS` (5.9 writes to standard output only) and writes what it prints (PEM) to `out` (mode 0600).
 fn pki(args: &[&str], out: &Path) -> Result<()> {
     let pem = run_ok(Command::new("pki").args(args).stdin(Stdio::null()))?;
     if !pem.contains("-----BEGIN ") {
         return Err(other(format!("pki {}: no PEM output", args.join(" "))));
     }
-    std::fs::write(out, pem).map_err(Error::io(format!("write {}", out.display())))
+    // Private keys among them: readable by root only.
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(out)
+        .and_then(|mut f| f.write_all(pem.as_bytes()))
+        .map_err(Error::io(format!("write {}", out.display())))
 }
 
 fn path_str(p: &Path) -> Result<&str> {
