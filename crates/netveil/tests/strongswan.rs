@@ -384,3 +384,112 @@ fn handshakes_per_second_parallel_psk_x25519() {
     a.terminate("site", Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// What the later interop tests will ask of this charon build and plugin list: every DH group of the issue that
+/// strongSwan 5.9.8 has (MODP 14 and 15, ECP 19 and 20, Curve25519) in IKE_SA_INIT, and the four ESP suites
+/// (AES-GCM-16-128, AES-128-CBC/HMAC-SHA1-96, AES-256-CBC/HMAC-SHA2-256-128, 3DES/HMAC-SHA1-96) as children.
+/// The responder has one connection and one child listing them all (charon picks the child by traffic
+/// selectors first).
+#[test]
+fn proposals_for_the_interop_tests_negotiate() {
+    let Some(_g) = prerequisites("proposals") else {
+        return;
+    };
+    let mut lab = Lab::new("nvss").unwrap();
+    let p =
+        SwanPair::up(&mut lab, &CharonOptions::default()).unwrap_or_else(|e| panic!("setup: {e}"));
+    let groups = [
+        ("modp2048", "MODP_2048"),
+        ("modp3072", "MODP_3072"),
+        ("ecp256", "ECP_256"),
+        ("ecp384", "ECP_384"),
+        ("x25519", "CURVE_25519"),
+    ];
+    let esp = [
+        ("gcm", "aes128gcm16", "AES_GCM_16", 128, None),
+        ("cbc", "aes128-sha1", "AES_CBC", 128, Some("HMAC_SHA1_96")),
+        (
+            "cbc256",
+            "aes256-sha256",
+            "AES_CBC",
+            256,
+            Some("HMAC_SHA2_256_128"),
+        ),
+        ("tdes", "3des-sha1", "3DES_CBC", 0, Some("HMAC_SHA1_96")),
+    ];
+    let mut a_conns = Vec::new();
+    for (g, _) in groups {
+        a_conns.push(SwanPair::conn(
+            0,
+            &format!("ike-{g}"),
+            psk(),
+            &format!("aes128-sha256-{g}"),
+            g,
+            "aes128gcm16",
+        ));
+    }
+    let mut esp_conn = SwanPair::conn(
+        0,
+        "esp",
+        psk(),
+        "aes128-sha256-x25519",
+        "gcm",
+        "aes128gcm16",
+    );
+    for (name, prop, ..) in &esp[1..] {
+        let mut c = esp_conn.children[0].clone();
+        c.name = (*name).into();
+        c.esp_proposals = (*prop).into();
+        esp_conn.children.push(c);
+    }
+    a_conns.push(esp_conn);
+    let all_ike: Vec<String> = groups
+        .iter()
+        .map(|(g, _)| format!("aes128-sha256-{g}"))
+        .collect();
+    let all_esp: Vec<&str> = esp.iter().map(|e| e.1).collect();
+    let b_conn = SwanPair::conn(
+        1,
+        "all",
+        psk(),
+        &all_ike.join(", "),
+        "all",
+        &all_esp.join(", "),
+    );
+    p.load([&a_conns, &[b_conn]])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let [a, _] = &p.charons;
+
+    for (g, want) in groups {
+        a.initiate(g, T).unwrap_or_else(|e| panic!("{g}: {e}"));
+        let sas = a.list_sas().unwrap();
+        let ike = sas
+            .iter()
+            .find(|s| s.name == format!("ike-{g}"))
+            .unwrap_or_else(|| panic!("{g}: no IKE SA in {sas:?}"));
+        assert_eq!(ike.algorithms.dh_group.as_deref(), Some(want), "{ike:?}");
+        assert_eq!(
+            ike.child(g).map(|c| c.state.clone()),
+            Some(ChildState::Installed)
+        );
+        a.terminate(&format!("ike-{g}"), T)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    for (name, ..) in &esp {
+        a.initiate(name, T)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let sas = a.list_sas().unwrap();
+    assert_eq!(sas.len(), 1, "the children share one IKE SA: {sas:?}");
+    for (name, _, encr, keysize, integ) in esp {
+        let c = sas[0]
+            .child(name)
+            .unwrap_or_else(|| panic!("no child {name}: {sas:?}"));
+        assert_eq!(c.state, ChildState::Installed);
+        assert_eq!(c.algorithms.encr.as_deref(), Some(encr), "{c:?}");
+        if keysize > 0 {
+            assert_eq!(c.algorithms.encr_keysize, Some(keysize), "{c:?}");
+        }
+        assert_eq!(c.algorithms.integ.as_deref(), integ, "{c:?}");
+    }
+}
