@@ -327,17 +327,14 @@ impl SwanConn {
     /// The `connections.NAME { ... }` block (validated first).
     pub fn render(&self) -> Result<String> {
         self.validate()?;
-        let mut s = String::new();
-        let mut kv = |indent: usize, k: &str, v: &str| {
-            s.push_str(&format!("{:indent$}{k} = {v}\n", "", indent = indent));
-        };
-        kv(0, &format!("{} {{\n  version", self.name), "2");
-        kv(2, "local_addrs", &join_addrs(&self.local_addrs));
-        kv(2, "remote_addrs", &join_addrs(&self.remote_addrs));
-        kv(2, "proposals", &self.proposals);
-        kv(2, "encap", if self.encap { "yes" } else { "no" });
-        kv(
-            2,
+        let mut w = ConfWriter::default();
+        w.open(&self.name);
+        w.kv("version", "2");
+        w.kv("local_addrs", &join_addrs(&self.local_addrs));
+        w.kv("remote_addrs", &join_addrs(&self.remote_addrs));
+        w.kv("proposals", &self.proposals);
+        w.kv("encap", if self.encap { "yes" } else { "no" });
+        w.kv(
             "unique",
             match self.unique {
                 Unique::No => "no",
@@ -347,37 +344,40 @@ impl SwanConn {
             },
         );
         if let Some(d) = self.dpd_delay {
-            kv(2, "dpd_delay", &format!("{d}s"));
+            w.kv("dpd_delay", &format!("{d}s"));
         }
         if let Some(t) = self.rekey_time {
-            kv(2, "rekey_time", &format!("{t}s"));
+            w.kv("rekey_time", &format!("{t}s"));
         }
         let (auth, certs) = match &self.auth {
             SwanAuth::Psk(_) => ("psk", None),
             SwanAuth::Pubkey(c) => ("pubkey", Some(c.cert_file_name())),
         };
-        kv(2, "local {\n    auth", auth);
-        kv(4, "id", &self.local_id);
+        w.open("local");
+        w.kv("auth", auth);
+        w.kv("id", &self.local_id);
         if let Some(c) = &certs {
-            kv(4, "certs", c);
+            w.kv("certs", c);
         }
-        kv(2, "}\n  remote {\n    auth", auth);
-        kv(4, "id", &self.remote_id);
-        s.push_str("  }\n  children {\n");
+        w.close();
+        w.open("remote");
+        w.kv("auth", auth);
+        w.kv("id", &self.remote_id);
+        w.close();
+        w.open("children");
         for c in &self.children {
-            s.push_str(&format!("    {} {{\n", c.name));
-            let mut kv = |k: &str, v: &str| s.push_str(&format!("      {k} = {v}\n"));
-            kv("local_ts", &c.local_ts.join(","));
-            kv("remote_ts", &c.remote_ts.join(","));
-            kv("esp_proposals", &c.esp_proposals);
-            kv(
+            w.open(&c.name);
+            w.kv("local_ts", &c.local_ts.join(","));
+            w.kv("remote_ts", &c.remote_ts.join(","));
+            w.kv("esp_proposals", &c.esp_proposals);
+            w.kv(
                 "mode",
                 match c.mode {
                     SwanMode::Tunnel => "tunnel",
                     SwanMode::Transport => "transport",
                 },
             );
-            kv(
+            w.kv(
                 "start_action",
                 match c.start_action {
                     StartAction::None => "none",
@@ -386,15 +386,43 @@ impl SwanConn {
                 },
             );
             if let Some(t) = c.rekey_time {
-                kv("rekey_time", &format!("{t}s"));
+                w.kv("rekey_time", &format!("{t}s"));
             }
             if let Some(t) = c.life_time {
-                kv("life_time", &format!("{t}s"));
+                w.kv("life_time", &format!("{t}s"));
             }
-            s.push_str("    }\n");
+            w.close();
         }
-        s.push_str("  }\n}\n");
-        Ok(s)
+        w.close();
+        w.close();
+        Ok(w.text)
+    }
+}
+
+/// Writes strongSwan settings: `NAME {`, `key = value` and `}` lines, two spaces per level (values are checked
+/// before they get here).
+#[derive(Default)]
+struct ConfWriter {
+    text: String,
+    depth: usize,
+}
+
+impl ConfWriter {
+    fn line(&mut self, l: &str) {
+        self.text.push_str(&"  ".repeat(self.depth));
+        self.text.push_str(l);
+        self.text.push('\n');
+    }
+    fn open(&mut self, name: &str) {
+        self.line(&format!("{name} {{"));
+        self.depth += 1;
+    }
+    fn kv(&mut self, k: &str, v: &str) {
+        self.line(&format!("{k} = {v}"));
+    }
+    fn close(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
+        self.line("}");
     }
 }
 
