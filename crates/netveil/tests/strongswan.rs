@@ -185,12 +185,38 @@ fn certificates_from_pki_establish_ecdsa_and_rsa() {
             .unwrap_or_else(|e| panic!("pki: {e}"));
         let cred_a = pki.issue("a.lab.test").unwrap_or_else(|e| panic!("{e}"));
         let cred_b = pki.issue("b.lab.test").unwrap_or_else(|e| panic!("{e}"));
-        let p = pair(
-            &mut lab,
-            [SwanAuth::Pubkey(cred_a), SwanAuth::Pubkey(cred_b)],
-            "aes128-sha256-ecp256",
-            "aes128-sha256",
-        );
+        // FQDN ids (the certificates' subjectAltNames) with ECDSA, DN ids (their subjects, rendered unquoted with
+        // '=' and checked by charon against the certificate) with RSA.
+        let ids = match kt {
+            KeyType::EcdsaP256 => ["a.lab.test", "b.lab.test"],
+            _ => ["CN=a.lab.test", "CN=b.lab.test"],
+        };
+        let p = SwanPair::up(&mut lab, &CharonOptions::default())
+            .unwrap_or_else(|e| panic!("setup: {e}"));
+        let mut conns = [
+            SwanPair::conn(
+                0,
+                "site",
+                SwanAuth::Pubkey(cred_a),
+                "aes128-sha256-ecp256",
+                "net",
+                "aes128-sha256",
+            ),
+            SwanPair::conn(
+                1,
+                "site",
+                SwanAuth::Pubkey(cred_b),
+                "aes128-sha256-ecp256",
+                "net",
+                "aes128-sha256",
+            ),
+        ];
+        for (i, c) in conns.iter_mut().enumerate() {
+            c.local_id = ids[i].into();
+            c.remote_id = ids[1 - i].into();
+        }
+        p.load([&conns[..1], &conns[1..]])
+            .unwrap_or_else(|e| panic!("load: {e}"));
         let [a, b] = &p.charons;
         a.initiate("net", T)
             .unwrap_or_else(|e| panic!("{kt:?}: {e}"));
@@ -217,7 +243,11 @@ fn certificates_from_pki_establish_ecdsa_and_rsa() {
         // Each side authenticated the other with its certificate's key (charon logs the signature scheme).
         let la = a.log();
         let lb = b.log();
-        for (log, peer) in [(&la, "b.lab.test"), (&lb, "a.lab.test")] {
+        assert_eq!(
+            (ike.local_id.as_str(), ike.remote_id.as_str()),
+            (ids[0], ids[1])
+        );
+        for (log, peer) in [(&la, ids[1]), (&lb, ids[0])] {
             let line = log
                 .lines()
                 .find(|l| {
