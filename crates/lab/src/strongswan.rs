@@ -9,15 +9,15 @@
 //!
 //! Connections are typed ([`SwanConn`], [`SwanChild`]) and rendered to `swanctl.conf`; every value is checked first,
 //! and one that could change the file's structure (newline, brace, quote, `#`, ...) is refused rather than escaped.
-//! Loading, terminating and listing go through `swanctl` (the tool a strongSwan user has). [`Charon::list_sas`]
-//! parses `swanctl --list-sas --pretty`: one `key = value` per line, where `--raw` puts a whole SA on one line
-//! separated by spaces, which is ambiguous for values with spaces such as DN identities.
+//! Loading and listing go through `swanctl` (the tool a strongSwan user has). [`Charon::list_sas`] parses
+//! `swanctl --list-sas --pretty`: one `key = value` per line, where `--raw` puts a whole SA on one line separated by
+//! spaces, which is ambiguous for values with spaces such as DN identities.
 //!
-//! Timed work goes to charon's vici socket directly through a small synchronous client ([`Vici`]), because
+//! Initiating and terminating go to charon's vici socket directly through a small synchronous client ([`Vici`]):
 //! starting `swanctl` costs about 14 ms here, seven times the handshake being measured (see
-//! [`Charon::handshake_ms`]). The client speaks the documented vici wire format (strongSwan's
-//! `src/libcharon/plugins/vici/README.md`); the only Rust implementation (`rsvici`) needs an async runtime, which
-//! the synchronous lab does not have.
+//! [`Charon::handshake_ms`]), and vici's answer carries charon's own error message. The client speaks the
+//! documented vici wire format (strongSwan's `src/libcharon/plugins/vici/README.md`); the one Rust implementation
+//! (`rsvici`) needs an async runtime, which the synchronous lab does not have.
 
 use crate::lab::{run_ok, Lab};
 use crate::{Error, Result};
