@@ -1,20 +1,29 @@
-//! Ephemeral Diffie-Hellman: X25519 (RFC 7748, `x25519-dalek`) and the 2048- and 3072-bit MODP groups of
-//! RFC 3526 (groups 14 and 15, generator 2) with constant-time Montgomery exponentiation (`crypto-bigint`).
+//! Ephemeral Diffie-Hellman: X25519 (RFC 7748, `x25519-dalek`), the 2048- and 3072-bit MODP groups of
+//! RFC 3526 (groups 14 and 15, generator 2) with constant-time Montgomery exponentiation (`crypto-bigint`), and
+//! the NIST P-256 and P-384 groups as IKE's ECP groups 19 and 20 (RFC 5903, ECDH through aws-lc-rs's agreement API).
 //!
-//! - Public values: X25519 32 bytes; MODP big-endian, left-padded to the length of the prime (256 or 384 bytes).
+//! - Public values: X25519 32 bytes; MODP big-endian, left-padded to the length of the prime (256 or 384 bytes);
+//!   ECP `x | y`, each coordinate big-endian at the field's length (64 or 96 bytes: RFC 5903 section 7, without
+//!   the 0x04 prefix of SEC 1's uncompressed form).
 //! - Shared secrets: X25519 32 bytes; MODP `g^xy mod p` big-endian, left-padded to the length of the prime (as
-//!   IKEv2 does, RFC 7296 §2.14).
+//!   IKEv2 does, RFC 7296 §2.14); ECP the x coordinate of the shared point (32 or 48 bytes, RFC 5903 section 7).
+//! - ECP private keys are scalars drawn from the caller's generator: 32 or 48 random bytes, drawn again in the
+//!   rare case they are not in `[1, n - 1]`.
 //! - MODP private exponents are 512 random bits: above the exponent sizes RFC 3526 §8 gives for the groups'
 //!   strength (at most 320 bits for group 14 and 420 bits for group 15, estimate 2), and far below the cost of a
 //!   full-size exponent. The exponent's bit length (512) is the only thing the exponentiation's timing depends on.
 //! - Peer values are validated: MODP `1 < y < p - 1` (0, 1, p - 1 and anything not below p are refused, and
-//!   so is a wrong length); X25519 refuses a shared secret of all zeros (a low-order peer point).
+//!   so is a wrong length); X25519 refuses a shared secret of all zeros (a low-order peer point); ECP refuses a
+//!   wrong length and a point not on the curve (aws-lc checks the decoded point; the point at infinity has no
+//!   `x | y` encoding).
 //!
 //! Private keys and shared secrets are zeroized when dropped and never printed.
 
 use crypto_bigint::modular::runtime_mod::{DynResidue, DynResidueParams};
 use crypto_bigint::{Uint, U2048, U3072, U512};
 use zeroize::Zeroizing;
+
+use aws_lc_rs::agreement;
 
 use crate::rand::Rng;
 use crate::KeyError;
@@ -39,37 +48,63 @@ pub enum Group {
     Modp2048,
     /// RFC 3526 group 15, 3072-bit MODP, generator 2.
     Modp3072,
+    /// RFC 5903 group 19, 256-bit random ECP group (NIST P-256).
+    Ecp256,
+    /// RFC 5903 group 20, 384-bit random ECP group (NIST P-384).
+    Ecp384,
 }
 
 impl Group {
-    pub const ALL: [Group; 3] = [Group::X25519, Group::Modp2048, Group::Modp3072];
+    pub const ALL: [Group; 5] = [
+        Group::X25519,
+        Group::Modp2048,
+        Group::Modp3072,
+        Group::Ecp256,
+        Group::Ecp384,
+    ];
 
-    /// Length of a public value (and of a shared secret) in bytes: 32, 256, 384.
+    /// Length of a public value in bytes: 32, 256, 384, 64, 96.
     pub fn public_len(self) -> usize {
         match self {
             Group::X25519 => 32,
             Group::Modp2048 => 256,
             Group::Modp3072 => 384,
+            Group::Ecp256 => 64,
+            Group::Ecp384 => 96,
         }
     }
 
-    /// Length of the shared secret in bytes (the same as [`Group::public_len`]).
+    /// Length of the shared secret in bytes: the public value's, except ECP's x coordinate only (32, 48).
     pub fn shared_len(self) -> usize {
-        self.public_len()
+        match self {
+            Group::Ecp256 => 32,
+            Group::Ecp384 => 48,
+            _ => self.public_len(),
+        }
     }
 
-    /// Length of the private key [`KeyPair::from_private`] takes: 32 for X25519, [`MODP_EXPONENT_LEN`] for MODP.
+    /// Length of the private key [`KeyPair::from_private`] takes: 32 for X25519, [`MODP_EXPONENT_LEN`] for MODP,
+    /// the scalar's 32 or 48 bytes for ECP.
     pub fn private_len(self) -> usize {
         match self {
-            Group::X25519 => 32,
+            Group::X25519 | Group::Ecp256 => 32,
             Group::Modp2048 | Group::Modp3072 => MODP_EXPONENT_LEN,
+            Group::Ecp384 => 48,
         }
     }
 
-    /// The prime of a MODP group, big-endian (`None` for X25519).
+    fn ecdh(self) -> Option<&'static agreement::Algorithm> {
+        match self {
+            Group::Ecp256 => Some(&agreement::ECDH_P256),
+            Group::Ecp384 => Some(&agreement::ECDH_P384),
+            _ => None,
+        }
+    }
+
+    /// The prime of a MODP group, big-endian (`None` for the others).
     pub fn modp_prime(self) -> Option<Vec<u8>> {
         match self {
-            Group::X25519 => None,
+            Group::X25519 | Group::Ecp256 | Group::Ecp384 => None,
             Group::Modp2048 => Some(be_bytes(&U2048::from_be_hex(MODP2048_P))),
             Group::Modp3072 => Some(be_bytes(&U3072::from_be_hex(MODP3072_P))),
         }
@@ -79,6 +114,8 @@ impl Group {
 enum Secret {
     X25519(x25519_dalek::StaticSecret),
     Modp(Zeroizing<U512>),
+    /// aws-lc's key (its memory is cleansed when freed).
+    Ecp(agreement::PrivateKey),
 }
 
 /// An ephemeral key pair of one group: the private key (zeroized on drop) and the public value.
@@ -161,12 +198,18 @@ impl KeyPair {
     /// A fresh key pair, its private key drawn from `rng` (the caller's: the OS generator in production).
     pub fn generate(group: Group, rng: &mut dyn Rng) -> KeyPair {
         let mut private = Zeroizing::new(vec![0u8; group.private_len()]);
-        rng.fill(&mut private);
-        Self::from_private(group, &private).expect("private key of the right length")
+        loop {
+            rng.fill(&mut private);
+            // Only an ECP scalar outside [1, n - 1] is refused (probability below 2^-32): draw again.
+            if let Ok(k) = Self::from_private(group, &private) {
+                return k;
+            }
+        }
     }
 
     /// A key pair from a fixed private key: 32 bytes for X25519 (clamped as RFC 7748 prescribes), a
-    /// [`MODP_EXPONENT_LEN`]-byte big-endian exponent for MODP. For known-answer tests only.
+    /// [`MODP_EXPONENT_LEN`]-byte big-endian exponent for MODP, a big-endian scalar in `[1, n - 1]` for ECP. For
+    /// known-answer tests only.
     #[doc(hidden)]
     pub fn from_private(group: Group, private: &[u8]) -> Result<KeyPair, KeyError> {
         if private.len() != group.private_len() {
@@ -192,6 +235,20 @@ impl KeyPair {
                     modp_public::<{ U3072::LIMBS }>(MODP3072_P, &x)
                 };
                 (Secret::Modp(x), public)
+            }
+            Group::Ecp256 | Group::Ecp384 => {
+                let alg = group.ecdh().expect("an ECP group");
+                let k = agreement::PrivateKey::from_private_key(alg, private)
+                    .map_err(|_| KeyError::Unusable("ECP private key not in [1, n - 1]"))?;
+                let p = k
+                    .compute_public_key()
+                    .map_err(|_| KeyError::Unusable("ECP public key"))?;
+                // SEC 1 uncompressed: 0x04 | x | y; IKE carries x | y.
+                let public = p.as_ref().get(1..).unwrap_or_default().to_vec();
+                if public.len() != group.public_len() {
+                    return Err(KeyError::Unusable("ECP public key"));
+                }
+                (Secret::Ecp(k), public)
             }
         };
         Ok(KeyPair {
@@ -227,6 +284,21 @@ impl KeyPair {
                 Group::Modp2048 => modp_agree::<{ U2048::LIMBS }>(MODP2048_P, x, peer_public),
                 _ => modp_agree::<{ U3072::LIMBS }>(MODP3072_P, x, peer_public),
             },
+            Secret::Ecp(k) => {
+                if peer_public.len() != self.group.public_len() {
+                    return Err(bad_peer());
+                }
+                let mut sec1 = Vec::with_capacity(1 + peer_public.len());
+                sec1.push(0x04);
+                sec1.extend_from_slice(peer_public);
+                let alg = self.group.ecdh().expect("an ECP group");
+                agreement::agree(
+                    k,
+                    agreement::UnparsedPublicKey::new(alg, &sec1),
+                    bad_peer(),
+                    |z| Ok(Zeroizing::new(z.to_vec())),
+                )
+            }
         }
     }
 }
@@ -254,5 +326,85 @@ mod tests {
                 "{g:?}"
             );
         }
+    }
+
+    /// RFC 5903 section 8: groups 19 and 20, both sides' public values (x | y) and the shared secret (the x
+    /// coordinate of g^ir), from the private values i and r.
+    #[test]
+    fn ecp_known_answers_from_rfc_5903() {
+        let cases = [
+            (
+                Group::Ecp256,
+                "c88f01f510d9ac3f70a292daa2316de544e9aab8afe84049c62a9c57862d1433",
+                "dad0b65394221cf9b051e1feca5787d098dfe637fc90b9ef945d0c3772581180\
+                 5271a0461cdb8252d61f1c456fa3e59ab1f45b33accf5f58389e0577b8990bb3",
+                "c6ef9c5d78ae012a011164acb397ce2088685d8f06bf9be0b283ab46476bee53",
+                "d12dfb5289c8d4f81208b70270398c342296970a0bccb74c736fc7554494bf63\
+                 56fbf3ca366cc23e8157854c13c58d6aac23f046ada30f8353e74f33039872ab",
+                "d6840f6b42f6edafd13116e0e12565202fef8e9ece7dce03812464d04b9442de",
+            ),
+            (
+                Group::Ecp384,
+                "099f3c7034d4a2c699884d73a375a67f7624ef7c6b3c0f160647b67414dce655e35b538041e649ee3faef896783ab194",
+                "667842d7d180ac2cde6f74f37551f55755c7645c20ef73e31634fe72b4c55ee6de3ac808acb4bdb4c88732aee95f41aa\
+                 9482ed1fc0eeb9cafc4984625ccfc23f65032149e0e144ada024181535a0f38eeb9fcff3c2c947dae69b4c634573a81c",
+                "41cb0779b4bdb85d47846725fbec3c9430fab46cc8dc5060855cc9bda0aa2942e0308312916b8ed2960e4bd55a7448fc",
+                "e558dbef53eecde3d3fccfc1aea08a89a987475d12fd950d83cfa41732bc509d0d1ac43a0336def96fda41d0774a3571\
+                 dcfbec7aacf3196472169e838430367f66eebe3c6e70c416dd5f0c68759dd1fff83fa40142209dff5eaad96db9e6386c",
+                "11187331c279962d93d604243fd592cb9d0a926f422e47187521287e7156c5c4d603135569b9e9d09cf5d4a270f59746",
+            ),
+        ];
+        for (g, i, gi, r, gr, gir) in cases {
+            let h = |s: &str| hex::decode(s.replace(' ', "")).unwrap();
+            let ki = KeyPair::from_private(g, &h(i)).unwrap();
+            let kr = KeyPair::from_private(g, &h(r)).unwrap();
+            assert_eq!(ki.public(), h(gi).as_slice(), "{g:?}");
+            assert_eq!(kr.public(), h(gr).as_slice(), "{g:?}");
+            assert_eq!(
+                ki.agree(kr.public()).unwrap().as_slice(),
+                h(gir).as_slice(),
+                "{g:?}"
+            );
+            assert_eq!(
+                kr.agree(ki.public()).unwrap().as_slice(),
+                h(gir).as_slice(),
+                "{g:?}"
+            );
+            assert_eq!(
+                (g.public_len(), g.shared_len()),
+                (h(gi).len(), h(gir).len())
+            );
+        }
+    }
+
+    /// Peer values that are not points of the curve, the wrong length, or SEC 1's prefixed form are refused; so
+    /// are private scalars 0 and n (P-256's order).
+    #[test]
+    fn ecp_refuses_invalid_points_and_scalars() {
+        for g in [Group::Ecp256, Group::Ecp384] {
+            let k = KeyPair::generate(g, &mut SeededRng::new(3));
+            let good = KeyPair::generate(g, &mut SeededRng::new(4))
+                .public()
+                .to_vec();
+            assert!(k.agree(&good).is_ok());
+            let n = g.public_len();
+            let mut off = good.clone();
+            *off.last_mut().unwrap() ^= 1;
+            let mut prefixed = vec![4u8];
+            prefixed.extend_from_slice(&good);
+            for (what, v) in [
+                ("off the curve", off),
+                ("zero", vec![0u8; n]),
+                ("all ones", vec![0xff; n]),
+                ("short", good[..n - 1].to_vec()),
+                ("prefixed", prefixed),
+                ("empty", vec![]),
+            ] {
+                assert!(k.agree(&v).is_err(), "{g:?} {what}");
+            }
+        }
+        let order = "ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551";
+        assert!(KeyPair::from_private(Group::Ecp256, &hex::decode(order).unwrap()).is_err());
+        assert!(KeyPair::from_private(Group::Ecp256, &[0u8; 32]).is_err());
     }
 }

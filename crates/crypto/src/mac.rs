@@ -138,3 +138,26 @@ where
         }
     }
 }
+
+/// SHA-1 over the concatenation of `parts` (a plain digest, no key): IKEv2's NAT detection hashes (RFC 7296
+/// section 2.23) are SHA-1 by definition. Not for anything that needs collision resistance.
+pub fn sha1_digest(parts: &[&[u8]]) -> [u8; 20] {
+    use sha1::Digest;
+    let mut h = Sha1::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().into()
+}
+
+#[cfg(test)]
+mod digest_tests {
+    /// FIPS 180 example "abc", split across parts.
+    #[test]
+    fn sha1_of_abc() {
+        assert_eq!(
+            hex::encode(super::sha1_digest(&[b"a", b"bc"])),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+    }
+}

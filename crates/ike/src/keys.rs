@@ -176,7 +176,8 @@ pub fn skeyseed(prf: Prf, ni: &[u8], nr: &[u8], g_ir: &[u8]) -> SkeySeed {
 }
 
 /// The rekeyed IKE SA's SKEYSEED: `prf(SK_d (old), g^ir (new) | Ni | Nr)` (RFC 7296 section 2.18), with the new
-/// exchange's nonces; `prf` is the new IKE SA's PRF, `old_sk_d` the old SA's SK_d. `shared` holds the key
+/// exchange's nonces; `prf` is the OLD IKE SA's PRF (2.18: the rekeying exchange belongs to the old SA; the new SA's
+/// PRF then expands SKEYSEED in [`IkeKeys::derive`]), `old_sk_d` the old SA's SK_d. `shared` holds the key
 /// exchanges' shared secrets: `[g^ir]`, or with additional key exchanges (RFC 9370 section 2.2.2)
 /// `[SK(0), SK(1), .., SK(n)]`, giving `prf(SK_d, SK(0) | Ni | Nr | SK(1) | ... | SK(n))`.
 pub fn skeyseed_rekey(

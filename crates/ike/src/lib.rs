@@ -6,6 +6,8 @@
 //! - [`proposal`]: transforms and proposals, written and read in strongSwan's syntax (`aes256gcm16-prfsha384-ecp384`).
 //! - [`keys`]: the key schedule (SKEYSEED, SK_*, child KEYMAT) and the AUTH payload's octets, over `crypto`'s prf+.
 //! - [`sk`]: the Encrypted payload (SK, RFC 7296 3.14; AEAD per RFC 5282): seal and open in place.
+//! - [`machine`]: the state machine: an [`machine::Endpoint`] with every IKE SA of a host, driven by datagrams and
+//!   time, reporting datagrams to send and events.
 //! - [`config`]: connections and children as swanctl.conf has them, typed; [`event`]: what an endpoint reports
 //!   (datagrams to send, CHILD_SAs to install, failures with their reasons).
 #![forbid(unsafe_code)]
@@ -13,6 +15,7 @@
 pub mod config;
 pub mod event;
 pub mod keys;
+pub mod machine;
 pub mod message;
 pub mod proposal;
 pub mod sk;

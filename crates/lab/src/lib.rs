@@ -6,6 +6,7 @@
 //! - [`bench`](mod@bench), [`bench_ping`], [`bench_flood`], [`bench_split`]: throughput, round-trip times, floods,
 //!   and where a packet's time goes.
 //! - [`demo`]: `netveil demo`.
+//! - [`strongswan`]: strongSwan's charon as a live IKEv2 peer in a namespace (`swanctl`, vici, `pki`).
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +18,7 @@ pub mod bench_split;
 pub mod demo;
 pub mod lab;
 pub mod lan;
+pub mod strongswan;
 
 /// A failure of a lab. Bad arguments exit with code 2.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,556 @@
+//! IKE_AUTH (RFC 7296 1.2, 2.15) with pre-shared keys, and the first CHILD_SA (2.9 narrowing, 2.17 keys).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::glue::{self, Range};
+use super::info::Outcome;
+use super::sa::{Child, IkeSa, Opened, Purpose, State};
+use super::Endpoint;
+use crate::config::{AuthMethod, Identity, Mode, TsSpec};
+use crate::event::{ChildSa, EspSa, Event, Failure};
+use crate::keys::{psk_auth, verify_psk_auth, ChildKeys, ChildSuite, Role};
+use crate::message::payloads::auth_method;
+use crate::message::{payload_type, Auth, Id, Notify, NotifyType, Payload, Ts};
+use crate::proposal::{self, Preference, Proposal};
+
+/// A CHILD_SA that an exchange set up, for [`Endpoint::child_up`].
+pub(super) struct NewChild<'a> {
+    pub cfg: usize,
+    pub chosen: Proposal,
+    pub inbound_spi: u32,
+    pub outbound_spi: u32,
+    pub mode: Mode,
+    pub local_ts: Vec<TsSpec>,
+    pub remote_ts: Vec<TsSpec>,
+    /// Whether we initiated the exchange that creates it (its Ni is ours).
+    pub we_initiated: bool,
+    pub ni: &'a [u8],
+    pub nr: &'a [u8],
+    pub shared: Option<&'a [u8]>,
+    pub replaces: Option<u32>,
+}
+
+/// The ID payload body (type, reserved, data) as it is emitted.
+fn id_body(id: &Id) -> Vec<u8> {
+    let mut v = vec![0u8; id.buffer_len()];
+    let n = id.emit(&mut v).unwrap_or(0);
+    v.truncate(n);
+    v
+}
+
+/// Our identity: the configured one, or our address for `%any`.
+fn local_id(id: &Identity, addr: SocketAddr) -> Id {
+    glue::id_payload(id).unwrap_or_else(|| match addr.ip() {
+        std::net::IpAddr::V4(a) => Id::ipv4(a),
+        std::net::IpAddr::V6(a) => Id::ipv6(a),
+    })
+}
+
+fn notify(t: NotifyType) -> Payload {
+    Payload::Notify(Notify::new(t, Vec::new()))
+}
+
+fn ts_of(o: &Opened, t: u8) -> Option<&Ts> {
+    o.payloads.iter().find_map(|p| match p {
+        Payload::TsI(ts) if t == payload_type::TSI => Some(ts),
+        Payload::TsR(ts) if t == payload_type::TSR => Some(ts),
+        _ => None,
+    })
+}
+
+fn sa_of(o: &Opened) -> Option<&crate::message::Sa> {
+    o.payloads.iter().find_map(|p| match p {
+        Payload::Sa(s) => Some(s),
+        _ => None,
+    })
+}
+
+fn has_notify(o: &Opened, t: NotifyType) -> bool {
+    o.notifies().any(|n| n.notify_type == t)
+}
+
+/// Every selector of `got` lies inside one of `ours`.
+fn within(got: &Ts, ours: &[TsSpec]) -> bool {
+    got.selectors.iter().all(|s| {
+        Range::of_selector(s).is_some_and(|r| ours.iter().any(|o| r.within(&Range::of_spec(o))))
+    })
+}
+
+impl Endpoint {
+    /// Initiator: IKE_AUTH with IDi, [IDr], AUTH, INITIAL_CONTACT, the child's SA and selectors.
+    pub(super) fn send_auth(&mut self, sa: &mut IkeSa, now: Instant) {
+        let conn = &self.connections[sa.conn];
+        let (Some(keys), Some(psk), Some(ci)) = (&sa.keys, &conn.psk, sa.first_child) else {
+            return;
+        };
+        let child = &conn.children[ci];
+        let idi = local_id(&conn.local.id, sa.local);
+        let signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &id_body(&idi));
+        let auth = psk_auth(keys.suite().prf(), psk.expose(), &signed);
+        let mut inner = vec![Payload::IdI(idi), notify(NotifyType::INITIAL_CONTACT)];
+        if let Some(idr) = glue::id_payload(&conn.remote.id) {
+            inner.push(Payload::IdR(idr));
+        }
+        inner.push(Payload::Auth(Auth {
+            method: auth_method::SHARED_KEY_MIC,
+            data: auth,
+        }));
+        if child.mode == Mode::Transport {
+            inner.push(notify(NotifyType::USE_TRANSPORT_MODE));
+        }
+        let esp: Vec<Proposal> = child.esp_proposals.iter().map(glue::without_ke).collect();
+        let (local_ts, remote_ts) = (child.local_ts.clone(), child.remote_ts.clone());
+        let spi = match sa.first_child_spi {
+            Some(s) => s,
+            None => {
+                let s = self.new_child_spi();
+                sa.first_child_spi = Some(s);
+                s
+            }
+        };
+        inner.push(Payload::Sa(glue::sa_payload(&esp, &spi.to_be_bytes())));
+        inner.push(Payload::TsI(glue::ts_payload(&local_ts)));
+        inner.push(Payload::TsR(glue::ts_payload(&remote_ts)));
+        sa.state = State::AuthSent;
+        self.request(
+            sa,
+            crate::message::ExchangeType::IKE_AUTH,
+            Purpose::Auth,
+            &inner,
+            now,
+        );
+    }
+
+    /// The CHILD_SA event, and the child recorded in the SA. Keys: KEYMAT from the creating exchange's nonces
+    /// (and PFS shared secret), the first half for the direction from that exchange's initiator.
+    pub(super) fn child_up(&mut self, sa: &mut IkeSa, n: NewChild<'_>, now: Instant) -> bool {
+        let conn = &self.connections[sa.conn];
+        let child = &conn.children[n.cfg];
+        let Some(keys) = &sa.keys else { return false };
+        let Ok(suite) = ChildSuite::from_proposal(&n.chosen) else {
+            return false;
+        };
+        let shared: Vec<&[u8]> = n.shared.into_iter().collect();
+        let Ok(k) = ChildKeys::derive(suite, keys.suite().prf(), keys.sk_d(), &shared, n.ni, n.nr)
+        else {
+            return false;
+        };
+        let (i_to_r, r_to_i) = (
+            (k.encr_i().clone(), k.integ_i().clone()),
+            (k.encr_r().clone(), k.integ_r().clone()),
+        );
+        let (inb, outb) = if n.we_initiated {
+            (r_to_i, i_to_r)
+        } else {
+            (i_to_r, r_to_i)
+        };
+        let udp_encap = sa.nat_local || sa.nat_remote || conn.encap;
+        let ev = ChildSa {
+            ike_sa: sa.id,
+            connection: conn.name.clone(),
+            child: child.name.clone(),
+            proposal: n.chosen.clone(),
+            mode: n.mode,
+            local: sa.local,
+            remote: sa.remote,
+            udp_encap,
+            inbound: EspSa {
+                spi: n.inbound_spi,
+                encr_key: inb.0,
+                integ_key: inb.1,
+            },
+            outbound: EspSa {
+                spi: n.outbound_spi,
+                encr_key: outb.0,
+                integ_key: outb.1,
+            },
+            local_ts: n.local_ts.clone(),
+            remote_ts: n.remote_ts.clone(),
+            replay_window: child.replay_window,
+            replaces: n.replaces,
+        };
+        let l = child.lifetimes;
+        let mut r = [0u8; 8];
+        self.rng.fill(&mut r);
+        let jitter = if l.rand.is_zero() {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(
+                u64::from_be_bytes(r) % (l.rand.as_nanos().min(u128::from(u64::MAX)) as u64),
+            )
+        };
+        let rekey = l.rekey.saturating_sub(jitter);
+        let name = child.name.clone();
+        sa.children.push(Child {
+            name,
+            cfg: n.cfg,
+            rekey_at: now + if rekey.is_zero() { l.life } else { rekey },
+            expire_at: now + l.life.max(rekey),
+            inbound_spi: n.inbound_spi,
+            outbound_spi: n.outbound_spi,
+            mode: n.mode,
+            proposal: n.chosen,
+            local_ts: n.local_ts,
+            remote_ts: n.remote_ts,
+        });
+        self.events.push_back(Event::ChildSaUp(Box::new(ev)));
+        true
+    }
+
+    fn ike_up(&mut self, sa: &mut IkeSa, now: Instant) {
+        sa.state = State::Established;
+        sa.was_up = true;
+        sa.ike_rekey_at = self.ike_rekey_time(sa.conn, now);
+        self.events.push_back(Event::IkeSaUp {
+            ike_sa: sa.id,
+            connection: self.connections[sa.conn].name.clone(),
+        });
+    }
+
+    /// INITIAL_CONTACT (RFC 7296 2.4): the peer has no other IKE SA with us; the old ones of this connection and
+    /// address go (their children with them), without a DELETE.
+    fn initial_contact(&mut self, sa: &IkeSa) {
+        let old: Vec<_> = self
+            .sas
+            .values()
+            .filter(|o| {
+                o.id != sa.id && o.conn == sa.conn && o.was_up && o.remote.ip() == sa.remote.ip()
+            })
+            .map(|o| o.id)
+            .collect();
+        for id in old {
+            if let Some(o) = self.sas.remove(&id) {
+                self.destroy(o, None);
+            }
+        }
+    }
+
+    /// Responder: checks AUTH, picks the connection and the child, answers.
+    pub(super) fn auth_request(
+        &mut self,
+        sa: &mut IkeSa,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        o: &Opened,
+    ) -> Outcome {
+        // Answer where the request came from (the initiator may have moved to port 4500).
+        sa.local = local;
+        sa.remote = remote;
+        let mid = o.header.message_id;
+        let ex = o.header.exchange_type;
+        let one = |t| o.count(t) == 1;
+        let (Some(idi), Some(idi_body), Some(Payload::Auth(auth))) = (
+            o.idi(),
+            o.idi_body.as_ref(),
+            o.payloads
+                .iter()
+                .find(|p| p.payload_type() == payload_type::AUTH),
+        ) else {
+            self.respond(sa, ex, mid, &[notify(NotifyType::INVALID_SYNTAX)]);
+            return Outcome::Forget;
+        };
+        if !one(payload_type::IDI) || !one(payload_type::AUTH) || o.count(payload_type::IDR) > 1 {
+            self.respond(sa, ex, mid, &[notify(NotifyType::INVALID_SYNTAX)]);
+            return Outcome::Forget;
+        }
+        let chosen_ike = sa.proposal.clone();
+        let found = (0..self.connections.len()).find(|&ci| {
+            let c = &self.connections[ci];
+            let addrs = (c.local_addrs.is_empty() || c.local_addrs.contains(&sa.local.ip()))
+                && (c.remote_addrs.is_empty() || c.remote_addrs.contains(&sa.init_remote.ip()));
+            let ike_ok = chosen_ike.as_ref().is_some_and(|p| {
+                proposal::select(&c.proposals, std::slice::from_ref(p), Preference::Ours)
+                    .is_some_and(|s| &s.chosen == p)
+            });
+            addrs
+                && ike_ok
+                && c.psk.is_some()
+                && c.remote.method == AuthMethod::Psk
+                && glue::id_matches(&c.remote.id, idi)
+                && o.idr().is_none_or(|r| glue::id_matches(&c.local.id, r))
+        });
+        let Some(ci) = found else {
+            self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
+            self.fail(sa.conn, Some(sa.id), Failure::NoMatchingConnection);
+            return Outcome::Forget;
+        };
+        sa.conn = ci;
+        let Some(keys) = &sa.keys else {
+            return Outcome::Forget;
+        };
+        let prf = keys.suite().prf();
+        let psk = self.connections[ci].psk.clone().expect("checked above");
+        let signed = keys.signed_octets(Role::Initiator, &sa.init_received, &sa.nr, idi_body);
+        if auth.method != auth_method::SHARED_KEY_MIC
+            || verify_psk_auth(prf, psk.expose(), &signed, &auth.data).is_err()
+        {
+            self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
+            self.fail(
+                ci,
+                Some(sa.id),
+                Failure::AuthenticationFailed {
+                    id: glue::id_string(idi),
+                    by_peer: false,
+                },
+            );
+            return Outcome::Forget;
+        }
+        let conn = &self.connections[ci];
+        let idr = local_id(&conn.local.id, sa.local);
+        let signed_r = keys.signed_octets(Role::Responder, &sa.init_sent, &sa.ni, &id_body(&idr));
+        let mut inner = vec![
+            Payload::IdR(idr),
+            Payload::Auth(Auth {
+                method: auth_method::SHARED_KEY_MIC,
+                data: psk_auth(prf, psk.expose(), &signed_r),
+            }),
+        ];
+        self.half_open -= 1;
+        self.ike_up(sa, now);
+        if has_notify(o, NotifyType::INITIAL_CONTACT) {
+            self.initial_contact(sa);
+        }
+        inner.extend(self.responder_child(sa, o, now));
+        self.respond(sa, ex, mid, &inner);
+        Outcome::Keep
+    }
+
+    /// Responder: the child's payloads for the IKE_AUTH response (or the notify that refuses it).
+    fn responder_child(&mut self, sa: &mut IkeSa, o: &Opened, now: Instant) -> Vec<Payload> {
+        let conn = &self.connections[sa.conn];
+        let (Some(sa_p), Some(tsi), Some(tsr)) = (
+            sa_of(o),
+            ts_of(o, payload_type::TSI),
+            ts_of(o, payload_type::TSR),
+        ) else {
+            // A childless IKE SA (RFC 6023 style): nothing to add.
+            return Vec::new();
+        };
+        if o.count(payload_type::SA) != 1
+            || o.count(payload_type::TSI) != 1
+            || o.count(payload_type::TSR) != 1
+        {
+            return vec![notify(NotifyType::INVALID_SYNTAX)];
+        }
+        let picked = conn.children.iter().enumerate().find_map(|(k, c)| {
+            let i = glue::narrow(tsi, &c.remote_ts);
+            let r = glue::narrow(tsr, &c.local_ts);
+            (!i.is_empty() && !r.is_empty()).then_some((k, i, r))
+        });
+        let Some((k, ts_i, ts_r)) = picked else {
+            let ours = conn
+                .children
+                .iter()
+                .flat_map(|c| c.local_ts.iter().chain(&c.remote_ts).copied())
+                .collect();
+            let mut theirs = glue::ts_specs(tsi);
+            theirs.extend(glue::ts_specs(tsr));
+            self.fail(
+                sa.conn,
+                Some(sa.id),
+                Failure::TsUnacceptable { ours, theirs },
+            );
+            return vec![notify(NotifyType::TS_UNACCEPTABLE)];
+        };
+        let child = &conn.children[k];
+        let theirs = glue::esp_proposals(sa_p);
+        let their_list: Vec<Proposal> = theirs.iter().map(|(_, p, _)| p.clone()).collect();
+        let ours: Vec<Proposal> = child.esp_proposals.iter().map(glue::without_ke).collect();
+        let Some(sel) = proposal::select(&ours, &their_list, Preference::Ours) else {
+            self.fail(
+                sa.conn,
+                Some(sa.id),
+                Failure::NoProposalChosen {
+                    ours: glue::names(&ours),
+                    theirs: glue::names(&their_list),
+                },
+            );
+            return vec![notify(NotifyType::NO_PROPOSAL_CHOSEN)];
+        };
+        let (idx, _, peer_spi) = theirs[sel.peer];
+        let number = sa_p.proposals[idx].number;
+        let mode = if child.mode == Mode::Transport && has_notify(o, NotifyType::USE_TRANSPORT_MODE)
+        {
+            Mode::Transport
+        } else {
+            Mode::Tunnel
+        };
+        let spi = self.new_child_spi();
+        let mut out = Vec::new();
+        if mode == Mode::Transport {
+            out.push(notify(NotifyType::USE_TRANSPORT_MODE));
+        }
+        out.push(Payload::Sa(crate::message::Sa {
+            proposals: vec![glue::to_wire(&sel.chosen, number, &spi.to_be_bytes())],
+        }));
+        out.push(Payload::TsI(Ts {
+            selectors: ts_i.iter().map(Range::selector).collect(),
+        }));
+        out.push(Payload::TsR(Ts {
+            selectors: ts_r.iter().map(Range::selector).collect(),
+        }));
+        let (ni, nr) = (sa.ni.clone(), sa.nr.clone());
+        let n = NewChild {
+            cfg: k,
+            chosen: sel.chosen,
+            inbound_spi: spi,
+            outbound_spi: peer_spi,
+            mode,
+            local_ts: glue::specs(&ts_r),
+            remote_ts: glue::specs(&ts_i),
+            we_initiated: false,
+            ni: &ni,
+            nr: &nr,
+            shared: None,
+            replaces: None,
+        };
+        if !self.child_up(sa, n, now) {
+            self.inbound_spis.remove(&spi);
+            return vec![notify(NotifyType::NO_PROPOSAL_CHOSEN)];
+        }
+        out
+    }
+
+    /// Initiator: the IKE_AUTH response.
+    pub(super) fn auth_response(&mut self, sa: &mut IkeSa, now: Instant, o: &Opened) -> Outcome {
+        let conn = &self.connections[sa.conn];
+        let auth = o.payloads.iter().find_map(|p| match p {
+            Payload::Auth(a) => Some(a),
+            _ => None,
+        });
+        if auth.is_none() {
+            let failure = match o.notifies().find(|n| n.notify_type.is_error()) {
+                Some(n) if n.notify_type == NotifyType::AUTHENTICATION_FAILED => {
+                    Failure::AuthenticationFailed {
+                        id: glue::identity_string(&conn.local.id),
+                        by_peer: true,
+                    }
+                }
+                Some(n) => Failure::PeerError {
+                    notify: n.notify_type.0,
+                    name: n.notify_type.name().unwrap_or("unknown").to_string(),
+                },
+                None => return Outcome::Ignore,
+            };
+            return Outcome::Destroy(Some(failure));
+        }
+        let (Some(auth), Some(idr), Some(idr_body), Some(keys), Some(psk)) =
+            (auth, o.idr(), o.idr_body.as_ref(), &sa.keys, &conn.psk)
+        else {
+            return Outcome::Ignore;
+        };
+        if o.count(payload_type::AUTH) != 1 || o.count(payload_type::IDR) != 1 {
+            return Outcome::Ignore;
+        }
+        let signed = keys.signed_octets(Role::Responder, &sa.init_received, &sa.ni, idr_body);
+        let id_ok = glue::id_matches(&conn.remote.id, idr);
+        if !id_ok
+            || auth.method != auth_method::SHARED_KEY_MIC
+            || verify_psk_auth(keys.suite().prf(), psk.expose(), &signed, &auth.data).is_err()
+        {
+            return Outcome::Destroy(Some(Failure::AuthenticationFailed {
+                id: glue::id_string(idr),
+                by_peer: false,
+            }));
+        }
+        sa.pending = None;
+        sa.my_mid += 1;
+        self.ike_up(sa, now);
+        self.initiator_child(sa, o, now);
+        self.after_response(sa, now);
+        Outcome::Keep
+    }
+
+    /// Initiator: the first child from the IKE_AUTH response, if the responder's choices are among ours.
+    fn initiator_child(&mut self, sa: &mut IkeSa, o: &Opened, now: Instant) {
+        let Some(spi) = sa.first_child_spi.take() else {
+            return;
+        };
+        let conn = &self.connections[sa.conn];
+        let Some(ci) = sa.first_child else { return };
+        let child = &conn.children[ci];
+        if let Some(n) = o.notifies().find(|n| n.notify_type.is_error()) {
+            self.inbound_spis.remove(&spi);
+            let failure = Failure::PeerError {
+                notify: n.notify_type.0,
+                name: n.notify_type.name().unwrap_or("unknown").to_string(),
+            };
+            self.fail(sa.conn, Some(sa.id), failure);
+            return;
+        }
+        let ours: Vec<Proposal> = child.esp_proposals.iter().map(glue::without_ke).collect();
+        let got = sa_of(o).map(glue::esp_proposals).unwrap_or_default();
+        let (tsi, tsr) = (ts_of(o, payload_type::TSI), ts_of(o, payload_type::TSR));
+        let chosen = match &got[..] {
+            [(_, p, peer_spi)]
+                if p.is_single() && sa_of(o).is_some_and(|s| s.proposals.len() == 1) =>
+            {
+                proposal::select(&ours, std::slice::from_ref(p), Preference::Ours)
+                    .filter(|s| &s.chosen == p)
+                    .map(|_| (p.clone(), *peer_spi))
+            }
+            _ => None,
+        };
+        let Some((chosen, peer_spi)) = chosen else {
+            self.inbound_spis.remove(&spi);
+            let theirs = got.iter().map(|(_, p, _)| p.to_string()).collect();
+            let f = Failure::NoProposalChosen {
+                ours: glue::names(&ours),
+                theirs,
+            };
+            self.fail(sa.conn, Some(sa.id), f);
+            return;
+        };
+        let ts_ok = match (tsi, tsr) {
+            (Some(i), Some(r)) => within(i, &child.local_ts) && within(r, &child.remote_ts),
+            _ => false,
+        };
+        if !ts_ok {
+            let ours = child
+                .local_ts
+                .iter()
+                .chain(&child.remote_ts)
+                .copied()
+                .collect();
+            let mut theirs = tsi.map(glue::ts_specs).unwrap_or_default();
+            theirs.extend(tsr.map(glue::ts_specs).unwrap_or_default());
+            self.inbound_spis.remove(&spi);
+            self.fail(
+                sa.conn,
+                Some(sa.id),
+                Failure::TsUnacceptable { ours, theirs },
+            );
+            return;
+        }
+        let mode = if child.mode == Mode::Transport && has_notify(o, NotifyType::USE_TRANSPORT_MODE)
+        {
+            Mode::Transport
+        } else {
+            Mode::Tunnel
+        };
+        let (l, r) = (
+            tsi.map(glue::ts_specs).unwrap_or_default(),
+            tsr.map(glue::ts_specs).unwrap_or_default(),
+        );
+        let (ni, nr) = (sa.ni.clone(), sa.nr.clone());
+        let n = NewChild {
+            cfg: ci,
+            chosen,
+            inbound_spi: spi,
+            outbound_spi: peer_spi,
+            mode,
+            local_ts: l,
+            remote_ts: r,
+            we_initiated: true,
+            ni: &ni,
+            nr: &nr,
+            shared: None,
+            replaces: None,
+        };
+        if !self.child_up(sa, n, now) {
+            self.inbound_spis.remove(&spi);
+        }
+    }
+}

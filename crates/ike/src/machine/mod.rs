@@ -1,0 +1,523 @@
+//! The IKEv2 state machine (RFC 7296), sans-I/O: an [`Endpoint`] holds every IKE SA of this host and is driven by
+//! datagrams ([`Endpoint::handle_datagram`]) and time ([`Endpoint::handle_timeout`]); it answers with datagrams
+//! ([`Endpoint::poll_transmit`]) and events ([`Endpoint::poll_event`]): SAs up and down, CHILD_SAs to install,
+//! failures with their reasons. Time is whatever `Instant` the caller passes; all randomness comes from the RNG
+//! given to [`Endpoint::new`].
+//!
+//! What it does: IKE_SA_INIT (both roles, INVALID_KE_PAYLOAD retry, COOKIE under load, NAT detection and the move
+//! to port 4500), IKE_AUTH with pre-shared keys and the first CHILD_SA (traffic selector narrowing, ESP proposal
+//! selection, transport mode), reliability (window size 1, retransmission with back-off, the responder's cached
+//! response), INFORMATIONAL (DELETE of the IKE SA or of a CHILD_SA, liveness checks, DPD), CREATE_CHILD_SA for
+//! CHILD_SAs (new ones and rekeys, with PFS, by API and by lifetime; the old one deleted after a rekey), and
+//! rekeying the IKE SA (the children move to the new SA), IKE fragmentation (RFC 7383: encrypted messages above
+//! [`Limits::fragment_len`] sent in fragments, fragments reassembled, when both ends announced it), and rekey
+//! collisions (both ends rekey the same SA: the exchange with the higher initiator nonce goes on, the other is
+//! refused with TEMPORARY_FAILURE and retried later if still needed). Not yet: certificates and EAP.
+//!
+//! Where state lives: each IKE SA is an entry of `sas` (by [`IkeSaId`], never reused), found from a datagram by
+//! our own SPI (`by_spi`: SPIi when we initiated, SPIr when we responded; random, never 0, unique on this
+//! endpoint). A half-open responder SA (IKE_SA_INIT answered, IKE_AUTH not yet) is also found by the peer's
+//! (SPIi, address), so that a retransmitted IKE_SA_INIT gets the same answer; half-open SAs are capped
+//! ([`Limits::half_open_max`]) and expire ([`Limits::half_open_timeout`]); above
+//! [`Limits::cookie_threshold`] of them the responder asks for a cookie first (RFC 7296 2.6), statelessly.
+
+mod auth;
+mod child;
+mod cookie;
+pub mod glue;
+mod info;
+mod init;
+mod rekey;
+mod sa;
+mod status;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use netveil_crypto::rand::Rng;
+
+use crate::config::Connection;
+use crate::event::{Event, Failure, IkeSaId, Transmit};
+use crate::keys::Role;
+use crate::message::{header, ExchangeType, Header};
+
+use sa::{IkeSa, State};
+pub use status::{ChildStatus, IkeSaStatus};
+
+/// Caps and timers of an endpoint's responder side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most half-open responder SAs at once; an IKE_SA_INIT beyond it is dropped (even with a valid cookie).
+    pub half_open_max: usize,
+    /// From this many half-open SAs on, an IKE_SA_INIT without a valid cookie is answered with a COOKIE notify
+    /// only (no state kept).
+    pub cookie_threshold: usize,
+    /// A half-open SA is removed this long after its IKE_SA_INIT.
+    pub half_open_timeout: Duration,
+    /// The cookie secret is replaced this often (the previous one is still accepted until the next change).
+    pub cookie_secret_lifetime: Duration,
+    /// Most IKE SAs in all.
+    pub ike_sa_max: usize,
+    /// With fragmentation (RFC 7383) agreed, an encrypted message longer than this goes in fragments of at most
+    /// this many bytes (IKE header included): 1200 leaves room for IPv6, UDP and the non-ESP marker in 1280.
+    pub fragment_len: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            half_open_max: 1024,
+            cookie_threshold: 64,
+            half_open_timeout: Duration::from_secs(30),
+            cookie_secret_lifetime: Duration::from_secs(300),
+            ike_sa_max: 65536,
+            fragment_len: 1200,
+        }
+    }
+}
+
+/// What the endpoint dropped or repeated, for diagnostics and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Requests sent again after a timeout.
+    pub retransmits: u64,
+    /// Cached responses sent again for a retransmitted request.
+    pub responses_resent: u64,
+    /// Datagrams that did not parse, did not authenticate, or had no SA.
+    pub dropped: u64,
+    /// Messages of an exchange type, or with a message id, the SA's state does not expect.
+    pub unexpected: u64,
+    /// COOKIE notifies sent.
+    pub cookies_sent: u64,
+}
+
+/// Why an API call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("no connection named '{0}'")]
+    UnknownConnection(String),
+    #[error("connection '{connection}' has no child named '{child}'")]
+    UnknownChild { connection: String, child: String },
+    #[error("connection '{0}' has no child to start")]
+    NoChild(String),
+    #[error("connection '{0}' has no remote address to initiate to")]
+    NoRemoteAddress(String),
+    #[error("connection '{0}' has no pre-shared key (only PSK authentication is implemented)")]
+    NoPsk(String),
+    #[error("no IKE SA {0:?}")]
+    UnknownIkeSa(IkeSaId),
+    #[error("too many IKE SAs")]
+    TooManySas,
+    #[error("the IKE SA is not established, has a request outstanding, or has no such CHILD_SA")]
+    Busy,
+}
+
+/// The secret the responder's cookies are keyed with (RFC 7296 2.6), and the previous one.
+struct CookieSecret {
+    version: u8,
+    current: [u8; 32],
+    previous: Option<(u8, [u8; 32])>,
+    since: Instant,
+}
+
+/// Every IKE SA of this host, with the queues of datagrams to send and events to report.
+pub struct Endpoint {
+    connections: Vec<Connection>,
+    rng: Box<dyn Rng + Send>,
+    limits: Limits,
+    sas: BTreeMap<IkeSaId, IkeSa>,
+    /// Our SPI (SPIi when we initiated, SPIr when we responded) to the SA.
+    by_spi: HashMap<u64, IkeSaId>,
+    /// Responder SAs by the initiator's SPI and address (a retransmitted IKE_SA_INIT gets the same answer).
+    by_init: HashMap<(u64, SocketAddr), IkeSaId>,
+    /// Responder SAs in state HalfOpen.
+    half_open: usize,
+    /// Inbound ESP SPIs in use on this endpoint.
+    inbound_spis: HashSet<u32>,
+    next_id: u64,
+    cookie: CookieSecret,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    counters: Counters,
+}
+
+impl Endpoint {
+    /// `connections` as configured; `rng`: all randomness (SPIs, nonces, DH keys, IVs) comes from it.
+    pub fn new(
+        connections: Vec<Connection>,
+        mut rng: Box<dyn Rng + Send>,
+        now: Instant,
+    ) -> Endpoint {
+        let mut current = [0u8; 32];
+        rng.fill(&mut current);
+        Endpoint {
+            connections,
+            rng,
+            limits: Limits::default(),
+            sas: BTreeMap::new(),
+            by_spi: HashMap::new(),
+            by_init: HashMap::new(),
+            half_open: 0,
+            inbound_spis: HashSet::new(),
+            next_id: 1,
+            cookie: CookieSecret {
+                version: 0,
+                current,
+                previous: None,
+                since: now,
+            },
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The endpoint with other caps and timers.
+    pub fn with_limits(mut self, limits: Limits) -> Endpoint {
+        self.limits = limits;
+        self
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Half-open responder SAs now (never above [`Limits::half_open_max`]).
+    pub fn half_open(&self) -> usize {
+        self.half_open
+    }
+
+    /// IKE SAs now, in every state.
+    pub fn ike_sa_count(&self) -> usize {
+        self.sas.len()
+    }
+
+    /// Starts an IKE SA for `connection` with its first child `child` (None: its first configured child). Err:
+    /// unknown names.
+    pub fn initiate(
+        &mut self,
+        connection: &str,
+        child: Option<&str>,
+        now: Instant,
+    ) -> Result<IkeSaId, EndpointError> {
+        let ci = self
+            .connections
+            .iter()
+            .position(|c| c.name == connection)
+            .ok_or_else(|| EndpointError::UnknownConnection(connection.to_string()))?;
+        let conn = &self.connections[ci];
+        let child_i = match child {
+            Some(name) => conn
+                .children
+                .iter()
+                .position(|c| c.name == name)
+                .ok_or_else(|| EndpointError::UnknownChild {
+                    connection: connection.to_string(),
+                    child: name.to_string(),
+                })?,
+            None if conn.children.is_empty() => {
+                return Err(EndpointError::NoChild(connection.to_string()))
+            }
+            None => 0,
+        };
+        let remote_ip = *conn
+            .remote_addrs
+            .first()
+            .ok_or_else(|| EndpointError::NoRemoteAddress(connection.to_string()))?;
+        if conn.psk.is_none() {
+            return Err(EndpointError::NoPsk(connection.to_string()));
+        }
+        if self.sas.len() >= self.limits.ike_sa_max {
+            return Err(EndpointError::TooManySas);
+        }
+        let local_ip = conn
+            .local_addrs
+            .first()
+            .copied()
+            .unwrap_or(match remote_ip {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            });
+        let local = SocketAddr::new(local_ip, 500);
+        let remote = SocketAddr::new(remote_ip, conn.remote_port);
+        let id = self.new_id();
+        let spi_i = self.new_ike_spi();
+        let mut sa = IkeSa::new(id, ci, Role::Initiator, spi_i, 0, local, remote, now);
+        sa.first_child = Some(child_i);
+        self.by_spi.insert(spi_i, id);
+        self.start_init(&mut sa, now);
+        self.sas.insert(id, sa);
+        Ok(id)
+    }
+
+    /// Tells the endpoint that the data plane received authentic traffic of one of `ike_sa`'s CHILD_SAs: the
+    /// peer is alive, and dead peer detection waits another `dpd_delay` (as strongSwan counts inbound ESP).
+    pub fn peer_traffic(&mut self, ike_sa: IkeSaId, now: Instant) {
+        if let Some(sa) = self.sas.get_mut(&ike_sa) {
+            sa.last_heard = sa.last_heard.max(now);
+        }
+    }
+
+    /// Deletes an IKE SA (INFORMATIONAL DELETE; its children go with it).
+    pub fn terminate(&mut self, ike_sa: IkeSaId, now: Instant) -> Result<(), EndpointError> {
+        let mut sa = self
+            .sas
+            .remove(&ike_sa)
+            .ok_or(EndpointError::UnknownIkeSa(ike_sa))?;
+        if sa.state == State::Established {
+            self.send_delete_ike(&mut sa, now);
+            self.sas.insert(ike_sa, sa);
+        } else {
+            // Nothing authenticated to tell the peer: the SA just goes.
+            self.destroy(sa, None);
+        }
+        Ok(())
+    }
+
+    /// One received IKE datagram (without the non-ESP marker), with the addresses it came to and from.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        bytes: &[u8],
+    ) {
+        let Some(hdr) = header::Packet::new_checked(bytes)
+            .ok()
+            .and_then(|p| Header::parse(&p).ok())
+        else {
+            self.counters.dropped += 1;
+            return;
+        };
+        if hdr.exchange_type == ExchangeType::IKE_SA_INIT {
+            if hdr.flags.response {
+                self.init_response(now, local, remote, &hdr, bytes);
+            } else {
+                self.init_request(now, local, remote, &hdr, bytes);
+            }
+            return;
+        }
+        // Our SPI: the responder's when the sender is the original initiator.
+        let (ours, theirs) = if hdr.flags.initiator {
+            (hdr.responder_spi, hdr.initiator_spi)
+        } else {
+            (hdr.initiator_spi, hdr.responder_spi)
+        };
+        let Some(&id) = self.by_spi.get(&ours) else {
+            self.counters.dropped += 1;
+            return;
+        };
+        let Some(mut sa) = self.sas.remove(&id) else {
+            self.counters.dropped += 1;
+            return;
+        };
+        let role_ok = (sa.role == Role::Responder) == hdr.flags.initiator;
+        if !role_ok || sa.peer_spi() != theirs || sa.sk_in.is_none() {
+            self.counters.dropped += 1;
+            self.sas.insert(id, sa);
+            return;
+        }
+        match self.protected(&mut sa, now, local, remote, &hdr, bytes) {
+            info::Outcome::Keep | info::Outcome::Ignore => {
+                self.sas.insert(id, sa);
+            }
+            info::Outcome::Forget => self.forget(sa),
+            info::Outcome::Destroy(why) => self.destroy(sa, why),
+        }
+    }
+
+    /// Retransmissions, half-open expiry, DPD.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let ids: Vec<IkeSaId> = self.sas.keys().copied().collect();
+        for id in ids {
+            let Some(mut sa) = self.sas.remove(&id) else {
+                continue;
+            };
+            if self.sa_timeout(&mut sa, now) {
+                self.sas.insert(id, sa);
+            }
+        }
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When handle_timeout is next due (retransmissions, DPD, half-open expiry).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.sas
+            .values()
+            .filter_map(|sa| sa.next_timeout(&self.limits, self.dpd_delay(sa)))
+            .min()
+    }
+
+    // ---- helpers shared by the exchanges ----
+
+    fn new_id(&mut self) -> IkeSaId {
+        let id = IkeSaId(self.next_id);
+        self.next_id += 1;
+        id
+    }
+
+    /// A random IKE SPI: never 0, not one of ours already.
+    fn new_ike_spi(&mut self) -> u64 {
+        loop {
+            let spi = u64::from_be_bytes(netveil_crypto::rand::array(&mut *self.rng));
+            if spi != 0 && !self.by_spi.contains_key(&spi) {
+                return spi;
+            }
+        }
+    }
+
+    /// A random inbound ESP SPI: never below 256 (0 is invalid, 1..=255 reserved, RFC 4303 2.1), unique on this
+    /// endpoint; reserved until the CHILD_SA goes.
+    fn new_child_spi(&mut self) -> u32 {
+        loop {
+            let spi = u32::from_be_bytes(netveil_crypto::rand::array(&mut *self.rng));
+            if spi >= 256 && self.inbound_spis.insert(spi) {
+                return spi;
+            }
+        }
+    }
+
+    fn dpd_delay(&self, sa: &IkeSa) -> Option<Duration> {
+        self.connections[sa.conn].dpd_delay
+    }
+
+    fn send(&mut self, local: SocketAddr, remote: SocketAddr, bytes: Vec<u8>) {
+        self.transmits.push_back(Transmit {
+            local,
+            remote,
+            bytes,
+        });
+    }
+
+    fn fail(&mut self, conn: usize, ike_sa: Option<IkeSaId>, failure: Failure) {
+        let connection = self
+            .connections
+            .get(conn)
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
+        self.events.push_back(Event::Failed {
+            connection,
+            ike_sa,
+            failure,
+        });
+    }
+
+    /// Removes an SA's bookkeeping without events (for SAs that never came up).
+    fn forget(&mut self, sa: IkeSa) {
+        self.by_spi.remove(&sa.our_spi());
+        if sa.role == Role::Responder {
+            let key = (sa.spi_i, sa.init_remote);
+            if self.by_init.get(&key) == Some(&sa.id) {
+                self.by_init.remove(&key);
+            }
+            if sa.state == State::HalfOpen {
+                self.half_open -= 1;
+            }
+        }
+        for c in &sa.children {
+            self.inbound_spis.remove(&c.inbound_spi);
+        }
+        if let Some(sa::Pending {
+            purpose: sa::Purpose::RekeyIke { spi },
+            ..
+        }) = &sa.pending
+        {
+            self.by_spi.remove(spi);
+        }
+        if let Some(spi) = sa.first_child_spi {
+            self.inbound_spis.remove(&spi);
+        }
+    }
+
+    /// Removes an SA: ChildSaDown for each child, IkeSaDown if it was up, and a Failed event if `why`.
+    fn destroy(&mut self, sa: IkeSa, why: Option<Failure>) {
+        for c in &sa.children {
+            self.events.push_back(Event::ChildSaDown {
+                ike_sa: sa.id,
+                child: c.name.clone(),
+                inbound_spi: c.inbound_spi,
+                outbound_spi: c.outbound_spi,
+            });
+        }
+        if let Some(f) = why {
+            self.fail(sa.conn, Some(sa.id), f);
+        }
+        if sa.was_up {
+            self.events.push_back(Event::IkeSaDown {
+                ike_sa: sa.id,
+                connection: self.connections[sa.conn].name.clone(),
+            });
+        }
+        self.forget(sa);
+    }
+
+    /// Timers of one SA; false when it is gone.
+    fn sa_timeout(&mut self, sa: &mut IkeSa, now: Instant) -> bool {
+        if sa.state == State::Rekeyed && now >= sa.last_heard + sa::REKEYED_LINGER {
+            let sa = std::mem::replace(sa, IkeSa::placeholder(now));
+            self.destroy(sa, None);
+            return false;
+        }
+        if sa.state == State::HalfOpen && now >= sa.created + self.limits.half_open_timeout {
+            let sa = std::mem::replace(sa, IkeSa::placeholder(now));
+            self.forget(sa);
+            return false;
+        }
+        if let Some(p) = &mut sa.pending {
+            if now >= p.next_at {
+                let retransmit = self.connections[sa.conn].retransmit;
+                if p.retries >= retransmit.tries {
+                    // A DELETE that is not answered ends the SA all the same (RFC 7296 2.4).
+                    let why = (p.purpose != sa::Purpose::DeleteIke).then_some(Failure::Timeout);
+                    let sa = std::mem::replace(sa, IkeSa::placeholder(now));
+                    self.destroy(sa, why);
+                    return false;
+                }
+                p.retries += 1;
+                p.next_at = now + sa::backoff(&retransmit, p.retries);
+                let (l, r, b) = (sa.local, sa.remote, p.bytes.clone());
+                self.counters.retransmits += 1;
+                for b in b {
+                    self.send(l, r, b);
+                }
+            }
+            return true;
+        }
+        if sa.state == State::Established {
+            self.after_response(sa, now);
+            if sa.pending.is_some() || self.child_timers(sa, now) {
+                return true;
+            }
+            if now >= sa.ike_rekey_at {
+                self.send_rekey_ike(sa, now);
+                if sa.pending.is_some() {
+                    return true;
+                }
+            }
+            if let Some(d) = self.dpd_delay(sa) {
+                if now >= sa.last_heard + d {
+                    self.send_dpd(sa, now);
+                }
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod tests_strongswan;

@@ -1,0 +1,493 @@
+//! One IKE SA's state, and the framing of its messages: building clear and encrypted messages, opening received
+//! ones, the outstanding request and the cached response.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use netveil_crypto::dh::KeyPair;
+use netveil_crypto::rand::Rng;
+
+use super::Limits;
+use crate::config::{Mode, Retransmit, TsSpec};
+use crate::event::IkeSaId;
+use crate::keys::{IkeKeys, Role};
+use crate::message::{
+    self, chain, first_type, payload_type, Chain, Encrypted, EncryptedFragment, ExchangeType,
+    Flags, Header, Id, Message, Payload,
+};
+use crate::proposal::{Ke, Proposal};
+use crate::sk::{self, SkKey};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Initiator: IKE_SA_INIT sent.
+    InitSent,
+    /// Initiator: IKE_AUTH sent.
+    AuthSent,
+    /// Responder: IKE_SA_INIT answered, IKE_AUTH awaited.
+    HalfOpen,
+    Established,
+    /// Our DELETE of the IKE SA is outstanding.
+    Deleting,
+    /// Responder of an IKE SA rekey: the old SA, childless, waits for the peer's DELETE.
+    Rekeyed,
+}
+
+/// How long a rekeyed IKE SA waits for the peer's DELETE before it goes by itself.
+pub const REKEYED_LINGER: Duration = Duration::from_secs(30);
+
+/// What our outstanding request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Init,
+    Auth,
+    DeleteIke,
+    /// DELETE of the CHILD_SA with this inbound SPI.
+    DeleteChild(u32),
+    Liveness,
+    /// CREATE_CHILD_SA for child config `cfg` with our new inbound SPI; `rekey`: the inbound SPI of the child it
+    /// replaces.
+    CreateChild {
+        cfg: usize,
+        spi: u32,
+        rekey: Option<u32>,
+    },
+    /// CREATE_CHILD_SA rekeying the IKE SA, with our SPI for the new one.
+    RekeyIke {
+        spi: u64,
+    },
+}
+
+/// Our side of an outstanding CREATE_CHILD_SA: the nonce and the key exchange (PFS).
+pub struct ChildExchange {
+    pub ni: Vec<u8>,
+    pub dh: Option<KeyPair>,
+    pub ke_retried: bool,
+}
+
+/// Our outstanding request (window size 1).
+pub struct Pending {
+    pub message_id: u32,
+    pub purpose: Purpose,
+    /// The request's datagrams (several when fragmented, RFC 7383).
+    pub bytes: Vec<Vec<u8>>,
+    pub retries: u32,
+    pub next_at: Instant,
+}
+
+pub struct Child {
+    pub name: String,
+    /// Index of the child config.
+    pub cfg: usize,
+    /// When we rekey it (rekey time less a random part), and when it expires (life time).
+    pub rekey_at: Instant,
+    pub expire_at: Instant,
+    pub inbound_spi: u32,
+    pub outbound_spi: u32,
+    pub mode: Mode,
+    pub proposal: Proposal,
+    pub local_ts: Vec<TsSpec>,
+    pub remote_ts: Vec<TsSpec>,
+}
+
+pub struct IkeSa {
+    pub id: IkeSaId,
+    /// Index of the connection (for a responder: the one chosen by addresses, then by identities in IKE_AUTH).
+    pub conn: usize,
+    pub role: Role,
+    pub state: State,
+    pub spi_i: u64,
+    pub spi_r: u64,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    /// Responder: where the IKE_SA_INIT came from (the half-open index key).
+    pub init_remote: SocketAddr,
+    pub ni: Vec<u8>,
+    pub nr: Vec<u8>,
+    pub dh: Option<KeyPair>,
+    pub group: Option<Ke>,
+    pub cookie: Option<Vec<u8>>,
+    pub ke_retried: bool,
+    /// Our IKE_SA_INIT message as sent (initiator: the request; responder: the response).
+    pub init_sent: Vec<u8>,
+    /// The peer's IKE_SA_INIT message as received.
+    pub init_received: Vec<u8>,
+    pub proposal: Option<Proposal>,
+    pub keys: Option<IkeKeys>,
+    pub sk_out: Option<SkKey>,
+    pub sk_in: Option<SkKey>,
+    /// We are behind a NAT (our address was changed), the peer is behind one.
+    pub nat_local: bool,
+    pub nat_remote: bool,
+    /// Next message id of our requests, and of the peer's.
+    pub my_mid: u32,
+    pub peer_mid: u32,
+    pub pending: Option<Pending>,
+    /// The last response we sent (its message id and datagrams), sent again for a retransmitted request.
+    pub last_response: Option<(u32, Vec<Vec<u8>>)>,
+    /// Both ends announced IKEV2_FRAGMENTATION_SUPPORTED: messages above this many bytes go in fragments.
+    pub fragment_len: Option<usize>,
+    /// Fragments of the message being reassembled.
+    pub reassembly: Option<Reassembly>,
+    pub children: Vec<Child>,
+    /// Initiator: the child config (index) and the inbound SPI of the first CHILD_SA.
+    pub first_child: Option<usize>,
+    pub first_child_spi: Option<u32>,
+    pub created: Instant,
+    pub last_heard: Instant,
+    /// Whether IkeSaUp was reported (so IkeSaDown is owed).
+    pub was_up: bool,
+    /// terminate() came while a request was outstanding: the DELETE follows its answer.
+    pub delete_queued: bool,
+    /// CHILD_SAs (by inbound SPI) to delete once no request is outstanding (the old one after a rekey).
+    pub queued_child_deletes: Vec<u32>,
+    pub child_x: Option<ChildExchange>,
+    /// When we rekey the IKE SA (set when it comes up).
+    pub ike_rekey_at: Instant,
+}
+
+/// Most fragments of one message we take, and most bytes they may hold together.
+pub const MAX_FRAGMENTS: u16 = 64;
+pub const MAX_REASSEMBLED: usize = 65_536;
+
+/// The fragments of one message (RFC 7383 2.6), each already authenticated and decrypted.
+pub struct Reassembly {
+    pub message_id: u32,
+    pub response: bool,
+    pub exchange: ExchangeType,
+    pub first_inner: u8,
+    pub parts: Vec<Option<Vec<u8>>>,
+    pub bytes: usize,
+}
+
+pub fn backoff(r: &Retransmit, n: u32) -> Duration {
+    let f = r.base.max(1.0).powi(n.min(64) as i32);
+    Duration::from_secs_f64((r.timeout.as_secs_f64() * f).min(86400.0))
+}
+
+impl IkeSa {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: IkeSaId,
+        conn: usize,
+        role: Role,
+        spi_i: u64,
+        spi_r: u64,
+        local: SocketAddr,
+        remote: SocketAddr,
+        now: Instant,
+    ) -> IkeSa {
+        IkeSa {
+            id,
+            conn,
+            role,
+            state: if role == Role::Initiator {
+                State::InitSent
+            } else {
+                State::HalfOpen
+            },
+            spi_i,
+            spi_r,
+            local,
+            remote,
+            init_remote: remote,
+            ni: Vec::new(),
+            nr: Vec::new(),
+            dh: None,
+            group: None,
+            cookie: None,
+            ke_retried: false,
+            init_sent: Vec::new(),
+            init_received: Vec::new(),
+            proposal: None,
+            keys: None,
+            sk_out: None,
+            sk_in: None,
+            nat_local: false,
+            nat_remote: false,
+            my_mid: 0,
+            peer_mid: 0,
+            pending: None,
+            last_response: None,
+            fragment_len: None,
+            reassembly: None,
+            children: Vec::new(),
+            first_child: None,
+            first_child_spi: None,
+            created: now,
+            last_heard: now,
+            was_up: false,
+            delete_queued: false,
+            queued_child_deletes: Vec::new(),
+            child_x: None,
+            ike_rekey_at: now + Duration::from_secs(86400 * 365),
+        }
+    }
+
+    /// A stand-in left where an SA was taken out to be destroyed.
+    pub fn placeholder(now: Instant) -> IkeSa {
+        let any: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 0));
+        IkeSa::new(IkeSaId(0), 0, Role::Initiator, 0, 0, any, any, now)
+    }
+
+    pub fn our_spi(&self) -> u64 {
+        match self.role {
+            Role::Initiator => self.spi_i,
+            Role::Responder => self.spi_r,
+        }
+    }
+
+    pub fn peer_spi(&self) -> u64 {
+        match self.role {
+            Role::Initiator => self.spi_r,
+            Role::Responder => self.spi_i,
+        }
+    }
+
+    pub fn next_timeout(&self, limits: &Limits, dpd: Option<Duration>) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
+        if self.state == State::HalfOpen {
+            at(self.created + limits.half_open_timeout);
+        }
+        if self.state == State::Rekeyed {
+            at(self.last_heard + REKEYED_LINGER);
+        }
+        if let Some(p) = &self.pending {
+            at(p.next_at);
+        } else if self.state == State::Established {
+            if let Some(d) = dpd {
+                at(self.last_heard + d);
+            }
+            for c in &self.children {
+                at(c.rekey_at.min(c.expire_at));
+            }
+            at(self.ike_rekey_at);
+            if self.delete_queued || !self.queued_child_deletes.is_empty() {
+                at(self.last_heard);
+            }
+        }
+        t
+    }
+
+    fn header(&self, exchange: ExchangeType, response: bool, message_id: u32) -> Header {
+        Header {
+            initiator_spi: self.spi_i,
+            responder_spi: self.spi_r,
+            exchange_type: exchange,
+            flags: Flags {
+                initiator: self.role == Role::Initiator,
+                version: false,
+                response,
+            },
+            message_id,
+        }
+    }
+
+    /// A clear message of this SA (IKE_SA_INIT).
+    pub fn clear_message(
+        &self,
+        exchange: ExchangeType,
+        response: bool,
+        message_id: u32,
+        payloads: Vec<Payload>,
+    ) -> Vec<u8> {
+        Message {
+            header: self.header(exchange, response, message_id),
+            payloads,
+        }
+        .to_vec()
+        .unwrap_or_default()
+    }
+
+    /// An encrypted message of this SA: `inner` sealed in an SK payload, or in SKF fragments (RFC 7383) when the
+    /// message is longer than [`IkeSa::fragment_len`]. Empty if it cannot be built (no keys, too long, the AEAD's
+    /// IVs used up).
+    pub fn sealed_message(
+        &mut self,
+        rng: &mut dyn Rng,
+        exchange: ExchangeType,
+        response: bool,
+        message_id: u32,
+        inner: &[Payload],
+    ) -> Vec<Vec<u8>> {
+        let mut plain = vec![0u8; message::chain_len(inner)];
+        if message::emit_chain(inner, &mut plain).is_err() {
+            return Vec::new();
+        }
+        let header = self.header(exchange, response, message_id);
+        let Some(key) = self.sk_out.as_mut() else {
+            return Vec::new();
+        };
+        // IV, ICV and the most padding a block cipher adds.
+        let overhead = sk::IKE_HEADER_LEN + 8 + key.iv_len() + key.icv_len() + 16;
+        let seal = |key: &mut SkKey, rng: &mut dyn Rng, payload: Payload, kind| {
+            let mut bytes = Message {
+                header,
+                payloads: vec![payload],
+            }
+            .to_vec()
+            .ok()?;
+            key.seal(rng, &mut bytes, sk::IKE_HEADER_LEN, kind).ok()?;
+            Some(bytes)
+        };
+        match self.fragment_len {
+            Some(max) if overhead + plain.len() > max && max > overhead => {
+                let chunks: Vec<&[u8]> = plain.chunks(max - overhead).collect();
+                let total = chunks.len() as u16;
+                let mut out = Vec::new();
+                for (i, c) in chunks.iter().enumerate() {
+                    let first = if i == 0 { first_type(inner) } else { 0 };
+                    let Ok(f) = EncryptedFragment::new(i as u16 + 1, total, first, c.to_vec())
+                    else {
+                        return Vec::new();
+                    };
+                    match seal(key, rng, Payload::Skf(f), sk::Encrypted::Skf) {
+                        Some(b) => out.push(b),
+                        None => return Vec::new(),
+                    }
+                }
+                out
+            }
+            _ => {
+                let p = Payload::Sk(Encrypted {
+                    first_inner: first_type(inner),
+                    data: plain,
+                });
+                seal(key, rng, p, sk::Encrypted::Sk).into_iter().collect()
+            }
+        }
+    }
+
+    /// Opens a protected message: the inner payloads, and the raw bodies of IDi and IDr (for AUTH). `None`: not
+    /// an SK or SKF message, malformed, not authentic, or a fragment of a message not yet complete.
+    pub fn open(&mut self, bytes: &[u8]) -> Option<Opened> {
+        let msg = Message::parse(bytes).ok()?;
+        let first = msg.payloads.first()?.payload_type();
+        // Where the SK (or SKF) payload starts: after the clear payloads before it (normally none).
+        let mut at = message::HEADER_LEN;
+        let mut found = None;
+        for raw in Chain::new(first, bytes.get(message::HEADER_LEN..)?) {
+            let raw = raw.ok()?;
+            if raw.payload_type == payload_type::SK || raw.payload_type == payload_type::SKF {
+                found = Some((raw.payload_type, raw.next_payload));
+                break;
+            }
+            at += chain::GENERIC_HEADER_LEN + raw.body.len();
+        }
+        let (kind, inner_first) = found?;
+        let mut buf = bytes.to_vec();
+        let skind = if kind == payload_type::SK {
+            sk::Encrypted::Sk
+        } else {
+            // Fragments only where fragmentation was agreed.
+            self.fragment_len?;
+            sk::Encrypted::Skf
+        };
+        let range = self.sk_in.as_ref()?.open(&mut buf, at, skind).ok()?;
+        let h = msg.header;
+        if kind == payload_type::SK {
+            return Opened::from_plain(h, inner_first, &buf[range]);
+        }
+        // A fragment (authentic): number and total follow the generic header.
+        let number = u16::from_be_bytes([buf[at + 4], buf[at + 5]]);
+        let total = u16::from_be_bytes([buf[at + 6], buf[at + 7]]);
+        if total > MAX_FRAGMENTS || number == 0 || number > total {
+            return None;
+        }
+        let same = self.reassembly.as_ref().is_some_and(|r| {
+            r.message_id == h.message_id
+                && r.response == h.flags.response
+                && r.exchange == h.exchange_type
+                && r.parts.len() == usize::from(total)
+        });
+        if !same {
+            self.reassembly = Some(Reassembly {
+                message_id: h.message_id,
+                response: h.flags.response,
+                exchange: h.exchange_type,
+                first_inner: 0,
+                parts: vec![None; usize::from(total)],
+                bytes: 0,
+            });
+        }
+        let r = self.reassembly.as_mut()?;
+        let slot = &mut r.parts[usize::from(number - 1)];
+        if slot.is_none() {
+            let data = buf[range].to_vec();
+            if r.bytes + data.len() > MAX_REASSEMBLED {
+                self.reassembly = None;
+                return None;
+            }
+            r.bytes += data.len();
+            *slot = Some(data);
+            if number == 1 {
+                r.first_inner = inner_first;
+            }
+        }
+        if r.parts.iter().any(Option::is_none) {
+            return None;
+        }
+        let r = self.reassembly.take()?;
+        let plain: Vec<u8> = r.parts.into_iter().flatten().flatten().collect();
+        Opened::from_plain(h, r.first_inner, &plain)
+    }
+}
+
+/// An opened protected message.
+pub struct Opened {
+    pub header: Header,
+    pub payloads: Vec<Payload>,
+    pub idi_body: Option<Vec<u8>>,
+    pub idr_body: Option<Vec<u8>>,
+}
+
+impl Opened {
+    fn from_plain(header: Header, first: u8, plain: &[u8]) -> Option<Opened> {
+        let mut payloads = Vec::new();
+        let (mut idi, mut idr) = (None, None);
+        for raw in Chain::new(first, plain) {
+            let raw = raw.ok()?;
+            match raw.payload_type {
+                payload_type::IDI if idi.is_none() => idi = Some(raw.body.to_vec()),
+                payload_type::IDR if idr.is_none() => idr = Some(raw.body.to_vec()),
+                _ => {}
+            }
+            payloads.push(Payload::parse(&raw).ok()?);
+        }
+        Some(Opened {
+            header,
+            payloads,
+            idi_body: idi,
+            idr_body: idr,
+        })
+    }
+
+    pub fn count(&self, t: u8) -> usize {
+        self.payloads
+            .iter()
+            .filter(|p| p.payload_type() == t)
+            .count()
+    }
+
+    pub fn notifies(&self) -> impl Iterator<Item = &message::Notify> {
+        self.payloads.iter().filter_map(|p| match p {
+            Payload::Notify(n) => Some(n),
+            _ => None,
+        })
+    }
+
+    pub fn idi(&self) -> Option<&Id> {
+        self.payloads.iter().find_map(|p| match p {
+            Payload::IdI(i) => Some(i),
+            _ => None,
+        })
+    }
+
+    pub fn idr(&self) -> Option<&Id> {
+        self.payloads.iter().find_map(|p| match p {
+            Payload::IdR(i) => Some(i),
+            _ => None,
+        })
+    }
+}
