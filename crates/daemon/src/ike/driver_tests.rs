@@ -154,7 +154,7 @@ fn the_loop_moves_datagrams_events_and_timeouts() {
     // The IP engine's ESP-in-UDP socket joins the port's group first, as at `netveil up`.
     let engine_sock =
         UdpSocket::bind_shared(SocketAddr::new("0.0.0.0".parse().unwrap(), nat_port)).unwrap();
-    let sockets = Sockets::open(&[lo], ike_port, nat_port, None).unwrap();
+    let sockets = Sockets::open(&[lo], ike_port, nat_port, None, sockets::Bind::Wildcard).unwrap();
     let peer = UdpSocket::bind(SocketAddr::new(lo, 0)).unwrap();
     let p = Proposal::parse(Protocol::Esp, "aes128gcm16").unwrap();
     let ts = |a: &str, n| TsSpec {
@@ -324,7 +324,7 @@ fn stop_removes_what_is_installed() {
             nat: SocketAddr::new(lo, 9),
             child: ch,
         }),
-        sockets: Sockets::open(&[lo], base, base + 1, None).unwrap(),
+        sockets: Sockets::open(&[lo], base, base + 1, None, sockets::Bind::Wildcard).unwrap(),
         installer: inst,
         start: vec![("c".into(), "x".into())],
         counters: Default::default(),

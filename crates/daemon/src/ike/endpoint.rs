@@ -1,14 +1,10 @@
-//! The one place that calls the IKE state machine (`netveil_ike::machine::Endpoint`, written beside this driver
-//! on another branch): it plugs the endpoint into the driver's [`Machine`] trait.
-//!
-//! Until that module is merged, the implementation below is compiled out (`#[cfg(any())]`) and [`new`] refuses
-//! to start with a message saying so; the merge removes the two `cfg` lines and the fallback.
+//! The one place that calls the IKE state machine ([`netveil_ike::machine::Endpoint`]): it plugs the endpoint
+//! into the driver's [`Machine`] trait (through which the loop is also tested with a scripted machine).
 
 use super::driver::Machine;
 use netveil_ike::config::Connection;
 
 /// The state machine of `connections`, its randomness from the operating system.
-#[cfg(any())]
 pub fn new(connections: Vec<Connection>) -> Result<Box<dyn Machine>, String> {
     let rng = Box::new(netveil_crypto::rand::OsRng);
     Ok(Box::new(Endpoint(netveil_ike::machine::Endpoint::new(
@@ -18,20 +14,8 @@ pub fn new(connections: Vec<Connection>) -> Result<Box<dyn Machine>, String> {
     ))))
 }
 
-/// The state machine is not built in yet (see the module documentation).
-#[cfg(not(any()))]
-pub fn new(connections: Vec<Connection>) -> Result<Box<dyn Machine>, String> {
-    let _ = connections;
-    Err(
-        "this build has no IKE state machine yet (crates/ike's machine module is not merged)"
-            .into(),
-    )
-}
-
-#[cfg(any())]
 struct Endpoint(netveil_ike::machine::Endpoint);
 
-#[cfg(any())]
 impl Machine for Endpoint {
     fn initiate(
         &mut self,

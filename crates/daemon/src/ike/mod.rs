@@ -87,6 +87,7 @@ impl DriverConfig for config::IkeConfig {
             config::IKE_PORT,
             config::NAT_T_PORT,
             Some(cfg.socket_mark),
+            sockets::Bind::Wildcard,
         )
         .map_err(Error::io("IKE sockets"))?;
         let d = driver::Driver {
@@ -131,3 +132,7 @@ impl Engine for IkeDriver {
 #[cfg(test)]
 #[path = "driver_tests.rs"]
 mod driver_tests;
+
+#[cfg(test)]
+#[path = "e2e_tests.rs"]
+mod e2e_tests;

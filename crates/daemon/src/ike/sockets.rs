@@ -27,6 +27,13 @@ struct Sock {
     nat_t: bool,
 }
 
+/// Where the sockets are bound (see [`Sockets::open`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind {
+    Wildcard,
+    Each,
+}
+
 /// A received IKE message, without the marker.
 #[derive(Debug)]
 pub struct Datagram {
@@ -47,23 +54,32 @@ pub struct Sockets {
 const BATCH: usize = 8;
 
 impl Sockets {
-    /// Binds `ike_port` and `nat_t_port` (500 and 4500) for each family of `locals`, with `mark` as `SO_MARK`.
+    /// Binds `ike_port` and `nat_t_port` (500 and 4500) for each family of `locals` on the wildcard address
+    /// (`Bind::Wildcard`, what the daemon does), or on each of `locals` (`Bind::Each`: tests that run two drivers
+    /// on one host; no port sharing with an engine then), with `mark` as `SO_MARK`.
     pub fn open(
         locals: &[IpAddr],
         ike_port: u16,
         nat_t_port: u16,
         mark: Option<u32>,
+        bind: Bind,
     ) -> io::Result<Sockets> {
         let mut socks = Vec::new();
-        for v6 in [false, true] {
-            if !locals.iter().any(|a| a.is_ipv6() == v6) {
-                continue;
-            }
-            let any = if v6 {
-                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-            } else {
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-            };
+        let addrs: Vec<IpAddr> = match bind {
+            Bind::Wildcard => [false, true]
+                .into_iter()
+                .filter(|v6| locals.iter().any(|a| a.is_ipv6() == *v6))
+                .map(|v6| {
+                    if v6 {
+                        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+                    } else {
+                        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+                    }
+                })
+                .collect(),
+            Bind::Each => locals.to_vec(),
+        };
+        for any in addrs {
             let ctx = |port: u16| {
                 move |e: io::Error| {
                     io::Error::new(e.kind(), format!("UDP port {port} ({any}): {e}"))
@@ -161,8 +177,10 @@ impl Sockets {
             .socks
             .iter()
             .find(|s| {
-                s.sock.local_addr().port() == t.local.port()
-                    && s.sock.local_addr().is_ipv6() == t.local.is_ipv6()
+                let a = s.sock.local_addr();
+                a.port() == t.local.port()
+                    && a.is_ipv6() == t.local.is_ipv6()
+                    && (a.ip().is_unspecified() || a.ip() == t.local.ip())
             })
             .ok_or_else(|| {
                 io::Error::new(

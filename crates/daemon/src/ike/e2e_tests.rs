@@ -1,0 +1,198 @@
+//! Two IKE drivers with the real state machine (`netveil_ike::machine::Endpoint`), each with a real IP engine,
+//! on one loopback in a network namespace of their own (127.0.0.1 and 127.0.0.2, ports 500 and 4500 bound per
+//! address): their `[ike]` sections as a user writes them, `start_action = start` on one side. The IKE SA and
+//! the CHILD_SA come up, each engine gets the SAs and policies, a packet sealed by one engine's outbound SA
+//! opens with the other's inbound SA both ways (the keys agree: they were negotiated, not written); stopping the
+//! initiator deletes its IKE SA, and the responder removes the CHILD_SA when the DELETE arrives. With `encap`
+//! the exchange moves to port 4500 (the non-ESP marker on the wire both ways) and the SAs are UDP-encapsulated.
+
+use super::*;
+use crate::ike::sockets::{Bind, Sockets};
+use crate::ip::{FragCache, Shared, TxRecord};
+use crate::ip_db::IpPort;
+use netveil_wire::PacketBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+fn section(me: &str, peer: &str, mine: &str, theirs: &str, start: bool, encap: bool) -> String {
+    format!(
+        r#"
+[[connection]]
+name = "lab"
+local_addrs = ["{me}"]
+remote_addrs = ["{peer}"]
+proposals = ["aes256gcm16-prfsha384-x25519"]
+psk = "0x000102030405060708090a0b0c0d0e0f10111213"
+encap = {encap}
+local = {{ id = "{me}", auth = "psk" }}
+remote = {{ id = "{peer}", auth = "psk" }}
+
+[[connection.children]]
+name = "net"
+local_ts = ["{mine}"]
+remote_ts = ["{theirs}"]
+esp_proposals = ["aes128gcm16"]
+start_action = "{}"
+"#,
+        if start { "start" } else { "none" }
+    )
+}
+
+struct Side {
+    engine: Arc<Shared>,
+    running: Option<IkeDriver>,
+    counters: Arc<driver::Counters>,
+}
+
+fn side(dir: &std::path::Path, text: &str) -> Side {
+    let mut c =
+        crate::config::Config::parse(&format!("[interface]\nstate_dir = \"{}\"\n", dir.display()))
+            .unwrap();
+    c.interface.state_dir.fresh_keys = true;
+    let engine = Arc::new(Shared::new(c).unwrap());
+    let v: toml::Value = toml::from_str(text).unwrap();
+    let cfg = config::parse(v, std::path::Path::new("/")).unwrap();
+    let locals = cfg.connections[0].local_addrs.clone();
+    let start = vec![("lab".to_string(), "net".to_string())]
+        .into_iter()
+        .filter(|_| {
+            cfg.connections[0].children[0].start_action == netveil_ike::config::Action::Start
+        })
+        .collect();
+    let counters = Arc::new(driver::Counters::default());
+    let d = driver::Driver {
+        machine: endpoint::new(cfg.connections).unwrap(),
+        sockets: Sockets::open(&locals, 500, 4500, None, Bind::Each).unwrap(),
+        installer: install::Installer::new(Arc::new(IpPort(engine.clone()))),
+        start,
+        counters: counters.clone(),
+        ike_sas: Vec::new(),
+    };
+    Side {
+        engine,
+        running: Some(spawn(d).unwrap()),
+        counters,
+    }
+}
+
+fn packet(src: [u8; 4], dst: [u8; 4], n: u32) -> PacketBuf {
+    let mut p = vec![
+        0x45, 0, 0, 32, 0, 0, 0x40, 0, 64, 17, 0, 0, src[0], src[1], src[2], src[3], dst[0],
+        dst[1], dst[2], dst[3], 0x13, 0x88, 0x13, 0x89, 0, 12, 0, 0,
+    ];
+    p.extend_from_slice(&n.to_be_bytes());
+    let c = netveil_wire::checksum::checksum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    PacketBuf::from_slice(&p, 256, 640)
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn in_netns(f: impl FnOnce() + Send + 'static) {
+    let h = std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
+        let st = std::process::Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        f()
+    });
+    if let Err(p) = h.join() {
+        std::panic::resume_unwind(p);
+    }
+}
+
+fn run(encap: bool) {
+    let dir = crate::state::test_dir(&format!("ike-e2e-{encap}"));
+    let b = side(
+        &dir.join("b"),
+        &section(
+            "127.0.0.2",
+            "127.0.0.1",
+            "10.2.0.0/16",
+            "10.1.0.0/16",
+            false,
+            encap,
+        ),
+    );
+    let mut a = side(
+        &dir.join("a"),
+        &section(
+            "127.0.0.1",
+            "127.0.0.2",
+            "10.1.0.0/16",
+            "10.2.0.0/16",
+            true,
+            encap,
+        ),
+    );
+    wait_for("the CHILD_SA on both sides", || {
+        a.counters.children_up.load(Relaxed) == 1 && b.counters.children_up.load(Relaxed) == 1
+    });
+    assert_eq!(a.counters.install_errors.load(Relaxed), 0);
+    let seal = |s: &Shared, src, dst, n| {
+        let mut p = packet(src, dst, n);
+        let snap = s.db.load();
+        let r = s
+            .process_out(&snap, &mut p, s.now(), &mut FragCache::default())
+            .expect("sealed");
+        (p, r)
+    };
+    let open = |s: &Shared, mut p: PacketBuf| {
+        let snap = s.db.load();
+        s.process_in(&snap, &mut p, s.now(), &mut FragCache::default())
+            .map(|_| u32::from_be_bytes(p.data()[28..32].try_into().unwrap()))
+    };
+    let (w, rec) = seal(&a.engine, [10, 1, 0, 1], [10, 2, 0, 1], 7);
+    if encap {
+        match rec {
+            TxRecord::NatT(d) => {
+                assert_eq!(d.sport, 4500);
+                assert_eq!(d.to, "127.0.0.2:4500".parse().unwrap());
+            }
+            _ => panic!("not UDP-encapsulated"),
+        }
+    } else {
+        assert_eq!(w.data()[9], 50, "ESP");
+        assert_eq!(open(&b.engine, w), Ok(7), "b opens what a sealed");
+        let (w, _) = seal(&b.engine, [10, 2, 0, 1], [10, 1, 0, 1], 8);
+        assert_eq!(open(&a.engine, w), Ok(8), "and the other way");
+    }
+    // a stops: its IKE SA is deleted, b hears of it and removes the CHILD_SA.
+    let sas = |s: &Shared| s.db.load().sad.iter().count();
+    assert_eq!(sas(&b.engine), 2);
+    crate::engine::Engine::stop(
+        Box::new(a.running.take().unwrap()),
+        &mut crate::engine::Undo::default(),
+        false,
+    );
+    assert_eq!(sas(&a.engine), 0, "a removed its SAs at stop");
+    wait_for("b removing the CHILD_SA after the DELETE", || {
+        b.engine.db.load().policies.is_empty()
+    });
+    let mut b = b;
+    crate::engine::Engine::stop(
+        Box::new(b.running.take().unwrap()),
+        &mut crate::engine::Undo::default(),
+        false,
+    );
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn two_drivers_negotiate_and_install_child_sas() {
+    in_netns(|| run(false));
+}
+
+#[test]
+fn two_drivers_over_nat_t_with_encap() {
+    in_netns(|| run(true));
+}
