@@ -2,6 +2,8 @@
 //! message shows the pre-shared key (nor other values).
 
 use super::*;
+use netveil_ike::config::Identity;
+use netveil_ike::proposal::{Encr, Integ};
 
 const PSK: &str = "correct-horse-battery-staple-0123";
 

@@ -14,6 +14,7 @@ pub mod driver;
 pub mod endpoint;
 pub mod install;
 pub mod sockets;
+mod values;
 
 use crate::config::ConfigError;
 use crate::engine::{Engine, Undo};
