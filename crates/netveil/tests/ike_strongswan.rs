@@ -1,0 +1,546 @@
+//! IKEv2 interop with strongSwan: `netveil up` with an `[ike]` section in one network namespace, Debian's charon
+//! (5.9.x, kernel-libipsec, driven by `netveil_lab::strongswan`) in the other, joined by a veth pair. PSK ids
+//! `a.lab.test` (netveil) and `b.lab.test` (charon); the child covers the inner addresses 198.51.100.1 (netveil's
+//! TUN) and 198.51.100.2 (charon's `lo`, routed by libipsec over its TUN once a child is installed), so traffic
+//! between them can only pass through the negotiated CHILD_SA. libipsec only does ESP-in-UDP, so charon has
+//! `encap = yes` and netveil's CHILD_SAs are UDP-encapsulated on port 4500.
+//!
+//! They need root and strongSwan (.ci/setup installs it). Without either they print why and pass, except under CI
+//! (`CI` set), where that is a failure. They run one at a time.
+
+use netveil_lab::lab::{self, Daemon, Lab};
+use netveil_lab::strongswan::{
+    self, Charon, CharonOptions, ChildSa, ChildState, IkeSa, SwanAuth, SwanConn, SwanPair, SwanPsk,
+};
+use serde_json::Value;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const PSK: &str = "netveil-lab-psk-0123456789";
+const T: Duration = Duration::from_secs(10);
+const NV: usize = 0;
+const SW: usize = 1;
+
+/// The serial lock, or None (after printing why) when these tests cannot run here and CI is not set.
+fn prerequisites(test: &str) -> Option<MutexGuard<'static, ()>> {
+    let why = if !lab::is_root() {
+        Some("not root (network namespaces need CAP_NET_ADMIN and CAP_SYS_ADMIN)".to_string())
+    } else {
+        strongswan::missing()
+    };
+    if let Some(why) = why {
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: strongSwan interop tests cannot run under CI: {why}");
+        }
+        eprintln!("SKIPPED {test}: {why}");
+        return None;
+    }
+    for t in ["ip", "ping", "nft"] {
+        assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
+    }
+    Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// One netveil child as the config writes it.
+struct NvChild {
+    name: String,
+    esp: String,
+    start: bool,
+    rekey_time: Option<&'static str>,
+}
+
+/// One netveil connection.
+struct NvConn {
+    name: String,
+    proposals: String,
+    psk: String,
+    /// Initiate (remote_addrs set); otherwise responder only.
+    remote_addr: bool,
+    rekey_time: Option<&'static str>,
+    children: Vec<NvChild>,
+}
+
+impl NvConn {
+    fn new(name: &str, proposals: &str, child: &str, esp: &str, start: bool) -> NvConn {
+        NvConn {
+            name: name.into(),
+            proposals: proposals.into(),
+            psk: PSK.into(),
+            remote_addr: true,
+            rekey_time: None,
+            children: vec![NvChild {
+                name: child.into(),
+                esp: esp.into(),
+                start,
+                rekey_time: None,
+            }],
+        }
+    }
+}
+
+/// The netveil side's configuration: the TUN with the inner address, a route to the peer's, and `[ike]`.
+fn nv_config(lab: &Lab, conns: &[NvConn]) -> String {
+    let me = SwanPair::inner(NV);
+    let peer = SwanPair::inner(SW);
+    let mut t = format!(
+        "log_level = \"info\"\n[interface]\nname = \"nvis0\"\nmtu = 1400\ncontrol_socket = \"{}\"\n\
+         state_dir = \"{}\"\naddresses = [\"{me}/32\"]\nroutes = [\"{peer}/32\"]\n\n[ike]\n",
+        lab.socket_path("nv").display(),
+        lab.dir().join("state-nv").display(),
+    );
+    for c in conns {
+        t += &format!(
+            "\n[[ike.connection]]\nname = \"{}\"\nlocal_addrs = [\"{}\"]\nremote_addrs = [{}]\n\
+             proposals = [\"{}\"]\npsk = \"{}\"\nencap = true\n\
+             local = {{ id = \"@a.lab.test\", auth = \"psk\" }}\nremote = {{ id = \"@b.lab.test\", auth = \"psk\" }}\n",
+            c.name,
+            SwanPair::outer(NV),
+            if c.remote_addr {
+                format!("\"{}\"", SwanPair::outer(SW))
+            } else {
+                String::new()
+            },
+            c.proposals,
+            c.psk,
+        );
+        if let Some(r) = c.rekey_time {
+            t += &format!("rekey_time = \"{r}\"\n");
+        }
+        for ch in &c.children {
+            t += &format!(
+                "\n[[ike.connection.children]]\nname = \"{}\"\nlocal_ts = [\"{me}/32\"]\nremote_ts = [\"{peer}/32\"]\n\
+                 esp_proposals = [\"{}\"]\nstart_action = \"{}\"\n",
+                ch.name,
+                ch.esp,
+                if ch.start { "start" } else { "none" }
+            );
+            if let Some(r) = ch.rekey_time {
+                t += &format!("rekey_time = \"{r}\"\n");
+            }
+        }
+    }
+    t
+}
+
+/// Namespaces `nv` (netveil) and `sw` (charon) joined by a veth pair, charon started (nothing loaded).
+struct Site {
+    lab: Lab,
+    ns: [String; 2],
+    charon: Charon,
+    daemon: Option<Daemon>,
+}
+
+impl Site {
+    fn new(opts: &CharonOptions) -> Site {
+        let mut lab = Lab::new("nvis").unwrap().with_netveil(NETVEIL);
+        let a = lab.add_ns("nv").unwrap();
+        let b = lab.add_ns("sw").unwrap();
+        for ns in [&a, &b] {
+            lab.exec_ok(ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+                .unwrap();
+            lab.exec_ok(
+                ns,
+                &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+            )
+            .unwrap();
+        }
+        lab.veth(&a, "veth-nv", &b, "veth-sw").unwrap();
+        lab.addr(&a, "veth-nv", &format!("{}/24", SwanPair::outer(NV)))
+            .unwrap();
+        lab.addr(&b, "veth-sw", &format!("{}/24", SwanPair::outer(SW)))
+            .unwrap();
+        lab.addr(&b, "lo", &format!("{}/32", SwanPair::inner(SW)))
+            .unwrap();
+        let charon = Charon::start(&lab, &b, "sw", opts).unwrap_or_else(|e| panic!("charon: {e}"));
+        Site {
+            lab,
+            ns: [a, b],
+            charon,
+            daemon: None,
+        }
+    }
+
+    /// charon's connection `name` with child `child` (proposals as given), responder unless `start`.
+    fn swan_conn(name: &str, ike: &str, child: &str, esp: &str, psk: &str) -> SwanConn {
+        SwanPair::conn(
+            SW,
+            name,
+            SwanAuth::Psk(SwanPsk::new(psk).unwrap()),
+            ike,
+            child,
+            esp,
+        )
+    }
+
+    fn load(&self, conns: &[SwanConn]) {
+        self.charon
+            .load(conns)
+            .unwrap_or_else(|e| panic!("charon load: {e}"));
+    }
+
+    /// Starts `netveil up` (with `args`) with the given connections.
+    fn up(&mut self, conns: &[NvConn], args: &[&str]) {
+        let cfg = nv_config(&self.lab, conns);
+        let d = self
+            .lab
+            .start_daemon_with(&self.ns[NV], "nv", &cfg, args)
+            .unwrap_or_else(|e| panic!("netveil up: {e}\n{cfg}"));
+        self.daemon = Some(d);
+    }
+
+    fn daemon(&self) -> &Daemon {
+        self.daemon.as_ref().expect("netveil is up")
+    }
+
+    fn nv_log(&self) -> String {
+        self.daemon.as_ref().map(|d| d.log()).unwrap_or_default()
+    }
+
+    /// Both logs' tails, for failure messages.
+    fn logs(&self) -> String {
+        let l = self.nv_log();
+        let lines: Vec<&str> = l.lines().collect();
+        let from = lines.len().saturating_sub(40);
+        format!(
+            "\n--- netveil log (last lines) ---\n{}{}",
+            lines[from..].join("\n"),
+            self.charon.log_tail(40)
+        )
+    }
+
+    fn ping(&self, from: usize, count: u32) -> Result<String, String> {
+        let c = count.to_string();
+        let dst = SwanPair::inner(1 - from).to_string();
+        let src = SwanPair::inner(from).to_string();
+        self.lab
+            .exec_ok(
+                &self.ns[from],
+                &[
+                    "ping", "-n", "-c", &c, "-i", "0.2", "-W", "1", "-I", &src, &dst,
+                ],
+            )
+            .map_err(|e| e.to_string())
+    }
+
+    /// The netveil daemon's SAs named `ike-*` from `status --json`: (name, direction, spi).
+    fn nv_sas(&self) -> Vec<(String, String, u32)> {
+        let st = self
+            .daemon()
+            .status_json()
+            .unwrap_or_else(|e| panic!("status: {e}"));
+        collect_sas(&st)
+    }
+
+    /// Waits until charon lists `child` installed and netveil holds an inbound and an outbound IKE SA.
+    fn wait_up(&self, child: &str) -> (IkeSa, Vec<(String, String, u32)>) {
+        let (ike, _) = self
+            .charon
+            .wait_child_installed(child, T)
+            .unwrap_or_else(|e| panic!("{e}{}", self.logs()));
+        let t0 = Instant::now();
+        loop {
+            let sas = self.nv_sas();
+            if sas.iter().any(|s| s.1 == "in") && sas.iter().any(|s| s.1 == "out") {
+                return (ike, sas);
+            }
+            assert!(
+                t0.elapsed() < T,
+                "netveil has no IKE SAs installed: {sas:?}{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Every SA object under the status JSON whose name starts with `ike-`: (name, direction, spi).
+fn collect_sas(v: &Value) -> Vec<(String, String, u32)> {
+    let mut out = Vec::new();
+    fn walk(v: &Value, out: &mut Vec<(String, String, u32)>) {
+        match v {
+            Value::Object(m) => {
+                let name = m.get("name").and_then(|n| n.as_str());
+                let spi = m.get("spi").and_then(|s| {
+                    s.as_u64().map(|x| x as u32).or_else(|| {
+                        s.as_str()
+                            .and_then(|h| u32::from_str_radix(h.trim_start_matches("0x"), 16).ok())
+                    })
+                });
+                let dir = m.get("direction").and_then(|d| d.as_str());
+                if let (Some(n), Some(spi), Some(d)) = (name, spi, dir) {
+                    if n.starts_with("ike-") {
+                        out.push((n.to_string(), d.to_string(), spi));
+                    }
+                }
+                for x in m.values() {
+                    walk(x, out);
+                }
+            }
+            Value::Array(a) => {
+                for x in a {
+                    walk(x, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(v, &mut out);
+    out
+}
+
+/// charon's only IKE SA and its child `child`, and netveil's SAs: the same SPIs crosswise (charon's inbound SPI is
+/// netveil's outbound one and the other way round), the child installed and UDP-encapsulated.
+fn assert_same_spis(s: &Site, child: &str) -> ChildSa {
+    let sas = s.charon.list_sas().unwrap();
+    assert_eq!(sas.len(), 1, "{sas:?}");
+    let c = sas[0]
+        .child(child)
+        .unwrap_or_else(|| panic!("no child {child}: {sas:?}"))
+        .clone();
+    assert_eq!(c.state, ChildState::Installed);
+    assert!(c.encap, "{c:?}");
+    let nv = s.nv_sas();
+    let nv_in: Vec<u32> = nv.iter().filter(|x| x.1 == "in").map(|x| x.2).collect();
+    let nv_out: Vec<u32> = nv.iter().filter(|x| x.1 == "out").map(|x| x.2).collect();
+    assert_eq!(nv_in, vec![c.spi_out], "netveil {nv:?}, charon {c:?}");
+    assert_eq!(nv_out, vec![c.spi_in], "netveil {nv:?}, charon {c:?}");
+    c
+}
+
+/// Pings both ways and a byte-checked TCP transfer of `bytes` each way.
+fn traffic(s: &Site, bytes: u64) {
+    for from in [NV, SW] {
+        let out = s
+            .ping(from, 3)
+            .unwrap_or_else(|e| panic!("ping from side {from}: {e}{}", s.logs()));
+        assert!(out.contains("3 received"), "{out}");
+    }
+    for from in [NV, SW] {
+        let t = lab::tcp_transfer(
+            &s.ns[from],
+            &s.ns[1 - from],
+            SwanPair::inner(1 - from),
+            5201,
+            bytes,
+        )
+        .unwrap_or_else(|e| panic!("TCP from side {from}: {e}{}", s.logs()));
+        assert_eq!(t.bytes, bytes);
+        println!(
+            "TCP {} -> {}: {bytes} bytes checked, {:.0} Mbit/s",
+            ["netveil", "charon"][from],
+            ["netveil", "charon"][1 - from],
+            t.mbit_per_s()
+        );
+    }
+}
+
+/// Waits until `f` holds, or panics with `what` and the logs.
+fn wait_for(s: &Site, what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < T, "{what}{}", s.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn netveil_initiates_to_charon_pings_transfers_and_deletes() {
+    let Some(_g) = prerequisites("netveil_initiates") else {
+        return;
+    };
+    let mut s = Site::new(&CharonOptions::default());
+    s.load(&[Site::swan_conn(
+        "site",
+        "aes128-sha256-x25519",
+        "net",
+        "aes128gcm16",
+        PSK,
+    )]);
+    // No SA yet: the ping cannot pass (netveil discards what no policy covers).
+    let t0 = Instant::now();
+    s.up(
+        &[NvConn::new(
+            "site",
+            "aes128-sha256-x25519",
+            "net",
+            "aes128gcm16",
+            true,
+        )],
+        &["--fresh-keys"],
+    );
+    let (ike, _) = s.wait_up("net");
+    println!(
+        "observation: `netveil up` (start_action = start) to the child installed on both sides: {:.0} ms",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    assert!(!ike.initiator, "charon is the responder: {ike:?}");
+    assert_eq!(ike.remote_id, "a.lab.test");
+    assert_eq!(ike.algorithms.dh_group.as_deref(), Some("CURVE_25519"));
+    assert_eq!(ike.remote_port, Some(4500), "{ike:?}");
+    let c = assert_same_spis(&s, "net");
+    assert_eq!(c.algorithms.encr.as_deref(), Some("AES_GCM_16"));
+    assert_eq!(c.algorithms.encr_keysize, Some(128));
+    traffic(&s, 2 << 20);
+    // charon counted the traffic on the child (it did pass through this SA).
+    let c = s.charon.list_sas().unwrap()[0]
+        .child("net")
+        .unwrap()
+        .clone();
+    assert!(c.bytes_in >= 2 << 20 && c.bytes_out >= 2 << 20, "{c:?}");
+
+    // netveil stops: its DELETE removes the IKE SA and the child on charon's side.
+    s.daemon.as_mut().unwrap().stop();
+    wait_for(&s, "charon kept its SAs after netveil stopped", || {
+        s.charon.list_sas().unwrap().is_empty()
+    });
+    assert!(
+        s.charon.log().contains("received DELETE for IKE_SA site"),
+        "{}",
+        s.logs()
+    );
+}
+
+#[test]
+fn charon_initiates_to_netveil_and_its_delete_tears_down_netveil() {
+    let Some(_g) = prerequisites("charon_initiates") else {
+        return;
+    };
+    let mut s = Site::new(&CharonOptions::default());
+    s.load(&[Site::swan_conn(
+        "site",
+        "aes128-sha256-x25519",
+        "net",
+        "aes128gcm16",
+        PSK,
+    )]);
+    let mut c = NvConn::new("site", "aes128-sha256-x25519", "net", "aes128gcm16", false);
+    c.remote_addr = false;
+    s.up(&[c], &["--fresh-keys"]);
+    s.charon
+        .initiate("net", T)
+        .unwrap_or_else(|e| panic!("initiate: {e}{}", s.logs()));
+    let (ike, _) = s.wait_up("net");
+    assert!(ike.initiator, "{ike:?}");
+    assert_same_spis(&s, "net");
+    traffic(&s, 2 << 20);
+
+    // charon terminates: netveil removes its SAs, and traffic no longer passes, nor leaves in clear.
+    s.charon
+        .terminate("site", T)
+        .unwrap_or_else(|e| panic!("terminate: {e}{}", s.logs()));
+    wait_for(&s, "netveil kept its SAs after charon's DELETE", || {
+        s.nv_sas().is_empty()
+    });
+    let mut cap = s
+        .lab
+        .capture(&s.ns[SW], "veth-sw", "after-delete.pcap", 256, &[])
+        .unwrap();
+    assert!(s.ping(NV, 2).is_err(), "ping passed after the DELETE");
+    let pcap = cap.stop().unwrap();
+    let frames = lab::tshark_frames(&pcap, None, None).unwrap();
+    assert!(
+        frames
+            .iter()
+            .all(|f| !f.protocols.contains("icmp") && !f.protocols.contains("esp")),
+        "sent after the DELETE: {frames:?}"
+    );
+}
+
+/// The first line of netveil's log that contains `needle`, or a panic with the logs.
+fn nv_line(s: &Site, needle: &str) -> String {
+    let mut line = String::new();
+    wait_for(s, &format!("no {needle:?} in netveil's log"), || {
+        match s.nv_log().lines().find(|l| l.contains(needle)) {
+            Some(l) => {
+                line = l.to_string();
+                true
+            }
+            None => false,
+        }
+    });
+    line
+}
+
+#[test]
+fn proposal_mismatch_and_wrong_psk_are_named_in_netveils_log() {
+    let Some(_g) = prerequisites("failures") else {
+        return;
+    };
+    let mut s = Site::new(&CharonOptions::default());
+    s.load(&[Site::swan_conn(
+        "site",
+        "aes128-sha256-x25519",
+        "net",
+        "aes128gcm16",
+        PSK,
+    )]);
+
+    // Proposals: netveil offers only ECP-384 with AES-256/SHA-384, charon only X25519 with AES-128/SHA-256.
+    s.up(
+        &[NvConn::new(
+            "site",
+            "aes256-sha384-ecp384",
+            "net",
+            "aes128gcm16",
+            true,
+        )],
+        &["--fresh-keys"],
+    );
+    // As initiator: charon refuses, and netveil says with what.
+    let l = nv_line(&s, "NO_PROPOSAL_CHOSEN");
+    assert!(l.contains("connection site"), "{l}");
+    // As responder: netveil chooses nothing and lists both sides' proposals.
+    let err = s
+        .charon
+        .initiate("net", T)
+        .expect_err("charon's initiate succeeded without a common proposal")
+        .to_string();
+    assert!(err.contains("NO_PROPOSAL_CHOSEN"), "{err}");
+    let l = nv_line(&s, "no proposal in common");
+    println!("{l}");
+    let (ours, theirs) = l.split_once("the peer's").unwrap();
+    let ours = ours.to_ascii_uppercase();
+    let theirs = theirs.to_ascii_uppercase();
+    for (side, want) in [(&ours, ["384", "AES"]), (&theirs, ["25519", "AES"])] {
+        for w in want {
+            assert!(side.contains(w), "{w} missing in {side}: {l}");
+        }
+    }
+    assert!(!ours.contains("25519") && !theirs.contains("384"), "{l}");
+    assert!(s.nv_sas().is_empty());
+    s.daemon.as_mut().unwrap().stop();
+
+    // A different PSK on netveil's side.
+    let mut c = NvConn::new("site", "aes128-sha256-x25519", "net", "aes128gcm16", true);
+    c.psk = "a-different-psk-9876543210".into();
+    s.up(&[c], &["--fresh-keys"]);
+    // As initiator: charon cannot verify netveil's AUTH and answers AUTHENTICATION_FAILED.
+    let l = nv_line(&s, "refused our authentication");
+    assert!(
+        l.contains("a.lab.test") && l.contains("pre-shared key"),
+        "{l}"
+    );
+    assert!(s.charon.log().contains("MAC mismatched"), "{}", s.logs());
+    // As responder: netveil cannot verify charon's AUTH and names charon's id.
+    let err = s
+        .charon
+        .initiate("net", T)
+        .expect_err("charon's initiate succeeded with a wrong PSK")
+        .to_string();
+    assert!(err.contains("AUTHENTICATION_FAILED"), "{err}");
+    let l = nv_line(&s, "failed to authenticate");
+    assert!(
+        l.contains("b.lab.test") && l.contains("pre-shared key"),
+        "{l}"
+    );
+    assert!(s.nv_sas().is_empty());
+    // Neither key is in netveil's log.
+    let log = s.nv_log();
+    assert!(
+        !log.contains(PSK) && !log.contains("a-different-psk"),
+        "{log}"
+    );
+}
