@@ -544,3 +544,101 @@ fn proposal_mismatch_and_wrong_psk_are_named_in_netveils_log() {
         "{log}"
     );
 }
+
+/// The matrix, one IKE SA per case in one namespace pair: every DH group of the issue that strongSwan 5.9.8 has,
+/// with netveil initiating (a `netveil up` per group, its stop's DELETE ending the case), and the four ESP suites,
+/// with charon initiating to one netveil responder that accepts them all; each case pings through its child and
+/// checks what charon says was negotiated.
+#[test]
+fn matrix_dh_groups_and_esp_suites() {
+    let Some(_g) = prerequisites("matrix") else {
+        return;
+    };
+    let t0 = Instant::now();
+    let mut s = Site::new(&CharonOptions::default());
+    let groups = [
+        ("x25519", "CURVE_25519"),
+        ("modp2048", "MODP_2048"),
+        ("modp3072", "MODP_3072"),
+        ("ecp256", "ECP_256"),
+        ("ecp384", "ECP_384"),
+    ];
+    let all_ike: Vec<String> = groups
+        .iter()
+        .map(|(g, _)| format!("aes128-sha256-{g}"))
+        .collect();
+    s.load(&[Site::swan_conn(
+        "all",
+        &all_ike.join(", "),
+        "net",
+        "aes128gcm16",
+        PSK,
+    )]);
+    for (g, want) in groups {
+        let t = Instant::now();
+        let prop = format!("aes128-sha256-{g}");
+        s.up(
+            &[NvConn::new("site", &prop, "net", "aes128gcm16", true)],
+            &["--fresh-keys"],
+        );
+        let (ike, _) = s.wait_up("net");
+        assert_eq!(ike.algorithms.dh_group.as_deref(), Some(want), "{ike:?}");
+        assert_same_spis(&s, "net");
+        let out = s
+            .ping(NV, 1)
+            .unwrap_or_else(|e| panic!("{g}: ping: {e}{}", s.logs()));
+        assert!(out.contains("1 received"), "{g}: {out}");
+        s.daemon.as_mut().unwrap().stop();
+        wait_for(&s, "charon kept its SAs after netveil stopped", || {
+            s.charon.list_sas().unwrap().is_empty()
+        });
+        println!("{g}: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+    }
+
+    let esp = [
+        ("gcm", "aes128gcm16", "AES_GCM_16", 128, None),
+        ("cbc", "aes128-sha1", "AES_CBC", 128, Some("HMAC_SHA1_96")),
+        (
+            "cbc256",
+            "aes256-sha256",
+            "AES_CBC",
+            256,
+            Some("HMAC_SHA2_256_128"),
+        ),
+        ("tdes", "3des-sha1", "3DES_CBC", 0, Some("HMAC_SHA1_96")),
+    ];
+    let conns: Vec<SwanConn> = esp
+        .iter()
+        .map(|(n, p, ..)| Site::swan_conn(&format!("esp-{n}"), "aes128-sha256-x25519", n, p, PSK))
+        .collect();
+    s.load(&conns);
+    let mut c = NvConn::new("site", "aes128-sha256-x25519", "net", "aes128gcm16", false);
+    c.remote_addr = false;
+    c.children[0].esp = esp.iter().map(|e| e.1).collect::<Vec<_>>().join("\", \"");
+    s.up(&[c], &["--fresh-keys"]);
+    for (name, _, encr, keysize, integ) in esp {
+        let t = Instant::now();
+        s.charon
+            .initiate(name, T)
+            .unwrap_or_else(|e| panic!("{name}: {e}{}", s.logs()));
+        s.wait_up(name);
+        let c = assert_same_spis(&s, name);
+        assert_eq!(c.algorithms.encr.as_deref(), Some(encr), "{c:?}");
+        if keysize > 0 {
+            assert_eq!(c.algorithms.encr_keysize, Some(keysize), "{c:?}");
+        }
+        assert_eq!(c.algorithms.integ.as_deref(), integ, "{c:?}");
+        let out = s
+            .ping(SW, 1)
+            .unwrap_or_else(|e| panic!("{name}: ping: {e}{}", s.logs()));
+        assert!(out.contains("1 received"), "{name}: {out}");
+        s.charon
+            .terminate(&format!("esp-{name}"), T)
+            .unwrap_or_else(|e| panic!("{e}"));
+        wait_for(&s, "netveil kept its SAs after charon's DELETE", || {
+            s.nv_sas().is_empty()
+        });
+        println!("{name}: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+    }
+    println!("matrix: {:.1} s", t0.elapsed().as_secs_f64());
+}
