@@ -642,3 +642,38 @@ fn matrix_dh_groups_and_esp_suites() {
     }
     println!("matrix: {:.1} s", t0.elapsed().as_secs_f64());
 }
+
+/// Negotiated keys are always new, so IKE needs no receive floor: a state directory that was never initialised
+/// (no `--fresh-keys`) still takes IKE's inbound SAs, and traffic passes both ways.
+#[test]
+fn ike_works_on_a_new_state_dir_without_fresh_keys() {
+    let Some(_g) = prerequisites("new_state_dir") else {
+        return;
+    };
+    let mut s = Site::new(&CharonOptions::default());
+    s.load(&[Site::swan_conn(
+        "site",
+        "aes128-sha256-x25519",
+        "net",
+        "aes128gcm16",
+        PSK,
+    )]);
+    s.up(
+        &[NvConn::new(
+            "site",
+            "aes128-sha256-x25519",
+            "net",
+            "aes128gcm16",
+            true,
+        )],
+        &[],
+    );
+    s.wait_up("net");
+    assert_same_spis(&s, "net");
+    for from in [NV, SW] {
+        let out = s
+            .ping(from, 2)
+            .unwrap_or_else(|e| panic!("ping from side {from}: {e}{}", s.logs()));
+        assert!(out.contains("2 received"), "{out}");
+    }
+}

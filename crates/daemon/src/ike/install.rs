@@ -123,6 +123,8 @@ impl Installer {
             // Rekeying and expiry are the IKE SA's: the machine rekeys before the configured life_time.
             lifetime: Lifetime::default(),
             encap,
+            // IKE's KEYMAT: new for every CHILD_SA and rekey, so no sequence mark or receive floor is needed.
+            keys: crate::sa_api::Negotiated::keys(),
         };
         let old = c.replaces.and_then(|spi| self.by_inbound.remove(&spi));
         let instance = old.as_ref().map_or_else(
