@@ -422,6 +422,39 @@ fn charon_initiates_to_netveil_and_its_delete_tears_down_netveil() {
     s.charon
         .initiate("net", T)
         .unwrap_or_else(|e| panic!("initiate: {e}{}", s.logs()));
+    // Right after charon has its child: a ping every 5 ms from charon's side. netveil installs its SAs and
+    // policies (tens of ms with the nftables rules) before it answers IKE_AUTH, so the first one is answered.
+    let out = s
+        .lab
+        .exec(
+            &s.ns[SW],
+            &[
+                "ping",
+                "-n",
+                "-c",
+                "20",
+                "-i",
+                "0.005",
+                "-W",
+                "1",
+                "-I",
+                "198.51.100.2",
+                "198.51.100.1",
+            ],
+        )
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
+    let first = out
+        .lines()
+        .find_map(|l| l.split("icmp_seq=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse::<u32>().ok());
+    assert_eq!(
+        first,
+        Some(1),
+        "the first packets after the CHILD_SA came up were lost: {out}{}",
+        s.logs()
+    );
     let (ike, _) = s.wait_up("net");
     assert!(ike.initiator, "{ike:?}");
     assert_same_spis(&s, "net");
