@@ -159,8 +159,23 @@ fn two_netveils_negotiate_transport_mode_over_raw_esp() {
         .unwrap_or_else(|e| panic!("TCP from side {from}: {e}{}", logs()));
         assert_eq!(t.bytes, 4 << 20);
     }
-    // Not checked yet: the initiator's DELETE on stop. It leaves (UDP 500, seen on the wire), but the responder's
-    // fail-closed input rules for its transport-mode inbound policy (all protocols between the two addresses)
-    // drop clear UDP to port 500 from the peer, so IKE after the first CHILD_SA (DELETE, rekeys, DPD) does not
-    // reach it in transport mode without NAT-T.
+    // The initiator stops: its DELETE (UDP 500 in clear, between the addresses the transport-mode policies
+    // protect: the driver's inbound bypass lets it in) removes the responder's CHILD_SA.
+    assert!(
+        db.status_json().unwrap().to_string().contains("ike-1-b0"),
+        "no IKE bypass policy on the responder{}",
+        logs()
+    );
+    let mut da = da;
+    da.stop();
+    let t1 = Instant::now();
+    while !ike_sas(&db).is_empty() {
+        assert!(
+            t1.elapsed() < Duration::from_secs(10),
+            "the responder kept its SAs after the DELETE{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(db.log().contains("deleted"), "{}", logs());
 }
