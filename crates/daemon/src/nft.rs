@@ -168,12 +168,22 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
             p = c.control_port
         ));
     }
-    for p in cfg
-        .policies
-        .iter()
-        .filter(|p| p.direction == Direction::In && matches!(p.action, Action::Protect(_)))
-    {
+    for p in cfg.policies.iter().filter(|p| p.direction == Direction::In) {
         let s = &p.selector;
+        match p.action {
+            Action::Protect(_) => {}
+            Action::Bypass => {
+                // In policy order, as the daemon decides: clear traffic a bypass policy lets in is not dropped by
+                // a protect policy further down (the IKE driver's bypass for the peer's IKE datagrams).
+                let (full, _) = nft_match(s);
+                input.push_str(&format!(
+                    "    iifname != {tun} {full} accept {}\n",
+                    comment(&p.name, None)
+                ));
+                continue;
+            }
+            Action::Discard => continue,
+        }
         let (sel, fam) = nft_match(&netveil_sa::policy::Selector {
             proto: None,
             src_ports: netveil_sa::policy::PortRange::ANY,
@@ -328,6 +338,30 @@ mod tests {
         if let Some(t) = nft_table_text(&cfg, "netveil_peer_set_test") {
             nft_check(&t);
         }
+    }
+
+    /// An inbound bypass policy before an inbound protect policy that covers the same addresses (the IKE driver's
+    /// `ike-N-bI` for the peer's IKE datagrams in transport mode): its accept rule comes first in the input chain,
+    /// so the protect policy's fail-closed drop does not take the clear UDP it lets in; nft parses the table.
+    #[test]
+    fn inbound_bypass_is_accepted_before_a_protect_drop() {
+        let text = "[interface]\nname = \"nv0\"\n\
+            [[sa]]\nname = \"i\"\ndirection = \"in\"\nspi = 0x2001\nmode = \"transport\"\n\
+            suite = \"aes128gcm16\"\nenc_key = \"01112233445566778899aabbccddeeff01020304\"\n\
+            [[policy]]\nname = \"ike\"\ndirection = \"in\"\nsrc = \"192.0.2.2/32\"\ndst = \"192.0.2.1/32\"\n\
+            proto = \"udp\"\nsrc_ports = 500\ndst_ports = 500\naction = \"bypass\"\n\
+            [[policy]]\nname = \"in\"\ndirection = \"in\"\nsrc = \"192.0.2.2/32\"\ndst = \"192.0.2.1/32\"\n\
+            action = \"protect\"\nsas = [\"i\"]\n";
+        let cfg = Config::parse(text).unwrap();
+        let t = nft_table_text(&cfg, "netveil_bypass_test").unwrap();
+        let accept = t
+            .find("udp sport 500-500 udp dport 500-500 accept")
+            .unwrap_or_else(|| panic!("no accept rule for the bypass policy:\n{t}"));
+        let drop = t
+            .find("udp dport != 4500 counter drop")
+            .unwrap_or_else(|| panic!("no drop rule for the protect policy:\n{t}"));
+        assert!(accept < drop, "{t}");
+        nft_check(&t);
     }
 
     /// Root with nft: nft's parser takes `text` (check only, nothing applied).

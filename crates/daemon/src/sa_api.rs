@@ -44,6 +44,41 @@ pub struct SaCommon {
     pub lifetime: Lifetime,
     /// ESP-in-UDP (RFC 3948).
     pub encap: Option<UdpEncap>,
+    /// Where the keys come from: what makes a restart safe for them.
+    pub keys: KeyOrigin,
+}
+
+/// Where an SA's keys come from, which decides how the engine keeps a restart from repeating sequence numbers
+/// or accepting replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyOrigin {
+    /// Written by a user (the configuration file, the control socket's `sa add|update`): the keys may have been
+    /// used before, by this daemon or an earlier one, so the state directory's sequence mark (outbound) or
+    /// receive floor (inbound) applies, and a directory without its record refuses keys it has neither for.
+    Configured,
+    /// Derived by a key exchange for this SA alone (IKE's KEYMAT from fresh nonces and a new DH secret): never
+    /// used before, so sequence numbers start at 1 and the replay window is empty with no record to consult.
+    /// A restart cannot reuse them either: the daemon that held them is gone with them, and the peers negotiate
+    /// new keys. Only key-exchange drivers hold a [`Negotiated`] to claim this.
+    Negotiated(Negotiated),
+}
+
+/// The proof that keys were negotiated (see [`KeyOrigin::Negotiated`]): made only by key-exchange drivers in
+/// this crate; the control socket's adapter ([`AnySaParams::from_params`]) always says [`KeyOrigin::Configured`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Negotiated(());
+
+impl Negotiated {
+    /// For a key-exchange driver's freshly derived keys only.
+    pub(crate) fn keys() -> KeyOrigin {
+        KeyOrigin::Negotiated(Negotiated(()))
+    }
+}
+
+impl KeyOrigin {
+    pub fn is_negotiated(self) -> bool {
+        matches!(self, KeyOrigin::Negotiated(_))
+    }
 }
 
 impl std::fmt::Debug for SaCommon {
@@ -56,6 +91,7 @@ impl std::fmt::Debug for SaCommon {
             .field("mode", &self.mode)
             .field("esn", &self.esn)
             .field("encap", &self.encap)
+            .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
 }
@@ -144,11 +180,20 @@ impl AnySaParams {
             esn: p.esn,
             lifetime: p.lifetime,
             encap: p.encap,
+            keys: KeyOrigin::Configured,
         };
         if out {
             AnySaParams::Out(OutboundSaParams { sa, tfc_pad_to })
         } else {
             AnySaParams::In(InboundSaParams { sa, replay_window })
+        }
+    }
+
+    /// Where the SA's keys come from.
+    pub fn keys(&self) -> KeyOrigin {
+        match self {
+            AnySaParams::Out(o) => o.sa.keys,
+            AnySaParams::In(i) => i.sa.keys,
         }
     }
 

@@ -469,6 +469,16 @@ impl Run {
             .map(|p| p.name.as_str())
             .collect();
         prop_assert_eq!(order, want, "{}", &text);
+        // Input: the inbound protect and bypass policies' rules, in policy order.
+        let order: Vec<&str> = dedup(input.iter().map(|l| comment(l)));
+        let want: Vec<&str> = self
+            .m
+            .policies
+            .iter()
+            .filter(|p| p.dir == Dir::In && p.act != Act::Discard)
+            .map(|p| p.name.as_str())
+            .collect();
+        prop_assert_eq!(order, want, "{}", &text);
         for p in &self.m.policies {
             let rules: Vec<&&str> = match p.dir {
                 Dir::Out => &output,
@@ -496,6 +506,12 @@ impl Run {
                     )
                 }
                 (Dir::Out, Act::Bypass) => prop_assert!(
+                    rules.iter().all(|l| l.contains(" accept ")) && !rules.is_empty(),
+                    "{}",
+                    &text
+                ),
+                // Inbound bypass: an accept in policy order (before the drops of protect policies below it).
+                (Dir::In, Act::Bypass) => prop_assert!(
                     rules.iter().all(|l| l.contains(" accept ")) && !rules.is_empty(),
                     "{}",
                     &text

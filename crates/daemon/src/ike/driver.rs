@@ -124,8 +124,24 @@ impl Driver {
         self.flush();
     }
 
-    /// Sends what the machine queued and applies its events.
+    /// Sends what the machine queued and applies its events. A new CHILD_SA is installed before the datagrams go
+    /// out: as responder, the IKE_AUTH or CREATE_CHILD_SA answer is what tells the peer to start sending, and its
+    /// first packets would otherwise meet no SA or policy here (installing takes tens of milliseconds with the
+    /// nftables policy rules). A rekey keeps the old order: answer first, so that the peer has the new inbound SA
+    /// soon after this side's outbound SA moves to it.
     fn flush(&mut self) {
+        let mut events = Vec::new();
+        while let Some(ev) = self.machine.poll_event() {
+            events.push(ev);
+        }
+        let install_first = events
+            .iter()
+            .any(|e| matches!(e, Event::ChildSaUp(c) if c.replaces.is_none()));
+        if install_first {
+            for ev in events.drain(..) {
+                self.apply(ev);
+            }
+        }
         while let Some(t) = self.machine.poll_transmit() {
             match self.sockets.send(&t) {
                 Ok(()) => {
@@ -139,7 +155,7 @@ impl Driver {
                 ),
             }
         }
-        while let Some(ev) = self.machine.poll_event() {
+        for ev in events {
             self.apply(ev);
         }
     }

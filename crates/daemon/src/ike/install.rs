@@ -123,6 +123,8 @@ impl Installer {
             // Rekeying and expiry are the IKE SA's: the machine rekeys before the configured life_time.
             lifetime: Lifetime::default(),
             encap,
+            // IKE's KEYMAT: new for every CHILD_SA and rekey, so no sequence mark or receive floor is needed.
+            keys: crate::sa_api::Negotiated::keys(),
         };
         let old = c.replaces.and_then(|spi| self.by_inbound.remove(&spi));
         let instance = old.as_ref().map_or_else(
@@ -164,7 +166,12 @@ impl Installer {
                     for p in &old.policies {
                         let _ = self.port.policy_del(p);
                     }
-                    installed.policies = self.add_policies(instance, &c.local_ts, &c.remote_ts)?;
+                    installed.policies = self.add_policies(
+                        instance,
+                        &c.local_ts,
+                        &c.remote_ts,
+                        (c.local, c.remote),
+                    )?;
                 }
                 Ok(())
             })();
@@ -183,7 +190,7 @@ impl Installer {
                 let _ = self.port.sa_del(&in_name);
                 return Err(refused(format!("outbound SA {out_name}"))(e));
             }
-            match self.add_policies(instance, &c.local_ts, &c.remote_ts) {
+            match self.add_policies(instance, &c.local_ts, &c.remote_ts, (c.local, c.remote)) {
                 Ok(p) => installed.policies = p,
                 Err(e) => {
                     let _ = self.port.sa_del(&out_name);
@@ -197,12 +204,17 @@ impl Installer {
     }
 
     /// One outbound and one inbound policy per pair of selectors of the same family (the rest cannot carry
-    /// traffic). On an error the ones added are removed again.
+    /// traffic). Where a pair covers the IKE SA's own addresses (transport mode, or a tunnel whose selectors include
+    /// the outer addresses), an inbound bypass for the peer's IKE datagrams comes first (`ike-N-bI`, at the top):
+    /// the inbound protect policy's fail-closed input rule would otherwise drop them in clear, and with them every
+    /// later exchange of the IKE SA (DELETE, rekeys, liveness checks). IKE's own datagrams are never ESP-protected
+    /// (the outbound ones carry the socket mark). On an error the ones added are removed again.
     fn add_policies(
         &self,
         instance: u64,
         local: &[TsSpec],
         remote: &[TsSpec],
+        ike: (std::net::SocketAddr, std::net::SocketAddr),
     ) -> Result<Vec<String>, InstallError> {
         let (in_name, out_name) = Self::sa_names(instance);
         let mut added: Vec<String> = Vec::new();
@@ -249,10 +261,41 @@ impl Installer {
                     },
                     action: PolicyAction::Protect(vec![in_name.clone()]),
                 };
+                let covers = |t: &TsSpec, a: std::net::SocketAddr| {
+                    net(t).contains(&a.ip())
+                        && matches!(t.protocol, 0 | 17)
+                        && (t.ports.0..=t.ports.1).contains(&a.port())
+                };
+                let bypass = (covers(l, ike.0) && covers(r, ike.1)).then(|| {
+                    let host = |a: std::net::IpAddr| {
+                        ipnet::IpNet::new(a, if a.is_ipv4() { 32 } else { 128 })
+                            .expect("a host prefix")
+                    };
+                    let port = |a: std::net::SocketAddr| PortRange {
+                        start: a.port(),
+                        end: a.port(),
+                    };
+                    PolicyParams {
+                        name: format!("ike-{instance}-b{n}"),
+                        direction: Direction::In,
+                        selector: Selector {
+                            src: host(ike.1.ip()),
+                            dst: host(ike.0.ip()),
+                            proto: Some(17),
+                            src_ports: port(ike.1),
+                            dst_ports: port(ike.0),
+                        },
+                        action: PolicyAction::Bypass,
+                    }
+                });
                 n += 1;
-                for p in [out, inb] {
+                for (p, position) in bypass
+                    .into_iter()
+                    .map(|b| (b, Some(0)))
+                    .chain([(out, None), (inb, None)])
+                {
                     let name = p.name.clone();
-                    if let Err(e) = self.port.policy_add(p, None) {
+                    if let Err(e) = self.port.policy_add(p, position) {
                         for a in &added {
                             let _ = self.port.policy_del(a);
                         }

@@ -101,15 +101,17 @@ impl Tables {
 impl Db {
     /// A new outbound SA (see [`crate::sa_api::SaPort::sa_add_out`]).
     pub fn sa_add_out(&self, p: OutboundSaParams, now: u64) -> Result<(), ChangeError> {
-        self.add_sa(p.into_params(), now)
+        let keys = p.sa.keys;
+        self.add_sa(p.into_params(), keys, now)
     }
 
     /// A new inbound SA (see [`crate::sa_api::SaPort::sa_add_in`]).
     pub fn sa_add_in(&self, p: InboundSaParams, now: u64) -> Result<(), ChangeError> {
-        self.add_sa(p.into_params(), now)
+        let keys = p.sa.keys;
+        self.add_sa(p.into_params(), keys, now)
     }
 
-    fn add_sa(&self, p: SaParams, now: u64) -> Result<(), ChangeError> {
+    fn add_sa(&self, p: SaParams, keys: KeyOrigin, now: u64) -> Result<(), ChangeError> {
         let mut t = self.tables();
         check_sa(&p, &t.interface, &t.params())?;
         if let Some(r) = t.retiring.iter().find(|r| {
@@ -119,7 +121,7 @@ impl Db {
         }
         t.check_policies_of(&p)?;
         t.check_new(&p, None)?;
-        let sa = t.build_sa(p, now)?;
+        let sa = t.build_sa(p, keys, now)?;
         let mut next = Self::next(&t);
         next.sas.push(sa.clone());
         self.publish(&mut t, next).inspect_err(|_| t.untrack(&sa))?;
@@ -132,6 +134,7 @@ impl Db {
     pub fn sa_replace(&self, p: AnySaParams, now: u64) -> Result<(), ChangeError> {
         // Checked before it is looked up (errors and events may show it).
         crate::names::check_name("sa.name", p.name())?;
+        let keys = p.keys();
         let p = p.into_params();
         let name = p.name.clone();
         let name = name.as_str();
@@ -168,7 +171,7 @@ impl Db {
         }
         t.check_policies_of(&p)?;
         t.check_new(&p, Some(name))?;
-        let sa = t.build_sa(p, now)?;
+        let sa = t.build_sa(p, keys, now)?;
         let mut next = Self::next(&t);
         next.sas[i] = sa.clone();
         if let Installed::In(o) = &old {

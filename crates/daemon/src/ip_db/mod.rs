@@ -17,6 +17,7 @@
 
 use crate::config::{self, Config, ConfigError, Interface, PolicyRule, PspConfig};
 use crate::filters::{esp_filter, FilterSock};
+use crate::sa_api::KeyOrigin;
 use crate::state::{RxStore, SeqStore, StateDir};
 use arc_swap::{ArcSwap, Guard};
 pub use netveil_control::Event;
@@ -195,13 +196,19 @@ impl Tables {
     }
 
     /// Builds an SA (key schedule; an outbound one continues above its keys' sequence mark).
-    fn build_sa(&mut self, p: SaParams, now: u64) -> Result<Installed, ConfigError> {
+    fn build_sa(
+        &mut self,
+        p: SaParams,
+        keys: KeyOrigin,
+        now: u64,
+    ) -> Result<Installed, ConfigError> {
+        let fresh = keys.is_negotiated();
         let cant = |e: netveil_ipsec::SaError| ConfigError {
             key: "sa".into(),
             reason: format!("cannot install: {e}"),
         };
         if p.direction == SaDir::Out {
-            let start = self.seq()?.reserve(&p, "sa")?;
+            let start = self.seq()?.reserve(&p, "sa", fresh)?;
             let sa = Arc::new(
                 match start.counter {
                     Some(c) => OutboundSa::with_counter(p, now, c, &mut OsRng),
@@ -216,7 +223,7 @@ impl Tables {
             self.seq()?.track(sa.clone());
             Ok(Installed::Out(sa))
         } else {
-            let start = self.rx()?.start(&p, "sa")?;
+            let start = self.rx()?.start(&p, "sa", fresh)?;
             let st = start.state(&p);
             let sa = Arc::new(InboundSa::with_state(p, now, st).map_err(cant)?);
             self.rx()?.track(&sa);

@@ -32,6 +32,7 @@ fn common(name: &str, spi: u32, local: &str, remote: &str) -> SaCommon {
         esn: false,
         lifetime: Lifetime::default(),
         encap: None,
+        keys: KeyOrigin::Configured,
     }
 }
 
@@ -218,4 +219,53 @@ fn policy_params_round_trip_through_their_table() {
         assert_eq!(back.selector, p.selector);
         assert_eq!(back.action, p.action);
     }
+}
+
+/// A state directory that was never initialised (no `--fresh-keys`, no record): SAs with configured keys are
+/// refused (no sequence mark, no receive floor: the keys may have been used before), the same SAs with keys a
+/// key exchange negotiated are installed and start at sequence 1, and `sa update` of a negotiated SA (a rekey)
+/// too. The control socket's tables always give configured keys.
+#[test]
+fn negotiated_keys_need_no_mark_or_floor_on_a_new_state_dir() {
+    let dir = crate::state::test_dir("sa-port-new-dir");
+    let c = crate::config::Config::parse(&format!(
+        "[interface]\nstate_dir = \"{}\"\n",
+        dir.join("a").display()
+    ))
+    .unwrap();
+    assert!(!c.interface.state_dir.fresh_keys);
+    let e = Arc::new(Shared::new(c).unwrap());
+    let port: Arc<dyn SaPort> = Arc::new(IpPort(e.clone()));
+    let out = |keys: KeyOrigin, spi: u32| {
+        let mut sa = common("o", spi, "192.0.2.1", "192.0.2.2");
+        sa.keys = keys;
+        OutboundSaParams { sa, tfc_pad_to: 0 }
+    };
+    let inb = |keys: KeyOrigin, spi: u32| {
+        let mut sa = common("i", spi, "192.0.2.1", "192.0.2.2");
+        sa.keys = keys;
+        InboundSaParams {
+            sa,
+            replay_window: 64,
+        }
+    };
+    let err = port
+        .sa_add_in(inb(KeyOrigin::Configured, 0x1010))
+        .unwrap_err();
+    assert!(err.reason.contains("no receive floor"), "{err:?}");
+    let err = port
+        .sa_add_out(out(KeyOrigin::Configured, 0x1011))
+        .unwrap_err();
+    assert!(err.reason.contains("no sequence mark"), "{err:?}");
+    port.sa_add_in(inb(Negotiated::keys(), 0x1010)).unwrap();
+    port.sa_add_out(out(Negotiated::keys(), 0x1011)).unwrap();
+    // A rekey: new SPIs and keys in place.
+    port.sa_update(AnySaParams::In(inb(Negotiated::keys(), 0x1020)))
+        .unwrap();
+    port.sa_update(AnySaParams::Out(out(Negotiated::keys(), 0x1021)))
+        .unwrap();
+    // The control socket's adapter (a `[[sa]]` table parsed into SaParams, then split by direction): configured
+    // keys, whatever the parameters came from.
+    let p = inb(Negotiated::keys(), 0x1030).into_params();
+    assert_eq!(AnySaParams::from_params(p).keys(), KeyOrigin::Configured);
 }

@@ -128,8 +128,8 @@ pub fn start(
     for (i, p) in sas.iter().enumerate() {
         let key = format!("sa[{i}]");
         starts.push(match p.direction {
-            Direction::Out => Start::Out(seq.reserve(p, &key)?),
-            Direction::In => Start::In(rx.start(p, &key)?),
+            Direction::Out => Start::Out(seq.reserve(p, &key, false)?),
+            Direction::In => Start::In(rx.start(p, &key, false)?),
         });
     }
     Ok((seq, rx, starts))

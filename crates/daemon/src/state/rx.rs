@@ -96,7 +96,10 @@ impl RxStore {
 
     /// Reads the floor of an inbound SA with the keys of `p` and makes its first ceiling durable. Keys that an SA
     /// of this run already used continue that SA's receive state. The SA, once built, goes to [`RxStore::track`].
-    pub fn start(&mut self, p: &SaParams, key: &str) -> Result<RxStart, ConfigError> {
+    ///
+    /// `fresh`: the keys were negotiated for this SA (see [`crate::sa_api::KeyOrigin::Negotiated`]), so a missing
+    /// floor is 0 even where the directory holds no record.
+    pub fn start(&mut self, p: &SaParams, key: &str, fresh: bool) -> Result<RxStart, ConfigError> {
         let file = rx_file(p);
         let limit = space_limit(p.esn);
         if let Some(s) = self.slots.iter().find(|s| s.file == file) {
@@ -113,9 +116,15 @@ impl RxStore {
                 )),
             };
         }
-        let floor = self
-            .dir
-            .read_floor(&file, &format!("{key}.enc_key"), &p.name)?;
+        let floor = if fresh {
+            self.dir
+                .read_u64(&file)
+                .map_err(|e| cerr(&format!("{key}.enc_key"), e))?
+                .unwrap_or(0)
+        } else {
+            self.dir
+                .read_floor(&file, &format!("{key}.enc_key"), &p.name)?
+        };
         if floor >= limit {
             return Err(cerr(
                 &format!("{key}.enc_key"),

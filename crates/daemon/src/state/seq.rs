@@ -73,7 +73,7 @@ impl SeqStore {
         let mut starts = Vec::new();
         for (i, p) in sas.iter().enumerate() {
             starts.push(if p.direction == Direction::Out {
-                Some(store.reserve(p, &format!("sa[{i}]"))?)
+                Some(store.reserve(p, &format!("sa[{i}]"), false)?)
             } else {
                 None
             });
@@ -85,7 +85,15 @@ impl SeqStore {
     /// above every number ever sent under them. Keys that an SA of this run already used continue that SA's counter
     /// (nothing reserved). Keys that have used up their sequence space are refused (the error names `key`.enc_key).
     /// The SA, once built with this start, is handed to [`SeqStore::track`].
-    pub fn reserve(&mut self, p: &SaParams, key: &str) -> Result<SeqStart, ConfigError> {
+    ///
+    /// `fresh`: the keys were negotiated for this SA (see [`crate::sa_api::KeyOrigin::Negotiated`]), so a missing
+    /// mark is 0 even where the directory holds no record.
+    pub fn reserve(
+        &mut self,
+        p: &SaParams,
+        key: &str,
+        fresh: bool,
+    ) -> Result<SeqStart, ConfigError> {
         let file = seq_file(p);
         let limit = space_limit(p.esn);
         if let Some(s) = self.slots.iter().find(|s| s.file == file) {
@@ -103,9 +111,15 @@ impl SeqStore {
                 )),
             };
         }
-        let mark = self
-            .dir
-            .read_mark(&file, &format!("{key}.enc_key"), &p.name)?;
+        let mark = if fresh {
+            self.dir
+                .read_u64(&file)
+                .map_err(|e| cerr(&format!("{key}.enc_key"), e))?
+                .unwrap_or(0)
+        } else {
+            self.dir
+                .read_mark(&file, &format!("{key}.enc_key"), &p.name)?
+        };
         if mark >= limit {
             return Err(cerr(
                 &format!("{key}.enc_key"),
