@@ -268,7 +268,9 @@ impl SkKey {
         if u32::from_be_bytes(msg[24..28].try_into().expect("4 bytes")) as usize != len {
             return malformed("IKE header length differs from the message's");
         }
-        if usize::from(u16::from_be_bytes([msg[at + 2], msg[at + 3]])) != len - at {
+        // The SK payload's own length field: an IKE payload header, not IP/UDP.
+        let sk_len = u16::from_be_bytes([msg[at + 2], msg[at + 3]]); // check-ip-offsets: allow (IKE)
+        if usize::from(sk_len) != len - at {
             return malformed("the encrypted payload is not the last one");
         }
         if kind == Encrypted::Skf {
