@@ -334,25 +334,12 @@ impl Endpoint {
         {
             return vec![notify(NotifyType::INVALID_SYNTAX)];
         }
-        let picked = conn.children.iter().enumerate().find_map(|(k, c)| {
-            let i = glue::narrow(tsi, &c.remote_ts);
-            let r = glue::narrow(tsr, &c.local_ts);
-            (!i.is_empty() && !r.is_empty()).then_some((k, i, r))
-        });
-        let Some((k, ts_i, ts_r)) = picked else {
-            let ours = conn
-                .children
-                .iter()
-                .flat_map(|c| c.local_ts.iter().chain(&c.remote_ts).copied())
-                .collect();
-            let mut theirs = glue::ts_specs(tsi);
-            theirs.extend(glue::ts_specs(tsr));
-            self.fail(
-                sa.conn,
-                Some(sa.id),
-                Failure::TsUnacceptable { ours, theirs },
-            );
-            return vec![notify(NotifyType::TS_UNACCEPTABLE)];
+        let (k, ts_i, ts_r) = match glue::pick_child(conn, tsi, tsr, |_| true) {
+            Ok(p) => p,
+            Err(failure) => {
+                self.fail(sa.conn, Some(sa.id), failure);
+                return vec![notify(NotifyType::TS_UNACCEPTABLE)];
+            }
         };
         let child = &conn.children[k];
         let theirs = glue::esp_proposals(sa_p);

@@ -364,6 +364,36 @@ pub fn specs(rs: &[Range]) -> Vec<TsSpec> {
 }
 
 /// The specs a TS payload names (selectors we do not interpret are left out).
+/// The child of `conn` whose selectors the peer's TSi/TSr narrow to something non-empty (the first such, among the
+/// children `allowed` lets through), with the narrowed ranges; or, if none, the failure naming both sets.
+pub fn pick_child(
+    conn: &crate::config::Connection,
+    tsi: &message::Ts,
+    tsr: &message::Ts,
+    allowed: impl Fn(usize) -> bool,
+) -> Result<(usize, Vec<Range>, Vec<Range>), crate::event::Failure> {
+    let picked = conn
+        .children
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| allowed(*k))
+        .find_map(|(k, c)| {
+            let i = narrow(tsi, &c.remote_ts);
+            let r = narrow(tsr, &c.local_ts);
+            (!i.is_empty() && !r.is_empty()).then_some((k, i, r))
+        });
+    picked.ok_or_else(|| {
+        let ours = conn
+            .children
+            .iter()
+            .flat_map(|c| c.local_ts.iter().chain(&c.remote_ts).copied())
+            .collect();
+        let mut theirs = ts_specs(tsi);
+        theirs.extend(ts_specs(tsr));
+        crate::event::Failure::TsUnacceptable { ours, theirs }
+    })
+}
+
 pub fn ts_specs(ts: &message::Ts) -> Vec<TsSpec> {
     let rs: Vec<Range> = ts.selectors.iter().filter_map(Range::of_selector).collect();
     specs(&rs)
