@@ -15,17 +15,11 @@ use super::{Endpoint, EndpointError};
 use crate::config::{Mode, TsSpec};
 use crate::event::{Failure, IkeSaId};
 use crate::message::sa::protocol_id;
-use crate::message::{payload_type, ExchangeType, Ke, Nonce, Notify, NotifyType, Payload, Ts};
+use crate::message::{ExchangeType, Ke, Nonce, Notify, NotifyType, Payload, Ts};
 use crate::proposal::{self, Preference, Proposal};
 
 fn notify(t: NotifyType) -> Payload {
     Payload::Notify(Notify::new(t, Vec::new()))
-}
-
-fn one<'a, T>(o: &'a Opened, t: u8, f: impl Fn(&'a Payload) -> Option<&'a T>) -> Option<&'a T> {
-    (o.count(t) == 1)
-        .then(|| o.payloads.iter().find_map(f))
-        .flatten()
 }
 
 fn within(got: &Ts, ours: &[TsSpec]) -> bool {
@@ -224,22 +218,10 @@ impl Endpoint {
         let Some(x) = x else {
             return Outcome::Keep;
         };
-        let got = one(o, payload_type::SA, |p| match p {
-            Payload::Sa(s) => Some(s),
-            _ => None,
-        });
-        let nr = one(o, payload_type::NONCE, |p| match p {
-            Payload::Nonce(n) => Some(n),
-            _ => None,
-        });
-        let tsi = one(o, payload_type::TSI, |p| match p {
-            Payload::TsI(t) => Some(t),
-            _ => None,
-        });
-        let tsr = one(o, payload_type::TSR, |p| match p {
-            Payload::TsR(t) => Some(t),
-            _ => None,
-        });
+        let got = o.one_sa();
+        let nr = o.one_nonce();
+        let tsi = o.one_ts(true);
+        let tsr = o.one_ts(false);
         let ours = child.esp_proposals.clone();
         let chosen = got.and_then(|s| match &glue::esp_proposals(s)[..] {
             [(_, p, peer_spi)] if s.proposals.len() == 1 && p.is_single() => {
@@ -272,10 +254,7 @@ impl Endpoint {
         let shared = match (chosen.ke().first(), &x.dh) {
             (None, _) => None,
             (Some(m), Some(k)) if dh_group(*m) == Some(k.group()) => {
-                let ke = one(o, payload_type::KE, |p| match p {
-                    Payload::Ke(k) => Some(k),
-                    _ => None,
-                });
+                let ke = o.one_ke();
                 ke.filter(|ke| ke.group == m.id())
                     .and_then(|ke| k.agree(&ke.data).ok())
             }
@@ -352,22 +331,10 @@ impl Endpoint {
             this.respond(sa, ex, mid, &[notify(t)]);
             Outcome::Keep
         };
-        let got = one(o, payload_type::SA, |p| match p {
-            Payload::Sa(s) => Some(s),
-            _ => None,
-        });
-        let ni = one(o, payload_type::NONCE, |p| match p {
-            Payload::Nonce(n) => Some(n),
-            _ => None,
-        });
-        let tsi = one(o, payload_type::TSI, |p| match p {
-            Payload::TsI(t) => Some(t),
-            _ => None,
-        });
-        let tsr = one(o, payload_type::TSR, |p| match p {
-            Payload::TsR(t) => Some(t),
-            _ => None,
-        });
+        let got = o.one_sa();
+        let ni = o.one_nonce();
+        let tsi = o.one_ts(true);
+        let tsr = o.one_ts(false);
         let Some(got) = got else {
             return refuse(self, sa, NotifyType::INVALID_SYNTAX);
         };
@@ -442,10 +409,7 @@ impl Endpoint {
         let mut ke_out = None;
         let mut shared = None;
         if let Some(&m) = sel.chosen.ke().first() {
-            let ke = one(o, payload_type::KE, |p| match p {
-                Payload::Ke(k) => Some(k),
-                _ => None,
-            });
+            let ke = o.one_ke();
             let Some(group) = dh_group(m) else {
                 return refuse(self, sa, NotifyType::NO_PROPOSAL_CHOSEN);
             };

@@ -16,7 +16,7 @@ use super::sa::{ChildExchange, IkeSa, Opened, Purpose, State};
 use super::{Endpoint, EndpointError};
 use crate::event::{Event, Failure, IkeSaId};
 use crate::keys::{skeyseed_rekey, IkeKeys, IkeSuite, Role};
-use crate::message::{payload_type, ExchangeType, Ke, Nonce, Notify, NotifyType, Payload};
+use crate::message::{ExchangeType, Ke, Nonce, Notify, NotifyType, Payload};
 use crate::proposal::{self, Preference, Proposal, Protocol};
 use crate::sk::SkKey;
 
@@ -31,12 +31,6 @@ fn rekey_proposals(sa: &crate::message::Sa) -> Vec<(usize, Proposal, u64)> {
             glue::from_wire(w, Protocol::Ike).map(|p| (i, p, spi))
         })
         .collect()
-}
-
-fn one<'a, T>(o: &'a Opened, t: u8, f: impl Fn(&'a Payload) -> Option<&'a T>) -> Option<&'a T> {
-    (o.count(t) == 1)
-        .then(|| o.payloads.iter().find_map(f))
-        .flatten()
 }
 
 /// What the new IKE SA is made of.
@@ -223,18 +217,9 @@ impl Endpoint {
             self.after_response(sa, now);
             return Outcome::Keep;
         }
-        let got = one(o, payload_type::SA, |p| match p {
-            Payload::Sa(s) => Some(s),
-            _ => None,
-        });
-        let nr = one(o, payload_type::NONCE, |p| match p {
-            Payload::Nonce(n) => Some(n),
-            _ => None,
-        });
-        let ke = one(o, payload_type::KE, |p| match p {
-            Payload::Ke(k) => Some(k),
-            _ => None,
-        });
+        let got = o.one_sa();
+        let nr = o.one_nonce();
+        let ke = o.one_ke();
         let ours = &self.connections[sa.conn].proposals;
         let chosen = got.and_then(|s| match &rekey_proposals(s)[..] {
             [(_, p, peer_spi)] if s.proposals.len() == 1 && p.is_single() => {
@@ -288,18 +273,9 @@ impl Endpoint {
             this.respond(sa, ex, mid, &[Payload::Notify(n)]);
             Outcome::Keep
         };
-        let got = one(o, payload_type::SA, |p| match p {
-            Payload::Sa(s) => Some(s),
-            _ => None,
-        });
-        let ni = one(o, payload_type::NONCE, |p| match p {
-            Payload::Nonce(n) => Some(n),
-            _ => None,
-        });
-        let ke = one(o, payload_type::KE, |p| match p {
-            Payload::Ke(k) => Some(k),
-            _ => None,
-        });
+        let got = o.one_sa();
+        let ni = o.one_nonce();
+        let ke = o.one_ke();
         let (Some(got), Some(ni), Some(ke)) = (got, ni, ke) else {
             return refuse(self, sa, Notify::new(NotifyType::INVALID_SYNTAX, vec![]));
         };

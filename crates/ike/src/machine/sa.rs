@@ -443,6 +443,48 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// The message's one payload of type `t` that `f` picks, or `None` when there is none or more than one.
+    pub fn one<'a, T>(&'a self, t: u8, f: impl Fn(&'a Payload) -> Option<&'a T>) -> Option<&'a T> {
+        (self.count(t) == 1)
+            .then(|| self.payloads.iter().find_map(f))
+            .flatten()
+    }
+    /// The one SA payload.
+    pub fn one_sa(&self) -> Option<&crate::message::Sa> {
+        self.one(payload_type::SA, |p| match p {
+            Payload::Sa(s) => Some(s),
+            _ => None,
+        })
+    }
+    /// The one Nonce payload.
+    pub fn one_nonce(&self) -> Option<&crate::message::Nonce> {
+        self.one(payload_type::NONCE, |p| match p {
+            Payload::Nonce(n) => Some(n),
+            _ => None,
+        })
+    }
+    /// The one KE payload.
+    pub fn one_ke(&self) -> Option<&crate::message::Ke> {
+        self.one(payload_type::KE, |p| match p {
+            Payload::Ke(k) => Some(k),
+            _ => None,
+        })
+    }
+    /// The one TSi (`initiator`) or TSr payload.
+    pub fn one_ts(&self, initiator: bool) -> Option<&crate::message::Ts> {
+        if initiator {
+            self.one(payload_type::TSI, |p| match p {
+                Payload::TsI(t) => Some(t),
+                _ => None,
+            })
+        } else {
+            self.one(payload_type::TSR, |p| match p {
+                Payload::TsR(t) => Some(t),
+                _ => None,
+            })
+        }
+    }
+
     fn from_plain(header: Header, first: u8, plain: &[u8]) -> Option<Opened> {
         let mut payloads = Vec::new();
         let (mut idi, mut idr) = (None, None);
