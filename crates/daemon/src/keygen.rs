@@ -126,7 +126,13 @@ impl PrivateKey {
         let pair = match t {
             KeyType::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
             KeyType::EcdsaP384 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384),
-            KeyType::Ed25519 => KeyPair::generate_for(&rcgen::PKCS_ED25519),
+            // PKCS#8 v1 (RFC 5208), not the v2 with the public key that aws-lc writes by default, which OpenSSL
+            // 3.0 cannot read ("unsupported"); pki writes v1 too.
+            KeyType::Ed25519 => aws_lc_rs::signature::Ed25519KeyPair::generate_pkcs8v1(
+                &aws_lc_rs::rand::SystemRandom::new(),
+            )
+            .map_err(|_| rcgen::Error::KeyGenerationUnavailable)
+            .and_then(|doc| KeyPair::try_from(Zeroizing::new(doc.as_ref().to_vec()).as_slice())),
             KeyType::Rsa2048 => {
                 KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)
             }
@@ -1225,6 +1231,11 @@ mod tests {
             assert_eq!(format!("{key:?}"), format!("PrivateKey({name}, ..)"));
             let pem = key.pkcs8(Form::Pem);
             assert!(pem.starts_with(b"-----BEGIN PRIVATE KEY-----\n"), "{name}");
+            // PKCS#8 v1 (version 0), which every reader takes (OpenSSL 3.0 refuses Ed25519 in v2).
+            let der = key.pkcs8(Form::Der);
+            let (_, info) = x509_parser::der_parser::parse_der(&der).unwrap();
+            let version = info.as_sequence().unwrap()[0].as_u32().unwrap();
+            assert_eq!(version, 0, "{name}");
             let again = KeyPair::from_pem(std::str::from_utf8(&pem).unwrap()).unwrap();
             assert_eq!(again.public_key_raw(), key.public_key_raw());
             let ca = self_signed_ca(&key, parse_dn("CN=ca").unwrap(), 10, Some(1)).unwrap();

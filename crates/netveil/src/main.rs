@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod flood;
+mod keygen;
 mod pcap_tools;
 mod xfrm;
 
@@ -95,19 +96,11 @@ enum Cmd {
     /// Follow a running daemon's events: SAs and policies changed, lifetimes reached, sequence space nearly spent,
     /// traffic for a policy without SAs (acquire) (as `ip xfrm monitor`).
     Monitor(xfrm::MonitorArgs),
-    /// Make a private key and a self-signed certificate for the PSP key exchange (NAME.key, NAME.crt), or with
-    /// --ed25519 an l2sec signing key (NAME.l2key, and its public key printed for the peers' [[l2sec.peer]]).
-    Keygen {
-        /// The host's name (DNS name in the certificate; the peer's `psp.peer_name`).
-        #[arg(short, long)]
-        name: String,
-        /// Make an Ed25519 key for l2sec signatures instead.
-        #[arg(long)]
-        ed25519: bool,
-        /// Directory to write the files into.
-        #[arg(short, long, default_value = ".")]
-        out: PathBuf,
-    },
+    /// Make keys, certificate requests and certificates. Without a subcommand: a private key and a self-signed
+    /// certificate for the PSP key exchange (NAME.key, NAME.crt); with --ed25519 an l2sec signing key (NAME.l2key,
+    /// and its public key printed for the peers' [[l2sec.peer]]); with --type a private key only (NAME.key, as
+    /// `pki --gen`). The subcommands csr, ca and issue make an IKE PKI as `pki --req`, `--self --ca` and `--issue`.
+    Keygen(keygen::KeygenArgs),
     /// Offline packet tools on pcap files.
     Pcap {
         #[command(subcommand)]
@@ -179,18 +172,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
         Cmd::Rotate { interface, socket } => {
             netveil_control::rotate(&socket_path(&interface, socket))?
         }
-        Cmd::Keygen {
-            name,
-            out,
-            ed25519: true,
-        } => {
-            let (path, public) = netveil_daemon::l2::keygen(&name, &out)?;
-            println!("private key: {}\npublic key: {public}", path.display());
-        }
-        Cmd::Keygen { name, out, .. } => {
-            let (c, k) = netveil_daemon::psp_kx::keygen(&name, &out)?;
-            println!("certificate: {}\nprivate key: {}", c.display(), k.display());
-        }
+        Cmd::Keygen(a) => keygen::run(a)?,
         Cmd::Sa { cmd } => xfrm::sa(cmd)?,
         Cmd::Policy { cmd } => xfrm::policy(cmd)?,
         Cmd::Monitor(a) => xfrm::monitor(a)?,
