@@ -247,7 +247,7 @@ fn pem_first(text: &str, what: &str, path: &Path) -> Result<(String, Zeroizing<V
         ))
     };
     let (_, pem) = x509_parser::pem::parse_x509_pem(text.as_bytes()).map_err(|_| bad())?;
-    Ok((pem.label.clone(), Zeroizing::new(pem.contents.clone())))
+    Ok((pem.label, Zeroizing::new(pem.contents)))
 }
 
 /// Reads a file of at most [`MAX_INPUT`] bytes into a buffer zeroized when dropped.
