@@ -384,11 +384,6 @@ fn child_errors_name_their_key() {
     );
     one_error(
         "start_action = \"start\"",
-        "start_action = \"trap\"",
-        &k("start_action"),
-    );
-    one_error(
-        "start_action = \"start\"",
         "dpd_action = \"x\"",
         &k("dpd_action"),
     );
