@@ -88,7 +88,11 @@ fn lab(prefix: &str) -> (Lab, [String; 2]) {
         for k in ["all", "default"] {
             lab.exec_ok(
                 ns,
-                &["sysctl", "-qw", &format!("net.ipv6.conf.{k}.disable_ipv6=1")],
+                &[
+                    "sysctl",
+                    "-qw",
+                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
+                ],
             )
             .unwrap();
         }
@@ -110,12 +114,26 @@ fn ping(lab: &Lab, ns: &str, n: u32) -> u32 {
     let out = lab
         .exec(
             ns,
-            &["ping", "-n", "-c", &n.to_string(), "-i", "0.3", "-W", "1", ADDR[1]],
+            &[
+                "ping",
+                "-n",
+                "-c",
+                &n.to_string(),
+                "-i",
+                "0.3",
+                "-W",
+                "1",
+                ADDR[1],
+            ],
         )
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     text.split(',')
-        .find_map(|p| p.trim().strip_suffix(" received").map(|x| x.parse().unwrap()))
+        .find_map(|p| {
+            p.trim()
+                .strip_suffix(" received")
+                .map(|x| x.parse().unwrap())
+        })
         .unwrap_or_else(|| panic!("ping output: {text}"))
 }
 
@@ -154,7 +172,9 @@ fn trap_starts_the_child_on_the_first_ping_with_esn() {
     );
     assert!(!da.log().contains("initiating"), "{}", logs(&[&da, &db]));
 
-    let mut cap = lab.capture(&ns[1], "veth-b", "trap.pcap", 256, &[]).unwrap();
+    let mut cap = lab
+        .capture(&ns[1], "veth-b", "trap.pcap", 256, &[])
+        .unwrap();
     let got = ping(&lab, &ns[0], 6);
     let pcap = cap.stop().unwrap();
     assert!(
@@ -172,9 +192,14 @@ fn trap_starts_the_child_on_the_first_ping_with_esn() {
         "ESP both ways: {frames:?}"
     );
     let la = da.log();
-    assert!(la.contains("acquire for child hosts of connection host"), "{}", logs(&[&da, &db]));
+    assert!(
+        la.contains("acquire for child hosts of connection host"),
+        "{}",
+        logs(&[&da, &db])
+    );
     assert_eq!(
-        la.matches("initiating child hosts of connection host").count(),
+        la.matches("initiating child hosts of connection host")
+            .count(),
         1,
         "one initiation, however many packets met the trap{}",
         logs(&[&da, &db])
@@ -184,7 +209,8 @@ fn trap_starts_the_child_on_the_first_ping_with_esn() {
         let sas = ike_sas(d);
         assert_eq!(sas.len(), 2, "{sas:?}");
         assert!(
-            sas.iter().all(|s| s["esn"] == serde_json::Value::Bool(true)),
+            sas.iter()
+                .all(|s| s["esn"] == serde_json::Value::Bool(true)),
             "ESN negotiated: {sas:?}"
         );
     }
@@ -212,7 +238,9 @@ fn without_start_covered_traffic_is_dropped_and_ike_names_are_owned() {
     let da = lab
         .start_daemon_with(&ns[0], "nv0", &config(&lab, 0, &o), &[])
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut cap = lab.capture(&ns[1], "veth-b", "none.pcap", 256, &[]).unwrap();
+    let mut cap = lab
+        .capture(&ns[1], "veth-b", "none.pcap", 256, &[])
+        .unwrap();
     assert_eq!(ping(&lab, &ns[0], 3), 0, "covered, no SA: dropped");
     let pcap = cap.stop().unwrap();
     let frames = lab::tshark_frames(&pcap, None, None).unwrap();
@@ -222,7 +250,11 @@ fn without_start_covered_traffic_is_dropped_and_ike_names_are_owned() {
     );
     assert!(ike_sas(&da).is_empty() && ike_sas(&db).is_empty());
     assert!(!da.log().contains("initiating"), "{}", logs(&[&da, &db]));
-    assert!(da.log().contains("acquire"), "the drops are reported{}", logs(&[&da, &db]));
+    assert!(
+        da.log().contains("acquire"),
+        "the drops are reported{}",
+        logs(&[&da, &db])
+    );
     // The driver's policies and SAs are its own.
     for req in [
         r#"{"request":"policy-del","name":"ike-c1-o0"}"#,
@@ -257,7 +289,12 @@ fn dpd_action_trap_after_the_peer_is_killed_and_restarts() {
         .start_daemon_with(&ns[1], "nv1", &cb, &[])
         .unwrap_or_else(|e| panic!("{e}"));
     let da = lab
-        .start_daemon_with(&ns[0], "nv0", &config(&lab, 0, &o("start", "trap", true)), &[])
+        .start_daemon_with(
+            &ns[0],
+            "nv0",
+            &config(&lab, 0, &o("start", "trap", true)),
+            &[],
+        )
         .unwrap_or_else(|e| panic!("{e}"));
     wait("the CHILD_SA", 10, &[&da, &db], || {
         ike_sas(&da).len() == 2 && ike_sas(&db).len() == 2
@@ -268,7 +305,10 @@ fn dpd_action_trap_after_the_peer_is_killed_and_restarts() {
     wait("the dead peer detected", 30, &[&da], || {
         da.log().contains("trapped (dpd_action)")
     });
-    assert!(ike_sas(&da).is_empty(), "a removed the dead peer's CHILD_SA");
+    assert!(
+        ike_sas(&da).is_empty(),
+        "a removed the dead peer's CHILD_SA"
+    );
     let acquires = |d: &Daemon| d.log().matches("acquire policy=ike-c1-o0").count();
     let before = acquires(&da);
     assert_eq!(ping(&lab, &ns[0], 8), 0, "no peer: dropped");

@@ -302,6 +302,21 @@ impl Driver {
         }
     }
 
+    /// Removes a CHILD_SA; one that really went (not replaced by a rekey) is noted for its action after the batch.
+    fn remove_child(
+        &mut self,
+        ike_sa: IkeSaId,
+        inbound_spi: u32,
+        outbound_spi: u32,
+    ) -> Result<bool, super::install::InstallError> {
+        let of = self.installer.child_of(inbound_spi);
+        let r = self.installer.remove(inbound_spi, outbound_spi);
+        if let (Ok(true), Some((conn, ch))) = (&r, of) {
+            self.installer.downs.push((ike_sa, conn, ch));
+        }
+        r
+    }
+
     fn apply(&mut self, ev: Event) {
         match ev {
             Event::IkeSaUp { ike_sa, connection } => {
@@ -358,14 +373,7 @@ impl Driver {
                 child,
                 inbound_spi,
                 outbound_spi,
-            } => match {
-                let of = self.installer.child_of(inbound_spi);
-                let r = self.installer.remove(inbound_spi, outbound_spi);
-                if let (Ok(true), Some((conn, ch))) = (&r, of) {
-                    self.installer.downs.push((ike_sa, conn, ch));
-                }
-                r
-            } {
+            } => match self.remove_child(ike_sa, inbound_spi, outbound_spi) {
                 Ok(true) => tracing::info!(
                     "ike: CHILD_SA {child} of IKE SA {} removed (SPIs in {inbound_spi:#010x} out {outbound_spi:#010x})",
                     ike_sa.0

@@ -242,11 +242,23 @@ fn close_action(action: &str) {
             &format!("start_action = \"{start}\"\nclose_action = \"{action}\""),
         )
     };
-    let b_text = conf("127.0.0.2", "127.0.0.1", "10.2.0.0/16", "10.1.0.0/16", "none");
+    let b_text = conf(
+        "127.0.0.2",
+        "127.0.0.1",
+        "10.2.0.0/16",
+        "10.1.0.0/16",
+        "none",
+    );
     let mut b = side_with_policies(&dir.join("b"), &b_text);
     let a = side_with_policies(
         &dir.join("a"),
-        &conf("127.0.0.1", "127.0.0.2", "10.1.0.0/16", "10.2.0.0/16", "start"),
+        &conf(
+            "127.0.0.1",
+            "127.0.0.2",
+            "10.1.0.0/16",
+            "10.2.0.0/16",
+            "start",
+        ),
     );
     wait_for("the CHILD_SA", || {
         a.counters.children_up.load(Relaxed) == 1 && b.counters.children_up.load(Relaxed) == 1
@@ -264,8 +276,14 @@ fn close_action(action: &str) {
         &mut crate::engine::Undo::default(),
         false,
     );
-    wait_for("a removing the CHILD_SA", || a.engine.db.load().sad.iter().count() == 0);
-    assert_eq!(seal(&a.engine, 2), Err(crate::ip_drop::Drop::NoSa), "dropped, not in clear");
+    wait_for("a removing the CHILD_SA", || {
+        a.engine.db.load().sad.iter().count() == 0
+    });
+    assert_eq!(
+        seal(&a.engine, 2),
+        Err(crate::ip_drop::Drop::NoSa),
+        "dropped, not in clear"
+    );
     // A peer again; the next covered packet (the acquire) initiates, with close_action = trap only.
     let b2 = side_with_policies(&dir.join("b2"), &b_text);
     std::thread::sleep(Duration::from_millis(300));
@@ -276,7 +294,11 @@ fn close_action(action: &str) {
         });
     } else {
         std::thread::sleep(Duration::from_millis(1500));
-        assert_eq!(a.counters.children_up.load(Relaxed), 1, "close_action = none: not initiated");
+        assert_eq!(
+            a.counters.children_up.load(Relaxed),
+            1,
+            "close_action = none: not initiated"
+        );
         assert_eq!(seal(&a.engine, 5), Err(crate::ip_drop::Drop::NoSa));
     }
     for s in [a, b2] {
