@@ -232,6 +232,17 @@ impl Tables {
             key: "sa".into(),
             reason: format!("cannot install: {e}"),
         };
+        if fresh {
+            // Negotiated keys (see KeyOrigin::Negotiated): never used before and gone with this daemon, so there is
+            // no mark to continue above, no floor to keep, and nothing worth a record: the SA starts at sequence 1
+            // with an empty window and the state directory is not written (two fsyncs per SA, tens of milliseconds
+            // on a busy disk, in every CHILD_SA's installation).
+            return Ok(if p.direction == SaDir::Out {
+                Installed::Out(Arc::new(OutboundSa::new(p, now, &mut OsRng).map_err(cant)?))
+            } else {
+                Installed::In(Arc::new(InboundSa::new(p, now).map_err(cant)?))
+            });
+        }
         if p.direction == SaDir::Out {
             let start = self.seq()?.reserve(&p, "sa", fresh)?;
             let sa = Arc::new(
