@@ -419,6 +419,20 @@ fn child_errors_name_their_key() {
         "",
         &k("remote_ts[2]"),
     );
+    // A trap initiates: not on a responder-only connection.
+    let t = base()
+        .replace("remote_addrs = [\"198.51.100.1\"]\n", "")
+        .replace(", \"dynamic\"]", "]")
+        .replace("start_action = \"start\"", "start_action = \"trap\"");
+    let es = parse_text(&t).unwrap_err();
+    assert!(
+        es.iter()
+            .any(|e| e.key == k("start_action") && e.reason.contains("remote_addrs")),
+        "{es:?}"
+    );
+    assert!(
+        parse_text(&base().replace("start_action = \"start\"", "start_action = \"trap\"")).is_ok()
+    );
     // Two children of one name, two connections of one name.
     let t = base();
     let child = &t[t.find("[[connection.children]]").unwrap()..];

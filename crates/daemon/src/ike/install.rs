@@ -131,7 +131,10 @@ impl Installer {
     pub fn install_traps(&mut self, connections: &[Connection]) -> Result<(), InstallError> {
         self.port.claim("ike-", Some(OWNER));
         let mut peers = crate::nft::KxPeers::default();
-        for c in connections {
+        // A connection open to any peer (no remote_addrs) leaves the peer filter to the SAs: a list of the fixed
+        // peers would drop its peers' ESP.
+        let open = connections.iter().any(|c| c.remote_addrs.is_empty());
+        for c in connections.iter().filter(|_| !open) {
             for a in &c.remote_addrs {
                 if !peers.addrs.contains(a) {
                     peers.addrs.push(*a);
