@@ -25,6 +25,31 @@ impl Control for IpControl {
             Ok(()) => json!({ "ok": true }),
             Err(e) => json!({ "error": e.reason, "key": e.key }),
         };
+        // SAs and policies a key-exchange driver owns (the IKE driver's `ike-*`) change only through it: a change
+        // here would desync it (an SA it rekeys or deletes by name gone or replaced under it).
+        let owned = |name: Option<&str>, what: &str| -> Option<Value> {
+            let name = name?;
+            let owner = sh.db.owner_of(name)?;
+            Some(json!({
+                "error": format!(
+                    "{what} '{name}' is owned by {owner}; use netveil terminate (or change the configuration and \
+                     restart) instead"
+                ),
+                "key": "name",
+            }))
+        };
+        let refused = match req {
+            Request::SaAdd { sa } => owned(sa.get("name").and_then(|n| n.as_str()), "SA"),
+            Request::SaUpdate { name, .. } | Request::SaDel { name } => owned(Some(name), "SA"),
+            Request::PolicyAdd { policy, .. } => {
+                owned(policy.get("name").and_then(|n| n.as_str()), "policy")
+            }
+            Request::PolicyDel { name } => owned(Some(name), "policy"),
+            _ => None,
+        };
+        if refused.is_some() {
+            return refused;
+        }
         Some(match req {
             Request::SaAdd { sa } => match table(sa, "sa") {
                 Ok(t) => done(sh.db.sa_add(t, now)),

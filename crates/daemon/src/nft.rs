@@ -60,6 +60,20 @@ const ND_TYPES: &str =
 /// sources of the inbound policies that transport-mode SAs serve), and dropped (counted) in the kernel before any
 /// socket sees them. A family with a transport-mode policy open to any source gets no rule.
 pub fn nft_peer_filter(cfg: &Config) -> String {
+    nft_peer_filter_with(cfg, &KxPeers::default())
+}
+
+/// The peers a key-exchange driver will install SAs with (the IKE connections' fixed `remote_addrs`), and whether
+/// its SAs may be ESP-in-UDP: part of the peer filter from the driver's start, so that installing a negotiated
+/// CHILD_SA does not change (and reload) the nftables table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KxPeers {
+    pub addrs: Vec<std::net::IpAddr>,
+    pub nat_t: bool,
+}
+
+/// [`nft_peer_filter`] with the key-exchange drivers' expected peers ([`KxPeers`]) added.
+pub fn nft_peer_filter_with(cfg: &Config, kx: &KxPeers) -> String {
     use netveil_ipsec::sa::Direction as SaDir;
     let mut rules = String::new();
     for v6 in [false, true] {
@@ -68,6 +82,11 @@ pub fn nft_peer_filter(cfg: &Config) -> String {
         let mut open = false;
         let mut esp = false;
         let mut natt = false;
+        for a in kx.addrs.iter().filter(|a| a.is_ipv6() == v6) {
+            peers.push((*a).into());
+            esp = true;
+            natt |= kx.nat_t;
+        }
         for s in cfg.sas.iter() {
             if s.direction != SaDir::In {
                 continue;
@@ -152,6 +171,11 @@ pub fn nft_peer_filter(cfg: &Config) -> String {
 ///
 /// Returns the whole table text, or `None` if no policy needs a rule.
 pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
+    nft_table_text_with(cfg, table, &KxPeers::default())
+}
+
+/// [`nft_table_text`] with the key-exchange drivers' expected peers in the peer filter ([`KxPeers`]).
+pub fn nft_table_text_with(cfg: &Config, table: &str, kx: &KxPeers) -> Option<String> {
     let tun = nft_quote(&cfg.interface.name);
     let mark = cfg.interface.socket_mark();
     let mut input = String::new();
@@ -295,7 +319,7 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
             chain.push_str(&format!("    {m} {guard} {}\n", comment(&p.name, None)));
         }
     }
-    let prerouting = nft_peer_filter(cfg);
+    let prerouting = nft_peer_filter_with(cfg, kx);
     if input.is_empty() && output.is_empty() && prerouting.is_empty() {
         return None;
     }

@@ -299,6 +299,15 @@ impl PolicyParams {
     }
 }
 
+/// An acquire (see [`SaPort::acquires`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Acquire {
+    /// The protect policy that has no SAs.
+    pub policy: String,
+    /// The flow, as events show it (`10.1.0.1 -> 10.2.0.1 proto 1`).
+    pub flow: String,
+}
+
 /// The key exchange's state that the engine's `status` and `rotate` answers share with PSP's driver.
 #[derive(Default, Debug)]
 pub struct PspKxState {
@@ -345,6 +354,32 @@ pub trait SaPort: Send + Sync {
     /// killed daemon covers its traffic too.
     fn policy_add(&self, p: PolicyParams, position: Option<usize>) -> Result<(), ChangeError>;
     fn policy_del(&self, name: &str) -> Result<(), ChangeError>;
+    /// A policy in memory only, bound under the policy `cover` (placed just before it; its selector within
+    /// `cover`'s, same direction, both IPsec protect): `cover`'s nftables rules keep its traffic fail-closed, so
+    /// nothing is reloaded or stored. Removed with [`SaPort::policy_del`].
+    fn policy_bind(&self, p: PolicyParams, cover: &str) -> Result<(), ChangeError> {
+        let _ = (p, cover);
+        Err(ChangeError {
+            key: "policy".into(),
+            reason: "this engine binds no policies in memory".into(),
+        })
+    }
+    /// The acquires from now on: traffic for a protect policy that has no SAs (the policy's name and the flow), at
+    /// most one per policy and second, as `netveil monitor` shows them. `None`: the engine reports none.
+    fn acquires(&self) -> Option<std::sync::mpsc::Receiver<Acquire>> {
+        None
+    }
+    /// The peers a key-exchange driver will negotiate SAs with, for the engine's peer filter (set once, at the
+    /// driver's start: the SAs installed later then do not change the nftables table).
+    fn set_kx_peers(&self, peers: crate::nft::KxPeers) -> Result<(), ChangeError> {
+        let _ = peers;
+        Ok(())
+    }
+    /// The caller owns the SAs and policies whose names start with `prefix` (`owner`: who, as the control socket's
+    /// refusals name it; `None`: released): `netveil sa|policy add|update|del` on them are refused.
+    fn claim(&self, prefix: &str, owner: Option<&str>) {
+        let _ = (prefix, owner);
+    }
 
     /// PSP: runs `f` on the device's receive side (allocate a receive SPI and key, rotate the master keys, expire
     /// old SAs) under the device's lock; the receive socket's filter follows before this returns, so an SPI

@@ -162,7 +162,7 @@ fn two_netveils_negotiate_transport_mode_over_raw_esp() {
     // The initiator stops: its DELETE (UDP 500 in clear, between the addresses the transport-mode policies
     // protect: the driver's inbound bypass lets it in) removes the responder's CHILD_SA.
     assert!(
-        db.status_json().unwrap().to_string().contains("ike-1-b0"),
+        db.status_json().unwrap().to_string().contains("ike-c1-b0"),
         "no IKE bypass policy on the responder{}",
         logs()
     );

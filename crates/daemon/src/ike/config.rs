@@ -463,6 +463,19 @@ fn child(
     let start_action = act(&r.start_action, "start_action", &["start", "trap"]);
     let dpd_action = act(&r.dpd_action, "dpd_action", &["start", "trap"]);
     let close_action = act(&r.close_action, "close_action", &["start", "trap"]);
+    for (what, a) in [
+        ("start_action", start_action),
+        ("dpd_action", dpd_action),
+        ("close_action", close_action),
+    ] {
+        if a == Action::Trap && remote_addrs.is_empty() {
+            // A trap initiates: it needs the peer's address.
+            ok(Err(e(
+                k(what),
+                "trap needs the connection's remote_addrs (a responder-only connection cannot initiate)",
+            )));
+        }
+    }
     // The IP engine's window: 64 to 2^20 packets (swanctl's default 32 is raised to 64).
     let replay_window = match r.replay_window {
         None => 64,

@@ -384,11 +384,6 @@ fn child_errors_name_their_key() {
     );
     one_error(
         "start_action = \"start\"",
-        "start_action = \"trap\"",
-        &k("start_action"),
-    );
-    one_error(
-        "start_action = \"start\"",
         "dpd_action = \"x\"",
         &k("dpd_action"),
     );
@@ -423,6 +418,20 @@ fn child_errors_name_their_key() {
         "remote_addrs = [\"198.51.100.1\"]\n",
         "",
         &k("remote_ts[2]"),
+    );
+    // A trap initiates: not on a responder-only connection.
+    let t = base()
+        .replace("remote_addrs = [\"198.51.100.1\"]\n", "")
+        .replace(", \"dynamic\"]", "]")
+        .replace("start_action = \"start\"", "start_action = \"trap\"");
+    let es = parse_text(&t).unwrap_err();
+    assert!(
+        es.iter()
+            .any(|e| e.key == k("start_action") && e.reason.contains("remote_addrs")),
+        "{es:?}"
+    );
+    assert!(
+        parse_text(&base().replace("start_action = \"start\"", "start_action = \"trap\"")).is_ok()
     );
     // Two children of one name, two connections of one name.
     let t = base();

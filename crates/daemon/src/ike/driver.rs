@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 /// The longest wait of one turn (how soon a stop request is seen).
 pub const TURN: Duration = Duration::from_millis(100);
+/// How long an initiation for an acquire keeps further acquires of its child from initiating again, if neither
+/// its CHILD_SA nor a failure came (every retransmission of the default schedule is over by then).
+pub const TRAP_PENDING: Duration = Duration::from_secs(60);
 
 /// What the driver needs of the IKE state machine: `netveil_ike::machine::Endpoint`'s API (crates/ike, see
 /// `api.md`), as a trait so that the loop is tested with a scripted machine.
@@ -28,6 +31,11 @@ pub trait Machine: Send {
         child: Option<&str>,
         now: Instant,
     ) -> Result<IkeSaId, String>;
+    /// A new CHILD_SA of `child` in the established IKE SA `ike_sa` (CREATE_CHILD_SA).
+    fn create_child(&mut self, ike_sa: IkeSaId, child: &str, now: Instant) -> Result<(), String> {
+        let _ = (ike_sa, child, now);
+        Err("CREATE_CHILD_SA is not supported by this machine".into())
+    }
     /// Deletes an IKE SA (INFORMATIONAL DELETE; its children go with it).
     fn terminate(&mut self, ike_sa: IkeSaId, now: Instant) -> Result<(), String>;
     fn handle_datagram(
@@ -84,6 +92,14 @@ impl Driver {
             self.turn(TURN);
         }
         let now = Instant::now();
+        // Our own deletes: no close_action, no trap.
+        self.installer.closing.extend(self.ike_sas.iter().copied());
+        for t in self.installer.traps.iter_mut() {
+            t.armed = false;
+            t.start_action = netveil_ike::config::Action::None;
+            t.dpd_action = netveil_ike::config::Action::None;
+            t.close_action = netveil_ike::config::Action::None;
+        }
         for id in std::mem::take(&mut self.ike_sas) {
             if let Err(e) = self.machine.terminate(id, now) {
                 tracing::debug!("ike: IKE SA {} at stop: {e}", id.0);
@@ -121,7 +137,123 @@ impl Driver {
         if self.machine.poll_timeout().is_some_and(|t| t <= now) {
             self.machine.handle_timeout(now);
         }
+        self.acquired(now);
         self.flush();
+    }
+
+    /// The IP engine's acquires: traffic for a configured child's policy, which has no CHILD_SA. A trapped child
+    /// that is not up and not being negotiated is initiated: CREATE_CHILD_SA in an established IKE SA of its
+    /// connection, else a new IKE SA. The packet itself was dropped by the engine (not held: the sender's
+    /// retransmission, or the next ping, goes through once the CHILD_SA is up, as with strongSwan's traps without
+    /// a packet cache). Rate: the engine reports at most one acquire per policy and second, and a child being
+    /// negotiated is not initiated again until it is up or failed (or [`TRAP_PENDING`] passed).
+    fn acquired(&mut self, now: Instant) {
+        let Some(rx) = self.installer.acquires.as_ref() else {
+            return;
+        };
+        let got: Vec<crate::sa_api::Acquire> = rx.try_iter().collect();
+        for a in got {
+            let Some(t) = self.installer.trap_of(&a.policy) else {
+                continue;
+            };
+            let (conn, child) = (t.connection.clone(), t.child.clone());
+            if !t.armed {
+                tracing::debug!(
+                    "ike: traffic for child {child} of connection {conn} dropped (policy {}, {}): not trapped",
+                    a.policy,
+                    a.flow
+                );
+                continue;
+            }
+            if t.pending
+                .is_some_and(|p| now.saturating_duration_since(p) < TRAP_PENDING)
+            {
+                continue;
+            }
+            if self.installer.child_up(&conn, &child) {
+                continue;
+            }
+            tracing::info!(
+                "ike: acquire for child {child} of connection {conn} (policy {}, {}): initiating",
+                a.policy,
+                a.flow
+            );
+            self.start_child(&conn, &child, now);
+        }
+    }
+
+    /// Initiates `child` of `conn`: CREATE_CHILD_SA in an established IKE SA of the connection, else a new IKE SA.
+    fn start_child(&mut self, conn: &str, child: &str, now: Instant) {
+        if let Some(t) = self.installer.trap(conn, child) {
+            t.pending = Some(now);
+        }
+        let ike = self
+            .installer
+            .ike_sas
+            .iter()
+            .filter(|(id, c)| c.as_str() == conn && !self.installer.closing.contains(id))
+            .map(|(id, _)| *id)
+            .max();
+        let r = match ike {
+            Some(id) => self
+                .machine
+                .create_child(id, child, now)
+                .map(|()| format!("in IKE SA {}", id.0)),
+            None => self
+                .machine
+                .initiate(conn, Some(child), now)
+                .map(|id| format!("as IKE SA {}", id.0)),
+        };
+        match r {
+            Ok(how) => tracing::info!("ike: initiating child {child} of connection {conn} {how}"),
+            Err(e) => {
+                if let Some(t) = self.installer.trap(conn, child) {
+                    t.pending = None;
+                }
+                tracing::warn!("ike: cannot initiate child {child} of connection {conn}: {e}")
+            }
+        }
+    }
+
+    /// After a batch of events: the children that went down (not by a rekey, not by our own delete) get their
+    /// action: `dpd_action` when their IKE SA died of a timeout (the peer did not answer), else `close_action`
+    /// (the peer deleted them). Start initiates again now; trap arms the child for the next acquire.
+    fn after_events(&mut self, now: Instant) {
+        let downs = std::mem::take(&mut self.installer.downs);
+        let dead = std::mem::take(&mut self.installer.dead);
+        for (ike_sa, conn, child) in downs {
+            if self.installer.closing.contains(&ike_sa) {
+                continue;
+            }
+            let Some(t) = self.installer.trap(&conn, &child) else {
+                continue;
+            };
+            let (why, action) = if dead.contains(&ike_sa) {
+                ("dpd_action", t.dpd_action)
+            } else {
+                ("close_action", t.close_action)
+            };
+            match action {
+                netveil_ike::config::Action::None => {}
+                netveil_ike::config::Action::Trap => {
+                    t.armed = true;
+                    t.pending = None;
+                    tracing::info!(
+                        "ike: child {child} of connection {conn} down: trapped ({why}), the next covered packet                          initiates it"
+                    );
+                }
+                netveil_ike::config::Action::Start => {
+                    tracing::info!(
+                        "ike: child {child} of connection {conn} down: restarting ({why})"
+                    );
+                    if !self.installer.child_up(&conn, &child) {
+                        self.start_child(&conn, &child, now);
+                    }
+                }
+            }
+        }
+        let up = &self.installer.ike_sas;
+        self.installer.closing.retain(|id| up.contains_key(id));
     }
 
     /// Sends what the machine queued and applies its events. A new CHILD_SA is installed before the datagrams go
@@ -158,6 +290,31 @@ impl Driver {
         for ev in events {
             self.apply(ev);
         }
+        self.after_events(Instant::now());
+        // What the actions initiated goes out now.
+        while let Some(t) = self.machine.poll_transmit() {
+            match self.sockets.send(&t) {
+                Ok(()) => {
+                    self.counters.sent.fetch_add(1, Relaxed);
+                }
+                Err(e) => tracing::warn!("ike: sending to {}: {e}", t.remote),
+            }
+        }
+    }
+
+    /// Removes a CHILD_SA; one that really went (not replaced by a rekey) is noted for its action after the batch.
+    fn remove_child(
+        &mut self,
+        ike_sa: IkeSaId,
+        inbound_spi: u32,
+        outbound_spi: u32,
+    ) -> Result<bool, super::install::InstallError> {
+        let of = self.installer.child_of(inbound_spi);
+        let r = self.installer.remove(inbound_spi, outbound_spi);
+        if let (Ok(true), Some((conn, ch))) = (&r, of) {
+            self.installer.downs.push((ike_sa, conn, ch));
+        }
+        r
     }
 
     fn apply(&mut self, ev: Event) {
@@ -166,15 +323,30 @@ impl Driver {
                 if !self.ike_sas.contains(&ike_sa) {
                     self.ike_sas.push(ike_sa);
                 }
+                self.installer.ike_sas.insert(ike_sa, connection.clone());
                 tracing::info!("ike: IKE SA {} of connection {connection} established", ike_sa.0)
             }
             Event::IkeSaDown { ike_sa, connection } => {
                 self.ike_sas.retain(|i| *i != ike_sa);
+                self.installer.ike_sas.remove(&ike_sa);
                 tracing::info!("ike: IKE SA {} of connection {connection} deleted", ike_sa.0)
             }
             Event::ChildSaUp(c) => match self.installer.install(&c) {
                 Ok(n) => {
                     self.counters.children_up.fetch_add(1, Relaxed);
+                    if let Some(t) = self.installer.trap(&c.connection, &c.child) {
+                        t.pending = None;
+                        t.armed = t.start_action == netveil_ike::config::Action::Trap;
+                    }
+                    if c.replaces.is_none() {
+                        if let Some(d) = self.installer.last_install {
+                            tracing::debug!(
+                                "ike: CHILD_SA {} installed in {} us (SAs added, policies bound)",
+                                c.child,
+                                d.as_micros()
+                            );
+                        }
+                    }
                     let (i, o) = Installer::sa_names(n);
                     tracing::info!(
                         "ike: CHILD_SA {} of connection {} {} ({}, SPIs in {:#010x} out {:#010x}, SAs {i} and {o}{})",
@@ -201,7 +373,7 @@ impl Driver {
                 child,
                 inbound_spi,
                 outbound_spi,
-            } => match self.installer.remove(inbound_spi, outbound_spi) {
+            } => match self.remove_child(ike_sa, inbound_spi, outbound_spi) {
                 Ok(true) => tracing::info!(
                     "ike: CHILD_SA {child} of IKE SA {} removed (SPIs in {inbound_spi:#010x} out {outbound_spi:#010x})",
                     ike_sa.0
@@ -216,6 +388,14 @@ impl Driver {
                 ike_sa,
                 failure,
             } => {
+                if let (Some(id), Failure::Timeout) = (ike_sa, &failure) {
+                    self.installer.dead.insert(id);
+                }
+                for t in self.installer.traps.iter_mut() {
+                    if t.connection == connection {
+                        t.pending = None;
+                    }
+                }
                 let sa = ike_sa.map_or(String::new(), |s| format!(" (IKE SA {})", s.0));
                 tracing::warn!("ike: connection {connection}{sa}: {}", explain(&failure));
             }

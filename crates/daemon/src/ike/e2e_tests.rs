@@ -196,3 +196,129 @@ fn two_drivers_negotiate_and_install_child_sas() {
 fn two_drivers_over_nat_t_with_encap() {
     in_netns(|| run(true));
 }
+
+/// [`side`] as the daemon starts it: the configured children's policies installed before the loop runs.
+fn side_with_policies(dir: &std::path::Path, text: &str) -> Side {
+    let mut c =
+        crate::config::Config::parse(&format!("[interface]\nstate_dir = \"{}\"\n", dir.display()))
+            .unwrap();
+    c.interface.state_dir.fresh_keys = true;
+    let engine = Arc::new(Shared::new(c).unwrap());
+    let v: toml::Value = toml::from_str(text).unwrap();
+    let cfg = config::parse(v, std::path::Path::new("/")).unwrap();
+    let locals = cfg.connections[0].local_addrs.clone();
+    let ch = &cfg.connections[0].children[0];
+    let start = if ch.start_action == netveil_ike::config::Action::Start {
+        vec![("lab".to_string(), "net".to_string())]
+    } else {
+        Vec::new()
+    };
+    let mut installer = install::Installer::new(Arc::new(IpPort(engine.clone())));
+    installer.install_traps(&cfg.connections).unwrap();
+    let counters = Arc::new(driver::Counters::default());
+    let d = driver::Driver {
+        machine: endpoint::new(cfg.connections).unwrap(),
+        sockets: Sockets::open(&locals, 500, 4500, None, Bind::Each).unwrap(),
+        installer,
+        start,
+        counters: counters.clone(),
+        ike_sas: Vec::new(),
+    };
+    Side {
+        engine,
+        running: Some(spawn(d).unwrap()),
+        counters,
+    }
+}
+
+/// `close_action = trap`: the peer deletes the IKE SA (it stops); the child's traffic is dropped again (the
+/// configured policies stay), and once a peer answers again the first covered packet brings the child back.
+/// With `close_action = none` nothing is initiated for that packet.
+fn close_action(action: &str) {
+    let dir = crate::state::test_dir(&format!("ike-e2e-close-{action}"));
+    let conf = |me, peer, mine, theirs, start: &str| {
+        section(me, peer, mine, theirs, false, false).replace(
+            "start_action = \"none\"",
+            &format!("start_action = \"{start}\"\nclose_action = \"{action}\""),
+        )
+    };
+    let b_text = conf(
+        "127.0.0.2",
+        "127.0.0.1",
+        "10.2.0.0/16",
+        "10.1.0.0/16",
+        "none",
+    );
+    let mut b = side_with_policies(&dir.join("b"), &b_text);
+    let a = side_with_policies(
+        &dir.join("a"),
+        &conf(
+            "127.0.0.1",
+            "127.0.0.2",
+            "10.1.0.0/16",
+            "10.2.0.0/16",
+            "start",
+        ),
+    );
+    wait_for("the CHILD_SA", || {
+        a.counters.children_up.load(Relaxed) == 1 && b.counters.children_up.load(Relaxed) == 1
+    });
+    let seal = |s: &Shared, n| {
+        let mut p = packet([10, 1, 0, 1], [10, 2, 0, 1], n);
+        let snap = s.db.load();
+        s.process_out(&snap, &mut p, s.now(), &mut FragCache::default())
+            .map(|_| ())
+    };
+    assert_eq!(seal(&a.engine, 1), Ok(()));
+    // b stops: its DELETE reaches a, which removes the CHILD_SA; the configured policies stay.
+    crate::engine::Engine::stop(
+        Box::new(b.running.take().unwrap()),
+        &mut crate::engine::Undo::default(),
+        false,
+    );
+    wait_for("a removing the CHILD_SA", || {
+        a.engine.db.load().sad.iter().count() == 0
+    });
+    assert_eq!(
+        seal(&a.engine, 2),
+        Err(crate::ip_drop::Drop::NoSa),
+        "dropped, not in clear"
+    );
+    // A peer again; the next covered packet (the acquire) initiates, with close_action = trap only.
+    let b2 = side_with_policies(&dir.join("b2"), &b_text);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = seal(&a.engine, 3);
+    if action == "trap" {
+        wait_for("the trap bringing the child back", || {
+            a.counters.children_up.load(Relaxed) == 2 && seal(&a.engine, 4).is_ok()
+        });
+    } else {
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(
+            a.counters.children_up.load(Relaxed),
+            1,
+            "close_action = none: not initiated"
+        );
+        assert_eq!(seal(&a.engine, 5), Err(crate::ip_drop::Drop::NoSa));
+    }
+    for s in [a, b2] {
+        let mut s = s;
+        crate::engine::Engine::stop(
+            Box::new(s.running.take().unwrap()),
+            &mut crate::engine::Undo::default(),
+            false,
+        );
+    }
+    drop(b);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn close_action_trap_brings_the_child_back_on_traffic() {
+    in_netns(|| close_action("trap"));
+}
+
+#[test]
+fn close_action_none_leaves_the_traffic_dropped() {
+    in_netns(|| close_action("none"));
+}

@@ -27,6 +27,16 @@ impl Machine for Endpoint {
             .initiate(connection, child, now)
             .map_err(|e| e.to_string())
     }
+    fn create_child(
+        &mut self,
+        ike_sa: netveil_ike::event::IkeSaId,
+        child: &str,
+        now: std::time::Instant,
+    ) -> Result<(), String> {
+        self.0
+            .create_child(ike_sa, child, now)
+            .map_err(|e| e.to_string())
+    }
     fn terminate(
         &mut self,
         ike_sa: netveil_ike::event::IkeSaId,

@@ -8,20 +8,36 @@
 //! policies are swapped only when the narrowed selectors changed. When a CHILD_SA goes down
 //! ([`remove`](Installer::remove)) its policies go first (no packet selected for an SA about to go), then both
 //! SAs. A `ChildSaDown` for an inbound SPI that a rekey replaced is a no-op: the replacement already retired it.
+//!
+//! **Policies at start** ([`Installer::install_traps`]): when the driver starts, every configured child gets its
+//! protect policies from its configured selectors (`ike-cK-oI` / `ike-cK-iI`, K the child's number in the
+//! configuration, naming SAs `ike-cK-out` / `ike-cK-in` that are never installed), whatever its `start_action`:
+//! covered traffic is dropped (fail-closed, in the nftables table too) and reported as acquires, never sent in
+//! clear, before any negotiation. A negotiated CHILD_SA then only adds its two SAs and binds its (narrowed)
+//! selectors as policies **in memory only** under the configured one that covers them
+//! ([`SaPort::policy_bind`]): the configured policy's nftables rules already cover that traffic, so installing a
+//! child runs no `nft` (with the connection's peers in the peer filter from the start, [`SaPort::set_kx_peers`]).
+//! Selectors that no configured policy covers get policies of their own, as before (`ike-N-oI`, with their
+//! nftables rules).
+//!
+//! **Traps**: the acquires of a configured child's policies say which child the traffic is for
+//! ([`Installer::trap_of`]); the driver initiates it when the child is trapped (`start_action = trap`, or
+//! `dpd_action` / `close_action = trap` after its CHILD_SA went down) and not up.
 
 use super::config::esp_suite;
 use crate::sa_api::{
     AnySaParams, ChangeError, InboundSaParams, OutboundSaParams, PolicyAction, PolicyParams,
     SaCommon, SaPort,
 };
-use netveil_ike::config::{Mode as IkeMode, TsSpec};
+use netveil_ike::config::{Action, Connection, Mode as IkeMode, TsSpec};
+use netveil_ike::event::IkeSaId;
 use netveil_ike::event::{ChildSa, EspSa};
 use netveil_ike::proposal::Esn;
 use netveil_ipsec::sa::{Suite, UdpEncap};
 use netveil_ipsec::Mode;
 use netveil_sa::lifetime::Lifetime;
 use netveil_sa::policy::{Direction, PortRange, Selector};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use zeroize::Zeroizing;
 
@@ -33,6 +49,24 @@ struct Installed {
     local_ts: Vec<TsSpec>,
     remote_ts: Vec<TsSpec>,
     policies: Vec<String>,
+    connection: String,
+    child: String,
+}
+
+/// A configured child's policies installed at start, and its actions.
+#[derive(Debug, Clone)]
+pub struct Trap {
+    pub connection: String,
+    pub child: String,
+    /// Its configured policies.
+    policies: Vec<PolicyParams>,
+    pub start_action: Action,
+    pub dpd_action: Action,
+    pub close_action: Action,
+    /// Whether an acquire initiates it now: `start_action = trap`, or trap as the action after it went down.
+    pub armed: bool,
+    /// When the driver last initiated it for an acquire (until it came up or failed: no second initiation).
+    pub pending: Option<std::time::Instant>,
 }
 
 /// What the driver installed, by the CHILD_SA's current inbound SPI.
@@ -40,7 +74,25 @@ pub struct Installer {
     port: Arc<dyn SaPort>,
     by_inbound: HashMap<u32, Installed>,
     next: u64,
+    /// The configured children's policies (see the module documentation), in configuration order.
+    pub traps: Vec<Trap>,
+    /// The acquires of the IP engine (subscribed at [`Installer::install_traps`]).
+    pub acquires: Option<std::sync::mpsc::Receiver<crate::sa_api::Acquire>>,
+    /// The established IKE SAs and their connection.
+    pub ike_sas: HashMap<IkeSaId, String>,
+    /// IKE SAs this side is deleting (stop, `netveil terminate`): their children going down is no close by the
+    /// peer, so no `close_action`.
+    pub closing: HashSet<IkeSaId>,
+    /// How long the last new CHILD_SA took to install (the SaPort calls), for the logs and tests.
+    pub last_install: Option<std::time::Duration>,
+    /// Children gone down in the batch of events being applied (IKE SA, connection, child), and the IKE SAs that
+    /// died of a timeout in it: the driver applies their actions after the batch.
+    pub downs: Vec<(IkeSaId, String, String)>,
+    pub dead: HashSet<IkeSaId>,
 }
+
+/// The owner named when the control socket's changes to the driver's SAs and policies are refused.
+pub const OWNER: &str = "the IKE driver";
 
 /// Why a CHILD_SA could not be installed.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +114,154 @@ impl Installer {
             port,
             by_inbound: HashMap::new(),
             next: 1,
+            traps: Vec::new(),
+            acquires: None,
+            ike_sas: HashMap::new(),
+            closing: HashSet::new(),
+            last_install: None,
+            downs: Vec::new(),
+            dead: HashSet::new(),
         }
+    }
+
+    /// At the driver's start: claims the `ike-` names, puts the connections' fixed peers in the peer filter,
+    /// subscribes to acquires, and installs every configured child's policies (and, where they cover the IKE
+    /// addresses, the bypass for the peer's IKE datagrams on port 500 first). A policy of the same name that a
+    /// killed predecessor left (restored from the state directory) is replaced.
+    pub fn install_traps(&mut self, connections: &[Connection]) -> Result<(), InstallError> {
+        self.port.claim("ike-", Some(OWNER));
+        let mut peers = crate::nft::KxPeers::default();
+        // A connection open to any peer (no remote_addrs) leaves the peer filter to the SAs: a list of the fixed
+        // peers would drop its peers' ESP.
+        let open = connections.iter().any(|c| c.remote_addrs.is_empty());
+        for c in connections.iter().filter(|_| !open) {
+            for a in &c.remote_addrs {
+                if !peers.addrs.contains(a) {
+                    peers.addrs.push(*a);
+                }
+            }
+            // Any connection may move to UDP 4500 (NAT, or encap forced): ESP-in-UDP from the peers.
+            peers.nat_t = true;
+        }
+        if !peers.addrs.is_empty() {
+            self.port
+                .set_kx_peers(peers)
+                .map_err(refused("the IKE peers in the peer filter"))?;
+        }
+        self.acquires = self.port.acquires();
+        let mut k = 0;
+        for c in connections {
+            for ch in &c.children {
+                k += 1;
+                let (in_name, out_name) = (format!("ike-c{k}-in"), format!("ike-c{k}-out"));
+                let mut policies = Vec::new();
+                let mut bypasses = Vec::new();
+                let mut n = 0;
+                for l in &ch.local_ts {
+                    for r in &ch.remote_ts {
+                        let Some((out, inb)) = pair(
+                            l,
+                            r,
+                            format!("ike-c{k}-o{n}"),
+                            format!("ike-c{k}-i{n}"),
+                            &out_name,
+                            &in_name,
+                        ) else {
+                            continue;
+                        };
+                        for la in &c.local_addrs {
+                            for ra in &c.remote_addrs {
+                                let ike = (
+                                    std::net::SocketAddr::new(*la, super::config::IKE_PORT),
+                                    std::net::SocketAddr::new(*ra, c.remote_port),
+                                );
+                                let name = format!("ike-c{k}-b{}", bypasses.len());
+                                if let Some(b) = bypass(l, r, ike, name) {
+                                    bypasses.push(b);
+                                }
+                            }
+                        }
+                        n += 1;
+                        policies.push(out);
+                        policies.push(inb);
+                    }
+                }
+                for (p, position) in bypasses
+                    .into_iter()
+                    .map(|b| (b, Some(0)))
+                    .chain(policies.iter().cloned().map(|p| (p, None)))
+                {
+                    self.add_replacing(p, position)?;
+                }
+                self.traps.push(Trap {
+                    connection: c.name.clone(),
+                    child: ch.name.clone(),
+                    policies,
+                    start_action: ch.start_action,
+                    dpd_action: ch.dpd_action,
+                    close_action: ch.close_action,
+                    armed: ch.start_action == Action::Trap,
+                    pending: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a policy; one of its name left by a predecessor is removed first.
+    fn add_replacing(&self, p: PolicyParams, position: Option<usize>) -> Result<(), InstallError> {
+        let name = p.name.clone();
+        match self.port.policy_add(p.clone(), position) {
+            Err(e) if e.key == "policy.name" => {
+                let _ = self.port.policy_del(&name);
+                self.port.policy_add(p, position)
+            }
+            r => r,
+        }
+        .map_err(refused(format!("policy {name}")))
+    }
+
+    /// The configured child whose policy `policy` is, if it is one.
+    pub fn trap_of(&mut self, policy: &str) -> Option<&mut Trap> {
+        self.traps
+            .iter_mut()
+            .find(|t| t.policies.iter().any(|p| p.name == policy))
+    }
+
+    /// The configured child (connection, child).
+    pub fn trap(&mut self, connection: &str, child: &str) -> Option<&mut Trap> {
+        self.traps
+            .iter_mut()
+            .find(|t| t.connection == connection && t.child == child)
+    }
+
+    /// Whether a CHILD_SA of this configured child is installed.
+    pub fn child_up(&self, connection: &str, child: &str) -> bool {
+        self.by_inbound
+            .values()
+            .any(|i| i.connection == connection && i.child == child)
+    }
+
+    /// The (connection, child) of an installed CHILD_SA.
+    pub fn child_of(&self, inbound_spi: u32) -> Option<(String, String)> {
+        self.by_inbound
+            .get(&inbound_spi)
+            .map(|i| (i.connection.clone(), i.child.clone()))
+    }
+
+    /// The configured policy that covers `p` (same direction and its selector within), the child's own first.
+    fn cover_of(&self, p: &PolicyParams, connection: &str, child: &str) -> Option<String> {
+        let own = |t: &&Trap| t.connection == connection && t.child == child;
+        self.traps
+            .iter()
+            .filter(own)
+            .chain(self.traps.iter().filter(|t| !own(t)))
+            .flat_map(|t| t.policies.iter())
+            .find(|t| {
+                t.direction == p.direction
+                    && crate::ip_db::selector_within(&p.selector, &t.selector)
+            })
+            .map(|t| t.name.clone())
     }
 
     /// The SA names of an instance.
@@ -87,6 +286,15 @@ impl Installer {
     /// Installs (or, with `replaces`, rekeys in place) one CHILD_SA. On an error the SAs of a new instance that
     /// were added are removed again.
     pub fn install(&mut self, c: &ChildSa) -> Result<u64, InstallError> {
+        let t0 = std::time::Instant::now();
+        let r = self.install_timed(c);
+        if c.replaces.is_none() {
+            self.last_install = Some(t0.elapsed());
+        }
+        r
+    }
+
+    fn install_timed(&mut self, c: &ChildSa) -> Result<u64, InstallError> {
         let p = &c.proposal;
         let encr = *p
             .encr()
@@ -150,6 +358,8 @@ impl Installer {
             local_ts: c.local_ts.clone(),
             remote_ts: c.remote_ts.clone(),
             policies: Vec::new(),
+            connection: c.connection.clone(),
+            child: c.child.clone(),
         };
         if let Some(old) = old {
             // Rekey: both SAs replaced in place; the policies follow only if the selectors moved.
@@ -166,12 +376,7 @@ impl Installer {
                     for p in &old.policies {
                         let _ = self.port.policy_del(p);
                     }
-                    installed.policies = self.add_policies(
-                        instance,
-                        &c.local_ts,
-                        &c.remote_ts,
-                        (c.local, c.remote),
-                    )?;
+                    installed.policies = self.add_policies(instance, c)?;
                 }
                 Ok(())
             })();
@@ -190,7 +395,7 @@ impl Installer {
                 let _ = self.port.sa_del(&in_name);
                 return Err(refused(format!("outbound SA {out_name}"))(e));
             }
-            match self.add_policies(instance, &c.local_ts, &c.remote_ts, (c.local, c.remote)) {
+            match self.add_policies(instance, c) {
                 Ok(p) => installed.policies = p,
                 Err(e) => {
                     let _ = self.port.sa_del(&out_name);
@@ -204,90 +409,52 @@ impl Installer {
     }
 
     /// One outbound and one inbound policy per pair of selectors of the same family (the rest cannot carry
-    /// traffic). Where a pair covers the IKE SA's own addresses (transport mode, or a tunnel whose selectors include
-    /// the outer addresses), an inbound bypass for the peer's IKE datagrams comes first (`ike-N-bI`, at the top):
-    /// the inbound protect policy's fail-closed input rule would otherwise drop them in clear, and with them every
-    /// later exchange of the IKE SA (DELETE, rekeys, liveness checks). IKE's own datagrams are never ESP-protected
-    /// (the outbound ones carry the socket mark). On an error the ones added are removed again.
-    fn add_policies(
-        &self,
-        instance: u64,
-        local: &[TsSpec],
-        remote: &[TsSpec],
-        ike: (std::net::SocketAddr, std::net::SocketAddr),
-    ) -> Result<Vec<String>, InstallError> {
+    /// traffic), each bound in memory under the configured policy that covers it ([`SaPort::policy_bind`]: no
+    /// nftables change). A pair no configured policy covers gets policies of its own, at the end, with their
+    /// nftables rules; where such a pair covers the IKE SA's own addresses (transport mode, or a tunnel whose
+    /// selectors include the outer addresses), an inbound bypass for the peer's IKE datagrams comes first
+    /// (`ike-N-bI`, at the top): the inbound protect policy's fail-closed input rule would otherwise drop them in
+    /// clear, and with them every later exchange of the IKE SA (DELETE, rekeys, liveness checks). IKE's own
+    /// datagrams are never ESP-protected (the outbound ones carry the socket mark). On an error the ones added are
+    /// removed again.
+    fn add_policies(&self, instance: u64, c: &ChildSa) -> Result<Vec<String>, InstallError> {
         let (in_name, out_name) = Self::sa_names(instance);
         let mut added: Vec<String> = Vec::new();
         let mut n = 0;
-        for l in local {
-            for r in remote {
-                if l.addr.is_ipv4() != r.addr.is_ipv4() {
+        let undo = |added: &[String]| {
+            for a in added.iter().rev() {
+                let _ = self.port.policy_del(a);
+            }
+        };
+        for l in &c.local_ts {
+            for r in &c.remote_ts {
+                let Some((out, inb)) = pair(
+                    l,
+                    r,
+                    format!("ike-{instance}-o{n}"),
+                    format!("ike-{instance}-i{n}"),
+                    &out_name,
+                    &in_name,
+                ) else {
+                    continue;
+                };
+                let covers = (
+                    self.cover_of(&out, &c.connection, &c.child),
+                    self.cover_of(&inb, &c.connection, &c.child),
+                );
+                if let (Some(co), Some(ci)) = covers {
+                    n += 1;
+                    for (p, cover) in [(out, co), (inb, ci)] {
+                        let name = p.name.clone();
+                        if let Err(e) = self.port.policy_bind(p, &cover) {
+                            undo(&added);
+                            return Err(refused(format!("policy {name} under {cover}"))(e));
+                        }
+                        added.push(name);
+                    }
                     continue;
                 }
-                // The protocol both sides allow (0: any); none in common, no traffic.
-                let proto = match (l.protocol, r.protocol) {
-                    (0, p) | (p, 0) => p,
-                    (a, b) if a == b => a,
-                    _ => continue,
-                };
-                let net = |t: &TsSpec| {
-                    ipnet::IpNet::new(t.addr, t.prefix).expect("prefix checked by the parser")
-                };
-                let ports = |t: &TsSpec| PortRange {
-                    start: t.ports.0,
-                    end: t.ports.1,
-                };
-                let out = PolicyParams {
-                    name: format!("ike-{instance}-o{n}"),
-                    direction: Direction::Out,
-                    selector: Selector {
-                        src: net(l),
-                        dst: net(r),
-                        proto: (proto != 0).then_some(proto),
-                        src_ports: ports(l),
-                        dst_ports: ports(r),
-                    },
-                    action: PolicyAction::Protect(vec![out_name.clone()]),
-                };
-                let inb = PolicyParams {
-                    name: format!("ike-{instance}-i{n}"),
-                    direction: Direction::In,
-                    selector: Selector {
-                        src: net(r),
-                        dst: net(l),
-                        proto: (proto != 0).then_some(proto),
-                        src_ports: ports(r),
-                        dst_ports: ports(l),
-                    },
-                    action: PolicyAction::Protect(vec![in_name.clone()]),
-                };
-                let covers = |t: &TsSpec, a: std::net::SocketAddr| {
-                    net(t).contains(&a.ip())
-                        && matches!(t.protocol, 0 | 17)
-                        && (t.ports.0..=t.ports.1).contains(&a.port())
-                };
-                let bypass = (covers(l, ike.0) && covers(r, ike.1)).then(|| {
-                    let host = |a: std::net::IpAddr| {
-                        ipnet::IpNet::new(a, if a.is_ipv4() { 32 } else { 128 })
-                            .expect("a host prefix")
-                    };
-                    let port = |a: std::net::SocketAddr| PortRange {
-                        start: a.port(),
-                        end: a.port(),
-                    };
-                    PolicyParams {
-                        name: format!("ike-{instance}-b{n}"),
-                        direction: Direction::In,
-                        selector: Selector {
-                            src: host(ike.1.ip()),
-                            dst: host(ike.0.ip()),
-                            proto: Some(17),
-                            src_ports: port(ike.1),
-                            dst_ports: port(ike.0),
-                        },
-                        action: PolicyAction::Bypass,
-                    }
-                });
+                let bypass = bypass(l, r, (c.local, c.remote), format!("ike-{instance}-b{n}"));
                 n += 1;
                 for (p, position) in bypass
                     .into_iter()
@@ -296,9 +463,7 @@ impl Installer {
                 {
                     let name = p.name.clone();
                     if let Err(e) = self.port.policy_add(p, position) {
-                        for a in &added {
-                            let _ = self.port.policy_del(a);
-                        }
+                        undo(&added);
                         return Err(refused(format!("policy {name}"))(e));
                     }
                     added.push(name);
@@ -345,6 +510,92 @@ impl Installer {
             let _ = self.remove(i, o);
         }
     }
+}
+
+fn net(t: &TsSpec) -> ipnet::IpNet {
+    ipnet::IpNet::new(t.addr, t.prefix).expect("prefix checked by the parser")
+}
+
+/// The outbound and inbound protect policies of a pair of selectors (`None`: different families, or no protocol
+/// in common: no traffic).
+fn pair(
+    l: &TsSpec,
+    r: &TsSpec,
+    out_policy: String,
+    in_policy: String,
+    out_sa: &str,
+    in_sa: &str,
+) -> Option<(PolicyParams, PolicyParams)> {
+    if l.addr.is_ipv4() != r.addr.is_ipv4() {
+        return None;
+    }
+    // The protocol both sides allow (0: any).
+    let proto = match (l.protocol, r.protocol) {
+        (0, p) | (p, 0) => p,
+        (a, b) if a == b => a,
+        _ => return None,
+    };
+    let ports = |t: &TsSpec| PortRange {
+        start: t.ports.0,
+        end: t.ports.1,
+    };
+    let sel = |a: &TsSpec, b: &TsSpec| Selector {
+        src: net(a),
+        dst: net(b),
+        proto: (proto != 0).then_some(proto),
+        src_ports: ports(a),
+        dst_ports: ports(b),
+    };
+    Some((
+        PolicyParams {
+            name: out_policy,
+            direction: Direction::Out,
+            selector: sel(l, r),
+            action: PolicyAction::Protect(vec![out_sa.to_string()]),
+        },
+        PolicyParams {
+            name: in_policy,
+            direction: Direction::In,
+            selector: sel(r, l),
+            action: PolicyAction::Protect(vec![in_sa.to_string()]),
+        },
+    ))
+}
+
+/// The inbound bypass for the peer's IKE datagrams (`ike.1` to `ike.0`) where the selector pair covers them.
+fn bypass(
+    l: &TsSpec,
+    r: &TsSpec,
+    ike: (std::net::SocketAddr, std::net::SocketAddr),
+    name: String,
+) -> Option<PolicyParams> {
+    let covers = |t: &TsSpec, a: std::net::SocketAddr| {
+        t.addr.is_ipv4() == a.is_ipv4()
+            && net(t).contains(&a.ip())
+            && matches!(t.protocol, 0 | 17)
+            && (t.ports.0..=t.ports.1).contains(&a.port())
+    };
+    (covers(l, ike.0) && covers(r, ike.1)).then(|| {
+        let host = |a: std::net::IpAddr| {
+            ipnet::IpNet::new(a, if a.is_ipv4() { 32 } else { 128 }).expect("a host prefix")
+        };
+        let port = |a: std::net::SocketAddr| PortRange {
+            start: a.port(),
+            end: a.port(),
+        };
+        PolicyParams {
+            name,
+            direction: Direction::In,
+            selector: Selector {
+                src: host(ike.1.ip()),
+                dst: host(ike.0.ip()),
+                proto: Some(17),
+                src_ports: port(ike.1),
+                dst_ports: port(ike.0),
+            },
+            action: PolicyAction::Bypass,
+        }
+    })
 }
 
 #[cfg(test)]

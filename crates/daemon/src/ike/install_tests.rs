@@ -352,3 +352,248 @@ fn refused_install_changes_nothing() {
     drop((a, ia, other, port));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The `[ike]` connection `site` (child `net`, 10.1.0.0/16 <-> 10.2.0.0/16, peer 192.0.2.2) as side a sees it.
+fn site(start_action: &str) -> Vec<netveil_ike::config::Connection> {
+    let text = format!(
+        r#"
+[[connection]]
+name = "site"
+local_addrs = ["192.0.2.1"]
+remote_addrs = ["192.0.2.2"]
+proposals = ["aes256gcm16-prfsha384-x25519"]
+psk = "0x000102030405060708090a0b0c0d0e0f10111213"
+local = {{ id = "192.0.2.1", auth = "psk" }}
+remote = {{ id = "192.0.2.2", auth = "psk" }}
+
+[[connection.children]]
+name = "net"
+local_ts = ["10.1.0.0/16"]
+remote_ts = ["10.2.0.0/16"]
+esp_proposals = ["aes128gcm16"]
+start_action = "{start_action}"
+"#
+    );
+    let v: toml::Value = toml::from_str(&text).unwrap();
+    super::super::config::parse(v, std::path::Path::new("/"))
+        .unwrap()
+        .connections
+}
+
+/// A narrowed copy of side a's child: 10.1.2.0/24 <-> 10.2.3.0/24.
+fn narrowed(mut c: ChildSa) -> ChildSa {
+    c.local_ts = vec![ts("10.1.2.0/24")];
+    c.remote_ts = vec![ts("10.2.3.0/24")];
+    c
+}
+
+/// Policies at start: before anything is negotiated the configured child's traffic is dropped and reported as an
+/// acquire (naming the configured policy, which says the child); a negotiated CHILD_SA (narrowed) binds its
+/// policies in memory just before the configured ones and leaves the nftables table's text as it was (the SAs'
+/// peer is in the peer filter from the start): installing it runs no `nft`. The old path (no configured policy
+/// covers the selectors) changes the table. Down removes the bound policies only; the configured ones stay and
+/// drop the traffic again.
+#[test]
+fn child_binds_under_start_policies_and_leaves_the_nft_table_alone() {
+    let dir = crate::state::test_dir("ike-install-traps");
+    let a = engine(&dir.join("a"));
+    let mut ia = Installer::new(Arc::new(IpPort(a.clone())));
+    let acquires = a.db.acquires();
+    let nft = || a.db.nft_text("netveil_t").unwrap_or_default();
+    let empty = nft();
+    ia.install_traps(&site("trap")).unwrap();
+    assert_eq!(
+        names(&a).1,
+        vec!["ike-c1-i0".to_string(), "ike-c1-o0".into()]
+    );
+    assert!(ia.traps[0].armed);
+    let with_traps = nft();
+    assert_ne!(
+        with_traps, empty,
+        "the configured policies have nftables rules"
+    );
+    assert!(
+        with_traps.contains("192.0.2.2"),
+        "the peer is in the peer filter from the start: {with_traps}"
+    );
+    assert_eq!(
+        seal(&a, packet([10, 1, 2, 1], [10, 2, 3, 1], 1)).err(),
+        Some(crate::ip_drop::Drop::NoSa),
+        "covered, no SA yet: dropped, never sent in clear"
+    );
+    let got = acquires.try_recv().expect("an acquire");
+    assert_eq!(got.policy, "ike-c1-o0");
+    assert!(got.flow.starts_with("10.1.2.1 -> 10.2.3.1"), "{}", got.flow);
+    assert_eq!(ia.trap_of(&got.policy).unwrap().child, "net");
+
+    let c = narrowed(child(
+        "aes128gcm16",
+        true,
+        0xa000_0001,
+        0xb000_0001,
+        1,
+        false,
+        None,
+    ));
+    ia.install(&c).unwrap();
+    assert_eq!(
+        nft(),
+        with_traps,
+        "a negotiated child changes no nftables rule"
+    );
+    let order: Vec<String> =
+        a.db.load()
+            .policies
+            .iter()
+            .map(|p| p.name.clone())
+            .collect();
+    assert_eq!(order, ["ike-1-o0", "ike-c1-o0", "ike-1-i0", "ike-c1-i0"]);
+    assert!(ia.child_up("site", "net"));
+    let (w, _) = seal(&a, packet([10, 1, 2, 1], [10, 2, 3, 1], 2)).expect("sealed");
+    assert_eq!(spi_of(&w), 0xb000_0001);
+    assert_eq!(
+        seal(&a, packet([10, 1, 9, 1], [10, 2, 3, 1], 3)).err(),
+        Some(crate::ip_drop::Drop::NoSa),
+        "outside the narrowed selectors, inside the configured ones: still dropped"
+    );
+    // Down: the bound policies go, the configured ones stay.
+    assert!(ia.remove(0xa000_0001, 0xb000_0001).unwrap());
+    assert_eq!(
+        names(&a),
+        (vec![], vec!["ike-c1-i0".to_string(), "ike-c1-o0".into()])
+    );
+    assert_eq!(nft(), with_traps);
+    assert_eq!(
+        seal(&a, packet([10, 1, 2, 1], [10, 2, 3, 1], 4)).err(),
+        Some(crate::ip_drop::Drop::NoSa)
+    );
+    // The configured policy cannot go while a child is bound under it.
+    ia.install(&narrowed(child(
+        "aes128gcm16",
+        true,
+        0xa000_0002,
+        0xb000_0002,
+        2,
+        false,
+        None,
+    )))
+    .unwrap();
+    let e = a.db.policy_del("ike-c1-o0", a.now()).unwrap_err();
+    assert!(e.reason.contains("bound under"), "{}", e.reason);
+    ia.remove_all();
+
+    // The old path: selectors no configured policy covers get policies of their own, with nftables rules.
+    let mut other = child(
+        "aes128gcm16",
+        true,
+        0xa000_0003,
+        0xb000_0003,
+        3,
+        false,
+        None,
+    );
+    other.local_ts = vec![ts("10.7.0.0/16")];
+    ia.install(&other).unwrap();
+    assert_ne!(nft(), with_traps, "uncovered selectors: rules of their own");
+    ia.remove_all();
+    assert_eq!(nft(), with_traps);
+    drop((a, ia));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// ESN negotiated (`aes128gcm16-esn`): both SAs are installed with extended sequence numbers and carry traffic.
+#[test]
+fn esn_proposal_installs_esn_sas() {
+    let (dir, a, b, ia, ib) = both_ways("aes128gcm16-esn");
+    for s in [&a, &b] {
+        let snap = s.db.load();
+        let sas: Vec<_> = snap.sad.iter().map(|r| r.base().params.esn).collect();
+        assert_eq!(sas, [true, true], "both SAs use ESN");
+    }
+    let (w, _) = seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], 5)).unwrap();
+    assert_eq!(open(&b, w), Ok(5));
+    drop((a, b, ia, ib));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The control socket's changes to the driver's `ike-*` SAs and policies are refused once it claimed them.
+#[test]
+fn claimed_names_have_an_owner() {
+    let dir = crate::state::test_dir("ike-install-claim");
+    let a = engine(&dir.join("a"));
+    let mut ia = Installer::new(Arc::new(IpPort(a.clone())));
+    assert_eq!(a.db.owner_of("ike-c1-o0"), None);
+    ia.install_traps(&site("none")).unwrap();
+    assert!(!ia.traps[0].armed, "start_action = none: not trapped");
+    assert_eq!(a.db.owner_of("ike-c1-o0").as_deref(), Some(OWNER));
+    assert_eq!(a.db.owner_of("mine"), None);
+    drop((a, ia));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn in_netns(f: impl FnOnce() + Send + 'static) {
+    let h = std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
+        f()
+    });
+    if let Err(p) = h.join() {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// The child install time with a real nftables table (in a network namespace of its own), the same child installed
+/// 5 times each way in the same run: the old path (SAs, then policies of its own: the table rewritten per policy)
+/// and the new one (SAs, then policies bound under the configured ones: no `nft`). Prints both medians.
+#[test]
+fn child_install_time_with_nftables() {
+    in_netns(|| {
+        let dir = crate::state::test_dir("ike-install-time");
+        let a = engine(&dir.join("a"));
+        a.db.attach(
+            crate::ip_db::Sockets {
+                v4: true,
+                v6: true,
+                nat_t: true,
+            },
+            Vec::new(),
+            "netveil_ike_time".into(),
+            None,
+        );
+        let median = |ia: &mut Installer, base: u32| {
+            let mut t: Vec<std::time::Duration> = (0..5)
+                .map(|i| {
+                    let c = child(
+                        "aes128gcm16",
+                        true,
+                        base + i,
+                        base + 0x100 + i,
+                        i as u8,
+                        false,
+                        None,
+                    );
+                    ia.install(&c).unwrap();
+                    let d = ia.last_install.unwrap();
+                    assert!(ia.remove(c.inbound.spi, c.outbound.spi).unwrap());
+                    d
+                })
+                .collect();
+            t.sort();
+            t[2]
+        };
+        let mut old = Installer::new(Arc::new(IpPort(a.clone())));
+        let before = median(&mut old, 0xa000_0000);
+        let mut new = Installer::new(Arc::new(IpPort(a.clone())));
+        new.install_traps(&site("none")).unwrap();
+        let after = median(&mut new, 0xa100_0000);
+        println!(
+            "child install (2 SAs + 2 policies), median of 5: before (policies with nftables rules) {} us, \
+             after (bound under the start policies) {} us",
+            before.as_micros(),
+            after.as_micros()
+        );
+        assert!(after < before, "before {before:?}, after {after:?}");
+        let _ = crate::engine::run(&["nft", "delete", "table", "inet", "netveil_ike_time"]);
+        drop((a, old, new));
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+}

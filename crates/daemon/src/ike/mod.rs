@@ -82,6 +82,12 @@ impl DriverConfig for config::IkeConfig {
                     .map(|ch| (c.name.clone(), ch.name.clone()))
             })
             .collect();
+        // Every configured child's policies before anything is negotiated (fail-closed for every start_action,
+        // and the traps of start_action = trap).
+        let mut installer = install::Installer::new(port);
+        installer
+            .install_traps(&cfg.connections)
+            .map_err(|e| Error::Other(format!("IKE: {e}")))?;
         let machine = endpoint::new(cfg.connections).map_err(Error::Other)?;
         let sockets = sockets::Sockets::open(
             &locals,
@@ -94,7 +100,7 @@ impl DriverConfig for config::IkeConfig {
         let d = driver::Driver {
             machine,
             sockets,
-            installer: install::Installer::new(port),
+            installer,
             start,
             counters: Default::default(),
             ike_sas: Vec::new(),

@@ -263,10 +263,106 @@ impl Db {
         Ok(())
     }
 
+    /// A policy in memory only, just before the policy `cover` (same direction, both protecting with IPsec SAs),
+    /// whose selector must contain `params`'s: `cover`'s nftables rules already keep its traffic fail-closed, so
+    /// the table is not rewritten (no `nft` run) and nothing is stored in the state directory (`cover` is). What
+    /// the IKE driver binds a negotiated CHILD_SA's (maybe narrowed) selectors with, under the policy it installed
+    /// at start from the configured ones. Removed by [`Db::policy_del`]; `cover` cannot be removed while policies
+    /// are bound to it.
+    pub fn policy_bind(
+        &self,
+        params: PolicyParams,
+        cover: &str,
+        now: u64,
+    ) -> Result<(), ChangeError> {
+        let mut t = self.tables();
+        let p = check_policy(&params, t.psp.is_some(), &t.params())?;
+        if t.policies.iter().any(|o| o.name == p.name) {
+            return Err(ConfigError {
+                key: "policy.name".into(),
+                reason: format!("'{}' is used by another policy", p.name),
+            });
+        }
+        let at = t
+            .policies
+            .iter()
+            .position(|o| o.name == cover)
+            .ok_or_else(|| ConfigError {
+                key: "policy.cover".into(),
+                reason: format!("no policy named '{cover}' to bind '{}' under", p.name),
+            })?;
+        let c = &t.policies[at];
+        let protect = |r: &PolicyRule| matches!(r.action, Action::Protect(_)) && !r.psp;
+        if t.bound.contains_key(cover)
+            || c.direction != p.direction
+            || !protect(c)
+            || !protect(&p)
+            || !selector_within(&p.selector, &c.selector)
+        {
+            return Err(ConfigError {
+                key: "policy.cover".into(),
+                reason: format!(
+                    "'{}' is not covered by policy '{cover}' (same direction, both protect with IPsec SAs, its                      selector within '{cover}''s)",
+                    p.name
+                ),
+            });
+        }
+        let name = p.name.clone();
+        let mut next = Self::next(&t);
+        next.policies.insert(at, p);
+        t.bound.insert(name.clone(), cover.to_string());
+        if let Err(e) = self.publish(&mut t, next) {
+            t.bound.remove(&name);
+            return Err(e);
+        }
+        t.push_event(
+            Event {
+                policy: Some(name),
+                ..Event::new("policy-added")
+            },
+            now,
+        );
+        Ok(())
+    }
+
+    /// The key-exchange drivers' expected peers (see [`crate::nft::KxPeers`]): the nftables table follows now,
+    /// so that the SAs negotiated with them later do not change it.
+    pub fn set_kx_peers(&self, peers: crate::nft::KxPeers) -> Result<(), ChangeError> {
+        let mut t = self.tables();
+        let old = std::mem::replace(&mut t.kx_peers, peers);
+        let next = Self::next(&t);
+        self.publish(&mut t, next).inspect_err(|_| t.kx_peers = old)
+    }
+
+    /// A key-exchange driver owns the SAs and policies whose names start with `prefix` while it runs (`None`:
+    /// not any more): the control socket's `sa` and `policy` changes to them are refused, naming `owner`.
+    pub fn claim(&self, prefix: &str, owner: Option<&str>) {
+        let mut t = self.tables();
+        t.owners.retain(|(p, _)| p != prefix);
+        if let Some(o) = owner {
+            t.owners.push((prefix.to_string(), o.to_string()));
+        }
+    }
+
+    /// The owner of a name (see [`Db::claim`]), if a driver owns it.
+    pub fn owner_of(&self, name: &str) -> Option<String> {
+        self.tables()
+            .owners
+            .iter()
+            .find(|(p, _)| name.starts_with(p.as_str()))
+            .map(|(_, o)| o.clone())
+    }
+
     /// `policy del NAME`.
     pub fn policy_del(&self, name: &str, now: u64) -> Result<(), ChangeError> {
         crate::names::check_name("name", name)?;
         let mut t = self.tables();
+        if let Some(b) = t.bound.iter().find(|(_, c)| c.as_str() == name) {
+            return Err(ConfigError {
+                key: "name".into(),
+                reason: format!("policy '{}' is bound under '{name}': remove it first", b.0),
+            });
+        }
         let i = t
             .policies
             .iter()
@@ -278,6 +374,7 @@ impl Db {
         let mut next = Self::next(&t);
         next.policies.remove(i);
         self.publish(&mut t, next)?;
+        t.bound.remove(name);
         // Stored after it took effect (a crash in between restores it: more covered, never less).
         if t.runtime.iter().any(|(n, _)| n == name) {
             t.runtime.retain(|(n, _)| n != name);
@@ -349,6 +446,25 @@ impl Db {
         };
         self.policy_add_params(PolicyParams::from_rule(p), position, now)
     }
+}
+
+/// Whether selector `a` selects nothing that `b` does not (addresses within, protocol the same or `b` any, ports
+/// within).
+pub(crate) fn selector_within(
+    a: &netveil_sa::policy::Selector,
+    b: &netveil_sa::policy::Selector,
+) -> bool {
+    let net = |inner: &ipnet::IpNet, outer: &ipnet::IpNet| {
+        inner.addr().is_ipv4() == outer.addr().is_ipv4() && outer.trunc().contains(&inner.trunc())
+    };
+    let ports = |i: &netveil_sa::policy::PortRange, o: &netveil_sa::policy::PortRange| {
+        o.start <= i.start && i.end <= o.end
+    };
+    net(&a.src, &b.src)
+        && net(&a.dst, &b.dst)
+        && (b.proto.is_none() || a.proto == b.proto)
+        && ports(&a.src_ports, &b.src_ports)
+        && ports(&a.dst_ports, &b.dst_ports)
 }
 
 fn no_sa(name: &str) -> ConfigError {

@@ -47,6 +47,7 @@ mod snapshot;
 mod tick;
 
 pub use crate::sa_api::ChangeError;
+pub(crate) use change::selector_within;
 pub use port::IpPort;
 use snapshot::sa_event;
 pub use snapshot::{acquire, Installed, Snapshot};
@@ -92,6 +93,15 @@ struct Tables {
     next_id: u64,
     /// Per SA (by address): the lifetime and sequence events already reported.
     reported: HashMap<usize, u8>,
+    /// Policies in memory only (a key-exchange driver's negotiated CHILD_SAs, see [`Db::policy_bind`]), by name:
+    /// the policy whose selector covers theirs, and whose nftables rules cover their traffic. They get no rules of
+    /// their own and are not stored in the state directory.
+    bound: HashMap<String, String>,
+    /// The key-exchange drivers' expected peers, in the peer filter (see [`crate::nft::KxPeers`]).
+    kx_peers: crate::nft::KxPeers,
+    /// Name prefixes a key-exchange driver owns while it runs (prefix, owner): the control socket's changes to
+    /// such SAs and policies are refused (see [`Db::owner_of`]).
+    owners: Vec<(String, String)>,
 }
 
 const REPORTED_SOFT: u8 = 1;
@@ -106,6 +116,21 @@ impl Tables {
     /// The configuration these tables amount to (for the nftables table and the checks of the file's rules).
     fn view(&self) -> Config {
         let snap = Snapshot::build(self);
+        // Policies bound in memory have no rules of their own: their covering policy's rules cover their traffic.
+        // The SAs they name count as the covering policy's for the peer filter (a transport-mode SA's peers are
+        // the sources of the inbound policies naming it).
+        let mut policies = snap.policies;
+        for (name, cover) in &self.bound {
+            let sas = policies
+                .iter()
+                .find(|p| &p.name == name)
+                .map(|p| p.sa_names.clone())
+                .unwrap_or_default();
+            if let Some(c) = policies.iter_mut().find(|p| &p.name == cover) {
+                c.sa_names.extend(sas);
+            }
+        }
+        policies.retain(|p| !self.bound.contains_key(&p.name));
         Config {
             interface: self.interface.clone(),
             sas: self
@@ -114,7 +139,7 @@ impl Tables {
                 .map(|s| s.params().clone())
                 .chain(self.retiring.iter().map(|r| r.sa.params.clone()))
                 .collect(),
-            policies: snap.policies,
+            policies,
             psp: self.psp.clone(),
         }
     }
@@ -207,6 +232,17 @@ impl Tables {
             key: "sa".into(),
             reason: format!("cannot install: {e}"),
         };
+        if fresh {
+            // Negotiated keys (see KeyOrigin::Negotiated): never used before and gone with this daemon, so there is
+            // no mark to continue above, no floor to keep, and nothing worth a record: the SA starts at sequence 1
+            // with an empty window and the state directory is not written (two fsyncs per SA, tens of milliseconds
+            // on a busy disk, in every CHILD_SA's installation).
+            return Ok(if p.direction == SaDir::Out {
+                Installed::Out(Arc::new(OutboundSa::new(p, now, &mut OsRng).map_err(cant)?))
+            } else {
+                Installed::In(Arc::new(InboundSa::new(p, now).map_err(cant)?))
+            });
+        }
         if p.direction == SaDir::Out {
             let start = self.seq()?.reserve(&p, "sa", fresh)?;
             let sa = Arc::new(
@@ -255,6 +291,8 @@ pub struct Db {
     tables: Mutex<Tables>,
     events: Sender<Event>,
     events_in: Mutex<Receiver<Event>>,
+    /// Who hears of acquires as they happen (key-exchange drivers, see [`Db::acquires`]).
+    acquire_subs: Mutex<Vec<Sender<crate::sa_api::Acquire>>>,
 }
 
 impl Db {
@@ -298,6 +336,9 @@ impl Db {
             log: VecDeque::new(),
             next_id: 0,
             reported: HashMap::new(),
+            bound: HashMap::new(),
+            kx_peers: Default::default(),
+            owners: Vec::new(),
         };
         let (tx, rx) = channel();
         Db {
@@ -305,6 +346,7 @@ impl Db {
             tables: Mutex::new(t),
             events: tx,
             events_in: Mutex::new(rx),
+            acquire_subs: Mutex::new(Vec::new()),
         }
     }
 
@@ -320,7 +362,26 @@ impl Db {
 
     /// Reports an event from the data plane (cheap, never blocks).
     pub fn report(&self, e: Event) {
+        if e.event == "acquire" {
+            // At most one per policy and second (the data plane's limit): the lock is not on the packet path.
+            if let (Some(policy), Ok(mut subs)) = (&e.policy, self.acquire_subs.lock()) {
+                let a = crate::sa_api::Acquire {
+                    policy: policy.clone(),
+                    flow: e.flow.clone().unwrap_or_default(),
+                };
+                subs.retain(|s| s.send(a.clone()).is_ok());
+            }
+        }
         let _ = self.events.send(e);
+    }
+
+    /// A channel of the acquires from now on (see [`crate::sa_api::SaPort::acquires`]).
+    pub fn acquires(&self) -> Receiver<crate::sa_api::Acquire> {
+        let (tx, rx) = channel();
+        if let Ok(mut subs) = self.acquire_subs.lock() {
+            subs.push(tx);
+        }
+        rx
     }
 
     /// The engine's sockets and filters, and the nftables table it installed (`Some` also when none was needed:
@@ -365,7 +426,8 @@ impl Db {
 
     /// The text of the engine's nftables table `table` for the policies and SAs in force (`None`: no rule needed).
     pub fn nft_text(&self, table: &str) -> Option<String> {
-        crate::nft::nft_table_text(&self.tables().view(), table)
+        let t = self.tables();
+        crate::nft::nft_table_text_with(&t.view(), table, &t.kx_peers)
     }
 
     /// At start, before the fail-closed table is installed: the policies that a previous instance had added at
@@ -441,7 +503,7 @@ impl Db {
             std::mem::replace(&mut t.policies, policies),
         );
         if let Some(table) = t.nft_table.clone() {
-            let text = crate::nft::nft_table_text(&t.view(), &table);
+            let text = crate::nft::nft_table_text_with(&t.view(), &table, &t.kx_peers);
             if text != t.nft_text {
                 let r = match &text {
                     Some(x) => crate::engine::nft_install(&table, x),

@@ -35,6 +35,22 @@ impl SaPort for IpPort {
         self.0.db.policy_del(name, self.0.now())
     }
 
+    fn policy_bind(&self, p: PolicyParams, cover: &str) -> Result<(), ChangeError> {
+        self.0.db.policy_bind(p, cover, self.0.now())
+    }
+
+    fn acquires(&self) -> Option<std::sync::mpsc::Receiver<crate::sa_api::Acquire>> {
+        Some(self.0.db.acquires())
+    }
+
+    fn set_kx_peers(&self, peers: crate::nft::KxPeers) -> Result<(), ChangeError> {
+        self.0.db.set_kx_peers(peers)
+    }
+
+    fn claim(&self, prefix: &str, owner: Option<&str>) {
+        self.0.db.claim(prefix, owner)
+    }
+
     fn psp_rx(&self, f: &mut dyn FnMut(&mut netveil_psp::Device)) -> Result<(), String> {
         match &self.0.psp {
             Some(st) => st.with_device(f),
