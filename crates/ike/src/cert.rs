@@ -61,7 +61,7 @@ pub enum CertLoadError {
 
 fn parse(der: &[u8]) -> Option<X509Certificate<'_>> {
     match X509Certificate::from_der(der) {
-        Ok((rest, c)) if rest.is_empty() => Some(c),
+        Ok(([], c)) => Some(c),
         _ => None,
     }
 }
@@ -424,7 +424,7 @@ pub fn dn_equal(a: &[u8], b: &[u8]) -> bool {
 /// A DER DN as text (`C=CH, O=strongSwan, CN=moon`), or its bytes in hex if it does not parse.
 pub fn dn_string(der: &[u8]) -> String {
     match X509Name::from_der(der) {
-        Ok((rest, n)) if rest.is_empty() => n.to_string(),
+        Ok(([], n)) => n.to_string(),
         _ => der.iter().map(|b| format!("{b:02x}")).collect(),
     }
 }

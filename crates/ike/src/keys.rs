@@ -446,7 +446,7 @@ fn parse_algorithm_id(der: &[u8]) -> Result<Scheme, String> {
     use x509_parser::signature_algorithm::SignatureAlgorithm;
     use x509_parser::x509::AlgorithmIdentifier;
     let alg = match AlgorithmIdentifier::from_der(der) {
-        Ok((rest, a)) if rest.is_empty() => a,
+        Ok(([], a)) => a,
         _ => return Err("the AlgorithmIdentifier does not parse".into()),
     };
     let oid = &alg.algorithm;

@@ -304,3 +304,81 @@ fn a_certificate_from_another_ca_is_refused_with_the_reason() {
         s.logs()
     );
 }
+
+/// Two netveil daemons with Ed25519 certificates (RFC 8420 in RFC 7427's AUTH; netveil-ike's testdata, made by
+/// pki, CA in DER): transport mode over raw ESP as in ike_netveil.rs; the CHILD_SA comes up on both sides and a
+/// ping crosses it. Needs root only.
+#[test]
+fn two_netveils_with_ed25519_certificates() {
+    if !lab::is_root() {
+        eprintln!("SKIPPED two_netveils_with_ed25519_certificates: not root");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    use std::os::unix::fs::PermissionsExt;
+    const ADDR: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
+    const NAMES: [&str; 2] = ["venus", "pluto"];
+    let mut lab = Lab::new("nved").unwrap().with_netveil(NETVEIL);
+    let td = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ike/testdata/certs");
+    let files = lab.dir().join("certs");
+    std::fs::create_dir_all(&files).unwrap();
+    for f in ["ca.der", "venus.der", "venus.key", "pluto.der", "pluto.key"] {
+        std::fs::copy(td.join(f), files.join(f)).unwrap();
+        std::fs::set_permissions(files.join(f), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let config = |lab: &Lab, side: usize| {
+        let (me, peer) = (ADDR[side], ADDR[1 - side]);
+        format!(
+            "log_level = \"info\"\n[interface]\nname = \"nved{side}\"\nmtu = 1400\ncontrol_socket = \"{sock}\"\n\
+             state_dir = \"{state}\"\nfwmark = {mark}\nroutes = [\"{peer}/32\"]\n\n\
+             [ike]\nsocket_mark = {mark}\n\n\
+             [[ike.connection]]\nname = \"host\"\nlocal_addrs = [\"{me}\"]\nremote_addrs = [\"{peer}\"]\n\
+             proposals = [\"aes128gcm16-prfsha256-x25519\"]\nencap = false\n\
+             local = {{ id = \"{lid}.netveil.test\", auth = \"pubkey\", certs = [\"{dir}/{lid}.der\"], key = \"{dir}/{lid}.key\" }}\n\
+             remote = {{ id = \"{rid}.netveil.test\", auth = \"pubkey\", cacerts = [\"{dir}/ca.der\"] }}\n\n\
+             [[ike.connection.children]]\nname = \"hosts\"\nmode = \"transport\"\nesp_proposals = [\"aes128gcm16\"]\n\
+             start_action = \"{start}\"\n",
+            sock = lab.socket_path(&format!("nv{side}")).display(),
+            state = lab.dir().join(format!("state-{side}")).display(),
+            mark = lab::TRANSPORT_FWMARK,
+            lid = NAMES[side],
+            rid = NAMES[1 - side],
+            dir = files.display(),
+            start = if side == 0 { "start" } else { "none" },
+        )
+    };
+    let a = lab.add_ns("a").unwrap();
+    let b = lab.add_ns("b").unwrap();
+    for ns in [&a, &b] {
+        lab.exec_ok(ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+            .unwrap();
+    }
+    lab.veth(&a, "veth-a", &b, "veth-b").unwrap();
+    lab.addr(&a, "veth-a", &format!("{}/24", ADDR[0])).unwrap();
+    lab.addr(&b, "veth-b", &format!("{}/24", ADDR[1])).unwrap();
+    let db = lab
+        .start_daemon_with(&b, "nv1", &config(&lab, 1), &[])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let da = lab
+        .start_daemon_with(&a, "nv0", &config(&lab, 0), &[])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let logs = || format!("\n--- a ---\n{}\n--- b ---\n{}", da.log(), db.log());
+    let t0 = Instant::now();
+    while !(da
+        .log()
+        .contains("CHILD_SA hosts of connection host installed")
+        && db
+            .log()
+            .contains("CHILD_SA hosts of connection host installed"))
+    {
+        assert!(t0.elapsed() < T, "no CHILD_SA on both sides{}", logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = lab
+        .exec_ok(
+            &a,
+            &["ping", "-n", "-c", "3", "-i", "0.2", "-W", "2", ADDR[1]],
+        )
+        .unwrap_or_else(|e| panic!("ping: {e}{}", logs()));
+    assert!(out.contains("3 received"), "{out}");
+}

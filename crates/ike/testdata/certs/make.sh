@@ -16,6 +16,7 @@ issue moon ecdsa 256 "C=CH, O=netveil test, CN=moon.netveil.test" moon.netveil.t
 issue sun rsa 2048 "C=CH, O=netveil test, CN=sun.netveil.test" sun.netveil.test
 issue mars ecdsa 384 "C=CH, O=netveil test, CN=mars.netveil.test" mars.netveil.test
 issue venus ed25519 "" "C=CH, O=netveil test, CN=venus.netveil.test" venus.netveil.test
+issue pluto ed25519 "" "C=CH, O=netveil test, CN=pluto.netveil.test" pluto.netveil.test
 issue rogue ecdsa 256 "C=CH, O=netveil test, CN=moon.netveil.test" moon.netveil.test other_ca
 issue expired ecdsa 256 "C=CH, O=netveil test, CN=moon.netveil.test" moon.netveil.test ca \
     '--dateform %Y-%m-%d --not-before 2026-01-01 --not-after 2027-01-01'
