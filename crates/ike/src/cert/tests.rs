@@ -135,7 +135,13 @@ fn chains_and_validity() {
         Err(CertFailure::Expired)
     );
     assert_eq!(
-        validate(&cert("moon"), &[], std::slice::from_ref(&ca), &[], at(1_748_736_000)),
+        validate(
+            &cert("moon"),
+            &[],
+            std::slice::from_ref(&ca),
+            &[],
+            at(1_748_736_000)
+        ),
         Err(CertFailure::NotYetValid)
     );
     // A CA certificate is no end entity.
@@ -156,4 +162,47 @@ fn chains_and_validity() {
         validate(&cert("expired"), &[], &[], &[cert("expired")], t),
         Err(CertFailure::Expired)
     );
+}
+
+/// Hostile input: every single-byte change and every truncation of a real certificate, and of a signature AUTH
+/// payload, parses or is refused without a panic (the fuzz target ike_cert does the same on arbitrary bytes).
+#[test]
+fn mutated_certificates_and_auth_data_never_panic() {
+    use netveil_crypto::sig::KeyKind;
+    let der = td("moon.der");
+    let ca = cert("ca");
+    let t = at(JUNE_2027);
+    let mut accepted = 0;
+    for i in 0..der.len() {
+        for m in [der[i] ^ 0x01, der[i] ^ 0x80, 0x00, 0xff] {
+            if m == der[i] {
+                continue;
+            }
+            let mut d = der.clone();
+            d[i] = m;
+            if let Ok(c) = Certificate::from_der(&d) {
+                let _ = c.has_subject(&Id::fqdn("moon.netveil.test"));
+                if validate(&c, &[], std::slice::from_ref(&ca), &[], t).is_ok() {
+                    accepted += 1;
+                }
+            }
+        }
+        let _ = Certificate::from_der(&der[..i]);
+        let _ = dn_equal(&der[..i], cert("moon").subject_der());
+    }
+    // Every changed byte is refused: inside what the CA signed by the signature, elsewhere by DER's strictness.
+    assert_eq!(accepted, 0);
+    let auth = crate::keys::digital_signature_auth(
+        netveil_crypto::sig::Scheme::Ecdsa(netveil_crypto::sig::SigHash::Sha256),
+        &[7; 70],
+    )
+    .unwrap();
+    for i in 0..auth.len() {
+        for k in [KeyKind::Rsa, KeyKind::EcdsaP256, KeyKind::Ed25519] {
+            let _ = crate::keys::parse_signature_auth(14, &auth[..i], k);
+            let mut a = auth.clone();
+            a[i] ^= 0xff;
+            let _ = crate::keys::parse_signature_auth(14, &a, k);
+        }
+    }
 }
