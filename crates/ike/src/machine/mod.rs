@@ -93,6 +93,8 @@ pub struct Counters {
     pub cookies_sent: u64,
     /// CERT payloads that did not parse (or not X.509), and malformed CERTREQ payloads: dropped.
     pub certs_dropped: u64,
+    /// Peers authenticated with AUTH method 1 (RSA with SHA-1, RFC 7296's legacy method; RFC 7427 is preferred).
+    pub legacy_auth: u64,
 }
 
 /// Why an API call was refused.
@@ -535,3 +537,6 @@ mod tests;
 
 #[cfg(test)]
 mod tests_strongswan;
+
+#[cfg(test)]
+mod tests_certs;

@@ -261,10 +261,16 @@ impl Endpoint {
                     })
             }
             AuthMethod::PubKey(c) => {
-                verify(c, id, &certs, auth, signed, wall).map_err(|reason| Failure::Certificate {
-                    id: cert::id_text(id),
-                    reason,
-                })
+                verify(c, id, &certs, auth, signed, wall).map_err(|reason| {
+                    Failure::Certificate {
+                        id: cert::id_text(id),
+                        reason,
+                    }
+                })?;
+                if auth.method == auth_method::RSA_SIG {
+                    self.counters.legacy_auth += 1;
+                }
+                Ok(())
             }
         }
     }
@@ -366,6 +372,31 @@ mod tests {
             Err(CertFailure::UnsupportedSignature(_))
         ));
         let _ = Arc::new(key);
+    }
+
+    /// AUTH method 1 (RSA PKCS#1 v1.5 over SHA-1, RFC 7296's legacy method): verified, with a signature OpenSSL
+    /// made (`openssl dgst -sha1 -sign sun.key`); a changed bit fails.
+    #[test]
+    fn legacy_rsa_sha1_from_openssl_verifies() {
+        let sun = Certificate::from_der(&td("sun.der")).unwrap();
+        let creds = PubKeyCreds {
+            cacerts: vec![Certificate::from_der(&td("ca.der")).unwrap()],
+            ..Default::default()
+        };
+        let msg = td("legacy.msg");
+        let mut auth = Auth {
+            method: auth_method::RSA_SIG,
+            data: td("sun_sha1.sig"),
+        };
+        let id = Id::fqdn("sun.netveil.test");
+        let wall = Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_811_808_000));
+        let certs = [sun];
+        assert_eq!(verify(&creds, &id, &certs, &auth, &msg, wall), Ok(()));
+        auth.data[100] ^= 4;
+        assert_eq!(
+            verify(&creds, &id, &certs, &auth, &msg, wall),
+            Err(CertFailure::SignatureInvalid)
+        );
     }
 
     /// What we sign with: the peer's announced hashes decide between RFC 7427 and the classic methods.
