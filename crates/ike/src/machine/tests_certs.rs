@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use netveil_crypto::rand::SeededRng; // check-rng: allow (a #[cfg(test)] module file)
+use netveil_crypto::rand::{Rng, SeededRng}; // check-rng: allow (a #[cfg(test)] module file)
 use netveil_crypto::sig::{PrivateKey, Scheme, SigHash};
 
 use super::sa::State;
@@ -21,7 +21,7 @@ use crate::message::{Auth, Cert, ExchangeType, Id, Message, NotifyType, Payload}
 const A: &str = "10.0.0.1:500";
 const B: &str = "10.0.0.2:500";
 
-fn seeded(seed: u64) -> Box<SeededRng> {
+fn seeded(seed: u64) -> Box<dyn Rng + Send> {
     Box::new(SeededRng::new(seed)) // check-rng: allow (a #[cfg(test)] module file)
 }
 
