@@ -157,6 +157,42 @@ fn ed25519_both_ways() {
     assert_up(&s);
 }
 
+/// The initiator's certificate is issued by an intermediate CA: it sends both (CERT payloads, its own first), and
+/// the responder, which trusts only the root, builds the chain.
+#[test]
+fn an_intermediate_ca_sent_with_the_certificate() {
+    let mut deimos = local(fqdn("deimos"), "deimos", "deimos");
+    if let AuthMethod::PubKey(c) = &mut deimos.method {
+        c.certs.push(cert("inter"));
+    }
+    let s = run(sim(
+        (deimos, trusting(fqdn("sun"), &["ca"], &[])),
+        (
+            local(fqdn("sun"), "sun", "sun"),
+            trusting(fqdn("deimos"), &["ca"], &[]),
+        ),
+    ));
+    assert_up(&s);
+    // Without the intermediate the chain does not reach the CA.
+    let s = run(sim(
+        (
+            local(fqdn("deimos"), "deimos", "deimos"),
+            trusting(fqdn("sun"), &["ca"], &[]),
+        ),
+        (
+            local(fqdn("sun"), "sun", "sun"),
+            trusting(fqdn("deimos"), &["ca"], &[]),
+        ),
+    ));
+    assert_eq!(
+        s.failures(1),
+        vec![&cert_failure(
+            "deimos.netveil.test",
+            CertFailure::NotSignedByCa
+        )]
+    );
+}
+
 #[test]
 fn distinguished_name_identities() {
     let dn = |cn: &str| {

@@ -144,6 +144,22 @@ fn chains_and_validity() {
         ),
         Err(CertFailure::NotYetValid)
     );
+    // Through an intermediate (sent by the peer): only with it.
+    let inter = cert("inter");
+    assert_eq!(
+        validate(
+            &cert("deimos"),
+            std::slice::from_ref(&inter),
+            std::slice::from_ref(&ca),
+            &[],
+            t
+        ),
+        Ok(())
+    );
+    assert_eq!(
+        validate(&cert("deimos"), &[], std::slice::from_ref(&ca), &[], t),
+        Err(CertFailure::NotSignedByCa)
+    );
     // A CA certificate is no end entity.
     assert_eq!(
         validate(&ca, &[], std::slice::from_ref(&ca), &[], t),

@@ -20,5 +20,10 @@ issue pluto ed25519 "" "C=CH, O=netveil test, CN=pluto.netveil.test" pluto.netve
 issue rogue ecdsa 256 "C=CH, O=netveil test, CN=moon.netveil.test" moon.netveil.test other_ca
 issue expired ecdsa 256 "C=CH, O=netveil test, CN=moon.netveil.test" moon.netveil.test ca \
     '--dateform %Y-%m-%d --not-before 2026-01-01 --not-after 2027-01-01'
+# An intermediate CA under ca, and deimos under it.
+pki --gen --type ecdsa --size 384 > inter.key
+pki --pub --in inter.key | pki --issue --ca --cacert ca.der --cakey ca.key $D \
+    --dn "C=CH, O=netveil test, CN=netveil test intermediate" > inter.der
+issue deimos ecdsa 256 "C=CH, O=netveil test, CN=deimos.netveil.test" deimos.netveil.test inter
 openssl x509 -inform DER -in sun.der -out sun.pem
 openssl x509 -inform DER -in ca.der -out ca.pem
