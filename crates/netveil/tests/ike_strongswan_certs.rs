@@ -45,14 +45,25 @@ fn prerequisites(test: &str) -> Option<MutexGuard<'static, ()>> {
 /// netveil's configuration: the TUN with the inner address, a route to the peer's, one certificate connection.
 /// `cacert`: the CA netveil trusts for the peer; `initiate`: remote_addrs set and the child started.
 fn nv_config(lab: &Lab, me: &Credential, cacert: &Path, initiate: bool) -> String {
+    nv_config_ids(lab, me, cacert, initiate, ["a.lab.test", "b.lab.test"])
+}
+
+/// [`nv_config`] with other ids (ours, the peer's).
+fn nv_config_ids(
+    lab: &Lab,
+    me: &Credential,
+    cacert: &Path,
+    initiate: bool,
+    ids: [&str; 2],
+) -> String {
     let (inner, peer) = (SwanPair::inner(NV), SwanPair::inner(SW));
     format!(
         "log_level = \"info\"\n[interface]\nname = \"nvcr0\"\nmtu = 1400\ncontrol_socket = \"{sock}\"\n\
          state_dir = \"{state}\"\naddresses = [\"{inner}/32\"]\nroutes = [\"{peer}/32\"]\n\n[ike]\n\n\
          [[ike.connection]]\nname = \"site\"\nlocal_addrs = [\"{la}\"]\nremote_addrs = [{ra}]\n\
          proposals = [\"aes128-sha256-x25519\"]\nencap = true\n\
-         local = {{ id = \"a.lab.test\", auth = \"pubkey\", certs = [\"{cert}\"], key = \"{key}\" }}\n\
-         remote = {{ id = \"b.lab.test\", auth = \"pubkey\", cacerts = [\"{ca}\"] }}\n\n\
+         local = {{ id = \"{lid}\", auth = \"pubkey\", certs = [\"{cert}\"], key = \"{key}\" }}\n\
+         remote = {{ id = \"{rid}\", auth = \"pubkey\", cacerts = [\"{ca}\"] }}\n\n\
          [[ike.connection.children]]\nname = \"net\"\nlocal_ts = [\"{inner}/32\"]\nremote_ts = [\"{peer}/32\"]\n\
          esp_proposals = [\"aes128gcm16\"]\nstart_action = \"{start}\"\n",
         sock = lab.socket_path("nv").display(),
@@ -63,6 +74,8 @@ fn nv_config(lab: &Lab, me: &Credential, cacert: &Path, initiate: bool) -> Strin
         key = me.key.display(),
         ca = cacert.display(),
         start = if initiate { "start" } else { "none" },
+        lid = ids[0],
+        rid = ids[1],
     )
 }
 
@@ -122,11 +135,22 @@ impl Site {
         )
     }
 
+    /// Three pings through the child from side `from`, all answered (after one answered: libipsec may lose the
+    /// very first packet while it sets up its route on a child it has just installed).
     fn ping(&self, from: usize) {
         let (src, dst) = (
             SwanPair::inner(from).to_string(),
             SwanPair::inner(1 - from).to_string(),
         );
+        let t0 = Instant::now();
+        let one = ["ping", "-n", "-c", "1", "-W", "1", "-I", &src, &dst];
+        while self.lab.exec_ok(&self.ns[from], &one).is_err() {
+            assert!(
+                t0.elapsed() < T,
+                "no ping answered from side {from}{}",
+                self.logs()
+            );
+        }
         let out = self
             .lab
             .exec_ok(
@@ -259,6 +283,48 @@ fn ecdsa_netveil_initiates() {
 #[test]
 fn ecdsa_charon_initiates() {
     certificates("ecdsa_charon_initiates", KeyType::EcdsaP256, false);
+}
+
+/// Identities as distinguished names (the certificates' subjects, `CN=NAME` as the lab's pki writes them) on
+/// both sides: netveil sends its subject's DER as IDi and matches charon's IDr against its DN; charon does the same.
+#[test]
+fn distinguished_name_ids_with_charon() {
+    let Some(_g) = prerequisites("dn_ids") else {
+        return;
+    };
+    let mut s = Site::new();
+    let pki = Pki::new(&s.lab.dir().join("pki"), KeyType::EcdsaP256).unwrap();
+    let (nv, sw) = (
+        pki.issue("a.lab.test").unwrap(),
+        pki.issue("b.lab.test").unwrap(),
+    );
+    let mut conn = SwanPair::conn(
+        SW,
+        "site",
+        SwanAuth::Pubkey(sw),
+        "aes128-sha256-x25519",
+        "net",
+        "aes128gcm16",
+    );
+    conn.local_id = "CN=b.lab.test".into();
+    conn.remote_id = "CN=a.lab.test".into();
+    s.charon
+        .load(&[conn])
+        .unwrap_or_else(|e| panic!("charon load: {e}"));
+    s.up(&nv_config_ids(
+        &s.lab,
+        &nv,
+        &nv.ca,
+        true,
+        ["CN=a.lab.test", "CN=b.lab.test"],
+    ));
+    let (ike, _) = s
+        .charon
+        .wait_child_installed("net", T)
+        .unwrap_or_else(|e| panic!("{e}{}", s.logs()));
+    assert_eq!(ike.remote_id, "CN=a.lab.test", "{ike:?}");
+    s.wait_installed();
+    s.ping(NV);
 }
 
 /// charon's certificate comes from a CA netveil does not trust: netveil (responder) refuses it and says why; no
