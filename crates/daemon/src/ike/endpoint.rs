@@ -42,6 +42,9 @@ impl Machine for Endpoint {
         remote: std::net::SocketAddr,
         bytes: &[u8],
     ) {
+        // Certificates are checked against the wall clock: keep the machine's current (one clock read per
+        // datagram; IKE's rate is low).
+        self.0.set_wall_clock(now, std::time::SystemTime::now());
         self.0.handle_datagram(now, local, remote, bytes)
     }
     fn handle_timeout(&mut self, now: std::time::Instant) {

@@ -188,6 +188,12 @@ impl Endpoint {
         self
     }
 
+    /// [`Endpoint::with_wall_clock`] on a running endpoint (the driver keeps it current: the monotonic clock
+    /// drifts from the wall clock across suspends and time adjustments).
+    pub fn set_wall_clock(&mut self, at: Instant, wall: SystemTime) {
+        self.wall = Some((at, wall));
+    }
+
     /// The endpoint with other caps and timers.
     pub fn with_limits(mut self, limits: Limits) -> Endpoint {
         self.limits = limits;
