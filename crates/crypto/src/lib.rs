@@ -17,6 +17,7 @@ pub mod dh;
 pub mod kdf;
 pub mod mac;
 pub mod rand;
+pub mod sig;
 
 pub use aead::{new_aead, AeadAlg};
 pub use cbc::{new_cbc, CbcAlg, IvGen};

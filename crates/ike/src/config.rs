@@ -2,9 +2,12 @@
 //! `remote` and `children.<name>`), as plain typed values. The daemon's IKE driver builds them from its TOML
 //! section (every error naming its key); the state machine only reads them.
 
+use crate::cert::Certificate;
 use crate::keys::Secret;
 use crate::proposal::Proposal;
+use netveil_crypto::sig::PrivateKey;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// An IKE identity (RFC 7296 3.5), as swanctl's `id` writes it.
@@ -29,9 +32,30 @@ pub enum Identity {
 pub enum AuthMethod {
     /// A pre-shared key (`auth = psk`); the secret is the connection's [`Connection::psk`].
     Psk,
-    /// Public-key signatures (`auth = pubkey`): certificates and keys come in a later step.
-    PubKey,
+    /// Public-key signatures with X.509 certificates (`auth = pubkey`).
+    PubKey(PubKeyCreds),
 }
+
+/// The credentials of `auth = pubkey`. Local side: `certs` is our certificate (first) and the intermediates sent
+/// with it, `key` its private key. Remote side: `cacerts` the CAs the peer's chain must lead to, or `certs` the
+/// peer's certificates pinned (one of them must be the peer's, exactly).
+#[derive(Debug, Clone, Default)]
+pub struct PubKeyCreds {
+    pub certs: Vec<Certificate>,
+    pub cacerts: Vec<Certificate>,
+    /// Local side only; zeroized by AWS-LC when the last reference goes, never printed.
+    pub key: Option<Arc<PrivateKey>>,
+}
+
+impl PartialEq for PubKeyCreds {
+    fn eq(&self, o: &PubKeyCreds) -> bool {
+        self.certs == o.certs
+            && self.cacerts == o.cacerts
+            && self.key.as_ref().map(|k| k.public_key()) == o.key.as_ref().map(|k| k.public_key())
+    }
+}
+
+impl Eq for PubKeyCreds {}
 
 /// One authentication round of one side.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -71,6 +71,12 @@ pub enum Failure {
     },
     /// The peer failed to authenticate as `id` (or we failed at the peer: `by_peer`).
     AuthenticationFailed { id: String, by_peer: bool },
+    /// The peer's certificate authentication as `id` failed, for `reason` ("authentication failed for <id>:
+    /// <reason>").
+    Certificate {
+        id: String,
+        reason: crate::cert::CertFailure,
+    },
     /// The peer did not answer after every retransmission.
     Timeout,
     /// The peer sent an error notify (its type number and name).

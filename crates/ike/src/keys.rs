@@ -19,6 +19,7 @@
 use core::fmt;
 
 use netveil_crypto::kdf::{ike_prf, ike_prf_plus};
+use netveil_crypto::sig::{KeyKind, Scheme, SigHash};
 use netveil_crypto::AuthError;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
@@ -367,6 +368,142 @@ pub fn verify_psk_auth(
     }
 }
 
+/// The AlgorithmIdentifiers of RFC 7427 appendix A (DER, each preceded in the AUTH data by its length), for the
+/// schemes we sign with in a Digital Signature AUTH (method 14); Ed25519's from RFC 8420 section 2.
+pub fn signature_algorithm_id(scheme: Scheme) -> Option<&'static [u8]> {
+    Some(match scheme {
+        // A.1.2, A.1.3, A.1.4: sha{256,384,512}WithRSAEncryption, NULL parameters.
+        Scheme::RsaPkcs1(SigHash::Sha256) => &[
+            0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0b, 0x05,
+            0x00,
+        ],
+        Scheme::RsaPkcs1(SigHash::Sha384) => &[
+            0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0c, 0x05,
+            0x00,
+        ],
+        Scheme::RsaPkcs1(SigHash::Sha512) => &[
+            0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0d, 0x05,
+            0x00,
+        ],
+        // A.3.1, A.3.2, A.3.3: ecdsa-with-SHA{256,384,512}, no parameters.
+        Scheme::Ecdsa(SigHash::Sha256) => &[
+            0x30, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02,
+        ],
+        Scheme::Ecdsa(SigHash::Sha384) => &[
+            0x30, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x03,
+        ],
+        Scheme::Ecdsa(SigHash::Sha512) => &[
+            0x30, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x04,
+        ],
+        Scheme::Ed25519 => &[0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70],
+        _ => return None,
+    })
+}
+
+/// The AUTH data of a Digital Signature AUTH (RFC 7427 section 3): the AlgorithmIdentifier's length (one
+/// octet), the AlgorithmIdentifier, the signature. `None` for a scheme without an identifier here.
+pub fn digital_signature_auth(scheme: Scheme, signature: &[u8]) -> Option<Vec<u8>> {
+    let alg = signature_algorithm_id(scheme)?;
+    let mut out = Vec::with_capacity(1 + alg.len() + signature.len());
+    out.push(alg.len() as u8);
+    out.extend_from_slice(alg);
+    out.extend_from_slice(signature);
+    Some(out)
+}
+
+/// The scheme and the signature of a received signature AUTH payload (`method`, `data`) for a key of `key`: 1
+/// RSA PKCS#1 v1.5 with SHA-1 (legacy, RFC 7296), 9/10/11 ECDSA `r || s` with the curve's hash (RFC 4754), 14
+/// a Digital Signature (RFC 7427) whose AlgorithmIdentifier names PKCS#1 v1.5 or PSS (MGF1 over the same hash,
+/// salt as long as the hash) with SHA-2, ECDSA with SHA-2, or Ed25519. Err: what is not taken, as text.
+pub fn parse_signature_auth(
+    method: u8,
+    data: &[u8],
+    key: KeyKind,
+) -> Result<(Scheme, &[u8]), String> {
+    use crate::message::payloads::auth_method as m;
+    let scheme = match (method, key) {
+        (m::RSA_SIG, KeyKind::Rsa) => return Ok((Scheme::RsaPkcs1(SigHash::Sha1), data)),
+        (m::ECDSA_SHA256_P256, KeyKind::EcdsaP256) => Scheme::EcdsaFixed(SigHash::Sha256),
+        (m::ECDSA_SHA384_P384, KeyKind::EcdsaP384) => Scheme::EcdsaFixed(SigHash::Sha384),
+        (m::ECDSA_SHA512_P521, KeyKind::EcdsaP521) => Scheme::EcdsaFixed(SigHash::Sha512),
+        (m::DIGITAL_SIGNATURE, _) => {
+            let (&len, rest) = data.split_first().ok_or("empty AUTH data")?;
+            let len = usize::from(len);
+            if rest.len() < len {
+                return Err("AlgorithmIdentifier longer than the AUTH data".into());
+            }
+            let (alg, sig) = rest.split_at(len);
+            return Ok((parse_algorithm_id(alg)?, sig));
+        }
+        (m, k) => return Err(format!("AUTH method {m} with an {k} key")),
+    };
+    Ok((scheme, data))
+}
+
+fn parse_algorithm_id(der: &[u8]) -> Result<Scheme, String> {
+    use x509_parser::oid_registry as o;
+    use x509_parser::prelude::FromDer;
+    use x509_parser::signature_algorithm::SignatureAlgorithm;
+    use x509_parser::x509::AlgorithmIdentifier;
+    let alg = match AlgorithmIdentifier::from_der(der) {
+        Ok(([], a)) => a,
+        _ => return Err("the AlgorithmIdentifier does not parse".into()),
+    };
+    let oid = &alg.algorithm;
+    let hash_of = |h: &x509_parser::der_parser::oid::Oid| {
+        if *h == o::OID_NIST_HASH_SHA256 {
+            Some(SigHash::Sha256)
+        } else if *h == o::OID_NIST_HASH_SHA384 {
+            Some(SigHash::Sha384)
+        } else if *h == o::OID_NIST_HASH_SHA512 {
+            Some(SigHash::Sha512)
+        } else {
+            None
+        }
+    };
+    let simple = [
+        (
+            o::OID_PKCS1_SHA256WITHRSA,
+            Scheme::RsaPkcs1(SigHash::Sha256),
+        ),
+        (
+            o::OID_PKCS1_SHA384WITHRSA,
+            Scheme::RsaPkcs1(SigHash::Sha384),
+        ),
+        (
+            o::OID_PKCS1_SHA512WITHRSA,
+            Scheme::RsaPkcs1(SigHash::Sha512),
+        ),
+        (o::OID_SIG_ECDSA_WITH_SHA256, Scheme::Ecdsa(SigHash::Sha256)),
+        (o::OID_SIG_ECDSA_WITH_SHA384, Scheme::Ecdsa(SigHash::Sha384)),
+        (o::OID_SIG_ECDSA_WITH_SHA512, Scheme::Ecdsa(SigHash::Sha512)),
+        (o::OID_SIG_ED25519, Scheme::Ed25519),
+    ];
+    if let Some((_, s)) = simple.iter().find(|(x, _)| x == oid) {
+        return Ok(*s);
+    }
+    if *oid == o::OID_PKCS1_RSASSAPSS {
+        if let Ok(SignatureAlgorithm::RSASSA_PSS(p)) = SignatureAlgorithm::try_from(&alg) {
+            let h = hash_of(p.hash_algorithm_oid());
+            let mgf = p.mask_gen_algorithm().ok();
+            if let (Some(h), Some(mgf)) = (h, mgf) {
+                if hash_of(&mgf.hash) == Some(h)
+                    && p.salt_length() as usize == h.output_len()
+                    && p.trailer_field() == 1
+                {
+                    return Ok(Scheme::RsaPss(h));
+                }
+            }
+        }
+        return Err(
+            "RSASSA-PSS other than MGF1 with the same SHA-2 hash and a salt of its length".into(),
+        );
+    }
+    Err(format!(
+        "signature algorithm {oid} (SHA-1 and unknown ones are not taken)"
+    ))
+}
+
 /// A CHILD_SA's keys (RFC 7296 section 2.17): per direction an encryption key (for the AEADs: key and 4-byte
 /// salt, as ESP takes them, RFC 4106 / RFC 7634) and an integrity key (empty with an AEAD).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -434,6 +571,89 @@ impl ChildKeys {
 
 #[cfg(test)]
 mod tests {
+    /// RFC 7427 appendix A's AlgorithmIdentifiers (with the length octet in front, as in the AUTH data) and RFC
+    /// 8420's for Ed25519; each parses back to its scheme, and PSS (A.4.3's RSASSA-PSS with SHA-256, built here
+    /// from its parts) is read from its parameters.
+    #[test]
+    fn rfc7427_algorithm_identifiers() {
+        use netveil_crypto::sig::{KeyKind, Scheme, SigHash};
+        let cases = [
+            (
+                Scheme::RsaPkcs1(SigHash::Sha256),
+                "0f300d06092a864886f70d01010b0500",
+                KeyKind::Rsa,
+            ),
+            (
+                Scheme::RsaPkcs1(SigHash::Sha384),
+                "0f300d06092a864886f70d01010c0500",
+                KeyKind::Rsa,
+            ),
+            (
+                Scheme::RsaPkcs1(SigHash::Sha512),
+                "0f300d06092a864886f70d01010d0500",
+                KeyKind::Rsa,
+            ),
+            (
+                Scheme::Ecdsa(SigHash::Sha256),
+                "0c300a06082a8648ce3d040302",
+                KeyKind::EcdsaP256,
+            ),
+            (
+                Scheme::Ecdsa(SigHash::Sha384),
+                "0c300a06082a8648ce3d040303",
+                KeyKind::EcdsaP384,
+            ),
+            (
+                Scheme::Ecdsa(SigHash::Sha512),
+                "0c300a06082a8648ce3d040304",
+                KeyKind::EcdsaP256,
+            ),
+            (Scheme::Ed25519, "07300506032b6570", KeyKind::Ed25519),
+        ];
+        for (scheme, want, kind) in cases {
+            let data = digital_signature_auth(scheme, b"SIG").unwrap();
+            assert_eq!(hex::encode(&data[..data.len() - 3]), want, "{scheme:?}");
+            assert_eq!(
+                parse_signature_auth(14, &data, kind),
+                Ok((scheme, &b"SIG"[..]))
+            );
+        }
+        let pss = [
+            "3041",                                                         // AlgorithmIdentifier
+            "06092a864886f70d01010a",                                       // id-RSASSA-PSS
+            "3034",                                                         // RSASSA-PSS-params
+            "a00f300d06096086480165030402010500",                           // [0] sha256, NULL
+            "a11c301a06092a864886f70d010108300d06096086480165030402010500", // [1] mgf1(sha256)
+            "a203020120",                                                   // [2] salt 32
+        ]
+        .concat();
+        let pss = hex::decode(pss).unwrap();
+        let mut data = vec![pss.len() as u8];
+        data.extend_from_slice(&pss);
+        data.extend_from_slice(b"SIG");
+        assert_eq!(
+            parse_signature_auth(14, &data, KeyKind::Rsa),
+            Ok((Scheme::RsaPss(SigHash::Sha256), &b"SIG"[..]))
+        );
+        // A salt of another length, SHA-1 in method 14, garbage, a length past the data: refused.
+        let mut bad = data.clone();
+        let n = pss.len();
+        bad[n] = 0x10;
+        assert!(parse_signature_auth(14, &bad, KeyKind::Rsa).is_err());
+        let sha1 = hex::decode("0f300d06092a864886f70d0101050500").unwrap();
+        assert!(parse_signature_auth(14, &sha1, KeyKind::Rsa).is_err());
+        assert!(parse_signature_auth(14, &[3, 1, 2, 3], KeyKind::Rsa).is_err());
+        assert!(parse_signature_auth(14, &[200, 0x30], KeyKind::Rsa).is_err());
+        assert!(parse_signature_auth(14, &[], KeyKind::Rsa).is_err());
+        // The classic methods: 1 is RSA SHA-1 (legacy, verification only), 9/10 need their curve.
+        assert_eq!(
+            parse_signature_auth(1, b"S", KeyKind::Rsa),
+            Ok((Scheme::RsaPkcs1(SigHash::Sha1), &b"S"[..]))
+        );
+        assert!(parse_signature_auth(9, b"S", KeyKind::EcdsaP384).is_err());
+        assert!(parse_signature_auth(2, b"S", KeyKind::Rsa).is_err());
+    }
+
     use super::*;
 
     fn cbc_suite() -> IkeSuite {

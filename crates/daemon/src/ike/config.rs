@@ -14,6 +14,9 @@
 //! psk_file = "/etc/netveil/site.psk"    # or psk = "..." (0x... for hex)
 //! local = { id = "192.0.2.1", auth = "psk" }
 //! remote = { id = "198.51.100.1", auth = "psk" }
+//! # or with certificates (PEM or DER; the key file root's and mode 0600/0400, as psk_file):
+//! # local = { id = "C=CH, O=example, CN=gw1", auth = "pubkey", certs = ["gw1.pem"], key = "gw1.key" }
+//! # remote = { id = "gw2.example.org", auth = "pubkey", cacerts = ["ca.pem"] }   # or certs = ["gw2.pem"]
 //!
 //! [[ike.connection.children]]
 //! name = "net"
@@ -248,8 +251,8 @@ fn connection(
             }
         }
     }
-    let local = r.local.map(|v| auth(v, &k("local"), false));
-    let remote = r.remote.map(|v| auth(v, &k("remote"), true));
+    let local = r.local.map(|v| auth(v, &k("local"), false, base));
+    let remote = r.remote.map(|v| auth(v, &k("remote"), true, base));
     let (local, remote) = match (local, remote) {
         (Some(Ok(l)), Some(Ok(r))) => (Some(l), Some(r)),
         (l, r) => {
@@ -257,7 +260,7 @@ fn connection(
                 match x {
                     None => ok(Err(e(
                         k(what),
-                        "is required (id and auth = \"psk\" of this side)",
+                        "is required (id and auth = \"psk\" or \"pubkey\" of this side)",
                     ))),
                     Some(Err(x)) => ok(Err(x)),
                     Some(Ok(_)) => {}
@@ -506,3 +509,7 @@ fn child(
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "config_pubkey_tests.rs"]
+mod pubkey_tests;

@@ -211,7 +211,7 @@ fn connection_errors_name_their_key() {
     one_error(
         "auth = \"psk\" }\nremote",
         "auth = \"pubkey\" }\nremote",
-        &k("local.auth"),
+        &k("local.certs"),
     );
     one_error(
         "auth = \"psk\" }\nremote",
@@ -231,7 +231,7 @@ fn connection_errors_name_their_key() {
     );
     one_error(
         "{ id = \"192.0.2.1\", auth",
-        "{ id = \"CN=x, O=y\", auth",
+        "{ id = \"XX=x, O=y\", auth",
         &k("local.id"),
     );
     one_error(

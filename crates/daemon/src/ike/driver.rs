@@ -435,6 +435,7 @@ pub fn explain(f: &Failure) -> String {
             "the peer refused our authentication as {id} (check the pre-shared key and local.id, and the peer's \
              remote id)"
         ),
+        Failure::Certificate { id, reason } => format!("authentication failed for {id}: {reason}"),
         Failure::Timeout => "the peer did not answer after every retransmission (is it reachable on UDP 500 \
                              and 4500, and does it run?)"
             .into(),

@@ -7,11 +7,12 @@ use netveil_ike::config::Connection;
 /// The state machine of `connections`, its randomness from the operating system.
 pub fn new(connections: Vec<Connection>) -> Result<Box<dyn Machine>, String> {
     let rng = Box::new(netveil_crypto::rand::OsRng);
-    Ok(Box::new(Endpoint(netveil_ike::machine::Endpoint::new(
-        connections,
-        rng,
-        std::time::Instant::now(),
-    ))))
+    let now = std::time::Instant::now();
+    Ok(Box::new(Endpoint(
+        netveil_ike::machine::Endpoint::new(connections, rng, now)
+            // Certificates are checked against the wall clock (read here, at the instant the machine starts).
+            .with_wall_clock(now, std::time::SystemTime::now()),
+    )))
 }
 
 struct Endpoint(netveil_ike::machine::Endpoint);
@@ -51,6 +52,9 @@ impl Machine for Endpoint {
         remote: std::net::SocketAddr,
         bytes: &[u8],
     ) {
+        // Certificates are checked against the wall clock: keep the machine's current (one clock read per
+        // datagram; IKE's rate is low).
+        self.0.set_wall_clock(now, std::time::SystemTime::now());
         self.0.handle_datagram(now, local, remote, bytes)
     }
     fn handle_timeout(&mut self, now: std::time::Instant) {

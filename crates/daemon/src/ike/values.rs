@@ -4,13 +4,16 @@
 use super::config::e;
 use crate::config::{typed, ConfigError};
 use crate::names::is_name;
-use netveil_ike::config::{Action, AuthMethod, AuthRound, Identity, TsSpec};
+use netveil_crypto::sig::PrivateKey;
+use netveil_ike::cert::{parse_dn, Certificate};
+use netveil_ike::config::{Action, AuthMethod, AuthRound, Identity, PubKeyCreds, TsSpec};
 use netveil_ike::keys::Secret as IkeSecret;
 use netveil_ike::proposal::{Encr, Integ, Proposal, ProposalError};
 use netveil_ipsec::suite::{Enc, EspSuite};
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Deserialize)]
@@ -18,6 +21,12 @@ use std::time::Duration;
 struct RawAuth {
     id: Option<String>,
     auth: Option<String>,
+    /// auth = "pubkey": local side: our certificate (first) and intermediates; remote side: pinned certificates.
+    certs: Option<Vec<String>>,
+    /// auth = "pubkey", remote side: the CA certificates the peer's chain must lead to.
+    cacerts: Option<Vec<String>>,
+    /// auth = "pubkey", local side: the private key of certs[0].
+    key: Option<String>,
 }
 
 pub(super) fn name(s: &str, key: &str) -> Result<(), ConfigError> {
@@ -31,39 +40,149 @@ pub(super) fn name(s: &str, key: &str) -> Result<(), ConfigError> {
     }
 }
 
-pub(super) fn auth(v: toml::Value, key: &str, remote: bool) -> Result<AuthRound, ConfigError> {
+/// One side's `local` / `remote` table: `id`, `auth`, and for `auth = "pubkey"` the credentials (files relative to
+/// `base`): `certs` and `key` on the local side, `cacerts` or `certs` (pinned) on the remote side.
+pub(super) fn auth(
+    v: toml::Value,
+    key: &str,
+    remote: bool,
+    base: &Path,
+) -> Result<AuthRound, ConfigError> {
     let r: RawAuth = typed(v, key)?;
+    let k = |what: &str| format!("{key}.{what}");
     let method = match r.auth.as_deref() {
-        Some("psk") => AuthMethod::Psk,
-        Some("pubkey") => {
-            return Err(e(
-                format!("{key}.auth"),
-                "pubkey is not supported yet (only psk)",
-            ))
+        Some("psk") => {
+            for (set, what) in [
+                (r.certs.is_some(), "certs"),
+                (r.cacerts.is_some(), "cacerts"),
+                (r.key.is_some(), "key"),
+            ] {
+                if set {
+                    return Err(e(k(what), "is for auth = \"pubkey\" only"));
+                }
+            }
+            AuthMethod::Psk
         }
-        Some(_) => return Err(e(format!("{key}.auth"), "must be \"psk\"")),
-        None => return Err(e(format!("{key}.auth"), "is required (\"psk\")")),
+        Some("pubkey") => AuthMethod::PubKey(pubkey_creds(&r, key, remote, base)?),
+        Some(_) => return Err(e(k("auth"), "must be \"psk\" or \"pubkey\"")),
+        None => return Err(e(k("auth"), "is required (\"psk\" or \"pubkey\")")),
     };
-    let id = match r.id.as_deref() {
-        None => {
+    let id = match (r.id.as_deref(), &method) {
+        // swanctl: our ID defaults to our certificate's subject.
+        (None, AuthMethod::PubKey(c)) if !remote => Identity::Dn(c.certs[0].subject_der().to_vec()),
+        (None, _) => return Err(e(
+            k("id"),
+            "is required (an IP address, a name, user@name, a DN \"C=CH, O=org, CN=name\" or %any)",
+        )),
+        (Some(s), _) => identity(s, remote).map_err(|why| e(k("id"), why))?,
+    };
+    if let (false, AuthMethod::PubKey(c)) = (remote, &method) {
+        let ours = netveil_ike::machine::glue::id_payload(&id);
+        if !ours.is_some_and(|i| c.certs[0].has_subject(&i)) {
             return Err(e(
-                format!("{key}.id"),
-                "is required (an IP address, a name, user@name or %any)",
-            ))
+                k("id"),
+                format!(
+                    "is not the subject or a subjectAltName of certs[0] ({})",
+                    c.certs[0].subject()
+                ),
+            ));
         }
-        Some(s) => identity(s, remote).map_err(|why| e(format!("{key}.id"), why))?,
-    };
+    }
     Ok(AuthRound { id, method })
 }
 
-/// swanctl's identity syntax (the subset that needs no certificate): `%any`, an IP address, `@fqdn`, a name
-/// with a dot, `user@name`, `@#hex` (a key id). Distinguished names come with certificates.
-pub(super) fn identity(s: &str, remote: bool) -> Result<Identity, &'static str> {
+/// The certificates of the files `paths` (PEM, one or more each, or DER), each error naming its entry.
+fn cert_files(paths: &[String], key: &str, base: &Path) -> Result<Vec<Certificate>, ConfigError> {
+    let mut out = Vec::new();
+    for (i, p) in paths.iter().enumerate() {
+        let path = base.join(p);
+        let shown = path.display();
+        let bytes = std::fs::read(&path)
+            .map_err(|x| e(format!("{key}[{i}]"), format!("cannot read {shown}: {x}")))?;
+        let certs = Certificate::load(&bytes)
+            .map_err(|x| e(format!("{key}[{i}]"), format!("{shown} {x}")))?;
+        out.extend(certs);
+    }
+    Ok(out)
+}
+
+/// The credentials of `auth = "pubkey"` (see [`auth`]).
+fn pubkey_creds(
+    r: &RawAuth,
+    key: &str,
+    remote: bool,
+    base: &Path,
+) -> Result<PubKeyCreds, ConfigError> {
+    let k = |what: &str| format!("{key}.{what}");
+    let certs = cert_files(r.certs.as_deref().unwrap_or_default(), &k("certs"), base)?;
+    if remote {
+        if r.key.is_some() {
+            return Err(e(k("key"), "is for the local side only"));
+        }
+        let cacerts = cert_files(
+            r.cacerts.as_deref().unwrap_or_default(),
+            &k("cacerts"),
+            base,
+        )?;
+        if certs.is_empty() && cacerts.is_empty() {
+            return Err(e(
+                k("cacerts"),
+                "auth = \"pubkey\" needs the CA certificates (cacerts) or the peer's certificate (certs)",
+            ));
+        }
+        return Ok(PubKeyCreds {
+            certs,
+            cacerts,
+            key: None,
+        });
+    }
+    if r.cacerts.is_some() {
+        return Err(e(k("cacerts"), "is for the remote side only"));
+    }
+    if certs.is_empty() {
+        return Err(e(
+            k("certs"),
+            "auth = \"pubkey\" needs our certificate (certs = [\"cert.pem\"], intermediates after it)",
+        ));
+    }
+    let Some(path) = &r.key else {
+        return Err(e(
+            k("key"),
+            "auth = \"pubkey\" needs the private key of certs[0]",
+        ));
+    };
+    let private = read_key_file(&base.join(path)).map_err(|why| e(k("key"), why))?;
+    if private.public_key() != *certs[0].public_key() {
+        return Err(e(
+            k("key"),
+            format!("is not the key of certs[0] ({})", certs[0].subject()),
+        ));
+    }
+    Ok(PubKeyCreds {
+        certs,
+        cacerts: Vec::new(),
+        key: Some(Arc::new(private)),
+    })
+}
+
+/// A private key file: a regular file owned by root, readable by its owner only (as the PSK file), PEM or DER.
+pub(super) fn read_key_file(path: &Path) -> Result<PrivateKey, String> {
+    let shown = path.display();
+    root_only(path)?;
+    let bytes = zeroize::Zeroizing::new(
+        std::fs::read(path).map_err(|x| format!("cannot read {shown}: {x}"))?,
+    );
+    PrivateKey::from_pem_or_der(&bytes).map_err(|x| format!("{shown}: {x}"))
+}
+
+/// swanctl's identity syntax: `%any`, an IP address, `@fqdn`, a name with a dot, `user@name`, `@#hex` (a key
+/// id), a distinguished name `C=CH, O=strongSwan, CN=moon` (DER as [`parse_dn`] encodes it).
+pub(super) fn identity(s: &str, remote: bool) -> Result<Identity, String> {
     if s == "%any" {
         return if remote {
             Ok(Identity::Any)
         } else {
-            Err("%any is for the remote side only")
+            Err("%any is for the remote side only".into())
         };
     }
     if let Ok(a) = s.parse::<IpAddr>() {
@@ -77,18 +196,18 @@ pub(super) fn identity(s: &str, remote: bool) -> Result<Identity, &'static str> 
     if let Some(h) = s.strip_prefix("@#") {
         return match hex::decode(h) {
             Ok(b) if !b.is_empty() => Ok(Identity::KeyId(b)),
-            _ => Err("@# must be followed by hex digits (a key id)"),
+            _ => Err("@# must be followed by hex digits (a key id)".into()),
         };
     }
     if let Some(n) = s.strip_prefix('@') {
         return if printable(n) {
             Ok(Identity::Fqdn(n.into()))
         } else {
-            Err("is not a valid name")
+            Err("is not a valid name".into())
         };
     }
     if s.contains('=') {
-        return Err("distinguished names need certificates, which are not supported yet");
+        return parse_dn(s).map(Identity::Dn);
     }
     if printable(s) && s.contains('@') {
         return Ok(Identity::Email(s.into()));
@@ -96,7 +215,7 @@ pub(super) fn identity(s: &str, remote: bool) -> Result<Identity, &'static str> 
     if printable(s) {
         return Ok(Identity::Fqdn(s.into()));
     }
-    Err("is not an identity (an IP address, a name, user@name, @#hex or %any)")
+    Err("is not an identity (an IP address, a name, user@name, @#hex, a DN or %any)".into())
 }
 
 /// A PSK as written: `0x` followed by hex digits, or the string's bytes (as swanctl's `secret`).
@@ -121,6 +240,16 @@ pub(super) fn decode_psk(s: &str) -> Result<IkeSecret, String> {
 /// The PSK file: a regular file owned by root, readable by its owner only (mode 0400 or 0600); its contents as
 /// [`decode_psk`] reads them, without a final line break.
 pub(super) fn read_psk_file(path: &Path) -> Result<IkeSecret, String> {
+    let shown = path.display();
+    root_only(path)?;
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(path).map_err(|_| format!("cannot read {shown} as text"))?,
+    );
+    decode_psk(text.trim_end_matches(['\n', '\r']))
+}
+
+/// A secret's file: a regular file owned by root, readable and writable by its owner only (mode 0400 or 0600).
+fn root_only(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let shown = path.display();
     let md = std::fs::metadata(path).map_err(|x| format!("cannot read {shown}: {x}"))?;
@@ -136,10 +265,7 @@ pub(super) fn read_psk_file(path: &Path) -> Result<IkeSecret, String> {
     if md.uid() != 0 {
         return Err(format!("{shown} is not owned by root"));
     }
-    let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|_| format!("cannot read {shown} as text"))?,
-    );
-    decode_psk(text.trim_end_matches(['\n', '\r']))
+    Ok(())
 }
 
 /// A duration as swanctl writes them: seconds as an integer, or a string with `s`, `m`, `h` or `d`.

@@ -1,4 +1,4 @@
-//! IKE_AUTH (RFC 7296 1.2, 2.15) with pre-shared keys, and the first CHILD_SA (2.9 narrowing, 2.17 keys).
+//! IKE_AUTH (RFC 7296 1.2, 2.15) with pre-shared keys or certificates (the signatures in [`super::pubkey`]), and the first CHILD_SA (2.9 narrowing, 2.17 keys).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 use super::glue::{self, Range};
 use super::info::Outcome;
 use super::sa::{Child, IkeSa, Opened, Purpose, State};
-use super::Endpoint;
-use crate::config::{AuthMethod, Identity, Mode, TsSpec};
+use super::{pubkey, Endpoint};
+use crate::cert;
+use crate::config::{AuthMethod, Mode, TsSpec};
 use crate::event::{ChildSa, EspSa, Event, Failure};
-use crate::keys::{psk_auth, verify_psk_auth, ChildKeys, ChildSuite, Role};
-use crate::message::payloads::auth_method;
-use crate::message::{payload_type, Auth, Id, Notify, NotifyType, Payload, Ts};
+use crate::keys::{ChildKeys, ChildSuite, Role};
+use crate::message::{payload_type, Id, Notify, NotifyType, Payload, Ts};
 use crate::proposal::{self, Preference, Proposal};
 
 /// A CHILD_SA that an exchange set up, for [`Endpoint::child_up`].
@@ -37,14 +37,6 @@ fn id_body(id: &Id) -> Vec<u8> {
     let n = id.emit(&mut v).unwrap_or(0);
     v.truncate(n);
     v
-}
-
-/// Our identity: the configured one, or our address for `%any`.
-fn local_id(id: &Identity, addr: SocketAddr) -> Id {
-    glue::id_payload(id).unwrap_or_else(|| match addr.ip() {
-        std::net::IpAddr::V4(a) => Id::ipv4(a),
-        std::net::IpAddr::V6(a) => Id::ipv6(a),
-    })
 }
 
 fn notify(t: NotifyType) -> Payload {
@@ -81,21 +73,26 @@ impl Endpoint {
     /// Initiator: IKE_AUTH with IDi, [IDr], AUTH, INITIAL_CONTACT, the child's SA and selectors.
     pub(super) fn send_auth(&mut self, sa: &mut IkeSa, now: Instant) {
         let conn = &self.connections[sa.conn];
-        let (Some(keys), Some(psk), Some(ci)) = (&sa.keys, &conn.psk, sa.first_child) else {
+        let (Some(keys), Some(ci)) = (&sa.keys, sa.first_child) else {
             return;
         };
         let child = &conn.children[ci];
-        let idi = local_id(&conn.local.id, sa.local);
+        let idi = pubkey::local_id(&conn.local, sa.local);
         let signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &id_body(&idi));
-        let auth = psk_auth(keys.suite().prf(), psk.expose(), &signed);
-        let mut inner = vec![Payload::IdI(idi), notify(NotifyType::INITIAL_CONTACT)];
+        let prf = keys.suite().prf();
+        let Some((auth, certs)) = pubkey::local_auth(conn, prf, &signed, &sa.init_received) else {
+            return;
+        };
+        let mut inner = vec![Payload::IdI(idi)];
+        inner.extend(certs);
+        inner.push(notify(NotifyType::INITIAL_CONTACT));
+        if matches!(conn.remote.method, AuthMethod::PubKey(_)) {
+            inner.extend(pubkey::certreq(std::slice::from_ref(conn)));
+        }
         if let Some(idr) = glue::id_payload(&conn.remote.id) {
             inner.push(Payload::IdR(idr));
         }
-        inner.push(Payload::Auth(Auth {
-            method: auth_method::SHARED_KEY_MIC,
-            data: auth,
-        }));
+        inner.push(Payload::Auth(auth));
         if child.mode == Mode::Transport {
             inner.push(notify(NotifyType::USE_TRANSPORT_MODE));
         }
@@ -266,10 +263,9 @@ impl Endpoint {
             });
             addrs
                 && ike_ok
-                && c.psk.is_some()
-                && c.remote.method == AuthMethod::Psk
-                && glue::id_matches(&c.remote.id, idi)
-                && o.idr().is_none_or(|r| glue::id_matches(&c.local.id, r))
+                && (c.psk.is_some() || matches!(c.remote.method, AuthMethod::PubKey(_)))
+                && cert::id_matches(&c.remote.id, idi)
+                && o.idr().is_none_or(|r| cert::id_matches(&c.local.id, r))
         });
         let Some(ci) = found else {
             self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
@@ -281,32 +277,23 @@ impl Endpoint {
             return Outcome::Forget;
         };
         let prf = keys.suite().prf();
-        let psk = self.connections[ci].psk.clone().expect("checked above");
         let signed = keys.signed_octets(Role::Initiator, &sa.init_received, &sa.nr, idi_body);
-        if auth.method != auth_method::SHARED_KEY_MIC
-            || verify_psk_auth(prf, psk.expose(), &signed, &auth.data).is_err()
-        {
+        if let Err(failure) = self.check_peer_auth(ci, idi, auth, o, &signed, prf, now) {
             self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
-            self.fail(
-                ci,
-                Some(sa.id),
-                Failure::AuthenticationFailed {
-                    id: glue::id_string(idi),
-                    by_peer: false,
-                },
-            );
+            self.fail(ci, Some(sa.id), failure);
             return Outcome::Forget;
         }
         let conn = &self.connections[ci];
-        let idr = local_id(&conn.local.id, sa.local);
+        let idr = pubkey::local_id(&conn.local, sa.local);
         let signed_r = keys.signed_octets(Role::Responder, &sa.init_sent, &sa.ni, &id_body(&idr));
-        let mut inner = vec![
-            Payload::IdR(idr),
-            Payload::Auth(Auth {
-                method: auth_method::SHARED_KEY_MIC,
-                data: psk_auth(prf, psk.expose(), &signed_r),
-            }),
-        ];
+        let Some((our_auth, certs)) = pubkey::local_auth(conn, prf, &signed_r, &sa.init_received)
+        else {
+            self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
+            return Outcome::Forget;
+        };
+        let mut inner = vec![Payload::IdR(idr)];
+        inner.extend(certs);
+        inner.push(Payload::Auth(our_auth));
         self.half_open -= 1;
         self.ike_up(sa, now);
         if has_notify(o, NotifyType::INITIAL_CONTACT) {
@@ -423,8 +410,8 @@ impl Endpoint {
             };
             return Outcome::Destroy(Some(failure));
         }
-        let (Some(auth), Some(idr), Some(idr_body), Some(keys), Some(psk)) =
-            (auth, o.idr(), o.idr_body.as_ref(), &sa.keys, &conn.psk)
+        let (Some(auth), Some(idr), Some(idr_body), Some(keys)) =
+            (auth, o.idr(), o.idr_body.as_ref(), &sa.keys)
         else {
             return Outcome::Ignore;
         };
@@ -432,15 +419,15 @@ impl Endpoint {
             return Outcome::Ignore;
         }
         let signed = keys.signed_octets(Role::Responder, &sa.init_received, &sa.ni, idr_body);
-        let id_ok = glue::id_matches(&conn.remote.id, idr);
-        if !id_ok
-            || auth.method != auth_method::SHARED_KEY_MIC
-            || verify_psk_auth(keys.suite().prf(), psk.expose(), &signed, &auth.data).is_err()
-        {
+        if !cert::id_matches(&conn.remote.id, idr) {
             return Outcome::Destroy(Some(Failure::AuthenticationFailed {
                 id: glue::id_string(idr),
                 by_peer: false,
             }));
+        }
+        let prf = keys.suite().prf();
+        if let Err(failure) = self.check_peer_auth(sa.conn, idr, auth, o, &signed, prf, now) {
+            return Outcome::Destroy(Some(failure));
         }
         sa.pending = None;
         sa.my_mid += 1;

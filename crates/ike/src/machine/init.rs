@@ -51,6 +51,7 @@ fn sig_hash_notify() -> Notify {
         hash_algorithm::SHA2_256,
         hash_algorithm::SHA2_384,
         hash_algorithm::SHA2_512,
+        hash_algorithm::IDENTITY,
     ];
     Notify::new(
         NotifyType::SIGNATURE_HASH_ALGORITHMS,
@@ -387,6 +388,7 @@ impl Endpoint {
             )));
         }
         payloads.push(Payload::Notify(sig_hash_notify()));
+        payloads.extend(super::pubkey::certreq(&self.connections));
         let out = sa.clear_message(ExchangeType::IKE_SA_INIT, true, 0, payloads);
         sa.init_sent = out.clone();
         self.by_spi.insert(spi_r, id);

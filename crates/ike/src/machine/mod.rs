@@ -5,14 +5,14 @@
 //! given to [`Endpoint::new`].
 //!
 //! What it does: IKE_SA_INIT (both roles, INVALID_KE_PAYLOAD retry, COOKIE under load, NAT detection and the move
-//! to port 4500), IKE_AUTH with pre-shared keys and the first CHILD_SA (traffic selector narrowing, ESP proposal
+//! to port 4500), IKE_AUTH with pre-shared keys or certificates (RSA, ECDSA, Ed25519; RFC 7427) and the first CHILD_SA (traffic selector narrowing, ESP proposal
 //! selection, transport mode), reliability (window size 1, retransmission with back-off, the responder's cached
 //! response), INFORMATIONAL (DELETE of the IKE SA or of a CHILD_SA, liveness checks, DPD), CREATE_CHILD_SA for
 //! CHILD_SAs (new ones and rekeys, with PFS, by API and by lifetime; the old one deleted after a rekey), and
 //! rekeying the IKE SA (the children move to the new SA), IKE fragmentation (RFC 7383: encrypted messages above
 //! [`Limits::fragment_len`] sent in fragments, fragments reassembled, when both ends announced it), and rekey
 //! collisions (both ends rekey the same SA: the exchange with the higher initiator nonce goes on, the other is
-//! refused with TEMPORARY_FAILURE and retried later if still needed). Not yet: certificates and EAP.
+//! refused with TEMPORARY_FAILURE and retried later if still needed). Not yet: EAP.
 //!
 //! Where state lives: each IKE SA is an entry of `sas` (by [`IkeSaId`], never reused), found from a datagram by
 //! our own SPI (`by_spi`: SPIi when we initiated, SPIr when we responded; random, never 0, unique on this
@@ -27,17 +27,18 @@ mod cookie;
 pub mod glue;
 mod info;
 mod init;
+mod pubkey;
 mod rekey;
 mod sa;
 mod status;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use netveil_crypto::rand::Rng;
 
-use crate::config::Connection;
+use crate::config::{AuthMethod, Connection};
 use crate::event::{Event, Failure, IkeSaId, Transmit};
 use crate::keys::Role;
 use crate::message::{header, ExchangeType, Header};
@@ -90,6 +91,10 @@ pub struct Counters {
     pub unexpected: u64,
     /// COOKIE notifies sent.
     pub cookies_sent: u64,
+    /// CERT payloads that did not parse (or not X.509), and malformed CERTREQ payloads: dropped.
+    pub certs_dropped: u64,
+    /// Peers authenticated with AUTH method 1 (RSA with SHA-1, RFC 7296's legacy method; RFC 7427 is preferred).
+    pub legacy_auth: u64,
 }
 
 /// Why an API call was refused.
@@ -103,7 +108,7 @@ pub enum EndpointError {
     NoChild(String),
     #[error("connection '{0}' has no remote address to initiate to")]
     NoRemoteAddress(String),
-    #[error("connection '{0}' has no pre-shared key (only PSK authentication is implemented)")]
+    #[error("connection '{0}' uses auth = psk but has no pre-shared key")]
     NoPsk(String),
     #[error("no IKE SA {0:?}")]
     UnknownIkeSa(IkeSaId),
@@ -140,6 +145,8 @@ pub struct Endpoint {
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     counters: Counters,
+    /// An instant and the wall-clock time then, for certificate validity ([`Endpoint::with_wall_clock`]).
+    wall: Option<(Instant, SystemTime)>,
 }
 
 impl Endpoint {
@@ -170,7 +177,21 @@ impl Endpoint {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
+            wall: None,
         }
+    }
+
+    /// The wall-clock time `wall` at `at`: certificates are checked against it (the machine reads no clock).
+    /// Without it, certificate authentication fails ("no wall-clock time").
+    pub fn with_wall_clock(mut self, at: Instant, wall: SystemTime) -> Endpoint {
+        self.wall = Some((at, wall));
+        self
+    }
+
+    /// [`Endpoint::with_wall_clock`] on a running endpoint (the driver keeps it current: the monotonic clock
+    /// drifts from the wall clock across suspends and time adjustments).
+    pub fn set_wall_clock(&mut self, at: Instant, wall: SystemTime) {
+        self.wall = Some((at, wall));
     }
 
     /// The endpoint with other caps and timers.
@@ -229,7 +250,8 @@ impl Endpoint {
             .remote_addrs
             .first()
             .ok_or_else(|| EndpointError::NoRemoteAddress(connection.to_string()))?;
-        if conn.psk.is_none() {
+        let psk_used = [&conn.local.method, &conn.remote.method].contains(&&AuthMethod::Psk);
+        if psk_used && conn.psk.is_none() {
             return Err(EndpointError::NoPsk(connection.to_string()));
         }
         if self.sas.len() >= self.limits.ike_sa_max {
@@ -521,3 +543,6 @@ mod tests;
 
 #[cfg(test)]
 mod tests_strongswan;
+
+#[cfg(test)]
+mod tests_certs;

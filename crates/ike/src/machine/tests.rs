@@ -16,7 +16,7 @@ use crate::proposal::{Proposal, Protocol};
 const A: &str = "10.0.0.1:500";
 const B: &str = "10.0.0.2:500";
 
-fn conn(name: &str, local: &str, remote: &str) -> Connection {
+pub(super) fn conn(name: &str, local: &str, remote: &str) -> Connection {
     let ip = |s: &str| s.parse::<SocketAddr>().unwrap().ip();
     let ts = |s: &str| TsSpec {
         addr: s.parse().unwrap(),

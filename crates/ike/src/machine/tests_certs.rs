@@ -1,0 +1,162 @@
+//! IKE_AUTH with certificates as the responder receives it, with CERT payloads a peer chose (inside the crate:
+//! the message is sealed with the initiator's keys): garbage CERT payloads before the real one are dropped and
+//! counted and the exchange completes; garbage alone fails as "no certificate".
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use netveil_crypto::rand::{Rng, SeededRng}; // check-rng: allow (a #[cfg(test)] module file)
+use netveil_crypto::sig::{PrivateKey, Scheme, SigHash};
+
+use super::sa::State;
+use super::{glue, Endpoint};
+use crate::cert::{CertFailure, Certificate};
+use crate::config::*;
+use crate::event::{Event, Failure};
+use crate::keys::{digital_signature_auth, Role};
+use crate::message::payloads::{auth_method, cert_encoding};
+use crate::message::{Auth, Cert, ExchangeType, Id, Message, NotifyType, Payload};
+
+const A: &str = "10.0.0.1:500";
+const B: &str = "10.0.0.2:500";
+
+fn seeded(seed: u64) -> Box<dyn Rng + Send> {
+    Box::new(SeededRng::new(seed)) // check-rng: allow (a #[cfg(test)] module file)
+}
+
+fn td(name: &str) -> Vec<u8> {
+    std::fs::read(format!(
+        "{}/testdata/certs/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+fn cert(name: &str) -> Certificate {
+    Certificate::from_der(&td(&format!("{name}.der"))).unwrap()
+}
+
+fn fqdn(n: &str) -> Identity {
+    Identity::Fqdn(format!("{n}.netveil.test"))
+}
+
+/// `name`'s connection: our certificate `me`, the peer `peer`, both from testdata's CA.
+fn conn(name: &str, local: &str, remote: &str, me: &str, peer: &str) -> Connection {
+    let mut c = super::tests::conn(name, local, remote);
+    c.psk = None;
+    c.local = AuthRound {
+        id: fqdn(me),
+        method: AuthMethod::PubKey(PubKeyCreds {
+            certs: vec![cert(me)],
+            cacerts: vec![],
+            key: Some(Arc::new(
+                PrivateKey::from_pem_or_der(&td(&format!("{me}.key"))).unwrap(),
+            )),
+        }),
+    };
+    c.remote = AuthRound {
+        id: fqdn(peer),
+        method: AuthMethod::PubKey(PubKeyCreds {
+            certs: vec![],
+            cacerts: vec![cert("ca")],
+            key: None,
+        }),
+    };
+    c
+}
+
+/// A (moon) has sent IKE_SA_INIT and B (sun) answered; A's own IKE_AUTH is discarded. Then A's IKE_AUTH with
+/// `certs` as its CERT payloads, signed with moon's key, goes to B; B's answer (opened by A) comes back.
+fn auth_with_certs(certs: Vec<Vec<u8>>) -> (Endpoint, Vec<Payload>) {
+    let now = Instant::now();
+    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_811_808_000);
+    let mut a = Endpoint::new(vec![conn("a", A, B, "moon", "sun")], seeded(1), now)
+        .with_wall_clock(now, wall);
+    let mut b = Endpoint::new(vec![conn("b", B, A, "sun", "moon")], seeded(2), now)
+        .with_wall_clock(now, wall);
+    let (pa, pb): (SocketAddr, SocketAddr) = (A.parse().unwrap(), B.parse().unwrap());
+    a.initiate("a", None, now).unwrap();
+    let t = a.poll_transmit().unwrap();
+    b.handle_datagram(now, pb, pa, &t.bytes);
+    let t = b.poll_transmit().unwrap();
+    a.handle_datagram(now, pa, pb, &t.bytes);
+    assert!(a.poll_transmit().is_some(), "A's own IKE_AUTH");
+    let sa = a.sas.values_mut().next().unwrap();
+    let idi = Id::fqdn("moon.netveil.test");
+    let mut body = vec![0u8; idi.buffer_len()];
+    idi.emit(&mut body).unwrap();
+    let keys = sa.keys.as_ref().unwrap();
+    let signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &body);
+    let key = PrivateKey::from_pem_or_der(&td("moon.key")).unwrap();
+    let scheme = Scheme::Ecdsa(SigHash::Sha256);
+    let sig = key.sign(scheme, &signed).unwrap();
+    let child = &a.connections[0].children[0];
+    let esp: Vec<_> = child.esp_proposals.iter().map(glue::without_ke).collect();
+    let mut inner = vec![Payload::IdI(idi)];
+    inner.extend(certs.into_iter().map(|data| {
+        Payload::Cert(Cert {
+            encoding: cert_encoding::X509_SIGNATURE,
+            data,
+        })
+    }));
+    inner.extend([
+        Payload::Auth(Auth {
+            method: auth_method::DIGITAL_SIGNATURE,
+            data: digital_signature_auth(scheme, &sig).unwrap(),
+        }),
+        Payload::Sa(glue::sa_payload(&esp, &0x1234_5678u32.to_be_bytes())),
+        Payload::TsI(glue::ts_payload(&child.local_ts)),
+        Payload::TsR(glue::ts_payload(&child.remote_ts)),
+    ]);
+    let bytes = sa
+        .sealed_message(&mut *a.rng, ExchangeType::IKE_AUTH, false, 1, &inner)
+        .remove(0);
+    b.handle_datagram(now, pb, pa, &bytes);
+    let out = b.poll_transmit().expect("B answers");
+    let opened = sa
+        .open(&Message::parse(&out.bytes).unwrap().to_vec().unwrap())
+        .unwrap();
+    (b, opened.payloads)
+}
+
+#[test]
+fn garbage_cert_payloads_before_the_real_one_are_dropped_and_counted() {
+    let (b, answer) = auth_with_certs(vec![
+        b"\x30\x03garbage".to_vec(),
+        vec![0x30, 0x82, 0xff, 0xff],
+        td("moon.der"),
+    ]);
+    assert_eq!(b.counters().certs_dropped, 2);
+    assert_eq!(b.sas.values().next().unwrap().state, State::Established);
+    assert!(
+        answer.iter().any(|p| matches!(p, Payload::Auth(_))),
+        "{answer:?}"
+    );
+    assert!(answer
+        .iter()
+        .any(|p| matches!(p, Payload::Cert(c) if c.data == td("sun.der"))));
+}
+
+#[test]
+fn garbage_cert_payloads_alone_are_no_certificate() {
+    let (mut b, answer) = auth_with_certs(vec![b"garbage".to_vec()]);
+    assert_eq!(b.counters().certs_dropped, 1);
+    assert!(
+        matches!(&answer[..], [Payload::Notify(n)] if n.notify_type == NotifyType::AUTHENTICATION_FAILED)
+    );
+    let failed: Vec<Failure> = std::iter::from_fn(|| b.poll_event())
+        .filter_map(|e| match e {
+            Event::Failed { failure, .. } => Some(failure),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        failed,
+        vec![Failure::Certificate {
+            id: "moon.netveil.test".into(),
+            reason: CertFailure::NoCertificate
+        }]
+    );
+    assert_eq!(b.ike_sa_count(), 0);
+}
