@@ -120,8 +120,7 @@ pub fn encapsulate(public: &[u8]) -> Result<(Vec<u8>, Zeroizing<Vec<u8>>), KeyEr
     let (ct, s) = ek
         .encapsulate()
         .map_err(|_| unusable("invalid ML-KEM-768 encapsulation key"))?;
-    if ct.as_ref().len() != ML_KEM_768_CIPHERTEXT_LEN || s.as_ref().len() != ML_KEM_768_SHARED_LEN
-    {
+    if ct.as_ref().len() != ML_KEM_768_CIPHERTEXT_LEN || s.as_ref().len() != ML_KEM_768_SHARED_LEN {
         return Err(unusable("ML-KEM-768 encapsulation failed"));
     }
     Ok((ct.as_ref().to_vec(), Zeroizing::new(s.as_ref().to_vec())))

@@ -86,7 +86,8 @@ impl Endpoint {
         };
         let child = &conn.children[ci];
         let idi = local_id(&conn.local.id, sa.local);
-        let signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &id_body(&idi));
+        let mut signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &id_body(&idi));
+        signed.extend(sa.int_auth(sa.my_mid));
         let auth = psk_auth(keys.suite().prf(), psk.expose(), &signed);
         let mut inner = vec![Payload::IdI(idi), notify(NotifyType::INITIAL_CONTACT)];
         if let Some(idr) = glue::id_payload(&conn.remote.id) {
@@ -282,7 +283,8 @@ impl Endpoint {
         };
         let prf = keys.suite().prf();
         let psk = self.connections[ci].psk.clone().expect("checked above");
-        let signed = keys.signed_octets(Role::Initiator, &sa.init_received, &sa.nr, idi_body);
+        let mut signed = keys.signed_octets(Role::Initiator, &sa.init_received, &sa.nr, idi_body);
+        signed.extend(sa.int_auth(mid));
         if auth.method != auth_method::SHARED_KEY_MIC
             || verify_psk_auth(prf, psk.expose(), &signed, &auth.data).is_err()
         {
@@ -299,7 +301,9 @@ impl Endpoint {
         }
         let conn = &self.connections[ci];
         let idr = local_id(&conn.local.id, sa.local);
-        let signed_r = keys.signed_octets(Role::Responder, &sa.init_sent, &sa.ni, &id_body(&idr));
+        let mut signed_r =
+            keys.signed_octets(Role::Responder, &sa.init_sent, &sa.ni, &id_body(&idr));
+        signed_r.extend(sa.int_auth(mid));
         let mut inner = vec![
             Payload::IdR(idr),
             Payload::Auth(Auth {
@@ -431,7 +435,8 @@ impl Endpoint {
         if o.count(payload_type::AUTH) != 1 || o.count(payload_type::IDR) != 1 {
             return Outcome::Ignore;
         }
-        let signed = keys.signed_octets(Role::Responder, &sa.init_received, &sa.ni, idr_body);
+        let mut signed = keys.signed_octets(Role::Responder, &sa.init_received, &sa.ni, idr_body);
+        signed.extend(sa.int_auth(o.header.message_id));
         let id_ok = glue::id_matches(&conn.remote.id, idr);
         if !id_ok
             || auth.method != auth_method::SHARED_KEY_MIC

@@ -27,6 +27,7 @@ mod cookie;
 pub mod glue;
 mod info;
 mod init;
+mod intermediate;
 mod rekey;
 mod sa;
 mod status;
@@ -521,3 +522,6 @@ mod tests;
 
 #[cfg(test)]
 mod tests_strongswan;
+
+#[cfg(test)]
+mod tests_intermediate;
