@@ -71,6 +71,21 @@ pub fn usable(ours: &[Proposal], peer_supports: bool) -> Vec<Proposal> {
         .collect()
 }
 
+/// Our proposals for rekeying an IKE SA: without additional key exchanges (RFC 9370 2.2.4's IKE_FOLLOWUP_KE is
+/// not implemented). The new SA's keys still descend from the hybrid SA's: `SKEYSEED = prf(SK_d (old), ...)`.
+pub fn classic(ours: &[Proposal]) -> Vec<Proposal> {
+    let mut out: Vec<Proposal> = Vec::new();
+    for p in ours {
+        let mut ts = p.transforms();
+        ts.retain(|t| !matches!(t.ty, crate::proposal::TransformType::AddKe(_)));
+        let c = Proposal::from_transforms(p.protocol(), &ts).unwrap_or_else(|_| p.clone());
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The INTERMEDIATE_EXCHANGE_SUPPORTED notify.
 pub fn supported_notify() -> Payload {
     Payload::Notify(Notify::new(
