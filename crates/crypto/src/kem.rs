@@ -191,6 +191,35 @@ mod tests {
         assert_eq!(*b.decapsulate(&ct).unwrap(), *s);
     }
 
+    /// `key = hex` lines of testdata/mlkem768_kat.txt.
+    fn kat(key: &str) -> Vec<u8> {
+        let text = include_str!("../testdata/mlkem768_kat.txt");
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(" = ")))
+            .unwrap();
+        hex::decode(line).unwrap()
+    }
+
+    #[test]
+    fn decapsulation_known_answer_of_mlkem_native() {
+        let (pk, sk, ct, ss) = (kat("pk"), kat("sk"), kat("ct"), kat("ss"));
+        let k = MlKem768::from_decapsulation_key(&sk).unwrap();
+        assert_eq!(
+            k.public(),
+            &pk[..],
+            "the encapsulation key inside the expanded decapsulation key"
+        );
+        assert_eq!(*k.decapsulate(&ct).unwrap(), ss);
+        // One bit off in the ciphertext: implicit rejection, another secret.
+        let mut bad = ct.clone();
+        bad[100] ^= 0x80;
+        assert_ne!(*k.decapsulate(&bad).unwrap(), ss);
+        // The published encapsulation key is one aws-lc accepts, and its encapsulations decapsulate.
+        let (c2, s2) = encapsulate(&pk).unwrap();
+        assert_eq!(*k.decapsulate(&c2).unwrap(), *s2);
+    }
+
     #[test]
     fn debug_prints_no_key_bytes() {
         let a = MlKem768::generate().unwrap();
