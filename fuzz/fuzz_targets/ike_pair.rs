@@ -1,6 +1,7 @@
 #![no_main]
 
-//! Two IKE endpoints that share a PSK (and fragment what is above 256 bytes), driven by the fuzzer's schedule: deliver, drop, duplicate, reorder or
+//! Two IKE endpoints that share a PSK (and fragment what is above 256 bytes; a hybrid ML-KEM proposal first, so
+//! that IKE_INTERMEDIATE with its 1184-byte key runs, RFC 9370), driven by the fuzzer's schedule: deliver, drop, duplicate, reorder or
 //! mutate the next datagram, advance the clock, and call the API (initiate, rekey a CHILD_SA or the IKE SA,
 //! create or delete a CHILD_SA, terminate). Invariants, per endpoint: no panic; the events are consistent
 //! (ChildSaDown only for a CHILD_SA that is up, by its inbound SPI, never twice; IkeSaDown only for an SA that
@@ -46,7 +47,11 @@ fn conn(name: &str, local: &str, remote: &str, lts: &str, rts: &str) -> Connecti
         local_addrs: vec![local.parse().unwrap()],
         remote_addrs: vec![remote.parse().unwrap()],
         remote_port: 500,
-        proposals: ["aes128gcm16-prfsha256-x25519", "aes128-sha256-x25519"]
+        proposals: [
+            "aes128gcm16-prfsha256-x25519-ke1_mlkem768",
+            "aes128gcm16-prfsha256-x25519",
+            "aes128-sha256-x25519",
+        ]
             .iter()
             .map(|p| Proposal::parse(Protocol::Ike, p).unwrap())
             .collect(),

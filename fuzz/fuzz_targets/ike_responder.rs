@@ -1,7 +1,8 @@
 #![no_main]
 
 //! The IKEv2 state machine as a responder, fed arbitrary datagrams, mutations of a valid IKE_SA_INIT, and a whole
-//! exchange with a real initiator (which holds the wrong pre-shared key) whose datagrams are mutated. Invariants:
+//! exchange with a real initiator (which holds the wrong pre-shared key; both list a hybrid ML-KEM proposal first,
+//! so the exchange goes through IKE_INTERMEDIATE) whose datagrams are mutated. Invariants:
 //! no panic; the half-open SAs never exceed their cap, nor the IKE SAs theirs; nothing ever comes up (IkeSaUp or
 //! ChildSaUp: nobody here holds the responder's PSK); everything the responder sends parses as an IKE message; and
 //! after handle_timeout(now) the next timeout is later than now.
@@ -49,7 +50,11 @@ fn conn(name: &str, local: &str, remote: &str, psk: &[u8]) -> Connection {
             vec![remote.parse().unwrap()]
         },
         remote_port: 500,
-        proposals: ["aes256gcm16-prfsha256-x25519", "aes128-sha256-modp2048"]
+        proposals: [
+            "aes256gcm16-prfsha256-x25519-ke1_mlkem768",
+            "aes256gcm16-prfsha256-x25519",
+            "aes128-sha256-modp2048",
+        ]
             .iter()
             .map(|p| Proposal::parse(Protocol::Ike, p).unwrap())
             .collect(),

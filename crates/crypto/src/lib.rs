@@ -15,6 +15,7 @@ pub mod aead;
 pub mod cbc;
 pub mod dh;
 pub mod kdf;
+pub mod kem;
 pub mod mac;
 pub mod rand;
 pub mod sig;

@@ -307,6 +307,26 @@ impl IkeKeys {
         &self.sk_pr
     }
 
+    /// One link of the IKE_INTERMEDIATE authentication chain (RFC 9242 section 3.3.2), for a message `sender`
+    /// sent: `IntAuth_[i|r](n) = prf(SK_p[i|r](n), IntAuth_[i|r](n-1) | IntAuth_[i|r](n)_A | IntAuth_[i|r](n)_P)`
+    /// with these keys (the ones that protected the message), `previous` the sender's link before (empty for the
+    /// first), `a` the message's header and its Encrypted payload's header with lengths as if the Encrypted payload
+    /// held only the plaintext, `p` the plaintext inner payloads (no IV, padding or ICV).
+    pub fn int_auth(&self, sender: Role, previous: &[u8], a: &[u8], p: &[u8]) -> Vec<u8> {
+        let sk_p = match sender {
+            Role::Initiator => &self.sk_pi,
+            Role::Responder => &self.sk_pr,
+        };
+        let mut out = vec![0u8; self.suite.prf.output_len()];
+        ike_prf(
+            self.suite.prf.ike_prf(),
+            sk_p.expose(),
+            &[previous, a, p],
+            &mut out,
+        );
+        out
+    }
+
     /// The octets `signer` signs or MACs for its AUTH payload (RFC 7296 section 2.15): for the initiator
     /// `RealMessage1 | NonceRData | prf(SK_pi, RestOfInitIDPayload)`, for the responder `RealMessage2 |
     /// NonceIData | prf(SK_pr, RestOfRespIDPayload)`. `message` is the signer's IKE_SA_INIT message as sent (the

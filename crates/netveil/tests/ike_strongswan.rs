@@ -823,3 +823,95 @@ fn rekeys_from_both_sides_during_a_transfer() {
         .unwrap_or_else(|e| panic!("ping after the rekeys: {e}{}", s.logs()));
     assert!(out.contains("2 received"), "{out}");
 }
+
+/// Hybrid post-quantum fallback: netveil lists strongSwan 6's hybrid proposal (X25519 + ML-KEM-768 as ADDKE1,
+/// RFC 9370) before the classic one; charon 5.9.8, which predates RFC 9370, chooses the classic one when netveil
+/// initiates, and netveil chooses it from charon's classic offer when charon initiates. Pings pass each way.
+#[test]
+fn hybrid_offer_falls_back_to_classic_with_charon_5() {
+    let Some(_g) = prerequisites("hybrid_fallback") else {
+        return;
+    };
+    const HYBRID: &str = "aes256gcm16-prfsha384-x25519-ke1_mlkem768";
+    const CLASSIC: &str = "aes256gcm16-prfsha384-x25519";
+    let mut s = Site::new(&CharonOptions::default());
+    s.load(&[Site::swan_conn("site", CLASSIC, "net", "aes256gcm16", PSK)]);
+    let mut cap = s
+        .lab
+        .capture(
+            &s.ns[NV],
+            "veth-nv",
+            "hybrid-ike.pcap",
+            4096,
+            &["udp", "port", "500"],
+        )
+        .unwrap();
+    // Two proposals in the config's list (the helper writes one string: the quotes close and reopen it).
+    let both = format!("{HYBRID}\", \"{CLASSIC}");
+    s.up(
+        &[NvConn::new("site", &both, "net", "aes256gcm16", true)],
+        &["--fresh-keys"],
+    );
+    let (ike, _) = s.wait_up("net");
+    assert_eq!(ike.algorithms.dh_group.as_deref(), Some("CURVE_25519"));
+    let l = nv_line(&s, "of connection site established");
+    assert!(l.contains(&format!("({CLASSIC})")), "{l}");
+    s.ping(NV, 3).unwrap_or_else(|e| panic!("{e}{}", s.logs()));
+    // tshark: charon's IKE_SA_INIT response chose proposal 2 (the classic one), not proposal 1 without its
+    // unknown transform.
+    let pcap = cap.stop().unwrap();
+    let out = std::process::Command::new("tshark")
+        .arg("-n")
+        .arg("-r")
+        .arg(&pcap)
+        .args([
+            "-Y",
+            &format!(
+                "isakmp.exchangetype == 34 && ip.src == {}",
+                SwanPair::outer(SW)
+            ),
+        ])
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "isakmp.prop.number",
+            "-e",
+            "isakmp.tf.type",
+        ])
+        .output()
+        .unwrap();
+    let fields = String::from_utf8_lossy(&out.stdout).to_string();
+    println!(
+        "observation: charon's IKE_SA_INIT response (proposal number, transform types): {fields}"
+    );
+    assert!(
+        fields.starts_with("2\t"),
+        "charon chose proposal {fields:?}"
+    );
+    assert!(
+        !fields.contains(",6"),
+        "no ADDKE transform in charon's choice: {fields:?}"
+    );
+    // What charon made of the proposal with transform type 6: it names it and skips it, no error.
+    let clog = s.charon.log();
+    for line in clog.lines().filter(|l| l.contains("received proposals")) {
+        println!("observation: charon 5.9.8 {}", line.trim());
+    }
+    assert!(!clog.contains("NO_PROPOSAL_CHOSEN"), "{}", s.logs());
+    s.daemon.as_mut().unwrap().stop();
+    wait_for(&s, "charon kept its SAs after netveil stopped", || {
+        s.charon.list_sas().unwrap().is_empty()
+    });
+    // charon initiates its classic proposal to a netveil that lists both.
+    let mut c = NvConn::new("site", &both, "net", "aes256gcm16", false);
+    c.remote_addr = false;
+    s.up(&[c], &["--fresh-keys"]);
+    s.charon
+        .initiate("net", T)
+        .unwrap_or_else(|e| panic!("charon initiate: {e}{}", s.logs()));
+    let l = nv_line(&s, "of connection site established");
+    assert!(l.contains(&format!("({CLASSIC})")), "{l}");
+    s.wait_up("net");
+    s.ping(SW, 3).unwrap_or_else(|e| panic!("{e}{}", s.logs()));
+}

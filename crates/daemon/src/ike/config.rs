@@ -242,7 +242,10 @@ fn connection(
         Some(p) => {
             for (i, s) in p.iter().enumerate() {
                 match Proposal::parse(Protocol::Ike, s) {
-                    Ok(p) => proposals.push(p),
+                    Ok(p) => match ke_supported(&p) {
+                        Ok(()) => proposals.push(p),
+                        Err(why) => ok(Err(e(format!("{}[{i}]", k("proposals")), why))),
+                    },
                     Err(x) => ok(Err(e(
                         format!("{}[{i}]", k("proposals")),
                         proposal_error(s, &x),
@@ -420,7 +423,7 @@ fn child(
             for (i, s) in p.iter().enumerate() {
                 let pk = format!("{}[{i}]", k("esp_proposals"));
                 match Proposal::parse(Protocol::Esp, s) {
-                    Ok(p) => match engine_supports(&p) {
+                    Ok(p) => match engine_supports(&p).and_then(|()| ke_supported(&p)) {
                         Ok(()) => esp_proposals.push(p),
                         Err(why) => ok(Err(e(pk, why))),
                     },

@@ -525,3 +525,44 @@ fn durations_and_identities() {
     );
     assert!(identity("a b", false).is_err());
 }
+
+#[test]
+fn hybrid_proposals_and_the_key_exchanges_netveil_cannot_do() {
+    let k = |s: &str| format!("ike.connection[0].{s}");
+    let kc = |s: &str| format!("ike.connection[0].children[0].{s}");
+    // strongSwan 6's syntax for a hybrid IKE SA, with the classic proposal after it for older peers.
+    let t = base().replacen(
+        "proposals = [\"aes256gcm16-prfsha384-ecp384\", \"aes128-sha256-modp2048\"]",
+        "proposals = [\"aes256gcm16-prfsha384-x25519-ke1_mlkem768\", \"aes256gcm16-prfsha384-x25519\"]",
+        1,
+    );
+    let c = parse_text(&t).expect("hybrid accepted");
+    let p = &c.connections[0].proposals;
+    assert_eq!(
+        p[0].to_string(),
+        "aes256gcm16-prfsha384-x25519-ke1_mlkem768"
+    );
+    assert_eq!(p[1].to_string(), "aes256gcm16-prfsha384-x25519");
+    let ike = "proposals = [\"aes256gcm16-prfsha384-ecp384\", \"aes128-sha256-modp2048\"]";
+    let r = one_error(
+        ike,
+        "proposals = [\"aes256gcm16-prfsha384-mlkem768\"]",
+        &k("proposals[0]"),
+    );
+    assert!(
+        r.contains("only supported as an additional key exchange"),
+        "{r}"
+    );
+    let r = one_error(
+        ike,
+        "proposals = [\"aes256gcm16-prfsha384-x25519\", \"aes256gcm16-prfsha384-x25519-ke1_ecp384\"]",
+        &k("proposals[1]"),
+    );
+    assert!(r.contains("only mlkem768"), "{r}");
+    let r = one_error(
+        "esp_proposals = [\"aes256gcm16-ecp384\", \"aes128-sha256\"]",
+        "esp_proposals = [\"aes256gcm16-x25519-ke1_mlkem768\"]",
+        &kc("esp_proposals[0]"),
+    );
+    assert!(r.contains("IKE SA only"), "{r}");
+}

@@ -49,6 +49,10 @@ pub trait Machine: Send {
     fn poll_transmit(&mut self) -> Option<Transmit>;
     fn poll_event(&mut self) -> Option<Event>;
     fn poll_timeout(&self) -> Option<Instant>;
+    /// The chosen IKE proposal of an SA, in strongSwan's syntax (for the log).
+    fn ike_proposal(&self, _ike_sa: IkeSaId) -> Option<String> {
+        None
+    }
 }
 
 /// What the loop counts (tests, and `status` later).
@@ -324,7 +328,11 @@ impl Driver {
                     self.ike_sas.push(ike_sa);
                 }
                 self.installer.ike_sas.insert(ike_sa, connection.clone());
-                tracing::info!("ike: IKE SA {} of connection {connection} established", ike_sa.0)
+                let p = self.machine.ike_proposal(ike_sa).unwrap_or_default();
+                tracing::info!(
+                    "ike: IKE SA {} of connection {connection} established ({p})",
+                    ike_sa.0
+                )
             }
             Event::IkeSaDown { ike_sa, connection } => {
                 self.ike_sas.retain(|i| *i != ike_sa);

@@ -69,4 +69,11 @@ impl Machine for Endpoint {
     fn poll_timeout(&self) -> Option<std::time::Instant> {
         self.0.poll_timeout()
     }
+    fn ike_proposal(&self, ike_sa: netveil_ike::event::IkeSaId) -> Option<String> {
+        self.0
+            .status(std::time::Instant::now())
+            .into_iter()
+            .find(|s| s.id == ike_sa)
+            .map(|s| s.proposal)
+    }
 }

@@ -425,6 +425,34 @@ pub(super) fn proposal_error(s: &str, x: &ProposalError) -> String {
     }
 }
 
+/// Whether the IKE machine computes a proposal's key exchange methods: Diffie-Hellman groups as the key exchange
+/// (IKE_SA_INIT, and CREATE_CHILD_SA's PFS), ML-KEM-768 only as an additional key exchange of an IKE proposal
+/// (RFC 9370, in IKE_INTERMEDIATE); CHILD_SAs take no additional key exchanges yet.
+pub(super) fn ke_supported(p: &Proposal) -> Result<(), String> {
+    use netveil_ike::proposal::{Ke, Protocol, ADD_KE_SLOTS};
+    if p.ke().contains(&Ke::MlKem768) {
+        return Err("mlkem768 is only supported as an additional key exchange (e.g.                     aes256gcm16-prfsha384-x25519-ke1_mlkem768)"
+            .into());
+    }
+    for n in 1..=ADD_KE_SLOTS {
+        let slot = p.add_ke(n);
+        if slot.is_empty() {
+            continue;
+        }
+        if p.protocol() == Protocol::Esp {
+            return Err(format!(
+                "ke{n}_: additional key exchanges are supported for the IKE SA only, not in esp_proposals"
+            ));
+        }
+        if slot.iter().any(|&k| k != Ke::MlKem768) {
+            return Err(format!(
+                "ke{n}_: only mlkem768 is supported as an additional key exchange"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The IP engine's suite for one encryption and integrity algorithm of an ESP proposal. Exhaustive: an
 /// algorithm the IKE crate learns does not compile here until it is mapped (or refused).
 pub fn esp_suite(encr: Encr, integ: Option<Integ>) -> Option<EspSuite> {

@@ -78,7 +78,8 @@ impl Endpoint {
         };
         let child = &conn.children[ci];
         let idi = pubkey::local_id(&conn.local, sa.local);
-        let signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &id_body(&idi));
+        let mut signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &id_body(&idi));
+        signed.extend(sa.int_auth(sa.my_mid));
         let prf = keys.suite().prf();
         let Some((auth, certs)) = pubkey::local_auth(conn, prf, &signed, &sa.init_received) else {
             return;
@@ -277,7 +278,8 @@ impl Endpoint {
             return Outcome::Forget;
         };
         let prf = keys.suite().prf();
-        let signed = keys.signed_octets(Role::Initiator, &sa.init_received, &sa.nr, idi_body);
+        let mut signed = keys.signed_octets(Role::Initiator, &sa.init_received, &sa.nr, idi_body);
+        signed.extend(sa.int_auth(mid));
         if let Err(failure) = self.check_peer_auth(ci, idi, auth, o, &signed, prf, now) {
             self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
             self.fail(ci, Some(sa.id), failure);
@@ -285,7 +287,8 @@ impl Endpoint {
         }
         let conn = &self.connections[ci];
         let idr = pubkey::local_id(&conn.local, sa.local);
-        let signed_r = keys.signed_octets(Role::Responder, &sa.init_sent, &sa.ni, &id_body(&idr));
+        let mut signed_r = keys.signed_octets(Role::Responder, &sa.init_sent, &sa.ni, &id_body(&idr));
+        signed_r.extend(sa.int_auth(mid));
         let Some((our_auth, certs)) = pubkey::local_auth(conn, prf, &signed_r, &sa.init_received)
         else {
             self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
@@ -418,7 +421,8 @@ impl Endpoint {
         if o.count(payload_type::AUTH) != 1 || o.count(payload_type::IDR) != 1 {
             return Outcome::Ignore;
         }
-        let signed = keys.signed_octets(Role::Responder, &sa.init_received, &sa.ni, idr_body);
+        let mut signed = keys.signed_octets(Role::Responder, &sa.init_received, &sa.ni, idr_body);
+        signed.extend(sa.int_auth(o.header.message_id));
         if !cert::id_matches(&conn.remote.id, idr) {
             return Outcome::Destroy(Some(Failure::AuthenticationFailed {
                 id: glue::id_string(idr),

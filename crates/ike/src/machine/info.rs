@@ -102,6 +102,9 @@ impl Endpoint {
         bytes: &[u8],
     ) -> Outcome {
         let Some(o) = sa.open(bytes) else {
+            if self.intermediate_resend(sa, _hdr, bytes) {
+                return Outcome::Ignore;
+            }
             self.counters.dropped += 1;
             return Outcome::Ignore;
         };
@@ -122,9 +125,13 @@ impl Endpoint {
             }
             sa.last_heard = now;
             return match (sa.state, h.exchange_type) {
-                (State::HalfOpen, ExchangeType::IKE_AUTH) => {
+                (State::HalfOpen, ExchangeType::IKE_AUTH) if !sa.intermediate_owed() => {
                     self.auth_request(sa, now, local, remote, &o)
                 }
+                (State::HalfOpen, ExchangeType::IKE_INTERMEDIATE) => {
+                    self.intermediate_request(sa, local, remote, &o)
+                }
+                (State::HalfOpen, ExchangeType::IKE_AUTH) => self.intermediate_refuse(sa, &o),
                 (
                     State::Established | State::Deleting | State::Rekeyed,
                     ExchangeType::INFORMATIONAL,
@@ -156,6 +163,9 @@ impl Endpoint {
         sa.last_heard = now;
         match (purpose, h.exchange_type) {
             (Purpose::Auth, ExchangeType::IKE_AUTH) => self.auth_response(sa, now, &o),
+            (Purpose::Intermediate, ExchangeType::IKE_INTERMEDIATE) => {
+                self.intermediate_response(sa, now, &o)
+            }
             (Purpose::CreateChild { cfg, spi, rekey }, ExchangeType::CREATE_CHILD_SA) => {
                 self.child_response(sa, now, &o, (cfg, spi, rekey))
             }

@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use netveil_crypto::dh::{Group, KeyPair};
 
-use super::glue;
 use super::sa::{backoff, IkeSa, Pending, Purpose, State};
 use super::Endpoint;
+use super::{glue, intermediate};
 use crate::event::Failure;
 use crate::keys::{skeyseed, IkeKeys, IkeSuite, Role};
 use crate::message::notify::hash_algorithm;
@@ -131,6 +131,9 @@ impl Endpoint {
                 NotifyType::IKEV2_FRAGMENTATION_SUPPORTED,
                 Vec::new(),
             )));
+        }
+        if conn.proposals.iter().any(intermediate::has_add_ke) {
+            payloads.push(intermediate::supported_notify());
         }
         payloads.push(Payload::Notify(sig_hash_notify()));
         let bytes = sa.clear_message(ExchangeType::IKE_SA_INIT, false, 0, payloads);
@@ -267,9 +270,12 @@ impl Endpoint {
         // Proposals: the first connection (by address) that has one in common.
         let theirs = glue::ike_proposals(sa_p);
         let their_list: Vec<_> = theirs.iter().map(|(_, p)| p.clone()).collect();
+        let peer_ies = msg
+            .notifies()
+            .any(|n| n.notify_type == NotifyType::INTERMEDIATE_EXCHANGE_SUPPORTED);
         let found = candidates.iter().find_map(|&ci| {
             proposal::select(
-                &self.connections[ci].proposals,
+                &intermediate::usable(&self.connections[ci].proposals, peer_ies),
                 &their_list,
                 Preference::Ours,
             )
@@ -386,6 +392,12 @@ impl Endpoint {
                 NotifyType::IKEV2_FRAGMENTATION_SUPPORTED,
                 Vec::new(),
             )));
+        }
+        if peer_ies {
+            payloads.push(intermediate::supported_notify());
+        }
+        if intermediate::has_add_ke(&sel.chosen) {
+            sa.intermediate = Some(Default::default());
         }
         payloads.push(Payload::Notify(sig_hash_notify()));
         payloads.extend(super::pubkey::certreq(&self.connections));
@@ -514,6 +526,12 @@ impl Endpoint {
         if Some(method) != sa.group || ke.group != method.id() {
             return Err(None);
         }
+        let peer_ies = msg
+            .notifies()
+            .any(|n| n.notify_type == NotifyType::INTERMEDIATE_EXCHANGE_SUPPORTED);
+        if intermediate::has_add_ke(&chosen) && !peer_ies {
+            return Err(None);
+        }
         let shared = sa
             .dh
             .as_ref()
@@ -564,7 +582,7 @@ impl Endpoint {
         sa.pending = None;
         sa.my_mid = 1;
         sa.last_heard = now;
-        self.send_auth(sa, now);
+        self.after_init(sa, now);
         Ok(())
     }
 }

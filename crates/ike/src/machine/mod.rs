@@ -12,7 +12,8 @@
 //! rekeying the IKE SA (the children move to the new SA), IKE fragmentation (RFC 7383: encrypted messages above
 //! [`Limits::fragment_len`] sent in fragments, fragments reassembled, when both ends announced it), and rekey
 //! collisions (both ends rekey the same SA: the exchange with the higher initiator nonce goes on, the other is
-//! refused with TEMPORARY_FAILURE and retried later if still needed). Not yet: EAP.
+//! refused with TEMPORARY_FAILURE and retried later if still needed), and hybrid IKE SAs (ML-KEM-768 as an
+//! additional key exchange in IKE_INTERMEDIATE, RFC 9242 / RFC 9370: `intermediate`). Not yet: EAP.
 //!
 //! Where state lives: each IKE SA is an entry of `sas` (by [`IkeSaId`], never reused), found from a datagram by
 //! our own SPI (`by_spi`: SPIi when we initiated, SPIr when we responded; random, never 0, unique on this
@@ -28,6 +29,7 @@ pub mod glue;
 mod info;
 mod init;
 mod pubkey;
+mod intermediate;
 mod rekey;
 mod sa;
 mod status;
@@ -546,3 +548,4 @@ mod tests_strongswan;
 
 #[cfg(test)]
 mod tests_certs;
+mod tests_intermediate;

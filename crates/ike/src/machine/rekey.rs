@@ -81,7 +81,7 @@ impl Endpoint {
     }
 
     pub(super) fn send_rekey_ike(&mut self, sa: &mut IkeSa, now: Instant) {
-        let proposals = self.connections[sa.conn].proposals.clone();
+        let proposals = super::intermediate::classic(&self.connections[sa.conn].proposals);
         let x = match sa.child_x.take() {
             Some(x) => x,
             None => {
@@ -294,7 +294,7 @@ impl Endpoint {
         }
         let theirs = rekey_proposals(got);
         let list: Vec<Proposal> = theirs.iter().map(|(_, p, _)| p.clone()).collect();
-        let ours = self.connections[sa.conn].proposals.clone();
+        let ours = super::intermediate::classic(&self.connections[sa.conn].proposals);
         let sel = proposal::select(&ours, &list, Preference::Ours)
             .filter(|s| s.chosen.ke().first().and_then(|&m| dh_group(m)).is_some());
         let Some(sel) = sel else {

@@ -40,6 +40,8 @@ pub const REKEYED_LINGER: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {
     Init,
+    /// IKE_INTERMEDIATE with an additional key exchange (RFC 9370).
+    Intermediate,
     Auth,
     DeleteIke,
     /// DELETE of the CHILD_SA with this inbound SPI.
@@ -144,6 +146,8 @@ pub struct IkeSa {
     pub child_x: Option<ChildExchange>,
     /// When we rekey the IKE SA (set when it comes up).
     pub ike_rekey_at: Instant,
+    /// The IKE_INTERMEDIATE exchanges (RFC 9242, 9370), when the chosen proposal has additional key exchanges.
+    pub intermediate: Option<super::intermediate::Intermediate>,
 }
 
 /// Most fragments of one message we take, and most bytes they may hold together.
@@ -221,6 +225,7 @@ impl IkeSa {
             queued_child_deletes: Vec::new(),
             child_x: None,
             ike_rekey_at: now + Duration::from_secs(86400 * 365),
+            intermediate: None,
         }
     }
 
@@ -440,6 +445,8 @@ pub struct Opened {
     pub payloads: Vec<Payload>,
     pub idi_body: Option<Vec<u8>>,
     pub idr_body: Option<Vec<u8>>,
+    /// IKE_INTERMEDIATE only (its IntAuth covers them): the first inner payload's type and the plaintext.
+    pub plain: Option<(u8, Vec<u8>)>,
 }
 
 impl Opened {
@@ -497,11 +504,14 @@ impl Opened {
             }
             payloads.push(Payload::parse(&raw).ok()?);
         }
+        let plain = (header.exchange_type == message::ExchangeType::IKE_INTERMEDIATE)
+            .then(|| (first, plain.to_vec()));
         Some(Opened {
             header,
             payloads,
             idi_body: idi,
             idr_body: idr,
+            plain,
         })
     }
 
