@@ -287,7 +287,8 @@ impl Endpoint {
         }
         let conn = &self.connections[ci];
         let idr = pubkey::local_id(&conn.local, sa.local);
-        let mut signed_r = keys.signed_octets(Role::Responder, &sa.init_sent, &sa.ni, &id_body(&idr));
+        let mut signed_r =
+            keys.signed_octets(Role::Responder, &sa.init_sent, &sa.ni, &id_body(&idr));
         signed_r.extend(sa.int_auth(mid));
         let Some((our_auth, certs)) = pubkey::local_auth(conn, prf, &signed_r, &sa.init_received)
         else {

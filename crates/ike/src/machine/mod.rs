@@ -28,8 +28,8 @@ mod cookie;
 pub mod glue;
 mod info;
 mod init;
-mod pubkey;
 mod intermediate;
+mod pubkey;
 mod rekey;
 mod sa;
 mod status;
@@ -548,4 +548,6 @@ mod tests_strongswan;
 
 #[cfg(test)]
 mod tests_certs;
+
+#[cfg(test)]
 mod tests_intermediate;

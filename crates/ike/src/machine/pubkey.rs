@@ -302,6 +302,7 @@ mod tests {
             payloads,
             idi_body: None,
             idr_body: None,
+            plain: None,
         }
     }
 
