@@ -187,3 +187,32 @@ fn forged_fragments_with_absurd_numbers_neither_grow_nor_break_reassembly() {
     assert_eq!((sim.ike_up(0), sim.ike_up(1)), (1, 1));
     assert_crosswise(sim.children_up(0)[0], sim.children_up(1)[0]);
 }
+
+#[test]
+fn a_child_the_peer_just_rekeyed_is_not_rekeyed_again() {
+    let (a, b) = pair(&["aes256-sha256-x25519"], &["aes128gcm16-x25519"]);
+    let mut sim = Sim::new(a, b, 26);
+    sim.initiate();
+    sim.settle();
+    let (ida, idb) = (
+        sim.ep[0].status(sim.now)[0].id,
+        sim.ep[1].status(sim.now)[0].id,
+    );
+    let old_a = sim.children_up(0)[0].inbound.spi;
+    let old_b = sim.children_up(1)[0].inbound.spi;
+    sim.ep[0].rekey_child(ida, old_a, sim.now).unwrap();
+    // B answers A's rekey; until A's DELETE of the old CHILD_SA arrives, B holds the old one and the new one.
+    sim.step();
+    sim.step();
+    assert_eq!(sim.children_up(1).len(), 2);
+    // B's own rekey of the old CHILD_SA (its timer, or a user) would make a redundant third one: refused.
+    assert!(sim.ep[1].rekey_child(idb, old_b, sim.now).is_err());
+    sim.settle();
+    // A rekey timer that runs out now finds nothing to rekey twice either.
+    sim.run_for(Duration::from_secs(5));
+    for i in 0..2 {
+        let st = sim.ep[i].status(sim.now);
+        assert_eq!(st[0].children.len(), 1, "ep {i}: {st:?}");
+    }
+    assert_crosswise(&sim.children_up(0)[1], &sim.children_up(1)[1]);
+}
