@@ -203,7 +203,8 @@ mod tests {
     fn counts_gaps_duplicates_and_reorders() {
         let rx = Receiver::bind("127.0.0.1:0".parse().unwrap(), 10).unwrap();
         let to = rx.local_addr().unwrap();
-        let h = std::thread::spawn(move || rx.run(Duration::from_millis(300), Duration::from_secs(5)));
+        let h =
+            std::thread::spawn(move || rx.run(Duration::from_millis(300), Duration::from_secs(5)));
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         let pkt = |seq: u64| {
             let mut b = [0u8; PAYLOAD];
@@ -246,7 +247,8 @@ mod tests {
     fn a_paced_stream_on_loopback_arrives_whole() {
         let rx = Receiver::bind("127.0.0.1:0".parse().unwrap(), 2000).unwrap();
         let to = rx.local_addr().unwrap();
-        let h = std::thread::spawn(move || rx.run(Duration::from_millis(500), Duration::from_secs(10)));
+        let h =
+            std::thread::spawn(move || rx.run(Duration::from_millis(500), Duration::from_secs(10)));
         let sent = send(to, 10_000, 2000).unwrap();
         assert_eq!((sent.packets, sent.errors), (2000, 0));
         assert!(sent.elapsed >= Duration::from_millis(190), "{sent:?}");
