@@ -31,6 +31,8 @@ struct Opts {
     child_life: u32,
     dpd: u32,
     retransmit_tries: u32,
+    /// A responder for any address (`remote_addrs = []`).
+    any_remote: bool,
 }
 
 impl Default for Opts {
@@ -45,6 +47,7 @@ impl Default for Opts {
             child_life: 0,
             dpd: 0,
             retransmit_tries: 2,
+            any_remote: false,
         }
     }
 }
@@ -55,14 +58,18 @@ fn config(lab: &Lab, side: usize, o: &Opts) -> String {
         "log_level = \"info\"\n[interface]\nname = \"nvrb{side}\"\nmtu = 1400\ncontrol_socket = \"{sock}\"\n\
          state_dir = \"{state}\"\naddresses = [\"{me}/32\"]\nroutes = [\"{peer}/32\"]\n\n\
          [ike]\nretransmit_timeout = 1\nretransmit_base = 1.0\nretransmit_tries = {tries}\n\n\
-         [[ike.connection]]\nname = \"site\"\nlocal_addrs = [\"{lo}\"]\nremote_addrs = [\"{ro}\"]\n\
+         [[ike.connection]]\nname = \"site\"\nlocal_addrs = [\"{lo}\"]\nremote_addrs = [{ro}]\n\
          proposals = [\"aes128gcm16-prfsha256-x25519\"]\npsk = \"netveil-ike-psk-0123456789\"\nencap = true\n\
          local = {{ id = \"{lid}\", auth = \"psk\" }}\nremote = {{ id = \"{rid}\", auth = \"psk\" }}\n",
         sock = lab.socket_path(&format!("nv{side}")).display(),
         state = lab.dir().join(format!("state-{side}")).display(),
         tries = o.retransmit_tries,
         lo = OUTER[side],
-        ro = OUTER[1 - side],
+        ro = if o.any_remote {
+            String::new()
+        } else {
+            format!("\"{}\"", OUTER[1 - side])
+        },
         lid = IDS[side],
         rid = IDS[1 - side],
     );
@@ -486,105 +493,151 @@ fn ike_sas_up(log: &str) -> i64 {
     n("established") - n(" deleted")
 }
 
-/// CREATE_CHILD_SA requests of the two sides less than `within` apart: collisions (each side sent its own before
-/// it could have seen the other's).
-fn collisions(reqs: &[(u64, String, u32)], within: u64) -> usize {
-    reqs.iter()
-        .filter(|(t, src, _)| {
-            src == OUTER[0]
-                && reqs
-                    .iter()
-                    .any(|(u, s2, _)| s2 == OUTER[1] && t.abs_diff(*u) < within)
-        })
-        .count()
+/// Drops (or lets through again) every IKE datagram arriving in either namespace: UDP 4500 with the non-ESP
+/// marker (ESP in UDP still passes, so traffic flows on the SAs there are).
+fn block_ike(p: &Pair, on: bool) {
+    for ns in &p.ns {
+        let cmds: Vec<Vec<&str>> = if on {
+            vec![
+                vec!["nft", "add", "table", "inet", "nvrblock"],
+                vec![
+                    "nft",
+                    "add",
+                    "chain",
+                    "inet",
+                    "nvrblock",
+                    "in",
+                    "{ type filter hook input priority -10 ; }",
+                ],
+                vec![
+                    "nft",
+                    "add",
+                    "rule",
+                    "inet",
+                    "nvrblock",
+                    "in",
+                    "udp",
+                    "dport",
+                    "4500",
+                    "@th,64,32",
+                    "0",
+                    "drop",
+                ],
+            ]
+        } else {
+            vec![vec!["nft", "delete", "table", "inet", "nvrblock"]]
+        };
+        for c in cmds {
+            p.lab.exec_ok(ns, &c).unwrap();
+        }
+    }
 }
 
-/// Rekey collisions forced from both sides (RFC 7296 2.8.1 for CHILD_SAs, 2.8.2 for the IKE SA): both daemons
-/// with the same rekey times and no rand_time, so their timers run out within a millisecond of each other (the
-/// responder's start when it answers IKE_AUTH, the initiator's when it reads the answer) and each sends its
-/// CREATE_CHILD_SA before it sees the other's. The capture shows the simultaneous requests; afterwards each side
-/// has one IKE SA and one CHILD_SA whose SPIs match crosswise (the redundant ones deleted), and a stream of 2,000
-/// packets/s across the collisions loses nothing.
+/// Rekey collisions forced from both sides, for a CHILD_SA (RFC 7296 2.8.1) and for the IKE SA (2.8.2): both
+/// daemons with the same rekey time and no rand_time, and every IKE datagram dropped from before their timers run
+/// out until after, so that each sends its CREATE_CHILD_SA and retransmits it (1 s apart) unanswered; when IKE
+/// passes again the retransmissions cross, each side holding its own request outstanding. (Without the block the
+/// timers never collide: the side that answered an exchange starts its timer one one-way delay before the other,
+/// and the other's request arrives just as the other's timer runs out.) netveil resolves a collision without a
+/// redundant SA: the exchange with the higher initiator nonce goes on, the other is refused with
+/// TEMPORARY_FAILURE, and its initiator does not retry the replaced SA. Afterwards each side has one IKE SA and one
+/// CHILD_SA whose SPIs match crosswise, and a stream of 2,000 packets/s across it all loses nothing.
 #[test]
-fn rekey_collisions_from_both_sides_leave_one_child_and_lose_nothing() {
-    let mut p = Pair::new("nvrc");
-    let o = Opts {
-        ike_rekey: 7,
-        ike_rand: 0,
-        ike_over: 5,
-        child_rekey: 3,
-        child_rand: 0,
-        child_life: 6,
-        ..Default::default()
-    };
-    p.start(1, &o);
-    p.start(0, &Opts { start: true, ..o });
-    p.wait_child(Duration::from_secs(10));
-    let mut cap = p
-        .lab
-        .capture(
+fn rekey_collisions_from_both_sides_leave_one_sa_and_lose_nothing() {
+    for ike in [false, true] {
+        let what = if ike { "IKE SA" } else { "CHILD_SA" };
+        let mut p = Pair::new(if ike { "nvrci" } else { "nvrcc" });
+        let o = Opts {
+            ike_rekey: if ike { 4 } else { 0 },
+            ike_over: if ike { 20 } else { 0 },
+            child_rekey: if ike { 0 } else { 4 },
+            child_life: if ike { 0 } else { 30 },
+            retransmit_tries: 6,
+            ..Default::default()
+        };
+        p.start(1, &o);
+        p.start(0, &Opts { start: true, ..o });
+        let first = p.wait_child(Duration::from_secs(10));
+        let up = Instant::now();
+        let mut cap = p
+            .lab
+            .capture(
+                &p.ns[1],
+                "veth-b",
+                "ike.pcap",
+                256,
+                &["udp port 4500 and udp[8:4] = 0"],
+            )
+            .unwrap();
+        const PPS: u32 = 2_000;
+        const SECS: u64 = 12;
+        let stream = stream(
+            &p.ns[0],
             &p.ns[1],
-            "veth-b",
-            "ike.pcap",
-            256,
-            &["udp port 4500 and udp[8:4] = 0"],
-        )
-        .unwrap();
-    const PPS: u32 = 2_000;
-    const SECS: u64 = 16;
-    let (sent, r) = stream(
-        &p.ns[0],
-        &p.ns[1],
-        format!("{}:5300", INNER[1]).parse().unwrap(),
-        PPS,
-        PPS as u64 * SECS,
-    )
-    .join()
-    .unwrap();
-    // A quiet moment between rekeys: one CHILD_SA with matching SPIs on both sides.
-    p.wait_child(Duration::from_secs(6));
-    let pcap = cap.stop().unwrap();
-    let reqs = create_child_requests(&pcap);
-    let both = collisions(&reqs, 20_000_000);
-    let log = [p.log(0), p.log(1)];
-    let child_rekeys = events(&log[0], "rekeyed").len();
-    println!(
-        "collisions: {both} pairs of simultaneous CREATE_CHILD_SA requests of {} requests; {child_rekeys} child \
-         rekeys; IKE SAs up: a {}, b {}; stream {} sent, {} received, {} lost, {} duplicated",
-        reqs.len(),
-        ike_sas_up(&log[0]),
-        ike_sas_up(&log[1]),
-        sent.packets,
-        r.received,
-        r.lost,
-        r.duplicates
-    );
-    // In 16 s: child rekeys at 3, 6, 9, 12, 15 s and IKE rekeys at 7 and 14 s, each from both sides at once.
-    assert!(
-        both >= 4,
-        "the rekeys did not collide: {reqs:?}{}",
-        p.logs()
-    );
-    for (side, l) in log.iter().enumerate() {
-        assert_eq!(
-            ike_sas_up(l),
-            1,
-            "side {side}: the redundant IKE SA of a collision was not deleted{}",
+            format!("{}:5300", INNER[1]).parse().unwrap(),
+            PPS,
+            PPS as u64 * SECS,
+        );
+        // The timers run out 4 s after the SA came up, on both sides within a few ms.
+        block_ike(&p, true);
+        let blocked = unix_ns();
+        std::thread::sleep(Duration::from_millis(5500).saturating_sub(up.elapsed()));
+        block_ike(&p, false);
+        let unblocked = unix_ns();
+        let (sent, r) = stream.join().unwrap();
+        let now = p.wait_child(Duration::from_secs(6));
+        let pcap = cap.stop().unwrap();
+        let reqs = create_child_requests(&pcap);
+        let during = |a: &str| {
+            reqs.iter()
+                .filter(|(t, src, _)| src == a && (blocked..unblocked).contains(t))
+                .count()
+        };
+        let log = [p.log(0), p.log(1)];
+        let child_rekeys = events(&log[0], "rekeyed").len();
+        let ike_rekeys = events(&log[0], "established").len() - 1;
+        println!(
+            "{what} collision: requests while IKE was blocked: a {}, b {}; afterwards {child_rekeys} child and \
+             {ike_rekeys} IKE rekeys, IKE SAs up: a {}, b {}; stream {} sent, {} received, {} lost, {} duplicated",
+            during(OUTER[0]),
+            during(OUTER[1]),
+            ike_sas_up(&log[0]),
+            ike_sas_up(&log[1]),
+            sent.packets,
+            r.received,
+            r.lost,
+            r.duplicates
+        );
+        assert!(
+            during(OUTER[0]) >= 2 && during(OUTER[1]) >= 2,
+            "both sides must have sent (and retransmitted) a rekey: {reqs:?}{}",
             p.logs()
         );
+        if ike {
+            assert!(ike_rekeys >= 1, "no IKE rekey{}", p.logs());
+            assert_eq!(first, now, "an IKE rekey keeps the CHILD_SA");
+        } else {
+            assert!(child_rekeys >= 1, "no child rekey{}", p.logs());
+            assert!(first.0 != now.0 && first.1 != now.1, "{first:x?} {now:x?}");
+        }
+        for (side, l) in log.iter().enumerate() {
+            assert_eq!(
+                ike_sas_up(l),
+                1,
+                "side {side}: not one IKE SA after the collision{}",
+                p.logs()
+            );
+        }
+        assert_eq!(
+            (r.lost, r.duplicates),
+            (0, 0),
+            "packets lost across the {what} collision: {:?}{}",
+            r.gaps,
+            p.logs()
+        );
+        p.ping(0, 2)
+            .unwrap_or_else(|e| panic!("no traffic after the collision: {e}{}", p.logs()));
     }
-    assert_eq!(
-        (r.lost, r.duplicates),
-        (0, 0),
-        "packets lost across the collisions: {:?}{}",
-        r.gaps,
-        p.logs()
-    );
-    assert!(
-        p.ping(0, 3).is_ok(),
-        "no traffic after the collisions{}",
-        p.logs()
-    );
 }
 
 /// Dead-peer detection of a killed peer, and recovery after a restart (same configuration and state directory):
@@ -773,6 +826,27 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The responder's answers to the flood in a capture (Ethernet, IPv4, UDP from port 500): (full IKE_SA_INIT
+/// responses, whose first payload is SA; COOKIE requests and other notify-only answers, first payload Notify).
+fn flood_answers(pcap: &Path) -> (u64, u64) {
+    let data = std::fs::read(pcap).unwrap();
+    let (mut full, mut notify, mut at) = (0, 0, 24);
+    while at + 16 <= data.len() {
+        let incl = u32::from_le_bytes(data[at + 8..at + 12].try_into().unwrap()) as usize;
+        let pkt = &data[at + 16..(at + 16 + incl).min(data.len())];
+        at += 16 + incl;
+        // Ethernet 14 + IPv4 20 + UDP 8, then the IKE header: next payload at 16, exchange type at 18.
+        if pkt.len() >= 42 + 20 && pkt[42 + 18] == 34 {
+            match pkt[42 + 16] {
+                33 => full += 1,
+                41 => notify += 1,
+                _ => {}
+            }
+        }
+    }
+    (full, notify)
+}
+
 /// The setup time of side 0's first CHILD_SA from its log: from "initiating" to "installed".
 fn setup_time(log: &str) -> Option<Duration> {
     let t0 = events(log, "ike: initiating connection").first()?.0;
@@ -800,7 +874,13 @@ fn spoofed_ike_sa_init_flood_leaves_setup_working_and_memory_bounded() {
         retransmit_tries: 4,
         ..Default::default()
     };
-    p.start(1, &o);
+    p.start(
+        1,
+        &Opts {
+            any_remote: true,
+            ..o
+        },
+    );
     let pid = p.d[1].as_ref().unwrap().pid().unwrap();
     let idle = rss_kib(pid);
     // Baseline: a's setup without the flood, its IKE_SA_INIT captured for the flood to replay.
@@ -846,6 +926,16 @@ fn spoofed_ike_sa_init_flood_leaves_setup_working_and_memory_bounded() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let mut answers = p
+        .lab
+        .capture(
+            &p.ns[1],
+            "veth-b",
+            "answers.pcap",
+            96,
+            &["src host 192.0.2.2 and udp src port 500 and dst net 10.0.0.0/8"],
+        )
+        .unwrap();
     let sampler = std::thread::spawn(move || {
         let t = Instant::now();
         let mut max = 0;
@@ -866,13 +956,21 @@ fn spoofed_ike_sa_init_flood_leaves_setup_working_and_memory_bounded() {
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("flood: {}", String::from_utf8_lossy(&out.stderr)));
+    let (full, cookies) = flood_answers(&answers.stop().unwrap());
     println!(
         "spoofed IKE_SA_INIT flood: {sent} requests in 12 s; legitimate setup {:.1} ms without, {:.1} ms during \
-         the flood; responder RSS {idle} KiB idle, at most {max} KiB during the flood",
+         the flood; the responder answered {full} with a full IKE_SA_INIT response and {cookies} with a COOKIE \
+         request; responder RSS {idle} KiB idle, at most {max} KiB during the flood",
         quiet.as_secs_f64() * 1e3,
         flooded.as_secs_f64() * 1e3
     );
     assert!(sent >= PPS as u64 * 12 / 2, "the flood fell short: {sent}");
+    // The flood reached the IKE machine: it answered (the half-open cap's worth in full, the rest with cookies).
+    assert!(
+        full + cookies >= sent / 4 && cookies > full,
+        "the responder answered {full} + {cookies} of {sent} spoofed requests{}",
+        p.logs()
+    );
     assert!(
         max < idle + 32 * 1024,
         "the responder's memory grew by {} KiB under the flood",

@@ -310,7 +310,21 @@ impl Installer {
                     .chain([(out, None), (inb, None)])
                 {
                     let name = p.name.clone();
-                    if let Err(e) = self.port.policy_add(p, position) {
+                    // A policy of this name that is not ours is a killed predecessor's, restored by the engine
+                    // to keep its traffic blocked (it names SAs that are gone): ours replaces it.
+                    let stale = || {
+                        self.by_inbound
+                            .values()
+                            .all(|i| !i.policies.contains(&name))
+                    };
+                    let r = match self.port.policy_add(p.clone(), position) {
+                        Err(_) if stale() && self.port.policy_del(&name).is_ok() => {
+                            tracing::info!("ike: policy {name} of a previous instance replaced");
+                            self.port.policy_add(p, position)
+                        }
+                        r => r,
+                    };
+                    if let Err(e) = r {
                         for a in &added {
                             let _ = self.port.policy_del(a);
                         }
