@@ -214,5 +214,5 @@ fn a_child_the_peer_just_rekeyed_is_not_rekeyed_again() {
         let st = sim.ep[i].status(sim.now);
         assert_eq!(st[0].children.len(), 1, "ep {i}: {st:?}");
     }
-    assert_crosswise(&sim.children_up(0)[1], &sim.children_up(1)[1]);
+    assert_crosswise(sim.children_up(0)[1], sim.children_up(1)[1]);
 }
