@@ -362,3 +362,42 @@ fn refused_install_changes_nothing() {
     drop((a, ia, other, port));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_killed_predecessors_policies_of_the_same_name_are_replaced() {
+    let (dir, a, b, ia, ib) = both_ways("aes128gcm16");
+    // The predecessor dies (no cleanup): its SAs are gone, its policies stay (the engine restores them from the
+    // state directory), and a new driver starts with a new installer.
+    drop(ia);
+    let port = Arc::new(IpPort(a.clone()));
+    port.sa_del("ike-1-out").unwrap();
+    port.sa_del("ike-1-in").unwrap();
+    assert_eq!(names(&a).1.len(), 2);
+    assert_eq!(
+        seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], 1)).err(),
+        Some(crate::ip_drop::Drop::NoSa),
+        "the stale policies keep the traffic blocked"
+    );
+    let mut ia = Installer::new(port);
+    let n = child(
+        "aes128gcm16",
+        true,
+        0xa000_0002,
+        0xb000_0002,
+        4,
+        false,
+        None,
+    );
+    assert_eq!(ia.install(&n).unwrap(), 1);
+    assert_eq!(
+        names(&a),
+        (
+            vec!["ike-1-in".to_string(), "ike-1-out".into()],
+            vec!["ike-1-i0".to_string(), "ike-1-o0".into()]
+        )
+    );
+    let (w, _) = seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], 2)).unwrap();
+    assert_eq!(spi_of(&w), 0xb000_0002, "the new CHILD_SA's SA seals");
+    drop((a, b, ia, ib));
+    let _ = std::fs::remove_dir_all(&dir);
+}
