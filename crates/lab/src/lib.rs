@@ -18,6 +18,7 @@ pub mod bench_split;
 pub mod demo;
 pub mod lab;
 pub mod lan;
+pub mod seq_udp;
 pub mod strongswan;
 
 /// A failure of a lab. Bad arguments exit with code 2.

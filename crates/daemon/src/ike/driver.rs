@@ -260,19 +260,17 @@ impl Driver {
         self.installer.closing.retain(|id| up.contains_key(id));
     }
 
-    /// Sends what the machine queued and applies its events. A new CHILD_SA is installed before the datagrams go
-    /// out: as responder, the IKE_AUTH or CREATE_CHILD_SA answer is what tells the peer to start sending, and its
-    /// first packets would otherwise meet no SA or policy here (installing takes tens of milliseconds with the
-    /// nftables policy rules). A rekey keeps the old order: answer first, so that the peer has the new inbound SA
-    /// soon after this side's outbound SA moves to it.
+    /// Sends what the machine queued and applies its events. A new or rekeyed CHILD_SA is installed before the
+    /// datagrams go out: as responder, the IKE_AUTH or CREATE_CHILD_SA answer is what tells the peer to start
+    /// sending, and its first packets would otherwise meet no SA or policy here (installing takes tens of
+    /// milliseconds with the nftables policy rules). A rekey's outbound SA moves only when the old CHILD_SA goes
+    /// (see [`Installer`]), so installing first never sends with keys the peer lacks.
     fn flush(&mut self) {
         let mut events = Vec::new();
         while let Some(ev) = self.machine.poll_event() {
             events.push(ev);
         }
-        let install_first = events
-            .iter()
-            .any(|e| matches!(e, Event::ChildSaUp(c) if c.replaces.is_none()));
+        let install_first = events.iter().any(|e| matches!(e, Event::ChildSaUp(_)));
         if install_first {
             for ev in events.drain(..) {
                 self.apply(ev);

@@ -262,8 +262,14 @@ fn rekey_replaces_in_place_make_before_break() {
     );
     assert_eq!(ib.install(&n_b).unwrap(), 1, "same instance");
     assert_eq!(ia.install(&n_a).unwrap(), 1);
+    // The old outbound SA seals until the old CHILD_SA goes (the peer may not have the new inbound SA yet); the
+    // peer's replaced inbound SA still opens it.
     let (w, _) = seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], 2)).unwrap();
-    assert_eq!(spi_of(&w), 0xb000_0002, "the new outbound SA seals");
+    assert_eq!(
+        spi_of(&w),
+        0xb000_0001,
+        "the old outbound SA seals until the DELETE"
+    );
     assert_eq!(open(&b, w), Ok(2));
     assert_eq!(
         open(&b, before),
@@ -271,13 +277,16 @@ fn rekey_replaces_in_place_make_before_break() {
         "a packet under way with the old SA still opens"
     );
     assert_eq!(names(&a).1.len(), 2, "policies not duplicated");
-    // The old CHILD_SA's ChildSaDown (the rekey's DELETE) changes nothing now.
+    // The old CHILD_SA's ChildSaDown (the rekey's DELETE) moves the outbound SA to the new keys.
     assert!(!ia.remove(0xa000_0001, 0xb000_0001).unwrap());
     let mut sas = names(&a).0;
     sas.dedup(); // the engine lists the retiring old inbound SA under its name too, until it expires
     assert_eq!(sas, ["ike-1-in", "ike-1-out"]);
     let (w, _) = seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], 3)).unwrap();
+    assert_eq!(spi_of(&w), 0xb000_0002, "the new outbound SA seals");
     assert_eq!(open(&b, w), Ok(3));
+    // A second ChildSaDown of the old CHILD_SA changes nothing.
+    assert!(!ia.remove(0xa000_0001, 0xb000_0001).unwrap());
     // A rekey with other selectors moves the policies.
     let mut n2 = child(
         "aes128gcm16",
@@ -290,6 +299,7 @@ fn rekey_replaces_in_place_make_before_break() {
     );
     n2.remote_ts = vec![ts("10.9.0.0/16")];
     ia.install(&n2).unwrap();
+    assert!(!ia.remove(0xa000_0002, 0xb000_0002).unwrap());
     assert_eq!(names(&a).1.len(), 2);
     assert_eq!(
         seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], 4)).err(),
@@ -350,6 +360,45 @@ fn refused_install_changes_nothing() {
     assert_eq!(names(&a), (vec!["ike-1-out".to_string()], vec![]));
     assert!(ia.is_empty());
     drop((a, ia, other, port));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_killed_predecessors_policies_of_the_same_name_are_replaced() {
+    let (dir, a, b, ia, ib) = both_ways("aes128gcm16");
+    // The predecessor dies (no cleanup): its SAs are gone, its policies stay (the engine restores them from the
+    // state directory), and a new driver starts with a new installer.
+    drop(ia);
+    let port = Arc::new(IpPort(a.clone()));
+    port.sa_del("ike-1-out").unwrap();
+    port.sa_del("ike-1-in").unwrap();
+    assert_eq!(names(&a).1.len(), 2);
+    assert_eq!(
+        seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], 1)).err(),
+        Some(crate::ip_drop::Drop::NoSa),
+        "the stale policies keep the traffic blocked"
+    );
+    let mut ia = Installer::new(port);
+    let n = child(
+        "aes128gcm16",
+        true,
+        0xa000_0002,
+        0xb000_0002,
+        4,
+        false,
+        None,
+    );
+    assert_eq!(ia.install(&n).unwrap(), 1);
+    assert_eq!(
+        names(&a),
+        (
+            vec!["ike-1-in".to_string(), "ike-1-out".into()],
+            vec!["ike-1-i0".to_string(), "ike-1-o0".into()]
+        )
+    );
+    let (w, _) = seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], 2)).unwrap();
+    assert_eq!(spi_of(&w), 0xb000_0002, "the new CHILD_SA's SA seals");
+    drop((a, b, ia, ib));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -191,6 +191,7 @@ impl Endpoint {
             proposal: n.chosen,
             local_ts: n.local_ts,
             remote_ts: n.remote_ts,
+            replaced: false,
         });
         self.events.push_back(Event::ChildSaUp(Box::new(ev)));
         true

@@ -75,7 +75,7 @@ impl Endpoint {
         let child = sa
             .children
             .iter()
-            .find(|c| c.inbound_spi == inbound_spi)
+            .find(|c| c.inbound_spi == inbound_spi && !c.replaced)
             .map(|c| c.cfg);
         let r = match child {
             Some(cfg) if sa.state == State::Established && sa.pending.is_none() => {
@@ -318,6 +318,9 @@ impl Endpoint {
             self.inbound_spis.remove(&spi);
         } else if let Some(old) = rekey {
             // The old CHILD_SA goes once the new one is in (RFC 7296 2.8).
+            if let Some(c) = sa.children.iter_mut().find(|c| c.inbound_spi == old) {
+                c.replaced = true;
+            }
             sa.queued_child_deletes.push(old);
         }
         self.after_response(sa, now);
@@ -363,6 +366,11 @@ impl Endpoint {
                     .map(u32::from_be_bytes)
                     .ok();
                 match sa.children.iter().find(|c| Some(c.outbound_spi) == spi) {
+                    // Already replaced by a rekey that completed (ours, or the peer's a moment ago): its DELETE
+                    // is under way; a second replacement would be redundant.
+                    Some(c) if c.replaced => {
+                        return refuse(self, sa, NotifyType::TEMPORARY_FAILURE)
+                    }
                     Some(c) => Some((c.inbound_spi, c.cfg)),
                     None => return refuse(self, sa, NotifyType::CHILD_SA_NOT_FOUND),
                 }
@@ -479,6 +487,11 @@ impl Endpoint {
             self.inbound_spis.remove(&spi);
             return refuse(self, sa, NotifyType::NO_PROPOSAL_CHOSEN);
         }
+        if let Some((old_in, _)) = old {
+            if let Some(c) = sa.children.iter_mut().find(|c| c.inbound_spi == old_in) {
+                c.replaced = true;
+            }
+        }
         self.respond(sa, ex, mid, &out);
         Outcome::Keep
     }
@@ -497,7 +510,11 @@ impl Endpoint {
             self.send_delete_child(sa, spi, now);
             return true;
         }
-        if let Some(c) = sa.children.iter().find(|c| now >= c.rekey_at) {
+        if let Some(c) = sa
+            .children
+            .iter()
+            .find(|c| !c.replaced && now >= c.rekey_at)
+        {
             let (spi, cfg) = (c.inbound_spi, c.cfg);
             // Not again before it expires (a failed rekey is not retried in a loop).
             if let Some(c) = sa.children.iter_mut().find(|c| c.inbound_spi == spi) {

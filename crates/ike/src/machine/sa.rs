@@ -90,6 +90,9 @@ pub struct Child {
     pub proposal: Proposal,
     pub local_ts: Vec<TsSpec>,
     pub remote_ts: Vec<TsSpec>,
+    /// A rekey (ours or the peer's) replaced it and it waits for its DELETE: neither side rekeys it again (a
+    /// second rekey of it made a redundant CHILD_SA each time, and their number doubled with every rekey period).
+    pub replaced: bool,
 }
 
 pub struct IkeSa {
