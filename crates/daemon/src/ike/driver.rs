@@ -41,6 +41,23 @@ pub trait Machine: Send {
     fn poll_transmit(&mut self) -> Option<Transmit>;
     fn poll_event(&mut self) -> Option<Event>;
     fn poll_timeout(&self) -> Option<Instant>;
+    /// For `netveil status` (see [`super::control`]).
+    fn status(&self, _now: Instant) -> Vec<netveil_ike::machine::IkeSaStatus> {
+        Vec::new()
+    }
+    /// For `netveil keys --wireshark` only: secrets.
+    fn wireshark_keys(&self) -> Vec<(IkeSaId, netveil_ike::machine::WiresharkKeys)> {
+        Vec::new()
+    }
+    /// Deletes one CHILD_SA by its inbound SPI (`netveil terminate --child`).
+    fn delete_child(
+        &mut self,
+        _ike_sa: IkeSaId,
+        _inbound_spi: u32,
+        _now: Instant,
+    ) -> Result<(), String> {
+        Err("not supported".into())
+    }
 }
 
 /// What the loop counts (tests, and `status` later).
@@ -63,6 +80,8 @@ pub struct Driver {
     pub counters: Arc<Counters>,
     /// The IKE SAs up (from the events), deleted at stop.
     pub ike_sas: Vec<IkeSaId>,
+    /// The control socket's requests ([`super::control`]), if it is connected.
+    pub control: Option<super::control::Hook>,
 }
 
 impl Driver {
@@ -121,7 +140,13 @@ impl Driver {
         if self.machine.poll_timeout().is_some_and(|t| t <= now) {
             self.machine.handle_timeout(now);
         }
+        if let Some(c) = &mut self.control {
+            c.service(&mut *self.machine, &self.installer, now);
+        }
         self.flush();
+        if let Some(c) = &mut self.control {
+            c.settle();
+        }
     }
 
     /// Sends what the machine queued and applies its events. A new CHILD_SA is installed before the datagrams go
@@ -161,6 +186,9 @@ impl Driver {
     }
 
     fn apply(&mut self, ev: Event) {
+        if let Some(c) = &mut self.control {
+            c.notice(&ev);
+        }
         match ev {
             Event::IkeSaUp { ike_sa, connection } => {
                 if !self.ike_sas.contains(&ike_sa) {
@@ -227,17 +255,22 @@ impl Driver {
 pub fn explain(f: &Failure) -> String {
     let ts = |v: &[netveil_ike::config::TsSpec]| {
         v.iter()
-            .map(|t| {
-                let mut s = format!("{}/{}", t.addr, t.prefix);
-                if t.protocol != 0 || t.ports != (0, 65535) {
-                    s.push_str(&format!("[{}/{}-{}]", t.protocol, t.ports.0, t.ports.1));
-                }
-                s
-            })
+            .map(super::control::ts)
             .collect::<Vec<_>>()
             .join(", ")
     };
     match f {
+        // The initiator: a responder answers NO_PROPOSAL_CHOSEN / TS_UNACCEPTABLE without its own.
+        Failure::NoProposalChosen { ours, theirs } if theirs.is_empty() => format!(
+            "no proposal in common: the peer refused ours, {} (it does not send its own: its log lists them; \
+             align proposals / esp_proposals with the peer's)",
+            ours.join(", ")
+        ),
+        Failure::TsUnacceptable { ours, theirs } if theirs.is_empty() => format!(
+            "traffic selectors do not intersect: the peer refused ours, {} (it does not send its own: its log \
+             lists them; check local_ts / remote_ts on both sides)",
+            ts(ours)
+        ),
         Failure::NoProposalChosen { ours, theirs } => format!(
             "no proposal in common: ours {}, the peer's {} (align proposals / esp_proposals with the peer's)",
             ours.join(", "),

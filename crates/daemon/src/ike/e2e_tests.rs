@@ -67,6 +67,7 @@ fn side(dir: &std::path::Path, text: &str) -> Side {
         start,
         counters: counters.clone(),
         ike_sas: Vec::new(),
+        control: None,
     };
     Side {
         engine,
