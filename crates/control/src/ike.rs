@@ -163,7 +163,9 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 fn waited(socket: &Path, req: &Request, wait: Duration) -> Result<String> {
     let v = ask_for(socket, &req.line(), wait + Duration::from_secs(5))?;
     if let Some(e) = v["error"].as_str() {
-        return Err(if v["timeout"] == true {
+        // A refusal (unknown name, nothing to do) is the user's to fix: exit 2; a failed negotiation or no
+        // outcome in time: exit 1.
+        return Err(if v["timeout"] == true || v["failed"] == true {
             Error::Other(e.to_string())
         } else {
             Error::Usage(e.to_string())

@@ -43,6 +43,14 @@ fn config(lab: &Lab, side: usize) -> String {
         },
     );
     if side == 0 {
+        // The same peer with a PSK it does not have: it refuses our AUTH.
+        c.push_str(&format!(
+            "\n[[ike.connection]]\nname = \"badpsk\"\nlocal_addrs = [\"{me}\"]\nremote_addrs = [\"{peer}\"]\n\
+             proposals = [\"aes256-sha256-x25519\"]\npsk = \"not-the-peers-psk-0123456789\"\nencap = false\n\
+             local = {{ id = \"{}\", auth = \"psk\" }}\nremote = {{ id = \"{}\", auth = \"psk\" }}\n\n\
+             [[ike.connection.children]]\nname = \"bad\"\nmode = \"transport\"\nesp_proposals = [\"aes128gcm16\"]\n",
+            IDS[0], IDS[1]
+        ));
         // A peer that never answers (nobody has the address).
         c.push_str(&format!(
             "\n[[ike.connection]]\nname = \"dead\"\nlocal_addrs = [\"{me}\"]\nremote_addrs = [\"192.0.2.99\"]\n\
@@ -182,11 +190,25 @@ fn initiate_status_keys_and_terminate_with_tshark_decrypting_ike() {
     assert!(err.contains("no outcome within 2 s"), "{err}");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 
+    // A failed negotiation: exit 1, with the reason the log gives (which id the peer refused).
+    let (rc, _, err) = netveil(&da, &["initiate", "badpsk"]);
+    assert_eq!(rc, 1, "{err}{}", logs());
+    assert!(
+        err.contains("the peer refused our authentication as a.lab.test (check the pre-shared key and local.id"),
+        "{err}"
+    );
+    assert!(
+        db.log()
+            .contains("the peer failed to authenticate as a.lab.test"),
+        "{}",
+        logs()
+    );
+
     // initiate: returns once the CHILD_SA is up.
     let (rc, out, err) = netveil(&da, &["initiate", "host"]);
     assert_eq!(rc, 0, "{out}{err}{}", logs());
     assert!(
-        out.starts_with("CHILD_SA hosts of connection host established (IKE SA #2, SPIs in "),
+        out.starts_with("CHILD_SA hosts of connection host established (IKE SA #3, SPIs in "),
         "{out}"
     );
     let out = lab
@@ -361,9 +383,15 @@ fn initiate_status_keys_and_terminate_with_tshark_decrypting_ike() {
 
     // tshark with the exported table: every encrypted message decrypted, its integrity correct.
     let frames = tshark_frames(&pcap, &conf);
+    // The messages of the two SAs exported (not those of badpsk's, whose keys went with it).
+    let spis: Vec<String> = both
+        .lines()
+        .map(|l| format!("Initiator SPI: {}", &l[..16]))
+        .collect();
     let sealed: Vec<&String> = frames
         .iter()
         .filter(|f| f.contains("Payload: Encrypted and Authenticated (46)"))
+        .filter(|f| spis.iter().any(|s| f.contains(s.as_str())))
         .collect();
     let exchanges = |x: &str| {
         sealed

@@ -51,12 +51,23 @@ pub enum Command {
     Initiate {
         connection: String,
         child: Option<String>,
-        done: SyncSender<Result<String, String>>,
+        done: SyncSender<Outcome>,
     },
     Terminate {
         target: Target,
-        done: SyncSender<Result<String, String>>,
+        done: SyncSender<Outcome>,
     },
+}
+
+/// The answer to `initiate` or `terminate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Established, or gone.
+    Done(String),
+    /// Refused at once: an unknown name, nothing to terminate (the user's to fix).
+    Refused(String),
+    /// The negotiation failed (as the log says why).
+    Failed(String),
 }
 
 /// What a waiting `initiate` or `terminate` waits for.
@@ -71,7 +82,7 @@ enum Goal {
 
 struct Waiter {
     goal: Goal,
-    done: SyncSender<Result<String, String>>,
+    done: SyncSender<Outcome>,
     until: Instant,
     /// Events seen that settle it: failures first.
     failure: Option<String>,
@@ -145,7 +156,7 @@ impl Hook {
                         self.wait(Goal::ChildUp(id, child), done, now);
                     }
                     Err(e) => {
-                        let _ = done.try_send(Err(e));
+                        let _ = done.try_send(Outcome::Refused(e));
                     }
                 },
                 Command::Terminate { target, done } => self.terminate(m, target, done, now),
@@ -155,7 +166,7 @@ impl Hook {
         self.waiters.retain(|w| w.until > now);
     }
 
-    fn wait(&mut self, goal: Goal, done: SyncSender<Result<String, String>>, now: Instant) {
+    fn wait(&mut self, goal: Goal, done: SyncSender<Outcome>, now: Instant) {
         if self.waiters.len() >= MAX_WAITERS {
             self.waiters.remove(0);
         }
@@ -172,11 +183,11 @@ impl Hook {
         &mut self,
         m: &mut dyn Machine,
         target: Target,
-        done: SyncSender<Result<String, String>>,
+        done: SyncSender<Outcome>,
         now: Instant,
     ) {
         let refuse = |why: String| {
-            let _ = done.try_send(Err(why));
+            let _ = done.try_send(Outcome::Refused(why));
         };
         let sas = m.status(now);
         match target {
@@ -295,8 +306,8 @@ impl Hook {
     pub fn settle(&mut self) {
         self.waiters.retain(|w| {
             let r = match (&w.failure, &w.success) {
-                (Some(f), _) => Err(f.clone()),
-                (None, Some(s)) => Ok(s.clone()),
+                (Some(f), _) => Outcome::Failed(f.clone()),
+                (None, Some(s)) => Outcome::Done(s.clone()),
                 (None, None) => return true,
             };
             let _ = w.done.try_send(r);
@@ -313,15 +324,12 @@ impl IkeControl {
     }
 
     /// The outcome of an `initiate` or `terminate` within `wait`.
-    fn waited(
-        &self,
-        make: impl FnOnce(SyncSender<Result<String, String>>) -> Command,
-        wait: u64,
-    ) -> Value {
+    fn waited(&self, make: impl FnOnce(SyncSender<Outcome>) -> Command, wait: u64) -> Value {
         let wait = Duration::from_millis(wait).min(MAX_WAIT);
         match self.ask(make, wait + ANSWER_WAIT) {
-            Some(Ok(s)) => json!({ "ok": true, "message": s }),
-            Some(Err(e)) => json!({ "error": e }),
+            Some(Outcome::Done(s)) => json!({ "ok": true, "message": s }),
+            Some(Outcome::Refused(e)) => json!({ "error": e }),
+            Some(Outcome::Failed(e)) => json!({ "error": e, "failed": true }),
             None => {
                 json!({ "error": format!("no outcome within {} s (it may still complete: see netveil status)", wait.as_secs()), "timeout": true })
             }

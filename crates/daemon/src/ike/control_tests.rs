@@ -154,8 +154,8 @@ fn run(
     hook: &mut Hook,
     m: &mut Fake,
     inst: &Installer,
-    cmd: impl FnOnce(SyncSender<Result<String, String>>) -> Command,
-) -> Receiver<Result<String, String>> {
+    cmd: impl FnOnce(SyncSender<Outcome>) -> Command,
+) -> Receiver<Outcome> {
     let (tx, rx) = mpsc::sync_channel(1);
     let (ctl_tx, ctl_rx) = mpsc::channel();
     ctl_tx.send(cmd(tx)).unwrap();
@@ -185,7 +185,9 @@ fn initiate_answers_when_the_child_is_up() {
     assert!(rx.try_recv().is_err(), "another IKE SA's child is not ours");
     hook.notice(&child_up(IkeSaId(7)));
     hook.settle();
-    let ok = rx.try_recv().unwrap().unwrap();
+    let Outcome::Done(ok) = rx.try_recv().unwrap() else {
+        panic!("not done")
+    };
     assert!(
         ok.contains(
             "CHILD_SA net of connection site established (IKE SA #7, SPIs in c0000001 out d0000001"
@@ -216,7 +218,9 @@ fn initiate_answers_the_failure_as_the_log_says_it() {
         },
     });
     hook.settle();
-    let e = rx.try_recv().unwrap().unwrap_err();
+    let Outcome::Failed(e) = rx.try_recv().unwrap() else {
+        panic!("not failed")
+    };
     assert!(
         e.contains("the peer refused our authentication as a.example"),
         "{e}"
@@ -233,7 +237,7 @@ fn unknown_names_are_refused_at_once() {
     });
     assert_eq!(
         rx.try_recv().unwrap(),
-        Err("no connection named 'nope'".into())
+        Outcome::Refused("no connection named 'nope'".into())
     );
     for (t, want) in [
         (
@@ -258,7 +262,11 @@ fn unknown_names_are_refused_at_once() {
             target: t.clone(),
             done,
         });
-        assert_eq!(rx.try_recv().unwrap(), Err(want.into()), "{t:?}");
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Outcome::Refused(want.into()),
+            "{t:?}"
+        );
     }
     assert!(m.terminated.is_empty());
 }
@@ -283,7 +291,10 @@ fn terminate_answers_when_the_ike_sas_are_gone() {
         connection: "site".into(),
     });
     hook.settle();
-    assert_eq!(rx.try_recv().unwrap(), Ok("IKE SA terminated".into()));
+    assert_eq!(
+        rx.try_recv().unwrap(),
+        Outcome::Done("IKE SA terminated".into())
+    );
 }
 
 #[test]
