@@ -194,12 +194,7 @@ impl Hook {
             Target::Connection(name) if !self.connections.iter().any(|(c, _)| *c == name) => {
                 refuse(format!("no connection named '{name}'"))
             }
-            Target::Child(name)
-                if !self
-                    .connections
-                    .iter()
-                    .any(|(_, ch)| ch.iter().any(|c| *c == name)) =>
-            {
+            Target::Child(name) if !self.connections.iter().any(|(_, ch)| ch.contains(&name)) => {
                 refuse(format!("no child named '{name}' in any connection"))
             }
             Target::Connection(_) | Target::IkeSa(_) => {
