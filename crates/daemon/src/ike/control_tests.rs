@@ -340,7 +340,7 @@ fn explain_ts_unacceptable_shows_both_sets() {
     });
     assert_eq!(
         e,
-        "traffic selectors do not intersect: ours 10.1.0.0/16, 10.2.0.0/16[6/443], the peer's 192.168.0.0/24 \
+        "traffic selectors do not intersect: ours 10.1.0.0/16, 10.2.0.0/16[6/443-443], the peer's 192.168.0.0/24 \
          (check local_ts / remote_ts on both sides)"
     );
     let e = explain(&Failure::TsUnacceptable {

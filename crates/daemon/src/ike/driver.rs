@@ -255,7 +255,13 @@ impl Driver {
 pub fn explain(f: &Failure) -> String {
     let ts = |v: &[netveil_ike::config::TsSpec]| {
         v.iter()
-            .map(super::control::ts)
+            .map(|t| {
+                let mut s = format!("{}/{}", t.addr, t.prefix);
+                if t.protocol != 0 || t.ports != (0, 65535) {
+                    s.push_str(&format!("[{}/{}-{}]", t.protocol, t.ports.0, t.ports.1));
+                }
+                s
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
