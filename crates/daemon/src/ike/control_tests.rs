@@ -318,8 +318,8 @@ fn explain_no_proposal_chosen_shows_both_lists_or_says_where_the_peers_is() {
     });
     assert_eq!(
         e,
-        "no proposal in common: the peer refused ours, aes128gcm16 (it does not send its own: its log lists \
-         them; align proposals / esp_proposals with the peer's)"
+        "the peer answered NO_PROPOSAL_CHOSEN: none of ours is acceptable to it, ours aes128gcm16 (it does not \
+         send its own: its log lists them; align proposals / esp_proposals with the peer's)"
     );
 }
 
@@ -349,8 +349,8 @@ fn explain_ts_unacceptable_shows_both_sets() {
     });
     assert_eq!(
         e,
-        "traffic selectors do not intersect: the peer refused ours, 10.1.0.0/16 (it does not send its own: its \
-         log lists them; check local_ts / remote_ts on both sides)"
+        "the peer answered TS_UNACCEPTABLE: our traffic selectors do not intersect its, ours 10.1.0.0/16 (it \
+         does not send its own: its log lists them; check local_ts / remote_ts on both sides)"
     );
 }
 

@@ -268,13 +268,13 @@ pub fn explain(f: &Failure) -> String {
     match f {
         // The initiator: a responder answers NO_PROPOSAL_CHOSEN / TS_UNACCEPTABLE without its own.
         Failure::NoProposalChosen { ours, theirs } if theirs.is_empty() => format!(
-            "no proposal in common: the peer refused ours, {} (it does not send its own: its log lists them; \
-             align proposals / esp_proposals with the peer's)",
+            "the peer answered NO_PROPOSAL_CHOSEN: none of ours is acceptable to it, ours {} (it does not send \
+             its own: its log lists them; align proposals / esp_proposals with the peer's)",
             ours.join(", ")
         ),
         Failure::TsUnacceptable { ours, theirs } if theirs.is_empty() => format!(
-            "traffic selectors do not intersect: the peer refused ours, {} (it does not send its own: its log \
-             lists them; check local_ts / remote_ts on both sides)",
+            "the peer answered TS_UNACCEPTABLE: our traffic selectors do not intersect its, ours {} (it does not \
+             send its own: its log lists them; check local_ts / remote_ts on both sides)",
             ts(ours)
         ),
         Failure::NoProposalChosen { ours, theirs } => format!(
