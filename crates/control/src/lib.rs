@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ike;
 pub mod status;
 pub use status::{human_bytes, render_status, Event, Status};
 
@@ -325,6 +326,33 @@ pub enum Request {
         #[serde(default)]
         since: u64,
     },
+    /// Start an IKE connection (its first child, or `child`) and answer once the CHILD_SA is up or the
+    /// negotiation failed, at most `timeout_ms` later (`netveil initiate`).
+    IkeInitiate {
+        connection: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        child: Option<String>,
+        #[serde(default = "default_wait_ms")]
+        timeout_ms: u64,
+    },
+    /// Delete the IKE SAs of a connection, one IKE SA, or the CHILD_SAs of a name (exactly one of the three), and
+    /// answer once they are gone, at most `timeout_ms` later (`netveil terminate`).
+    IkeTerminate {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        connection: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ike_id: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        child: Option<String>,
+        #[serde(default = "default_wait_ms")]
+        timeout_ms: u64,
+    },
+    /// The IKE SAs' keys as lines of Wireshark's `ikev2_decryption_table` (`netveil keys --wireshark`).
+    IkeKeys,
+}
+
+fn default_wait_ms() -> u64 {
+    ike::DEFAULT_WAIT.as_millis() as u64
 }
 
 impl Request {
@@ -374,9 +402,14 @@ pub fn request(socket: &Path, req: &Request) -> Result<Value> {
 }
 
 fn ask(socket: &Path, req: &str) -> Result<Value> {
+    ask_for(socket, req, Duration::from_secs(10))
+}
+
+/// [`ask`], waiting at most `wait` for the answer.
+fn ask_for(socket: &Path, req: &str, wait: Duration) -> Result<Value> {
     let mut s = UnixStream::connect(socket).map_err(|e| connect_error(socket, &e))?;
     server_is_root(socket, &s)?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    s.set_read_timeout(Some(wait)).ok();
     s.write_all(format!("{req}\n").as_bytes())
         .map_err(Error::io("control socket"))?;
     s.shutdown(std::net::Shutdown::Write).ok();
@@ -446,6 +479,7 @@ pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
         }
     }
     std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
+    keys_ike(socket, dir)?;
     let path = dir.join("esp_sa");
     // A new file (mode 0600) renamed over the old one: a symlink planted at esp_sa is replaced, not followed, and an
     // existing file's wider permissions are not kept.
@@ -454,6 +488,49 @@ pub fn keys_wireshark(socket: &Path, dir: &Path) -> Result<()> {
     eprintln!(
         "wrote {} SAs to {}; decrypt with: tshark -o esp.enable_encryption_decode:TRUE -o esp.enable_authentication_check:TRUE ... (with {} as the Wireshark configuration directory)",
         v["sas"].as_array().map_or(0, |a| a.len()),
+        path.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// The IKE half of `keys --wireshark`: DIR/ikev2_decryption_table (strongSwan's save-keys format), merged with the
+/// lines already there ([`ike::merge_table`]). Nothing when the daemon runs no IKE driver.
+fn keys_ike(socket: &Path, dir: &Path) -> Result<()> {
+    let v = ask(socket, &Request::IkeKeys.line())?;
+    if v["error"]
+        .as_str()
+        .is_some_and(|e| e.starts_with("no engine"))
+    {
+        return Ok(());
+    }
+    if let Some(e) = v["error"].as_str() {
+        return Err(Error::Other(format!("IKE keys: {e}")));
+    }
+    let new: Vec<zeroize::Zeroizing<String>> = v["ike_sas"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.as_str())
+        // A line of the daemon's is one table row: anything that could add a row or break the CSV is refused.
+        .filter(|l| !l.contains(['\n', '\r']))
+        .map(|l| zeroize::Zeroizing::new(l.to_string()))
+        .collect();
+    let path = dir.join(ike::IKEV2_TABLE);
+    // The old table, if it is a file of ours (a symlink there is not followed: it is replaced).
+    let old = match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_file() => {
+            zeroize::Zeroizing::new(std::fs::read_to_string(&path).unwrap_or_default())
+        }
+        _ => zeroize::Zeroizing::new(String::new()),
+    };
+    let table = ike::merge_table(&old, &new);
+    write_private(&path, table.as_bytes())
+        .map_err(Error::io(format!("cannot write {}", path.display())))?;
+    eprintln!(
+        "wrote {} IKE SAs to {} (the lines of older SAs kept); tshark decrypts IKE with {} as its Wireshark \
+         configuration directory (WIRESHARK_CONFIG_DIR={0})",
+        new.len(),
         path.display(),
         dir.display()
     );

@@ -345,7 +345,11 @@ pub fn render_status(s: &Status) -> String {
         if !o.is_empty() {
             o.push('\n');
         }
-        o.push_str(&render_part(name, part));
+        // The IKE driver's part as `swanctl --list-sas` shows it; any other generically.
+        match (name.as_str(), serde_json::from_value(part.clone())) {
+            ("ike", Ok(ike)) => o.push_str(&crate::ike::render_ike_status(&ike)),
+            _ => o.push_str(&render_part(name, part)),
+        }
     }
     o
 }

@@ -18,6 +18,11 @@ pub trait Engine: Send {
     /// Stops the engine's threads and writes what must persist. `down`: the user asked for everything to be removed
     /// (`netveil down`), fail-closed filters included; otherwise the engine decides what stays in `undo`.
     fn stop(self: Box<Self>, undo: &mut Undo, down: bool);
+    /// A key-exchange driver's answers on the control socket, if it has any (asked once, after it started; the
+    /// engines give theirs through their start).
+    fn control(&self) -> Option<std::sync::Arc<dyn Control>> {
+        None
+    }
 }
 
 /// An engine's answers on the control socket.

@@ -334,6 +334,8 @@ pub fn up_with(
             };
             drivers.push(d.start(port.clone())?);
         }
+        // The drivers' answers after the engines' (their status reads the engines' part, the IKE SAs' counters).
+        controls.extend(drivers.iter().filter_map(|d| d.control()));
         listen(&control, group)
     })();
     let listener = match started {

@@ -200,11 +200,12 @@ fn an_ike_proposal_mismatch_names_both_lists() {
             theirs: vec!["aes256-sha256-prfsha256-x25519".into()],
         }]
     );
+    // The initiator names its own list (the responder does not send its own).
     assert_eq!(
         sim.failures(0),
-        vec![&Failure::PeerError {
-            notify: 14,
-            name: "NO_PROPOSAL_CHOSEN".into()
+        vec![&Failure::NoProposalChosen {
+            ours: vec!["aes256-sha256-prfsha256-x25519".into()],
+            theirs: vec![],
         }]
     );
     assert_eq!(sim.ep[1].half_open(), 0, "no state for a refused proposal");
@@ -228,9 +229,9 @@ fn an_esp_proposal_mismatch_keeps_the_ike_sa() {
     );
     assert_eq!(
         sim.failures(0),
-        vec![&Failure::PeerError {
-            notify: 14,
-            name: "NO_PROPOSAL_CHOSEN".into()
+        vec![&Failure::NoProposalChosen {
+            ours: vec!["aes256gcm16".into()],
+            theirs: vec![],
         }]
     );
 }
@@ -253,9 +254,9 @@ fn disjoint_traffic_selectors_are_ts_unacceptable() {
     }
     assert_eq!(
         sim.failures(0),
-        vec![&Failure::PeerError {
-            notify: 38,
-            name: "TS_UNACCEPTABLE".into()
+        vec![&Failure::TsUnacceptable {
+            ours: vec![ts("10.1.0.0/16"), ts("10.2.0.0/16")],
+            theirs: vec![],
         }]
     );
 }

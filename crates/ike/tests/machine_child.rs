@@ -168,9 +168,9 @@ fn a_refused_rekey_lets_the_child_expire() {
     sim.run_for(Duration::from_secs(61));
     assert_eq!(
         sim.failures(0),
-        vec![&Failure::PeerError {
-            notify: 14,
-            name: "NO_PROPOSAL_CHOSEN".into()
+        vec![&Failure::NoProposalChosen {
+            ours: vec!["aes256gcm16-x25519".into()],
+            theirs: vec![],
         }]
     );
     assert!(matches!(

@@ -66,9 +66,46 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Start an IKE connection of a running daemon and wait until its CHILD_SA is up (as `swanctl --initiate`).
+    Initiate {
+        /// The connection's name (`[[ike.connection]] name`).
+        connection: String,
+        /// The child to start (default: the connection's first).
+        #[arg(long)]
+        child: Option<String>,
+        /// Seconds to wait for the outcome (at most 300).
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=300))]
+        timeout: u64,
+        #[arg(short, long, default_value = "nv0")]
+        interface: String,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Delete IKE SAs (with their children) or CHILD_SAs of a running daemon and wait until they are gone (as
+    /// `swanctl --terminate`).
+    Terminate {
+        /// Every IKE SA of this connection.
+        #[arg(required_unless_present_any = ["ike_id", "child"], conflicts_with_all = ["ike_id", "child"])]
+        connection: Option<String>,
+        /// One IKE SA by its unique id (`netveil status`: `name: #N`).
+        #[arg(long, conflicts_with = "child")]
+        ike_id: Option<u64>,
+        /// Every CHILD_SA of this name (their IKE SAs stay).
+        #[arg(long)]
+        child: Option<String>,
+        /// Seconds to wait for the outcome (at most 300).
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=300))]
+        timeout: u64,
+        #[arg(short, long, default_value = "nv0")]
+        interface: String,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// Export the running SAs' keys.
     Keys {
-        /// Write Wireshark's ESP SA table (esp_sa) into this directory (a Wireshark/tshark profile or config dir).
+        /// Write Wireshark's ESP SA table (esp_sa) into this directory (a Wireshark/tshark profile or config dir),
+        /// and with IKE its IKEv2 decryption table (ikev2_decryption_table, strongSwan's save-keys format; the
+        /// lines of IKE SAs since gone are kept).
         #[arg(long, value_name = "DIR")]
         wireshark: PathBuf,
         #[arg(short, long, default_value = "nv0")]
@@ -169,6 +206,44 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             interface,
             socket,
         } => netveil_control::keys_wireshark(&socket_path(&interface, socket), &wireshark)?,
+        Cmd::Initiate {
+            connection,
+            child,
+            timeout,
+            interface,
+            socket,
+        } => netveil_control::ike::initiate(
+            &socket_path(&interface, socket),
+            &connection,
+            child.as_deref(),
+            std::time::Duration::from_secs(timeout),
+        )?,
+        Cmd::Terminate {
+            connection,
+            ike_id,
+            child,
+            timeout,
+            interface,
+            socket,
+        } => {
+            use netveil_control::ike::TerminateTarget as T;
+            let target = match (connection, ike_id, child) {
+                (Some(c), _, _) => T::Connection(c),
+                (_, Some(i), _) => T::IkeId(i),
+                (_, _, Some(c)) => T::Child(c),
+                _ => {
+                    return Err(netveil_control::Error::Usage(
+                        "terminate: name a connection, --ike-id N or --child NAME".into(),
+                    )
+                    .into())
+                }
+            };
+            netveil_control::ike::terminate(
+                &socket_path(&interface, socket),
+                target,
+                std::time::Duration::from_secs(timeout),
+            )?
+        }
         Cmd::Rotate { interface, socket } => {
             netveil_control::rotate(&socket_path(&interface, socket))?
         }

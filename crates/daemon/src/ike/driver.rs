@@ -53,6 +53,23 @@ pub trait Machine: Send {
     fn ike_proposal(&self, _ike_sa: IkeSaId) -> Option<String> {
         None
     }
+    /// For `netveil status` (see [`super::control`]).
+    fn status(&self, _now: Instant) -> Vec<netveil_ike::machine::IkeSaStatus> {
+        Vec::new()
+    }
+    /// For `netveil keys --wireshark` only: secrets.
+    fn wireshark_keys(&self) -> Vec<(IkeSaId, netveil_ike::machine::WiresharkKeys)> {
+        Vec::new()
+    }
+    /// Deletes one CHILD_SA by its inbound SPI (`netveil terminate --child`).
+    fn delete_child(
+        &mut self,
+        _ike_sa: IkeSaId,
+        _inbound_spi: u32,
+        _now: Instant,
+    ) -> Result<(), String> {
+        Err("not supported".into())
+    }
 }
 
 /// What the loop counts (tests, and `status` later).
@@ -75,6 +92,8 @@ pub struct Driver {
     pub counters: Arc<Counters>,
     /// The IKE SAs up (from the events), deleted at stop.
     pub ike_sas: Vec<IkeSaId>,
+    /// The control socket's requests ([`super::control`]), if it is connected.
+    pub control: Option<super::control::Hook>,
 }
 
 impl Driver {
@@ -142,7 +161,13 @@ impl Driver {
             self.machine.handle_timeout(now);
         }
         self.acquired(now);
+        if let Some(c) = &mut self.control {
+            c.service(&mut *self.machine, &mut self.installer, now);
+        }
         self.flush();
+        if let Some(c) = &mut self.control {
+            c.settle();
+        }
     }
 
     /// The IP engine's acquires: traffic for a configured child's policy, which has no CHILD_SA. A trapped child
@@ -312,14 +337,18 @@ impl Driver {
         outbound_spi: u32,
     ) -> Result<bool, super::install::InstallError> {
         let of = self.installer.child_of(inbound_spi);
+        let ours = self.installer.closing_children.remove(&inbound_spi);
         let r = self.installer.remove(inbound_spi, outbound_spi);
-        if let (Ok(true), Some((conn, ch))) = (&r, of) {
+        if let (Ok(true), Some((conn, ch)), false) = (&r, of, ours) {
             self.installer.downs.push((ike_sa, conn, ch));
         }
         r
     }
 
     fn apply(&mut self, ev: Event) {
+        if let Some(c) = &mut self.control {
+            c.notice(&ev);
+        }
         match ev {
             Event::IkeSaUp { ike_sa, connection } => {
                 if !self.ike_sas.contains(&ike_sa) {
@@ -424,6 +453,17 @@ pub fn explain(f: &Failure) -> String {
             .join(", ")
     };
     match f {
+        // The initiator: a responder answers NO_PROPOSAL_CHOSEN / TS_UNACCEPTABLE without its own.
+        Failure::NoProposalChosen { ours, theirs } if theirs.is_empty() => format!(
+            "the peer answered NO_PROPOSAL_CHOSEN: none of ours is acceptable to it, ours {} (it does not send \
+             its own: its log lists them; align proposals / esp_proposals with the peer's)",
+            ours.join(", ")
+        ),
+        Failure::TsUnacceptable { ours, theirs } if theirs.is_empty() => format!(
+            "the peer answered TS_UNACCEPTABLE: our traffic selectors do not intersect its, ours {} (it does not \
+             send its own: its log lists them; check local_ts / remote_ts on both sides)",
+            ts(ours)
+        ),
         Failure::NoProposalChosen { ours, theirs } => format!(
             "no proposal in common: ours {}, the peer's {} (align proposals / esp_proposals with the peer's)",
             ours.join(", "),

@@ -201,6 +201,7 @@ fn the_loop_moves_datagrams_events_and_timeouts() {
         start: vec![("site".into(), "net".into())],
         counters: counters.clone(),
         ike_sas: Vec::new(),
+        control: None,
     };
     let running = spawn(d).unwrap();
     // start_action = start: initiated at once, its first message from port 500's socket, without a marker.
@@ -329,6 +330,7 @@ fn stop_removes_what_is_installed() {
         start: vec![("c".into(), "x".into())],
         counters: Default::default(),
         ike_sas: Vec::new(),
+        control: None,
     };
     let running = spawn(d).unwrap();
     std::thread::sleep(Duration::from_millis(250));

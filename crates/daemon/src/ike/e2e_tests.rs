@@ -67,6 +67,7 @@ fn side(dir: &std::path::Path, text: &str) -> Side {
         start,
         counters: counters.clone(),
         ike_sas: Vec::new(),
+        control: None,
     };
     Side {
         engine,
@@ -223,6 +224,7 @@ fn side_with_policies(dir: &std::path::Path, text: &str) -> Side {
         start,
         counters: counters.clone(),
         ike_sas: Vec::new(),
+        control: None,
     };
     Side {
         engine,

@@ -76,4 +76,25 @@ impl Machine for Endpoint {
             .find(|s| s.id == ike_sa)
             .map(|s| s.proposal)
     }
+    fn status(&self, now: std::time::Instant) -> Vec<netveil_ike::machine::IkeSaStatus> {
+        self.0.status(now)
+    }
+    fn wireshark_keys(
+        &self,
+    ) -> Vec<(
+        netveil_ike::event::IkeSaId,
+        netveil_ike::machine::WiresharkKeys,
+    )> {
+        self.0.wireshark_keys()
+    }
+    fn delete_child(
+        &mut self,
+        ike_sa: netveil_ike::event::IkeSaId,
+        inbound_spi: u32,
+        now: std::time::Instant,
+    ) -> Result<(), String> {
+        self.0
+            .delete_child(ike_sa, inbound_spi, now)
+            .map_err(|e| e.to_string())
+    }
 }

@@ -92,6 +92,8 @@ pub struct Installer {
     /// IKE SAs this side is deleting (stop, `netveil terminate`): their children going down is no close by the
     /// peer, so no `close_action`.
     pub closing: HashSet<IkeSaId>,
+    /// CHILD_SAs (inbound SPI) this side is deleting alone (`netveil terminate --child`): no `close_action` either.
+    pub closing_children: HashSet<u32>,
     /// How long the last new CHILD_SA took to install (the SaPort calls), for the logs and tests.
     pub last_install: Option<std::time::Duration>,
     /// Children gone down in the batch of events being applied (IKE SA, connection, child), and the IKE SAs that
@@ -130,6 +132,7 @@ impl Installer {
             acquires: None,
             ike_sas: HashMap::new(),
             closing: HashSet::new(),
+            closing_children: HashSet::new(),
             last_install: None,
             downs: Vec::new(),
             dead: HashSet::new(),

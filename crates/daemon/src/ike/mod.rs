@@ -10,6 +10,7 @@
 //! driver would want of `[interface]` (its socket mark) is its own key, `[ike] socket_mark`, with the same default.
 
 pub mod config;
+pub mod control;
 pub mod driver;
 pub mod endpoint;
 pub mod install;
@@ -88,6 +89,17 @@ impl DriverConfig for config::IkeConfig {
         installer
             .install_traps(&cfg.connections)
             .map_err(|e| Error::Other(format!("IKE: {e}")))?;
+        let (hook, control) = control::pair(
+            cfg.connections
+                .iter()
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        c.children.iter().map(|ch| ch.name.clone()).collect(),
+                    )
+                })
+                .collect(),
+        );
         let machine = endpoint::new(cfg.connections).map_err(Error::Other)?;
         let sockets = sockets::Sockets::open(
             &locals,
@@ -104,8 +116,11 @@ impl DriverConfig for config::IkeConfig {
             start,
             counters: Default::default(),
             ike_sas: Vec::new(),
+            control: Some(hook),
         };
-        Ok(Box::new(spawn(d)?))
+        let mut running = spawn(d)?;
+        running.control = Some(Arc::new(control));
+        Ok(Box::new(running))
     }
 }
 
@@ -113,6 +128,7 @@ impl DriverConfig for config::IkeConfig {
 pub struct IkeDriver {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<()>,
+    control: Option<Arc<control::IkeControl>>,
 }
 
 /// Starts the loop on its own thread.
@@ -123,7 +139,11 @@ pub fn spawn(d: driver::Driver) -> Result<IkeDriver> {
         .name("ike".into())
         .spawn(move || d.run(&s))
         .map_err(Error::io("IKE thread"))?;
-    Ok(IkeDriver { stop, thread })
+    Ok(IkeDriver {
+        stop,
+        thread,
+        control: None,
+    })
 }
 
 impl Engine for IkeDriver {
@@ -133,6 +153,11 @@ impl Engine for IkeDriver {
     fn stop(self: Box<Self>, _undo: &mut Undo, _down: bool) {
         self.stop.store(true, Relaxed);
         let _ = self.thread.join();
+    }
+    fn control(&self) -> Option<Arc<dyn crate::engine::Control>> {
+        self.control
+            .clone()
+            .map(|c| c as Arc<dyn crate::engine::Control>)
     }
 }
 

@@ -453,10 +453,22 @@ impl Endpoint {
         let child = &conn.children[ci];
         if let Some(n) = o.notifies().find(|n| n.notify_type.is_error()) {
             self.inbound_spis.remove(&spi);
-            let failure = Failure::PeerError {
-                notify: n.notify_type.0,
-                name: n.notify_type.name().unwrap_or("unknown").to_string(),
-            };
+            let failure = glue::peer_refusal(
+                n,
+                || {
+                    let offered: Vec<Proposal> =
+                        child.esp_proposals.iter().map(glue::without_ke).collect();
+                    glue::names(&offered)
+                },
+                || {
+                    child
+                        .local_ts
+                        .iter()
+                        .chain(&child.remote_ts)
+                        .copied()
+                        .collect()
+                },
+            );
             self.fail(sa.conn, Some(sa.id), failure);
             return;
         }

@@ -207,10 +207,18 @@ impl Endpoint {
                 self.after_response(sa, now);
                 return Outcome::Keep;
             }
-            let f = Failure::PeerError {
-                notify: n.notify_type.0,
-                name: n.notify_type.name().unwrap_or("unknown").to_string(),
-            };
+            let f = glue::peer_refusal(
+                n,
+                || glue::names(&child.esp_proposals),
+                || {
+                    child
+                        .local_ts
+                        .iter()
+                        .chain(&child.remote_ts)
+                        .copied()
+                        .collect()
+                },
+            );
             fail(self, sa, f);
             self.after_response(sa, now);
             return Outcome::Keep;

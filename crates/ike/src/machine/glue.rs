@@ -416,6 +416,34 @@ pub fn nat_hash(spi_i: u64, spi_r: u64, addr: SocketAddr) -> Vec<u8> {
     .to_vec()
 }
 
+// ---- the peer's refusals ----
+
+/// The failure an error notify in a response means, said with what we can show: NO_PROPOSAL_CHOSEN with our
+/// proposals, TS_UNACCEPTABLE with our selectors (a responder does not tell its own: `theirs` stays empty, and its
+/// log has them), any other error by its name.
+pub fn peer_refusal(
+    n: &message::Notify,
+    ours: impl FnOnce() -> Vec<String>,
+    ours_ts: impl FnOnce() -> Vec<TsSpec>,
+) -> crate::event::Failure {
+    use crate::event::Failure;
+    use crate::message::NotifyType;
+    match n.notify_type {
+        NotifyType::NO_PROPOSAL_CHOSEN => Failure::NoProposalChosen {
+            ours: ours(),
+            theirs: Vec::new(),
+        },
+        NotifyType::TS_UNACCEPTABLE => Failure::TsUnacceptable {
+            ours: ours_ts(),
+            theirs: Vec::new(),
+        },
+        t => Failure::PeerError {
+            notify: t.0,
+            name: t.name().unwrap_or("unknown").to_string(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -491,10 +491,12 @@ impl Endpoint {
                     }
                 }
             }
-            return Err(Some(Failure::PeerError {
-                notify: n.notify_type.0,
-                name: n.notify_type.name().unwrap_or("unknown").to_string(),
-            }));
+            let conn = &self.connections[sa.conn];
+            return Err(Some(glue::peer_refusal(
+                n,
+                || glue::names(&conn.proposals),
+                Vec::new,
+            )));
         }
         if hdr.responder_spi == 0
             || count(&msg, payload_type::SA) != 1

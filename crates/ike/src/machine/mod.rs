@@ -46,7 +46,7 @@ use crate::keys::Role;
 use crate::message::{header, ExchangeType, Header};
 
 use sa::{IkeSa, State};
-pub use status::{ChildStatus, IkeSaStatus};
+pub use status::{wireshark_names, ChildStatus, IkeSaStatus, WiresharkKeys};
 
 /// Caps and timers of an endpoint's responder side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

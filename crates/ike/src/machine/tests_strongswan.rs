@@ -342,4 +342,22 @@ fn our_initiator_takes_charons_ike_auth_response() {
     );
     assert_eq!(child.proposal.to_string(), "aes128gcm16");
     assert_eq!(child.local_ts[0].addr.to_string(), "10.11.0.1");
+    // `netveil keys --wireshark`: the IKE SA's line is the one charon's save-keys plugin wrote for the session.
+    let table =
+        std::fs::read_to_string(testdata("strongswan-session-ikev2_decryption_table")).unwrap();
+    let keys = ep.wireshark_keys();
+    assert_eq!(keys.len(), 1);
+    assert_eq!((keys[0].0, keys[0].1.line()), (id, table.trim()));
+    assert_eq!(format!("{:?}", keys[0].1), "WiresharkKeys(..)");
+    let st = &ep.status(now)[0];
+    assert_eq!(
+        (st.local_id.as_str(), st.remote_id.as_str()),
+        ("site1", "site2")
+    );
+    assert!(st.rekey_in.is_some());
+    assert_eq!(st.children[0].installed, Duration::ZERO);
+    assert!(
+        st.children[0].rekey_in > Duration::ZERO
+            && st.children[0].expire_in >= st.children[0].rekey_in
+    );
 }
