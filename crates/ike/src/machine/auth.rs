@@ -78,8 +78,15 @@ fn within(got: &Ts, ours: &[TsSpec]) -> bool {
 }
 
 impl Endpoint {
-    /// Initiator: IKE_AUTH with IDi, [IDr], AUTH, INITIAL_CONTACT, the child's SA and selectors.
+    /// Initiator: IKE_AUTH with IDi, [IDr], AUTH, INITIAL_CONTACT, the child's SA and selectors. INITIAL_CONTACT
+    /// asserts that this is our only IKE SA with the peer (RFC 7296 3.16): it goes only when no other IKE SA of
+    /// the connection with the peer's address exists here, in any state (as strongSwan's `has_contact`), so that a
+    /// second IKE SA does not make the peer drop the first.
     pub(super) fn send_auth(&mut self, sa: &mut IkeSa, now: Instant) {
+        let contact = self
+            .sas
+            .values()
+            .any(|o| o.id != sa.id && o.conn == sa.conn && o.remote.ip() == sa.remote.ip());
         let conn = &self.connections[sa.conn];
         let (Some(keys), Some(psk), Some(ci)) = (&sa.keys, &conn.psk, sa.first_child) else {
             return;
@@ -88,7 +95,10 @@ impl Endpoint {
         let idi = local_id(&conn.local.id, sa.local);
         let signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &id_body(&idi));
         let auth = psk_auth(keys.suite().prf(), psk.expose(), &signed);
-        let mut inner = vec![Payload::IdI(idi), notify(NotifyType::INITIAL_CONTACT)];
+        let mut inner = vec![Payload::IdI(idi)];
+        if !contact {
+            inner.push(notify(NotifyType::INITIAL_CONTACT));
+        }
         if let Some(idr) = glue::id_payload(&conn.remote.id) {
             inner.push(Payload::IdR(idr));
         }
