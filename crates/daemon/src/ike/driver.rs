@@ -172,22 +172,24 @@ impl Driver {
                 self.ike_sas.retain(|i| *i != ike_sa);
                 tracing::info!("ike: IKE SA {} of connection {connection} deleted", ike_sa.0)
             }
-            Event::ChildSaUp(c) => match self.installer.install(&c) {
-                Ok(n) => {
+            Event::ChildSaUp(c) => match (Instant::now(), self.installer.install(&c)) {
+                (t0, Ok(n)) => {
                     self.counters.children_up.fetch_add(1, Relaxed);
                     let (i, o) = Installer::sa_names(n);
+                    // The install's time (`netveil bench --ike` reads it: the exchange and the install apart).
                     tracing::info!(
-                        "ike: CHILD_SA {} of connection {} {} ({}, SPIs in {:#010x} out {:#010x}, SAs {i} and {o}{})",
+                        "ike: CHILD_SA {} of connection {} {} ({}, SPIs in {:#010x} out {:#010x}, SAs {i} and {o}{}, install {:.3} ms)",
                         c.child,
                         c.connection,
                         if c.replaces.is_some() { "rekeyed" } else { "installed" },
                         c.proposal,
                         c.inbound.spi,
                         c.outbound.spi,
-                        if c.udp_encap { ", UDP-encapsulated" } else { "" }
+                        if c.udp_encap { ", UDP-encapsulated" } else { "" },
+                        t0.elapsed().as_secs_f64() * 1e3
                     )
                 }
-                Err(e) => {
+                (_, Err(e)) => {
                     self.counters.install_errors.fetch_add(1, Relaxed);
                     tracing::error!(
                         "ike: CHILD_SA {} of connection {} negotiated but not installed: {e}",
