@@ -192,6 +192,8 @@ impl Endpoint {
         };
         let rekey = l.rekey.saturating_sub(jitter);
         let name = child.name.clone();
+        // Room for exactly one more: a first push would make room for four (1.7 KB, mostly never used).
+        sa.children.reserve_exact(1);
         sa.children.push(Child {
             name,
             cfg: n.cfg,
@@ -237,7 +239,7 @@ impl Endpoint {
             .collect();
         for id in old {
             if let Some(o) = self.sas.remove(&id) {
-                self.destroy(o, None);
+                self.destroy(*o, None);
             }
         }
     }
