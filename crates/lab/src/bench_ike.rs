@@ -358,11 +358,11 @@ fn held_in_process(s: &Suite, n: usize) -> Result<(u64, u64)> {
     let mut pending: Vec<_> = Vec::new();
     let deliver = |ep: &mut [Endpoint; 2], pending: &mut Vec<_>| {
         for _ in 0..16 {
-            for i in 0..2 {
-                while let Some(t) = ep[i].poll_transmit() {
+            for (i, e) in ep.iter_mut().enumerate() {
+                while let Some(t) = e.poll_transmit() {
                     pending.push((1 - i, t));
                 }
-                while ep[i].poll_event().is_some() {}
+                while e.poll_event().is_some() {}
             }
             if pending.is_empty() {
                 return;
