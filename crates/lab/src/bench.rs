@@ -387,6 +387,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "netveil bench builds network namespaces: run it as root".into(),
         ));
     }
+    if a.ike {
+        let bin = match &a.daemon_bin {
+            Some(p) => binary_arg("--daemon-bin", p)?,
+            None => std::env::current_exe().map_err(Error::io("current exe"))?,
+        };
+        crate::bench_ike::run(&a, bin)?;
+        return Ok(());
+    }
     if !lab::have_tool("iperf3") {
         return Err(Error::Usage(
             "netveil bench needs iperf3 (apt-get install iperf3)".into(),

@@ -74,6 +74,25 @@ pub struct BenchArgs {
     /// the round-trip times of all rounds pooled [default: 1].
     #[arg(long)]
     pub rounds: Option<u32>,
+    /// Measure IKEv2 instead (see `bench_ike`): setup latency, handshakes per second and memory per IKE SA +
+    /// child, netveil and strongSwan side by side, per suite (psk-x25519, psk-modp2048, ecdsa-p256).
+    #[arg(long)]
+    pub ike: bool,
+    /// Short runs for CI (with --ike: 20 sequential setups, 200 concurrent ones).
+    #[arg(long)]
+    pub quick: bool,
+    /// IKE suites to measure, comma-separated: psk-x25519, psk-modp2048, ecdsa-p256 (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub ike_suites: Vec<String>,
+    /// Sequential IKE SA + child setups per row for the latency [default: 200; --quick: 20].
+    #[arg(long)]
+    pub ike_setups: Option<usize>,
+    /// Concurrent setups per row for handshakes/s and memory [default: 1000; --quick: 200].
+    #[arg(long)]
+    pub ike_handshakes: Option<usize>,
+    /// Setups in flight at once in the handshakes/s runs.
+    #[arg(long, default_value_t = 16)]
+    pub ike_window: usize,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,

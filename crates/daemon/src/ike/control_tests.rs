@@ -280,6 +280,8 @@ fn terminate_answers_when_the_ike_sas_are_gone() {
         done,
     });
     assert_eq!(m.terminated, [IkeSaId(3), IkeSaId(4)]);
+    // Our own delete: their children going down must not get the close_action (start would bring them back).
+    assert!(inst.closing.contains(&IkeSaId(3)) && inst.closing.contains(&IkeSaId(4)));
     hook.notice(&Event::IkeSaDown {
         ike_sa: IkeSaId(3),
         connection: "site".into(),

@@ -366,8 +366,8 @@ impl Driver {
                 self.installer.ike_sas.remove(&ike_sa);
                 tracing::info!("ike: IKE SA {} of connection {connection} deleted", ike_sa.0)
             }
-            Event::ChildSaUp(c) => match self.installer.install(&c) {
-                Ok(n) => {
+            Event::ChildSaUp(c) => match (Instant::now(), self.installer.install(&c)) {
+                (t0, Ok(n)) => {
                     self.counters.children_up.fetch_add(1, Relaxed);
                     if let Some(t) = self.installer.trap(&c.connection, &c.child) {
                         t.pending = None;
@@ -383,18 +383,20 @@ impl Driver {
                         }
                     }
                     let (i, o) = Installer::sa_names(n);
+                    // The install's time (`netveil bench --ike` reads it: the exchange and the install apart).
                     tracing::info!(
-                        "ike: CHILD_SA {} of connection {} {} ({}, SPIs in {:#010x} out {:#010x}, SAs {i} and {o}{})",
+                        "ike: CHILD_SA {} of connection {} {} ({}, SPIs in {:#010x} out {:#010x}, SAs {i} and {o}{}, install {:.3} ms)",
                         c.child,
                         c.connection,
                         if c.replaces.is_some() { "rekeyed" } else { "installed" },
                         c.proposal,
                         c.inbound.spi,
                         c.outbound.spi,
-                        if c.udp_encap { ", UDP-encapsulated" } else { "" }
+                        if c.udp_encap { ", UDP-encapsulated" } else { "" },
+                        t0.elapsed().as_secs_f64() * 1e3
                     )
                 }
-                Err(e) => {
+                (_, Err(e)) => {
                     self.counters.install_errors.fetch_add(1, Relaxed);
                     tracing::error!(
                         "ike: CHILD_SA {} of connection {} negotiated but not installed: {e}",

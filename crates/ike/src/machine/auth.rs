@@ -70,8 +70,15 @@ fn within(got: &Ts, ours: &[TsSpec]) -> bool {
 }
 
 impl Endpoint {
-    /// Initiator: IKE_AUTH with IDi, [IDr], AUTH, INITIAL_CONTACT, the child's SA and selectors.
+    /// Initiator: IKE_AUTH with IDi, [IDr], AUTH, INITIAL_CONTACT, the child's SA and selectors. INITIAL_CONTACT
+    /// asserts that this is our only IKE SA with the peer (RFC 7296 3.16): it goes only when no other IKE SA of
+    /// the connection with the peer's address exists here, in any state (as strongSwan's `has_contact`), so that a
+    /// second IKE SA does not make the peer drop the first.
     pub(super) fn send_auth(&mut self, sa: &mut IkeSa, now: Instant) {
+        let contact = self
+            .sas
+            .values()
+            .any(|o| o.id != sa.id && o.conn == sa.conn && o.remote.ip() == sa.remote.ip());
         let conn = &self.connections[sa.conn];
         let (Some(keys), Some(ci)) = (&sa.keys, sa.first_child) else {
             return;
@@ -86,7 +93,9 @@ impl Endpoint {
         };
         let mut inner = vec![Payload::IdI(idi)];
         inner.extend(certs);
-        inner.push(notify(NotifyType::INITIAL_CONTACT));
+        if !contact {
+            inner.push(notify(NotifyType::INITIAL_CONTACT));
+        }
         if matches!(conn.remote.method, AuthMethod::PubKey(_)) {
             inner.extend(pubkey::certreq(std::slice::from_ref(conn)));
         }
@@ -180,6 +189,8 @@ impl Endpoint {
         };
         let rekey = l.rekey.saturating_sub(jitter);
         let name = child.name.clone();
+        // Room for exactly one more: a first push would make room for four (1.7 KB, mostly never used).
+        sa.children.reserve_exact(1);
         sa.children.push(Child {
             name,
             cfg: n.cfg,
@@ -200,6 +211,12 @@ impl Endpoint {
     fn ike_up(&mut self, sa: &mut IkeSa, now: Instant) {
         sa.state = State::Established;
         sa.was_up = true;
+        // What only the AUTH payloads needed (both IKE_SA_INIT messages, signed in them) and the cookie: about
+        // 1 KB with X25519, 1.5 KB with MODP-2048, held by every IKE SA for its life otherwise. A late copy of
+        // the IKE_SA_INIT request no longer matches and is dropped (the peer has moved on).
+        sa.init_sent = Vec::new();
+        sa.init_received = Vec::new();
+        sa.cookie = None;
         sa.ike_rekey_at = self.ike_rekey_time(sa.conn, now);
         self.events.push_back(Event::IkeSaUp {
             ike_sa: sa.id,
@@ -220,7 +237,7 @@ impl Endpoint {
             .collect();
         for id in old {
             if let Some(o) = self.sas.remove(&id) {
-                self.destroy(o, None);
+                self.destroy(*o, None);
             }
         }
     }

@@ -406,7 +406,7 @@ impl Endpoint {
         self.by_spi.insert(spi_r, id);
         self.by_init.insert((spi_i, remote), id);
         self.half_open += 1;
-        self.sas.insert(id, sa);
+        self.sas.insert(id, Box::new(sa));
         self.send(local, remote, out);
     }
 
@@ -443,7 +443,7 @@ impl Endpoint {
             Ok(()) => {
                 self.sas.insert(id, sa);
             }
-            Err(Some(f)) => self.destroy(sa, Some(f)),
+            Err(Some(f)) => self.destroy(*sa, Some(f)),
             Err(None) => {
                 // Not a usable answer: ignored; retransmissions go on (a forged reply cannot end the attempt).
                 self.counters.dropped += 1;

@@ -133,7 +133,8 @@ pub struct Endpoint {
     connections: Vec<Connection>,
     rng: Box<dyn Rng + Send>,
     limits: Limits,
-    sas: BTreeMap<IkeSaId, IkeSa>,
+    /// Boxed: an IkeSa is about 1.3 KB, and the map's nodes keep room for eleven of them inline, about half used.
+    sas: BTreeMap<IkeSaId, Box<IkeSa>>,
     /// Our SPI (SPIi when we initiated, SPIr when we responded) to the SA.
     by_spi: HashMap<u64, IkeSaId>,
     /// Responder SAs by the initiator's SPI and address (a retransmitted IKE_SA_INIT gets the same answer).
@@ -275,7 +276,7 @@ impl Endpoint {
         sa.first_child = Some(child_i);
         self.by_spi.insert(spi_i, id);
         self.start_init(&mut sa, now);
-        self.sas.insert(id, sa);
+        self.sas.insert(id, Box::new(sa));
         Ok(id)
     }
 
@@ -298,7 +299,7 @@ impl Endpoint {
             self.sas.insert(ike_sa, sa);
         } else {
             // Nothing authenticated to tell the peer: the SA just goes.
-            self.destroy(sa, None);
+            self.destroy(*sa, None);
         }
         Ok(())
     }
@@ -350,8 +351,8 @@ impl Endpoint {
             info::Outcome::Keep | info::Outcome::Ignore => {
                 self.sas.insert(id, sa);
             }
-            info::Outcome::Forget => self.forget(sa),
-            info::Outcome::Destroy(why) => self.destroy(sa, why),
+            info::Outcome::Forget => self.forget(*sa),
+            info::Outcome::Destroy(why) => self.destroy(*sa, why),
         }
     }
 

@@ -166,7 +166,7 @@ impl Endpoint {
             ike_sa: id,
             connection: self.connections[old.conn].name.clone(),
         });
-        self.sas.insert(id, sa);
+        self.sas.insert(id, Box::new(sa));
         Some(id)
     }
 
