@@ -71,8 +71,8 @@ pub enum Failure {
     },
     /// The peer failed to authenticate as `id` (or we failed at the peer: `by_peer`).
     AuthenticationFailed { id: String, by_peer: bool },
-    /// The peer's certificate authentication as `id` failed, for `reason` ("authentication failed for <id>:
-    /// <reason>").
+    /// The peer's certificate authentication as `id` failed, for `reason` (`authentication failed for <id>:
+    /// <reason>`).
     Certificate {
         id: String,
         reason: crate::cert::CertFailure,
