@@ -28,12 +28,14 @@ use crate::bench_args::BenchArgs;
 use crate::bench_ping;
 use crate::lab::{self, Daemon, Lab};
 use crate::strongswan::{
-    self, CharonOptions, KeyType, Pki, SwanAuth, SwanPair, SwanPsk, Unique, PAIR_IDS,
+    self, CharonOptions, Credential, KeyType, Pki, SwanAuth, SwanPair, SwanPsk, Unique, PAIR_IDS,
 };
 use crate::{Error, Result};
+use netveil_crypto::sig::PrivateKey;
+use netveil_ike::cert::Certificate;
 use netveil_ike::config::{
-    Action, AuthMethod, AuthRound, ChildConfig, Connection, Identity, Lifetimes, Mode, Retransmit,
-    TsSpec,
+    Action, AuthMethod, AuthRound, ChildConfig, Connection, Identity, Lifetimes, Mode, PubKeyCreds,
+    Retransmit, TsSpec,
 };
 use netveil_ike::event::{Event, IkeSaId};
 use netveil_ike::keys::Secret;
@@ -44,7 +46,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The suites, in table order.
 pub const SUITES: &[&str] = &["psk-x25519", "psk-modp2048", "ecdsa-p256"];
@@ -76,13 +78,41 @@ fn suite(name: &str) -> Option<Suite> {
     Some(Suite { name, ike, cert })
 }
 
-/// Why netveil cannot run a suite in this build (the row says so instead of figures), or None.
-///
-/// Certificate authentication comes in its own branch; once it is merged, [`netveil_responder_config`] and
-/// [`initiator_conn`] take the credentials of [`Pki`] and this returns None for `cert` suites too.
-fn netveil_cannot(s: &Suite) -> Option<&'static str> {
-    s.cert
-        .then_some("cannot run yet: certificate auth not merged")
+/// The credentials of a `cert` suite, None for PSK suites: a CA made with strongSwan's `pki` in `dir/pki` and one
+/// ECDSA P-256 certificate per side (`CN` and subjectAltName the side's FQDN id of [`PAIR_IDS`]), as the
+/// strongSwan row has them.
+fn suite_creds(s: &Suite, dir: &Path) -> Result<Option<[Credential; 2]>> {
+    if !s.cert {
+        return Ok(None);
+    }
+    let pki = Pki::new(&dir.join("pki"), KeyType::EcdsaP256)?;
+    Ok(Some([pki.issue(PAIR_IDS[0])?, pki.issue(PAIR_IDS[1])?]))
+}
+
+/// The `auth = pubkey` methods of side `side` with `creds`: ours, our certificate and key; the peer's, our CA.
+fn pubkey_methods(creds: &[Credential; 2], side: usize) -> Result<(AuthMethod, AuthMethod)> {
+    let read = |p: &Path| {
+        std::fs::read(p)
+            .map(zeroize::Zeroizing::new)
+            .map_err(Error::io(format!("read {}", p.display())))
+    };
+    let certs =
+        |p: &Path| Certificate::load(&read(p)?).map_err(|e| other(format!("{}: {e}", p.display())));
+    let c = &creds[side];
+    let key = PrivateKey::from_pem_or_der(&read(&c.key)?)
+        .map_err(|e| other(format!("{}: {e}", c.key.display())))?;
+    Ok((
+        AuthMethod::PubKey(PubKeyCreds {
+            certs: certs(&c.cert)?,
+            cacerts: Vec::new(),
+            key: Some(Arc::new(key)),
+        }),
+        AuthMethod::PubKey(PubKeyCreds {
+            certs: Vec::new(),
+            cacerts: certs(&c.ca)?,
+            key: None,
+        }),
+    ))
 }
 
 /// One row of the table.
@@ -186,9 +216,21 @@ fn host_ts(a: IpAddr) -> TsSpec {
 }
 
 /// Side `side`'s connection (0: the initiator in `a`, 1: the responder in `b`) for the in-process rows and the
-/// load generator: what [`netveil_responder_config`] says in TOML.
-fn initiator_conn(s: &Suite, side: usize) -> Result<Connection> {
+/// load generator: what [`netveil_responder_config`] says in TOML. `creds`: those of [`suite_creds`].
+fn initiator_conn(s: &Suite, side: usize, creds: Option<&[Credential; 2]>) -> Result<Connection> {
     let o = 1 - side;
+    let (local, remote, psk) = match creds {
+        Some(c) => {
+            let (l, r) = pubkey_methods(c, side)?;
+            (l, r, None)
+        }
+        None if s.cert => return Err(other(format!("suite {} needs certificates", s.name))),
+        None => (
+            AuthMethod::Psk,
+            AuthMethod::Psk,
+            Some(Secret::new(PSK.as_bytes())),
+        ),
+    };
     let parse = |p: Protocol, t: &str| {
         Proposal::parse(p, t).map_err(|e| other(format!("proposal {t}: {e}")))
     };
@@ -203,13 +245,13 @@ fn initiator_conn(s: &Suite, side: usize) -> Result<Connection> {
         fragmentation: false,
         local: AuthRound {
             id: Identity::Fqdn(PAIR_IDS[side].into()),
-            method: AuthMethod::Psk,
+            method: local,
         },
         remote: AuthRound {
             id: Identity::Fqdn(PAIR_IDS[o].into()),
-            method: AuthMethod::Psk,
+            method: remote,
         },
-        psk: Some(Secret::new(PSK.as_bytes())),
+        psk,
         dpd_delay: None,
         lifetimes: Lifetimes {
             rekey: 4 * hour,
@@ -240,16 +282,30 @@ fn initiator_conn(s: &Suite, side: usize) -> Result<Connection> {
     })
 }
 
-/// The responder daemon's configuration: a TUN with the inner address, and `[ike]` with the connection.
-fn netveil_responder_config(lab: &Lab, s: &Suite) -> String {
+/// The responder daemon's configuration: a TUN with the inner address, and `[ike]` with the connection (PSK, or
+/// with `creds` the responder's certificate and key and the CA).
+fn netveil_responder_config(lab: &Lab, s: &Suite, creds: Option<&[Credential; 2]>) -> String {
     let (me, peer) = (SwanPair::inner(1), SwanPair::inner(0));
+    let (lid, rid) = (PAIR_IDS[1], PAIR_IDS[0]);
+    let auth = match creds {
+        Some([_, c]) => format!(
+            "local = {{ id = \"@{lid}\", auth = \"pubkey\", certs = [\"{}\"], key = \"{}\" }}\n\
+             remote = {{ id = \"@{rid}\", auth = \"pubkey\", cacerts = [\"{}\"] }}\n",
+            c.cert.display(),
+            c.key.display(),
+            c.ca.display()
+        ),
+        None => format!(
+            "psk = \"{PSK}\"\nlocal = {{ id = \"@{lid}\", auth = \"psk\" }}\n\
+             remote = {{ id = \"@{rid}\", auth = \"psk\" }}\n"
+        ),
+    };
     format!(
         "# netveil bench --ike: the responder\nlog_level = \"info\"\n\
          [interface]\nname = \"nvbike0\"\nmtu = 1400\ncontrol_socket = \"{sock}\"\nstate_dir = \"{state}\"\n\
          addresses = [\"{me}/32\"]\nroutes = [\"{peer}/32\"]\n\n[ike]\n\n\
          [[ike.connection]]\nname = \"{CONN}\"\nlocal_addrs = [\"{lo}\"]\nremote_addrs = [\"{ro}\"]\n\
-         proposals = [\"{ike}\"]\npsk = \"{PSK}\"\nencap = true\n\
-         local = {{ id = \"@{lid}\", auth = \"psk\" }}\nremote = {{ id = \"@{rid}\", auth = \"psk\" }}\n\n\
+         proposals = [\"{ike}\"]\nencap = true\n{auth}\n\
          [[ike.connection.children]]\nname = \"{CHILD}\"\nlocal_ts = [\"{me}/32\"]\nremote_ts = [\"{peer}/32\"]\n\
          esp_proposals = [\"{ESP}\"]\nstart_action = \"none\"\n",
         sock = lab.socket_path("nvbike").display(),
@@ -257,8 +313,6 @@ fn netveil_responder_config(lab: &Lab, s: &Suite) -> String {
         lo = SwanPair::outer(1),
         ro = SwanPair::outer(0),
         ike = s.ike,
-        lid = PAIR_IDS[1],
-        rid = PAIR_IDS[0],
     )
 }
 
@@ -269,19 +323,25 @@ fn netveil_responder_config(lab: &Lab, s: &Suite) -> String {
 /// `n` setups between two Endpoints in this process (datagrams handed over in memory, no install): per setup the
 /// time from `initiate` to the initiator's CHILD_SA event, and the time spent in the responder's
 /// `handle_datagram`; each IKE SA deleted before the next (not timed).
-fn exchange_in_process(s: &Suite, n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+fn exchange_in_process(
+    s: &Suite,
+    creds: Option<&[Credential; 2]>,
+    n: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
     let now = Instant::now();
     let mut ep = [
         Endpoint::new(
-            vec![initiator_conn(s, 0)?],
+            vec![initiator_conn(s, 0, creds)?],
             Box::new(netveil_crypto::rand::OsRng),
             now,
-        ),
+        )
+        .with_wall_clock(now, SystemTime::now()),
         Endpoint::new(
-            vec![initiator_conn(s, 1)?],
+            vec![initiator_conn(s, 1, creds)?],
             Box::new(netveil_crypto::rand::OsRng),
             now,
-        ),
+        )
+        .with_wall_clock(now, SystemTime::now()),
     ];
     let mut total = Vec::with_capacity(n);
     let mut responder = Vec::with_capacity(n);
@@ -338,13 +398,20 @@ fn exchange_in_process(s: &Suite, n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
 
 fn measure_in_process(s: &Suite, z: Sizes) -> Result<IkeRow> {
     let mut row = IkeRow::empty(format!("netveil ike {} (exchange, in process)", s.name));
-    if let Some(why) = netveil_cannot(s) {
-        row.cannot_run = Some(why.into());
-        return Ok(row);
-    }
+    // Certificates need a directory (no namespaces are made): a lab's, removed with it.
+    let lab = if s.cert {
+        Some(Lab::new("nvbikp")?)
+    } else {
+        None
+    };
+    let creds = match &lab {
+        Some(l) => suite_creds(s, l.dir())?,
+        None => None,
+    };
+    let creds = creds.as_ref();
     // Warm-up (first-use costs of the allocator and the crypto library), then the measured runs.
-    exchange_in_process(s, 5)?;
-    let (total, resp) = exchange_in_process(s, z.setups.max(z.handshakes / 4))?;
+    exchange_in_process(s, creds, 5)?;
+    let (total, resp) = exchange_in_process(s, creds, z.setups.max(z.handshakes / 4))?;
     row.setups(&total);
     row.responder_ms = Some(bench_ping::median(&resp));
     let mean_resp = resp.iter().sum::<f64>() / resp.len().max(1) as f64;
@@ -417,11 +484,10 @@ impl Loader {
                 })
                 .map_err(Error::io("load generator: thread"))?;
         }
-        let ep = Endpoint::new(
-            vec![conn],
-            Box::new(netveil_crypto::rand::OsRng),
-            Instant::now(),
-        );
+        // The wall clock for certificate validity (a run lasts minutes: no need to keep it current).
+        let now = Instant::now();
+        let ep = Endpoint::new(vec![conn], Box::new(netveil_crypto::rand::OsRng), now)
+            .with_wall_clock(now, SystemTime::now());
         Ok(Loader {
             ep,
             local,
@@ -648,17 +714,15 @@ fn two_namespaces(lab: &mut Lab) -> Result<[String; 2]> {
 
 fn measure_netveil(bin: &Path, s: &Suite, z: Sizes) -> Result<IkeRow> {
     let mut row = IkeRow::empty(format!("netveil ike {}", s.name));
-    if let Some(why) = netveil_cannot(s) {
-        row.cannot_run = Some(why.into());
-        return Ok(row);
-    }
     let mut lab = Lab::new("nvbike")?.with_netveil(bin);
+    let creds = suite_creds(s, lab.dir())?;
     let ns = two_namespaces(&mut lab)?;
-    let daemon = lab.start_daemon(&ns[1], "nvbike", &netveil_responder_config(&lab, s))?;
+    let config = netveil_responder_config(&lab, s, creds.as_ref());
+    let daemon = lab.start_daemon(&ns[1], "nvbike", &config)?;
     let pid = daemon
         .pid()
         .ok_or_else(|| other("the responder daemon has no pid"))?;
-    let conn = initiator_conn(s, 0)?;
+    let conn = initiator_conn(s, 0, creds.as_ref())?;
     let setups = z.setups;
     let fail = |e: Error| {
         let log = daemon.log();
@@ -977,7 +1041,11 @@ mod tests {
         for name in SUITES {
             let s = suite(name).unwrap();
             for side in 0..2 {
-                let c = initiator_conn(&s, side).unwrap();
+                if s.cert {
+                    assert!(initiator_conn(&s, side, None).is_err());
+                    continue;
+                }
+                let c = initiator_conn(&s, side, None).unwrap();
                 assert_eq!(c.proposals.len(), 1);
             }
         }
@@ -987,7 +1055,7 @@ mod tests {
     #[test]
     fn the_in_process_exchange_sets_up_children() {
         let s = suite("psk-x25519").unwrap();
-        let (total, resp) = exchange_in_process(&s, 3).unwrap();
+        let (total, resp) = exchange_in_process(&s, None, 3).unwrap();
         assert_eq!((total.len(), resp.len()), (3, 3));
         assert!(total.iter().zip(&resp).all(|(t, r)| *r > 0.0 && r < t));
     }
@@ -1010,7 +1078,7 @@ mod tests {
         w.handshakes_per_s = 400.0;
         w.bytes_per_sa = 9000.0;
         let mut e = IkeRow::empty("netveil ike ecdsa-p256".into());
-        e.cannot_run = Some("cannot run yet: certificate auth not merged".into());
+        e.cannot_run = Some("measurement failed: no charon".into());
         let g = goals(&[n, w, e]);
         assert_eq!(g.len(), 3, "{g:?}");
         assert!(g[0].ends_with(": met"), "{}", g[0]);

@@ -93,18 +93,20 @@ fn bench_ike_quick_has_every_row() {
         inproc["responder_ms"].as_f64().unwrap(),
     );
     assert!(r > 0.0 && r < t && t < 1000.0, "{inproc}");
-    // Certificates are not in this build: the row says why instead of figures.
-    let e = row(rows, "netveil ike ecdsa-p256");
-    assert!(
-        e["cannot_run"]
-            .as_str()
-            .is_some_and(|w| w.contains("certificate auth not merged")),
-        "{e}"
+    // ECDSA P-256 certificates (auth = pubkey) on both netveil sides: measured like the PSK rows.
+    check_measured(row(rows, "netveil ike ecdsa-p256"), 10, 100);
+    let inproc = row(rows, "netveil ike ecdsa-p256 (exchange, in process)");
+    assert!(inproc["cannot_run"].is_null(), "{inproc}");
+    let (t, r) = (
+        inproc["median_ms"].as_f64().unwrap(),
+        inproc["responder_ms"].as_f64().unwrap(),
     );
+    assert!(r > 0.0 && r < t && t < 1000.0, "{inproc}");
     // The table and the goals are printed with the rows' names.
     for name in [
         "netveil ike psk-x25519",
         "strongswan ike psk-x25519",
+        "netveil ike ecdsa-p256",
         "handshakes/s",
     ] {
         assert!(text.contains(name), "no {name:?} in:\n{text}");
