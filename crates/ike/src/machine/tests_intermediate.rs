@@ -1,7 +1,6 @@
 //! IKE_INTERMEDIATE with ML-KEM-768 (RFC 9242, RFC 9370) between two endpoints, inside the crate so that the
 //! tests can look at both SAs' keys and forge messages under them.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use netveil_crypto::rand::SeededRng; // check-rng: allow (a #[cfg(test)] module file)
@@ -9,7 +8,7 @@ use netveil_crypto::rand::SeededRng; // check-rng: allow (a #[cfg(test)] module 
 use super::sa::{IkeSa, State};
 use super::Endpoint;
 use crate::config::*;
-use crate::keys::{IkeKeys, Secret};
+use crate::keys::IkeKeys;
 use crate::message::{ExchangeType, Ke, Message, NotifyType, Payload};
 use crate::proposal::{Ke as KeMethod, Proposal, Protocol};
 
@@ -18,54 +17,14 @@ const B: &str = "10.0.0.2:500";
 const HYBRID: &str = "aes256gcm16-prfsha384-x25519-ke1_mlkem768";
 const CLASSIC: &str = "aes256gcm16-prfsha384-x25519";
 
+/// The plain tests' connection (`super::tests::conn`) with these IKE proposals.
 fn conn(name: &str, local: &str, remote: &str, ike: &[&str]) -> Connection {
-    let ip = |s: &str| s.parse::<SocketAddr>().unwrap().ip();
-    let ts = |s: &str| TsSpec {
-        addr: s.parse().unwrap(),
-        prefix: 16,
-        protocol: 0,
-        ports: (0, 65535),
-    };
-    let life = Lifetimes {
-        rekey: Duration::from_secs(3600),
-        life: Duration::from_secs(4000),
-        rand: Duration::ZERO,
-    };
     Connection {
-        name: name.into(),
-        local_addrs: vec![ip(local)],
-        remote_addrs: vec![ip(remote)],
-        remote_port: 500,
         proposals: ike
             .iter()
             .map(|p| Proposal::parse(Protocol::Ike, p).unwrap())
             .collect(),
-        encap: false,
-        fragmentation: false,
-        local: AuthRound {
-            id: Identity::Any,
-            method: AuthMethod::Psk,
-        },
-        remote: AuthRound {
-            id: Identity::Any,
-            method: AuthMethod::Psk,
-        },
-        psk: Some(Secret::new(b"psk")),
-        dpd_delay: None,
-        lifetimes: life,
-        retransmit: Retransmit::default(),
-        children: vec![ChildConfig {
-            name: "c".into(),
-            local_ts: vec![ts(if name == "a" { "10.1.0.0" } else { "10.2.0.0" })],
-            remote_ts: vec![ts(if name == "a" { "10.2.0.0" } else { "10.1.0.0" })],
-            esp_proposals: vec![Proposal::parse(Protocol::Esp, "aes128gcm16").unwrap()],
-            mode: Mode::Tunnel,
-            lifetimes: life,
-            start_action: Action::None,
-            dpd_action: Action::None,
-            close_action: Action::None,
-            replay_window: 32,
-        }],
+        ..super::tests::conn(name, local, remote)
     }
 }
 
