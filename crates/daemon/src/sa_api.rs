@@ -299,6 +299,32 @@ impl PolicyParams {
     }
 }
 
+/// One change of a batch ([`SaPort::batch`]).
+pub enum SaOp {
+    AddIn(InboundSaParams),
+    AddOut(OutboundSaParams),
+    /// A policy bound in memory under the policy `cover` (see [`SaPort::policy_bind`]).
+    Bind {
+        policy: PolicyParams,
+        cover: String,
+    },
+    DelPolicy(String),
+    DelSa(String),
+}
+
+impl SaOp {
+    /// Applies this change alone through `port`'s single calls.
+    fn apply(self, port: &(impl SaPort + ?Sized)) -> Result<(), ChangeError> {
+        match self {
+            SaOp::AddIn(p) => port.sa_add_in(p),
+            SaOp::AddOut(p) => port.sa_add_out(p),
+            SaOp::Bind { policy, cover } => port.policy_bind(policy, &cover),
+            SaOp::DelPolicy(n) => port.policy_del(&n),
+            SaOp::DelSa(n) => port.sa_del(&n),
+        }
+    }
+}
+
 /// An acquire (see [`SaPort::acquires`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Acquire {
@@ -363,6 +389,16 @@ pub trait SaPort: Send + Sync {
             key: "policy".into(),
             reason: "this engine binds no policies in memory".into(),
         })
+    }
+    /// Several changes applied as one: checked in order (each against the tables as the earlier ones left them),
+    /// then put in force together (one new snapshot for the data plane), or none of them if one is refused. What
+    /// a key-exchange driver installs a CHILD_SA with (its two SAs and its bound policies) and removes it with.
+    /// This default applies them one by one and undoes nothing (for ports without a database of their own).
+    fn batch(&self, ops: Vec<SaOp>) -> Result<(), ChangeError> {
+        for op in ops {
+            op.apply(self)?;
+        }
+        Ok(())
     }
     /// The acquires from now on: traffic for a protect policy that has no SAs (the policy's name and the flow), at
     /// most one per policy and second, as `netveil monitor` shows them. `None`: the engine reports none.

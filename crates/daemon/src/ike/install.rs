@@ -36,7 +36,7 @@
 use super::config::esp_suite;
 use crate::sa_api::{
     AnySaParams, ChangeError, InboundSaParams, OutboundSaParams, PolicyAction, PolicyParams,
-    SaCommon, SaPort,
+    SaCommon, SaOp, SaPort,
 };
 use netveil_ike::config::{Action, Connection, Mode as IkeMode, TsSpec};
 use netveil_ike::event::IkeSaId;
@@ -405,6 +405,19 @@ impl Installer {
                 return Err(e);
             }
             self.pending_out.insert(replaced, (c.inbound.spi, outbound));
+        } else if let Some(binds) = self.bound_pairs(instance, c) {
+            // The usual case: every pair of selectors under a configured policy. Both SAs and the bound policies
+            // go in as one change (one snapshot for the data plane; all or nothing).
+            let mut ops = vec![SaOp::AddIn(inbound), SaOp::AddOut(outbound)];
+            installed.policies = binds.iter().map(|(p, _)| p.name.clone()).collect();
+            ops.extend(
+                binds
+                    .into_iter()
+                    .map(|(policy, cover)| SaOp::Bind { policy, cover }),
+            );
+            self.port
+                .batch(ops)
+                .map_err(refused(format!("CHILD_SA {in_name} and {out_name}")))?;
         } else {
             self.port
                 .sa_add_in(inbound)
@@ -424,6 +437,35 @@ impl Installer {
         }
         self.by_inbound.insert(c.inbound.spi, installed);
         Ok(instance)
+    }
+
+    /// The policies of [`Installer::add_policies`] when every pair of selectors is covered by a configured
+    /// policy, each with the policy it is bound under; `None` if a pair is not (then it needs policies of its
+    /// own, which [`Installer::add_policies`] adds).
+    fn bound_pairs(&self, instance: u64, c: &ChildSa) -> Option<Vec<(PolicyParams, String)>> {
+        let (in_name, out_name) = Self::sa_names(instance);
+        let mut binds = Vec::new();
+        let mut n = 0;
+        for l in &c.local_ts {
+            for r in &c.remote_ts {
+                let Some((out, inb)) = pair(
+                    l,
+                    r,
+                    format!("ike-{instance}-o{n}"),
+                    format!("ike-{instance}-i{n}"),
+                    &out_name,
+                    &in_name,
+                ) else {
+                    continue;
+                };
+                let co = self.cover_of(&out, &c.connection, &c.child)?;
+                let ci = self.cover_of(&inb, &c.connection, &c.child)?;
+                n += 1;
+                binds.push((out, co));
+                binds.push((inb, ci));
+            }
+        }
+        Some(binds)
     }
 
     /// One outbound and one inbound policy per pair of selectors of the same family (the rest cannot carry
@@ -524,13 +566,20 @@ impl Installer {
         let i = self.by_inbound.remove(&inbound_spi).expect("looked up");
         self.pending_out
             .retain(|_, (owner, _)| *owner != inbound_spi);
+        let (in_name, out_name) = Self::sa_names(i.instance);
+        // As one change (one snapshot); if it is refused, one by one, as far as each goes.
+        let mut ops: Vec<SaOp> = i.policies.iter().cloned().map(SaOp::DelPolicy).collect();
+        ops.push(SaOp::DelSa(out_name.clone()));
+        ops.push(SaOp::DelSa(in_name.clone()));
+        if self.port.batch(ops).is_ok() {
+            return Ok(true);
+        }
         let mut first_err = None;
         for p in &i.policies {
             if let Err(e) = self.port.policy_del(p) {
                 first_err.get_or_insert(refused(format!("removal of policy {p}"))(e));
             }
         }
-        let (in_name, out_name) = Self::sa_names(i.instance);
         for n in [out_name, in_name] {
             if let Err(e) = self.port.sa_del(&n) {
                 first_err.get_or_insert(refused(format!("removal of SA {n}"))(e));

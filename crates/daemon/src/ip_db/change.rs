@@ -4,13 +4,13 @@
 
 use super::*;
 use crate::sa_api::{
-    check_policy, check_sa, AnySaParams, InboundSaParams, OutboundSaParams, PolicyParams,
+    check_policy, check_sa, AnySaParams, InboundSaParams, OutboundSaParams, PolicyParams, SaOp,
 };
 
 impl Tables {
     /// Refuses an SA of `p`'s name whose direction differs from that of a policy naming it: an outbound policy must
     /// never come to name an inbound SA (it would seal with the peer's keys), nor an inbound one an outbound SA.
-    fn check_policies_of(&self, p: &SaParams) -> Result<(), ConfigError> {
+    pub(super) fn check_policies_of(&self, p: &SaParams) -> Result<(), ConfigError> {
         let want = match p.direction {
             SaDir::Out => netveil_sa::policy::Direction::Out,
             SaDir::In => netveil_sa::policy::Direction::In,
@@ -37,7 +37,11 @@ impl Tables {
     }
 
     /// What an SA needs of the engine's sockets, and keys of its own.
-    fn check_new(&self, p: &SaParams, replacing: Option<&str>) -> Result<(), ConfigError> {
+    pub(super) fn check_new(
+        &self,
+        p: &SaParams,
+        replacing: Option<&str>,
+    ) -> Result<(), ConfigError> {
         let e = |key: &str, reason: String| {
             Err(ConfigError {
                 key: key.into(),
@@ -101,32 +105,12 @@ impl Tables {
 impl Db {
     /// A new outbound SA (see [`crate::sa_api::SaPort::sa_add_out`]).
     pub fn sa_add_out(&self, p: OutboundSaParams, now: u64) -> Result<(), ChangeError> {
-        let keys = p.sa.keys;
-        self.add_sa(p.into_params(), keys, now)
+        self.batch(vec![SaOp::AddOut(p)], now)
     }
 
     /// A new inbound SA (see [`crate::sa_api::SaPort::sa_add_in`]).
     pub fn sa_add_in(&self, p: InboundSaParams, now: u64) -> Result<(), ChangeError> {
-        let keys = p.sa.keys;
-        self.add_sa(p.into_params(), keys, now)
-    }
-
-    fn add_sa(&self, p: SaParams, keys: KeyOrigin, now: u64) -> Result<(), ChangeError> {
-        let mut t = self.tables();
-        check_sa(&p, &t.interface, &t.params())?;
-        if let Some(r) = t.retiring.iter().find(|r| {
-            p.direction == SaDir::In && r.sa.spi() == p.spi && r.sa.protocol() == p.protocol()
-        }) {
-            return Err(spi_taken(&p, &r.sa));
-        }
-        t.check_policies_of(&p)?;
-        t.check_new(&p, None)?;
-        let sa = t.build_sa(p, keys, now)?;
-        let mut next = Self::next(&t);
-        next.sas.push(sa.clone());
-        self.publish(&mut t, next).inspect_err(|_| t.untrack(&sa))?;
-        t.push_event(sa_event("sa-added", sa.base()), now);
-        Ok(())
+        self.batch(vec![SaOp::AddIn(p)], now)
     }
 
     /// Replaces the SA of `p`'s name (same direction; new SPI and keys). Make-before-break: see the module
@@ -142,11 +126,11 @@ impl Db {
         let i = t.index(name).ok_or_else(|| no_sa(name))?;
         let old = t.sas[i].clone();
         let old_dir = old.params().direction;
-        let others: Vec<SaParams> = t
+        let others: Vec<&SaParams> = t
             .sas
             .iter()
-            .filter(|s| s.params().name != name)
-            .map(|s| s.params().clone())
+            .map(|s| s.params())
+            .filter(|s| s.name != name)
             .collect();
         check_sa(&p, &t.interface, &others)?;
         if p.direction != old_dir {
@@ -193,27 +177,7 @@ impl Db {
     /// `sa del NAME`: removes the SA (and the inbound SAs it replaced that are still retiring). Policies that use
     /// it keep their place and drop their traffic (reported as acquires) until an SA of that name is added.
     pub fn sa_del(&self, name: &str, now: u64) -> Result<(), ChangeError> {
-        crate::names::check_name("name", name)?;
-        let mut t = self.tables();
-        let i = t.index(name).ok_or_else(|| no_sa(name))?;
-        let old = t.sas[i].clone();
-        let mut next = Self::next(&t);
-        next.sas.remove(i);
-        let gone: Vec<Arc<InboundSa>> = t
-            .retiring
-            .iter()
-            .filter(|r| r.successor == name)
-            .map(|r| r.sa.clone())
-            .collect();
-        next.retiring.retain(|r| r.successor != name);
-        self.publish(&mut t, next)?;
-        t.untrack(&old);
-        for sa in gone {
-            t.untrack(&Installed::In(sa));
-        }
-        t.reported.remove(&old.addr());
-        t.push_event(sa_event("sa-removed", old.base()), now);
-        Ok(())
+        self.batch(vec![SaOp::DelSa(name.to_string())], now)
     }
 
     /// A new policy at `position` (0: first; default: last); stored in the state directory before it takes effect.
@@ -224,7 +188,8 @@ impl Db {
         now: u64,
     ) -> Result<(), ChangeError> {
         let mut t = self.tables();
-        let p = check_policy(&params, t.psp.is_some(), &t.params())?;
+        let sas: Vec<&SaParams> = t.sas.iter().map(|s| s.params()).collect();
+        let p = check_policy(&params, t.psp.is_some(), &sas)?;
         if t.policies.iter().any(|o| o.name == p.name) {
             return Err(ConfigError {
                 key: "policy.name".into(),
@@ -275,54 +240,13 @@ impl Db {
         cover: &str,
         now: u64,
     ) -> Result<(), ChangeError> {
-        let mut t = self.tables();
-        let p = check_policy(&params, t.psp.is_some(), &t.params())?;
-        if t.policies.iter().any(|o| o.name == p.name) {
-            return Err(ConfigError {
-                key: "policy.name".into(),
-                reason: format!("'{}' is used by another policy", p.name),
-            });
-        }
-        let at = t
-            .policies
-            .iter()
-            .position(|o| o.name == cover)
-            .ok_or_else(|| ConfigError {
-                key: "policy.cover".into(),
-                reason: format!("no policy named '{cover}' to bind '{}' under", p.name),
-            })?;
-        let c = &t.policies[at];
-        let protect = |r: &PolicyRule| matches!(r.action, Action::Protect(_)) && !r.psp;
-        if t.bound.contains_key(cover)
-            || c.direction != p.direction
-            || !protect(c)
-            || !protect(&p)
-            || !selector_within(&p.selector, &c.selector)
-        {
-            return Err(ConfigError {
-                key: "policy.cover".into(),
-                reason: format!(
-                    "'{}' is not covered by policy '{cover}' (same direction, both protect with IPsec SAs, its                      selector within '{cover}''s)",
-                    p.name
-                ),
-            });
-        }
-        let name = p.name.clone();
-        let mut next = Self::next(&t);
-        next.policies.insert(at, p);
-        t.bound.insert(name.clone(), cover.to_string());
-        if let Err(e) = self.publish(&mut t, next) {
-            t.bound.remove(&name);
-            return Err(e);
-        }
-        t.push_event(
-            Event {
-                policy: Some(name),
-                ..Event::new("policy-added")
-            },
+        self.batch(
+            vec![SaOp::Bind {
+                policy: params,
+                cover: cover.to_string(),
+            }],
             now,
-        );
-        Ok(())
+        )
     }
 
     /// The key-exchange drivers' expected peers (see [`crate::nft::KxPeers`]): the nftables table follows now,
@@ -355,41 +279,7 @@ impl Db {
 
     /// `policy del NAME`.
     pub fn policy_del(&self, name: &str, now: u64) -> Result<(), ChangeError> {
-        crate::names::check_name("name", name)?;
-        let mut t = self.tables();
-        if let Some(b) = t.bound.iter().find(|(_, c)| c.as_str() == name) {
-            return Err(ConfigError {
-                key: "name".into(),
-                reason: format!("policy '{}' is bound under '{name}': remove it first", b.0),
-            });
-        }
-        let i = t
-            .policies
-            .iter()
-            .position(|p| p.name == name)
-            .ok_or_else(|| ConfigError {
-                key: "name".into(),
-                reason: format!("no policy named '{name}'"),
-            })?;
-        let mut next = Self::next(&t);
-        next.policies.remove(i);
-        self.publish(&mut t, next)?;
-        t.bound.remove(name);
-        // Stored after it took effect (a crash in between restores it: more covered, never less).
-        if t.runtime.iter().any(|(n, _)| n == name) {
-            t.runtime.retain(|(n, _)| n != name);
-            if let Err(e) = t.save_runtime(&t.policies, &t.runtime) {
-                tracing::warn!("{}: {e}", t.interface.name);
-            }
-        }
-        t.push_event(
-            Event {
-                policy: Some(name.to_string()),
-                ..Event::new("policy-removed")
-            },
-            now,
-        );
-        Ok(())
+        self.batch(vec![SaOp::DelPolicy(name.to_string())], now)
     }
 }
 
@@ -467,14 +357,14 @@ pub(crate) fn selector_within(
         && ports(&a.dst_ports, &b.dst_ports)
 }
 
-fn no_sa(name: &str) -> ConfigError {
+pub(super) fn no_sa(name: &str) -> ConfigError {
     ConfigError {
         key: "name".into(),
         reason: format!("no SA named '{name}'"),
     }
 }
 
-fn spi_taken(_p: &SaParams, o: &SaBase) -> ConfigError {
+pub(super) fn spi_taken(_p: &SaParams, o: &SaBase) -> ConfigError {
     ConfigError {
         key: "sa.spi".into(),
         reason: format!(

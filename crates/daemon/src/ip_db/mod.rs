@@ -41,6 +41,7 @@ pub const EVENT_LOG: usize = 1024;
 /// An outbound SA reports `seq-nearly-spent` once less than 1/`SEQ_WARN_FRACTION` of its sequence space is left.
 pub const SEQ_WARN_FRACTION: u64 = 8;
 
+mod batch;
 mod change;
 mod port;
 mod snapshot;
@@ -502,29 +503,9 @@ impl Db {
             std::mem::replace(&mut t.retiring, retiring),
             std::mem::replace(&mut t.policies, policies),
         );
-        if let Some(table) = t.nft_table.clone() {
-            let text = crate::nft::nft_table_text_with(&t.view(), &table, &t.kx_peers);
-            if text != t.nft_text {
-                let r = match &text {
-                    Some(x) => crate::engine::nft_install(&table, x),
-                    None => crate::engine::run(&["nft", "delete", "table", "inet", &table]),
-                };
-                if let Err(e) = r {
-                    (t.sas, t.retiring, t.policies) = old;
-                    return Err(ConfigError {
-                        key: "policy".into(),
-                        reason: format!("cannot update the nftables table {table}: {e}"),
-                    });
-                }
-                t.nft_text = text;
-            }
-        }
-        let snap = Arc::new(Snapshot::build(t));
-        self.snap.store(snap.clone());
-        for e in refresh_filters(t, &snap.sad, true) {
-            tracing::warn!("{}: {e}", t.interface.name);
-        }
-        Ok(())
+        self.publish_in_place(t, false).inspect_err(|_| {
+            (t.sas, t.retiring, t.policies) = old;
+        })
     }
 
     fn next(t: &Tables) -> Tables2 {

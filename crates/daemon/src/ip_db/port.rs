@@ -2,7 +2,8 @@
 
 use crate::ip::Shared;
 use crate::sa_api::{
-    AnySaParams, ChangeError, InboundSaParams, OutboundSaParams, PolicyParams, PspKxState, SaPort,
+    AnySaParams, ChangeError, InboundSaParams, OutboundSaParams, PolicyParams, PspKxState, SaOp,
+    SaPort,
 };
 use std::sync::Arc;
 
@@ -37,6 +38,10 @@ impl SaPort for IpPort {
 
     fn policy_bind(&self, p: PolicyParams, cover: &str) -> Result<(), ChangeError> {
         self.0.db.policy_bind(p, cover, self.0.now())
+    }
+
+    fn batch(&self, ops: Vec<SaOp>) -> Result<(), ChangeError> {
+        self.0.db.batch(ops, self.0.now())
     }
 
     fn acquires(&self) -> Option<std::sync::mpsc::Receiver<crate::sa_api::Acquire>> {

@@ -98,10 +98,11 @@ pub(super) fn refresh_filters(t: &mut Tables, sad: &Sad, force: bool) -> Vec<Str
     for (layout, sock, installed) in t.filters.iter_mut() {
         let p = esp_filter(sad, *layout, storm, mtu);
         if force || p != *installed {
-            if let Err(e) = sock.attach(p.as_ref()) {
-                problems.push(format!("cannot attach a socket filter: {e}"));
+            // A failed attach leaves the kernel's program (still `installed`), so the next refresh tries again.
+            match sock.attach(p.as_ref()) {
+                Ok(()) => *installed = p,
+                Err(e) => problems.push(format!("cannot attach a socket filter: {e}")),
             }
-            *installed = p;
         }
     }
     problems

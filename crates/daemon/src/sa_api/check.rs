@@ -16,7 +16,7 @@ fn err<T>(key: &str, reason: impl Into<String>) -> Result<T, ConfigError> {
 pub fn check_sa(
     p: &SaParams,
     interface: &Interface,
-    others: &[SaParams],
+    others: &[&SaParams],
 ) -> Result<(), ConfigError> {
     crate::names::check_name("sa.name", &p.name)?;
     if others.iter().any(|o| o.name == p.name) {
@@ -118,7 +118,7 @@ pub fn check_sa(
 pub fn check_policy(
     p: &PolicyParams,
     has_psp: bool,
-    sas: &[SaParams],
+    sas: &[&SaParams],
 ) -> Result<PolicyRule, ConfigError> {
     use netveil_sa::policy::Action;
     crate::names::check_name("policy.name", &p.name)?;
