@@ -130,9 +130,9 @@ fn listing(sh: &Shared) -> Listing {
             .iter()
             .map(|p| {
                 (
-                    p.name.clone(),
-                    p.direction == Direction::Out,
-                    p.sa_names.clone(),
+                    p.rule.name.clone(),
+                    p.rule.direction == Direction::Out,
+                    p.rule.sa_names.clone(),
                     !p.sas.is_empty(),
                 )
             })
@@ -148,23 +148,24 @@ fn check_snapshot(sh: &Shared) {
         let n = &s.base().params.name;
         assert!(is_name(n), "SA name {n:?} in force");
     }
-    for p in &snap.policies {
+    for sp in &snap.policies {
+        let (p, sas) = (&*sp.rule, &sp.sas);
         assert!(is_name(&p.name), "policy name {:?} in force", p.name);
         for n in &p.sa_names {
             assert!(is_name(n), "policy {:?} lists SA name {n:?}", p.name);
         }
         match p.direction {
             Direction::Out => {
-                assert!(!matches!(p.sas, Bundle::In(_)), "{}", p.name);
-                for (j, &i) in p.sas.outbound().iter().enumerate() {
+                assert!(!matches!(sas, Bundle::In(_)), "{}", p.name);
+                for (j, &i) in sas.outbound().iter().enumerate() {
                     let sa = snap.sad.out(i);
                     assert_eq!(sa.params.direction, SaDir::Out, "{}", p.name);
                     assert_eq!(sa.params.name, p.sa_names[j], "{}", p.name);
                 }
             }
             Direction::In => {
-                assert!(!matches!(p.sas, Bundle::Out(_)), "{}", p.name);
-                for (j, &i) in p.sas.inbound().iter().enumerate() {
+                assert!(!matches!(sas, Bundle::Out(_)), "{}", p.name);
+                for (j, &i) in sas.inbound().iter().enumerate() {
                     let sa = snap.sad.inb(i);
                     assert_eq!(sa.params.direction, SaDir::In, "{}", p.name);
                     assert_eq!(sa.params.name, p.sa_names[j], "{}", p.name);

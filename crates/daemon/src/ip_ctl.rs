@@ -225,7 +225,8 @@ fn policies(sh: &Shared) -> Vec<PolicyStatus> {
     let snap = sh.db.load();
     snap.policies
         .iter()
-        .map(|p| {
+        .map(|sp| {
+            let p = &*sp.rule;
             let protect = matches!(p.action, Action::Protect(_));
             PolicyStatus {
                 name: p.name.clone(),
@@ -241,7 +242,7 @@ fn policies(sh: &Shared) -> Vec<PolicyStatus> {
                 .into(),
                 protocol: if p.psp { "psp" } else { "ipsec" }.into(),
                 sas: p.sa_names.clone(),
-                installed: !protect || p.psp || !p.sas.is_empty(),
+                installed: !protect || p.psp || !sp.sas.is_empty(),
             }
         })
         .collect()

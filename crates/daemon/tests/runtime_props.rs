@@ -372,7 +372,7 @@ impl Run {
                     )
                 })
                 .collect(),
-            snap.policies.iter().map(|p| p.name.clone()).collect(),
+            snap.policies.iter().map(|p| p.rule.name.clone()).collect(),
         )
     }
 
@@ -393,7 +393,7 @@ impl Run {
             )
             .collect();
         prop_assert_eq!(&self.listing().0, &want);
-        let names: Vec<&str> = snap.policies.iter().map(|p| p.name.as_str()).collect();
+        let names: Vec<&str> = snap.policies.iter().map(|p| p.rule.name.as_str()).collect();
         let model: Vec<&str> = self.m.policies.iter().map(|p| p.name.as_str()).collect();
         prop_assert_eq!(names, model);
         for (p, mp) in snap.policies.iter().zip(&self.m.policies) {
@@ -402,7 +402,7 @@ impl Run {
                 !p.sas.is_empty(),
                 mp.act == Act::Protect && installed.is_some(),
                 "policy {}: {:?}",
-                &p.name,
+                &p.rule.name,
                 &p.sas
             );
             match mp.dir {
@@ -410,19 +410,19 @@ impl Run {
                     prop_assert!(
                         !matches!(p.sas, Bundle::In(_)),
                         "outbound policy {} has an inbound bundle",
-                        &p.name
+                        &p.rule.name
                     );
                     for (j, &i) in p.sas.outbound().iter().enumerate() {
                         let sa = snap.sad.out(i);
                         let ms = installed.expect("checked above");
-                        prop_assert_eq!(&sa.params.name, &p.sa_names[j]);
+                        prop_assert_eq!(&sa.params.name, &p.rule.sa_names[j]);
                         prop_assert_eq!(sa.params.direction, SaDir::Out);
                         prop_assert_eq!(sa.params.spi, ms.key);
                         prop_assert_eq!(
                             hex::encode(&sa.params.enc_key[..]),
                             key_hex(ms.key),
                             "policy {} seals with keys the model did not install as {} outbound",
-                            &p.name,
+                            &p.rule.name,
                             &ms.name
                         );
                     }
@@ -431,12 +431,12 @@ impl Run {
                     prop_assert!(
                         !matches!(p.sas, Bundle::Out(_)),
                         "inbound policy {} has an outbound bundle",
-                        &p.name
+                        &p.rule.name
                     );
                     for (j, &i) in p.sas.inbound().iter().enumerate() {
                         let sa = snap.sad.inb(i);
                         let ms = installed.expect("checked above");
-                        prop_assert_eq!(&sa.params.name, &p.sa_names[j]);
+                        prop_assert_eq!(&sa.params.name, &p.rule.sa_names[j]);
                         prop_assert_eq!(sa.params.direction, SaDir::In);
                         prop_assert_eq!(hex::encode(&sa.params.enc_key[..]), key_hex(ms.key));
                     }

@@ -710,7 +710,7 @@ fn runtime_policies_stay_covered_across_a_crash() {
     assert_eq!(a.db.restore_runtime_policies().unwrap(), ["to-c"]);
     assert!(covered(&a), "the successor's fail-closed table covers it");
     let snap = a.db.load();
-    assert_eq!(snap.policies[0].name, "to-c");
+    assert_eq!(snap.policies[0].rule.name, "to-c");
     let mut pkt = packet([10, 3, 0, 1], 2);
     assert_eq!(
         a.process_out(&snap, &mut pkt, 0, &mut FragCache::default()),

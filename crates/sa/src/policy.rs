@@ -109,8 +109,9 @@ impl Selector {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// One rule of a [`PolicyDb`] (the policy's name stays with its owner, which knows it by the rule's index: a
+/// database is rebuilt for every change, and copying names into it cost an allocation per rule).
 pub struct Rule {
-    pub name: String,
     pub direction: Direction,
     pub selector: Selector,
     pub action: Action,
@@ -175,9 +176,9 @@ mod tests {
         }
     }
 
-    fn rule(name: &str, direction: Direction, selector: Selector, action: Action) -> Rule {
+    /// `name`: for the reader only.
+    fn rule(_name: &str, direction: Direction, selector: Selector, action: Action) -> Rule {
         Rule {
-            name: name.into(),
             direction,
             selector,
             action,
@@ -324,7 +325,7 @@ mod tests {
             Action::Protect(2),
         ));
         assert_eq!(db.rules().len(), 5);
-        assert_eq!(db.rules()[0].name, "ssh-bypass");
+        assert_eq!(db.rules()[0].action, Action::Bypass);
         assert_eq!(db.default_action(), Action::Discard);
 
         let k_ssh = key("10.0.0.5", "10.1.0.9", 6, 40000, 22);

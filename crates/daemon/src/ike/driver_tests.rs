@@ -190,6 +190,7 @@ fn the_loop_moves_datagrams_events_and_timeouts() {
     let script = Arc::new(Mutex::new(Script::default()));
     let counters = Arc::new(driver::Counters::default());
     let d = driver::Driver {
+        preinstalled: Default::default(),
         machine: Box::new(Scripted {
             s: script.clone(),
             ike: SocketAddr::new(lo, ike_port),
@@ -311,13 +312,20 @@ fn stop_removes_what_is_installed() {
         replaces: None,
     };
     inst.install(&ch).unwrap();
-    let pol = engine.db.load().policies.clone();
+    let pol: Vec<_> = engine
+        .db
+        .load()
+        .policies
+        .iter()
+        .map(|p| p.rule.clone())
+        .collect();
     assert_eq!(pol.len(), 2);
     assert!(pol.iter().any(|p| p.name == "ike-1-o0"
         && p.selector.proto == Some(17)
         && p.selector.dst_ports.start == 53));
     let base = 40000 + (std::process::id() % 10000) as u16 * 2;
     let d = driver::Driver {
+        preinstalled: Default::default(),
         machine: Box::new(Scripted {
             s: Default::default(),
             // A port without a socket: the send fails, the loop goes on.

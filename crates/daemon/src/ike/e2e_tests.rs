@@ -61,6 +61,7 @@ fn side(dir: &std::path::Path, text: &str) -> Side {
         .collect();
     let counters = Arc::new(driver::Counters::default());
     let d = driver::Driver {
+        preinstalled: Default::default(),
         machine: endpoint::new(cfg.connections).unwrap(),
         sockets: Sockets::open(&locals, 500, 4500, None, Bind::Each).unwrap(),
         installer: install::Installer::new(Arc::new(IpPort(engine.clone()))),
@@ -218,6 +219,7 @@ fn side_with_policies(dir: &std::path::Path, text: &str) -> Side {
     installer.install_traps(&cfg.connections).unwrap();
     let counters = Arc::new(driver::Counters::default());
     let d = driver::Driver {
+        preinstalled: Default::default(),
         machine: endpoint::new(cfg.connections).unwrap(),
         sockets: Sockets::open(&locals, 500, 4500, None, Bind::Each).unwrap(),
         installer,

@@ -70,11 +70,7 @@ impl Machine for Endpoint {
         self.0.poll_timeout()
     }
     fn ike_proposal(&self, ike_sa: netveil_ike::event::IkeSaId) -> Option<String> {
-        self.0
-            .status(std::time::Instant::now())
-            .into_iter()
-            .find(|s| s.id == ike_sa)
-            .map(|s| s.proposal)
+        self.0.ike_proposal(ike_sa)
     }
     fn status(&self, now: std::time::Instant) -> Vec<netveil_ike::machine::IkeSaStatus> {
         self.0.status(now)

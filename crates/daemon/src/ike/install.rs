@@ -310,7 +310,11 @@ impl Installer {
         r
     }
 
-    fn install_timed(&mut self, c: &ChildSa) -> Result<u64, InstallError> {
+    /// The SA parameters of CHILD_SA `c` as instance `instance` (inbound, outbound).
+    fn sa_params(
+        c: &ChildSa,
+        instance: u64,
+    ) -> Result<(InboundSaParams, OutboundSaParams), InstallError> {
         let p = &c.proposal;
         let encr = *p
             .encr()
@@ -350,6 +354,90 @@ impl Installer {
             // IKE's KEYMAT: new for every CHILD_SA and rekey, so no sequence mark or receive floor is needed.
             keys: crate::sa_api::Negotiated::keys(),
         };
+        let (in_name, out_name) = Self::sa_names(instance);
+        Ok((
+            InboundSaParams {
+                sa: common(in_name, &c.inbound, mode_in),
+                replay_window: c.replay_window.max(64),
+            },
+            OutboundSaParams {
+                sa: common(out_name, &c.outbound, mode_out),
+                tfc_pad_to: 0,
+            },
+        ))
+    }
+
+    /// A new CHILD_SA (not a rekey) whose selectors are all under configured policies: its instance, the one
+    /// change that installs it (both SAs and the bound policies), and its record. `None`: it needs policies of
+    /// its own ([`Installer::add_policies`]).
+    fn prepare_new(
+        &mut self,
+        c: &ChildSa,
+    ) -> Result<Option<(u64, Vec<SaOp>, Installed)>, InstallError> {
+        let instance = self.next;
+        let Some(binds) = self.bound_pairs(instance, c) else {
+            return Ok(None);
+        };
+        let (inbound, outbound) = Self::sa_params(c, instance)?;
+        self.next += 1;
+        let installed = Installed {
+            instance,
+            outbound_spi: c.outbound.spi,
+            local_ts: c.local_ts.clone(),
+            remote_ts: c.remote_ts.clone(),
+            policies: binds.iter().map(|(p, _)| p.name.clone()).collect(),
+            connection: c.connection.clone(),
+            child: c.child.clone(),
+        };
+        let mut ops = vec![SaOp::AddIn(inbound), SaOp::AddOut(outbound)];
+        ops.extend(
+            binds
+                .into_iter()
+                .map(|(policy, cover)| SaOp::Bind { policy, cover }),
+        );
+        Ok(Some((instance, ops, installed)))
+    }
+
+    /// Installs new CHILD_SAs (`cs`, none a rekey: those go to [`Installer::install`]) that came in one batch of
+    /// events: those whose selectors are all under configured policies as one change (one snapshot for the data
+    /// plane however many there are), the others, and all of them if that change is refused, one by one.
+    /// Results in the order of `cs`.
+    pub fn install_many(&mut self, cs: &[&ChildSa]) -> Vec<Result<u64, InstallError>> {
+        let t0 = std::time::Instant::now();
+        let mut results: Vec<Option<Result<u64, InstallError>>> = cs.iter().map(|_| None).collect();
+        let mut staged = Vec::new();
+        for (k, c) in cs.iter().enumerate() {
+            if c.replaces.is_some() || self.by_inbound.contains_key(&c.inbound.spi) {
+                continue;
+            }
+            match self.prepare_new(c) {
+                Ok(Some(x)) => staged.push((k, x)),
+                Ok(None) => {}
+                Err(e) => results[k] = Some(Err(e)),
+            }
+        }
+        if staged.len() > 1 {
+            let mut ops = Vec::new();
+            let mut records = Vec::new();
+            for (k, (instance, o, rec)) in staged {
+                ops.extend(o);
+                records.push((k, instance, rec));
+            }
+            if self.port.batch(ops).is_ok() {
+                for (k, instance, rec) in records {
+                    self.by_inbound.insert(cs[k].inbound.spi, rec);
+                    results[k] = Some(Ok(instance));
+                }
+                self.last_install = Some(t0.elapsed());
+            }
+        }
+        cs.iter()
+            .zip(results)
+            .map(|(c, r)| r.unwrap_or_else(|| self.install(c)))
+            .collect()
+    }
+
+    fn install_timed(&mut self, c: &ChildSa) -> Result<u64, InstallError> {
         let old = c.replaces.and_then(|spi| self.by_inbound.remove(&spi));
         let instance = old.as_ref().map_or_else(
             || {
@@ -360,14 +448,7 @@ impl Installer {
             |o| o.instance,
         );
         let (in_name, out_name) = Self::sa_names(instance);
-        let inbound = InboundSaParams {
-            sa: common(in_name.clone(), &c.inbound, mode_in),
-            replay_window: c.replay_window.max(64),
-        };
-        let outbound = OutboundSaParams {
-            sa: common(out_name.clone(), &c.outbound, mode_out),
-            tfc_pad_to: 0,
-        };
+        let (inbound, outbound) = Self::sa_params(c, instance)?;
         let mut installed = Installed {
             instance,
             outbound_spi: c.outbound.spi,

@@ -130,7 +130,7 @@ fn names(s: &Shared) -> (Vec<String>, Vec<String>) {
         .map(|r| r.base().params.name.clone())
         .collect();
     sas.sort();
-    let mut pols: Vec<String> = snap.policies.iter().map(|p| p.name.clone()).collect();
+    let mut pols: Vec<String> = snap.policies.iter().map(|p| p.rule.name.clone()).collect();
     pols.sort();
     (sas, pols)
 }
@@ -494,7 +494,7 @@ fn child_binds_under_start_policies_and_leaves_the_nft_table_alone() {
         a.db.load()
             .policies
             .iter()
-            .map(|p| p.name.clone())
+            .map(|p| p.rule.name.clone())
             .collect();
     assert_eq!(order, ["ike-1-o0", "ike-c1-o0", "ike-1-i0", "ike-c1-i0"]);
     assert!(ia.child_up("site", "net"));

@@ -110,6 +110,7 @@ impl DriverConfig for config::IkeConfig {
         )
         .map_err(Error::io("IKE sockets"))?;
         let d = driver::Driver {
+            preinstalled: Default::default(),
             machine,
             sockets,
             installer,

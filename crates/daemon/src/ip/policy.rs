@@ -32,14 +32,14 @@ impl Shared {
             frags.insert(&key, f.ident, action, now);
         }
         match action {
-            Action::Protect(i) if snap.policies[i].psp => self.psp_out(pkt, &key),
+            Action::Protect(i) if snap.policies[i].rule.psp => self.psp_out(pkt, &key),
             Action::Protect(i) => {
                 // Only outbound SAs: an outbound policy's bundle cannot hold anything else.
                 let sas = snap.policies[i].sas.outbound();
                 if sas.is_empty() {
                     if snap.acquire_due(i, now) {
                         self.db
-                            .report(crate::ip_db::acquire(&snap.policies[i].name, &key));
+                            .report(crate::ip_db::acquire(&snap.policies[i].rule.name, &key));
                     }
                     return Err(Drop::NoSa);
                 }
@@ -122,7 +122,7 @@ impl Shared {
         p: &[u8],
         now: u64,
         frags: &mut FragCache,
-        came_through: impl Fn(&crate::config::PolicyRule) -> bool,
+        came_through: impl Fn(&crate::ip_db::SnapPolicy) -> bool,
     ) -> std::result::Result<(), Drop> {
         let (key, frag) = flow_key_frag(p).ok_or(IpsecDrop::Malformed)?;
         let action = self.decide(snap, Direction::In, &key, frag, now, frags)?;
@@ -142,8 +142,8 @@ impl Shared {
 
 /// The inbound policy check of ESP/AH traffic: a protect policy whose SAs are exactly the ones `used` (see
 /// [`Shared::check_in`]).
-pub(super) fn came_through(used: bundle::Used) -> impl Fn(&crate::config::PolicyRule) -> bool {
-    move |p| !p.psp && !p.sas.inbound().is_empty() && used.matches(p.sas.inbound())
+pub(super) fn came_through(used: bundle::Used) -> impl Fn(&crate::ip_db::SnapPolicy) -> bool {
+    move |p| !p.rule.psp && !p.sas.inbound().is_empty() && used.matches(p.sas.inbound())
 }
 
 /// Decrements the IPv4 TTL (updating the header checksum, RFC 1624) or the IPv6 hop limit.

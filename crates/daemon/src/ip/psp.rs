@@ -72,7 +72,7 @@ impl Shared {
         }
         // No lock: the device's receive SAs as last published (the key exchange swaps them).
         st.rx.decapsulate(pkt)?;
-        self.check_in(snap, pkt.data(), now, frags, |p| p.psp)
+        self.check_in(snap, pkt.data(), now, frags, |p| p.rule.psp)
     }
 }
 
@@ -95,7 +95,7 @@ impl Shared {
         }
         match st.rx.decapsulate_udp_payload(pkt) {
             Ok(None) => None,
-            Ok(Some(_)) => Some(self.check_in(snap, pkt.data(), now, frags, |p| p.psp)),
+            Ok(Some(_)) => Some(self.check_in(snap, pkt.data(), now, frags, |p| p.rule.psp)),
             Err(e) => Some(Err(e.into())),
         }
     }

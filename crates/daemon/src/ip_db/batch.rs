@@ -24,7 +24,7 @@ enum Undo {
     BoundAdded(String),
     PolicyRemoved {
         at: usize,
-        rule: PolicyRule,
+        rule: Arc<PolicyRule>,
         cover: Option<String>,
     },
 }
@@ -234,7 +234,7 @@ impl Db {
                 }
                 neutral.bound(t, &p.sa_names);
                 let name = p.name.clone();
-                t.policies.insert(at, p);
+                t.policies.insert(at, Arc::new(p));
                 undo.push(Undo::PolicyInserted(at));
                 t.bound.insert(name.clone(), cover);
                 undo.push(Undo::BoundAdded(name.clone()));

@@ -208,7 +208,7 @@ impl Db {
         }
         let name = p.name.clone();
         let mut next = Self::next(&t);
-        next.policies.insert(at, p);
+        next.policies.insert(at, Arc::new(p));
         // Stored before it takes effect: a crash from here on leaves it covered by the successor too.
         let mut runtime = t.runtime.clone();
         runtime.push((name.clone(), params.to_table()));

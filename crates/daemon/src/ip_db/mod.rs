@@ -51,7 +51,7 @@ pub use crate::sa_api::ChangeError;
 pub(crate) use change::selector_within;
 pub use port::IpPort;
 use snapshot::sa_event;
-pub use snapshot::{acquire, Installed, Snapshot};
+pub use snapshot::{acquire, Installed, SnapPolicy, Snapshot};
 use tick::refresh_filters;
 
 /// The receive sockets the engine opened: an SA added later must arrive on one of them.
@@ -76,7 +76,8 @@ struct Tables {
     default_action: Action,
     sas: Vec<Installed>,
     retiring: Vec<Retiring>,
-    policies: Vec<PolicyRule>,
+    /// Shared with the snapshots (which add what each resolves to).
+    policies: Vec<Arc<PolicyRule>>,
     /// The policies added at runtime (by name, with the table they were given as), kept in the state directory so
     /// that a successor of a killed daemon covers their traffic too (see [`Db::restore_runtime_policies`]).
     runtime: Vec<(String, toml::Table)>,
@@ -120,7 +121,14 @@ impl Tables {
         // Policies bound in memory have no rules of their own: their covering policy's rules cover their traffic.
         // The SAs they name count as the covering policy's for the peer filter (a transport-mode SA's peers are
         // the sources of the inbound policies naming it).
-        let mut policies = snap.policies;
+        let mut policies: Vec<PolicyRule> = snap
+            .policies
+            .into_iter()
+            .map(|p| PolicyRule {
+                sas: p.sas,
+                ..(*p.rule).clone()
+            })
+            .collect();
         for (name, cover) in &self.bound {
             let sas = policies
                 .iter()
@@ -168,7 +176,7 @@ impl Tables {
     /// Stores the policies added at runtime as they stand in `policies` (see [`crate::state::save_runtime_policies`]).
     fn save_runtime(
         &self,
-        policies: &[PolicyRule],
+        policies: &[Arc<PolicyRule>],
         runtime: &[(String, toml::Table)],
     ) -> Result<(), ConfigError> {
         let saved: Vec<crate::state::SavedPolicy> = runtime
@@ -324,7 +332,7 @@ impl Db {
             default_action: config.interface.default_action,
             sas,
             retiring: Vec::new(),
-            policies: config.policies.clone(),
+            policies: config.policies.iter().cloned().map(Arc::new).collect(),
             runtime: Vec::new(),
             seq,
             rx,
@@ -460,7 +468,7 @@ impl Db {
             let at = s.position.min(t.policies.len());
             restored.push(p.name.clone());
             t.runtime.push((p.name.clone(), s.policy));
-            t.policies.insert(at, p);
+            t.policies.insert(at, Arc::new(p));
         }
         if !restored.is_empty() {
             self.snap.store(Arc::new(Snapshot::build(&t)));
@@ -521,5 +529,5 @@ impl Db {
 struct Tables2 {
     sas: Vec<Installed>,
     retiring: Vec<Retiring>,
-    policies: Vec<PolicyRule>,
+    policies: Vec<Arc<PolicyRule>>,
 }

@@ -6,8 +6,9 @@ use super::*;
 pub struct Snapshot {
     /// Every SA: the named ones at the indices policies use, then the retiring inbound ones (aliases).
     pub sad: Sad,
-    /// Policies in order; `sas` resolved against `sad` (empty for a protect policy whose SAs are not all there).
-    pub policies: Vec<PolicyRule>,
+    /// Policies in order, each with its SAs resolved against `sad` (empty for a protect policy whose SAs are not
+    /// all there).
+    pub policies: Vec<SnapPolicy>,
     pub spd: PolicyDb,
     /// Some policy selects by port: later fragments (no ports) need their first fragment's decision.
     pub port_selective: bool,
@@ -16,6 +17,13 @@ pub struct Snapshot {
     /// Unique per snapshot built in this process: what a data-plane thread's remembered decision was made under
     /// (see [`crate::ip::FragCache`]).
     pub generation: u64,
+}
+
+/// A policy as the data plane uses it: the control plane's rule (shared, not copied per snapshot) and its SAs
+/// in this snapshot. The rule's own `sas` are not resolved (always empty): only `sas` here are.
+pub struct SnapPolicy {
+    pub rule: Arc<PolicyRule>,
+    pub sas: Bundle,
 }
 
 /// The generation of the next snapshot built.
@@ -27,8 +35,11 @@ impl Snapshot {
     /// policy whose SAs are not all installed in its direction gets none (its traffic is dropped).
     pub(super) fn build(t: &Tables) -> Snapshot {
         let mut sad = Sad::default();
-        let mut outs: HashMap<&str, OutIdx> = HashMap::new();
-        let mut ins: HashMap<&str, InIdx> = HashMap::new();
+        // Rebuilt for every change: a fast hasher (the names are ours, not an attacker's choice).
+        let mut outs: HashMap<&str, OutIdx, ahash::RandomState> =
+            HashMap::with_capacity_and_hasher(t.sas.len(), Default::default());
+        let mut ins: HashMap<&str, InIdx, ahash::RandomState> =
+            HashMap::with_capacity_and_hasher(t.sas.len(), Default::default());
         for sa in &t.sas {
             match sa {
                 Installed::Out(o) => {
@@ -50,12 +61,12 @@ impl Snapshot {
         let mut spd = PolicyDb::new(t.default_action);
         let mut policies = Vec::with_capacity(t.policies.len());
         for (j, p) in t.policies.iter().enumerate() {
-            let mut p = p.clone();
-            p.sas = Bundle::None;
+            let mut sas = Bundle::None;
+            let mut action = p.action;
             if let Action::Protect(_) = p.action {
-                p.action = Action::Protect(j);
+                action = Action::Protect(j);
                 if !p.psp {
-                    p.sas = match p.direction {
+                    sas = match p.direction {
                         netveil_sa::policy::Direction::Out => p
                             .sa_names
                             .iter()
@@ -72,17 +83,19 @@ impl Snapshot {
                 }
             }
             spd.push(Rule {
-                name: p.name.clone(),
                 direction: p.direction,
                 selector: p.selector.clone(),
-                action: p.action,
+                action,
             });
-            policies.push(p);
+            policies.push(SnapPolicy {
+                rule: p.clone(),
+                sas,
+            });
         }
         Snapshot {
-            port_selective: policies
-                .iter()
-                .any(|p| !p.selector.src_ports.is_any() || !p.selector.dst_ports.is_any()),
+            port_selective: policies.iter().any(|p| {
+                !p.rule.selector.src_ports.is_any() || !p.rule.selector.dst_ports.is_any()
+            }),
             acquired: policies.iter().map(|_| AtomicU64::new(0)).collect(),
             generation: NEXT_GENERATION.fetch_add(1, Relaxed),
             sad,

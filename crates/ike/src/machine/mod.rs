@@ -221,6 +221,15 @@ impl Endpoint {
         self.sas.len()
     }
 
+    /// The chosen IKE proposal of one IKE SA, in strongSwan's syntax (what [`Endpoint::status`] shows for it,
+    /// without building every SA's status).
+    pub fn ike_proposal(&self, ike_sa: IkeSaId) -> Option<String> {
+        self.sas
+            .get(&ike_sa)
+            .and_then(|sa| sa.proposal.as_ref())
+            .map(|p| p.to_string())
+    }
+
     /// Starts an IKE SA for `connection` with its first child `child` (None: its first configured child). Err:
     /// unknown names.
     pub fn initiate(
