@@ -97,9 +97,10 @@ fn settle(ep: &mut [Endpoint; 2]) {
     }
 }
 
-/// Live heap bytes per IKE SA + child held by the initiator and by the responder after `n` more setups with
-/// proposal `ike`.
-fn bytes_per_sa(ike: &str, n: usize) -> [f64; 2] {
+/// What `n` more setups with proposal `ike` cost: live heap bytes per IKE SA + child held by the initiator and
+/// by the responder, then microseconds per setup (IKE_SA_INIT and IKE_AUTH, both ends in this thread) and per
+/// teardown (an INFORMATIONAL exchange with the DELETE of the IKE SA: two sealed and two opened messages).
+fn cost_per_sa(ike: &str, n: usize) -> ([f64; 2], [f64; 2]) {
     let (a, b) = pair(&[ike], &["aes128gcm16"]);
     let now = Instant::now();
     let mut ep = [
@@ -114,14 +115,25 @@ fn bytes_per_sa(ike: &str, n: usize) -> [f64; 2] {
     as_side(0, || ep[0].initiate("ab", None, now)).unwrap();
     settle(&mut ep);
     let before = live();
+    let t = Instant::now();
     for _ in 0..n {
         as_side(0, || ep[0].initiate("ab", None, Instant::now())).unwrap();
         settle(&mut ep);
     }
     assert_eq!(ep[0].ike_sa_count(), n + 1);
     assert_eq!(ep[1].ike_sa_count(), n + 1);
+    let setup = t.elapsed().as_secs_f64() * 1e6 / n as f64;
     let after = live();
-    [0, 1].map(|i| (after[i] - before[i]) as f64 / n as f64)
+    let bytes = [0, 1].map(|i| (after[i] - before[i]) as f64 / n as f64);
+    let ids: Vec<_> = ep[0].status(now).iter().map(|s| s.id).collect();
+    let t = Instant::now();
+    for id in ids {
+        as_side(0, || ep[0].terminate(id, Instant::now())).unwrap();
+        settle(&mut ep);
+    }
+    let teardown = t.elapsed().as_secs_f64() * 1e6 / (n + 1) as f64;
+    assert_eq!(ep[1].ike_sa_count(), 0, "every DELETE went through");
+    (bytes, [setup, teardown])
 }
 
 #[test]
@@ -135,9 +147,10 @@ fn heap_per_ike_sa_and_child() {
         ("aes128-sha256-x25519", 5000.0),
         ("aes128-sha256-modp2048", 5000.0),
     ] {
-        let [i, r] = bytes_per_sa(ike, 150);
+        let ([i, r], [setup, teardown]) = cost_per_sa(ike, 150);
         println!(
-            "{ike}: heap bytes per IKE SA + child: responder {r:.0}, initiator {i:.0}, both {:.0}",
+            "{ike}: heap bytes per IKE SA + child: responder {r:.0}, initiator {i:.0}, both {:.0}; \
+             {setup:.0} us per setup, {teardown:.0} us per DELETE exchange",
             i + r
         );
         out.push((ike, i, r, bound));
