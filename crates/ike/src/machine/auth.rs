@@ -80,7 +80,7 @@ impl Endpoint {
             .values()
             .any(|o| o.id != sa.id && o.conn == sa.conn && o.remote.ip() == sa.remote.ip());
         let conn = &self.connections[sa.conn];
-        let (Some(keys), Some(ci)) = (&sa.keys, sa.first_child) else {
+        let (Some(keys), Some(ci)) = (sa.keys(), sa.first_child) else {
             return;
         };
         let child = &conn.children[ci];
@@ -134,7 +134,7 @@ impl Endpoint {
     pub(super) fn child_up(&mut self, sa: &mut IkeSa, n: NewChild<'_>, now: Instant) -> bool {
         let conn = &self.connections[sa.conn];
         let child = &conn.children[n.cfg];
-        let Some(keys) = &sa.keys else { return false };
+        let Some(keys) = sa.keys() else { return false };
         let Ok(suite) = ChildSuite::from_proposal(&n.chosen) else {
             return false;
         };
@@ -292,7 +292,7 @@ impl Endpoint {
             return Outcome::Forget;
         };
         sa.conn = ci;
-        let Some(keys) = &sa.keys else {
+        let Some(keys) = sa.keys() else {
             return Outcome::Forget;
         };
         let prf = keys.suite().prf();
@@ -433,7 +433,7 @@ impl Endpoint {
             return Outcome::Destroy(Some(failure));
         }
         let (Some(auth), Some(idr), Some(idr_body), Some(keys)) =
-            (auth, o.idr(), o.idr_body.as_ref(), &sa.keys)
+            (auth, o.idr(), o.idr_body.as_ref(), sa.keys())
         else {
             return Outcome::Ignore;
         };

@@ -21,7 +21,6 @@ use crate::message::{
     payload_type, ExchangeType, Header, Ke, Message, Nonce, Notify, NotifyType, Payload,
 };
 use crate::proposal::{self, Ke as KeMethod, Preference, Protocol};
-use crate::sk::SkKey;
 
 /// Bytes of our nonces.
 pub const NONCE_LEN: usize = 32;
@@ -336,15 +335,12 @@ impl Endpoint {
             self.counters.dropped += 1;
             return;
         };
-        let (Ok(sk_out), Ok(sk_in)) = (
-            SkKey::outbound(&keys, Role::Responder),
-            SkKey::inbound(&keys, Role::Responder),
-        ) else {
-            self.counters.dropped += 1;
-            return;
-        };
         let id = self.new_id();
         let mut sa = IkeSa::new(id, ci, Role::Responder, spi_i, spi_r, local, remote, now);
+        if !sa.set_keys(keys) {
+            self.counters.dropped += 1;
+            return;
+        }
         sa.nat_remote = nat_matches(
             &msg,
             NotifyType::NAT_DETECTION_SOURCE_IP,
@@ -358,9 +354,6 @@ impl Endpoint {
         sa.ni = ni.as_bytes().to_vec();
         sa.nr = nr.clone();
         sa.group = Some(method);
-        sa.keys = Some(keys);
-        sa.sk_out = Some(sk_out);
-        sa.sk_in = Some(sk_in);
         sa.proposal = Some(sel.chosen.clone());
         sa.peer_mid = 1;
         sa.init_received = bytes.to_vec();
@@ -551,14 +544,12 @@ impl Endpoint {
             &hdr.responder_spi.to_be_bytes(),
         )
         .map_err(|_| None)?;
-        let sk_out = SkKey::outbound(&keys, Role::Initiator).map_err(|_| None)?;
-        let sk_in = SkKey::inbound(&keys, Role::Initiator).map_err(|_| None)?;
+        if !sa.set_keys(keys) {
+            return Err(None);
+        }
         sa.spi_r = hdr.responder_spi;
         sa.nr = nr.as_bytes().to_vec();
         sa.dh = None;
-        sa.keys = Some(keys);
-        sa.sk_out = Some(sk_out);
-        sa.sk_in = Some(sk_in);
         sa.proposal = Some(chosen);
         sa.init_received = bytes.to_vec();
         sa.nat_remote = nat_matches(

@@ -159,7 +159,9 @@ impl IkeSa {
 
     /// The keys after an additional key exchange with shared secret `shared`; false if they cannot be derived.
     fn update_keys(&mut self, shared: &[u8]) -> bool {
-        let Some(keys) = &self.keys else { return false };
+        let Some(keys) = self.keys() else {
+            return false;
+        };
         let Ok(next) = keys.intermediate(
             shared,
             &self.ni,
@@ -169,15 +171,10 @@ impl IkeSa {
         ) else {
             return false;
         };
-        let (Ok(out), Ok(inb)) = (
-            SkKey::outbound(&next, self.role),
-            SkKey::inbound(&next, self.role),
-        ) else {
+        let prev = self.sk_in();
+        if !self.set_keys(next) {
             return false;
-        };
-        let prev = self.sk_in.replace(inb);
-        self.sk_out = Some(out);
-        self.keys = Some(next);
+        }
         if let Some(x) = &mut self.intermediate {
             x.prev_in = prev;
             x.exchanges += 1;
@@ -218,7 +215,7 @@ impl Endpoint {
             data: pair.public().to_vec(),
         })];
         let (h, first, plain) = our_message(sa, false, sa.my_mid, &inner);
-        let (Some(keys), Some(x)) = (&sa.keys, &sa.intermediate) else {
+        let (Some(keys), Some(x)) = (sa.keys(), &sa.intermediate) else {
             return;
         };
         let link = keys.int_auth(
@@ -269,7 +266,7 @@ impl Endpoint {
         if ke.group != method.id() || ke.data.len() != ML_KEM_768_CIPHERTEXT_LEN {
             return bad();
         }
-        let (Some(keys), Some(pair), Some((first, plain))) = (&sa.keys, &x.kem, &o.plain) else {
+        let (Some(keys), Some(pair), Some((first, plain))) = (sa.keys(), &x.kem, &o.plain) else {
             return bad();
         };
         let Ok(shared) = pair.decapsulate(&ke.data) else {
@@ -327,7 +324,7 @@ impl Endpoint {
         })];
         let (h, first, plain) = our_message(sa, true, mid, &inner);
         let (Some(keys), Some(x), Some((req_first, req_plain))) =
-            (&sa.keys, &sa.intermediate, &o.plain)
+            (sa.keys(), &sa.intermediate, &o.plain)
         else {
             return Outcome::Forget;
         };

@@ -342,7 +342,7 @@ impl Endpoint {
             return;
         };
         let role_ok = (sa.role == Role::Responder) == hdr.flags.initiator;
-        if !role_ok || sa.peer_spi() != theirs || sa.sk_in.is_none() {
+        if !role_ok || sa.peer_spi() != theirs || sa.keys().is_none() {
             self.counters.dropped += 1;
             self.sas.insert(id, sa);
             return;

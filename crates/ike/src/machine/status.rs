@@ -171,7 +171,7 @@ impl Endpoint {
         use core::fmt::Write;
         let mut out = Vec::new();
         for sa in self.sas.values() {
-            let Some(k) = &sa.keys else { continue };
+            let Some(k) = sa.keys() else { continue };
             let suite = k.suite();
             let Some((e, i)) = wireshark_names(suite.encr(), suite.integ()) else {
                 continue;

@@ -86,7 +86,7 @@ fn auth_with_certs(certs: Vec<Vec<u8>>) -> (Endpoint, Vec<Payload>) {
     let idi = Id::fqdn("moon.netveil.test");
     let mut body = vec![0u8; idi.buffer_len()];
     idi.emit(&mut body).unwrap();
-    let keys = sa.keys.as_ref().unwrap();
+    let keys = sa.keys().unwrap();
     let signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &body);
     let key = PrivateKey::from_pem_or_der(&td("moon.key")).unwrap();
     let scheme = Scheme::Ecdsa(SigHash::Sha256);

@@ -75,8 +75,8 @@ impl Two {
         self.b.sas.values_mut().next().unwrap()
     }
     fn keys(&mut self) -> (IkeKeys, IkeKeys) {
-        let a = self.sa_a().keys.clone().unwrap();
-        let b = self.sa_b().keys.clone().unwrap();
+        let a = self.sa_a().keys().cloned().unwrap();
+        let b = self.sa_b().keys().cloned().unwrap();
         (a, b)
     }
 

@@ -215,9 +215,7 @@ fn our_responder_takes_charons_ike_auth() {
     ep.by_spi.insert(r.spi_r, id);
     sa.nr = r.nr.clone();
     sa.init_sent = r.msgs[1].2.clone();
-    sa.keys = Some(r.keys.clone());
-    sa.sk_out = Some(SkKey::outbound(&r.keys, Role::Responder).unwrap());
-    sa.sk_in = Some(SkKey::inbound(&r.keys, Role::Responder).unwrap());
+    assert!(sa.set_keys(r.keys.clone()));
     let (src, dst, auth) = &r.msgs[2];
     assert_eq!(dst.port(), 4500, "charon moved to port 4500 (encap = yes)");
     ep.handle_datagram(now, *dst, *src, auth);
@@ -295,9 +293,7 @@ fn our_initiator_takes_charons_ike_auth_response() {
     sa.nr = r.nr.clone();
     sa.init_sent = r.msgs[0].2.clone();
     sa.init_received = r.msgs[1].2.clone();
-    sa.keys = Some(r.keys.clone());
-    sa.sk_out = Some(SkKey::outbound(&r.keys, Role::Initiator).unwrap());
-    sa.sk_in = Some(SkKey::inbound(&r.keys, Role::Initiator).unwrap());
+    assert!(sa.set_keys(r.keys.clone()));
     sa.first_child_spi = Some(0xaaa1_0c06);
     sa.nat_remote = true;
     sa.local.set_port(4500);
