@@ -34,13 +34,13 @@ impl Endpoint {
         let mid = sa.my_mid;
         let bytes = sa.sealed_message(&mut *self.rng, exchange, false, mid, inner);
         let retransmit = self.connections[sa.conn].retransmit;
-        sa.pending = Some(Pending {
+        sa.pending = Some(Box::new(Pending {
             message_id: mid,
             purpose,
             bytes: bytes.clone(),
             retries: 0,
             next_at: now + backoff(&retransmit, 0),
-        });
+        }));
         for b in bytes {
             self.send(sa.local, sa.remote, b);
         }

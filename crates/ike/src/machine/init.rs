@@ -85,7 +85,7 @@ impl Endpoint {
             return;
         };
         if sa.dh.as_ref().map(|k| k.group()) != Some(g) {
-            sa.dh = Some(KeyPair::generate(g, &mut *self.rng));
+            sa.dh = Some(Box::new(KeyPair::generate(g, &mut *self.rng)));
         }
         sa.group = Some(method);
         if sa.ni.is_empty() {
@@ -138,13 +138,13 @@ impl Endpoint {
         let bytes = sa.clear_message(ExchangeType::IKE_SA_INIT, false, 0, payloads);
         sa.init_sent = bytes.clone();
         let retransmit = conn.retransmit;
-        sa.pending = Some(Pending {
+        sa.pending = Some(Box::new(Pending {
             message_id: 0,
             purpose: Purpose::Init,
             bytes: vec![bytes.clone()],
             retries: 0,
             next_at: now + backoff(&retransmit, 0),
-        });
+        }));
         self.send(sa.local, sa.remote, bytes);
     }
 
@@ -390,7 +390,7 @@ impl Endpoint {
             payloads.push(intermediate::supported_notify());
         }
         if intermediate::has_add_ke(&sel.chosen) {
-            sa.intermediate = Some(Default::default());
+            sa.intermediate = Some(Box::default());
         }
         payloads.push(Payload::Notify(sig_hash_notify()));
         payloads.extend(super::pubkey::certreq(&self.connections));

@@ -188,7 +188,7 @@ impl Endpoint {
     /// exchanges, else IKE_AUTH.
     pub(super) fn after_init(&mut self, sa: &mut IkeSa, now: Instant) {
         if sa.proposal.as_ref().is_some_and(has_add_ke) {
-            sa.intermediate = Some(Intermediate::default());
+            sa.intermediate = Some(Box::default());
             self.send_intermediate(sa, now);
         } else {
             self.send_auth(sa, now);

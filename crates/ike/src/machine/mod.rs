@@ -457,7 +457,7 @@ impl Endpoint {
         if let Some(sa::Pending {
             purpose: sa::Purpose::RekeyIke { spi },
             ..
-        }) = &sa.pending
+        }) = sa.pending.as_deref()
         {
             self.by_spi.remove(spi);
         }

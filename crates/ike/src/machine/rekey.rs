@@ -91,11 +91,11 @@ impl Endpoint {
                     .find_map(|p| p.ke().first().copied())
                     .and_then(dh_group);
                 let Some(g) = group else { return };
-                ChildExchange {
+                Box::new(ChildExchange {
                     ni,
                     dh: Some(KeyPair::generate(g, &mut *self.rng)),
                     ke_retried: false,
-                }
+                })
             }
         };
         let Some(dh) = &x.dh else { return };

@@ -109,7 +109,8 @@ pub struct IkeSa {
     pub init_remote: SocketAddr,
     pub ni: Vec<u8>,
     pub nr: Vec<u8>,
-    pub dh: Option<KeyPair>,
+    /// Boxed, like the other parts an established SA rarely or never holds: each is a pointer in the SA.
+    pub dh: Option<Box<KeyPair>>,
     pub group: Option<Ke>,
     pub cookie: Option<Vec<u8>>,
     pub ke_retried: bool,
@@ -129,13 +130,13 @@ pub struct IkeSa {
     /// Next message id of our requests, and of the peer's.
     pub my_mid: u32,
     pub peer_mid: u32,
-    pub pending: Option<Pending>,
+    pub pending: Option<Box<Pending>>,
     /// The last response we sent (its message id and datagrams), sent again for a retransmitted request.
     pub last_response: Option<(u32, Vec<Vec<u8>>)>,
     /// Both ends announced IKEV2_FRAGMENTATION_SUPPORTED: messages above this many bytes go in fragments.
     pub fragment_len: Option<usize>,
     /// Fragments of the message being reassembled.
-    pub reassembly: Option<Reassembly>,
+    pub reassembly: Option<Box<Reassembly>>,
     pub children: Vec<Child>,
     /// Initiator: the child config (index) and the inbound SPI of the first CHILD_SA.
     pub first_child: Option<usize>,
@@ -148,11 +149,11 @@ pub struct IkeSa {
     pub delete_queued: bool,
     /// CHILD_SAs (by inbound SPI) to delete once no request is outstanding (the old one after a rekey).
     pub queued_child_deletes: Vec<u32>,
-    pub child_x: Option<ChildExchange>,
+    pub child_x: Option<Box<ChildExchange>>,
     /// When we rekey the IKE SA (set when it comes up).
     pub ike_rekey_at: Instant,
     /// The IKE_INTERMEDIATE exchanges (RFC 9242, 9370), when the chosen proposal has additional key exchanges.
-    pub intermediate: Option<super::intermediate::Intermediate>,
+    pub intermediate: Option<Box<super::intermediate::Intermediate>>,
 }
 
 /// Most fragments of one message we take, and most bytes they may hold together.
@@ -443,14 +444,14 @@ impl IkeSa {
                 && r.parts.len() == usize::from(total)
         });
         if !same {
-            self.reassembly = Some(Reassembly {
+            self.reassembly = Some(Box::new(Reassembly {
                 message_id: h.message_id,
                 response: h.flags.response,
                 exchange: h.exchange_type,
                 first_inner: 0,
                 parts: vec![None; usize::from(total)],
                 bytes: 0,
-            });
+            }));
         }
         let r = self.reassembly.as_mut()?;
         let slot = &mut r.parts[usize::from(number - 1)];

@@ -300,13 +300,13 @@ fn our_initiator_takes_charons_ike_auth_response() {
     sa.remote.set_port(4500);
     sa.state = State::AuthSent;
     sa.my_mid = 1;
-    sa.pending = Some(Pending {
+    sa.pending = Some(Box::new(Pending {
         message_id: 1,
         purpose: Purpose::Auth,
         bytes: Vec::new(),
         retries: 0,
         next_at: now + Duration::from_secs(4),
-    });
+    }));
     let (src, dst, resp) = &r.msgs[3];
     // First with one bit flipped: not authentic, nothing happens.
     let mut bad = resp.clone();
