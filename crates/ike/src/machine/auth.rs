@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::glue::{self, Range};
 use super::info::Outcome;
-use super::sa::{Child, IkeSa, Opened, Purpose, State};
+use super::sa::{Child, Chosen, IkeSa, Opened, Purpose, State};
 use super::{pubkey, Endpoint};
 use crate::cert;
 use crate::config::{AuthMethod, Mode, TsSpec};
@@ -199,7 +199,7 @@ impl Endpoint {
             inbound_spi: n.inbound_spi,
             outbound_spi: n.outbound_spi,
             mode: n.mode,
-            proposal: n.chosen,
+            proposal: Chosen::new(&n.chosen),
             local_ts: n.local_ts,
             remote_ts: n.remote_ts,
             replaced: false,
@@ -271,7 +271,7 @@ impl Endpoint {
             self.respond(sa, ex, mid, &[notify(NotifyType::INVALID_SYNTAX)]);
             return Outcome::Forget;
         }
-        let chosen_ike = sa.proposal.clone();
+        let chosen_ike = sa.proposal();
         let found = (0..self.connections.len()).find(|&ci| {
             let c = &self.connections[ci];
             let addrs = (c.local_addrs.is_empty() || c.local_addrs.contains(&sa.local.ip()))

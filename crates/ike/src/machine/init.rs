@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use netveil_crypto::dh::{Group, KeyPair};
 
-use super::sa::{backoff, IkeSa, Pending, Purpose, State};
+use super::sa::{backoff, Chosen, IkeSa, Pending, Purpose, State};
 use super::Endpoint;
 use super::{glue, intermediate};
 use crate::event::Failure;
@@ -354,7 +354,7 @@ impl Endpoint {
         sa.ni = ni.as_bytes().to_vec();
         sa.nr = nr.clone();
         sa.group = Some(method);
-        sa.proposal = Some(sel.chosen.clone());
+        sa.chosen = Some(Chosen::new(&sel.chosen));
         sa.peer_mid = 1;
         sa.init_received = bytes.to_vec();
         let number = sa_p.proposals[theirs[sel.peer].0].number;
@@ -550,7 +550,7 @@ impl Endpoint {
         sa.spi_r = hdr.responder_spi;
         sa.nr = nr.as_bytes().to_vec();
         sa.dh = None;
-        sa.proposal = Some(chosen);
+        sa.chosen = Some(Chosen::new(&chosen));
         sa.init_received = bytes.to_vec();
         sa.nat_remote = nat_matches(
             &msg,

@@ -151,8 +151,8 @@ impl IkeSa {
 
     /// Whether additional key exchanges are still owed before IKE_AUTH.
     pub fn intermediate_owed(&self) -> bool {
-        match (&self.intermediate, &self.proposal) {
-            (Some(x), Some(p)) => next_slot(p, x.done).is_some(),
+        match (&self.intermediate, self.proposal()) {
+            (Some(x), Some(p)) => next_slot(&p, x.done).is_some(),
             _ => false,
         }
     }
@@ -187,7 +187,7 @@ impl Endpoint {
     /// Initiator, IKE_SA_INIT done: the first IKE_INTERMEDIATE when the chosen proposal has additional key
     /// exchanges, else IKE_AUTH.
     pub(super) fn after_init(&mut self, sa: &mut IkeSa, now: Instant) {
-        if sa.proposal.as_ref().is_some_and(has_add_ke) {
+        if sa.proposal().as_ref().is_some_and(has_add_ke) {
             sa.intermediate = Some(Box::default());
             self.send_intermediate(sa, now);
         } else {
@@ -198,9 +198,8 @@ impl Endpoint {
     /// Initiator: the IKE_INTERMEDIATE request for the next slot (or IKE_AUTH when none is left).
     fn send_intermediate(&mut self, sa: &mut IkeSa, now: Instant) {
         let next = sa
-            .proposal
-            .as_ref()
-            .and_then(|p| next_slot(p, sa.intermediate.as_ref().map_or(0, |x| x.done)));
+            .proposal()
+            .and_then(|p| next_slot(&p, sa.intermediate.as_ref().map_or(0, |x| x.done)));
         let Some((_, method)) = next else {
             self.send_auth(sa, now);
             return;
@@ -256,10 +255,10 @@ impl Endpoint {
                 name: "malformed IKE_INTERMEDIATE response".to_string(),
             }))
         };
-        let (Some(p), Some(x)) = (&sa.proposal, &sa.intermediate) else {
+        let (Some(p), Some(x)) = (sa.proposal(), &sa.intermediate) else {
             return bad();
         };
-        let Some((slot, method)) = next_slot(p, x.done) else {
+        let Some((slot, method)) = next_slot(&p, x.done) else {
             return bad();
         };
         let Some(ke) = o.one_ke() else { return bad() };
@@ -304,8 +303,8 @@ impl Endpoint {
         sa.local = local;
         sa.remote = remote;
         let mid = o.header.message_id;
-        let next = match (&sa.proposal, &sa.intermediate) {
-            (Some(p), Some(x)) => next_slot(p, x.done),
+        let next = match (sa.proposal(), &sa.intermediate) {
+            (Some(p), Some(x)) => next_slot(&p, x.done),
             _ => None,
         };
         let ke = o.one_ke();

@@ -12,7 +12,7 @@ use netveil_crypto::dh::KeyPair;
 use super::glue;
 use super::info::Outcome;
 use super::init::{dh_group, NONCE_LEN};
-use super::sa::{ChildExchange, IkeSa, Opened, Purpose, State};
+use super::sa::{ChildExchange, Chosen, IkeSa, Opened, Purpose, State};
 use super::{Endpoint, EndpointError};
 use crate::event::{Event, Failure, IkeSaId};
 use crate::keys::{skeyseed_rekey, IkeKeys, IkeSuite, Role};
@@ -159,7 +159,7 @@ impl Endpoint {
         sa.id = id;
         sa.state = State::Established;
         sa.was_up = true;
-        sa.proposal = Some(n.chosen);
+        sa.chosen = Some(Chosen::new(&n.chosen));
         sa.nat_local = old.nat_local;
         sa.nat_remote = old.nat_remote;
         sa.ni = n.ni.to_vec();

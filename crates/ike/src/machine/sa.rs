@@ -15,7 +15,7 @@ use crate::message::{
     self, chain, first_type, payload_type, Chain, Encrypted, EncryptedFragment, ExchangeType,
     Flags, Header, Id, Message, Payload,
 };
-use crate::proposal::{Ke, Proposal};
+use crate::proposal::{Encr, Esn, Integ, Ke, Prf, Proposal, Protocol, ADD_KE_SLOTS};
 use crate::sk::{self, SkKey};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,49 @@ pub enum Purpose {
     },
 }
 
+/// A chosen proposal (one algorithm per transform type) in 16 bytes: a [`Proposal`] takes 296 and a list on the
+/// heap per transform type, for every IKE SA and CHILD_SA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chosen {
+    protocol: Protocol,
+    encr: Option<Encr>,
+    prf: Option<Prf>,
+    integ: Option<Integ>,
+    ke: Option<Ke>,
+    add_ke: [Option<Ke>; ADD_KE_SLOTS],
+    esn: Option<Esn>,
+}
+
+impl Chosen {
+    /// The first algorithm of each type of `p` (its only one: `p` comes from [`crate::proposal::select`]).
+    pub fn new(p: &Proposal) -> Chosen {
+        Chosen {
+            protocol: p.protocol(),
+            encr: p.encr().first().copied(),
+            prf: p.prf().first().copied(),
+            integ: p.integ().first().copied(),
+            ke: p.ke().first().copied(),
+            add_ke: std::array::from_fn(|i| p.add_ke(i + 1).first().copied()),
+            esn: p.esn().first().copied(),
+        }
+    }
+
+    /// The proposal again (`None` only if it was no proposal, which [`Chosen::new`] of one never gives).
+    pub fn proposal(&self) -> Option<Proposal> {
+        let add: Vec<&[Ke]> = self.add_ke.iter().map(Option::as_slice).collect();
+        Proposal::new(
+            self.protocol,
+            self.encr.as_slice(),
+            self.prf.as_slice(),
+            self.integ.as_slice(),
+            self.ke.as_slice(),
+            &add,
+            self.esn.as_slice(),
+        )
+        .ok()
+    }
+}
+
 /// Our side of an outstanding CREATE_CHILD_SA: the nonce and the key exchange (PFS).
 pub struct ChildExchange {
     pub ni: Vec<u8>,
@@ -87,7 +130,7 @@ pub struct Child {
     pub inbound_spi: u32,
     pub outbound_spi: u32,
     pub mode: Mode,
-    pub proposal: Proposal,
+    pub proposal: Chosen,
     pub local_ts: Vec<TsSpec>,
     pub remote_ts: Vec<TsSpec>,
     /// A rekey (ours or the peer's) replaced it and it waits for its DELETE: neither side rekeys it again (a
@@ -118,7 +161,8 @@ pub struct IkeSa {
     pub init_sent: Vec<u8>,
     /// The peer's IKE_SA_INIT message as received.
     pub init_received: Vec<u8>,
-    pub proposal: Option<Proposal>,
+    /// The proposal chosen in IKE_SA_INIT (or the rekey); see [`IkeSa::proposal`].
+    pub chosen: Option<Chosen>,
     /// Set with [`IkeSa::set_keys`]. The SK cipher and integrity contexts are built from them per message (a few
     /// microseconds); kept, they were 170 bytes per SA with AES-GCM and 1.9 KB with AES-CBC and HMAC-SHA256.
     keys: Option<IkeKeys>,
@@ -209,7 +253,7 @@ impl IkeSa {
             ke_retried: false,
             init_sent: Vec::new(),
             init_received: Vec::new(),
-            proposal: None,
+            chosen: None,
             keys: None,
             out_iv: 0,
             nat_local: false,
@@ -278,6 +322,11 @@ impl IkeSa {
             }
         }
         t
+    }
+
+    /// The chosen IKE proposal.
+    pub fn proposal(&self) -> Option<Proposal> {
+        self.chosen.as_ref()?.proposal()
     }
 
     pub fn keys(&self) -> Option<&IkeKeys> {
@@ -578,5 +627,30 @@ impl Opened {
             Payload::IdR(i) => Some(i),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chosen_proposal_comes_back_whole() {
+        for (protocol, s) in [
+            (Protocol::Ike, "aes128gcm16-prfsha256-x25519"),
+            (Protocol::Ike, "aes128-sha256-modp2048"),
+            (Protocol::Ike, "aes256-sha384-prfsha512-ecp384"),
+            (Protocol::Ike, "aes256gcm16-prfsha384-x25519-ke1_mlkem768"),
+            (Protocol::Esp, "aes128gcm16"),
+            (Protocol::Esp, "aes256-sha256-modp3072-esn"),
+            (Protocol::Esp, "chacha20poly1305-noesn"),
+        ] {
+            let p = Proposal::parse(protocol, s).unwrap();
+            assert!(p.is_single(), "{s}");
+            let c = Chosen::new(&p);
+            assert_eq!(c.proposal().as_ref(), Some(&p), "{s}");
+            assert_eq!(c.proposal().unwrap().to_string(), p.to_string());
+        }
+        assert!(std::mem::size_of::<Chosen>() <= 16);
     }
 }

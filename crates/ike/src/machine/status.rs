@@ -77,11 +77,7 @@ impl Endpoint {
                 spi_r: sa.spi_r,
                 local: sa.local,
                 remote: sa.remote,
-                proposal: sa
-                    .proposal
-                    .as_ref()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
+                proposal: sa.proposal().map(|p| p.to_string()).unwrap_or_default(),
                 nat: sa.nat_local || sa.nat_remote || self.connections[sa.conn].encap,
                 nat_local: sa.nat_local,
                 nat_remote: sa.nat_remote,
@@ -110,7 +106,11 @@ impl Endpoint {
                         inbound_spi: c.inbound_spi,
                         outbound_spi: c.outbound_spi,
                         mode: c.mode,
-                        proposal: c.proposal.to_string(),
+                        proposal: c
+                            .proposal
+                            .proposal()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default(),
                         local_ts: c.local_ts.clone(),
                         remote_ts: c.remote_ts.clone(),
                     })

@@ -134,7 +134,7 @@ fn hybrid_keys_agree_and_differ_from_the_classic_ones() {
     assert_eq!(t.pump(2), 2, "IKE_SA_INIT both ways");
     let (a0, b0) = t.keys();
     assert_eq!(a0, b0, "the classic keys of IKE_SA_INIT agree");
-    let chosen = t.sa_b().proposal.clone().unwrap();
+    let chosen = t.sa_b().proposal().unwrap();
     assert_eq!(chosen.add_ke(1), &[KeMethod::MlKem768]);
     assert_eq!(chosen.to_string(), HYBRID);
     assert_eq!(t.pump(2), 2, "IKE_INTERMEDIATE both ways");
@@ -153,7 +153,7 @@ fn hybrid_keys_agree_and_differ_from_the_classic_ones() {
     assert_ne!(ia, ra);
     t.pump(10);
     assert!(t.established());
-    assert_eq!(t.sa_a().proposal.as_ref().unwrap().to_string(), HYBRID);
+    assert_eq!(t.sa_a().proposal().unwrap().to_string(), HYBRID);
     // IKE_AUTH was message 2 (IKE_INTERMEDIATE took 1), the next request is 3.
     assert_eq!(t.sa_a().my_mid, 3);
     assert_eq!(t.sa_b().peer_mid, 3);
@@ -169,7 +169,7 @@ fn a_responder_without_hybrid_picks_the_classic_proposal() {
     let mut t = Two::started(&[HYBRID, CLASSIC], &[CLASSIC]);
     t.pump(10);
     assert!(t.established());
-    assert_eq!(t.sa_a().proposal.as_ref().unwrap().to_string(), CLASSIC);
+    assert_eq!(t.sa_a().proposal().unwrap().to_string(), CLASSIC);
     assert!(t.sa_a().intermediate.is_none());
     assert!(t.sa_b().intermediate.is_none());
     // IKE_AUTH was message 1.
@@ -186,7 +186,7 @@ fn a_responder_prefers_hybrid_even_when_the_initiator_lists_it_second() {
     let mut t = Two::started(&[CLASSIC, HYBRID], &[HYBRID, CLASSIC]);
     t.pump(10);
     assert!(t.established());
-    assert_eq!(t.sa_b().proposal.as_ref().unwrap().to_string(), HYBRID);
+    assert_eq!(t.sa_b().proposal().unwrap().to_string(), HYBRID);
 }
 
 /// Runs IKE_SA_INIT and leaves A's IKE_INTERMEDIATE request undelivered.
