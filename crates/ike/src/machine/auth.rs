@@ -188,11 +188,13 @@ impl Endpoint {
             )
         };
         let rekey = l.rekey.saturating_sub(jitter);
-        let name = child.name.clone();
-        // Room for exactly one more: a first push would make room for four (1.7 KB, mostly never used).
+        // Room for exactly one more: a first push would make room for four (1.7 KB, mostly never used). The
+        // selectors' lists too (collected, one selector has room for four: 72 bytes unused each).
         sa.children.reserve_exact(1);
+        let (mut local_ts, mut remote_ts) = (n.local_ts, n.remote_ts);
+        local_ts.shrink_to_fit();
+        remote_ts.shrink_to_fit();
         sa.children.push(Child {
-            name,
             cfg: n.cfg,
             rekey_at: now + if rekey.is_zero() { l.life } else { rekey },
             expire_at: now + l.life.max(rekey),
@@ -200,8 +202,8 @@ impl Endpoint {
             outbound_spi: n.outbound_spi,
             mode: n.mode,
             proposal: Chosen::new(&n.chosen),
-            local_ts: n.local_ts,
-            remote_ts: n.remote_ts,
+            local_ts,
+            remote_ts,
             replaced: false,
         });
         self.events.push_back(Event::ChildSaUp(Box::new(ev)));
@@ -214,8 +216,8 @@ impl Endpoint {
         // What only the AUTH payloads needed (both IKE_SA_INIT messages, signed in them) and the cookie: about
         // 1 KB with X25519, 1.5 KB with MODP-2048, held by every IKE SA for its life otherwise. A late copy of
         // the IKE_SA_INIT request no longer matches and is dropped (the peer has moved on).
-        sa.init_sent = Vec::new();
-        sa.init_received = Vec::new();
+        sa.init_sent = Box::default();
+        sa.init_received = Box::default();
         sa.cookie = None;
         sa.ike_rekey_at = self.ike_rekey_time(sa.conn, now);
         self.events.push_back(Event::IkeSaUp {
@@ -322,6 +324,7 @@ impl Endpoint {
             self.initial_contact(sa);
         }
         inner.extend(self.responder_child(sa, o, now));
+        sa.forget_handshake();
         self.respond(sa, ex, mid, &inner);
         Outcome::Keep
     }
@@ -456,6 +459,7 @@ impl Endpoint {
         sa.my_mid += 1;
         self.ike_up(sa, now);
         self.initiator_child(sa, o, now);
+        sa.forget_handshake();
         self.after_response(sa, now);
         Outcome::Keep
     }

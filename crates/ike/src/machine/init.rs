@@ -89,13 +89,13 @@ impl Endpoint {
         }
         sa.group = Some(method);
         if sa.ni.is_empty() {
-            sa.ni = vec![0u8; NONCE_LEN];
+            sa.ni = vec![0u8; NONCE_LEN].into();
             self.rng.fill(&mut sa.ni);
         }
         let conn = &self.connections[sa.conn];
         let mut payloads = Vec::new();
         if let Some(c) = &sa.cookie {
-            payloads.push(Payload::Notify(Notify::new(NotifyType::COOKIE, c.clone())));
+            payloads.push(Payload::Notify(Notify::new(NotifyType::COOKIE, c.to_vec())));
         }
         payloads.push(Payload::Sa(glue::sa_payload(&conn.proposals, &[])));
         payloads.push(Payload::Ke(Ke {
@@ -107,7 +107,7 @@ impl Endpoint {
                 .unwrap_or_default(),
         }));
         payloads.push(Payload::Nonce(
-            Nonce::new(sa.ni.clone()).expect("32-byte nonce"),
+            Nonce::new(sa.ni.to_vec()).expect("32-byte nonce"),
         ));
         let source = if conn.encap {
             // strongSwan's `encap`: a source hash that matches no address, so that the peer sees a NAT.
@@ -136,7 +136,7 @@ impl Endpoint {
         }
         payloads.push(Payload::Notify(sig_hash_notify()));
         let bytes = sa.clear_message(ExchangeType::IKE_SA_INIT, false, 0, payloads);
-        sa.init_sent = bytes.clone();
+        sa.init_sent = bytes.as_slice().into();
         let retransmit = conn.retransmit;
         sa.pending = Some(Box::new(Pending {
             message_id: 0,
@@ -194,8 +194,8 @@ impl Endpoint {
         // A retransmission of a request we answered: the same answer.
         if let Some(id) = self.by_init.get(&(hdr.initiator_spi, remote)) {
             match self.sas.get(id) {
-                Some(sa) if sa.init_received == bytes => {
-                    let (l, r, b) = (sa.local, sa.remote, sa.init_sent.clone());
+                Some(sa) if *sa.init_received == *bytes => {
+                    let (l, r, b) = (sa.local, sa.remote, sa.init_sent.to_vec());
                     self.counters.responses_resent += 1;
                     self.send(l, r, b);
                 }
@@ -351,12 +351,12 @@ impl Endpoint {
             NotifyType::NAT_DETECTION_DESTINATION_IP,
             &glue::nat_hash(spi_i, 0, local),
         ) == Some(false);
-        sa.ni = ni.as_bytes().to_vec();
-        sa.nr = nr.clone();
+        sa.ni = ni.as_bytes().into();
+        sa.nr = nr.as_slice().into();
         sa.group = Some(method);
         sa.chosen = Some(Chosen::new(&sel.chosen));
         sa.peer_mid = 1;
-        sa.init_received = bytes.to_vec();
+        sa.init_received = bytes.into();
         let number = sa_p.proposals[theirs[sel.peer].0].number;
         let mut payloads = vec![
             Payload::Sa(crate::message::Sa {
@@ -395,7 +395,7 @@ impl Endpoint {
         payloads.push(Payload::Notify(sig_hash_notify()));
         payloads.extend(super::pubkey::certreq(&self.connections));
         let out = sa.clear_message(ExchangeType::IKE_SA_INIT, true, 0, payloads);
-        sa.init_sent = out.clone();
+        sa.init_sent = out.as_slice().into();
         self.by_spi.insert(spi_r, id);
         self.by_init.insert((spi_i, remote), id);
         self.half_open += 1;
@@ -461,7 +461,7 @@ impl Endpoint {
                 && !c.data.is_empty()
                 && c.data.len() <= MAX_COOKIE
             {
-                sa.cookie = Some(c.data.clone());
+                sa.cookie = Some(c.data.as_slice().into());
                 self.start_init(sa, now);
                 return Ok(());
             }
@@ -548,10 +548,10 @@ impl Endpoint {
             return Err(None);
         }
         sa.spi_r = hdr.responder_spi;
-        sa.nr = nr.as_bytes().to_vec();
+        sa.nr = nr.as_bytes().into();
         sa.dh = None;
         sa.chosen = Some(Chosen::new(&chosen));
-        sa.init_received = bytes.to_vec();
+        sa.init_received = bytes.into();
         sa.nat_remote = nat_matches(
             &msg,
             NotifyType::NAT_DETECTION_SOURCE_IP,

@@ -371,12 +371,12 @@ impl Endpoint {
         let Some(prev) = sa.intermediate.as_ref().and_then(|x| x.prev_in.as_ref()) else {
             return false;
         };
-        let Some((mid, cached)) = &sa.last_response else {
+        let Some(cached) = &sa.last_response else {
             return false;
         };
         if hdr.exchange_type != ExchangeType::IKE_INTERMEDIATE
             || hdr.flags.response
-            || hdr.message_id != *mid
+            || hdr.message_id != cached.message_id
             || cached.is_empty()
         {
             return false;
@@ -395,7 +395,7 @@ impl Endpoint {
         if prev.open(&mut buf, message::HEADER_LEN, kind).is_err() {
             return false;
         }
-        let (l, r, b) = (sa.local, sa.remote, cached.clone());
+        let (l, r, b) = (sa.local, sa.remote, cached.datagrams());
         self.counters.responses_resent += 1;
         for b in b {
             self.send(l, r, b);

@@ -466,12 +466,20 @@ impl Endpoint {
         }
     }
 
+    /// The name of a child of `sa` (its config's).
+    fn child_name(&self, sa: &IkeSa, c: &sa::Child) -> String {
+        self.connections[sa.conn]
+            .children
+            .get(c.cfg)
+            .map_or_else(String::new, |cfg| cfg.name.clone())
+    }
+
     /// Removes an SA: ChildSaDown for each child, IkeSaDown if it was up, and a Failed event if `why`.
     fn destroy(&mut self, sa: IkeSa, why: Option<Failure>) {
         for c in &sa.children {
             self.events.push_back(Event::ChildSaDown {
                 ike_sa: sa.id,
-                child: c.name.clone(),
+                child: self.child_name(&sa, c),
                 inbound_spi: c.inbound_spi,
                 outbound_spi: c.outbound_spi,
             });

@@ -162,8 +162,6 @@ impl Endpoint {
         sa.chosen = Some(Chosen::new(&n.chosen));
         sa.nat_local = old.nat_local;
         sa.nat_remote = old.nat_remote;
-        sa.ni = n.ni.to_vec();
-        sa.nr = n.nr.to_vec();
         sa.children = std::mem::take(&mut old.children);
         sa.ike_rekey_at = self.ike_rekey_time(old.conn, now);
         self.by_spi.insert(sa.our_spi(), id);

@@ -121,8 +121,7 @@ pub struct Pending {
 }
 
 pub struct Child {
-    pub name: String,
-    /// Index of the child config.
+    /// Index of the child config (of the IKE SA's connection, which names it: [`super::Endpoint::child_name`]).
     pub cfg: usize,
     /// When we rekey it (rekey time less a random part), and when it expires (life time).
     pub rekey_at: Instant,
@@ -150,17 +149,19 @@ pub struct IkeSa {
     pub remote: SocketAddr,
     /// Responder: where the IKE_SA_INIT came from (the half-open index key).
     pub init_remote: SocketAddr,
-    pub ni: Vec<u8>,
-    pub nr: Vec<u8>,
+    /// The IKE_SA_INIT nonces, messages and cookie: boxed slices (16 bytes each in the SA, a Vec takes 24),
+    /// empty once the SA is up.
+    pub ni: Box<[u8]>,
+    pub nr: Box<[u8]>,
     /// Boxed, like the other parts an established SA rarely or never holds: each is a pointer in the SA.
     pub dh: Option<Box<KeyPair>>,
     pub group: Option<Ke>,
-    pub cookie: Option<Vec<u8>>,
+    pub cookie: Option<Box<[u8]>>,
     pub ke_retried: bool,
     /// Our IKE_SA_INIT message as sent (initiator: the request; responder: the response).
-    pub init_sent: Vec<u8>,
+    pub init_sent: Box<[u8]>,
     /// The peer's IKE_SA_INIT message as received.
-    pub init_received: Vec<u8>,
+    pub init_received: Box<[u8]>,
     /// The proposal chosen in IKE_SA_INIT (or the rekey); see [`IkeSa::proposal`].
     pub chosen: Option<Chosen>,
     /// Set with [`IkeSa::set_keys`]. The SK cipher and integrity contexts are built from them per message (a few
@@ -175,8 +176,8 @@ pub struct IkeSa {
     pub my_mid: u32,
     pub peer_mid: u32,
     pub pending: Option<Box<Pending>>,
-    /// The last response we sent (its message id and datagrams), sent again for a retransmitted request.
-    pub last_response: Option<(u32, Vec<Vec<u8>>)>,
+    /// The last response we sent, sent again for a retransmitted request.
+    pub last_response: Option<CachedResponse>,
     /// Both ends announced IKEV2_FRAGMENTATION_SUPPORTED: messages above this many bytes go in fragments.
     pub fragment_len: Option<usize>,
     /// Fragments of the message being reassembled.
@@ -198,6 +199,43 @@ pub struct IkeSa {
     pub ike_rekey_at: Instant,
     /// The IKE_INTERMEDIATE exchanges (RFC 9242, 9370), when the chosen proposal has additional key exchanges.
     pub intermediate: Option<Box<super::intermediate::Intermediate>>,
+}
+
+/// The last response an SA sent (RFC 7296 2.1: a retransmitted request gets it again, not a new one): its
+/// message id and its datagrams (several when fragmented) end to end in one buffer of their exact size. Each
+/// datagram is one IKE message, whose header says its length.
+pub struct CachedResponse {
+    pub message_id: u32,
+    bytes: Box<[u8]>,
+}
+
+impl CachedResponse {
+    pub fn new(message_id: u32, datagrams: &[Vec<u8>]) -> CachedResponse {
+        CachedResponse {
+            message_id,
+            bytes: datagrams.concat().into_boxed_slice(),
+        }
+    }
+
+    /// The datagrams, as sent.
+    pub fn datagrams(&self) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut rest = &self.bytes[..];
+        while let Some(len) = rest.get(24..28) {
+            let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+            let Some(d) = rest.get(..len).filter(|_| len >= message::HEADER_LEN) else {
+                break;
+            };
+            out.push(d.to_vec());
+            rest = &rest[len..];
+        }
+        out
+    }
+
+    /// No datagram (the response could not be built).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
 }
 
 /// Most fragments of one message we take, and most bytes they may hold together.
@@ -245,14 +283,14 @@ impl IkeSa {
             local,
             remote,
             init_remote: remote,
-            ni: Vec::new(),
-            nr: Vec::new(),
+            ni: Box::default(),
+            nr: Box::default(),
             dh: None,
             group: None,
             cookie: None,
             ke_retried: false,
-            init_sent: Vec::new(),
-            init_received: Vec::new(),
+            init_sent: Box::default(),
+            init_received: Box::default(),
             chosen: None,
             keys: None,
             out_iv: 0,
@@ -322,6 +360,19 @@ impl IkeSa {
             }
         }
         t
+    }
+
+    /// Drops what IKE_AUTH and the first CHILD_SA needed and nothing after them does: the IKE_SA_INIT nonces
+    /// (SKEYSEED and the AUTH payloads are done; CREATE_CHILD_SA and IKE SA rekeys use their own, RFC 7296 2.17
+    /// and 2.18), SK_pi and SK_pr (AUTH only) and the IKE_INTERMEDIATE state (its IntAuth chain went into AUTH, RFC 9242 3.3.2; a late copy
+    /// of an IKE_INTERMEDIATE request finds no keys before the last update and is dropped).
+    pub fn forget_handshake(&mut self) {
+        self.ni = Box::default();
+        self.nr = Box::default();
+        self.intermediate = None;
+        if let Some(k) = &mut self.keys {
+            k.forget_auth_keys();
+        }
     }
 
     /// The chosen IKE proposal.

@@ -102,7 +102,7 @@ impl Endpoint {
                         ),
                         rekey_in: c.rekey_at.saturating_duration_since(now),
                         expire_in: c.expire_at.saturating_duration_since(now),
-                        name: c.name.clone(),
+                        name: self.child_name(sa, c),
                         inbound_spi: c.inbound_spi,
                         outbound_spi: c.outbound_spi,
                         mode: c.mode,

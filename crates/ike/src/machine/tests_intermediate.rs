@@ -157,9 +157,14 @@ fn hybrid_keys_agree_and_differ_from_the_classic_ones() {
     // IKE_AUTH was message 2 (IKE_INTERMEDIATE took 1), the next request is 3.
     assert_eq!(t.sa_a().my_mid, 3);
     assert_eq!(t.sa_b().peer_mid, 3);
+    // The keys after IKE_INTERMEDIATE protect the SA; SK_pi and SK_pr went after IKE_AUTH.
     let (a2, b2) = t.keys();
-    assert_eq!(a2, a1);
-    assert_eq!(b2, b1);
+    for (now, before) in [(&a2, &a1), (&b2, &b1)] {
+        assert_eq!(now.sk_d(), before.sk_d());
+        assert_eq!(now.sk_ei(), before.sk_ei());
+        assert_eq!(now.sk_er(), before.sk_er());
+        assert!(now.sk_pi().is_empty() && now.sk_pr().is_empty());
+    }
     let status = t.a.status(t.now);
     assert!(status[0].proposal.contains("ke1_mlkem768"), "{status:?}");
 }
