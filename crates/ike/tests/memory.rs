@@ -139,13 +139,15 @@ fn cost_per_sa(ike: &str, n: usize) -> ([f64; 2], [f64; 2]) {
 #[test]
 fn heap_per_ike_sa_and_child() {
     let mut out = Vec::new();
-    // Measured when written (responder, initiator): 2807 and 2523 B with AES-GCM, 4586 and 4299 B with
-    // AES-CBC/HMAC-SHA256 (its prebuilt cipher and HMAC contexts), the same with MODP-2048 (its DH key and
-    // messages are gone once up).
-    for (ike, bound) in [
-        ("aes128gcm16-prfsha256-x25519", 3100.0),
-        ("aes128-sha256-x25519", 5000.0),
-        ("aes128-sha256-modp2048", 5000.0),
+    // The issue's budget is 4 KB per IKE SA + child for the whole responder daemon; the state machine's part is
+    // held to 1200 bytes per side. Measured (responder, initiator): 1055 and 774 B with AES-GCM, 1121 and 830 B
+    // with AES-CBC/HMAC-SHA256 and with MODP-2048 (before the SK contexts went per message and the handshake
+    // state went after IKE_AUTH: 2807/2523 and 4586/4299). The rest is mostly the SA itself (470 B), its keys,
+    // the cached IKE_AUTH response (RFC 7296 2.1), the child, and the endpoint's maps.
+    for ike in [
+        "aes128gcm16-prfsha256-x25519",
+        "aes128-sha256-x25519",
+        "aes128-sha256-modp2048",
     ] {
         let ([i, r], [setup, teardown]) = cost_per_sa(ike, 150);
         println!(
@@ -153,15 +155,15 @@ fn heap_per_ike_sa_and_child() {
              {setup:.0} us per setup, {teardown:.0} us per DELETE exchange",
             i + r
         );
-        out.push((ike, i, r, bound));
+        out.push((ike, i, r));
     }
-    for (ike, i, r, bound) in out {
+    for (ike, i, r) in out {
         assert!(
-            r > 0.0 && r <= bound,
+            r > 0.0 && r <= 1200.0,
             "{ike}: responder {r:.0} bytes per IKE SA + child"
         );
         assert!(
-            i > 0.0 && i <= bound,
+            i > 0.0 && i <= 1200.0,
             "{ike}: initiator {i:.0} bytes per IKE SA + child"
         );
     }

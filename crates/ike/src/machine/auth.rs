@@ -80,15 +80,21 @@ impl Endpoint {
             .values()
             .any(|o| o.id != sa.id && o.conn == sa.conn && o.remote.ip() == sa.remote.ip());
         let conn = &self.connections[sa.conn];
-        let (Some(keys), Some(ci)) = (sa.keys(), sa.first_child) else {
+        let (Some(keys), Some(ci)) = (sa.keys(), sa.hs().first_child) else {
             return;
         };
         let child = &conn.children[ci];
         let idi = pubkey::local_id(&conn.local, sa.local);
-        let mut signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &id_body(&idi));
+        let mut signed = keys.signed_octets(
+            Role::Initiator,
+            &sa.hs().init_sent,
+            &sa.hs().nr,
+            &id_body(&idi),
+        );
         signed.extend(sa.int_auth(sa.my_mid));
         let prf = keys.suite().prf();
-        let Some((auth, certs)) = pubkey::local_auth(conn, prf, &signed, &sa.init_received) else {
+        let Some((auth, certs)) = pubkey::local_auth(conn, prf, &signed, &sa.hs().init_received)
+        else {
             return;
         };
         let mut inner = vec![Payload::IdI(idi)];
@@ -108,11 +114,11 @@ impl Endpoint {
         }
         let esp: Vec<Proposal> = child.esp_proposals.iter().map(glue::without_ke).collect();
         let (local_ts, remote_ts) = (child.local_ts.clone(), child.remote_ts.clone());
-        let spi = match sa.first_child_spi {
+        let spi = match sa.hs().first_child_spi {
             Some(s) => s,
             None => {
                 let s = self.new_child_spi();
-                sa.first_child_spi = Some(s);
+                sa.hs_mut().first_child_spi = Some(s);
                 s
             }
         };
@@ -213,12 +219,8 @@ impl Endpoint {
     fn ike_up(&mut self, sa: &mut IkeSa, now: Instant) {
         sa.state = State::Established;
         sa.was_up = true;
-        // What only the AUTH payloads needed (both IKE_SA_INIT messages, signed in them) and the cookie: about
-        // 1 KB with X25519, 1.5 KB with MODP-2048, held by every IKE SA for its life otherwise. A late copy of
-        // the IKE_SA_INIT request no longer matches and is dropped (the peer has moved on).
-        sa.init_sent = Box::default();
-        sa.init_received = Box::default();
-        sa.cookie = None;
+        // The handshake state goes once the first child is done (IkeSa::forget_handshake): a late copy of the
+        // IKE_SA_INIT request then no longer matches and is dropped (the peer has moved on).
         sa.ike_rekey_at = self.ike_rekey_time(sa.conn, now);
         self.events.push_back(Event::IkeSaUp {
             ike_sa: sa.id,
@@ -298,7 +300,12 @@ impl Endpoint {
             return Outcome::Forget;
         };
         let prf = keys.suite().prf();
-        let mut signed = keys.signed_octets(Role::Initiator, &sa.init_received, &sa.nr, idi_body);
+        let mut signed = keys.signed_octets(
+            Role::Initiator,
+            &sa.hs().init_received,
+            &sa.hs().nr,
+            idi_body,
+        );
         signed.extend(sa.int_auth(mid));
         if let Err(failure) = self.check_peer_auth(ci, idi, auth, o, &signed, prf, now) {
             self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
@@ -307,10 +314,15 @@ impl Endpoint {
         }
         let conn = &self.connections[ci];
         let idr = pubkey::local_id(&conn.local, sa.local);
-        let mut signed_r =
-            keys.signed_octets(Role::Responder, &sa.init_sent, &sa.ni, &id_body(&idr));
+        let mut signed_r = keys.signed_octets(
+            Role::Responder,
+            &sa.hs().init_sent,
+            &sa.hs().ni,
+            &id_body(&idr),
+        );
         signed_r.extend(sa.int_auth(mid));
-        let Some((our_auth, certs)) = pubkey::local_auth(conn, prf, &signed_r, &sa.init_received)
+        let Some((our_auth, certs)) =
+            pubkey::local_auth(conn, prf, &signed_r, &sa.hs().init_received)
         else {
             self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
             return Outcome::Forget;
@@ -390,7 +402,7 @@ impl Endpoint {
         out.push(Payload::TsR(Ts {
             selectors: ts_r.iter().map(Range::selector).collect(),
         }));
-        let (ni, nr) = (sa.ni.clone(), sa.nr.clone());
+        let (ni, nr) = (sa.hs().ni.clone(), sa.hs().nr.clone());
         let n = NewChild {
             cfg: k,
             chosen: sel.chosen,
@@ -443,7 +455,12 @@ impl Endpoint {
         if o.count(payload_type::AUTH) != 1 || o.count(payload_type::IDR) != 1 {
             return Outcome::Ignore;
         }
-        let mut signed = keys.signed_octets(Role::Responder, &sa.init_received, &sa.ni, idr_body);
+        let mut signed = keys.signed_octets(
+            Role::Responder,
+            &sa.hs().init_received,
+            &sa.hs().ni,
+            idr_body,
+        );
         signed.extend(sa.int_auth(o.header.message_id));
         if !cert::id_matches(&conn.remote.id, idr) {
             return Outcome::Destroy(Some(Failure::AuthenticationFailed {
@@ -466,11 +483,13 @@ impl Endpoint {
 
     /// Initiator: the first child from the IKE_AUTH response, if the responder's choices are among ours.
     fn initiator_child(&mut self, sa: &mut IkeSa, o: &Opened, now: Instant) {
-        let Some(spi) = sa.first_child_spi.take() else {
+        let Some(spi) = sa.hs_mut().first_child_spi.take() else {
             return;
         };
         let conn = &self.connections[sa.conn];
-        let Some(ci) = sa.first_child else { return };
+        let Some(ci) = sa.hs().first_child else {
+            return;
+        };
         let child = &conn.children[ci];
         if let Some(n) = o.notifies().find(|n| n.notify_type.is_error()) {
             self.inbound_spis.remove(&spi);
@@ -547,7 +566,7 @@ impl Endpoint {
             tsi.map(glue::ts_specs).unwrap_or_default(),
             tsr.map(glue::ts_specs).unwrap_or_default(),
         );
-        let (ni, nr) = (sa.ni.clone(), sa.nr.clone());
+        let (ni, nr) = (sa.hs().ni.clone(), sa.hs().nr.clone());
         let n = NewChild {
             cfg: ci,
             chosen,

@@ -164,8 +164,8 @@ impl IkeSa {
         };
         let Ok(next) = keys.intermediate(
             shared,
-            &self.ni,
-            &self.nr,
+            &self.hs().ni,
+            &self.hs().nr,
             &self.spi_i.to_be_bytes(),
             &self.spi_r.to_be_bytes(),
         ) else {

@@ -273,7 +273,7 @@ impl Endpoint {
         let id = self.new_id();
         let spi_i = self.new_ike_spi();
         let mut sa = IkeSa::new(id, ci, Role::Initiator, spi_i, 0, local, remote, now);
-        sa.first_child = Some(child_i);
+        sa.hs_mut().first_child = Some(child_i);
         self.by_spi.insert(spi_i, id);
         self.start_init(&mut sa, now);
         self.sas.insert(id, Box::new(sa));
@@ -461,7 +461,7 @@ impl Endpoint {
         {
             self.by_spi.remove(spi);
         }
-        if let Some(spi) = sa.first_child_spi {
+        if let Some(spi) = sa.hs().first_child_spi {
             self.inbound_spis.remove(&spi);
         }
     }

@@ -2,6 +2,7 @@
 //! ones, the outstanding request and the cached response.
 
 use std::net::SocketAddr;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use netveil_crypto::dh::KeyPair;
@@ -137,6 +138,28 @@ pub struct Child {
     pub replaced: bool,
 }
 
+/// The part of an IKE SA that only IKE_SA_INIT, IKE_INTERMEDIATE and IKE_AUTH use: boxed apart and dropped
+/// once the SA is up ([`IkeSa::forget_handshake`]).
+#[derive(Default)]
+pub struct Handshake {
+    /// The IKE_SA_INIT nonces.
+    pub ni: Box<[u8]>,
+    pub nr: Box<[u8]>,
+    pub group: Option<Ke>,
+    pub cookie: Option<Box<[u8]>>,
+    pub ke_retried: bool,
+    /// Our IKE_SA_INIT message as sent (initiator: the request; responder: the response).
+    pub init_sent: Box<[u8]>,
+    /// The peer's IKE_SA_INIT message as received.
+    pub init_received: Box<[u8]>,
+    /// Initiator: the child config (index) and the inbound SPI of the first CHILD_SA.
+    pub first_child: Option<usize>,
+    pub first_child_spi: Option<u32>,
+}
+
+/// What [`IkeSa::hs`] shows of an SA without handshake state.
+static NO_HANDSHAKE: LazyLock<Handshake> = LazyLock::new(Handshake::default);
+
 pub struct IkeSa {
     pub id: IkeSaId,
     /// Index of the connection (for a responder: the one chosen by addresses, then by identities in IKE_AUTH).
@@ -149,19 +172,10 @@ pub struct IkeSa {
     pub remote: SocketAddr,
     /// Responder: where the IKE_SA_INIT came from (the half-open index key).
     pub init_remote: SocketAddr,
-    /// The IKE_SA_INIT nonces, messages and cookie: boxed slices (16 bytes each in the SA, a Vec takes 24),
-    /// empty once the SA is up.
-    pub ni: Box<[u8]>,
-    pub nr: Box<[u8]>,
+    /// What only the exchanges up to IKE_AUTH use ([`IkeSa::hs`], [`IkeSa::hs_mut`]); none once the SA is up.
+    hs: Option<Box<Handshake>>,
     /// Boxed, like the other parts an established SA rarely or never holds: each is a pointer in the SA.
     pub dh: Option<Box<KeyPair>>,
-    pub group: Option<Ke>,
-    pub cookie: Option<Box<[u8]>>,
-    pub ke_retried: bool,
-    /// Our IKE_SA_INIT message as sent (initiator: the request; responder: the response).
-    pub init_sent: Box<[u8]>,
-    /// The peer's IKE_SA_INIT message as received.
-    pub init_received: Box<[u8]>,
     /// The proposal chosen in IKE_SA_INIT (or the rekey); see [`IkeSa::proposal`].
     pub chosen: Option<Chosen>,
     /// Set with [`IkeSa::set_keys`]. The SK cipher and integrity contexts are built from them per message (a few
@@ -183,9 +197,6 @@ pub struct IkeSa {
     /// Fragments of the message being reassembled.
     pub reassembly: Option<Box<Reassembly>>,
     pub children: Vec<Child>,
-    /// Initiator: the child config (index) and the inbound SPI of the first CHILD_SA.
-    pub first_child: Option<usize>,
-    pub first_child_spi: Option<u32>,
     pub created: Instant,
     pub last_heard: Instant,
     /// Whether IkeSaUp was reported (so IkeSaDown is owed).
@@ -283,14 +294,8 @@ impl IkeSa {
             local,
             remote,
             init_remote: remote,
-            ni: Box::default(),
-            nr: Box::default(),
+            hs: None,
             dh: None,
-            group: None,
-            cookie: None,
-            ke_retried: false,
-            init_sent: Box::default(),
-            init_received: Box::default(),
             chosen: None,
             keys: None,
             out_iv: 0,
@@ -303,8 +308,6 @@ impl IkeSa {
             fragment_len: None,
             reassembly: None,
             children: Vec::new(),
-            first_child: None,
-            first_child_spi: None,
             created: now,
             last_heard: now,
             was_up: false,
@@ -362,17 +365,28 @@ impl IkeSa {
         t
     }
 
-    /// Drops what IKE_AUTH and the first CHILD_SA needed and nothing after them does: the IKE_SA_INIT nonces
-    /// (SKEYSEED and the AUTH payloads are done; CREATE_CHILD_SA and IKE SA rekeys use their own, RFC 7296 2.17
-    /// and 2.18), SK_pi and SK_pr (AUTH only) and the IKE_INTERMEDIATE state (its IntAuth chain went into AUTH, RFC 9242 3.3.2; a late copy
-    /// of an IKE_INTERMEDIATE request finds no keys before the last update and is dropped).
+    /// Drops what IKE_AUTH and the first CHILD_SA needed and nothing after them does: the handshake state (both
+    /// IKE_SA_INIT messages, signed in AUTH, about 1 KB with X25519 and 1.5 KB with MODP-2048; the cookie; the
+    /// IKE_SA_INIT nonces: SKEYSEED and AUTH are done, CREATE_CHILD_SA and IKE SA rekeys use their own, RFC 7296
+    /// 2.17 and 2.18), SK_pi and SK_pr (AUTH only) and the IKE_INTERMEDIATE state (its IntAuth chain went into
+    /// AUTH, RFC 9242 3.3.2; a late copy of an IKE_INTERMEDIATE request finds no keys before the last update and
+    /// is dropped).
     pub fn forget_handshake(&mut self) {
-        self.ni = Box::default();
-        self.nr = Box::default();
+        self.hs = None;
         self.intermediate = None;
         if let Some(k) = &mut self.keys {
             k.forget_auth_keys();
         }
+    }
+
+    /// The handshake state (an empty one once the SA is up).
+    pub fn hs(&self) -> &Handshake {
+        self.hs.as_deref().unwrap_or(&NO_HANDSHAKE)
+    }
+
+    /// The handshake state, to change it (made if there is none).
+    pub fn hs_mut(&mut self) -> &mut Handshake {
+        self.hs.get_or_insert_with(Box::default)
     }
 
     /// The chosen IKE proposal.
