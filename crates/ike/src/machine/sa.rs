@@ -122,7 +122,7 @@ pub struct Pending {
 }
 
 pub struct Child {
-    /// Index of the child config (of the IKE SA's connection, which names it: [`super::Endpoint::child_name`]).
+    /// Index of the child config (of the IKE SA's connection; its name is the child's).
     pub cfg: usize,
     /// When we rekey it (rekey time less a random part), and when it expires (life time).
     pub rekey_at: Instant,
