@@ -27,8 +27,9 @@ use zeroize::Zeroizing;
 use crate::proposal::{Encr, Integ, Prf, Proposal, Protocol};
 
 /// Key material: zeroized on drop, never printed (`Debug` shows the length only); compared in constant time.
+/// Exactly its length on the heap (a boxed slice: an IKE SA holds seven).
 #[derive(Clone)]
-pub struct Secret(Zeroizing<Vec<u8>>);
+pub struct Secret(Zeroizing<Box<[u8]>>);
 
 impl PartialEq for Secret {
     fn eq(&self, other: &Secret) -> bool {
@@ -41,11 +42,11 @@ impl Eq for Secret {}
 impl Secret {
     /// Takes a copy of `bytes`.
     pub fn new(bytes: &[u8]) -> Secret {
-        Secret(Zeroizing::new(bytes.to_vec()))
+        Secret(Zeroizing::new(bytes.into()))
     }
 
     fn zeroed(len: usize) -> Secret {
-        Secret(Zeroizing::new(vec![0; len]))
+        Secret(Zeroizing::new(vec![0; len].into_boxed_slice()))
     }
 
     /// The key's bytes, for building a key object.
@@ -285,6 +286,14 @@ impl IkeKeys {
     pub fn suite(&self) -> IkeSuite {
         self.suite
     }
+
+    /// Drops SK_pi and SK_pr (zeroized; empty after this): they key only the AUTH payloads and IntAuth (RFC 7296
+    /// 2.15, RFC 9242 3.3.2), and an established IKE SA needs neither again (a rekeyed SA derives its own).
+    pub fn forget_auth_keys(&mut self) {
+        self.sk_pi = Secret::new(&[]);
+        self.sk_pr = Secret::new(&[]);
+    }
+
     pub fn sk_d(&self) -> &Secret {
         &self.sk_d
     }

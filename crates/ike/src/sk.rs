@@ -12,8 +12,9 @@
 //!   (the last 4 bytes of SK_e*) followed by the IV; the AAD is the message from the IKE header through the
 //!   payload's header (for SKF its fragment fields included); a 16-byte ICV. The explicit IV is a counter kept by
 //!   the [`SkKey`] (0, 1, 2, ...): never repeated under one key, whatever the message ids (a retransmission with
-//!   new content, or a reply to the same message id, gets a new IV). An [`SkKey`] is therefore one per key and
-//!   direction for the IKE SA's life; it is not `Clone`.
+//!   new content, or a reply to the same message id, gets a new IV). An [`SkKey`] is not `Clone`; whoever builds
+//!   one per message from the same key bytes carries the counter over ([`SkKey::next_iv`],
+//!   [`SkKey::resume_at`]).
 //!
 //! Opening checks first what can be checked without the key (the header's and the payload's length fields
 //! against the datagram, the lengths the cipher needs), then the ICV before anything is decrypted (CBC: HMAC
@@ -163,6 +164,18 @@ impl SkKey {
 
     pub fn encr(&self) -> Encr {
         self.encr
+    }
+
+    /// The key continuing a key of the same bytes whose next AEAD explicit IV was `next_iv` (an IKE SA keeps
+    /// the counter, not the cipher contexts, and builds the key per message). Ignored with CBC.
+    pub fn resume_at(mut self, next_iv: u64) -> SkKey {
+        self.next_iv = next_iv;
+        self
+    }
+
+    /// The next AEAD explicit IV this key seals with (see [`SkKey::resume_at`]).
+    pub fn next_iv(&self) -> u64 {
+        self.next_iv
     }
 
     /// IV length: one block for CBC, 8 for the AEADs.
@@ -423,7 +436,17 @@ mod tests {
                 [0, 0, 0, 0, 0, 0, 0, 2]
             ]
         );
-        tx.next_iv = u64::MAX;
+        // A key built again from the same bytes goes on where the counter says, not at 0.
+        assert_eq!(tx.next_iv(), 3);
+        let mut again = SkKey::outbound(&k, Role::Responder)
+            .unwrap()
+            .resume_at(tx.next_iv());
+        let (mut m, at) = message(Encrypted::Sk, b"same message id, same content");
+        again.seal(&mut rng, &mut m, at, Encrypted::Sk).unwrap();
+        assert_eq!(m[at + 4..at + 12], [0, 0, 0, 0, 0, 0, 0, 3]);
+        let mut tx = SkKey::outbound(&k, Role::Responder)
+            .unwrap()
+            .resume_at(u64::MAX);
         let (mut m, at) = message(Encrypted::Sk, b"x");
         assert_eq!(
             tx.seal(&mut rng, &mut m, at, Encrypted::Sk),

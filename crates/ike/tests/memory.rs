@@ -1,6 +1,6 @@
 //! Heap held by the state machine per established IKE SA + child: many setups between two endpoints in memory,
-//! counted by a global allocator that tracks live bytes. The issue's goal is 4 KB per IKE SA + child for the
-//! whole responder (with its data plane); the endpoint's part must stay well below it.
+//! counted by a global allocator that tracks live bytes per endpoint. The issue's goal is 4 KB per IKE SA + child
+//! for the whole responder (with its data plane); the endpoint's part must stay well below it.
 
 mod machine_common;
 
@@ -8,36 +8,77 @@ use machine_common::*;
 use netveil_crypto::rand::SeededRng;
 use netveil_ike::machine::Endpoint;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
-/// The system allocator, counting the bytes allocated and not yet freed.
+/// The system allocator, counting the bytes allocated and not yet freed per owner: each block carries (in a
+/// header before it) which endpoint was running when it was allocated ([`SIDE`]: 0 the initiator, 1 the
+/// responder, 2 the test itself), and is counted against that one until it is freed, wherever that happens.
 struct Counting;
 
-static LIVE: AtomicIsize = AtomicIsize::new(0);
+const OWNERS: usize = 3;
+const TEST: usize = 2;
+static LIVE: [AtomicIsize; OWNERS] = [const { AtomicIsize::new(0) }; OWNERS];
+static SIDE: AtomicUsize = AtomicUsize::new(TEST);
 
-// SAFETY: every call is passed on to the system allocator unchanged; only a counter is updated beside it.
+/// The layout actually asked of the system (room for the header before the block) and the block's offset in it.
+fn widened(l: Layout) -> (Layout, usize) {
+    let off = l.align().max(16);
+    // `off` is a power of two and the size cannot overflow for any layout the program can ask for.
+    (
+        Layout::from_size_align(l.size() + off, off).expect("layout"),
+        off,
+    )
+}
+
+// SAFETY: every block is the system allocator's block with a header of `off` bytes in front; the owner is the
+// byte just before the block handed out, written at allocation and read back (unchanged) at free/realloc.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Relaxed);
-        unsafe { System.alloc_zeroed(l) }
+        let (w, off) = widened(l);
+        let base = unsafe { System.alloc(w) };
+        if base.is_null() {
+            return base;
+        }
+        let side = SIDE.load(Relaxed);
+        LIVE[side].fetch_add(l.size() as isize, Relaxed);
+        unsafe {
+            *base.add(off - 1) = side as u8;
+            base.add(off)
+        }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Relaxed);
-        unsafe { System.dealloc(p, l) }
+        let (w, off) = widened(l);
+        let side = unsafe { *p.sub(1) } as usize;
+        LIVE[side].fetch_sub(l.size() as isize, Relaxed);
+        unsafe { System.dealloc(p.sub(off), w) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Relaxed);
-        unsafe { System.realloc(p, l, new) }
+        let (w, off) = widened(l);
+        let side = unsafe { *p.sub(1) } as usize;
+        let base = unsafe { System.realloc(p.sub(off), w, new + off) };
+        if base.is_null() {
+            return base;
+        }
+        LIVE[side].fetch_add(new as isize - l.size() as isize, Relaxed);
+        unsafe { base.add(off) }
     }
 }
 
 #[global_allocator]
 static A: Counting = Counting;
+
+/// Runs `f` with the allocations it makes counted against endpoint `side`.
+fn as_side<T>(side: usize, f: impl FnOnce() -> T) -> T {
+    SIDE.store(side, Relaxed);
+    let r = f();
+    SIDE.store(TEST, Relaxed);
+    r
+}
+
+fn live() -> [isize; OWNERS] {
+    [0, 1, 2].map(|i| LIVE[i].load(Relaxed))
+}
 
 /// Hands every queued datagram to the other endpoint until none is left; drops the events.
 fn settle(ep: &mut [Endpoint; 2]) {
@@ -45,60 +86,85 @@ fn settle(ep: &mut [Endpoint; 2]) {
     while moved {
         moved = false;
         for i in 0..2 {
-            while let Some(t) = ep[i].poll_transmit() {
+            while let Some(t) = as_side(i, || ep[i].poll_transmit()) {
                 moved = true;
-                ep[1 - i].handle_datagram(Instant::now(), t.remote, t.local, &t.bytes);
+                as_side(1 - i, || {
+                    ep[1 - i].handle_datagram(Instant::now(), t.remote, t.local, &t.bytes)
+                });
             }
-            while ep[i].poll_event().is_some() {}
+            while as_side(i, || ep[i].poll_event()).is_some() {}
         }
     }
 }
 
-/// Live heap bytes per IKE SA + child held by both endpoints together (initiator and responder; their state is
-/// of the same kind) after `n` more setups with proposal `ike`.
-fn both_ends_bytes_per_sa(ike: &str, n: usize) -> f64 {
+/// What `n` more setups with proposal `ike` cost: live heap bytes per IKE SA + child held by the initiator and
+/// by the responder, then microseconds per setup (IKE_SA_INIT and IKE_AUTH, both ends in this thread) and per
+/// teardown (an INFORMATIONAL exchange with the DELETE of the IKE SA: two sealed and two opened messages).
+fn cost_per_sa(ike: &str, n: usize) -> ([f64; 2], [f64; 2]) {
     let (a, b) = pair(&[ike], &["aes128gcm16"]);
     let now = Instant::now();
     let mut ep = [
-        Endpoint::new(vec![a], Box::new(SeededRng::new(1)), now),
-        Endpoint::new(vec![b], Box::new(SeededRng::new(2)), now),
+        as_side(0, || {
+            Endpoint::new(vec![a], Box::new(SeededRng::new(1)), now)
+        }),
+        as_side(1, || {
+            Endpoint::new(vec![b], Box::new(SeededRng::new(2)), now)
+        }),
     ];
     // The first one grows the maps and queues once.
-    ep[0].initiate("ab", None, now).unwrap();
+    as_side(0, || ep[0].initiate("ab", None, now)).unwrap();
     settle(&mut ep);
-    let before = LIVE.load(Relaxed);
+    let before = live();
+    let t = Instant::now();
     for _ in 0..n {
-        ep[0].initiate("ab", None, Instant::now()).unwrap();
+        as_side(0, || ep[0].initiate("ab", None, Instant::now())).unwrap();
         settle(&mut ep);
     }
     assert_eq!(ep[0].ike_sa_count(), n + 1);
     assert_eq!(ep[1].ike_sa_count(), n + 1);
-    (LIVE.load(Relaxed) - before) as f64 / n as f64
+    let setup = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let after = live();
+    let bytes = [0, 1].map(|i| (after[i] - before[i]) as f64 / n as f64);
+    let ids: Vec<_> = ep[0].status(now).iter().map(|s| s.id).collect();
+    let t = Instant::now();
+    for id in ids {
+        as_side(0, || ep[0].terminate(id, Instant::now())).unwrap();
+        settle(&mut ep);
+    }
+    let teardown = t.elapsed().as_secs_f64() * 1e6 / (n + 1) as f64;
+    assert_eq!(ep[1].ike_sa_count(), 0, "every DELETE went through");
+    (bytes, [setup, teardown])
 }
 
 #[test]
 fn heap_per_ike_sa_and_child() {
-    // Measured when written (both ends): 4980 B with AES-GCM, 8535 B with AES-CBC/HMAC-SHA256 (its key contexts),
-    // 8535 B with MODP-2048 (its DH key and messages are gone once up). The bounds leave about 10%: the IKE_SA_INIT messages kept for the SA's life (1.2 KB
-    // for both ends), a children Vec with room for four (2.5 KB) or the SAs inline in the map's nodes (2.7 KB)
-    // each cross them.
     let mut out = Vec::new();
-    for (ike, bound) in [
-        ("aes128gcm16-prfsha256-x25519", 5500.0),
-        ("aes128-sha256-x25519", 9400.0),
-        ("aes128-sha256-modp2048", 9500.0),
+    // The issue's budget is 4 KB per IKE SA + child for the whole responder daemon; the state machine's part is
+    // held to 1200 bytes per side. Measured (responder, initiator): 1055 and 774 B with AES-GCM, 1121 and 830 B
+    // with AES-CBC/HMAC-SHA256 and with MODP-2048 (before the SK contexts went per message and the handshake
+    // state went after IKE_AUTH: 2807/2523 and 4586/4299). The rest is mostly the SA itself (470 B), its keys,
+    // the cached IKE_AUTH response (RFC 7296 2.1), the child, and the endpoint's maps.
+    for ike in [
+        "aes128gcm16-prfsha256-x25519",
+        "aes128-sha256-x25519",
+        "aes128-sha256-modp2048",
     ] {
-        let b = both_ends_bytes_per_sa(ike, 150);
+        let ([i, r], [setup, teardown]) = cost_per_sa(ike, 150);
         println!(
-            "{ike}: {b:.0} heap bytes per IKE SA + child for both endpoints (about {:.0} per side)",
-            b / 2.0
+            "{ike}: heap bytes per IKE SA + child: responder {r:.0}, initiator {i:.0}, both {:.0}; \
+             {setup:.0} us per setup, {teardown:.0} us per DELETE exchange",
+            i + r
         );
-        out.push((ike, b, bound));
+        out.push((ike, i, r));
     }
-    for (ike, b, bound) in out {
+    for (ike, i, r) in out {
         assert!(
-            b > 0.0 && b < bound,
-            "{ike}: {b:.0} bytes per IKE SA + child"
+            r > 0.0 && r <= 1200.0,
+            "{ike}: responder {r:.0} bytes per IKE SA + child"
+        );
+        assert!(
+            i > 0.0 && i <= 1200.0,
+            "{ike}: initiator {i:.0} bytes per IKE SA + child"
         );
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::glue::{self, Range};
 use super::info::Outcome;
-use super::sa::{Child, IkeSa, Opened, Purpose, State};
+use super::sa::{Child, Chosen, IkeSa, Opened, Purpose, State};
 use super::{pubkey, Endpoint};
 use crate::cert;
 use crate::config::{AuthMethod, Mode, TsSpec};
@@ -80,15 +80,21 @@ impl Endpoint {
             .values()
             .any(|o| o.id != sa.id && o.conn == sa.conn && o.remote.ip() == sa.remote.ip());
         let conn = &self.connections[sa.conn];
-        let (Some(keys), Some(ci)) = (&sa.keys, sa.first_child) else {
+        let (Some(keys), Some(ci)) = (sa.keys(), sa.hs().first_child) else {
             return;
         };
         let child = &conn.children[ci];
         let idi = pubkey::local_id(&conn.local, sa.local);
-        let mut signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &id_body(&idi));
+        let mut signed = keys.signed_octets(
+            Role::Initiator,
+            &sa.hs().init_sent,
+            &sa.hs().nr,
+            &id_body(&idi),
+        );
         signed.extend(sa.int_auth(sa.my_mid));
         let prf = keys.suite().prf();
-        let Some((auth, certs)) = pubkey::local_auth(conn, prf, &signed, &sa.init_received) else {
+        let Some((auth, certs)) = pubkey::local_auth(conn, prf, &signed, &sa.hs().init_received)
+        else {
             return;
         };
         let mut inner = vec![Payload::IdI(idi)];
@@ -108,11 +114,11 @@ impl Endpoint {
         }
         let esp: Vec<Proposal> = child.esp_proposals.iter().map(glue::without_ke).collect();
         let (local_ts, remote_ts) = (child.local_ts.clone(), child.remote_ts.clone());
-        let spi = match sa.first_child_spi {
+        let spi = match sa.hs().first_child_spi {
             Some(s) => s,
             None => {
                 let s = self.new_child_spi();
-                sa.first_child_spi = Some(s);
+                sa.hs_mut().first_child_spi = Some(s);
                 s
             }
         };
@@ -134,7 +140,7 @@ impl Endpoint {
     pub(super) fn child_up(&mut self, sa: &mut IkeSa, n: NewChild<'_>, now: Instant) -> bool {
         let conn = &self.connections[sa.conn];
         let child = &conn.children[n.cfg];
-        let Some(keys) = &sa.keys else { return false };
+        let Some(keys) = sa.keys() else { return false };
         let Ok(suite) = ChildSuite::from_proposal(&n.chosen) else {
             return false;
         };
@@ -188,20 +194,22 @@ impl Endpoint {
             )
         };
         let rekey = l.rekey.saturating_sub(jitter);
-        let name = child.name.clone();
-        // Room for exactly one more: a first push would make room for four (1.7 KB, mostly never used).
+        // Room for exactly one more: a first push would make room for four (1.7 KB, mostly never used). The
+        // selectors' lists too (collected, one selector has room for four: 72 bytes unused each).
         sa.children.reserve_exact(1);
+        let (mut local_ts, mut remote_ts) = (n.local_ts, n.remote_ts);
+        local_ts.shrink_to_fit();
+        remote_ts.shrink_to_fit();
         sa.children.push(Child {
-            name,
             cfg: n.cfg,
             rekey_at: now + if rekey.is_zero() { l.life } else { rekey },
             expire_at: now + l.life.max(rekey),
             inbound_spi: n.inbound_spi,
             outbound_spi: n.outbound_spi,
             mode: n.mode,
-            proposal: n.chosen,
-            local_ts: n.local_ts,
-            remote_ts: n.remote_ts,
+            proposal: Chosen::new(&n.chosen),
+            local_ts,
+            remote_ts,
             replaced: false,
         });
         self.events.push_back(Event::ChildSaUp(Box::new(ev)));
@@ -211,12 +219,8 @@ impl Endpoint {
     fn ike_up(&mut self, sa: &mut IkeSa, now: Instant) {
         sa.state = State::Established;
         sa.was_up = true;
-        // What only the AUTH payloads needed (both IKE_SA_INIT messages, signed in them) and the cookie: about
-        // 1 KB with X25519, 1.5 KB with MODP-2048, held by every IKE SA for its life otherwise. A late copy of
-        // the IKE_SA_INIT request no longer matches and is dropped (the peer has moved on).
-        sa.init_sent = Vec::new();
-        sa.init_received = Vec::new();
-        sa.cookie = None;
+        // The handshake state goes once the first child is done (IkeSa::forget_handshake): a late copy of the
+        // IKE_SA_INIT request then no longer matches and is dropped (the peer has moved on).
         sa.ike_rekey_at = self.ike_rekey_time(sa.conn, now);
         self.events.push_back(Event::IkeSaUp {
             ike_sa: sa.id,
@@ -271,7 +275,7 @@ impl Endpoint {
             self.respond(sa, ex, mid, &[notify(NotifyType::INVALID_SYNTAX)]);
             return Outcome::Forget;
         }
-        let chosen_ike = sa.proposal.clone();
+        let chosen_ike = sa.proposal();
         let found = (0..self.connections.len()).find(|&ci| {
             let c = &self.connections[ci];
             let addrs = (c.local_addrs.is_empty() || c.local_addrs.contains(&sa.local.ip()))
@@ -292,11 +296,16 @@ impl Endpoint {
             return Outcome::Forget;
         };
         sa.conn = ci;
-        let Some(keys) = &sa.keys else {
+        let Some(keys) = sa.keys() else {
             return Outcome::Forget;
         };
         let prf = keys.suite().prf();
-        let mut signed = keys.signed_octets(Role::Initiator, &sa.init_received, &sa.nr, idi_body);
+        let mut signed = keys.signed_octets(
+            Role::Initiator,
+            &sa.hs().init_received,
+            &sa.hs().nr,
+            idi_body,
+        );
         signed.extend(sa.int_auth(mid));
         if let Err(failure) = self.check_peer_auth(ci, idi, auth, o, &signed, prf, now) {
             self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
@@ -305,10 +314,15 @@ impl Endpoint {
         }
         let conn = &self.connections[ci];
         let idr = pubkey::local_id(&conn.local, sa.local);
-        let mut signed_r =
-            keys.signed_octets(Role::Responder, &sa.init_sent, &sa.ni, &id_body(&idr));
+        let mut signed_r = keys.signed_octets(
+            Role::Responder,
+            &sa.hs().init_sent,
+            &sa.hs().ni,
+            &id_body(&idr),
+        );
         signed_r.extend(sa.int_auth(mid));
-        let Some((our_auth, certs)) = pubkey::local_auth(conn, prf, &signed_r, &sa.init_received)
+        let Some((our_auth, certs)) =
+            pubkey::local_auth(conn, prf, &signed_r, &sa.hs().init_received)
         else {
             self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
             return Outcome::Forget;
@@ -322,6 +336,7 @@ impl Endpoint {
             self.initial_contact(sa);
         }
         inner.extend(self.responder_child(sa, o, now));
+        sa.forget_handshake();
         self.respond(sa, ex, mid, &inner);
         Outcome::Keep
     }
@@ -387,7 +402,7 @@ impl Endpoint {
         out.push(Payload::TsR(Ts {
             selectors: ts_r.iter().map(Range::selector).collect(),
         }));
-        let (ni, nr) = (sa.ni.clone(), sa.nr.clone());
+        let (ni, nr) = (sa.hs().ni.clone(), sa.hs().nr.clone());
         let n = NewChild {
             cfg: k,
             chosen: sel.chosen,
@@ -433,14 +448,19 @@ impl Endpoint {
             return Outcome::Destroy(Some(failure));
         }
         let (Some(auth), Some(idr), Some(idr_body), Some(keys)) =
-            (auth, o.idr(), o.idr_body.as_ref(), &sa.keys)
+            (auth, o.idr(), o.idr_body.as_ref(), sa.keys())
         else {
             return Outcome::Ignore;
         };
         if o.count(payload_type::AUTH) != 1 || o.count(payload_type::IDR) != 1 {
             return Outcome::Ignore;
         }
-        let mut signed = keys.signed_octets(Role::Responder, &sa.init_received, &sa.ni, idr_body);
+        let mut signed = keys.signed_octets(
+            Role::Responder,
+            &sa.hs().init_received,
+            &sa.hs().ni,
+            idr_body,
+        );
         signed.extend(sa.int_auth(o.header.message_id));
         if !cert::id_matches(&conn.remote.id, idr) {
             return Outcome::Destroy(Some(Failure::AuthenticationFailed {
@@ -456,17 +476,20 @@ impl Endpoint {
         sa.my_mid += 1;
         self.ike_up(sa, now);
         self.initiator_child(sa, o, now);
+        sa.forget_handshake();
         self.after_response(sa, now);
         Outcome::Keep
     }
 
     /// Initiator: the first child from the IKE_AUTH response, if the responder's choices are among ours.
     fn initiator_child(&mut self, sa: &mut IkeSa, o: &Opened, now: Instant) {
-        let Some(spi) = sa.first_child_spi.take() else {
+        let Some(spi) = sa.hs_mut().first_child_spi.take() else {
             return;
         };
         let conn = &self.connections[sa.conn];
-        let Some(ci) = sa.first_child else { return };
+        let Some(ci) = sa.hs().first_child else {
+            return;
+        };
         let child = &conn.children[ci];
         if let Some(n) = o.notifies().find(|n| n.notify_type.is_error()) {
             self.inbound_spis.remove(&spi);
@@ -543,7 +566,7 @@ impl Endpoint {
             tsi.map(glue::ts_specs).unwrap_or_default(),
             tsr.map(glue::ts_specs).unwrap_or_default(),
         );
-        let (ni, nr) = (sa.ni.clone(), sa.nr.clone());
+        let (ni, nr) = (sa.hs().ni.clone(), sa.hs().nr.clone());
         let n = NewChild {
             cfg: ci,
             chosen,

@@ -114,11 +114,11 @@ impl Endpoint {
                     .iter()
                     .find_map(|p| p.ke().first().copied())
                     .and_then(dh_group);
-                ChildExchange {
+                Box::new(ChildExchange {
                     ni,
                     dh: group.map(|g| KeyPair::generate(g, &mut *self.rng)),
                     ke_retried: false,
-                }
+                })
             }
         };
         let spi = self.new_child_spi();

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use super::sa::{backoff, IkeSa, Opened, Pending, Purpose, State};
+use super::sa::{backoff, CachedResponse, IkeSa, Opened, Pending, Purpose, State};
 use super::Endpoint;
 use crate::event::{Event, Failure};
 use crate::message::sa::protocol_id;
@@ -34,13 +34,13 @@ impl Endpoint {
         let mid = sa.my_mid;
         let bytes = sa.sealed_message(&mut *self.rng, exchange, false, mid, inner);
         let retransmit = self.connections[sa.conn].retransmit;
-        sa.pending = Some(Pending {
+        sa.pending = Some(Box::new(Pending {
             message_id: mid,
             purpose,
             bytes: bytes.clone(),
             retries: 0,
             next_at: now + backoff(&retransmit, 0),
-        });
+        }));
         for b in bytes {
             self.send(sa.local, sa.remote, b);
         }
@@ -55,7 +55,7 @@ impl Endpoint {
         inner: &[Payload],
     ) {
         let bytes = sa.sealed_message(&mut *self.rng, exchange, true, mid, inner);
-        sa.last_response = Some((mid, bytes.clone()));
+        sa.last_response = Some(CachedResponse::new(mid, &bytes));
         sa.peer_mid = mid.wrapping_add(1);
         for b in bytes {
             self.send(sa.local, sa.remote, b);
@@ -112,8 +112,8 @@ impl Endpoint {
         if !h.flags.response {
             if h.message_id != sa.peer_mid {
                 match &sa.last_response {
-                    Some((m, b)) if *m == h.message_id && !b.is_empty() => {
-                        let (l, r, b) = (sa.local, sa.remote, b.clone());
+                    Some(c) if c.message_id == h.message_id && !c.is_empty() => {
+                        let (l, r, b) = (sa.local, sa.remote, c.datagrams());
                         self.counters.responses_resent += 1;
                         for b in b {
                             self.send(l, r, b);
@@ -225,7 +225,7 @@ impl Endpoint {
         self.inbound_spis.remove(&c.inbound_spi);
         self.events.push_back(Event::ChildSaDown {
             ike_sa: sa.id,
-            child: c.name,
+            child: self.child_name(sa, &c),
             inbound_spi: c.inbound_spi,
             outbound_spi: c.outbound_spi,
         });

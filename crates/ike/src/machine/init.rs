@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use netveil_crypto::dh::{Group, KeyPair};
 
-use super::sa::{backoff, IkeSa, Pending, Purpose, State};
+use super::sa::{backoff, Chosen, IkeSa, Pending, Purpose, State};
 use super::Endpoint;
 use super::{glue, intermediate};
 use crate::event::Failure;
@@ -21,7 +21,6 @@ use crate::message::{
     payload_type, ExchangeType, Header, Ke, Message, Nonce, Notify, NotifyType, Payload,
 };
 use crate::proposal::{self, Ke as KeMethod, Preference, Protocol};
-use crate::sk::SkKey;
 
 /// Bytes of our nonces.
 pub const NONCE_LEN: usize = 32;
@@ -80,23 +79,24 @@ impl Endpoint {
     pub(super) fn start_init(&mut self, sa: &mut IkeSa, now: Instant) {
         let conn = &self.connections[sa.conn];
         let group = sa
+            .hs()
             .group
             .or_else(|| conn.proposals.iter().find_map(|p| p.ke().first().copied()));
         let Some((method, g)) = group.and_then(|m| dh_group(m).map(|g| (m, g))) else {
             return;
         };
         if sa.dh.as_ref().map(|k| k.group()) != Some(g) {
-            sa.dh = Some(KeyPair::generate(g, &mut *self.rng));
+            sa.dh = Some(Box::new(KeyPair::generate(g, &mut *self.rng)));
         }
-        sa.group = Some(method);
-        if sa.ni.is_empty() {
-            sa.ni = vec![0u8; NONCE_LEN];
-            self.rng.fill(&mut sa.ni);
+        sa.hs_mut().group = Some(method);
+        if sa.hs().ni.is_empty() {
+            sa.hs_mut().ni = vec![0u8; NONCE_LEN].into();
+            self.rng.fill(&mut sa.hs_mut().ni);
         }
         let conn = &self.connections[sa.conn];
         let mut payloads = Vec::new();
-        if let Some(c) = &sa.cookie {
-            payloads.push(Payload::Notify(Notify::new(NotifyType::COOKIE, c.clone())));
+        if let Some(c) = &sa.hs().cookie {
+            payloads.push(Payload::Notify(Notify::new(NotifyType::COOKIE, c.to_vec())));
         }
         payloads.push(Payload::Sa(glue::sa_payload(&conn.proposals, &[])));
         payloads.push(Payload::Ke(Ke {
@@ -108,7 +108,7 @@ impl Endpoint {
                 .unwrap_or_default(),
         }));
         payloads.push(Payload::Nonce(
-            Nonce::new(sa.ni.clone()).expect("32-byte nonce"),
+            Nonce::new(sa.hs().ni.to_vec()).expect("32-byte nonce"),
         ));
         let source = if conn.encap {
             // strongSwan's `encap`: a source hash that matches no address, so that the peer sees a NAT.
@@ -137,15 +137,15 @@ impl Endpoint {
         }
         payloads.push(Payload::Notify(sig_hash_notify()));
         let bytes = sa.clear_message(ExchangeType::IKE_SA_INIT, false, 0, payloads);
-        sa.init_sent = bytes.clone();
+        sa.hs_mut().init_sent = bytes.as_slice().into();
         let retransmit = conn.retransmit;
-        sa.pending = Some(Pending {
+        sa.pending = Some(Box::new(Pending {
             message_id: 0,
             purpose: Purpose::Init,
             bytes: vec![bytes.clone()],
             retries: 0,
             next_at: now + backoff(&retransmit, 0),
-        });
+        }));
         self.send(sa.local, sa.remote, bytes);
     }
 
@@ -195,8 +195,8 @@ impl Endpoint {
         // A retransmission of a request we answered: the same answer.
         if let Some(id) = self.by_init.get(&(hdr.initiator_spi, remote)) {
             match self.sas.get(id) {
-                Some(sa) if sa.init_received == bytes => {
-                    let (l, r, b) = (sa.local, sa.remote, sa.init_sent.clone());
+                Some(sa) if *sa.hs().init_received == *bytes => {
+                    let (l, r, b) = (sa.local, sa.remote, sa.hs().init_sent.to_vec());
                     self.counters.responses_resent += 1;
                     self.send(l, r, b);
                 }
@@ -336,15 +336,12 @@ impl Endpoint {
             self.counters.dropped += 1;
             return;
         };
-        let (Ok(sk_out), Ok(sk_in)) = (
-            SkKey::outbound(&keys, Role::Responder),
-            SkKey::inbound(&keys, Role::Responder),
-        ) else {
-            self.counters.dropped += 1;
-            return;
-        };
         let id = self.new_id();
         let mut sa = IkeSa::new(id, ci, Role::Responder, spi_i, spi_r, local, remote, now);
+        if !sa.set_keys(keys) {
+            self.counters.dropped += 1;
+            return;
+        }
         sa.nat_remote = nat_matches(
             &msg,
             NotifyType::NAT_DETECTION_SOURCE_IP,
@@ -355,15 +352,12 @@ impl Endpoint {
             NotifyType::NAT_DETECTION_DESTINATION_IP,
             &glue::nat_hash(spi_i, 0, local),
         ) == Some(false);
-        sa.ni = ni.as_bytes().to_vec();
-        sa.nr = nr.clone();
-        sa.group = Some(method);
-        sa.keys = Some(keys);
-        sa.sk_out = Some(sk_out);
-        sa.sk_in = Some(sk_in);
-        sa.proposal = Some(sel.chosen.clone());
+        sa.hs_mut().ni = ni.as_bytes().into();
+        sa.hs_mut().nr = nr.as_slice().into();
+        sa.hs_mut().group = Some(method);
+        sa.chosen = Some(Chosen::new(&sel.chosen));
         sa.peer_mid = 1;
-        sa.init_received = bytes.to_vec();
+        sa.hs_mut().init_received = bytes.into();
         let number = sa_p.proposals[theirs[sel.peer].0].number;
         let mut payloads = vec![
             Payload::Sa(crate::message::Sa {
@@ -397,12 +391,12 @@ impl Endpoint {
             payloads.push(intermediate::supported_notify());
         }
         if intermediate::has_add_ke(&sel.chosen) {
-            sa.intermediate = Some(Default::default());
+            sa.intermediate = Some(Box::default());
         }
         payloads.push(Payload::Notify(sig_hash_notify()));
         payloads.extend(super::pubkey::certreq(&self.connections));
         let out = sa.clear_message(ExchangeType::IKE_SA_INIT, true, 0, payloads);
-        sa.init_sent = out.clone();
+        sa.hs_mut().init_sent = out.as_slice().into();
         self.by_spi.insert(spi_r, id);
         self.by_init.insert((spi_i, remote), id);
         self.half_open += 1;
@@ -461,14 +455,14 @@ impl Endpoint {
         bytes: &[u8],
     ) -> Result<(), Option<Failure>> {
         let msg = Message::parse(bytes).map_err(|_| None)?;
-        let restarts = u32::from(sa.cookie.is_some()) + u32::from(sa.ke_retried);
+        let restarts = u32::from(sa.hs().cookie.is_some()) + u32::from(sa.hs().ke_retried);
         if let Some(c) = msg.notifies().find(|n| n.notify_type == NotifyType::COOKIE) {
             if count(&msg, payload_type::SA) == 0
                 && restarts < MAX_RESTARTS
                 && !c.data.is_empty()
                 && c.data.len() <= MAX_COOKIE
             {
-                sa.cookie = Some(c.data.clone());
+                sa.hs_mut().cookie = Some(c.data.as_slice().into());
                 self.start_init(sa, now);
                 return Ok(());
             }
@@ -482,10 +476,10 @@ impl Endpoint {
                     .flat_map(|p| p.ke())
                     .any(|k| k.id() == g);
                 let method = ke_method(g).filter(|&m| dh_group(m).is_some());
-                if let (false, true, Some(m)) = (sa.ke_retried, offered, method) {
-                    if Some(m) != sa.group {
-                        sa.ke_retried = true;
-                        sa.group = Some(m);
+                if let (false, true, Some(m)) = (sa.hs().ke_retried, offered, method) {
+                    if Some(m) != sa.hs().group {
+                        sa.hs_mut().ke_retried = true;
+                        sa.hs_mut().group = Some(m);
                         self.start_init(sa, now);
                         return Ok(());
                     }
@@ -525,7 +519,7 @@ impl Endpoint {
             _ => return Err(None),
         }
         let method = chosen.ke()[0];
-        if Some(method) != sa.group || ke.group != method.id() {
+        if Some(method) != sa.hs().group || ke.group != method.id() {
             return Err(None);
         }
         let peer_ies = msg
@@ -541,26 +535,24 @@ impl Endpoint {
             .agree(&ke.data)
             .map_err(|_| None)?;
         let suite = IkeSuite::from_proposal(&chosen).map_err(|_| None)?;
-        let seed = skeyseed(suite.prf(), &sa.ni, nr.as_bytes(), &shared);
+        let seed = skeyseed(suite.prf(), &sa.hs().ni, nr.as_bytes(), &shared);
         let keys = IkeKeys::derive(
             suite,
             &seed,
-            &sa.ni,
+            &sa.hs().ni,
             nr.as_bytes(),
             &sa.spi_i.to_be_bytes(),
             &hdr.responder_spi.to_be_bytes(),
         )
         .map_err(|_| None)?;
-        let sk_out = SkKey::outbound(&keys, Role::Initiator).map_err(|_| None)?;
-        let sk_in = SkKey::inbound(&keys, Role::Initiator).map_err(|_| None)?;
+        if !sa.set_keys(keys) {
+            return Err(None);
+        }
         sa.spi_r = hdr.responder_spi;
-        sa.nr = nr.as_bytes().to_vec();
+        sa.hs_mut().nr = nr.as_bytes().into();
         sa.dh = None;
-        sa.keys = Some(keys);
-        sa.sk_out = Some(sk_out);
-        sa.sk_in = Some(sk_in);
-        sa.proposal = Some(chosen);
-        sa.init_received = bytes.to_vec();
+        sa.chosen = Some(Chosen::new(&chosen));
+        sa.hs_mut().init_received = bytes.into();
         sa.nat_remote = nat_matches(
             &msg,
             NotifyType::NAT_DETECTION_SOURCE_IP,

@@ -151,33 +151,30 @@ impl IkeSa {
 
     /// Whether additional key exchanges are still owed before IKE_AUTH.
     pub fn intermediate_owed(&self) -> bool {
-        match (&self.intermediate, &self.proposal) {
-            (Some(x), Some(p)) => next_slot(p, x.done).is_some(),
+        match (&self.intermediate, self.proposal()) {
+            (Some(x), Some(p)) => next_slot(&p, x.done).is_some(),
             _ => false,
         }
     }
 
     /// The keys after an additional key exchange with shared secret `shared`; false if they cannot be derived.
     fn update_keys(&mut self, shared: &[u8]) -> bool {
-        let Some(keys) = &self.keys else { return false };
+        let Some(keys) = self.keys() else {
+            return false;
+        };
         let Ok(next) = keys.intermediate(
             shared,
-            &self.ni,
-            &self.nr,
+            &self.hs().ni,
+            &self.hs().nr,
             &self.spi_i.to_be_bytes(),
             &self.spi_r.to_be_bytes(),
         ) else {
             return false;
         };
-        let (Ok(out), Ok(inb)) = (
-            SkKey::outbound(&next, self.role),
-            SkKey::inbound(&next, self.role),
-        ) else {
+        let prev = self.sk_in();
+        if !self.set_keys(next) {
             return false;
-        };
-        let prev = self.sk_in.replace(inb);
-        self.sk_out = Some(out);
-        self.keys = Some(next);
+        }
         if let Some(x) = &mut self.intermediate {
             x.prev_in = prev;
             x.exchanges += 1;
@@ -190,8 +187,8 @@ impl Endpoint {
     /// Initiator, IKE_SA_INIT done: the first IKE_INTERMEDIATE when the chosen proposal has additional key
     /// exchanges, else IKE_AUTH.
     pub(super) fn after_init(&mut self, sa: &mut IkeSa, now: Instant) {
-        if sa.proposal.as_ref().is_some_and(has_add_ke) {
-            sa.intermediate = Some(Intermediate::default());
+        if sa.proposal().as_ref().is_some_and(has_add_ke) {
+            sa.intermediate = Some(Box::default());
             self.send_intermediate(sa, now);
         } else {
             self.send_auth(sa, now);
@@ -201,9 +198,8 @@ impl Endpoint {
     /// Initiator: the IKE_INTERMEDIATE request for the next slot (or IKE_AUTH when none is left).
     fn send_intermediate(&mut self, sa: &mut IkeSa, now: Instant) {
         let next = sa
-            .proposal
-            .as_ref()
-            .and_then(|p| next_slot(p, sa.intermediate.as_ref().map_or(0, |x| x.done)));
+            .proposal()
+            .and_then(|p| next_slot(&p, sa.intermediate.as_ref().map_or(0, |x| x.done)));
         let Some((_, method)) = next else {
             self.send_auth(sa, now);
             return;
@@ -218,7 +214,7 @@ impl Endpoint {
             data: pair.public().to_vec(),
         })];
         let (h, first, plain) = our_message(sa, false, sa.my_mid, &inner);
-        let (Some(keys), Some(x)) = (&sa.keys, &sa.intermediate) else {
+        let (Some(keys), Some(x)) = (sa.keys(), &sa.intermediate) else {
             return;
         };
         let link = keys.int_auth(
@@ -259,17 +255,17 @@ impl Endpoint {
                 name: "malformed IKE_INTERMEDIATE response".to_string(),
             }))
         };
-        let (Some(p), Some(x)) = (&sa.proposal, &sa.intermediate) else {
+        let (Some(p), Some(x)) = (sa.proposal(), &sa.intermediate) else {
             return bad();
         };
-        let Some((slot, method)) = next_slot(p, x.done) else {
+        let Some((slot, method)) = next_slot(&p, x.done) else {
             return bad();
         };
         let Some(ke) = o.one_ke() else { return bad() };
         if ke.group != method.id() || ke.data.len() != ML_KEM_768_CIPHERTEXT_LEN {
             return bad();
         }
-        let (Some(keys), Some(pair), Some((first, plain))) = (&sa.keys, &x.kem, &o.plain) else {
+        let (Some(keys), Some(pair), Some((first, plain))) = (sa.keys(), &x.kem, &o.plain) else {
             return bad();
         };
         let Ok(shared) = pair.decapsulate(&ke.data) else {
@@ -307,8 +303,8 @@ impl Endpoint {
         sa.local = local;
         sa.remote = remote;
         let mid = o.header.message_id;
-        let next = match (&sa.proposal, &sa.intermediate) {
-            (Some(p), Some(x)) => next_slot(p, x.done),
+        let next = match (sa.proposal(), &sa.intermediate) {
+            (Some(p), Some(x)) => next_slot(&p, x.done),
             _ => None,
         };
         let ke = o.one_ke();
@@ -327,7 +323,7 @@ impl Endpoint {
         })];
         let (h, first, plain) = our_message(sa, true, mid, &inner);
         let (Some(keys), Some(x), Some((req_first, req_plain))) =
-            (&sa.keys, &sa.intermediate, &o.plain)
+            (sa.keys(), &sa.intermediate, &o.plain)
         else {
             return Outcome::Forget;
         };
@@ -375,12 +371,12 @@ impl Endpoint {
         let Some(prev) = sa.intermediate.as_ref().and_then(|x| x.prev_in.as_ref()) else {
             return false;
         };
-        let Some((mid, cached)) = &sa.last_response else {
+        let Some(cached) = &sa.last_response else {
             return false;
         };
         if hdr.exchange_type != ExchangeType::IKE_INTERMEDIATE
             || hdr.flags.response
-            || hdr.message_id != *mid
+            || hdr.message_id != cached.message_id
             || cached.is_empty()
         {
             return false;
@@ -399,7 +395,7 @@ impl Endpoint {
         if prev.open(&mut buf, message::HEADER_LEN, kind).is_err() {
             return false;
         }
-        let (l, r, b) = (sa.local, sa.remote, cached.clone());
+        let (l, r, b) = (sa.local, sa.remote, cached.datagrams());
         self.counters.responses_resent += 1;
         for b in b {
             self.send(l, r, b);

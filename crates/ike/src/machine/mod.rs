@@ -282,7 +282,7 @@ impl Endpoint {
         let id = self.new_id();
         let spi_i = self.new_ike_spi();
         let mut sa = IkeSa::new(id, ci, Role::Initiator, spi_i, 0, local, remote, now);
-        sa.first_child = Some(child_i);
+        sa.hs_mut().first_child = Some(child_i);
         self.by_spi.insert(spi_i, id);
         self.start_init(&mut sa, now);
         self.sas.insert(id, Box::new(sa));
@@ -351,7 +351,7 @@ impl Endpoint {
             return;
         };
         let role_ok = (sa.role == Role::Responder) == hdr.flags.initiator;
-        if !role_ok || sa.peer_spi() != theirs || sa.sk_in.is_none() {
+        if !role_ok || sa.peer_spi() != theirs || sa.keys().is_none() {
             self.counters.dropped += 1;
             self.sas.insert(id, sa);
             return;
@@ -466,13 +466,21 @@ impl Endpoint {
         if let Some(sa::Pending {
             purpose: sa::Purpose::RekeyIke { spi },
             ..
-        }) = &sa.pending
+        }) = sa.pending.as_deref()
         {
             self.by_spi.remove(spi);
         }
-        if let Some(spi) = sa.first_child_spi {
+        if let Some(spi) = sa.hs().first_child_spi {
             self.inbound_spis.remove(&spi);
         }
+    }
+
+    /// The name of a child of `sa` (its config's).
+    fn child_name(&self, sa: &IkeSa, c: &sa::Child) -> String {
+        self.connections[sa.conn]
+            .children
+            .get(c.cfg)
+            .map_or_else(String::new, |cfg| cfg.name.clone())
     }
 
     /// Removes an SA: ChildSaDown for each child, IkeSaDown if it was up, and a Failed event if `why`.
@@ -480,7 +488,7 @@ impl Endpoint {
         for c in &sa.children {
             self.events.push_back(Event::ChildSaDown {
                 ike_sa: sa.id,
-                child: c.name.clone(),
+                child: self.child_name(&sa, c),
                 inbound_spi: c.inbound_spi,
                 outbound_spi: c.outbound_spi,
             });

@@ -12,13 +12,12 @@ use netveil_crypto::dh::KeyPair;
 use super::glue;
 use super::info::Outcome;
 use super::init::{dh_group, NONCE_LEN};
-use super::sa::{ChildExchange, IkeSa, Opened, Purpose, State};
+use super::sa::{ChildExchange, Chosen, IkeSa, Opened, Purpose, State};
 use super::{Endpoint, EndpointError};
 use crate::event::{Event, Failure, IkeSaId};
 use crate::keys::{skeyseed_rekey, IkeKeys, IkeSuite, Role};
 use crate::message::{ExchangeType, Ke, Nonce, Notify, NotifyType, Payload};
 use crate::proposal::{self, Preference, Proposal, Protocol};
-use crate::sk::SkKey;
 
 /// The IKE proposals of a rekey's SA payload, with their index and 8-byte SPI (not 0).
 fn rekey_proposals(sa: &crate::message::Sa) -> Vec<(usize, Proposal, u64)> {
@@ -92,11 +91,11 @@ impl Endpoint {
                     .find_map(|p| p.ke().first().copied())
                     .and_then(dh_group);
                 let Some(g) = group else { return };
-                ChildExchange {
+                Box::new(ChildExchange {
                     ni,
                     dh: Some(KeyPair::generate(g, &mut *self.rng)),
                     ke_retried: false,
-                }
+                })
             }
         };
         let Some(dh) = &x.dh else { return };
@@ -130,7 +129,7 @@ impl Endpoint {
 
     /// The new IKE SA from a completed rekey: children moved over, IkeSaUp.
     fn new_ike(&mut self, old: &mut IkeSa, n: NewIke<'_>, now: Instant) -> Option<IkeSaId> {
-        let old_keys = old.keys.as_ref()?;
+        let old_keys = old.keys()?;
         let old_prf = old_keys.suite().prf();
         let suite = IkeSuite::from_proposal(&n.chosen).ok()?;
         let seed = skeyseed_rekey(old_prf, old_keys.sk_d(), &[n.shared], n.ni, n.nr);
@@ -143,22 +142,26 @@ impl Endpoint {
             &n.spi_r.to_be_bytes(),
         )
         .ok()?;
-        let sk_out = SkKey::outbound(&keys, n.role).ok()?;
-        let sk_in = SkKey::inbound(&keys, n.role).ok()?;
-        let id = self.new_id();
         let mut sa = IkeSa::new(
-            id, old.conn, n.role, n.spi_i, n.spi_r, old.local, old.remote, now,
+            IkeSaId(0),
+            old.conn,
+            n.role,
+            n.spi_i,
+            n.spi_r,
+            old.local,
+            old.remote,
+            now,
         );
+        if !sa.set_keys(keys) {
+            return None;
+        }
+        let id = self.new_id();
+        sa.id = id;
         sa.state = State::Established;
         sa.was_up = true;
-        sa.keys = Some(keys);
-        sa.sk_out = Some(sk_out);
-        sa.sk_in = Some(sk_in);
-        sa.proposal = Some(n.chosen);
+        sa.chosen = Some(Chosen::new(&n.chosen));
         sa.nat_local = old.nat_local;
         sa.nat_remote = old.nat_remote;
-        sa.ni = n.ni.to_vec();
-        sa.nr = n.nr.to_vec();
         sa.children = std::mem::take(&mut old.children);
         sa.ike_rekey_at = self.ike_rekey_time(old.conn, now);
         self.by_spi.insert(sa.our_spi(), id);

@@ -2,6 +2,7 @@
 //! ones, the outstanding request and the cached response.
 
 use std::net::SocketAddr;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use netveil_crypto::dh::KeyPair;
@@ -15,7 +16,7 @@ use crate::message::{
     self, chain, first_type, payload_type, Chain, Encrypted, EncryptedFragment, ExchangeType,
     Flags, Header, Id, Message, Payload,
 };
-use crate::proposal::{Ke, Proposal};
+use crate::proposal::{Encr, Esn, Integ, Ke, Prf, Proposal, Protocol, ADD_KE_SLOTS};
 use crate::sk::{self, SkKey};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +61,49 @@ pub enum Purpose {
     },
 }
 
+/// A chosen proposal (one algorithm per transform type) in 16 bytes: a [`Proposal`] takes 296 and a list on the
+/// heap per transform type, for every IKE SA and CHILD_SA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chosen {
+    protocol: Protocol,
+    encr: Option<Encr>,
+    prf: Option<Prf>,
+    integ: Option<Integ>,
+    ke: Option<Ke>,
+    add_ke: [Option<Ke>; ADD_KE_SLOTS],
+    esn: Option<Esn>,
+}
+
+impl Chosen {
+    /// The first algorithm of each type of `p` (its only one: `p` comes from [`crate::proposal::select`]).
+    pub fn new(p: &Proposal) -> Chosen {
+        Chosen {
+            protocol: p.protocol(),
+            encr: p.encr().first().copied(),
+            prf: p.prf().first().copied(),
+            integ: p.integ().first().copied(),
+            ke: p.ke().first().copied(),
+            add_ke: std::array::from_fn(|i| p.add_ke(i + 1).first().copied()),
+            esn: p.esn().first().copied(),
+        }
+    }
+
+    /// The proposal again (`None` only if it was no proposal, which [`Chosen::new`] of one never gives).
+    pub fn proposal(&self) -> Option<Proposal> {
+        let add: Vec<&[Ke]> = self.add_ke.iter().map(Option::as_slice).collect();
+        Proposal::new(
+            self.protocol,
+            self.encr.as_slice(),
+            self.prf.as_slice(),
+            self.integ.as_slice(),
+            self.ke.as_slice(),
+            &add,
+            self.esn.as_slice(),
+        )
+        .ok()
+    }
+}
+
 /// Our side of an outstanding CREATE_CHILD_SA: the nonce and the key exchange (PFS).
 pub struct ChildExchange {
     pub ni: Vec<u8>,
@@ -78,8 +122,7 @@ pub struct Pending {
 }
 
 pub struct Child {
-    pub name: String,
-    /// Index of the child config.
+    /// Index of the child config (of the IKE SA's connection; its name is the child's).
     pub cfg: usize,
     /// When we rekey it (rekey time less a random part), and when it expires (life time).
     pub rekey_at: Instant,
@@ -87,13 +130,35 @@ pub struct Child {
     pub inbound_spi: u32,
     pub outbound_spi: u32,
     pub mode: Mode,
-    pub proposal: Proposal,
+    pub proposal: Chosen,
     pub local_ts: Vec<TsSpec>,
     pub remote_ts: Vec<TsSpec>,
     /// A rekey (ours or the peer's) replaced it and it waits for its DELETE: neither side rekeys it again (a
     /// second rekey of it made a redundant CHILD_SA each time, and their number doubled with every rekey period).
     pub replaced: bool,
 }
+
+/// The part of an IKE SA that only IKE_SA_INIT, IKE_INTERMEDIATE and IKE_AUTH use: boxed apart and dropped
+/// once the SA is up ([`IkeSa::forget_handshake`]).
+#[derive(Default)]
+pub struct Handshake {
+    /// The IKE_SA_INIT nonces.
+    pub ni: Box<[u8]>,
+    pub nr: Box<[u8]>,
+    pub group: Option<Ke>,
+    pub cookie: Option<Box<[u8]>>,
+    pub ke_retried: bool,
+    /// Our IKE_SA_INIT message as sent (initiator: the request; responder: the response).
+    pub init_sent: Box<[u8]>,
+    /// The peer's IKE_SA_INIT message as received.
+    pub init_received: Box<[u8]>,
+    /// Initiator: the child config (index) and the inbound SPI of the first CHILD_SA.
+    pub first_child: Option<usize>,
+    pub first_child_spi: Option<u32>,
+}
+
+/// What [`IkeSa::hs`] shows of an SA without handshake state.
+static NO_HANDSHAKE: LazyLock<Handshake> = LazyLock::new(Handshake::default);
 
 pub struct IkeSa {
     pub id: IkeSaId,
@@ -107,37 +172,31 @@ pub struct IkeSa {
     pub remote: SocketAddr,
     /// Responder: where the IKE_SA_INIT came from (the half-open index key).
     pub init_remote: SocketAddr,
-    pub ni: Vec<u8>,
-    pub nr: Vec<u8>,
-    pub dh: Option<KeyPair>,
-    pub group: Option<Ke>,
-    pub cookie: Option<Vec<u8>>,
-    pub ke_retried: bool,
-    /// Our IKE_SA_INIT message as sent (initiator: the request; responder: the response).
-    pub init_sent: Vec<u8>,
-    /// The peer's IKE_SA_INIT message as received.
-    pub init_received: Vec<u8>,
-    pub proposal: Option<Proposal>,
-    pub keys: Option<IkeKeys>,
-    pub sk_out: Option<SkKey>,
-    pub sk_in: Option<SkKey>,
+    /// What only the exchanges up to IKE_AUTH use ([`IkeSa::hs`], [`IkeSa::hs_mut`]); none once the SA is up.
+    hs: Option<Box<Handshake>>,
+    /// Boxed, like the other parts an established SA rarely or never holds: each is a pointer in the SA.
+    pub dh: Option<Box<KeyPair>>,
+    /// The proposal chosen in IKE_SA_INIT (or the rekey); see [`IkeSa::proposal`].
+    pub chosen: Option<Chosen>,
+    /// Set with [`IkeSa::set_keys`]. The SK cipher and integrity contexts are built from them per message (a few
+    /// microseconds); kept, they were 170 bytes per SA with AES-GCM and 1.9 KB with AES-CBC and HMAC-SHA256.
+    keys: Option<IkeKeys>,
+    /// The next explicit IV of our SK payloads under `keys` (AEADs; see [`crate::sk`]).
+    out_iv: u64,
     /// We are behind a NAT (our address was changed), the peer is behind one.
     pub nat_local: bool,
     pub nat_remote: bool,
     /// Next message id of our requests, and of the peer's.
     pub my_mid: u32,
     pub peer_mid: u32,
-    pub pending: Option<Pending>,
-    /// The last response we sent (its message id and datagrams), sent again for a retransmitted request.
-    pub last_response: Option<(u32, Vec<Vec<u8>>)>,
+    pub pending: Option<Box<Pending>>,
+    /// The last response we sent, sent again for a retransmitted request.
+    pub last_response: Option<CachedResponse>,
     /// Both ends announced IKEV2_FRAGMENTATION_SUPPORTED: messages above this many bytes go in fragments.
     pub fragment_len: Option<usize>,
     /// Fragments of the message being reassembled.
-    pub reassembly: Option<Reassembly>,
+    pub reassembly: Option<Box<Reassembly>>,
     pub children: Vec<Child>,
-    /// Initiator: the child config (index) and the inbound SPI of the first CHILD_SA.
-    pub first_child: Option<usize>,
-    pub first_child_spi: Option<u32>,
     pub created: Instant,
     pub last_heard: Instant,
     /// Whether IkeSaUp was reported (so IkeSaDown is owed).
@@ -146,11 +205,48 @@ pub struct IkeSa {
     pub delete_queued: bool,
     /// CHILD_SAs (by inbound SPI) to delete once no request is outstanding (the old one after a rekey).
     pub queued_child_deletes: Vec<u32>,
-    pub child_x: Option<ChildExchange>,
+    pub child_x: Option<Box<ChildExchange>>,
     /// When we rekey the IKE SA (set when it comes up).
     pub ike_rekey_at: Instant,
     /// The IKE_INTERMEDIATE exchanges (RFC 9242, 9370), when the chosen proposal has additional key exchanges.
-    pub intermediate: Option<super::intermediate::Intermediate>,
+    pub intermediate: Option<Box<super::intermediate::Intermediate>>,
+}
+
+/// The last response an SA sent (RFC 7296 2.1: a retransmitted request gets it again, not a new one): its
+/// message id and its datagrams (several when fragmented) end to end in one buffer of their exact size. Each
+/// datagram is one IKE message, whose header says its length.
+pub struct CachedResponse {
+    pub message_id: u32,
+    bytes: Box<[u8]>,
+}
+
+impl CachedResponse {
+    pub fn new(message_id: u32, datagrams: &[Vec<u8>]) -> CachedResponse {
+        CachedResponse {
+            message_id,
+            bytes: datagrams.concat().into_boxed_slice(),
+        }
+    }
+
+    /// The datagrams, as sent.
+    pub fn datagrams(&self) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut rest = &self.bytes[..];
+        while let Some(len) = rest.get(24..28) {
+            let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+            let Some(d) = rest.get(..len).filter(|_| len >= message::HEADER_LEN) else {
+                break;
+            };
+            out.push(d.to_vec());
+            rest = &rest[len..];
+        }
+        out
+    }
+
+    /// No datagram (the response could not be built).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
 }
 
 /// Most fragments of one message we take, and most bytes they may hold together.
@@ -198,18 +294,11 @@ impl IkeSa {
             local,
             remote,
             init_remote: remote,
-            ni: Vec::new(),
-            nr: Vec::new(),
+            hs: None,
             dh: None,
-            group: None,
-            cookie: None,
-            ke_retried: false,
-            init_sent: Vec::new(),
-            init_received: Vec::new(),
-            proposal: None,
+            chosen: None,
             keys: None,
-            sk_out: None,
-            sk_in: None,
+            out_iv: 0,
             nat_local: false,
             nat_remote: false,
             my_mid: 0,
@@ -219,8 +308,6 @@ impl IkeSa {
             fragment_len: None,
             reassembly: None,
             children: Vec::new(),
-            first_child: None,
-            first_child_spi: None,
             created: now,
             last_heard: now,
             was_up: false,
@@ -278,6 +365,55 @@ impl IkeSa {
         t
     }
 
+    /// Drops what IKE_AUTH and the first CHILD_SA needed and nothing after them does: the handshake state (both
+    /// IKE_SA_INIT messages, signed in AUTH, about 1 KB with X25519 and 1.5 KB with MODP-2048; the cookie; the
+    /// IKE_SA_INIT nonces: SKEYSEED and AUTH are done, CREATE_CHILD_SA and IKE SA rekeys use their own, RFC 7296
+    /// 2.17 and 2.18), SK_pi and SK_pr (AUTH only) and the IKE_INTERMEDIATE state (its IntAuth chain went into
+    /// AUTH, RFC 9242 3.3.2; a late copy of an IKE_INTERMEDIATE request finds no keys before the last update and
+    /// is dropped).
+    pub fn forget_handshake(&mut self) {
+        self.hs = None;
+        self.intermediate = None;
+        if let Some(k) = &mut self.keys {
+            k.forget_auth_keys();
+        }
+    }
+
+    /// The handshake state (an empty one once the SA is up).
+    pub fn hs(&self) -> &Handshake {
+        self.hs.as_deref().unwrap_or(&NO_HANDSHAKE)
+    }
+
+    /// The handshake state, to change it (made if there is none).
+    pub fn hs_mut(&mut self) -> &mut Handshake {
+        self.hs.get_or_insert_with(Box::default)
+    }
+
+    /// The chosen IKE proposal.
+    pub fn proposal(&self) -> Option<Proposal> {
+        self.chosen.as_ref()?.proposal()
+    }
+
+    pub fn keys(&self) -> Option<&IkeKeys> {
+        self.keys.as_ref()
+    }
+
+    /// Takes `keys` as the SA's keys (from IKE_SA_INIT, an IKE_INTERMEDIATE update or a rekey), their counter of
+    /// explicit IVs at 0. False, and nothing changed, if they key no cipher of their suite.
+    pub fn set_keys(&mut self, keys: IkeKeys) -> bool {
+        if SkKey::outbound(&keys, self.role).is_err() || SkKey::inbound(&keys, self.role).is_err() {
+            return false;
+        }
+        self.keys = Some(keys);
+        self.out_iv = 0;
+        true
+    }
+
+    /// The key the peer's messages are opened with, built from the SA's keys.
+    pub fn sk_in(&self) -> Option<SkKey> {
+        SkKey::inbound(self.keys.as_ref()?, self.role).ok()
+    }
+
     fn header(&self, exchange: ExchangeType, response: bool, message_id: u32) -> Header {
         Header {
             initiator_spi: self.spi_i,
@@ -324,9 +460,14 @@ impl IkeSa {
             return Vec::new();
         }
         let header = self.header(exchange, response, message_id);
-        let Some(key) = self.sk_out.as_mut() else {
+        let Some(key) = self
+            .keys
+            .as_ref()
+            .and_then(|k| SkKey::outbound(k, self.role).ok())
+        else {
             return Vec::new();
         };
+        let mut key = key.resume_at(self.out_iv);
         // IV, ICV and the most padding a block cipher adds.
         let overhead = sk::IKE_HEADER_LEN + 8 + key.iv_len() + key.icv_len() + 16;
         let seal = |key: &mut SkKey, rng: &mut dyn Rng, payload: Payload, kind| {
@@ -339,20 +480,22 @@ impl IkeSa {
             key.seal(rng, &mut bytes, sk::IKE_HEADER_LEN, kind).ok()?;
             Some(bytes)
         };
-        match self.fragment_len {
+        let out = match self.fragment_len {
             Some(max) if overhead + plain.len() > max && max > overhead => {
                 let chunks: Vec<&[u8]> = plain.chunks(max - overhead).collect();
                 let total = chunks.len() as u16;
                 let mut out = Vec::new();
                 for (i, c) in chunks.iter().enumerate() {
                     let first = if i == 0 { first_type(inner) } else { 0 };
-                    let Ok(f) = EncryptedFragment::new(i as u16 + 1, total, first, c.to_vec())
-                    else {
-                        return Vec::new();
-                    };
-                    match seal(key, rng, Payload::Skf(f), sk::Encrypted::Skf) {
+                    let sealed = EncryptedFragment::new(i as u16 + 1, total, first, c.to_vec())
+                        .ok()
+                        .and_then(|f| seal(&mut key, rng, Payload::Skf(f), sk::Encrypted::Skf));
+                    match sealed {
                         Some(b) => out.push(b),
-                        None => return Vec::new(),
+                        None => {
+                            out.clear();
+                            break;
+                        }
                     }
                 }
                 out
@@ -362,9 +505,14 @@ impl IkeSa {
                     first_inner: first_type(inner),
                     data: plain,
                 });
-                seal(key, rng, p, sk::Encrypted::Sk).into_iter().collect()
+                seal(&mut key, rng, p, sk::Encrypted::Sk)
+                    .into_iter()
+                    .collect()
             }
-        }
+        };
+        // The IVs used stay used, also those of a message given up halfway.
+        self.out_iv = key.next_iv();
+        out
     }
 
     /// Opens a protected message: the inner payloads, and the raw bodies of IDi and IDr (for AUTH). `None`: not
@@ -392,7 +540,7 @@ impl IkeSa {
             self.fragment_len?;
             sk::Encrypted::Skf
         };
-        let range = self.sk_in.as_ref()?.open(&mut buf, at, skind).ok()?;
+        let range = self.sk_in()?.open(&mut buf, at, skind).ok()?;
         let h = msg.header;
         if kind == payload_type::SK {
             return Opened::from_plain(h, inner_first, &buf[range]);
@@ -410,14 +558,14 @@ impl IkeSa {
                 && r.parts.len() == usize::from(total)
         });
         if !same {
-            self.reassembly = Some(Reassembly {
+            self.reassembly = Some(Box::new(Reassembly {
                 message_id: h.message_id,
                 response: h.flags.response,
                 exchange: h.exchange_type,
                 first_inner: 0,
                 parts: vec![None; usize::from(total)],
                 bytes: 0,
-            });
+            }));
         }
         let r = self.reassembly.as_mut()?;
         let slot = &mut r.parts[usize::from(number - 1)];
@@ -544,5 +692,30 @@ impl Opened {
             Payload::IdR(i) => Some(i),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chosen_proposal_comes_back_whole() {
+        for (protocol, s) in [
+            (Protocol::Ike, "aes128gcm16-prfsha256-x25519"),
+            (Protocol::Ike, "aes128-sha256-modp2048"),
+            (Protocol::Ike, "aes256-sha384-prfsha512-ecp384"),
+            (Protocol::Ike, "aes256gcm16-prfsha384-x25519-ke1_mlkem768"),
+            (Protocol::Esp, "aes128gcm16"),
+            (Protocol::Esp, "aes256-sha256-modp3072-esn"),
+            (Protocol::Esp, "chacha20poly1305-noesn"),
+        ] {
+            let p = Proposal::parse(protocol, s).unwrap();
+            assert!(p.is_single(), "{s}");
+            let c = Chosen::new(&p);
+            assert_eq!(c.proposal().as_ref(), Some(&p), "{s}");
+            assert_eq!(c.proposal().unwrap().to_string(), p.to_string());
+        }
+        assert!(std::mem::size_of::<Chosen>() <= 16);
     }
 }

@@ -77,11 +77,7 @@ impl Endpoint {
                 spi_r: sa.spi_r,
                 local: sa.local,
                 remote: sa.remote,
-                proposal: sa
-                    .proposal
-                    .as_ref()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
+                proposal: sa.proposal().map(|p| p.to_string()).unwrap_or_default(),
                 nat: sa.nat_local || sa.nat_remote || self.connections[sa.conn].encap,
                 nat_local: sa.nat_local,
                 nat_remote: sa.nat_remote,
@@ -106,11 +102,15 @@ impl Endpoint {
                         ),
                         rekey_in: c.rekey_at.saturating_duration_since(now),
                         expire_in: c.expire_at.saturating_duration_since(now),
-                        name: c.name.clone(),
+                        name: self.child_name(sa, c),
                         inbound_spi: c.inbound_spi,
                         outbound_spi: c.outbound_spi,
                         mode: c.mode,
-                        proposal: c.proposal.to_string(),
+                        proposal: c
+                            .proposal
+                            .proposal()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default(),
                         local_ts: c.local_ts.clone(),
                         remote_ts: c.remote_ts.clone(),
                     })
@@ -171,7 +171,7 @@ impl Endpoint {
         use core::fmt::Write;
         let mut out = Vec::new();
         for sa in self.sas.values() {
-            let Some(k) = &sa.keys else { continue };
+            let Some(k) = sa.keys() else { continue };
             let suite = k.suite();
             let Some((e, i)) = wireshark_names(suite.encr(), suite.integ()) else {
                 continue;

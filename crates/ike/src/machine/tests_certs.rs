@@ -86,8 +86,8 @@ fn auth_with_certs(certs: Vec<Vec<u8>>) -> (Endpoint, Vec<Payload>) {
     let idi = Id::fqdn("moon.netveil.test");
     let mut body = vec![0u8; idi.buffer_len()];
     idi.emit(&mut body).unwrap();
-    let keys = sa.keys.as_ref().unwrap();
-    let signed = keys.signed_octets(Role::Initiator, &sa.init_sent, &sa.nr, &body);
+    let keys = sa.keys().unwrap();
+    let signed = keys.signed_octets(Role::Initiator, &sa.hs().init_sent, &sa.hs().nr, &body);
     let key = PrivateKey::from_pem_or_der(&td("moon.key")).unwrap();
     let scheme = Scheme::Ecdsa(SigHash::Sha256);
     let sig = key.sign(scheme, &signed).unwrap();

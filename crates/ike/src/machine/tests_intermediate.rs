@@ -75,8 +75,8 @@ impl Two {
         self.b.sas.values_mut().next().unwrap()
     }
     fn keys(&mut self) -> (IkeKeys, IkeKeys) {
-        let a = self.sa_a().keys.clone().unwrap();
-        let b = self.sa_b().keys.clone().unwrap();
+        let a = self.sa_a().keys().cloned().unwrap();
+        let b = self.sa_b().keys().cloned().unwrap();
         (a, b)
     }
 
@@ -134,7 +134,7 @@ fn hybrid_keys_agree_and_differ_from_the_classic_ones() {
     assert_eq!(t.pump(2), 2, "IKE_SA_INIT both ways");
     let (a0, b0) = t.keys();
     assert_eq!(a0, b0, "the classic keys of IKE_SA_INIT agree");
-    let chosen = t.sa_b().proposal.clone().unwrap();
+    let chosen = t.sa_b().proposal().unwrap();
     assert_eq!(chosen.add_ke(1), &[KeMethod::MlKem768]);
     assert_eq!(chosen.to_string(), HYBRID);
     assert_eq!(t.pump(2), 2, "IKE_INTERMEDIATE both ways");
@@ -153,13 +153,18 @@ fn hybrid_keys_agree_and_differ_from_the_classic_ones() {
     assert_ne!(ia, ra);
     t.pump(10);
     assert!(t.established());
-    assert_eq!(t.sa_a().proposal.as_ref().unwrap().to_string(), HYBRID);
+    assert_eq!(t.sa_a().proposal().unwrap().to_string(), HYBRID);
     // IKE_AUTH was message 2 (IKE_INTERMEDIATE took 1), the next request is 3.
     assert_eq!(t.sa_a().my_mid, 3);
     assert_eq!(t.sa_b().peer_mid, 3);
+    // The keys after IKE_INTERMEDIATE protect the SA; SK_pi and SK_pr went after IKE_AUTH.
     let (a2, b2) = t.keys();
-    assert_eq!(a2, a1);
-    assert_eq!(b2, b1);
+    for (now, before) in [(&a2, &a1), (&b2, &b1)] {
+        assert_eq!(now.sk_d(), before.sk_d());
+        assert_eq!(now.sk_ei(), before.sk_ei());
+        assert_eq!(now.sk_er(), before.sk_er());
+        assert!(now.sk_pi().is_empty() && now.sk_pr().is_empty());
+    }
     let status = t.a.status(t.now);
     assert!(status[0].proposal.contains("ke1_mlkem768"), "{status:?}");
 }
@@ -169,7 +174,7 @@ fn a_responder_without_hybrid_picks_the_classic_proposal() {
     let mut t = Two::started(&[HYBRID, CLASSIC], &[CLASSIC]);
     t.pump(10);
     assert!(t.established());
-    assert_eq!(t.sa_a().proposal.as_ref().unwrap().to_string(), CLASSIC);
+    assert_eq!(t.sa_a().proposal().unwrap().to_string(), CLASSIC);
     assert!(t.sa_a().intermediate.is_none());
     assert!(t.sa_b().intermediate.is_none());
     // IKE_AUTH was message 1.
@@ -186,7 +191,7 @@ fn a_responder_prefers_hybrid_even_when_the_initiator_lists_it_second() {
     let mut t = Two::started(&[CLASSIC, HYBRID], &[HYBRID, CLASSIC]);
     t.pump(10);
     assert!(t.established());
-    assert_eq!(t.sa_b().proposal.as_ref().unwrap().to_string(), HYBRID);
+    assert_eq!(t.sa_b().proposal().unwrap().to_string(), HYBRID);
 }
 
 /// Runs IKE_SA_INIT and leaves A's IKE_INTERMEDIATE request undelivered.

@@ -213,11 +213,9 @@ fn our_responder_takes_charons_ike_auth() {
     ep.by_spi.remove(&sa.spi_r);
     sa.spi_r = r.spi_r;
     ep.by_spi.insert(r.spi_r, id);
-    sa.nr = r.nr.clone();
-    sa.init_sent = r.msgs[1].2.clone();
-    sa.keys = Some(r.keys.clone());
-    sa.sk_out = Some(SkKey::outbound(&r.keys, Role::Responder).unwrap());
-    sa.sk_in = Some(SkKey::inbound(&r.keys, Role::Responder).unwrap());
+    sa.hs_mut().nr = r.nr.as_slice().into();
+    sa.hs_mut().init_sent = r.msgs[1].2.as_slice().into();
+    assert!(sa.set_keys(r.keys.clone()));
     let (src, dst, auth) = &r.msgs[2];
     assert_eq!(dst.port(), 4500, "charon moved to port 4500 (encap = yes)");
     ep.handle_datagram(now, *dst, *src, auth);
@@ -291,26 +289,24 @@ fn our_initiator_takes_charons_ike_auth_response() {
     sa.spi_i = r.spi_i;
     ep.by_spi.insert(r.spi_i, id);
     sa.spi_r = r.spi_r;
-    sa.ni = r.ni.clone();
-    sa.nr = r.nr.clone();
-    sa.init_sent = r.msgs[0].2.clone();
-    sa.init_received = r.msgs[1].2.clone();
-    sa.keys = Some(r.keys.clone());
-    sa.sk_out = Some(SkKey::outbound(&r.keys, Role::Initiator).unwrap());
-    sa.sk_in = Some(SkKey::inbound(&r.keys, Role::Initiator).unwrap());
-    sa.first_child_spi = Some(0xaaa1_0c06);
+    sa.hs_mut().ni = r.ni.as_slice().into();
+    sa.hs_mut().nr = r.nr.as_slice().into();
+    sa.hs_mut().init_sent = r.msgs[0].2.as_slice().into();
+    sa.hs_mut().init_received = r.msgs[1].2.as_slice().into();
+    assert!(sa.set_keys(r.keys.clone()));
+    sa.hs_mut().first_child_spi = Some(0xaaa1_0c06);
     sa.nat_remote = true;
     sa.local.set_port(4500);
     sa.remote.set_port(4500);
     sa.state = State::AuthSent;
     sa.my_mid = 1;
-    sa.pending = Some(Pending {
+    sa.pending = Some(Box::new(Pending {
         message_id: 1,
         purpose: Purpose::Auth,
         bytes: Vec::new(),
         retries: 0,
         next_at: now + Duration::from_secs(4),
-    });
+    }));
     let (src, dst, resp) = &r.msgs[3];
     // First with one bit flipped: not authentic, nothing happens.
     let mut bad = resp.clone();
