@@ -226,7 +226,7 @@ impl Endpoint {
     pub fn ike_proposal(&self, ike_sa: IkeSaId) -> Option<String> {
         self.sas
             .get(&ike_sa)
-            .and_then(|sa| sa.proposal.as_ref())
+            .and_then(|sa| sa.proposal())
             .map(|p| p.to_string())
     }
 
