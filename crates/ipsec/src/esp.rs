@@ -355,7 +355,10 @@ fn encap(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64, outer: bool) -> Result<
             EspKeys::Aead { .. } => iv.copy_from_slice(&seq.to_be_bytes()),
             EspKeys::CbcHmac { .. } => {
                 if iv_len > 0 {
-                    sa.ivgen.fill(seq, iv)
+                    // Every outbound SA with CBC keys has its generator (OutboundSa::build).
+                    if let Some(g) = &sa.ivgen {
+                        g.fill(seq, iv)
+                    }
                 }
             }
         }

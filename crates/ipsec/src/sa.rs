@@ -207,8 +207,8 @@ pub struct OutboundSa {
     pub(crate) seq: Arc<SeqCounter>,
     /// IPv4 identification for outer headers this SA builds.
     ip_id: AtomicU16,
-    /// CBC IVs (for the CBC suites; keyed for every outbound SA, which costs one AES key schedule).
-    pub(crate) ivgen: IvGen,
+    /// CBC IVs: for the CBC suites only (an AES key schedule, about 700 bytes, that AEAD SAs do without).
+    pub(crate) ivgen: Option<Box<IvGen>>,
 }
 
 impl core::ops::Deref for OutboundSa {
@@ -271,11 +271,13 @@ impl OutboundSa {
     ) -> Result<OutboundSa, SaError> {
         let base = SaBase::build(params, now, Direction::Out)?;
         let id = netveil_crypto::rand::array::<2>(rng);
+        let ivgen = matches!(base.keys, Keys::Esp(EspKeys::CbcHmac { .. }))
+            .then(|| Box::new(IvGen::new(rng)));
         Ok(OutboundSa {
             base,
             seq,
             ip_id: AtomicU16::new(u16::from_be_bytes(id)),
-            ivgen: IvGen::new(rng),
+            ivgen,
         })
     }
 

@@ -1,0 +1,162 @@
+//! The IP engine's heap per negotiated CHILD_SA (both SAs with their key schedules, the two bound policies, the
+//! snapshot's share, the IKE installer's record), the daemon's part of what `netveil bench --ike` counts in the
+//! responder's memory per IKE SA + child: live bytes allocated by this test's thread (every install runs on it)
+//! over 400 CHILD_SAs, each a /32 pair bound under the configured child's policy as the bench's are (aws-lc's key
+//! contexts, allocated by its C code, are not counted here: about 600 bytes per AES-GCM SA). Bounded where it
+//! stands now (2.7 KB), so that a change that makes CHILD_SAs bigger fails here.
+
+use netveil_daemon::ike::install::Installer;
+use netveil_daemon::ip::Shared;
+use netveil_daemon::ip_db::IpPort;
+use netveil_ike::config::{Mode, TsSpec};
+use netveil_ike::event::{ChildSa, EspSa, IkeSaId};
+use netveil_ike::keys::Secret;
+use netveil_ike::proposal::{Proposal, Protocol};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+thread_local! {
+    static LIVE: Cell<i64> = const { Cell::new(0) };
+}
+
+/// Counts the live heap bytes of each thread.
+struct Counting;
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(l) };
+        if !p.is_null() {
+            let _ = LIVE.try_with(|c| c.set(c.get() + l.size() as i64));
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) };
+        let _ = LIVE.try_with(|c| c.set(c.get() - l.size() as i64));
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        let q = unsafe { System.realloc(p, l, new) };
+        if !q.is_null() {
+            let _ = LIVE.try_with(|c| c.set(c.get() + new as i64 - l.size() as i64));
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn live() -> i64 {
+    LIVE.with(|c| c.get())
+}
+
+fn ts(s: &str) -> TsSpec {
+    let n: ipnet::IpNet = s.parse().unwrap();
+    TsSpec {
+        addr: n.addr(),
+        prefix: n.prefix_len(),
+        protocol: 0,
+        ports: (0, 65535),
+    }
+}
+
+/// A distinct key per `k` (the engine refuses two SAs with the same keys).
+fn key(k: u32, n: usize) -> Secret {
+    let mut v = vec![0x5au8; n];
+    v[..4].copy_from_slice(&k.to_be_bytes());
+    Secret::new(&v)
+}
+
+/// CHILD_SA `k` as the responder (192.0.2.2) installs it: 10.2.x.y/32 <-> 10.1.x.y/32, AES-GCM-128, UDP.
+fn child(k: u32) -> ChildSa {
+    let p = Proposal::parse(Protocol::Esp, "aes128gcm16").unwrap();
+    let host = |net: u8| ts(&format!("10.{net}.{}.{}/32", k / 250, k % 250));
+    ChildSa {
+        ike_sa: IkeSaId(u64::from(k)),
+        connection: "site".into(),
+        child: "net".into(),
+        proposal: p,
+        mode: Mode::Tunnel,
+        local: SocketAddr::new("192.0.2.2".parse().unwrap(), 4500),
+        remote: SocketAddr::new("192.0.2.1".parse().unwrap(), 4500),
+        udp_encap: true,
+        inbound: EspSa {
+            spi: 0x1000_0000 + k,
+            encr_key: key(k, 20),
+            integ_key: Secret::new(&[]),
+        },
+        outbound: EspSa {
+            spi: 0x2000_0000 + k,
+            encr_key: key(k + 1_000_000, 20),
+            integ_key: Secret::new(&[]),
+        },
+        local_ts: vec![host(2)],
+        remote_ts: vec![host(1)],
+        replay_window: 64,
+        replaces: None,
+    }
+}
+
+#[test]
+fn heap_per_child_sa_in_the_ip_engine() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("netveil-child-memory-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut c = netveil_daemon::config::Config::parse(&format!(
+        "[interface]\nstate_dir = \"{}\"\n",
+        dir.display()
+    ))
+    .unwrap();
+    c.interface.state_dir.fresh_keys = true;
+    let engine = Arc::new(Shared::new(c).unwrap());
+    let mut installer = Installer::new(Arc::new(IpPort(engine.clone())));
+    let conf = toml::from_str::<toml::Value>(
+        r#"
+[[connection]]
+name = "site"
+local_addrs = ["192.0.2.2"]
+remote_addrs = ["192.0.2.1"]
+proposals = ["aes128-sha256-x25519"]
+psk = "0x000102030405060708090a0b0c0d0e0f10111213"
+local = { id = "192.0.2.2", auth = "psk" }
+remote = { id = "192.0.2.1", auth = "psk" }
+
+[[connection.children]]
+name = "net"
+local_ts = ["10.2.0.0/16"]
+remote_ts = ["10.1.0.0/16"]
+esp_proposals = ["aes128gcm16"]
+start_action = "none"
+"#,
+    )
+    .unwrap();
+    let connections = netveil_daemon::ike::config::parse(conf, std::path::Path::new("/"))
+        .unwrap()
+        .connections;
+    installer.install_traps(&connections).unwrap();
+    const N: u32 = 400;
+    let children: Vec<ChildSa> = (0..N + 20).map(child).collect();
+    // Warm up (the tables' first growth), then count.
+    for c in &children[..20] {
+        installer.install(c).unwrap();
+    }
+    let before = live();
+    for c in &children[20..] {
+        installer.install(c).unwrap();
+    }
+    let per = (live() - before) as f64 / f64::from(N);
+    println!("IP engine heap per CHILD_SA: {per:.0} bytes");
+    assert_eq!(
+        engine.db.load().sad.iter().count(),
+        2 * (N as usize + 20),
+        "every CHILD_SA installed"
+    );
+    assert!(
+        per <= 2_800.0,
+        "{per:.0} bytes of the IP engine's heap per CHILD_SA"
+    );
+    drop((installer, engine));
+    let _ = std::fs::remove_dir_all(&dir);
+}
