@@ -400,6 +400,12 @@ pub trait SaPort: Send + Sync {
         }
         Ok(())
     }
+    /// Packets authenticated so far on the inbound ESP SA with SPI `spi` (`None`: no such SA, or an engine that
+    /// does not count): what tells a key-exchange driver that the peer is alive (dead peer detection waits).
+    fn inbound_packets(&self, spi: u32) -> Option<u64> {
+        let _ = spi;
+        None
+    }
     /// The acquires from now on: traffic for a protect policy that has no SAs (the policy's name and the flow), at
     /// most one per policy and second, as `netveil monitor` shows them. `None`: the engine reports none.
     fn acquires(&self) -> Option<std::sync::mpsc::Receiver<Acquire>> {

@@ -522,6 +522,39 @@ fn esp_traffic_postpones_dpd() {
     assert_eq!(sim.sent[0].len(), before + 1);
 }
 
+/// The same by CHILD_SA (what the daemon reports: the inbound SAs that received packets), and only for the IKE SA
+/// that holds the child: an unknown SPI postpones nothing.
+#[test]
+fn esp_traffic_by_child_postpones_dpd() {
+    let (mut a, b) = pair(&["aes256-sha256-x25519"], &["aes256gcm16"]);
+    a.dpd_delay = Some(Duration::from_secs(30));
+    let mut sim = Sim::new(a, b, 52);
+    sim.initiate();
+    sim.settle();
+    let spi = sim.ep[0].status(sim.now)[0].children[0].inbound_spi;
+    let before = sim.sent[0].len();
+    for _ in 0..5 {
+        sim.run_for(Duration::from_secs(20));
+        let now = sim.now;
+        sim.ep[0].child_traffic(&[spi], now);
+    }
+    assert_eq!(
+        sim.sent[0].len(),
+        before,
+        "no liveness check while ESP comes in"
+    );
+    for _ in 0..2 {
+        sim.run_for(Duration::from_secs(20));
+        let now = sim.now;
+        sim.ep[0].child_traffic(&[spi ^ 1], now);
+    }
+    assert_eq!(
+        sim.sent[0].len(),
+        before + 1,
+        "another SA's traffic says nothing of this peer"
+    );
+}
+
 #[test]
 fn the_endpoint_can_move_between_threads() {
     fn send<T: Send>() {}

@@ -61,6 +61,10 @@ pub trait Machine: Send {
     fn wireshark_keys(&self) -> Vec<(IkeSaId, netveil_ike::machine::WiresharkKeys)> {
         Vec::new()
     }
+    /// The data plane received authentic traffic on these CHILD_SAs' inbound SAs (dead peer detection waits).
+    fn child_traffic(&mut self, inbound_spis: &[u32], now: Instant) {
+        let _ = (inbound_spis, now);
+    }
     /// Deletes one CHILD_SA by its inbound SPI (`netveil terminate --child`).
     fn delete_child(
         &mut self,
@@ -160,6 +164,10 @@ impl Driver {
                     self.counters.dropped.fetch_add(1, Relaxed);
                 }
             }
+        }
+        let traffic = self.installer.traffic(now);
+        if !traffic.is_empty() {
+            self.machine.child_traffic(&traffic, now);
         }
         if self.machine.poll_timeout().is_some_and(|t| t <= now) {
             self.machine.handle_timeout(now);

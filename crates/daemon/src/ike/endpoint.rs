@@ -66,6 +66,9 @@ impl Machine for Endpoint {
     fn poll_event(&mut self) -> Option<netveil_ike::event::Event> {
         self.0.poll_event()
     }
+    fn child_traffic(&mut self, inbound_spis: &[u32], now: std::time::Instant) {
+        self.0.child_traffic(inbound_spis, now)
+    }
     fn poll_timeout(&self) -> Option<std::time::Instant> {
         self.0.poll_timeout()
     }

@@ -60,6 +60,8 @@ struct Installed {
     policies: Vec<String>,
     connection: String,
     child: String,
+    /// Packets its inbound SA had authenticated when [`Installer::traffic`] last looked.
+    packets: u64,
 }
 
 /// A configured child's policies installed at start, and its actions.
@@ -100,10 +102,15 @@ pub struct Installer {
     /// died of a timeout in it: the driver applies their actions after the batch.
     pub downs: Vec<(IkeSaId, String, String)>,
     pub dead: HashSet<IkeSaId>,
+    /// When [`Installer::traffic`] looks next.
+    traffic_at: Option<std::time::Instant>,
     /// Rekeyed CHILD_SAs' outbound SAs not switched to yet, by the inbound SPI of the CHILD_SA they replace (whose
     /// `ChildSaDown` switches them): the rekeyed CHILD_SA's inbound SPI and its outbound SA.
     pending_out: HashMap<u32, (u32, OutboundSaParams)>,
 }
+
+/// How often the driver asks the IP engine which CHILD_SAs received packets ([`Installer::traffic`]).
+pub const TRAFFIC_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The owner named when the control socket's changes to the driver's SAs and policies are refused.
 pub const OWNER: &str = "the IKE driver";
@@ -137,6 +144,7 @@ impl Installer {
             downs: Vec::new(),
             dead: HashSet::new(),
             pending_out: HashMap::new(),
+            traffic_at: None,
         }
     }
 
@@ -388,6 +396,7 @@ impl Installer {
             policies: binds.iter().map(|(p, _)| p.name.clone()).collect(),
             connection: c.connection.clone(),
             child: c.child.clone(),
+            packets: 0,
         };
         let mut ops = vec![SaOp::AddIn(inbound), SaOp::AddOut(outbound)];
         ops.extend(
@@ -457,6 +466,7 @@ impl Installer {
             policies: Vec::new(),
             connection: c.connection.clone(),
             child: c.child.clone(),
+            packets: 0,
         };
         if let Some(old) = old {
             // Rekey: the inbound SA replaced in place now, the outbound one when the old CHILD_SA goes; the
@@ -667,6 +677,26 @@ impl Installer {
             }
         }
         first_err.map_or(Ok(true), Err)
+    }
+
+    /// The inbound SPIs of the installed CHILD_SAs whose inbound SA authenticated packets since the last look (at
+    /// most once per [`TRAFFIC_EVERY`]; an empty list in between): for dead peer detection, which waits while the
+    /// peer's ESP comes in, as strongSwan's does.
+    pub fn traffic(&mut self, now: std::time::Instant) -> Vec<u32> {
+        if self.traffic_at.is_some_and(|t| now < t) {
+            return Vec::new();
+        }
+        self.traffic_at = Some(now + TRAFFIC_EVERY);
+        let mut got = Vec::new();
+        for (spi, i) in self.by_inbound.iter_mut() {
+            if let Some(n) = self.port.inbound_packets(*spi) {
+                if n > i.packets {
+                    i.packets = n;
+                    got.push(*spi);
+                }
+            }
+        }
+        got
     }
 
     /// Removes every installed CHILD_SA (the driver stops).

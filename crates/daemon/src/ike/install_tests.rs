@@ -646,3 +646,31 @@ fn child_install_time_with_nftables() {
         let _ = std::fs::remove_dir_all(&dir);
     })
 }
+
+/// Dead peer detection's input: `traffic` names the CHILD_SAs whose inbound SA authenticated packets since it
+/// last looked (at most once per TRAFFIC_EVERY), and nothing once the traffic stops; a packet that fails to
+/// open (here: replayed) does not count.
+#[test]
+fn traffic_names_the_children_that_received_packets() {
+    let (dir, a, b, _ia, mut ib) = both_ways("aes256gcm16");
+    let t0 = std::time::Instant::now();
+    assert!(ib.traffic(t0).is_empty(), "nothing received yet");
+    let (w, _) = seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], 1)).unwrap();
+    let copy = PacketBuf::from_slice(w.data(), 256, 640);
+    assert_eq!(open(&b, w), Ok(1));
+    assert!(
+        ib.traffic(t0 + TRAFFIC_EVERY / 2).is_empty(),
+        "not looked at again before TRAFFIC_EVERY"
+    );
+    assert_eq!(ib.traffic(t0 + TRAFFIC_EVERY), vec![0xb000_0001]);
+    assert!(open(&b, copy).is_err(), "a replay is dropped");
+    assert!(
+        ib.traffic(t0 + TRAFFIC_EVERY * 2).is_empty(),
+        "a replayed packet is no sign of life"
+    );
+    let (w, _) = seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], 2)).unwrap();
+    assert_eq!(open(&b, w), Ok(2));
+    assert_eq!(ib.traffic(t0 + TRAFFIC_EVERY * 3), vec![0xb000_0001]);
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}

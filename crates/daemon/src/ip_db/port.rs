@@ -40,6 +40,18 @@ impl SaPort for IpPort {
         self.0.db.policy_bind(p, cover, self.0.now())
     }
 
+    fn inbound_packets(&self, spi: u32) -> Option<u64> {
+        let snap = self.0.db.load();
+        let i = snap.sad.lookup_inbound(netveil_ipsec::Protocol::Esp, spi)?;
+        Some(
+            snap.sad
+                .inb(i)
+                .counters
+                .packets
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
     fn batch(&self, ops: Vec<SaOp>) -> Result<(), ChangeError> {
         self.0.db.batch(ops, self.0.now())
     }

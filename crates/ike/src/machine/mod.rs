@@ -297,6 +297,21 @@ impl Endpoint {
         }
     }
 
+    /// [`Endpoint::peer_traffic`] by CHILD_SA: the data plane received authentic traffic on the inbound SAs
+    /// `inbound_spis` (those of CHILD_SAs of this endpoint; others are ignored), whichever IKE SA holds them now
+    /// (a rekeyed IKE SA hands its children to its successor).
+    pub fn child_traffic(&mut self, inbound_spis: &[u32], now: Instant) {
+        if inbound_spis.is_empty() {
+            return;
+        }
+        let spis: HashSet<u32> = inbound_spis.iter().copied().collect();
+        for sa in self.sas.values_mut() {
+            if sa.children.iter().any(|c| spis.contains(&c.inbound_spi)) {
+                sa.last_heard = sa.last_heard.max(now);
+            }
+        }
+    }
+
     /// Deletes an IKE SA (INFORMATIONAL DELETE; its children go with it).
     pub fn terminate(&mut self, ike_sa: IkeSaId, now: Instant) -> Result<(), EndpointError> {
         let mut sa = self
