@@ -2,6 +2,7 @@
 //! protect (with a bundle of SAs, by index), bypass or discard. One engine serves ESP/AH now and PILSC later.
 
 use ipnet::IpNet;
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -119,10 +120,39 @@ pub struct Rule {
 
 /// Ordered rules: the first rule (in insertion order) of the packet's direction whose selector matches wins; if none
 /// matches, the default action applies.
+///
+/// Lookup does not scan every rule: the rules whose remote side (the destination of an outbound rule, the source of
+/// an inbound one) is one host are chained by that host, and only that host's chain and the other rules are
+/// looked at, in rule order (a gateway with a CHILD_SA per peer host has thousands of such rules). The result is
+/// the linear scan's ([`PolicyDb::lookup_linear`], the model the tests compare against).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyDb {
     rules: Vec<Rule>,
     default: Action,
+    /// (direction, host) -> the first and last rule of its chain.
+    hosts: HashMap<(Direction, IpAddr), (u32, u32)>,
+    /// Per rule: the next rule of its host's chain ([`END`] at the end, and for rules in no chain).
+    next: Vec<u32>,
+    /// Per direction (out, in): the rules in no chain, in order.
+    wild: [Vec<u32>; 2],
+}
+
+const END: u32 = u32::MAX;
+
+fn dir_index(d: Direction) -> usize {
+    match d {
+        Direction::Out => 0,
+        Direction::In => 1,
+    }
+}
+
+/// The remote side of a rule's selector, if it is one host.
+fn remote_host(r: &Rule) -> Option<IpAddr> {
+    let net = match r.direction {
+        Direction::Out => r.selector.dst,
+        Direction::In => r.selector.src,
+    };
+    (net.prefix_len() == net.max_prefix_len()).then(|| net.addr())
 }
 
 impl PolicyDb {
@@ -130,9 +160,26 @@ impl PolicyDb {
         PolicyDb {
             rules: Vec::new(),
             default,
+            hosts: HashMap::new(),
+            next: Vec::new(),
+            wild: [Vec::new(), Vec::new()],
         }
     }
     pub fn push(&mut self, rule: Rule) {
+        let i = u32::try_from(self.rules.len()).expect("fewer than 2^32 rules");
+        match remote_host(&rule) {
+            Some(h) => match self.hosts.get_mut(&(rule.direction, h)) {
+                Some((_, tail)) => {
+                    self.next[*tail as usize] = i;
+                    *tail = i;
+                }
+                None => {
+                    self.hosts.insert((rule.direction, h), (i, i));
+                }
+            },
+            None => self.wild[dir_index(rule.direction)].push(i),
+        }
+        self.next.push(END);
         self.rules.push(rule);
     }
     pub fn rules(&self) -> &[Rule] {
@@ -144,6 +191,38 @@ impl PolicyDb {
     }
     /// The winning rule's index (None for the default) and its action.
     pub fn lookup(&self, dir: Direction, key: &FlowKey) -> (Option<usize>, Action) {
+        let remote = match dir {
+            Direction::Out => key.dst,
+            Direction::In => key.src,
+        };
+        let mut h = if self.hosts.is_empty() {
+            END
+        } else {
+            self.hosts
+                .get(&(dir, remote))
+                .map_or(END, |&(first, _)| first)
+        };
+        let wild = &self.wild[dir_index(dir)];
+        let mut w = 0;
+        loop {
+            let wi = wild.get(w).copied().unwrap_or(END);
+            let i = h.min(wi);
+            if i == END {
+                return (None, self.default);
+            }
+            if i == h {
+                h = self.next[i as usize];
+            } else {
+                w += 1;
+            }
+            let r = &self.rules[i as usize];
+            if r.selector.matches(key) {
+                return (Some(i as usize), r.action);
+            }
+        }
+    }
+    /// [`PolicyDb::lookup`] by scanning every rule: its definition.
+    pub fn lookup_linear(&self, dir: Direction, key: &FlowKey) -> (Option<usize>, Action) {
         self.rules
             .iter()
             .enumerate()
