@@ -28,7 +28,7 @@ fn net(v6: bool, i: u8, len: u8) -> ipnet::IpNet {
 }
 
 fn ports(a: u16, b: u16) -> PortRange {
-    if a % 3 == 0 {
+    if a.is_multiple_of(3) {
         PortRange::ANY
     } else {
         PortRange {
