@@ -585,3 +585,23 @@ fn encap_moves_to_port_4500_and_claims_nat() {
     assert_eq!(cb.remote, addr(A, 4500));
     assert!(sim.ep[1].status(sim.now)[0].nat);
 }
+
+/// `status` shows the peer's identity as it authenticated where the configuration accepts any (`remote.id =
+/// %any`, as a road-warrior responder has it), and the configured one otherwise.
+#[test]
+fn status_shows_the_authenticated_peer_id_for_any() {
+    let (a, mut b) = pair(&["aes256-sha256-x25519"], &["aes256gcm16"]);
+    b.remote.id = netveil_ike::config::Identity::Any;
+    let mut sim = Sim::new(a, b, 53);
+    sim.initiate();
+    sim.settle();
+    assert_up(&sim);
+    let now = sim.now;
+    let (sa, sb) = (&sim.ep[0].status(now)[0], &sim.ep[1].status(now)[0]);
+    assert_eq!(
+        sb.remote_id, "a.example",
+        "B accepts %any: shows who authenticated"
+    );
+    assert_eq!(sb.local_id, "b.example");
+    assert_eq!(sa.remote_id, "b.example", "A's configured id");
+}

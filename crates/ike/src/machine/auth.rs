@@ -313,6 +313,7 @@ impl Endpoint {
             return Outcome::Forget;
         }
         let conn = &self.connections[ci];
+        let peer_id = glue::authenticated_id(&conn.remote.id, idi);
         let idr = pubkey::local_id(&conn.local, sa.local);
         let mut signed_r = keys.signed_octets(
             Role::Responder,
@@ -330,6 +331,7 @@ impl Endpoint {
         let mut inner = vec![Payload::IdR(idr)];
         inner.extend(certs);
         inner.push(Payload::Auth(our_auth));
+        sa.peer_id = peer_id;
         self.half_open -= 1;
         self.ike_up(sa, now);
         if has_notify(o, NotifyType::INITIAL_CONTACT) {
@@ -472,6 +474,8 @@ impl Endpoint {
         if let Err(failure) = self.check_peer_auth(sa.conn, idr, auth, o, &signed, prf, now) {
             return Outcome::Destroy(Some(failure));
         }
+        let peer_id = glue::authenticated_id(&self.connections[sa.conn].remote.id, idr);
+        sa.peer_id = peer_id;
         sa.pending = None;
         sa.my_mid += 1;
         self.ike_up(sa, now);

@@ -164,6 +164,13 @@ pub fn identity_string(id: &Identity) -> String {
     id_payload(id).map_or_else(|| "%any".to_string(), |i| id_string(&i))
 }
 
+/// The peer's identity as it authenticated (`got`, its ID payload), kept for `status` only where the configured
+/// one (`conf`) does not already say it (`%any`, or a DN written otherwise): `None` where it would print the same.
+pub fn authenticated_id(conf: &Identity, got: &Id) -> Option<Box<str>> {
+    let text = crate::cert::id_text(got);
+    (text != identity_string(conf)).then(|| text.into_boxed_str())
+}
+
 // ---- traffic selectors ----
 
 fn ip_u128(a: IpAddr) -> u128 {

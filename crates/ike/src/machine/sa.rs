@@ -210,6 +210,9 @@ pub struct IkeSa {
     pub ike_rekey_at: Instant,
     /// The IKE_INTERMEDIATE exchanges (RFC 9242, 9370), when the chosen proposal has additional key exchanges.
     pub intermediate: Option<Box<super::intermediate::Intermediate>>,
+    /// The peer's identity as it authenticated, where the configured remote id does not say it (`%any`): for
+    /// `status` (see [`super::glue::authenticated_id`]).
+    pub peer_id: Option<Box<str>>,
 }
 
 /// The last response an SA sent (RFC 7296 2.1: a retransmitted request gets it again, not a new one): its
@@ -316,6 +319,7 @@ impl IkeSa {
             child_x: None,
             ike_rekey_at: now + Duration::from_secs(86400 * 365),
             intermediate: None,
+            peer_id: None,
         }
     }
 

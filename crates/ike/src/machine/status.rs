@@ -87,7 +87,11 @@ impl Endpoint {
                     sa.state == State::Established && *d < Duration::from_secs(86400 * 300)
                 }),
                 local_id: glue::identity_string(&self.connections[sa.conn].local.id),
-                remote_id: glue::identity_string(&self.connections[sa.conn].remote.id),
+                // As the peer authenticated, where the configuration does not say it (remote id = %any).
+                remote_id: sa.peer_id.as_deref().map_or_else(
+                    || glue::identity_string(&self.connections[sa.conn].remote.id),
+                    str::to_string,
+                ),
                 children: sa
                     .children
                     .iter()
