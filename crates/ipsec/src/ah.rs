@@ -19,9 +19,9 @@ static ZEROS: [u8; 256] = [0; 256];
 const MAX_PARTS: usize = 64;
 
 fn mac(sa: &SaBase) -> Result<&dyn Mac, Drop> {
-    match &sa.keys {
-        Keys::Ah(m) => Ok(m.as_ref()),
-        Keys::Esp(_) => Err(Drop::Unsupported),
+    match sa.keys() {
+        Some(Keys::Ah(m)) => Ok(m.as_ref()),
+        _ => Err(Drop::Unsupported),
     }
 }
 

@@ -23,9 +23,9 @@ pub const MAX_OVERHEAD: usize = 40 + 8 + 8 + 16 + 255 + 2 + 32;
 const TUNNEL_LEAD: usize = 8;
 
 fn esp_keys(sa: &SaBase) -> Result<&EspKeys, Drop> {
-    match &sa.keys {
-        Keys::Esp(k) => Ok(k),
-        Keys::Ah(_) => Err(Drop::Unsupported),
+    match sa.keys() {
+        Some(Keys::Esp(k)) => Ok(k),
+        _ => Err(Drop::Unsupported),
     }
 }
 

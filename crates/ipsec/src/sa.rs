@@ -150,7 +150,10 @@ impl From<SuiteError> for SaError {
 /// anti-replay window, and so alone can open); both dereference to this.
 pub struct SaBase {
     pub params: SaParams,
-    pub(crate) keys: Keys,
+    /// The key schedule, built from `params`' keys when the SA first seals or opens (checked when the SA was
+    /// built): an SA that carries no traffic holds no cipher context (about 700 bytes for AES-GCM), which is what
+    /// most of a gateway's many negotiated SAs are at any time.
+    keys: std::sync::OnceLock<Keys>,
     pub counters: SaCounters,
     /// Set once a soft lifetime limit or sequence exhaustion says that a rekey is due.
     pub rekey_needed: AtomicBool,
@@ -163,17 +166,34 @@ impl SaBase {
         if params.direction != want {
             return Err(SaError::Direction);
         }
-        let keys = match params.suite {
-            Suite::Esp(s) => Keys::Esp(s.build(&params.enc_key, &params.auth_key)?),
-            Suite::Ah(s) => Keys::Ah(s.integ.build(&params.auth_key).map_err(SuiteError::from)?),
-        };
+        // Built once here so that keys that do not fit are refused now, then dropped (see `keys`).
+        drop(Self::schedule(&params)?);
         Ok(SaBase {
-            keys,
+            keys: std::sync::OnceLock::new(),
             counters: SaCounters::default(),
             rekey_needed: AtomicBool::new(false),
             installed_at: now,
             params,
         })
+    }
+
+    fn schedule(params: &SaParams) -> Result<Keys, SaError> {
+        Ok(match params.suite {
+            Suite::Esp(s) => Keys::Esp(s.build(&params.enc_key, &params.auth_key)?),
+            Suite::Ah(s) => Keys::Ah(s.integ.build(&params.auth_key).map_err(SuiteError::from)?),
+        })
+    }
+
+    /// The key schedule (built on first use; see `keys`). `None` only if the keys no longer build, which they
+    /// did when the SA was built.
+    pub(crate) fn keys(&self) -> Option<&Keys> {
+        if let Some(k) = self.keys.get() {
+            return Some(k);
+        }
+        let k = Self::schedule(&self.params).ok()?;
+        // Two threads may build it at once: one wins, the other's is dropped.
+        let _ = self.keys.set(k);
+        self.keys.get()
     }
 
     pub fn spi(&self) -> u32 {
@@ -271,7 +291,9 @@ impl OutboundSa {
     ) -> Result<OutboundSa, SaError> {
         let base = SaBase::build(params, now, Direction::Out)?;
         let id = netveil_crypto::rand::array::<2>(rng);
-        let ivgen = matches!(base.keys, Keys::Esp(EspKeys::CbcHmac { .. }))
+        // The suites whose keys are EspKeys::CbcHmac (CBC or NULL encryption): NULL needs no IV, but a generator
+        // for it costs nothing worth a second rule.
+        let ivgen = matches!(base.params.suite, Suite::Esp(s) if !s.enc.is_aead())
             .then(|| Box::new(IvGen::new(rng)));
         Ok(OutboundSa {
             base,
