@@ -5,103 +5,27 @@
 //!
 //! They need root (CI runs them as root) and the tools installed by .ci/setup.
 
-use netveil_lab::lab::{self, Daemon, Lab, TRANSPORT_FWMARK};
+mod common;
+
+use common::ike_pair::{
+    self, ike_sa_spis as ike_sas, Child, Config, Conn, IkePair, Mode, Net, VETH as ADDR,
+};
+use netveil_lab::lab;
 use std::time::{Duration, Instant};
 
-const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
-const ADDR: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
-const IDS: [&str; 2] = ["@a.lab.test", "@b.lab.test"];
-
-fn config(lab: &Lab, side: usize, start: bool) -> String {
-    let (me, peer) = (ADDR[side], ADDR[1 - side]);
-    format!(
-        "log_level = \"info\"\n[interface]\nname = \"nvik{side}\"\nmtu = 1400\ncontrol_socket = \"{sock}\"\n\
-         state_dir = \"{state}\"\nfwmark = {TRANSPORT_FWMARK}\nroutes = [\"{peer}/32\"]\n\n\
-         [ike]\nsocket_mark = {TRANSPORT_FWMARK}\n\n\
-         [[ike.connection]]\nname = \"host\"\nlocal_addrs = [\"{me}\"]\nremote_addrs = [\"{peer}\"]\n\
-         proposals = [\"aes128gcm16-prfsha256-x25519\"]\npsk = \"netveil-ike-psk-0123456789\"\nencap = false\n\
-         local = {{ id = \"{lid}\", auth = \"psk\" }}\nremote = {{ id = \"{rid}\", auth = \"psk\" }}\n\n\
-         [[ike.connection.children]]\nname = \"hosts\"\nmode = \"transport\"\nesp_proposals = [\"aes128gcm16\"]\n\
-         start_action = \"{start}\"\n",
-        sock = lab.socket_path(&format!("nv{side}")).display(),
-        state = lab.dir().join(format!("state-{side}")).display(),
-        lid = IDS[side],
-        rid = IDS[1 - side],
-        start = if start { "start" } else { "none" },
-    )
-}
-
-/// The SAs named `ike-*` in a daemon's status: (name, spi).
-fn ike_sas(d: &Daemon) -> Vec<(String, u64)> {
-    fn walk(v: &serde_json::Value, out: &mut Vec<(String, u64)>) {
-        match v {
-            serde_json::Value::Object(m) => {
-                if let (Some(n), Some(spi)) = (
-                    m.get("name").and_then(|n| n.as_str()),
-                    m.get("spi").and_then(|s| {
-                        s.as_u64().or_else(|| {
-                            s.as_str().and_then(|h| {
-                                u64::from_str_radix(h.trim_start_matches("0x"), 16).ok()
-                            })
-                        })
-                    }),
-                ) {
-                    if n.starts_with("ike-") {
-                        out.push((n.to_string(), spi));
-                    }
-                }
-                m.values().for_each(|x| walk(x, out));
-            }
-            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    walk(&d.status_json().unwrap_or_default(), &mut out);
-    out
+fn config(side: usize, start: bool) -> Config {
+    let child = Child::new("hosts", Mode::Transport).start(if start { "start" } else { "none" });
+    Config::new(vec![Conn::new("host", side).child(child)])
 }
 
 #[test]
 fn two_netveils_negotiate_transport_mode_over_raw_esp() {
-    if !lab::is_root() {
-        panic!("the netns tests need root: run them as root (CI does)");
-    }
-    for t in ["ip", "ping", "tcpdump", "tshark", "nft"] {
-        assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
-    }
-    let mut lab = Lab::new("nvik").unwrap().with_netveil(NETVEIL);
-    let a = lab.add_ns("a").unwrap();
-    let b = lab.add_ns("b").unwrap();
-    for ns in [&a, &b] {
-        // IPv4 only: no neighbour discovery on the veth to tell from the tunnel's traffic.
-        for k in ["all", "default"] {
-            lab.exec_ok(
-                ns,
-                &[
-                    "sysctl",
-                    "-qw",
-                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                ],
-            )
-            .unwrap();
-        }
-    }
-    lab.veth(&a, "veth-a", &b, "veth-b").unwrap();
-    lab.addr(&a, "veth-a", &format!("{}/24", ADDR[0])).unwrap();
-    lab.addr(&b, "veth-b", &format!("{}/24", ADDR[1])).unwrap();
-    let ns = [a, b];
-    // The responder first (no --fresh-keys: negotiated keys need no state record), then the initiator.
-    let db = lab
-        .start_daemon_with(&ns[1], "nv1", &config(&lab, 1, false), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let da = lab
-        .start_daemon_with(&ns[0], "nv0", &config(&lab, 0, true), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (la, lb) = (da.log.clone(), db.log.clone());
-    let logs = || {
-        let r = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
-        format!("\n--- a ---\n{}\n--- b ---\n{}", r(&la), r(&lb))
-    };
+    let pair = IkePair::new("nvik", Net::Transport);
+    let (lab, ns) = (&pair.lab, &pair.ns);
+    // The responder first, then the initiator.
+    let db = pair.start(1, &config(1, false));
+    let da = pair.start(0, &config(0, true));
+    let logs = ike_pair::logs([&da, &db]);
     let t0 = Instant::now();
     loop {
         let (sa, sb) = (ike_sas(&da), ike_sas(&db));

@@ -8,16 +8,18 @@
 //!
 //! They need root (CI runs them as root) and the tools installed by .ci/setup.
 
-use netveil_lab::lab::{self, Daemon, Lab};
+mod common;
+
+use common::ike_pair::{
+    ike_sa_spis, Child, Config, Conn, IkePair, Mode, Net, Retransmit, VETH as OUTER,
+};
+use netveil_lab::lab::{self, Daemon};
 use netveil_lab::seq_udp;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
-const OUTER: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
 const INNER: [&str; 2] = ["198.51.100.1", "198.51.100.2"];
-const IDS: [&str; 2] = ["@a.lab.test", "@b.lab.test"];
 
 /// Per-side knobs of the configuration (durations in whole seconds, as the config takes them).
 #[derive(Clone, Copy)]
@@ -52,48 +54,41 @@ impl Default for Opts {
     }
 }
 
-fn config(lab: &Lab, side: usize, o: &Opts) -> String {
-    let (me, peer) = (INNER[side], INNER[1 - side]);
-    let mut t = format!(
-        "log_level = \"info\"\n[interface]\nname = \"nvrb{side}\"\nmtu = 1400\ncontrol_socket = \"{sock}\"\n\
-         state_dir = \"{state}\"\naddresses = [\"{me}/32\"]\nroutes = [\"{peer}/32\"]\n\n\
-         [ike]\nretransmit_timeout = 1\nretransmit_base = 1.0\nretransmit_tries = {tries}\n\n\
-         [[ike.connection]]\nname = \"site\"\nlocal_addrs = [\"{lo}\"]\nremote_addrs = [{ro}]\n\
-         proposals = [\"aes128gcm16-prfsha256-x25519\"]\npsk = \"netveil-ike-psk-0123456789\"\nencap = true\n\
-         local = {{ id = \"{lid}\", auth = \"psk\" }}\nremote = {{ id = \"{rid}\", auth = \"psk\" }}\n",
-        sock = lab.socket_path(&format!("nv{side}")).display(),
-        state = lab.dir().join(format!("state-{side}")).display(),
-        tries = o.retransmit_tries,
-        lo = OUTER[side],
-        ro = if o.any_remote {
-            String::new()
-        } else {
-            format!("\"{}\"", OUTER[1 - side])
+fn config(o: &Opts, side: usize) -> Config {
+    let mut child = Child::new(
+        "net",
+        Mode::Tunnel {
+            local_ts: format!("{}/32", INNER[side]),
+            remote_ts: format!("{}/32", INNER[1 - side]),
         },
-        lid = IDS[side],
-        rid = IDS[1 - side],
-    );
-    if o.ike_rekey > 0 {
-        t += &format!(
-            "rekey_time = {}\nrand_time = {}\nover_time = {}\n",
-            o.ike_rekey, o.ike_rand, o.ike_over
-        );
-    }
-    if o.dpd > 0 {
-        t += &format!("dpd_delay = {}\n", o.dpd);
-    }
-    t += &format!(
-        "\n[[ike.connection.children]]\nname = \"net\"\nlocal_ts = [\"{me}/32\"]\nremote_ts = [\"{peer}/32\"]\n\
-         esp_proposals = [\"aes128gcm16-x25519\"]\nstart_action = \"{}\"\n",
-        if o.start { "start" } else { "none" }
-    );
+    )
+    .start(if o.start { "start" } else { "none" });
+    child.esp_proposals = vec!["aes128gcm16-x25519"];
     if o.child_rekey > 0 {
-        t += &format!(
-            "rekey_time = {}\nrand_time = {}\nlife_time = {}\n",
-            o.child_rekey, o.child_rand, o.child_life
-        );
+        child.rekey_time = Some(o.child_rekey);
+        child.rand_time = Some(o.child_rand);
+        child.life_time = Some(o.child_life);
     }
-    t
+    let mut site = Conn::new("site", side).child(child);
+    site.encap = Some(true);
+    if o.any_remote {
+        site.remote_addrs = Vec::new();
+    }
+    if o.ike_rekey > 0 {
+        site.rekey_time = Some(o.ike_rekey);
+        site.rand_time = Some(o.ike_rand);
+        site.over_time = Some(o.ike_over);
+    }
+    site.dpd_delay = (o.dpd > 0).then_some(o.dpd);
+    Config {
+        log_level: "info",
+        retransmit: Some(Retransmit {
+            timeout_s: 1,
+            base: 1.0,
+            tries: o.retransmit_tries,
+        }),
+        connections: vec![site],
+    }
 }
 
 /// The tests of this file one at a time: the 10,000 packets/s stream must not share the two cores with a flood.
@@ -106,18 +101,20 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// in time: its queue was full) and side b's UDP sockets (the ESP-in-UDP socket's receive buffer was full).
 fn kernel_drops(p: &Pair) -> (u64, u64) {
     let tun: serde_json::Value = p
+        .ike
         .lab
         .exec_ok(
-            &p.ns[0],
-            &["ip", "-s", "-j", "link", "show", "dev", "nvrb0"],
+            &p.ike.ns[0],
+            &["ip", "-s", "-j", "link", "show", "dev", &p.ike.tun(0)],
         )
         .ok()
         .and_then(|j| serde_json::from_str(&j).ok())
         .unwrap_or_default();
     let tun = tun[0]["stats64"]["tx"]["dropped"].as_u64().unwrap_or(0);
     let snmp = p
+        .ike
         .lab
-        .exec_ok(&p.ns[1], &["cat", "/proc/net/snmp"])
+        .exec_ok(&p.ike.ns[1], &["cat", "/proc/net/snmp"])
         .unwrap_or_default();
     let udp: Vec<Vec<&str>> = snmp
         .lines()
@@ -134,8 +131,7 @@ fn kernel_drops(p: &Pair) -> (u64, u64) {
 
 /// Two namespaces `a` and `b` joined by a veth pair (IPv4 only), and their daemons.
 struct Pair {
-    lab: Lab,
-    ns: [String; 2],
+    ike: IkePair,
     d: [Option<Daemon>; 2],
     /// Each side's log text from daemons that are gone (a restarted daemon's log file starts again).
     old_logs: [String; 2],
@@ -143,45 +139,17 @@ struct Pair {
 
 impl Pair {
     fn new(prefix: &str) -> Pair {
-        assert!(
-            lab::is_root(),
-            "the netns tests need root: run them as root (CI does)"
-        );
-        for t in ["ip", "ping", "tcpdump", "tshark", "nft"] {
-            assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
-        }
-        let mut lab = Lab::new(prefix).unwrap().with_netveil(NETVEIL);
-        let a = lab.add_ns("a").unwrap();
-        let b = lab.add_ns("b").unwrap();
-        for ns in [&a, &b] {
-            for k in ["all", "default"] {
-                lab.exec_ok(
-                    ns,
-                    &[
-                        "sysctl",
-                        "-qw",
-                        &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                    ],
-                )
-                .unwrap();
-            }
-        }
-        lab.veth(&a, "veth-a", &b, "veth-b").unwrap();
-        lab.addr(&a, "veth-a", &format!("{}/24", OUTER[0])).unwrap();
-        lab.addr(&b, "veth-b", &format!("{}/24", OUTER[1])).unwrap();
         Pair {
-            lab,
-            ns: [a, b],
+            ike: IkePair::new(prefix, Net::Tunnel { inner: INNER }),
             d: [None, None],
             old_logs: Default::default(),
         }
     }
 
     fn start(&mut self, side: usize, o: &Opts) {
-        let cfg = config(&self.lab, side, o);
         let d = self
-            .lab
-            .start_daemon_with(&self.ns[side], &format!("nv{side}"), &cfg, &[])
+            .ike
+            .try_start(side, &config(o, side))
             .unwrap_or_else(|e| panic!("{e}{}", self.logs()));
         self.d[side] = Some(d);
     }
@@ -207,8 +175,14 @@ impl Pair {
         let Some(d) = self.d[side].as_ref() else {
             return Vec::new();
         };
-        let mut out = Vec::new();
-        walk_sas(&d.status_json().unwrap_or_default(), &mut out);
+        // Replaced inbound SAs that still retire are listed too, under the same name: only the current SPIs
+        // count, so the entries are deduplicated by name keeping the first.
+        let mut out: Vec<(String, u32)> = Vec::new();
+        for (n, spi) in ike_sa_spis(d) {
+            if !out.iter().any(|x| x.0 == n) {
+                out.push((n, spi as u32));
+            }
+        }
         out
     }
 
@@ -243,9 +217,10 @@ impl Pair {
 
     fn ping(&self, from: usize, count: u32) -> Result<String, String> {
         let c = count.to_string();
-        self.lab
+        self.ike
+            .lab
             .exec_ok(
-                &self.ns[from],
+                &self.ike.ns[from],
                 &[
                     "ping",
                     "-n",
@@ -259,29 +234,6 @@ impl Pair {
                 ],
             )
             .map_err(|e| e.to_string())
-    }
-}
-
-/// The SAs of a status answer named `ike-*` (replaced inbound SAs that still retire are listed too, under the
-/// same name: only the current SPIs count, so the entries are deduplicated by name keeping the first).
-fn walk_sas(v: &serde_json::Value, out: &mut Vec<(String, u32)>) {
-    match v {
-        serde_json::Value::Object(m) => {
-            let spi = m.get("spi").and_then(|s| {
-                s.as_u64().or_else(|| {
-                    s.as_str()
-                        .and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok())
-                })
-            });
-            if let (Some(n), Some(spi)) = (m.get("name").and_then(|n| n.as_str()), spi) {
-                if n.starts_with("ike-") && !out.iter().any(|x| x.0 == n) {
-                    out.push((n.to_string(), spi as u32));
-                }
-            }
-            m.values().for_each(|x| walk_sas(x, out));
-        }
-        serde_json::Value::Array(a) => a.iter().for_each(|x| walk_sas(x, out)),
-        _ => {}
     }
 }
 
@@ -406,16 +358,18 @@ fn stream_of_10k_pps_loses_nothing_across_rekeys() {
     p.wait_child(Duration::from_secs(10));
     // A TUN queue of 1 s at this rate (the default 500 is 50 ms): a daemon descheduled for a while on a busy
     // machine is not a rekey's loss.
-    p.lab
+    p.ike
+        .lab
         .exec_ok(
-            &p.ns[0],
-            &["ip", "link", "set", "nvrb0", "txqueuelen", "10000"],
+            &p.ike.ns[0],
+            &["ip", "link", "set", &p.ike.tun(0), "txqueuelen", "10000"],
         )
         .unwrap();
     let mut cap = p
+        .ike
         .lab
         .capture(
-            &p.ns[1],
+            &p.ike.ns[1],
             "veth-b",
             "ike.pcap",
             256,
@@ -427,15 +381,15 @@ fn stream_of_10k_pps_loses_nothing_across_rekeys() {
     let drops0 = kernel_drops(&p);
     let t0 = unix_ns();
     let tunnel = stream(
-        &p.ns[0],
-        &p.ns[1],
+        &p.ike.ns[0],
+        &p.ike.ns[1],
         format!("{}:5300", INNER[1]).parse().unwrap(),
         PPS,
         PPS as u64 * SECS,
     );
     let clear = stream(
-        &p.ns[0],
-        &p.ns[1],
+        &p.ike.ns[0],
+        &p.ike.ns[1],
         format!("{}:5301", OUTER[1]).parse().unwrap(),
         PPS,
         PPS as u64 * SECS,
@@ -546,7 +500,7 @@ fn ike_sas_up(log: &str) -> i64 {
 /// Drops (or lets through again) every IKE datagram arriving in either namespace: UDP 4500 with the non-ESP
 /// marker (ESP in UDP still passes, so traffic flows on the SAs there are).
 fn block_ike(p: &Pair, on: bool) {
-    for ns in &p.ns {
+    for ns in &p.ike.ns {
         let cmds: Vec<Vec<&str>> = if on {
             vec![
                 vec!["nft", "add", "table", "inet", "nvrblock"],
@@ -578,7 +532,7 @@ fn block_ike(p: &Pair, on: bool) {
             vec![vec!["nft", "delete", "table", "inet", "nvrblock"]]
         };
         for c in cmds {
-            p.lab.exec_ok(ns, &c).unwrap();
+            p.ike.lab.exec_ok(ns, &c).unwrap();
         }
     }
 }
@@ -611,9 +565,10 @@ fn rekey_collisions_from_both_sides_leave_one_sa_and_lose_nothing() {
         let first = p.wait_child(Duration::from_secs(10));
         let up = Instant::now();
         let mut cap = p
+            .ike
             .lab
             .capture(
-                &p.ns[1],
+                &p.ike.ns[1],
                 "veth-b",
                 "ike.pcap",
                 256,
@@ -623,8 +578,8 @@ fn rekey_collisions_from_both_sides_leave_one_sa_and_lose_nothing() {
         const PPS: u32 = 2_000;
         const SECS: u64 = 12;
         let stream = stream(
-            &p.ns[0],
-            &p.ns[1],
+            &p.ike.ns[0],
+            &p.ike.ns[1],
             format!("{}:5300", INNER[1]).parse().unwrap(),
             PPS,
             PPS as u64 * SECS,
@@ -713,9 +668,10 @@ fn killed_peer_is_detected_and_a_restart_recovers() {
     };
     let oa = Opts { start: true, ..o };
     // The covered addresses reachable in clear over the veth: only the fail-closed rules keep them off it.
-    p.lab
+    p.ike
+        .lab
         .exec_ok(
-            &p.ns[0],
+            &p.ike.ns[0],
             &[
                 "ip", "route", "add", INNER[1], "via", OUTER[1], "metric", "500",
             ],
@@ -762,8 +718,9 @@ fn killed_peer_is_detected_and_a_restart_recovers() {
 
     // 2. Killed and left down: b's DPD.
     let mut cap = p
+        .ike
         .lab
-        .capture(&p.ns[1], "veth-b", "down.pcap", 256, &[])
+        .capture(&p.ike.ns[1], "veth-b", "down.pcap", 256, &[])
         .unwrap();
     p.kill(0);
     let t0 = Instant::now();
@@ -917,9 +874,10 @@ fn setup_time(log: &str) -> Option<Duration> {
 fn spoofed_ike_sa_init_flood_leaves_setup_working_and_memory_bounded() {
     let _serial = serial();
     let mut p = Pair::new("nvrf");
-    p.lab
+    p.ike
+        .lab
         .exec_ok(
-            &p.ns[1],
+            &p.ike.ns[1],
             &["ip", "route", "add", "10.0.0.0/8", "via", OUTER[0]],
         )
         .unwrap();
@@ -938,8 +896,9 @@ fn spoofed_ike_sa_init_flood_leaves_setup_working_and_memory_bounded() {
     let idle = rss_kib(pid);
     // Baseline: a's setup without the flood, its IKE_SA_INIT captured for the flood to replay.
     let mut cap = p
+        .ike
         .lab
-        .capture(&p.ns[0], "veth-a", "init.pcap", 2048, &["udp port 500"])
+        .capture(&p.ike.ns[0], "veth-a", "init.pcap", 2048, &["udp port 500"])
         .unwrap();
     p.start(0, &Opts { start: true, ..o });
     p.wait_child(Duration::from_secs(10));
@@ -962,9 +921,10 @@ fn spoofed_ike_sa_init_flood_leaves_setup_working_and_memory_bounded() {
     // The flood, from a's namespace, for 12 s.
     const PPS: u32 = 10_000;
     let flood = p
+        .ike
         .lab
         .command(
-            &p.ns[0],
+            &p.ike.ns[0],
             &[
                 "python3",
                 "-c",
@@ -980,9 +940,10 @@ fn spoofed_ike_sa_init_flood_leaves_setup_working_and_memory_bounded() {
         .spawn()
         .unwrap();
     let mut answers = p
+        .ike
         .lab
         .capture(
-            &p.ns[1],
+            &p.ike.ns[1],
             "veth-b",
             "answers.pcap",
             96,

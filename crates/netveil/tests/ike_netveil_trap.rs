@@ -13,12 +13,13 @@
 //!
 //! They need root (CI runs them as root) and the tools installed by .ci/setup.
 
-use netveil_lab::lab::{self, Daemon, Lab, TRANSPORT_FWMARK};
-use std::time::{Duration, Instant};
+mod common;
 
-const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
-const ADDR: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
-const IDS: [&str; 2] = ["@a.lab.test", "@b.lab.test"];
+use common::ike_pair::{
+    ike_sa_objects as ike_sas, Child, Config, Conn, IkePair, Mode, Net, Retransmit, VETH as ADDR,
+};
+use netveil_lab::lab::{self, Daemon, Lab};
+use std::time::{Duration, Instant};
 
 struct Opts {
     start: &'static str,
@@ -27,80 +28,21 @@ struct Opts {
     dpd: bool,
 }
 
-fn config(lab: &Lab, side: usize, o: &Opts) -> String {
-    let (me, peer) = (ADDR[side], ADDR[1 - side]);
-    format!(
-        "log_level = \"debug\"\n[interface]\nname = \"nvtr{side}\"\nmtu = 1400\ncontrol_socket = \"{sock}\"\n\
-         state_dir = \"{state}\"\nfwmark = {TRANSPORT_FWMARK}\nroutes = [\"{peer}/32\"]\n\n\
-         [ike]\nsocket_mark = {TRANSPORT_FWMARK}\nretransmit_timeout = \"1s\"\nretransmit_base = 1.5\n\
-         retransmit_tries = 2\n\n\
-         [[ike.connection]]\nname = \"host\"\nlocal_addrs = [\"{me}\"]\nremote_addrs = [\"{peer}\"]\n\
-         proposals = [\"aes128gcm16-prfsha256-x25519\"]\npsk = \"netveil-ike-psk-0123456789\"\nencap = false\n\
-         {dpd}local = {{ id = \"{lid}\", auth = \"psk\" }}\nremote = {{ id = \"{rid}\", auth = \"psk\" }}\n\n\
-         [[ike.connection.children]]\nname = \"hosts\"\nmode = \"transport\"\nesp_proposals = [\"{esp}\"]\n\
-         start_action = \"{start}\"\ndpd_action = \"{dpd_action}\"\n",
-        sock = lab.socket_path(&format!("nv{side}")).display(),
-        state = lab.dir().join(format!("state-{side}")).display(),
-        lid = IDS[side],
-        rid = IDS[1 - side],
-        start = o.start,
-        dpd_action = o.dpd_action,
-        esp = o.esp,
-        dpd = if o.dpd { "dpd_delay = \"1s\"\n" } else { "" },
-    )
-}
-
-/// The SA objects named `ike-*` in a daemon's status JSON.
-fn ike_sas(d: &Daemon) -> Vec<serde_json::Value> {
-    fn walk(v: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
-        match v {
-            serde_json::Value::Object(m) => {
-                if m.get("name")
-                    .and_then(|n| n.as_str())
-                    .is_some_and(|n| n.starts_with("ike-"))
-                    && m.contains_key("spi")
-                {
-                    out.push(v.clone());
-                }
-                m.values().for_each(|x| walk(x, out));
-            }
-            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
-            _ => {}
-        }
+fn config(o: &Opts, side: usize) -> Config {
+    let mut child = Child::new("hosts", Mode::Transport).start(o.start);
+    child.esp_proposals = vec![o.esp];
+    child.dpd_action = Some(o.dpd_action);
+    let mut host = Conn::new("host", side).child(child);
+    host.dpd_delay = o.dpd.then_some(1);
+    Config {
+        log_level: "debug",
+        retransmit: Some(Retransmit {
+            timeout_s: 1,
+            base: 1.5,
+            tries: 2,
+        }),
+        connections: vec![host],
     }
-    let mut out = Vec::new();
-    walk(&d.status_json().unwrap_or_default(), &mut out);
-    out
-}
-
-/// Two namespaces joined by a veth, IPv4 only.
-fn lab(prefix: &str) -> (Lab, [String; 2]) {
-    if !lab::is_root() {
-        panic!("the netns tests need root: run them as root (CI does)");
-    }
-    for t in ["ip", "ping", "tcpdump", "tshark", "nft"] {
-        assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
-    }
-    let mut lab = Lab::new(prefix).unwrap().with_netveil(NETVEIL);
-    let a = lab.add_ns("a").unwrap();
-    let b = lab.add_ns("b").unwrap();
-    for ns in [&a, &b] {
-        for k in ["all", "default"] {
-            lab.exec_ok(
-                ns,
-                &[
-                    "sysctl",
-                    "-qw",
-                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                ],
-            )
-            .unwrap();
-        }
-    }
-    lab.veth(&a, "veth-a", &b, "veth-b").unwrap();
-    lab.addr(&a, "veth-a", &format!("{}/24", ADDR[0])).unwrap();
-    lab.addr(&b, "veth-b", &format!("{}/24", ADDR[1])).unwrap();
-    (lab, [a, b])
 }
 
 fn logs(ds: &[&Daemon]) -> String {
@@ -151,19 +93,16 @@ fn wait(what: &str, secs: u64, ds: &[&Daemon], mut f: impl FnMut() -> bool) {
 
 #[test]
 fn trap_starts_the_child_on_the_first_ping_with_esn() {
-    let (lab, ns) = lab("nvtr");
+    let pair = IkePair::new("nvtr", Net::Transport);
+    let (lab, ns) = (&pair.lab, &pair.ns);
     let o = |start| Opts {
         start,
         dpd_action: "none",
         esp: "aes128gcm16-esn",
         dpd: false,
     };
-    let db = lab
-        .start_daemon_with(&ns[1], "nv1", &config(&lab, 1, &o("none")), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let da = lab
-        .start_daemon_with(&ns[0], "nv0", &config(&lab, 0, &o("trap")), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
+    let db = pair.start(1, &config(&o("none"), 1));
+    let da = pair.start(0, &config(&o("trap"), 0));
     std::thread::sleep(Duration::from_millis(1500));
     assert!(
         ike_sas(&da).is_empty() && ike_sas(&db).is_empty(),
@@ -175,7 +114,7 @@ fn trap_starts_the_child_on_the_first_ping_with_esn() {
     let mut cap = lab
         .capture(&ns[1], "veth-b", "trap.pcap", 256, &[])
         .unwrap();
-    let got = ping(&lab, &ns[0], 6);
+    let got = ping(lab, &ns[0], 6);
     let pcap = cap.stop().unwrap();
     assert!(
         (3..6).contains(&got),
@@ -225,23 +164,20 @@ fn trap_starts_the_child_on_the_first_ping_with_esn() {
 
 #[test]
 fn without_start_covered_traffic_is_dropped_and_ike_names_are_owned() {
-    let (lab, ns) = lab("nvtn");
+    let pair = IkePair::new("nvtn", Net::Transport);
+    let (lab, ns) = (&pair.lab, &pair.ns);
     let o = Opts {
         start: "none",
         dpd_action: "none",
         esp: "aes128gcm16",
         dpd: false,
     };
-    let db = lab
-        .start_daemon_with(&ns[1], "nv1", &config(&lab, 1, &o), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let da = lab
-        .start_daemon_with(&ns[0], "nv0", &config(&lab, 0, &o), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
+    let db = pair.start(1, &config(&o, 1));
+    let da = pair.start(0, &config(&o, 0));
     let mut cap = lab
         .capture(&ns[1], "veth-b", "none.pcap", 256, &[])
         .unwrap();
-    assert_eq!(ping(&lab, &ns[0], 3), 0, "covered, no SA: dropped");
+    assert_eq!(ping(lab, &ns[0], 3), 0, "covered, no SA: dropped");
     let pcap = cap.stop().unwrap();
     let frames = lab::tshark_frames(&pcap, None, None).unwrap();
     assert!(
@@ -272,34 +208,26 @@ fn without_start_covered_traffic_is_dropped_and_ike_names_are_owned() {
         da.status_json().unwrap().to_string().contains("ike-c1-o0"),
         "the policy is still there"
     );
-    assert_eq!(ping(&lab, &ns[0], 1), 0, "and still drops");
+    assert_eq!(ping(lab, &ns[0], 1), 0, "and still drops");
 }
 
 #[test]
 fn dpd_action_trap_after_the_peer_is_killed_and_restarts() {
-    let (lab, ns) = lab("nvtd");
+    let pair = IkePair::new("nvtd", Net::Transport);
+    let (lab, ns) = (&pair.lab, &pair.ns);
     let o = |start, dpd_action, dpd| Opts {
         start,
         dpd_action,
         esp: "aes128gcm16",
         dpd,
     };
-    let cb = config(&lab, 1, &o("none", "none", false));
-    let mut db = lab
-        .start_daemon_with(&ns[1], "nv1", &cb, &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let da = lab
-        .start_daemon_with(
-            &ns[0],
-            "nv0",
-            &config(&lab, 0, &o("start", "trap", true)),
-            &[],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+    let cb = config(&o("none", "none", false), 1);
+    let mut db = pair.start(1, &cb);
+    let da = pair.start(0, &config(&o("start", "trap", true), 0));
     wait("the CHILD_SA", 10, &[&da, &db], || {
         ike_sas(&da).len() == 2 && ike_sas(&db).len() == 2
     });
-    assert_eq!(ping(&lab, &ns[0], 2), 2, "{}", logs(&[&da, &db]));
+    assert_eq!(ping(lab, &ns[0], 2), 2, "{}", logs(&[&da, &db]));
     // Killed: no DELETE. a's liveness checks go unanswered, the IKE SA dies, the child is trapped.
     db.kill();
     wait("the dead peer detected", 30, &[&da], || {
@@ -311,7 +239,7 @@ fn dpd_action_trap_after_the_peer_is_killed_and_restarts() {
     );
     let acquires = |d: &Daemon| d.log().matches("acquire policy=ike-c1-o0").count();
     let before = acquires(&da);
-    assert_eq!(ping(&lab, &ns[0], 8), 0, "no peer: dropped");
+    assert_eq!(ping(lab, &ns[0], 8), 0, "no peer: dropped");
     // Those packets met the trap: several acquires (one a second), one initiation, unanswered; no other while it
     // is under way.
     assert!(acquires(&da) >= before + 2, "{}", logs(&[&da]));
@@ -325,10 +253,8 @@ fn dpd_action_trap_after_the_peer_is_killed_and_restarts() {
         logs(&[&da])
     );
     // The peer comes back (its predecessor's policies restored from the state directory, and replaced).
-    let db = lab
-        .start_daemon_with(&ns[1], "nv1", &cb, &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let got = ping(&lab, &ns[0], 6);
+    let db = pair.start(1, &cb);
+    let got = ping(lab, &ns[0], 6);
     assert!(
         (3..6).contains(&got),
         "the trap re-established the child: {got} of 6{}",

@@ -9,58 +9,44 @@
 //!
 //! They need root (CI runs them as root) and the tools installed by .ci/setup.
 
-use netveil_lab::lab::{self, Daemon, Lab, TRANSPORT_FWMARK};
+mod common;
+
+use common::ike_pair::{self, Child, Config, Conn, IkePair, Mode, Net, NETVEIL, VETH as ADDR};
+use netveil_lab::lab::Daemon;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
-const ADDR: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
-const IDS: [&str; 2] = ["@a.lab.test", "@b.lab.test"];
 /// The initiator rekeys its IKE SA this soon (the responder: the default 4 h).
 const IKE_REKEY: u64 = 8;
 
-fn config(lab: &Lab, side: usize) -> String {
-    let (me, peer) = (ADDR[side], ADDR[1 - side]);
-    let mut c = format!(
-        "log_level = \"info\"\n[interface]\nname = \"nvop{side}\"\nmtu = 1400\ncontrol_socket = \"{sock}\"\n\
-         state_dir = \"{state}\"\nfwmark = {TRANSPORT_FWMARK}\nroutes = [\"{peer}/32\"]\n\n\
-         [ike]\nsocket_mark = {TRANSPORT_FWMARK}\n\n\
-         [[ike.connection]]\nname = \"host\"\nlocal_addrs = [\"{me}\"]\nremote_addrs = [\"{peer}\"]\n\
-         proposals = [\"aes256-sha256-x25519\"]\npsk = \"netveil-ike-psk-0123456789\"\nencap = false\n{rekey}\
-         local = {{ id = \"{lid}\", auth = \"psk\" }}\nremote = {{ id = \"{rid}\", auth = \"psk\" }}\n\n\
-         [[ike.connection.children]]\nname = \"hosts\"\nmode = \"transport\"\nesp_proposals = [\"aes128gcm16\"]\n\
-         start_action = \"none\"\n",
-        sock = lab.socket_path(&format!("nv{side}")).display(),
-        state = lab.dir().join(format!("state-{side}")).display(),
-        lid = IDS[side],
-        rid = IDS[1 - side],
-        rekey = if side == 0 {
-            format!("rekey_time = \"{IKE_REKEY}s\"\nrand_time = \"0s\"\n")
-        } else {
-            String::new()
-        },
-    );
+fn config(side: usize) -> Config {
+    let mut host =
+        Conn::new("host", side).child(Child::new("hosts", Mode::Transport).start("none"));
+    host.proposals = vec!["aes256-sha256-x25519"];
+    if side == 0 {
+        host.rekey_time = Some(IKE_REKEY as u32);
+        host.rand_time = Some(0);
+    }
+    let mut conns = vec![host];
     if side == 0 {
         // The same peer with a PSK it does not have: it refuses our AUTH.
-        c.push_str(&format!(
-            "\n[[ike.connection]]\nname = \"badpsk\"\nlocal_addrs = [\"{me}\"]\nremote_addrs = [\"{peer}\"]\n\
-             proposals = [\"aes256-sha256-x25519\"]\npsk = \"not-the-peers-psk-0123456789\"\nencap = false\n\
-             local = {{ id = \"{}\", auth = \"psk\" }}\nremote = {{ id = \"{}\", auth = \"psk\" }}\n\n\
-             [[ike.connection.children]]\nname = \"bad\"\nmode = \"transport\"\nesp_proposals = [\"aes128gcm16\"]\n",
-            IDS[0], IDS[1]
-        ));
+        conns.push(Conn {
+            proposals: vec!["aes256-sha256-x25519"],
+            psk: "not-the-peers-psk-0123456789",
+            ..Conn::new("badpsk", 0).child(Child::new("bad", Mode::Transport))
+        });
         // A peer that never answers (nobody has the address).
-        c.push_str(&format!(
-            "\n[[ike.connection]]\nname = \"dead\"\nlocal_addrs = [\"{me}\"]\nremote_addrs = [\"192.0.2.99\"]\n\
-             proposals = [\"aes256-sha256-x25519\"]\npsk = \"netveil-ike-psk-0123456789\"\n\
-             local = {{ id = \"{}\", auth = \"psk\" }}\nremote = {{ id = \"@c.lab.test\", auth = \"psk\" }}\n\n\
-             [[ike.connection.children]]\nname = \"void\"\nmode = \"transport\"\nesp_proposals = [\"aes128gcm16\"]\n",
-            IDS[0]
-        ));
+        conns.push(Conn {
+            remote_addrs: vec!["192.0.2.99"],
+            proposals: vec!["aes256-sha256-x25519"],
+            encap: None,
+            remote_id: "@c.lab.test",
+            ..Conn::new("dead", 0).child(Child::new("void", Mode::Transport))
+        });
     }
-    c
+    Config::new(conns)
 }
 
 /// `netveil ARGS --socket` the daemon's: (exit code, stdout, stderr).
@@ -122,43 +108,11 @@ fn tshark_frames(pcap: &Path, conf: &Path) -> Vec<String> {
 
 #[test]
 fn initiate_status_keys_and_terminate_with_tshark_decrypting_ike() {
-    if !lab::is_root() {
-        panic!("the netns tests need root: run them as root (CI does)");
-    }
-    for t in ["ip", "ping", "tcpdump", "tshark", "nft"] {
-        assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
-    }
-    let mut lab = Lab::new("nvop").unwrap().with_netveil(NETVEIL);
-    let a = lab.add_ns("a").unwrap();
-    let b = lab.add_ns("b").unwrap();
-    for ns in [&a, &b] {
-        for k in ["all", "default"] {
-            lab.exec_ok(
-                ns,
-                &[
-                    "sysctl",
-                    "-qw",
-                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                ],
-            )
-            .unwrap();
-        }
-    }
-    lab.veth(&a, "veth-a", &b, "veth-b").unwrap();
-    lab.addr(&a, "veth-a", &format!("{}/24", ADDR[0])).unwrap();
-    lab.addr(&b, "veth-b", &format!("{}/24", ADDR[1])).unwrap();
-    let ns = [a, b];
-    let db = lab
-        .start_daemon_with(&ns[1], "nv1", &config(&lab, 1), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let da = lab
-        .start_daemon_with(&ns[0], "nv0", &config(&lab, 0), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (la, lb) = (da.log.clone(), db.log.clone());
-    let logs = move || {
-        let r = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-        format!("\n--- a ---\n{}\n--- b ---\n{}", r(&la), r(&lb))
-    };
+    let pair = IkePair::new("nvop", Net::Transport);
+    let (lab, ns) = (&pair.lab, &pair.ns);
+    let db = pair.start(1, &config(1));
+    let da = pair.start(0, &config(0));
+    let logs = ike_pair::logs([&da, &db]);
     let mut cap = lab
         .capture(
             &ns[1],

@@ -6,62 +6,32 @@
 //!
 //! They need root (CI runs them as root) and the tools installed by .ci/setup.
 
-use netveil_lab::lab::{self, Lab, TRANSPORT_FWMARK};
+mod common;
+
+use common::ike_pair::{self, Child, Config, Conn, IkePair, Mode, Net, VETH as ADDR};
+use netveil_lab::lab;
 use std::time::{Duration, Instant};
 
-const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
-const ADDR: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
-const IDS: [&str; 2] = ["@a.pq.test", "@b.pq.test"];
 const HYBRID: &str = "aes256gcm16-prfsha384-x25519-ke1_mlkem768";
 const CLASSIC: &str = "aes256gcm16-prfsha384-x25519";
 
-fn config(lab: &Lab, side: usize, start: bool) -> String {
-    let (me, peer) = (ADDR[side], ADDR[1 - side]);
-    format!(
-        "log_level = \"info\"\n[interface]\nname = \"nvpq{side}\"\nmtu = 1400\ncontrol_socket = \"{sock}\"\n\
-         state_dir = \"{state}\"\nfwmark = {TRANSPORT_FWMARK}\nroutes = [\"{peer}/32\"]\n\n\
-         [ike]\nsocket_mark = {TRANSPORT_FWMARK}\n\n\
-         [[ike.connection]]\nname = \"pq\"\nlocal_addrs = [\"{me}\"]\nremote_addrs = [\"{peer}\"]\n\
-         proposals = [\"{HYBRID}\", \"{CLASSIC}\"]\npsk = \"netveil-ike-psk-0123456789\"\nencap = false\n\
-         local = {{ id = \"{lid}\", auth = \"psk\" }}\nremote = {{ id = \"{rid}\", auth = \"psk\" }}\n\n\
-         [[ike.connection.children]]\nname = \"hosts\"\nmode = \"transport\"\nesp_proposals = [\"aes256gcm16\"]\n\
-         start_action = \"{start}\"\n",
-        sock = lab.socket_path(&format!("pq{side}")).display(),
-        state = lab.dir().join(format!("state-{side}")).display(),
-        lid = IDS[side],
-        rid = IDS[1 - side],
-        start = if start { "start" } else { "none" },
-    )
+fn config(side: usize, start: bool) -> Config {
+    let mut child =
+        Child::new("hosts", Mode::Transport).start(if start { "start" } else { "none" });
+    child.esp_proposals = vec!["aes256gcm16"];
+    let ids = ["@a.pq.test", "@b.pq.test"];
+    Config::new(vec![Conn {
+        proposals: vec![HYBRID, CLASSIC],
+        local_id: ids[side],
+        remote_id: ids[1 - side],
+        ..Conn::new("pq", side).child(child)
+    }])
 }
 
 #[test]
 fn two_netveils_negotiate_a_hybrid_ml_kem_ike_sa() {
-    if !lab::is_root() {
-        panic!("the netns tests need root: run them as root (CI does)");
-    }
-    for t in ["ip", "ping", "tcpdump", "tshark", "nft"] {
-        assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
-    }
-    let mut lab = Lab::new("nvpq").unwrap().with_netveil(NETVEIL);
-    let a = lab.add_ns("a").unwrap();
-    let b = lab.add_ns("b").unwrap();
-    for ns in [&a, &b] {
-        for k in ["all", "default"] {
-            lab.exec_ok(
-                ns,
-                &[
-                    "sysctl",
-                    "-qw",
-                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                ],
-            )
-            .unwrap();
-        }
-    }
-    lab.veth(&a, "veth-a", &b, "veth-b").unwrap();
-    lab.addr(&a, "veth-a", &format!("{}/24", ADDR[0])).unwrap();
-    lab.addr(&b, "veth-b", &format!("{}/24", ADDR[1])).unwrap();
-    let ns = [a, b];
+    let pair = IkePair::new("nvpq", Net::Transport);
+    let (lab, ns) = (&pair.lab, &pair.ns);
     let mut ike_cap = lab
         .capture(
             &ns[1],
@@ -71,17 +41,9 @@ fn two_netveils_negotiate_a_hybrid_ml_kem_ike_sa() {
             &["udp", "port", "500"],
         )
         .unwrap();
-    let db = lab
-        .start_daemon_with(&ns[1], "pq1", &config(&lab, 1, false), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let da = lab
-        .start_daemon_with(&ns[0], "pq0", &config(&lab, 0, true), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (la, lb) = (da.log.clone(), db.log.clone());
-    let logs = || {
-        let r = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
-        format!("\n--- a ---\n{}\n--- b ---\n{}", r(&la), r(&lb))
-    };
+    let db = pair.start(1, &config(1, false));
+    let da = pair.start(0, &config(0, true));
+    let logs = ike_pair::logs([&da, &db]);
     let t0 = Instant::now();
     let up = |d: &lab::Daemon| {
         d.log()
