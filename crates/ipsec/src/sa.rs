@@ -196,6 +196,11 @@ impl SaBase {
         self.keys.get()
     }
 
+    /// Whether the key schedule is built (the SA sealed or opened something).
+    pub fn keyed(&self) -> bool {
+        self.keys.get().is_some()
+    }
+
     pub fn spi(&self) -> u32 {
         self.params.spi
     }

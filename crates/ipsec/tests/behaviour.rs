@@ -1524,3 +1524,24 @@ fn esp_suite_counter_iv(name: &str) -> bool {
         || name.contains("chacha")
         || name.starts_with("null")
 }
+
+/// An SA holds no key schedule until it first seals or opens (a gateway's idle SAs hold only their keys), and
+/// keys that do not fit the suite are still refused when the SA is built.
+#[test]
+fn key_schedules_are_built_on_first_use_and_checked_at_build() {
+    let cfg = Cfg::new(esp_suite("aes128gcm16"), Mode::Transport);
+    let (sad, o, i) = cfg.pair();
+    assert!(
+        !sad.out(o).keyed() && !sad.inb(i).keyed(),
+        "nothing sealed or opened yet"
+    );
+    let pkt = ipv4([10, 0, 0, 1], [10, 0, 0, 2], 17, &[], &l4(17, 64));
+    roundtrip(&sad, o, i, &pkt);
+    assert!(sad.out(o).keyed() && sad.inb(i).keyed());
+    let mut bad = cfg.params(Direction::Out);
+    bad.enc_key.pop();
+    assert!(
+        OutboundSa::new(bad, NOW, &mut OsRng).is_err(),
+        "a short key is refused at build"
+    );
+}
