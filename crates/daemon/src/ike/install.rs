@@ -180,35 +180,28 @@ impl Installer {
                 let (in_name, out_name) = (format!("ike-c{k}-in"), format!("ike-c{k}-out"));
                 let mut policies = Vec::new();
                 let mut bypasses = Vec::new();
-                let mut n = 0;
-                for l in &ch.local_ts {
-                    for r in &ch.remote_ts {
-                        let Some((out, inb)) = pair(
-                            l,
-                            r,
-                            format!("ike-c{k}-o{n}"),
-                            format!("ike-c{k}-i{n}"),
-                            &out_name,
-                            &in_name,
-                        ) else {
-                            continue;
-                        };
-                        for la in &c.local_addrs {
-                            for ra in &c.remote_addrs {
-                                let ike = (
-                                    std::net::SocketAddr::new(*la, super::config::IKE_PORT),
-                                    std::net::SocketAddr::new(*ra, c.remote_port),
-                                );
-                                let name = format!("ike-c{k}-b{}", bypasses.len());
-                                if let Some(b) = bypass(l, r, ike, name) {
-                                    bypasses.push(b);
-                                }
+                let pairs = policy_pairs(
+                    &ch.local_ts,
+                    &ch.remote_ts,
+                    &format!("ike-c{k}"),
+                    &out_name,
+                    &in_name,
+                );
+                for (l, r, out, inb) in pairs {
+                    for la in &c.local_addrs {
+                        for ra in &c.remote_addrs {
+                            let ike = (
+                                std::net::SocketAddr::new(*la, super::config::IKE_PORT),
+                                std::net::SocketAddr::new(*ra, c.remote_port),
+                            );
+                            let name = format!("ike-c{k}-b{}", bypasses.len());
+                            if let Some(b) = bypass(l, r, ike, name) {
+                                bypasses.push(b);
                             }
                         }
-                        n += 1;
-                        policies.push(out);
-                        policies.push(inb);
                     }
+                    policies.push(out);
+                    policies.push(inb);
                 }
                 for (p, position) in bypasses
                     .into_iter()
@@ -536,25 +529,18 @@ impl Installer {
     fn bound_pairs(&self, instance: u64, c: &ChildSa) -> Option<Vec<(PolicyParams, String)>> {
         let (in_name, out_name) = Self::sa_names(instance);
         let mut binds = Vec::new();
-        let mut n = 0;
-        for l in &c.local_ts {
-            for r in &c.remote_ts {
-                let Some((out, inb)) = pair(
-                    l,
-                    r,
-                    format!("ike-{instance}-o{n}"),
-                    format!("ike-{instance}-i{n}"),
-                    &out_name,
-                    &in_name,
-                ) else {
-                    continue;
-                };
-                let co = self.cover_of(&out, &c.connection, &c.child)?;
-                let ci = self.cover_of(&inb, &c.connection, &c.child)?;
-                n += 1;
-                binds.push((out, co));
-                binds.push((inb, ci));
-            }
+        let pairs = policy_pairs(
+            &c.local_ts,
+            &c.remote_ts,
+            &format!("ike-{instance}"),
+            &out_name,
+            &in_name,
+        );
+        for (_, _, out, inb) in pairs {
+            let co = self.cover_of(&out, &c.connection, &c.child)?;
+            let ci = self.cover_of(&inb, &c.connection, &c.child)?;
+            binds.push((out, co));
+            binds.push((inb, ci));
         }
         Some(binds)
     }
@@ -571,68 +557,60 @@ impl Installer {
     fn add_policies(&self, instance: u64, c: &ChildSa) -> Result<Vec<String>, InstallError> {
         let (in_name, out_name) = Self::sa_names(instance);
         let mut added: Vec<String> = Vec::new();
-        let mut n = 0;
         let undo = |added: &[String]| {
             for a in added.iter().rev() {
                 let _ = self.port.policy_del(a);
             }
         };
-        for l in &c.local_ts {
-            for r in &c.remote_ts {
-                let Some((out, inb)) = pair(
-                    l,
-                    r,
-                    format!("ike-{instance}-o{n}"),
-                    format!("ike-{instance}-i{n}"),
-                    &out_name,
-                    &in_name,
-                ) else {
-                    continue;
-                };
-                let covers = (
-                    self.cover_of(&out, &c.connection, &c.child),
-                    self.cover_of(&inb, &c.connection, &c.child),
-                );
-                if let (Some(co), Some(ci)) = covers {
-                    n += 1;
-                    for (p, cover) in [(out, co), (inb, ci)] {
-                        let name = p.name.clone();
-                        if let Err(e) = self.port.policy_bind(p, &cover) {
-                            undo(&added);
-                            return Err(refused(format!("policy {name} under {cover}"))(e));
-                        }
-                        added.push(name);
-                    }
-                    continue;
-                }
-                let bypass = bypass(l, r, (c.local, c.remote), format!("ike-{instance}-b{n}"));
-                n += 1;
-                for (p, position) in bypass
-                    .into_iter()
-                    .map(|b| (b, Some(0)))
-                    .chain([(out, None), (inb, None)])
-                {
+        let pairs = policy_pairs(
+            &c.local_ts,
+            &c.remote_ts,
+            &format!("ike-{instance}"),
+            &out_name,
+            &in_name,
+        );
+        for (n, (l, r, out, inb)) in pairs.into_iter().enumerate() {
+            let covers = (
+                self.cover_of(&out, &c.connection, &c.child),
+                self.cover_of(&inb, &c.connection, &c.child),
+            );
+            if let (Some(co), Some(ci)) = covers {
+                for (p, cover) in [(out, co), (inb, ci)] {
                     let name = p.name.clone();
-                    // A policy of this name that is not ours is a killed predecessor's, restored by the engine
-                    // to keep its traffic blocked (it names SAs that are gone): ours replaces it.
-                    let stale = || {
-                        self.by_inbound
-                            .values()
-                            .all(|i| !i.policies.contains(&name))
-                    };
-                    let r = match self.port.policy_add(p.clone(), position) {
-                        Err(_) if stale() && self.port.policy_del(&name).is_ok() => {
-                            tracing::info!("ike: policy {name} of a previous instance replaced");
-                            self.port.policy_add(p, position)
-                        }
-                        r => r,
-                    };
-                    if let Err(e) = r {
+                    if let Err(e) = self.port.policy_bind(p, &cover) {
                         undo(&added);
-                        return Err(refused(format!("policy {name}"))(e));
+                        return Err(refused(format!("policy {name} under {cover}"))(e));
                     }
                     added.push(name);
                 }
+                continue;
+            }
+            let bypass = bypass(l, r, (c.local, c.remote), format!("ike-{instance}-b{n}"));
+            for (p, position) in bypass
+                .into_iter()
+                .map(|b| (b, Some(0)))
+                .chain([(out, None), (inb, None)])
+            {
+                let name = p.name.clone();
+                // A policy of this name that is not ours is a killed predecessor's, restored by the engine
+                // to keep its traffic blocked (it names SAs that are gone): ours replaces it.
+                let stale = || {
+                    self.by_inbound
+                        .values()
+                        .all(|i| !i.policies.contains(&name))
+                };
+                let r = match self.port.policy_add(p.clone(), position) {
+                    Err(_) if stale() && self.port.policy_del(&name).is_ok() => {
+                        tracing::info!("ike: policy {name} of a previous instance replaced");
+                        self.port.policy_add(p, position)
+                    }
+                    r => r,
+                };
+                if let Err(e) = r {
+                    undo(&added);
+                    return Err(refused(format!("policy {name}"))(e));
+                }
+                added.push(name);
             }
         }
         Ok(added)
@@ -714,6 +692,28 @@ impl Installer {
 
 fn net(t: &TsSpec) -> ipnet::IpNet {
     ipnet::IpNet::new(t.addr, t.prefix).expect("prefix checked by the parser")
+}
+
+/// The protect policies of every pair of selectors (`local_ts` x `remote_ts`) that can carry traffic (see
+/// [`pair`]), named `{prefix}-o{n}` and `{prefix}-i{n}` (`n`: the pair's index among those), with the pair.
+fn policy_pairs<'a>(
+    local_ts: &'a [TsSpec],
+    remote_ts: &'a [TsSpec],
+    prefix: &str,
+    out_sa: &str,
+    in_sa: &str,
+) -> Vec<(&'a TsSpec, &'a TsSpec, PolicyParams, PolicyParams)> {
+    let mut v = Vec::new();
+    for l in local_ts {
+        for r in remote_ts {
+            let n = v.len();
+            let names = (format!("{prefix}-o{n}"), format!("{prefix}-i{n}"));
+            if let Some((out, inb)) = pair(l, r, names.0, names.1, out_sa, in_sa) {
+                v.push((l, r, out, inb));
+            }
+        }
+    }
+    v
 }
 
 /// The outbound and inbound protect policies of a pair of selectors (`None`: different families, or no protocol

@@ -38,6 +38,15 @@ enum After {
     Runtime(String),
 }
 
+/// What the changes of a batch applied so far leave to do: undo them (a later one refused), or follow them up.
+struct Staged {
+    undo: Vec<Undo>,
+    after: Vec<After>,
+    /// The SAs built (untracked again if the batch is undone).
+    built: Vec<Installed>,
+    neutral: Neutral,
+}
+
 /// Whether the changes so far provably leave the nftables table's text as it is, so that it need not be
 /// regenerated and compared. The text depends on the SAs only through the peer filter, over the inbound SAs
 /// (see [`crate::nft::nft_peer_filter_with`]): a tunnel-mode inbound SA adds its remote address (and, if
@@ -75,25 +84,25 @@ impl Db {
     /// Applies `ops` as one (see the module documentation and [`crate::sa_api::SaPort::batch`]).
     pub fn batch(&self, ops: Vec<SaOp>, now: u64) -> Result<(), ChangeError> {
         let mut t = self.tables();
-        let mut undo = Vec::new();
-        let mut after = Vec::new();
-        let mut built = Vec::new();
-        let mut neutral = Neutral(true);
+        let mut st = Staged {
+            undo: Vec::new(),
+            after: Vec::new(),
+            built: Vec::new(),
+            neutral: Neutral(true),
+        };
         let mut r = Ok(());
         for op in ops {
-            r = Self::stage(
-                &mut t,
-                op,
-                now,
-                &mut undo,
-                &mut after,
-                &mut built,
-                &mut neutral,
-            );
+            r = Self::stage(&mut t, op, now, &mut st);
             if r.is_err() {
                 break;
             }
         }
+        let Staged {
+            undo,
+            after,
+            built,
+            neutral,
+        } = st;
         let r = r.and_then(|()| {
             if undo.is_empty() {
                 Ok(())
@@ -156,46 +165,39 @@ impl Db {
     }
 
     /// Checks one change against the tables as they stand and applies it to them, noting what undoes it.
-    fn stage(
-        t: &mut Tables,
-        op: SaOp,
-        now: u64,
-        undo: &mut Vec<Undo>,
-        after: &mut Vec<After>,
-        built: &mut Vec<Installed>,
-        neutral: &mut Neutral,
-    ) -> Result<(), ChangeError> {
+    fn stage(t: &mut Tables, op: SaOp, now: u64, st: &mut Staged) -> Result<(), ChangeError> {
         match op {
             SaOp::AddIn(p) => {
                 let keys = p.sa.keys;
-                Self::stage_add(t, p.into_params(), keys, now, undo, after, built, neutral)
+                Self::stage_add(t, p.into_params(), keys, now, st)
             }
             SaOp::AddOut(p) => {
                 let keys = p.sa.keys;
-                Self::stage_add(t, p.into_params(), keys, now, undo, after, built, neutral)
+                Self::stage_add(t, p.into_params(), keys, now, st)
             }
             SaOp::DelSa(name) => {
                 crate::names::check_name("name", &name)?;
                 let at = t.index(&name).ok_or_else(|| super::change::no_sa(&name))?;
                 let sa = t.sas.remove(at);
-                neutral.sa(sa.params(), &t.kx_peers);
+                st.neutral.sa(sa.params(), &t.kx_peers);
                 let mut gone = Vec::new();
                 let mut k = 0;
                 while k < t.retiring.len() {
                     if t.retiring[k].successor == name {
                         let r = t.retiring.remove(k);
-                        neutral.sa(&r.sa.params, &t.kx_peers);
+                        st.neutral.sa(&r.sa.params, &t.kx_peers);
                         gone.push((k, r));
                     } else {
                         k += 1;
                     }
                 }
-                after.push(After::Event(sa_event("sa-removed", sa.base())));
-                after.push(After::Forget(sa.clone()));
+                st.after
+                    .push(After::Event(sa_event("sa-removed", sa.base())));
+                st.after.push(After::Forget(sa.clone()));
                 for (_, r) in &gone {
-                    after.push(After::Forget(Installed::In(r.sa.clone())));
+                    st.after.push(After::Forget(Installed::In(r.sa.clone())));
                 }
-                undo.push(Undo::SaRemoved { at, sa, gone });
+                st.undo.push(Undo::SaRemoved { at, sa, gone });
                 Ok(())
             }
             SaOp::Bind { policy, cover } => {
@@ -232,13 +234,13 @@ impl Db {
                         ),
                     });
                 }
-                neutral.bound(t, &p.sa_names);
+                st.neutral.bound(t, &p.sa_names);
                 let name = p.name.clone();
                 t.policies.insert(at, Arc::new(p));
-                undo.push(Undo::PolicyInserted(at));
+                st.undo.push(Undo::PolicyInserted(at));
                 t.bound.insert(name.clone(), cover);
-                undo.push(Undo::BoundAdded(name.clone()));
-                after.push(After::Event(Event {
+                st.undo.push(Undo::BoundAdded(name.clone()));
+                st.after.push(After::Event(Event {
                     policy: Some(name),
                     ..Event::new("policy-added")
                 }));
@@ -266,33 +268,29 @@ impl Db {
                 let cover = t.bound.remove(&name);
                 let rule = t.policies.remove(at);
                 if cover.is_some() {
-                    neutral.bound(t, &rule.sa_names);
+                    st.neutral.bound(t, &rule.sa_names);
                 } else {
-                    neutral.0 = false;
+                    st.neutral.0 = false;
                 }
                 if t.runtime.iter().any(|(n, _)| *n == name) {
-                    after.push(After::Runtime(name.clone()));
+                    st.after.push(After::Runtime(name.clone()));
                 }
-                after.push(After::Event(Event {
+                st.after.push(After::Event(Event {
                     policy: Some(name),
                     ..Event::new("policy-removed")
                 }));
-                undo.push(Undo::PolicyRemoved { at, rule, cover });
+                st.undo.push(Undo::PolicyRemoved { at, rule, cover });
                 Ok(())
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn stage_add(
         t: &mut Tables,
         p: SaParams,
         keys: KeyOrigin,
         now: u64,
-        undo: &mut Vec<Undo>,
-        after: &mut Vec<After>,
-        built: &mut Vec<Installed>,
-        neutral: &mut Neutral,
+        st: &mut Staged,
     ) -> Result<(), ChangeError> {
         {
             let others: Vec<&SaParams> = t.sas.iter().map(|s| s.params()).collect();
@@ -305,12 +303,12 @@ impl Db {
         }
         t.check_policies_of(&p)?;
         t.check_new(&p, None)?;
-        neutral.sa(&p, &t.kx_peers);
+        st.neutral.sa(&p, &t.kx_peers);
         let sa = t.build_sa(p, keys, now)?;
-        built.push(sa.clone());
-        after.push(After::Event(sa_event("sa-added", sa.base())));
+        st.built.push(sa.clone());
+        st.after.push(After::Event(sa_event("sa-added", sa.base())));
         t.sas.push(sa);
-        undo.push(Undo::SaPushed);
+        st.undo.push(Undo::SaPushed);
         Ok(())
     }
 
