@@ -71,6 +71,7 @@ fn conn(name: &str, local: &str, remote: &str, lts: &str, rts: &str) -> Connecti
             rekey: Duration::from_secs(100),
             ..life
         },
+        reauth: Duration::ZERO,
         retransmit: Retransmit {
             timeout: Duration::from_secs(2),
             base: 1.5,

@@ -71,6 +71,7 @@ fn conn(name: &str, local: &str, remote: &str, psk: &[u8]) -> Connection {
         psk: Some(Secret::new(psk)),
         dpd_delay: Some(Duration::from_secs(10)),
         lifetimes: life,
+        reauth: Duration::ZERO,
         retransmit: Retransmit::default(),
         children: vec![ChildConfig {
             name: "c".into(),

@@ -164,8 +164,12 @@ pub struct Connection {
     pub psk: Option<Secret>,
     /// Liveness checks after this long without traffic from the peer (`dpd_delay`); `None`: never.
     pub dpd_delay: Option<Duration>,
-    /// IKE SA rekeying (`rekey_time`, `over_time`, `rand_time`).
+    /// IKE SA rekeying (`rekey_time`, `over_time`, `rand_time`); `life - rekey` is `over_time`.
     pub lifetimes: Lifetimes,
+    /// IKE SA reauthentication (`reauth_time`; zero: never): after `reauth - random(0..lifetimes.rand)` a new IKE
+    /// SA with a full IKE_SA_INIT and IKE_AUTH replaces the SA and re-creates its CHILD_SAs, and only then is the
+    /// old one deleted (make-before-break). If the new one fails, the old one goes `over_time` later.
+    pub reauth: Duration,
     pub retransmit: Retransmit,
     pub children: Vec<ChildConfig>,
 }

@@ -83,6 +83,9 @@ pub enum Failure {
     PeerError { notify: u16, name: String },
     /// No connection matches what the peer asks for (addresses, identities).
     NoMatchingConnection,
+    /// The reauthentication (`reauth_time`) of the IKE SA the event names failed (why: the new IKE SA's own
+    /// failure, reported before): the SA and its CHILD_SAs stay until `over_time` after the reauth time, then go.
+    ReauthFailed,
 }
 
 /// What an endpoint reports.

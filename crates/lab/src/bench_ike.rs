@@ -258,6 +258,7 @@ fn initiator_conn(s: &Suite, side: usize, creds: Option<&[Credential; 2]>) -> Re
             life: 5 * hour,
             rand: Duration::ZERO,
         },
+        reauth: Duration::ZERO,
         retransmit: Retransmit {
             timeout: Duration::from_secs(2),
             base: 1.8,

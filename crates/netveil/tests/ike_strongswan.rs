@@ -60,6 +60,7 @@ struct NvConn {
     /// Initiate (remote_addrs set); otherwise responder only.
     remote_addr: bool,
     rekey_time: Option<&'static str>,
+    reauth_time: Option<&'static str>,
     children: Vec<NvChild>,
 }
 
@@ -71,6 +72,7 @@ impl NvConn {
             psk: PSK.into(),
             remote_addr: true,
             rekey_time: None,
+            reauth_time: None,
             children: vec![NvChild {
                 name: child.into(),
                 esp: esp.into(),
@@ -108,6 +110,9 @@ fn nv_config(lab: &Lab, conns: &[NvConn]) -> String {
         );
         if let Some(r) = c.rekey_time {
             t += &format!("rekey_time = \"{r}\"\n");
+        }
+        if let Some(r) = c.reauth_time {
+            t += &format!("reauth_time = \"{r}\"\n");
         }
         for ch in &c.children {
             t += &format!(
@@ -822,6 +827,75 @@ fn rekeys_from_both_sides_during_a_transfer() {
         .ping(NV, 2)
         .unwrap_or_else(|e| panic!("ping after the rekeys: {e}{}", s.logs()));
     assert!(out.contains("2 received"), "{out}");
+}
+
+/// Reauthentication (`reauth_time`, make-before-break) with charon 5.9.8 as the responder: a second IKE SA from
+/// the same peer without INITIAL_CONTACT, its child, then netveil's DELETE of the old IKE SA; pings pass all along.
+#[test]
+fn charon_accepts_netveils_reauthentication() {
+    let Some(_g) = prerequisites("reauth") else {
+        return;
+    };
+    let mut s = Site::new(&CharonOptions::default());
+    s.load(&[Site::swan_conn(
+        "site",
+        "aes128-sha256-x25519",
+        "net",
+        "aes128gcm16",
+        PSK,
+    )]);
+    let mut c = NvConn::new("site", "aes128-sha256-x25519", "net", "aes128gcm16", true);
+    c.reauth_time = Some("6s");
+    s.up(&[c], &[]);
+    let (old, _) = s.wait_up("net");
+    let old_spis = (old.initiator_spi, old.responder_spi);
+    // Pings every 0.2 s across the reauthentication (at 5.4 to 6 s).
+    let (src, dst) = (
+        SwanPair::inner(NV).to_string(),
+        SwanPair::inner(SW).to_string(),
+    );
+    let mut cmd = s.lab.command(
+        &s.ns[NV],
+        &[
+            "ping", "-n", "-c", "50", "-i", "0.2", "-W", "1", "-I", &src, &dst,
+        ],
+    );
+    cmd.stdin(std::process::Stdio::null());
+    let pings = std::thread::spawn(move || cmd.output());
+    wait_for(&s, "charon replaced the IKE SA", || {
+        let sas = s.charon.list_sas().unwrap();
+        sas.len() == 1
+            && (sas[0].initiator_spi, sas[0].responder_spi) != old_spis
+            && sas[0]
+                .child("net")
+                .is_some_and(|c| c.state == ChildState::Installed)
+    });
+    let out = pings.join().unwrap().expect("ping runs");
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("pings across the reauthentication: {out}");
+    assert!(out.contains("50 received"), "{out}{}", s.logs());
+    let sw = s.charon.log();
+    assert!(
+        sw.contains("received DELETE for IKE_SA site"),
+        "{}",
+        s.logs()
+    );
+    // The first IKE_AUTH asserts INITIAL_CONTACT, a reauthentication's does not (charon would drop the old SA).
+    let auths: Vec<&str> = sw
+        .lines()
+        .filter(|l| l.contains("parsed IKE_AUTH request"))
+        .collect();
+    assert!(auths.len() >= 2, "{auths:?}");
+    assert!(auths[0].contains("N(INIT_CONTACT)"), "{auths:?}");
+    assert!(
+        auths[1..].iter().all(|l| !l.contains("N(INIT_CONTACT)")),
+        "{auths:?}"
+    );
+    wait_for(&s, "one IKE SA and its child on both sides", || {
+        let sas = s.charon.list_sas().unwrap();
+        sas.len() == 1 && sas[0].children.len() == 1 && s.nv_sas().len() == 2
+    });
+    assert_same_spis(&s, "net");
 }
 
 /// Hybrid post-quantum fallback: netveil lists strongSwan 6's hybrid proposal (X25519 + ML-KEM-768 as ADDKE1,

@@ -87,6 +87,7 @@ struct RawConn {
     psk_file: Option<String>,
     dpd_delay: Option<toml::Value>,
     rekey_time: Option<toml::Value>,
+    reauth_time: Option<toml::Value>,
     over_time: Option<toml::Value>,
     rand_time: Option<toml::Value>,
     children: Option<Vec<toml::Value>>,
@@ -326,11 +327,21 @@ fn connection(
     };
     let dpd = dur(r.dpd_delay, "dpd_delay", Duration::ZERO);
     let rekey = dur(r.rekey_time, "rekey_time", Duration::from_secs(4 * 3600));
-    // swanctl: over_time defaults to 10% of rekey_time, rand_time to over_time.
-    let over = dur(r.over_time, "over_time", rekey / 10);
-    let rand = dur(r.rand_time, "rand_time", over);
+    let reauth = dur(r.reauth_time, "reauth_time", Duration::ZERO);
+    // swanctl: over_time defaults to 10% of rekey_time or reauth_time (the longer), rand_time to over_time (here
+    // at most 10% of the shorter, so that the defaults of `rekey_time = "1h"`, `reauth_time = "24h"` are valid).
+    let over = dur(r.over_time, "over_time", rekey.max(reauth) / 10);
+    let shortest = [rekey, reauth].into_iter().filter(|d| !d.is_zero()).min();
+    let rand_default = match shortest {
+        Some(s) if over >= s => s / 10,
+        _ => over,
+    };
+    let rand = dur(r.rand_time, "rand_time", rand_default);
     if !rekey.is_zero() && rand >= rekey {
         ok(Err(e(k("rand_time"), "must be below rekey_time")));
+    }
+    if !reauth.is_zero() && rand >= reauth {
+        ok(Err(e(k("rand_time"), "must be below reauth_time")));
     }
     let mut children = Vec::new();
     let raw_children = r.children.unwrap_or_default();
@@ -376,6 +387,7 @@ fn connection(
             life: rekey + over,
             rand,
         },
+        reauth,
         retransmit,
         children,
     })

@@ -61,6 +61,43 @@ fn one_error(from: &str, to: &str, key: &str) -> String {
     es.into_iter().find(|e| e.key == key).unwrap().reason
 }
 
+/// `reauth_time` (swanctl's): none by default; set, over_time defaults to 10% of the longer time and rand_time to
+/// at most 10% of the shorter.
+#[test]
+fn reauth_time() {
+    let c = parse_text(&base()).unwrap();
+    assert_eq!(c.connections[0].reauth, Duration::ZERO);
+    let with = |extra: &str| {
+        let t = base().replacen(
+            "rekey_time = \"4h\"",
+            &format!("rekey_time = \"1h\"\n{extra}"),
+            1,
+        );
+        parse_text(&t).unwrap().connections.remove(0)
+    };
+    let c = with("reauth_time = \"24h\"");
+    assert_eq!(c.reauth, Duration::from_secs(24 * 3600));
+    assert_eq!(c.lifetimes.rekey, Duration::from_secs(3600));
+    assert_eq!(
+        c.lifetimes.life - c.lifetimes.rekey,
+        Duration::from_secs(24 * 360),
+        "over_time"
+    );
+    assert_eq!(c.lifetimes.rand, Duration::from_secs(360), "rand_time");
+    let c = with("reauth_time = \"30m\"\nover_time = \"5m\"\nrand_time = \"1m\"");
+    assert_eq!(
+        c.reauth,
+        Duration::from_secs(1800),
+        "not above rekey_time: allowed"
+    );
+    assert_eq!(
+        c.lifetimes.life - c.lifetimes.rekey,
+        Duration::from_secs(300)
+    );
+    assert_eq!(c.lifetimes.rand, Duration::from_secs(60));
+    assert_eq!(with("reauth_time = \"0s\"").reauth, Duration::ZERO);
+}
+
 #[test]
 fn a_full_connection() {
     let c = parse_text(&base()).unwrap();
@@ -197,6 +234,26 @@ fn connection_errors_name_their_key() {
         &k("dpd_delay"),
     );
     one_error("rekey_time = \"4h\"", "rekey_time = true", &k("rekey_time"));
+    for bad in [
+        "\"-1h\"",
+        "-5",
+        "\"24 hours\"",
+        "\"24x\"",
+        "\"400d\"",
+        "true",
+    ] {
+        let reason = one_error(
+            "rekey_time = \"4h\"",
+            &format!("rekey_time = \"4h\"\nreauth_time = {bad}"),
+            &k("reauth_time"),
+        );
+        assert!(!reason.is_empty(), "{bad}");
+    }
+    one_error(
+        "rekey_time = \"4h\"",
+        "rekey_time = \"4h\"\nreauth_time = \"1h\"\nrand_time = \"1h\"",
+        &k("rand_time"),
+    );
     one_error(
         "rekey_time = \"4h\"",
         "rekey_time = \"4h\"\nrand_time = \"5h\"",

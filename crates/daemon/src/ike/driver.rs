@@ -530,5 +530,8 @@ pub fn explain(f: &Failure) -> String {
         Failure::NoMatchingConnection => "no connection matches the peer's addresses and identities \
                                            (check local_addrs, remote_addrs and the ids)"
             .into(),
+        Failure::ReauthFailed => "reauthentication failed (the new IKE SA's failure is logged before): this IKE \
+                                  SA and its CHILD_SAs stay until over_time after reauth_time, then go"
+            .into(),
     }
 }

@@ -405,6 +405,10 @@ fn failures_say_what_to_check() {
             vec!["NO_PROPOSAL_CHOSEN (14)"],
         ),
         (Failure::NoMatchingConnection, vec!["remote_addrs"]),
+        (
+            Failure::ReauthFailed,
+            vec!["reauthentication failed", "over_time"],
+        ),
     ];
     for (f, want) in cases {
         let s = driver::explain(&f);

@@ -222,6 +222,7 @@ impl Endpoint {
         // The handshake state goes once the first child is done (IkeSa::forget_handshake): a late copy of the
         // IKE_SA_INIT request then no longer matches and is dropped (the peer has moved on).
         sa.ike_rekey_at = self.ike_rekey_time(sa.conn, now);
+        self.reauth_up(sa, now);
         self.events.push_back(Event::IkeSaUp {
             ike_sa: sa.id,
             connection: self.connections[sa.conn].name.clone(),

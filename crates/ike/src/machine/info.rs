@@ -76,7 +76,9 @@ impl Endpoint {
         if sa.delete_queued {
             sa.delete_queued = false;
             self.send_delete_ike(sa, now);
+            return;
         }
+        self.reauth_next(sa, now);
     }
 
     /// An INFORMATIONAL DELETE of our CHILD_SA with inbound SPI `spi`; ChildSaDown follows the answer.

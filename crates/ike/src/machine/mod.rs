@@ -30,6 +30,7 @@ mod info;
 mod init;
 mod intermediate;
 mod pubkey;
+mod reauth;
 mod rekey;
 mod sa;
 mod status;
@@ -488,6 +489,7 @@ impl Endpoint {
         if let Some(spi) = sa.hs().first_child_spi {
             self.inbound_spis.remove(&spi);
         }
+        self.reauth_gone(&sa);
     }
 
     /// The name of a child of `sa` (its config's).
@@ -557,7 +559,11 @@ impl Endpoint {
             if sa.pending.is_some() || self.child_timers(sa, now) {
                 return true;
             }
-            if now >= sa.ike_rekey_at {
+            let replacing = self.reauth_timers(sa, now);
+            if sa.pending.is_some() || sa.state != State::Established {
+                return true;
+            }
+            if now >= sa.ike_rekey_at && !replacing {
                 self.send_rekey_ike(sa, now);
                 if sa.pending.is_some() {
                     return true;

@@ -164,6 +164,7 @@ impl Endpoint {
         sa.nat_remote = old.nat_remote;
         sa.children = std::mem::take(&mut old.children);
         sa.ike_rekey_at = self.ike_rekey_time(old.conn, now);
+        self.reauth_rekeyed(old, &mut sa);
         self.by_spi.insert(sa.our_spi(), id);
         self.events.push_back(Event::IkeSaUp {
             ike_sa: id,

@@ -138,6 +138,32 @@ pub struct Child {
     pub replaced: bool,
 }
 
+/// Reauthentication (`reauth_time`) of an IKE SA: boxed, an SA of a connection without it holds none.
+pub struct Reauth {
+    /// When the SA is reauthenticated (far off once that started), and when it goes if that failed (`over_time`
+    /// later).
+    pub at: Instant,
+    pub expire: Instant,
+    /// The new IKE SA that replaces this one, while it comes up.
+    pub by: Option<IkeSaId>,
+    /// On the new IKE SA: the old one it replaces (deleted once the children below are up), and the child configs
+    /// still to create with CREATE_CHILD_SA.
+    pub of: Option<IkeSaId>,
+    pub queue: Vec<usize>,
+}
+
+impl Reauth {
+    pub fn new(at: Instant, expire: Instant) -> Reauth {
+        Reauth {
+            at,
+            expire,
+            by: None,
+            of: None,
+            queue: Vec::new(),
+        }
+    }
+}
+
 /// The part of an IKE SA that only IKE_SA_INIT, IKE_INTERMEDIATE and IKE_AUTH use: boxed apart and dropped
 /// once the SA is up ([`IkeSa::forget_handshake`]).
 #[derive(Default)]
@@ -208,6 +234,8 @@ pub struct IkeSa {
     pub child_x: Option<Box<ChildExchange>>,
     /// When we rekey the IKE SA (set when it comes up).
     pub ike_rekey_at: Instant,
+    /// Reauthentication: its times, or what a new SA replacing an old one still has to do.
+    pub reauth: Option<Box<Reauth>>,
     /// The IKE_INTERMEDIATE exchanges (RFC 9242, 9370), when the chosen proposal has additional key exchanges.
     pub intermediate: Option<Box<super::intermediate::Intermediate>>,
     /// The peer's identity as it authenticated, where the configured remote id does not say it (`%any`): for
@@ -318,6 +346,7 @@ impl IkeSa {
             queued_child_deletes: Vec::new(),
             child_x: None,
             ike_rekey_at: now + Duration::from_secs(86400 * 365),
+            reauth: None,
             intermediate: None,
             peer_id: None,
         }
@@ -362,7 +391,12 @@ impl IkeSa {
                 at(c.rekey_at.min(c.expire_at));
             }
             at(self.ike_rekey_at);
-            if self.delete_queued || !self.queued_child_deletes.is_empty() {
+            if let Some(r) = &self.reauth {
+                at(r.at);
+                at(r.expire);
+            }
+            let reauth_due = self.reauth.as_ref().is_some_and(|r| r.of.is_some());
+            if self.delete_queued || !self.queued_child_deletes.is_empty() || reauth_due {
                 at(self.last_heard);
             }
         }

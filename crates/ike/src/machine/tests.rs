@@ -48,6 +48,7 @@ pub(super) fn conn(name: &str, local: &str, remote: &str) -> Connection {
         psk: Some(Secret::new(b"psk")),
         dpd_delay: None,
         lifetimes: life,
+        reauth: Duration::ZERO,
         retransmit: Retransmit::default(),
         children: vec![ChildConfig {
             name: "c".into(),

@@ -114,6 +114,7 @@ fn conn(
         psk: Some(Secret::new(PSK)),
         dpd_delay: None,
         lifetimes: life,
+        reauth: Duration::ZERO,
         retransmit: Retransmit::default(),
         children: vec![ChildConfig {
             name: "c1".into(),

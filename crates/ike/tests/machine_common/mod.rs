@@ -86,6 +86,7 @@ pub fn conn(
             life: Duration::from_secs(15840),
             rand: Duration::from_secs(0),
         },
+        reauth: Duration::ZERO,
         retransmit: Retransmit::default(),
         children,
     }

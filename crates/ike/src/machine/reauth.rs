@@ -1,0 +1,175 @@
+//! Reauthentication of an IKE SA (swanctl's `reauth_time`, strongSwan's `make_before_break = yes`): when it is
+//! due, a new IKE SA for the same connection comes up with a full IKE_SA_INIT and IKE_AUTH (new key exchange, new
+//! authentication; no INITIAL_CONTACT, as another IKE SA with the peer exists, see [`Endpoint::send_auth`]). The
+//! first CHILD_SA of the old one is re-created in IKE_AUTH, the others with CREATE_CHILD_SA, one after the other;
+//! only then is the old IKE SA deleted (its children with it): the data plane always has a CHILD_SA of each.
+//! Either side whose `reauth_time` is set does it, whichever was the original initiator (to the peer's current
+//! address at `remote_port`). If the new IKE SA fails, the old one stays until `over_time` after its reauth time,
+//! then is deleted; the failure names both. A rekey of the old IKE SA keeps its reauth time (a rekey is no new
+//! authentication, as strongSwan's `inherit_post`).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::sa::{IkeSa, Reauth, State};
+use super::Endpoint;
+use crate::event::{Failure, IkeSaId};
+use crate::keys::Role;
+
+/// "Never" for a timer.
+const FAR: Duration = Duration::from_secs(86400 * 365);
+
+impl Endpoint {
+    /// When an IKE SA of connection `conn` that comes up now is reauthenticated, and when it goes if that fails:
+    /// `reauth - random(0..rand_time)` (the jitter rule of [`Endpoint::ike_rekey_time`]), and `over_time` after
+    /// that. `None` without `reauth_time`.
+    fn reauth_times(&mut self, conn: usize, now: Instant) -> Option<(Instant, Instant)> {
+        let c = &self.connections[conn];
+        let (reauth, l) = (c.reauth, c.lifetimes);
+        if reauth.is_zero() {
+            return None;
+        }
+        let over = l.life.saturating_sub(l.rekey);
+        let mut r = [0u8; 8];
+        self.rng.fill(&mut r);
+        let rand = l.rand.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let jitter = if rand == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(u64::from_be_bytes(r) % rand)
+        };
+        let at = match reauth.saturating_sub(jitter) {
+            d if d.is_zero() => reauth,
+            d => d,
+        };
+        Some((now + at, now + at + over))
+    }
+
+    /// Sets the reauthentication times of an SA that just came up (keeping what a replacing SA still has to do).
+    pub(super) fn reauth_up(&mut self, sa: &mut IkeSa, now: Instant) {
+        match (self.reauth_times(sa.conn, now), &mut sa.reauth) {
+            (Some((at, expire)), Some(r)) => {
+                r.at = at;
+                r.expire = expire;
+            }
+            (Some((at, expire)), r @ None) => *r = Some(Box::new(Reauth::new(at, expire))),
+            (None, Some(r)) => {
+                r.at = now + FAR;
+                r.expire = now + FAR;
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// A rekey replaced `old` by `new` (same authentication): the reauth times and any reauthentication under way
+    /// move over.
+    pub(super) fn reauth_rekeyed(&mut self, old: &mut IkeSa, new: &mut IkeSa) {
+        new.reauth = old.reauth.take();
+        let Some(r) = &new.reauth else { return };
+        if let Some(by) = r.by {
+            if let Some(n) = self.sas.get_mut(&by).and_then(|n| n.reauth.as_mut()) {
+                n.of = Some(new.id);
+            }
+        }
+    }
+
+    /// The reauthentication timers of an established SA without a request outstanding: its expiry after a failed
+    /// reauthentication (DELETE), or the start of a new IKE SA. True when the SA is being replaced (no IKE rekey
+    /// then).
+    pub(super) fn reauth_timers(&mut self, sa: &mut IkeSa, now: Instant) -> bool {
+        let Some(r) = &sa.reauth else { return false };
+        if now >= r.expire {
+            self.send_delete_ike(sa, now);
+            return true;
+        }
+        if now >= r.at && r.by.is_none() {
+            self.start_reauth(sa, now);
+        }
+        sa.reauth.as_ref().is_some_and(|r| r.by.is_some())
+    }
+
+    /// Starts the new IKE SA that replaces `old`: its first child in IKE_AUTH, the others queued.
+    fn start_reauth(&mut self, old: &mut IkeSa, now: Instant) {
+        let conn = &self.connections[old.conn];
+        let mut cfgs: Vec<usize> = old
+            .children
+            .iter()
+            .filter(|c| !c.replaced)
+            .map(|c| c.cfg)
+            .collect();
+        if cfgs.is_empty() {
+            cfgs.push(0);
+        }
+        if let Some(r) = &mut old.reauth {
+            // Not again (a failed one is not retried: the SA goes at its expiry).
+            r.at = now + FAR;
+        }
+        if conn.children.is_empty() || self.sas.len() >= self.limits.ike_sa_max {
+            self.reauth_failed(old.conn, old.id);
+            return;
+        }
+        let first = cfgs.remove(0);
+        let remote = SocketAddr::new(old.remote.ip(), conn.remote_port);
+        let local = SocketAddr::new(old.local.ip(), 500);
+        let id = self.new_id();
+        let spi_i = self.new_ike_spi();
+        let mut sa = IkeSa::new(id, old.conn, Role::Initiator, spi_i, 0, local, remote, now);
+        sa.hs_mut().first_child = Some(first);
+        let mut r = Reauth::new(now + FAR, now + FAR);
+        r.of = Some(old.id);
+        r.queue = cfgs;
+        sa.reauth = Some(Box::new(r));
+        self.by_spi.insert(spi_i, id);
+        self.start_init(&mut sa, now);
+        self.sas.insert(id, Box::new(sa));
+        if let Some(r) = &mut old.reauth {
+            r.by = Some(id);
+        }
+    }
+
+    /// On a new IKE SA replacing an old one, once a response completed: the next child to re-create, or, all of
+    /// them done, the DELETE of the old IKE SA.
+    pub(super) fn reauth_next(&mut self, sa: &mut IkeSa, now: Instant) {
+        let old = loop {
+            if sa.pending.is_some() || sa.state != State::Established {
+                return;
+            }
+            let Some(r) = sa.reauth.as_mut() else { return };
+            let Some(old) = r.of else { return };
+            if r.queue.is_empty() {
+                r.of = None;
+                break old;
+            }
+            let cfg = r.queue.remove(0);
+            self.send_create_child(sa, cfg, None, now);
+        };
+        if let Some(mut o) = self.sas.remove(&old) {
+            if let Some(r) = &mut o.reauth {
+                r.by = None;
+            }
+            if o.state == State::Established {
+                self.send_delete_ike(&mut o, now);
+            }
+            self.sas.insert(old, o);
+        }
+    }
+
+    /// A new IKE SA replacing `sa.reauth.of` went before it was done: the old one stays until its expiry.
+    pub(super) fn reauth_gone(&mut self, sa: &IkeSa) {
+        let Some(old) = sa.reauth.as_ref().and_then(|r| r.of) else {
+            return;
+        };
+        let Some(o) = self.sas.get_mut(&old) else {
+            return;
+        };
+        if let Some(r) = &mut o.reauth {
+            r.by = None;
+        }
+        let conn = o.conn;
+        self.reauth_failed(conn, old);
+    }
+
+    fn reauth_failed(&mut self, conn: usize, old: IkeSaId) {
+        self.fail(conn, Some(old), Failure::ReauthFailed);
+    }
+}
