@@ -1,7 +1,7 @@
 //! IKE_AUTH (RFC 7296 1.2, 2.15) with pre-shared keys or certificates (the signatures in [`super::pubkey`]), and the first CHILD_SA (2.9 narrowing, 2.17 keys).
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::glue::{self, Range};
 use super::info::Outcome;
@@ -184,15 +184,7 @@ impl Endpoint {
             replaces: n.replaces,
         };
         let l = child.lifetimes;
-        let mut r = [0u8; 8];
-        self.rng.fill(&mut r);
-        let jitter = if l.rand.is_zero() {
-            Duration::ZERO
-        } else {
-            Duration::from_nanos(
-                u64::from_be_bytes(r) % (l.rand.as_nanos().min(u128::from(u64::MAX)) as u64),
-            )
-        };
+        let jitter = self.jitter(l.rand);
         let rekey = l.rekey.saturating_sub(jitter);
         // Room for exactly one more: a first push would make room for four (1.7 KB, mostly never used). The
         // selectors' lists too (collected, one selector has room for four: 72 bytes unused each).

@@ -412,6 +412,19 @@ impl Endpoint {
 
     // ---- helpers shared by the exchanges ----
 
+    /// A random part of `rand` (uniform in `[0, rand)`; zero for zero), what rekey and reauthentication times
+    /// are brought forward by. Draws 8 bytes from the RNG in every case.
+    pub(super) fn jitter(&mut self, rand: Duration) -> Duration {
+        let mut r = [0u8; 8];
+        self.rng.fill(&mut r);
+        let rand = rand.as_nanos().min(u128::from(u64::MAX)) as u64;
+        if rand == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(u64::from_be_bytes(r) % rand)
+        }
+    }
+
     fn new_id(&mut self) -> IkeSaId {
         let id = IkeSaId(self.next_id);
         self.next_id += 1;

@@ -30,14 +30,7 @@ impl Endpoint {
             return None;
         }
         let over = l.life.saturating_sub(l.rekey);
-        let mut r = [0u8; 8];
-        self.rng.fill(&mut r);
-        let rand = l.rand.as_nanos().min(u128::from(u64::MAX)) as u64;
-        let jitter = if rand == 0 {
-            Duration::ZERO
-        } else {
-            Duration::from_nanos(u64::from_be_bytes(r) % rand)
-        };
+        let jitter = self.jitter(l.rand);
         let at = match reauth.saturating_sub(jitter) {
             d if d.is_zero() => reauth,
             d => d,

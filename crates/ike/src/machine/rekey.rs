@@ -65,14 +65,7 @@ impl Endpoint {
     /// When the IKE SA is rekeyed: its rekey time less a random part of `rand`.
     pub(super) fn ike_rekey_time(&mut self, conn: usize, now: Instant) -> Instant {
         let l = self.connections[conn].lifetimes;
-        let mut r = [0u8; 8];
-        self.rng.fill(&mut r);
-        let rand = l.rand.as_nanos().min(u128::from(u64::MAX)) as u64;
-        let jitter = if rand == 0 {
-            Duration::ZERO
-        } else {
-            Duration::from_nanos(u64::from_be_bytes(r) % rand)
-        };
+        let jitter = self.jitter(l.rand);
         match l.rekey.saturating_sub(jitter) {
             d if d.is_zero() => now + Duration::from_secs(86400 * 365),
             d => now + d,
