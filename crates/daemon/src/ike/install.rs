@@ -440,6 +440,18 @@ impl Installer {
     }
 
     fn install_timed(&mut self, c: &ChildSa) -> Result<u64, InstallError> {
+        if c.replaces.is_none() {
+            // The usual case: every pair of selectors under a configured policy. Both SAs and the bound policies
+            // go in as one change (one snapshot for the data plane; all or nothing).
+            if let Some((instance, ops, record)) = self.prepare_new(c)? {
+                let (i, o) = Self::sa_names(instance);
+                self.port
+                    .batch(ops)
+                    .map_err(refused(format!("CHILD_SA {i} and {o}")))?;
+                self.by_inbound.insert(c.inbound.spi, record);
+                return Ok(instance);
+            }
+        }
         let old = c.replaces.and_then(|spi| self.by_inbound.remove(&spi));
         let instance = old.as_ref().map_or_else(
             || {
@@ -489,19 +501,6 @@ impl Installer {
                 return Err(e);
             }
             self.pending_out.insert(replaced, (c.inbound.spi, outbound));
-        } else if let Some(binds) = self.bound_pairs(instance, c) {
-            // The usual case: every pair of selectors under a configured policy. Both SAs and the bound policies
-            // go in as one change (one snapshot for the data plane; all or nothing).
-            let mut ops = vec![SaOp::AddIn(inbound), SaOp::AddOut(outbound)];
-            installed.policies = binds.iter().map(|(p, _)| p.name.clone()).collect();
-            ops.extend(
-                binds
-                    .into_iter()
-                    .map(|(policy, cover)| SaOp::Bind { policy, cover }),
-            );
-            self.port
-                .batch(ops)
-                .map_err(refused(format!("CHILD_SA {in_name} and {out_name}")))?;
         } else {
             self.port
                 .sa_add_in(inbound)
