@@ -269,3 +269,95 @@ fn negotiated_keys_need_no_mark_or_floor_on_a_new_state_dir() {
     let p = inb(Negotiated::keys(), 0x1030).into_params();
     assert_eq!(AnySaParams::from_params(p).keys(), KeyOrigin::Configured);
 }
+
+/// A batch is all or nothing, in every order of refusal: a refused op late in the batch (here a policy bound
+/// under a policy that does not exist, then a duplicate SPI, then the removal of an unknown policy) undoes the SAs
+/// added, the policy bound and the policy and SA removed before it, with no snapshot published in between; the
+/// same ops without the bad one go in together.
+#[test]
+fn a_refused_op_undoes_the_whole_batch() {
+    let dir = crate::state::test_dir("sa-port-batch");
+    let a = engine(&dir);
+    let port: Arc<dyn SaPort> = Arc::new(IpPort(a.clone()));
+    let out_policy = |name: &str, sa: &str, sel: &str| PolicyParams {
+        name: name.into(),
+        direction: PDir::Out,
+        selector: selector("10.1.0.0/16", sel),
+        action: PolicyAction::Protect(vec![sa.into()]),
+    };
+    port.policy_add(out_policy("cover", "none", "10.2.0.0/16"), None)
+        .unwrap();
+    port.sa_add_out(OutboundSaParams {
+        sa: common("old", 0x500, "192.0.2.1", "192.0.2.2"),
+        tfc_pad_to: 0,
+    })
+    .unwrap();
+    port.batch(vec![SaOp::Bind {
+        policy: out_policy("old-o", "old", "10.2.9.0/24"),
+        cover: "cover".into(),
+    }])
+    .unwrap();
+    let state = |s: &Shared| {
+        let snap = s.db.load();
+        let sas: Vec<String> = snap
+            .sad
+            .iter()
+            .map(|r| r.base().params.name.clone())
+            .collect();
+        let pols: Vec<String> = snap.policies.iter().map(|p| p.rule.name.clone()).collect();
+        (sas, pols, snap.generation)
+    };
+    let before = state(&a);
+    let new_ops = |bad: Option<SaOp>| {
+        let mut ops = vec![
+            SaOp::DelPolicy("old-o".into()),
+            SaOp::DelSa("old".into()),
+            SaOp::AddIn(InboundSaParams {
+                sa: common("n-in", 0x600, "192.0.2.1", "192.0.2.2"),
+                replay_window: 64,
+            }),
+            SaOp::AddOut(OutboundSaParams {
+                sa: common("n-out", 0x601, "192.0.2.1", "192.0.2.2"),
+                tfc_pad_to: 0,
+            }),
+            SaOp::Bind {
+                policy: out_policy("n-o", "n-out", "10.2.1.0/24"),
+                cover: "cover".into(),
+            },
+        ];
+        ops.extend(bad);
+        ops
+    };
+    for (bad, key) in [
+        (
+            SaOp::Bind {
+                policy: out_policy("n-o2", "n-out", "10.2.2.0/24"),
+                cover: "missing".into(),
+            },
+            "policy.cover",
+        ),
+        (
+            SaOp::AddIn(InboundSaParams {
+                sa: common("n-in2", 0x600, "192.0.2.1", "192.0.2.2"),
+                replay_window: 64,
+            }),
+            "sa.spi",
+        ),
+        (SaOp::DelPolicy("nope".into()), "name"),
+    ] {
+        let e = port.batch(new_ops(Some(bad))).unwrap_err();
+        assert_eq!(e.key, key, "{e:?}");
+        assert_eq!(
+            state(&a),
+            before,
+            "refused ({key}): nothing changed, nothing published"
+        );
+    }
+    port.batch(new_ops(None)).unwrap();
+    let (sas, pols, generation) = state(&a);
+    assert_eq!(sas, ["n-in", "n-out"]);
+    assert_eq!(pols, ["n-o", "cover"]);
+    assert_ne!(generation, before.2, "published");
+    drop((port, a));
+    let _ = std::fs::remove_dir_all(&dir);
+}
