@@ -380,7 +380,8 @@ pub trait SaPort: Send + Sync {
     /// killed daemon covers its traffic too.
     fn policy_add(&self, p: PolicyParams, position: Option<usize>) -> Result<(), ChangeError>;
     fn policy_del(&self, name: &str) -> Result<(), ChangeError>;
-    /// A policy in memory only, bound under the policy `cover` (placed just before it; its selector within
+    /// A policy in memory only, bound under the policy `cover` (placed before it and before the policies already
+    /// bound under it: the newest first; its selector within
     /// `cover`'s, same direction, both IPsec protect): `cover`'s nftables rules keep its traffic fail-closed, so
     /// nothing is reloaded or stored. Removed with [`SaPort::policy_del`].
     fn policy_bind(&self, p: PolicyParams, cover: &str) -> Result<(), ChangeError> {

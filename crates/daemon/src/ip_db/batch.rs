@@ -235,6 +235,13 @@ impl Db {
                     });
                 }
                 st.neutral.bound(t, &p.sa_names);
+                // Newest first, ahead of those already bound under `cover`: where a new CHILD_SA's selectors
+                // repeat an older one's (reauthentication, a peer's restart), traffic moves to the new SAs the
+                // moment they are in, as the peer's does when it answers (the old ones go shortly after).
+                let at = t.policies[..at]
+                    .iter()
+                    .position(|o| t.bound.get(&o.name) == Some(&cover))
+                    .unwrap_or(at);
                 let name = p.name.clone();
                 t.policies.insert(at, Arc::new(p));
                 st.undo.push(Undo::PolicyInserted(at));

@@ -228,8 +228,8 @@ impl Db {
         Ok(())
     }
 
-    /// A policy in memory only, just before the policy `cover` (same direction, both protecting with IPsec SAs),
-    /// whose selector must contain `params`'s: `cover`'s nftables rules already keep its traffic fail-closed, so
+    /// A policy in memory only, before the policy `cover` and the ones bound under it (the newest first; same
+    /// direction, both protecting with IPsec SAs), whose selector must contain `params`'s: `cover`'s nftables rules already keep its traffic fail-closed, so
     /// the table is not rewritten (no `nft` run) and nothing is stored in the state directory (`cover` is). What
     /// the IKE driver binds a negotiated CHILD_SA's (maybe narrowed) selectors with, under the policy it installed
     /// at start from the configured ones. Removed by [`Db::policy_del`]; `cover` cannot be removed while policies
