@@ -9,9 +9,15 @@
 //!   IKEv2 does, RFC 7296 §2.14); ECP the x coordinate of the shared point (32 or 48 bytes, RFC 5903 section 7).
 //! - ECP private keys are scalars drawn from the caller's generator: 32 or 48 random bytes, drawn again in the
 //!   rare case they are not in `[1, n - 1]`.
-//! - MODP private exponents are 512 random bits: above the exponent sizes RFC 3526 §8 gives for the groups'
-//!   strength (at most 320 bits for group 14 and 420 bits for group 15, estimate 2), and far below the cost of a
-//!   full-size exponent. The exponent's bit length (512) is the only thing the exponentiation's timing depends on.
+//! - MODP private exponents are 320 random bits in group 14 and 448 in group 15: the top of the exponent sizes
+//!   RFC 3526 §8 gives for the groups' strength (220-320 and 260-420 bits), above NIST SP 800-56A Rev. 3's
+//!   minimum for these safe-prime groups (twice the security strength: 224 and 256 bits), and far below the cost
+//!   of a full-size exponent. The exponent's bit length is the only thing the exponentiations' timing depends on.
+//! - `g^x` (the public value) uses a fixed-base comb for g = 2: a table of `2^(k * 16^j)` built once per process
+//!   and group when first used (320 KiB for group 14, 672 KiB for group 15), so that `g^x` is one Montgomery
+//!   multiplication per 4-bit digit of `x` (80 or 112), each digit's entry selected by a constant-time scan of its
+//!   16 candidates, instead of a squaring per bit on top. The shared secret `y^x` (a new base each time) uses
+//!   crypto-bigint's fixed-window exponentiation bounded to the exponent's length.
 //! - Peer values are validated: MODP `1 < y < p - 1` (0, 1, p - 1 and anything not below p are refused, and
 //!   so is a wrong length); X25519 refuses a shared secret of all zeros (a low-order peer point); ECP refuses a
 //!   wrong length and a point not on the curve (aws-lc checks the decoded point; the point at infinity has no
@@ -20,7 +26,9 @@
 //! Private keys and shared secrets are zeroized when dropped and never printed.
 
 use crypto_bigint::modular::runtime_mod::{DynResidue, DynResidueParams};
-use crypto_bigint::{Uint, U2048, U3072, U512};
+use crypto_bigint::subtle::{ConditionallySelectable, ConstantTimeEq};
+use crypto_bigint::{Limb, Uint, Word, U2048, U3072, U512};
+use std::sync::OnceLock;
 use zeroize::Zeroizing;
 
 use aws_lc_rs::agreement;
@@ -34,10 +42,10 @@ const MODP2048_P: &str = "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E
 /// RFC 3526 group 15: `2^3072 - 2^3008 - 1 + 2^64 * ([2^2942 pi] + 1690314)`.
 const MODP3072_P: &str = "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7EDEE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF0598DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3BE39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF6955817183995497CEA956AE515D2261898FA051015728E5A8AAAC42DAD33170D04507A33A85521ABDF1CBA64ECFB850458DBEF0A8AEA71575D060C7DB3970F85A6E1E4C7ABF5AE8CDB0933D71E8C94E04A25619DCEE3D2261AD2EE6BF12FFA06D98A0864D87602733EC86A64521F2B18177B200CBBE117577A615D6C770988C0BAD946E208E24FA074E5AB3143DB5BFCE0FD108E4B82D120A93AD2CAFFFFFFFFFFFFFFFF";
 
-/// Bits of a MODP private exponent.
-pub const MODP_EXPONENT_BITS: usize = 512;
-/// Bytes of a MODP private exponent (as [`KeyPair::from_private`] takes it, big-endian).
-pub const MODP_EXPONENT_LEN: usize = MODP_EXPONENT_BITS / 8;
+/// Bits of a MODP private exponent in group 14 (RFC 3526 §8's largest estimate for the group: 320).
+const MODP2048_EXPONENT_BITS: usize = 320;
+/// Bits of a MODP private exponent in group 15 (RFC 3526 §8's largest estimate, 420, rounded up to whole words).
+const MODP3072_EXPONENT_BITS: usize = 448;
 
 /// A Diffie-Hellman group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,12 +91,13 @@ impl Group {
         }
     }
 
-    /// Length of the private key [`KeyPair::from_private`] takes: 32 for X25519, [`MODP_EXPONENT_LEN`] for MODP,
-    /// the scalar's 32 or 48 bytes for ECP.
+    /// Length of the private key [`KeyPair::from_private`] takes: 32 for X25519, the exponent's 40 (group 14) or
+    /// 56 bytes (group 15) for MODP, the scalar's 32 or 48 bytes for ECP.
     pub fn private_len(self) -> usize {
         match self {
             Group::X25519 | Group::Ecp256 => 32,
-            Group::Modp2048 | Group::Modp3072 => MODP_EXPONENT_LEN,
+            Group::Modp2048 => MODP2048_EXPONENT_BITS / 8,
+            Group::Modp3072 => MODP3072_EXPONENT_BITS / 8,
             Group::Ecp384 => 48,
         }
     }
@@ -146,48 +155,111 @@ fn be_bytes<const LIMBS: usize>(x: &Uint<LIMBS>) -> Vec<u8> {
     out
 }
 
-/// `base^exp mod p` for a 512-bit exponent, in constant time for a given exponent length.
+/// `base^exp mod p` for an exponent of at most `bits` bits, in constant time for a given `bits`.
 fn modp_pow<const LIMBS: usize>(
-    p: &Uint<LIMBS>,
+    params: DynResidueParams<LIMBS>,
     base: &Uint<LIMBS>,
     exp: &U512,
+    bits: usize,
 ) -> Zeroizing<Uint<LIMBS>> {
-    let params = DynResidueParams::new(p);
     let b = DynResidue::new(base, params);
-    let mut r = b.pow_bounded_exp(exp, MODP_EXPONENT_BITS);
+    let mut r = b.pow_bounded_exp(exp, bits);
     let out = Zeroizing::new(r.retrieve());
     zeroize::Zeroize::zeroize(&mut r);
     out
 }
 
-fn modp_public<const LIMBS: usize>(p_hex: &str, x: &U512) -> Vec<u8> {
-    let p = Uint::<LIMBS>::from_be_hex(p_hex);
-    let y = modp_pow(&p, &Uint::<LIMBS>::from_u8(2), x);
-    be_bytes(&*y)
+/// Digits of the comb: 4 bits each, so that a digit never straddles two words.
+const COMB_BITS: usize = 4;
+
+/// The fixed-base comb for g = 2 in one MODP group (see the module documentation).
+struct Comb<const LIMBS: usize> {
+    params: DynResidueParams<LIMBS>,
+    /// Exponent bits covered: `table.len() * COMB_BITS`.
+    bits: usize,
+    /// `table[j][k] = 2^(k * 16^j) mod p`, in Montgomery form.
+    table: Box<[[Uint<LIMBS>; 1 << COMB_BITS]]>,
+}
+
+impl<const LIMBS: usize> Comb<LIMBS> {
+    fn new(p_hex: &str, bits: usize) -> Comb<LIMBS> {
+        let params = DynResidueParams::new(&Uint::<LIMBS>::from_be_hex(p_hex));
+        let mut base = DynResidue::new(&Uint::from_u8(2), params);
+        let table = (0..bits.div_ceil(COMB_BITS))
+            .map(|_| {
+                let mut row = [Uint::ZERO; 1 << COMB_BITS];
+                let mut acc = DynResidue::one(params);
+                for e in row.iter_mut() {
+                    *e = *acc.as_montgomery();
+                    acc *= base;
+                }
+                // acc = base^16: the next digit's base.
+                base = acc;
+                row
+            })
+            .collect();
+        Comb {
+            params,
+            bits,
+            table,
+        }
+    }
+
+    /// `2^x mod p` for `x` below `2^bits`: one multiplication per digit, whose table entry is found by a scan of
+    /// the whole row (constant time: the same loads and operations whatever the digit).
+    fn pow(&self, x: &U512) -> Zeroizing<Uint<LIMBS>> {
+        debug_assert!(x.bits() <= self.bits);
+        let words = x.as_words();
+        let mut acc = DynResidue::one(self.params);
+        let mut entry = Zeroizing::new(Uint::<LIMBS>::ZERO);
+        for (j, row) in self.table.iter().enumerate() {
+            let at = j * COMB_BITS;
+            let digit: Word =
+                (words[at / Limb::BITS] >> (at % Limb::BITS)) & ((1 << COMB_BITS) - 1);
+            for (k, v) in row.iter().enumerate() {
+                entry.conditional_assign(v, (k as Word).ct_eq(&digit));
+            }
+            acc *= DynResidue::from_montgomery(*entry, self.params);
+        }
+        let out = Zeroizing::new(acc.retrieve());
+        zeroize::Zeroize::zeroize(&mut acc);
+        out
+    }
+}
+
+static COMB_2048: OnceLock<Comb<{ U2048::LIMBS }>> = OnceLock::new();
+static COMB_3072: OnceLock<Comb<{ U3072::LIMBS }>> = OnceLock::new();
+
+fn comb_2048() -> &'static Comb<{ U2048::LIMBS }> {
+    COMB_2048.get_or_init(|| Comb::new(MODP2048_P, MODP2048_EXPONENT_BITS))
+}
+
+fn comb_3072() -> &'static Comb<{ U3072::LIMBS }> {
+    COMB_3072.get_or_init(|| Comb::new(MODP3072_P, MODP3072_EXPONENT_BITS))
 }
 
 /// Checks `1 < peer < p - 1` and computes `peer^x mod p`, big-endian at full length.
 fn modp_agree<const LIMBS: usize>(
-    p_hex: &str,
+    comb: &Comb<LIMBS>,
     x: &U512,
     peer: &[u8],
 ) -> Result<Zeroizing<Vec<u8>>, KeyError> {
-    if peer.len() != LIMBS * crypto_bigint::Limb::BYTES {
+    if peer.len() != LIMBS * Limb::BYTES {
         return Err(bad_peer());
     }
-    let p = Uint::<LIMBS>::from_be_hex(p_hex);
+    let p = comb.params.modulus();
     let y = Uint::<LIMBS>::from_be_slice(peer);
     let p_minus_1 = p.wrapping_sub(&Uint::ONE);
     // Public values: ordinary comparisons are fine.
     if y <= Uint::ONE || y >= p_minus_1 {
         return Err(bad_peer());
     }
-    let z = modp_pow(&p, &y, x);
+    let z = modp_pow(comb.params, &y, x, comb.bits);
     if *z == Uint::ONE {
         // Impossible for a valid y and a nonzero exponent below q; refuse rather than hand out a known secret.
         return Err(bad_peer());
     }
-    let mut out = Zeroizing::new(Vec::with_capacity(LIMBS * crypto_bigint::Limb::BYTES));
+    let mut out = Zeroizing::new(Vec::with_capacity(LIMBS * Limb::BYTES));
     for w in z.as_words().iter().rev() {
         out.extend_from_slice(&w.to_be_bytes());
     }
@@ -208,7 +280,7 @@ impl KeyPair {
     }
 
     /// A key pair from a fixed private key: 32 bytes for X25519 (clamped as RFC 7748 prescribes), a
-    /// [`MODP_EXPONENT_LEN`]-byte big-endian exponent for MODP, a big-endian scalar in `[1, n - 1]` for ECP. For
+    /// big-endian exponent of [`Group::private_len`] bytes for MODP, a big-endian scalar in `[1, n - 1]` for ECP. For
     /// known-answer tests only.
     #[doc(hidden)]
     pub fn from_private(group: Group, private: &[u8]) -> Result<KeyPair, KeyError> {
@@ -228,11 +300,14 @@ impl KeyPair {
                 (Secret::X25519(s), p.as_bytes().to_vec())
             }
             Group::Modp2048 | Group::Modp3072 => {
-                let x = Zeroizing::new(U512::from_be_slice(private));
+                // Left-padded to U512's 64 bytes: the exponent stays below 2^(8 * private_len).
+                let mut padded = Zeroizing::new([0u8; U512::BYTES]);
+                padded[U512::BYTES - private.len()..].copy_from_slice(private);
+                let x = Zeroizing::new(U512::from_be_slice(&*padded));
                 let public = if group == Group::Modp2048 {
-                    modp_public::<{ U2048::LIMBS }>(MODP2048_P, &x)
+                    be_bytes(&*comb_2048().pow(&x))
                 } else {
-                    modp_public::<{ U3072::LIMBS }>(MODP3072_P, &x)
+                    be_bytes(&*comb_3072().pow(&x))
                 };
                 (Secret::Modp(x), public)
             }
@@ -281,8 +356,8 @@ impl KeyPair {
                 Ok(Zeroizing::new(shared.as_bytes().to_vec()))
             }
             Secret::Modp(x) => match self.group {
-                Group::Modp2048 => modp_agree::<{ U2048::LIMBS }>(MODP2048_P, x, peer_public),
-                _ => modp_agree::<{ U3072::LIMBS }>(MODP3072_P, x, peer_public),
+                Group::Modp2048 => modp_agree(comb_2048(), x, peer_public),
+                _ => modp_agree(comb_3072(), x, peer_public),
             },
             Secret::Ecp(k) => {
                 if peer_public.len() != self.group.public_len() {

@@ -1,7 +1,7 @@
 //! Diffie-Hellman: RFC 7748 X25519 vectors, RFC 3526 MODP groups checked against an independent oracle (Python's
 //! built-in `pow`), agreement between two fresh key pairs, and refusal of invalid peer values.
 
-use netveil_crypto::dh::{Group, KeyPair, MODP_EXPONENT_LEN};
+use netveil_crypto::dh::{Group, KeyPair};
 use netveil_crypto::rand::OsRng;
 use netveil_crypto::KeyError;
 
@@ -143,7 +143,8 @@ const P3072: &str = "
     BBE117577A615D6C770988C0BAD946E208E24FA074E5AB3143DB5BFCE0FD108E4B82D120A93AD2CAFFFFFFFFFFFFFFFF
 ";
 
-/// Fixed private exponents (64 bytes, big-endian).
+/// Fixed private exponents (big-endian): each group takes the first `Group::private_len` bytes (40 for group 14,
+/// 56 for group 15).
 const XA: &str = "0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f40";
 const XB: &str = "0b30557a9fc4e90e33587da2c7ec11365b80a5caef14395e83a8cdf2173c6186abd0f51a3f6489aed3f81d42678cb1d6fb20456a8fb4d9fe23486d92b7dc0126";
 
@@ -153,43 +154,65 @@ const XB: &str = "0b30557a9fc4e90e33587da2c7ec11365b80a5caef14395e83a8cdf2173c61
 //     n=(p.bit_length()+7)//8*2;print(format(pow(2,xa,p),'0%dx'%n));print(format(pow(pow(2,xb,p),xa,p),'0%dx'%n))" \
 //     P XA XB
 //
-// with P the prime (hex, whitespace removed): the first line is g^xa mod p, the second (g^xb)^xa mod p.
+// with XA and XB cut to the group's exponent length
+// and P the prime (hex, whitespace removed): the first line is g^xa mod p, the second (g^xb)^xa mod p.
 
 const PUB_A_2048: &str = "
-    ca737546c70b3a25a43d745a3e31526b3fc9f28dca1b890fed9c1cc46a1d23022c597a3f9dcc6de91383f788f139e35c
-    290558305a7935d242e1ca4d830a0b94abdc8b3f1bc6b0c43c6e8330b29a5f61ae8ac3ebddebbd69206d41fe819e975e
-    982b4d290a93c8ecb87ec2c2e363544fe5b9f44af371e15c9f5d3c83e7904001bb9cf1667538acd767c24f2bed29ae16
-    5c5e3ad7ca009d9c801eb75febd18c50477ac0ae9562c684efd4d0c696046f8a95603d228c6c407f8d15d6aba62f433c
-    6b023e8f2d9722cd34bd355dc2496693ee66a3cdc55d1ee1d7766554428a0b1299b5882359f9de57ca7a3ba3c3ca2d55
-    2ac6584a7ce9fd4846140888a7b411f8
+    f0cdbd67b9f7aa420ec897f258819be9496e9a0a5726c89df16dd7f451c98e45fb7738b946ffcc3743438f668c562d06
+    c65d330de82a1078bf6f9292fdc86bec74ac0c26640704012785c1611d3c4f3ec28877eff3f5b11ce33a905b731dafca
+    c4daf7e440d201db0ec4888a4e080572c92c1db2886612a28b6ab995987c8767b6a3f577e277713abefe80b9948bd5b7
+    1b931d19185d503acf998c6e4b1cdaa3bc6b1ba20c71e6aceab8bdbf477c4706bea69f095f7687f47e93f99695fe582c
+    7cab8d33f0267dbf4aab867f3a7f7a7f626e520129cd0fa3c7dc290f59217de17293bef38ae9b3bd3829226a08f611a9
+    077a9acf31a954332f5a54d6eb7d524b
 ";
 const SHARED_2048: &str = "
-    f409475f31fc31d11fbf17788f1df5b5f393245b6942ed80ff422a3897762c979ccdcc3536cbd6d9294400581597607d
-    f11d6848c30b77355bd014d7c908f3f5e536d08bcb0672958ca79ed172f09188d837b0d577f8c71c9064b108c57e7ca7
-    e9cffd6dec73d4db86989fa8c22580a731af26db92e8dc051ba4bc3fe7595482c0dda5b5e5b6cf2b16013fbca82bfe1f
-    b3e3fae31a9f8b665692a77ab948bc92902cd0b594fab67faea55a394a3188c26f73761cb16a30a18b79639001580257
-    c48a2b23e6f41581d9d3e632dadda1c6432fd5d4f829d07e00e0a9f8110b46f48afddea65a8ffd58c58317776f030d9b
-    6cd19839fb6b31acb6d3df851052f26c
+    e3e9c4d8e0ba5789b121816d0122c8b8574ba85d95be6cc9360f0e4fa0f5610ec646aa8da5a30661378b7c650360329d
+    38b0710c1ac1e0ba29cc5c6fdb4b5fd804e66f8af4fc5cbef694da35c1382533a237c35e3b0e6dd14948a320b4535821
+    089dbe5c3925bb9cafdef686984fe1c18544244c8feab3bb74189231b6a96b5e7f1a55b625663623afd8b4c71790bca2
+    218c7a6ef6f0609060aced50ec5ba361ce8f183807fa2931338a68dc4961590bd6486ea5b07009cfd484523d09018847
+    e4ec5914adb0eaf823e0e059c5a6128f36c27b3fe09ffc4a52eb5e35d7ae97b0e96360c2a00d771cf68b941b4c150e38
+    b747178196d2e80753956864e94c2360
 ";
 const PUB_A_3072: &str = "
-    0526a7a4db46a66b53746f0b8f46c3f3a4ef56c46cf2c5d62b4422d403a1c523eeb3a06a83627dd1efda0859f70e2dd4
-    684f314990a9c5c095a5bafaaf678d34419bc9ea80d004b643bc929b7e9cecaec1512be0fd1fc60c457c96980a068f1f
-    6b8b2ae6fa785c6c0d04518a69d5fe9b5f4e5fff4b81af98a6530c30e8a1aea532055d561e14917dbbbd7b493e558a6d
-    211b6f8485064350340784b577f36ce25409b0863212402cee7cae11553585250347a9328f9611cdac21a7a17ce9c221
-    e8703a3ad5a19d4f44c2d08201ee04ebe5182d6cb7b0fd729d1f40ca3ced03cf8d15387e5b3697f07bf842608e63681a
-    57d9d5367ccac65a9c09b7c9bc653c3cbfc2b68ba924b3e2e45fae0a9da81a7f590267ed595c31275e49be41504c777b
-    61b51231e263ebab488b5abeb5bd4805b719c1ae1301dd3c79a1b6a747885ed8016f109b26f1a415e01b2d1d6358cd39
-    859d806be6ee5884d4faad5670e2e5b0588fed47702a28e290599efb7a2b0b257aa30d7d05719622ed53e2610f866fa0
+    7d7010a74da2fbc2786136f1d0ecb1b3d9d00ba22f7c6a50b76fb9b51b5d3f51954fd6aeafd472eef87adb835ae2474b
+    8e2b3ddf07c5d4ddcb7674fe70221854d1cc6b3873ccaed1bf7ce9c2ad88907c286dd90aa84771bc93b0dc1f622a2f4f
+    3736d2e59eb18ae892f98bbacee7d8f99f0294235db0061f757927fcbcda4ee49977631a96f1722c4b8fe329a56b2c8f
+    14485216e986b19a04679ca4bdf339ec09cbc1de6c0663e7e486185497aea51fe818402cf3dedf6fda2574090281f7f5
+    df01b5848102bd9dcf45780443bcaa41c4a981379f08980dd87187c08d3656dcf6a1e98426e0d58782327653b9dec9d7
+    94f72955f61575b8d18b18c257239ef620ac0790eb84ab82134ec9301b8dcc7e5175a1942dc009238d87f4cb510db37a
+    a504012de70292fb15f5841d8a9c0f7472fed0ef505f7dfbdc9b8c2b2372740cdaa7792fde7c3695e0e61e6fdf3053f5
+    898a81e444972abf8f60032d3579f8d0750124a3c7d7f746bcfde682b2f0f647a3d14933feb935ee48eb400f9117278c
 ";
 const SHARED_3072: &str = "
-    78aa83c567baa6eb4ed213967f0d7cc125078aa92d307a3e29aadb84be67346e7b89763f57ea60f0a41d997bf28b0b35
-    a6228e8c23d4001ee3f415d4cecd13e74032341f4867b129fb22c00660b461e80d730289a80d80a5695885f3d0fa5ae9
-    cd20c9456030f26607f31a1b1e76503e9fb43e77e9e822a00733ad67338a90e0ad81014fba6deaf61e5c9ac2ff5c24de
-    cb7ebbdf1ae3a991ce75ae208540360c198216f53e8a5b22e1975777f9137a6dc2c92e084795ebb853b6253a6de0205c
-    3dc9940f643221e1582ae7e36ce9afdf11199fcf01c5e7b6b62b9319f4ba2d6303675818427d7099fec3b40eded7471e
-    d77d15bf711f2625bbeeb82e9f83d762c910379ddd5a43ad02dfb02221d0487c5348cd2cdadf07571ec875893b520719
-    ed0542ae8333517eb83ccfc5472e4478ea4c3d29b803b6b252dae55b2901de6ebe9415849b6ccee1ef21ac5b2aef8da6
-    7febb418c226ac17527e0027d1bc10fc36ebf29f481c41eea9c54d16f560f8ec01d622e5c7ca4ac2bb8a9d2c7bbfe5e0
+    73281cb89eecf8a7e63e7411d614ddc6b75c85badf237c2a8ad6fed2bf793d65ff2f03a2870aa8220589af1c1b887fd3
+    371a26ec9bb1aa882244734109e32b79515b85a65ca89ca49554c82a68ff2ac5ec7a300dc1e956086278fd71480bd9be
+    f94f6b328d142910f44a14c411add423a5f4eeac056f42e27ed466ae24a8386294e271841e8f33806f38a37f751a759b
+    92a50a57f076c91eca71aec2557a04040793816a2cbe0ec8e0243c159536a0a7b40978d563f0cde58e20d2b3e7621fa7
+    158f44fe42da6fe6253e1061e83563348a38e73cf053ffa651c300ee1d6b2f0852af82861dda925c717fb816e05d1df9
+    b59b53b41d43ac686098e1df3d776b581647f8f54e099d6cc3604e226d4333ee8dd780e9b1806933a5a3f700b4d92cc9
+    7b2351ce4295f9e6f2c5954f63d4d5f0c65f973d3a08102f0e9c8e712839300adfa1ad0ec25675f429454eec0d126c7c
+    65e9c88bf3d2c3a3a25de7aa87862abb05947c575b99e21c76714031430e14c18d12efe93588b084b82f1ff015a408f1
+";
+
+/// `g^x` for the largest exponent of each group (every bit set: 320 and 448 bits), with the same oracle:
+/// `pow(2, 2**bits - 1, p)`. Every digit of the comb's table is at its last entry.
+const PUB_MAX_2048: &str = "
+    b779d89fb8d687d214468784e7d1ebc62c7881934223d02f6cf97c2c0770bc620467a183c514079d8c928e64c6b2780b
+    d8459ad23becf23f19b81b97a1ee45f61790bcbb81642d5b1457cb810f75f7f1c53c58d8aded024c8f9db821c00de73c
+    50cdc815a21c3d0e8cc19fd5f01c2e1ae2a7468e1ea617c75b8206b1a3d81f91b13b6d483234cbd87641a3e783add682
+    3aa056ccfa57fc12a1ff26ebfc5d54e7aa5b721c30aaa8e2d5e3464c106fd3207973e84d576884e6180528c2f565767f
+    c064649ae2febbe9d37535d417cad1c70443762a1c92487327b019be99fec70b6843d7bbad9915ea7c7a5e989232f8c3
+    841ec2876ca4d96765c1a9475791c144
+";
+const PUB_MAX_3072: &str = "
+    939ee304fb471ec7ea90650392d8bee56c92e93310c732ed0553dec9c062062403b3852009ddb401625312fc8c0e02db
+    7d012b6acffb7ecdc9ca36edc22a9e19af78c652665b245b72e9c5339b5fda86470f570c95c09e131f3a14f3feadc28a
+    2c0dee3e9cf330d11505a6ec4282cf0a860cf6e6f89d84cc40e6cd689355b1b23ac394f8725b79d48e87d90716c2b6ef
+    712a931941baa3064ef52b13999a42ff3c5c267c5e4096653b149014381aeab9a719efd2228ab4c3864e4e578c715560
+    b7e3146c464b07ad372ea264f980e5b78e6a6d24e5fb9473a828a7b4a0a397b3828b748651546abfd690892fc0404b83
+    31eaee5eca6a07e5153378371652855fa2f74916f086e678fc0225fa8494ef7082ac5029f2ed60eaff0b24242193616a
+    8a86f7beac778f8a2b61ab54ddc751a3d390e723b44af4e2f00779fa16ae447778048d492668eea55547cf72220419c6
+    03ba3d4c07c7175d69a92bab789481aa36d14368d814c825dfa4e011be1ea6dbd4ec2f7ff5bcfe2e847b65a61f360d8a
 ";
 
 #[test]
@@ -205,14 +228,61 @@ fn modp_known_answers_from_python_pow() {
         (Group::Modp2048, PUB_A_2048, SHARED_2048),
         (Group::Modp3072, PUB_A_3072, SHARED_3072),
     ] {
-        let a = KeyPair::from_private(group, &hx(XA)).unwrap();
-        let b = KeyPair::from_private(group, &hx(XB)).unwrap();
+        let n = group.private_len();
+        let a = KeyPair::from_private(group, &hx(XA)[..n]).unwrap();
+        let b = KeyPair::from_private(group, &hx(XB)[..n]).unwrap();
         assert_eq!(a.public().len(), group.public_len());
         assert_eq!(hex::encode(a.public()), hex::encode(hx(pub_a)), "{group:?}");
         let z = a.agree(b.public()).unwrap();
         assert_eq!(z.len(), group.shared_len());
         assert_eq!(hex::encode(&*z), hex::encode(hx(shared)), "{group:?}");
         assert_eq!(&*b.agree(a.public()).unwrap(), &*z);
+    }
+    for (group, pub_max) in [
+        (Group::Modp2048, PUB_MAX_2048),
+        (Group::Modp3072, PUB_MAX_3072),
+    ] {
+        let max = KeyPair::from_private(group, &vec![0xff; group.private_len()]).unwrap();
+        assert_eq!(
+            hex::encode(max.public()),
+            hex::encode(hx(pub_max)),
+            "{group:?}"
+        );
+    }
+}
+
+/// The public value (the fixed-base comb) and the shared secret with the peer value 2 (crypto-bigint's windowed
+/// exponentiation of a variable base) are both `2^x`: the two paths agree for random exponents, for exponents
+/// with a single digit set in each position (each table row, each entry), and for zero digits between.
+#[test]
+fn modp_comb_agrees_with_the_windowed_exponentiation() {
+    let mut rng = OsRng;
+    for group in [Group::Modp2048, Group::Modp3072] {
+        let two = be(group, &[2]);
+        let n = group.private_len();
+        let mut exps: Vec<Vec<u8>> = (0..24)
+            .map(|_| {
+                let mut x = vec![0u8; n];
+                netveil_crypto::rand::Rng::fill(&mut rng, &mut x);
+                x
+            })
+            .collect();
+        for byte in 0..n {
+            for v in [0x01, 0x10, 0x0f, 0xf0, 0x9c] {
+                let mut x = vec![0u8; n];
+                x[byte] = v;
+                exps.push(x);
+            }
+        }
+        for x in &exps {
+            let k = KeyPair::from_private(group, x).unwrap();
+            assert_eq!(
+                hex::encode(k.public()),
+                hex::encode(&*k.agree(&two).unwrap()),
+                "{group:?} x = {}",
+                hex::encode(x)
+            );
+        }
     }
 }
 
@@ -287,8 +357,13 @@ fn modp_refuses_invalid_public_values() {
 #[test]
 fn private_key_lengths_are_checked() {
     assert!(KeyPair::from_private(Group::X25519, &[1; 31]).is_err());
-    assert!(KeyPair::from_private(Group::Modp2048, &[1; MODP_EXPONENT_LEN - 1]).is_err());
-    assert!(KeyPair::from_private(Group::Modp3072, &[1; MODP_EXPONENT_LEN + 1]).is_err());
+    assert_eq!(
+        (Group::Modp2048.private_len(), Group::Modp3072.private_len()),
+        (40, 56)
+    );
+    assert!(KeyPair::from_private(Group::Modp2048, &[1; 39]).is_err());
+    assert!(KeyPair::from_private(Group::Modp2048, &[1; 41]).is_err());
+    assert!(KeyPair::from_private(Group::Modp3072, &[1; 57]).is_err());
     for g in Group::ALL {
         assert_eq!(KeyPair::generate(g, &mut OsRng).group(), g);
         // Debug shows no secret.
