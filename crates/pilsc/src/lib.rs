@@ -1,0 +1,15 @@
+//! PILSC, "Protocol Independent Lightweight Secure Communication" (M. A. Güvensan and A. G. Yavuz): a flat rule
+//! file says, per peer address, protocol and port, which of the host's own IPv4 packets are protected and with
+//! which algorithm and key; protected packets keep their IP header, carry the IPv4 security option (type 130) and
+//! keep their payload length.
+//!
+//! This crate is sans-I/O (see the architecture's protocol layer). What is here so far:
+//! - [`rules`]: the paper's rule file (records of `Rule`, `Security`, `IP`, `Protocol`, `Port`, `Encryption`,
+//!   `Applmode`, `Key` tags, `#` comments, optional `;` endings), checked with line numbers, duplicates removed,
+//!   sorted most specific first, and the key file that names keys too long to write in a rule.
+//! - [`cipher`]: the algorithm table (the paper's numbers and netveil's names, key lengths).
+
+#![forbid(unsafe_code)]
+
+pub mod cipher;
+pub mod rules;

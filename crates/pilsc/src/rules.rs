@@ -1,0 +1,784 @@
+//! The PILSC rule file (the paper's Fig. 2 and 3) and its key file.
+//!
+//! A rule file is a list of records. A record starts with its `Rule` tag and holds one of each tag:
+//!
+//! ```text
+//! # web and FTP to 193.140.1.1 are protected; DNS to anywhere in 10.0.0.0/8 passes in clear
+//! Rule = 1;  Security = true;  IP = 193.140.1.1;  Protocol = TCP;  Port = 20-21;
+//!            Encryption = 1;   Applmode = Server; Key = 0xcda8;
+//! Rule 2
+//!   Security false
+//!   IP 0a:00:00:00/8
+//!   Protocol UDP
+//!   Port 53
+//!   Applmode Client
+//! ```
+//!
+//! - Tags: `Tag = value`, or `Tag value`; tag names in any case; `;` ends a tag (optional at the end of a line),
+//!   so a line may hold several; `#` starts a comment that runs to the end of the line.
+//! - `Rule`: the rule's number, unique in the file (1 and up).
+//! - `Security`: `true` (protect) or `false` (pass in clear: a hole in a wider protected rule).
+//! - `IP`: the peer, dotted (`193.140.1.1`) or colon-hex as the paper writes it (`c1:8c:01:01`), with an optional
+//!   prefix (`/16`; host bits must be zero). IPv6 is refused: PILSC marks packets with an IPv4 option.
+//! - `Protocol`: `TCP`, `UDP`, `ICMP` or `any` (netveil's addition: every protocol).
+//! - `Port`: one port or a range `lo-hi` (decimal or `0x` hex), for TCP and UDP only; without it, every port.
+//! - `Applmode`: with `Port` only: `Server` (the port is ours: we serve it) or `Client` (the port is the peer's).
+//! - `Encryption` and `Key`: with `Security = true` only, both required: an algorithm by number or name (see
+//!   [`crate::cipher`]), and a key: `0x` followed by the algorithm's key length in hex, or the name of a key in the
+//!   key file. A hex value shorter than the algorithm's key (the paper's `Key = 0xcda8`) is taken as a name.
+//!
+//! Loading checks every record and reports every error with its line number; removes duplicates (a record equal
+//! to an earlier one in everything but its number: reported, not an error); refuses two records that select the
+//! same traffic differently; and sorts the rules most specific first: longer prefix, then a named protocol before
+//! `any`, then the narrower port range (none: all 65536), then `Server` before `Client`, then the lower number.
+//! The first rule that matches a packet in that order is the one that applies.
+//!
+//! The key file: `name = 0xHEX` lines (`;` optional, `#` comments); names are unique.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use ipnet::Ipv4Net;
+use zeroize::Zeroizing;
+
+use crate::cipher::{parse_number, Cipher};
+
+/// The protocol a rule selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Icmp,
+    /// Every protocol.
+    Any,
+}
+
+impl Protocol {
+    /// The IP protocol number (`None` for `any`).
+    pub fn number(self) -> Option<u8> {
+        match self {
+            Protocol::Tcp => Some(6),
+            Protocol::Udp => Some(17),
+            Protocol::Icmp => Some(1),
+            Protocol::Any => None,
+        }
+    }
+
+    fn has_ports(self) -> bool {
+        matches!(self, Protocol::Tcp | Protocol::Udp)
+    }
+}
+
+/// Whose port `Port` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ApplMode {
+    /// The port is ours (we serve it): the source port of what we send, the destination port of what we receive.
+    Server,
+    /// The port is the peer's.
+    Client,
+}
+
+/// An inclusive port range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortRange {
+    pub lo: u16,
+    pub hi: u16,
+}
+
+impl PortRange {
+    /// How many ports it holds (1 to 65536).
+    pub fn span(self) -> u32 {
+        u32::from(self.hi) - u32::from(self.lo) + 1
+    }
+
+    pub fn contains(self, port: u16) -> bool {
+        (self.lo..=self.hi).contains(&port)
+    }
+}
+
+/// A rule's key: bytes written in the rule, or the name of a key in the key file.
+#[derive(Clone, PartialEq, Eq)]
+pub enum KeyRef {
+    Literal(Zeroizing<Vec<u8>>),
+    Name(String),
+}
+
+impl fmt::Debug for KeyRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyRef::Literal(k) => write!(f, "Literal({} bytes)", k.len()),
+            KeyRef::Name(n) => f.debug_tuple("Name").field(n).finish(),
+        }
+    }
+}
+
+/// How a `Security = true` rule protects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protection {
+    pub cipher: Cipher,
+    pub key: KeyRef,
+}
+
+/// One rule of the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub number: u32,
+    /// The line of its `Rule` tag (1-based).
+    pub line: usize,
+    pub peer: Ipv4Net,
+    pub protocol: Protocol,
+    /// `Port` and `Applmode`; `None`: every port.
+    pub port: Option<(PortRange, ApplMode)>,
+    /// `None`: `Security = false`, the traffic passes in clear.
+    pub protect: Option<Protection>,
+}
+
+impl Rule {
+    /// The order of the rule file once loaded: most specific first (see the module documentation).
+    fn specificity(&self) -> (u8, u8, u32, u8, u32) {
+        let (span, mode) = match self.port {
+            Some((r, ApplMode::Server)) => (r.span(), 0),
+            Some((r, ApplMode::Client)) => (r.span(), 1),
+            None => (65536, 2),
+        };
+        (
+            32 - self.peer.prefix_len(),
+            u8::from(self.protocol == Protocol::Any),
+            span,
+            mode,
+            self.number,
+        )
+    }
+
+    /// What the rule selects: two rules with the same selector select the same traffic.
+    fn selector(&self) -> (Ipv4Net, Protocol, Option<(PortRange, ApplMode)>) {
+        (self.peer, self.protocol, self.port)
+    }
+}
+
+/// A record dropped because an earlier one says the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duplicate {
+    pub number: u32,
+    pub line: usize,
+    /// The rule kept.
+    pub same_as: u32,
+    pub same_as_line: usize,
+}
+
+/// A loaded rule file: its rules most specific first, and the duplicates that were dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleFile {
+    pub rules: Vec<Rule>,
+    pub duplicates: Vec<Duplicate>,
+}
+
+/// One error of a rule or key file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineError {
+    /// 1-based.
+    pub line: usize,
+    /// The tag the error is about, as the file's documentation spells it (`None`: the line's syntax).
+    pub tag: Option<&'static str>,
+    pub msg: String,
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.tag {
+            Some(t) => write!(f, "line {}: {t}: {}", self.line, self.msg),
+            None => write!(f, "line {}: {}", self.line, self.msg),
+        }
+    }
+}
+
+/// Every error found in a file, in line order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Errors(pub Vec<LineError>);
+
+impl fmt::Display for Errors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Errors {}
+
+/// The tags, as the documentation spells them.
+const TAGS: [&str; 8] = [
+    "Rule",
+    "Security",
+    "IP",
+    "Protocol",
+    "Port",
+    "Encryption",
+    "Applmode",
+    "Key",
+];
+
+fn tag_of(name: &str) -> Option<&'static str> {
+    TAGS.iter().copied().find(|t| t.eq_ignore_ascii_case(name))
+}
+
+/// A value and the line it was on.
+type At<T> = Option<(T, usize)>;
+
+/// A record as read, before its tags are checked against each other.
+#[derive(Default)]
+struct Partial {
+    number: u32,
+    line: usize,
+    security: At<bool>,
+    peer: At<Ipv4Net>,
+    protocol: At<Protocol>,
+    port: At<PortRange>,
+    mode: At<ApplMode>,
+    cipher: At<Cipher>,
+    key: At<Zeroizing<String>>,
+    /// Tags whose value was refused (already reported: not "missing" too).
+    refused: Vec<&'static str>,
+}
+
+struct Parser {
+    errors: Vec<LineError>,
+    rules: Vec<Rule>,
+    record: Option<Partial>,
+}
+
+impl Parser {
+    fn err(&mut self, line: usize, tag: Option<&'static str>, msg: impl Into<String>) {
+        self.errors.push(LineError {
+            line,
+            tag,
+            msg: msg.into(),
+        });
+    }
+
+    fn statement(&mut self, line: usize, stmt: &str) {
+        let (name, value) = match stmt.find(|c: char| c == '=' || c.is_whitespace()) {
+            Some(i) => {
+                let rest = stmt[i..].trim_start();
+                let rest = rest.strip_prefix('=').unwrap_or(rest).trim();
+                (&stmt[..i], rest)
+            }
+            None => (stmt, ""),
+        };
+        let Some(tag) = tag_of(name) else {
+            let known = TAGS.join(", ");
+            self.err(
+                line,
+                None,
+                format!("unknown tag {name:?} (the tags: {known})"),
+            );
+            return;
+        };
+        if value.is_empty() {
+            self.err(line, Some(tag), "no value");
+            return;
+        }
+        if tag == "Rule" {
+            self.finish();
+            match parse_number(value).and_then(|n| u32::try_from(n).ok()) {
+                Some(n) if n > 0 => {
+                    self.record = Some(Partial {
+                        number: n,
+                        line,
+                        ..Partial::default()
+                    })
+                }
+                _ => {
+                    self.err(
+                        line,
+                        Some(tag),
+                        format!("{value:?} is not a rule number (1 and up)"),
+                    );
+                    // The record's tags still get checked, under a number no rule has.
+                    self.record = Some(Partial {
+                        number: 0,
+                        line,
+                        ..Partial::default()
+                    });
+                }
+            }
+            return;
+        }
+        let Some(mut r) = self.record.take() else {
+            self.err(line, Some(tag), "comes before the first Rule tag");
+            return;
+        };
+        let twice = match tag {
+            "Security" => r.security.is_some(),
+            "IP" => r.peer.is_some(),
+            "Protocol" => r.protocol.is_some(),
+            "Port" => r.port.is_some(),
+            "Encryption" => r.cipher.is_some(),
+            "Applmode" => r.mode.is_some(),
+            _ => r.key.is_some(),
+        };
+        if twice {
+            self.err(line, Some(tag), format!("given twice in rule {}", r.number));
+            self.record = Some(r);
+            return;
+        }
+        let result = match tag {
+            "Security" => parse_bool(value).map(|v| r.security = Some((v, line))),
+            "IP" => parse_peer(value).map(|v| r.peer = Some((v, line))),
+            "Protocol" => parse_protocol(value).map(|v| r.protocol = Some((v, line))),
+            "Port" => parse_ports(value).map(|v| r.port = Some((v, line))),
+            "Encryption" => Cipher::parse(value)
+                .ok_or_else(|| {
+                    let names: Vec<String> = Cipher::ALL
+                        .iter()
+                        .map(|c| format!("{} ({})", c.number(), c.name()))
+                        .collect();
+                    format!(
+                        "unknown algorithm {value:?} (the algorithms: {})",
+                        names.join(", ")
+                    )
+                })
+                .map(|v| r.cipher = Some((v, line))),
+            "Applmode" => parse_mode(value).map(|v| r.mode = Some((v, line))),
+            _ => {
+                r.key = Some((Zeroizing::new(value.to_string()), line));
+                Ok(())
+            }
+        };
+        if let Err(msg) = result {
+            self.err(line, Some(tag), msg);
+            r.refused.push(tag);
+        }
+        self.record = Some(r);
+    }
+
+    /// Checks the record under way against itself and makes it a rule.
+    fn finish(&mut self) {
+        let Some(r) = self.record.take() else { return };
+        let n = r.number;
+        let mut ok = n > 0 && r.refused.is_empty();
+        let mut need = |p: &mut Parser, present: bool, tag: &'static str| {
+            if !present && !r.refused.contains(&tag) {
+                p.err(r.line, Some(tag), format!("missing in rule {n}"));
+                ok = false;
+            }
+        };
+        need(self, r.security.is_some(), "Security");
+        need(self, r.peer.is_some(), "IP");
+        need(self, r.protocol.is_some(), "Protocol");
+        let (Some((security, _)), Some((peer, _)), Some((protocol, pline))) =
+            (r.security, r.peer, r.protocol)
+        else {
+            return;
+        };
+        let port = match (r.port, r.mode) {
+            (Some((_, line)), _) if !protocol.has_ports() => {
+                let p = format!("{protocol:?}").to_uppercase();
+                self.err(
+                    line,
+                    Some("Port"),
+                    format!("rule {n}: {p} has no ports (Port is for TCP and UDP; Protocol at line {pline})"),
+                );
+                ok = false;
+                None
+            }
+            (Some((ports, _)), Some((mode, _))) => Some((ports, mode)),
+            (Some((_, line)), None) => {
+                self.err(
+                    line,
+                    Some("Applmode"),
+                    format!(
+                        "missing in rule {n}: is the port ours (Server) or the peer's (Client)?"
+                    ),
+                );
+                ok = false;
+                None
+            }
+            (None, Some((_, line))) => {
+                self.err(
+                    line,
+                    Some("Applmode"),
+                    format!("rule {n} has no Port for it to apply to"),
+                );
+                ok = false;
+                None
+            }
+            (None, None) => None,
+        };
+        let protect = if security {
+            match (r.cipher, r.key) {
+                (Some((cipher, _)), Some((key, kline))) => match key_ref(cipher, &key) {
+                    Ok(key) => Some(Protection { cipher, key }),
+                    Err(msg) => {
+                        self.err(kline, Some("Key"), format!("rule {n}: {msg}"));
+                        ok = false;
+                        None
+                    }
+                },
+                (c, k) => {
+                    for (present, tag) in [(c.is_some(), "Encryption"), (k.is_some(), "Key")] {
+                        if !present && !r.refused.contains(&tag) {
+                            self.err(
+                                r.line,
+                                Some(tag),
+                                format!("missing in rule {n} (Security = true needs Encryption and Key)"),
+                            );
+                        }
+                    }
+                    ok = false;
+                    None
+                }
+            }
+        } else {
+            for (at, tag) in [
+                (r.cipher.map(|c| c.1), "Encryption"),
+                (r.key.as_ref().map(|k| k.1), "Key"),
+            ] {
+                if let Some(line) = at {
+                    self.err(
+                        line,
+                        Some(tag),
+                        format!("rule {n} has Security = false: its traffic passes in clear, with no {tag}"),
+                    );
+                    ok = false;
+                }
+            }
+            None
+        };
+        if ok {
+            self.rules.push(Rule {
+                number: n,
+                line: r.line,
+                peer,
+                protocol,
+                port,
+                protect,
+            });
+        }
+    }
+}
+
+/// The key a rule writes: bytes if the hex is the algorithm's key length, a name otherwise.
+fn key_ref(cipher: Cipher, value: &str) -> Result<KeyRef, String> {
+    let lens = cipher.key_len();
+    if let Some(h) = value
+        .strip_prefix("0x")
+        .or_else(|| value.strip_prefix("0X"))
+    {
+        let bytes = decode_hex(h)
+            .ok_or_else(|| "not hexadecimal (0x and pairs of hex digits)".to_string())?;
+        if bytes.len() > *lens.end() {
+            return Err(format!(
+                "{} bytes is longer than {cipher} takes ({})",
+                bytes.len(),
+                fmt_lens(cipher)
+            ));
+        }
+        if lens.contains(&bytes.len()) {
+            return Ok(KeyRef::Literal(bytes));
+        }
+        // Too short to be a key: the name of one (the paper's `Key = 0xcda8`).
+        return Ok(KeyRef::Name(value.to_string()));
+    }
+    if !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    {
+        Ok(KeyRef::Name(value.to_string()))
+    } else {
+        Err("neither 0x and hex digits nor a key name (letters, digits, _ . -)".into())
+    }
+}
+
+fn fmt_lens(c: Cipher) -> String {
+    let l = c.key_len();
+    if l.start() == l.end() {
+        format!("{} bytes", l.start())
+    } else {
+        format!("{} to {} bytes", l.start(), l.end())
+    }
+}
+
+fn decode_hex(h: &str) -> Option<Zeroizing<Vec<u8>>> {
+    if h.is_empty() || !h.len().is_multiple_of(2) {
+        return None;
+    }
+    let mut out = Zeroizing::new(Vec::with_capacity(h.len() / 2));
+    for pair in h.as_bytes().chunks(2) {
+        let s = std::str::from_utf8(pair).ok()?;
+        out.push(u8::from_str_radix(s, 16).ok()?);
+    }
+    Some(out)
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    if v.eq_ignore_ascii_case("true") {
+        Ok(true)
+    } else if v.eq_ignore_ascii_case("false") {
+        Ok(false)
+    } else {
+        Err(format!("{v:?} is neither true nor false"))
+    }
+}
+
+fn parse_protocol(v: &str) -> Result<Protocol, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "tcp" => Ok(Protocol::Tcp),
+        "udp" => Ok(Protocol::Udp),
+        "icmp" => Ok(Protocol::Icmp),
+        "any" => Ok(Protocol::Any),
+        _ => Err(format!("{v:?} is not one of TCP, UDP, ICMP, any")),
+    }
+}
+
+fn parse_mode(v: &str) -> Result<ApplMode, String> {
+    if v.eq_ignore_ascii_case("server") {
+        Ok(ApplMode::Server)
+    } else if v.eq_ignore_ascii_case("client") {
+        Ok(ApplMode::Client)
+    } else {
+        Err(format!(
+            "{v:?} is neither Server (the port is ours) nor Client (the peer's)"
+        ))
+    }
+}
+
+fn parse_port(v: &str) -> Result<u16, String> {
+    parse_number(v)
+        .and_then(|n| u16::try_from(n).ok())
+        .ok_or_else(|| format!("{v:?} is not a port (0 to 65535, or 0x0 to 0xffff)"))
+}
+
+fn parse_ports(v: &str) -> Result<PortRange, String> {
+    let (lo, hi) = match v.split_once('-') {
+        Some((a, b)) => (parse_port(a.trim())?, parse_port(b.trim())?),
+        None => {
+            let p = parse_port(v)?;
+            (p, p)
+        }
+    };
+    if lo > hi {
+        return Err(format!("{v:?}: the range ends below its start"));
+    }
+    Ok(PortRange { lo, hi })
+}
+
+/// `193.140.1.1`, `c1:8c:01:01`, either with `/len`.
+fn parse_peer(v: &str) -> Result<Ipv4Net, String> {
+    let (addr, len) = match v.split_once('/') {
+        Some((a, l)) => {
+            let len = l
+                .parse::<u8>()
+                .ok()
+                .filter(|l| *l <= 32)
+                .ok_or_else(|| format!("{v:?}: the prefix length must be 0 to 32"))?;
+            (a, len)
+        }
+        None => (v, 32),
+    };
+    let ip = if let Ok(a) = addr.parse::<Ipv4Addr>() {
+        a
+    } else if let Some(a) = colon_hex(addr) {
+        a
+    } else if addr.parse::<Ipv6Addr>().is_ok() {
+        return Err(format!(
+            "{v:?} is IPv6: PILSC protects IPv4 only (it marks packets with the IPv4 security option, type 130)"
+        ));
+    } else {
+        return Err(format!(
+            "{v:?} is not an IPv4 address (193.140.1.1 or c1:8c:01:01, optionally /len)"
+        ));
+    };
+    let net = Ipv4Net::new(ip, len).map_err(|e| format!("{v:?}: {e}"))?;
+    if net.network() != ip {
+        return Err(format!(
+            "{v:?} has bits set past its /{len} prefix (did you mean {}?)",
+            net.trunc()
+        ));
+    }
+    Ok(net)
+}
+
+/// The paper's `00:00:00:00 .. ff:ff:ff:ff`: four groups of one or two hex digits.
+fn colon_hex(s: &str) -> Option<Ipv4Addr> {
+    let mut b = [0u8; 4];
+    let mut n = 0;
+    for g in s.split(':') {
+        if n == 4 || g.is_empty() || g.len() > 2 {
+            return None;
+        }
+        b[n] = u8::from_str_radix(g, 16).ok()?;
+        n += 1;
+    }
+    (n == 4).then_some(Ipv4Addr::from(b))
+}
+
+/// Splits a line into its statements: the comment dropped, `;` separating.
+fn statements(line: &str) -> impl Iterator<Item = &str> {
+    let line = line.split('#').next().unwrap_or("");
+    line.split(';').map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// Loads a rule file (see the module documentation): every error with its line, or the rules most specific
+/// first and the duplicates dropped.
+pub fn parse(text: &str) -> Result<RuleFile, Errors> {
+    let mut p = Parser {
+        errors: Vec::new(),
+        rules: Vec::new(),
+        record: None,
+    };
+    for (i, line) in text.lines().enumerate() {
+        for stmt in statements(line) {
+            p.statement(i + 1, stmt);
+        }
+    }
+    p.finish();
+    let mut errors = p.errors;
+    // Numbers unique; equal selectors: the same protection is a duplicate, another one a conflict.
+    let mut by_number: HashMap<u32, usize> = HashMap::new();
+    let mut by_selector: HashMap<_, usize> = HashMap::new();
+    let mut rules = Vec::with_capacity(p.rules.len());
+    let mut duplicates = Vec::new();
+    for r in p.rules {
+        if let Some(&line) = by_number.get(&r.number) {
+            errors.push(LineError {
+                line: r.line,
+                tag: Some("Rule"),
+                msg: format!("rule number {} is already used at line {line}", r.number),
+            });
+            continue;
+        }
+        by_number.insert(r.number, r.line);
+        if let Some(&k) = by_selector.get(&r.selector()) {
+            let first: &Rule = &rules[k];
+            if first.protect == r.protect {
+                duplicates.push(Duplicate {
+                    number: r.number,
+                    line: r.line,
+                    same_as: first.number,
+                    same_as_line: first.line,
+                });
+            } else {
+                errors.push(LineError {
+                    line: r.line,
+                    tag: Some("Rule"),
+                    msg: format!(
+                        "rule {} selects the same traffic as rule {} (line {}) (same IP, Protocol, Port and \
+                         Applmode) but protects it differently",
+                        r.number, first.number, first.line
+                    ),
+                });
+            }
+            continue;
+        }
+        by_selector.insert(r.selector(), rules.len());
+        rules.push(r);
+    }
+    if !errors.is_empty() {
+        errors.sort_by_key(|e| e.line);
+        return Err(Errors(errors));
+    }
+    rules.sort_by_key(Rule::specificity);
+    Ok(RuleFile { rules, duplicates })
+}
+
+/// The key file: names to key bytes.
+pub struct Keys(HashMap<String, Zeroizing<Vec<u8>>>);
+
+impl fmt::Debug for Keys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&String> = self.0.keys().collect();
+        names.sort();
+        f.debug_struct("Keys").field("names", &names).finish()
+    }
+}
+
+impl Keys {
+    /// Loads a key file: `name = 0xHEX` per line.
+    pub fn parse(text: &str) -> Result<Keys, Errors> {
+        let mut keys = HashMap::new();
+        let mut lines_of: HashMap<String, usize> = HashMap::new();
+        let mut errors = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            for stmt in statements(line) {
+                let mut err = |msg: String| {
+                    errors.push(LineError {
+                        line: i + 1,
+                        tag: None,
+                        msg,
+                    })
+                };
+                let Some((name, value)) = stmt.split_once('=') else {
+                    err("expected name = 0xHEX".into());
+                    continue;
+                };
+                let (name, value) = (name.trim(), value.trim());
+                let Some(bytes) = value
+                    .strip_prefix("0x")
+                    .or_else(|| value.strip_prefix("0X"))
+                    .and_then(decode_hex)
+                else {
+                    err(format!(
+                        "key {name:?}: the value is not 0x and pairs of hex digits"
+                    ));
+                    continue;
+                };
+                if name.is_empty() {
+                    err("a key with no name".into());
+                    continue;
+                }
+                if let Some(l) = lines_of.get(name) {
+                    err(format!("key {name:?} is already defined at line {l}"));
+                    continue;
+                }
+                lines_of.insert(name.to_string(), i + 1);
+                keys.insert(name.to_string(), bytes);
+            }
+        }
+        if errors.is_empty() {
+            Ok(Keys(keys))
+        } else {
+            Err(Errors(errors))
+        }
+    }
+
+    /// No keys (for rule files that write every key).
+    pub fn none() -> Keys {
+        Keys(HashMap::new())
+    }
+
+    /// The bytes of a rule's key, checked against its algorithm's key length.
+    pub fn resolve<'a>(&'a self, rule: &'a Rule) -> Result<Option<&'a [u8]>, LineError> {
+        let Some(p) = &rule.protect else {
+            return Ok(None);
+        };
+        let bytes: &[u8] = match &p.key {
+            KeyRef::Literal(k) => k,
+            KeyRef::Name(n) => self.0.get(n).ok_or_else(|| LineError {
+                line: rule.line,
+                tag: Some("Key"),
+                msg: format!("rule {}: no key named {n:?} in the key file", rule.number),
+            })?,
+        };
+        if !p.cipher.key_len().contains(&bytes.len()) {
+            return Err(LineError {
+                line: rule.line,
+                tag: Some("Key"),
+                msg: format!(
+                    "rule {}: the key is {} bytes; {} takes {}",
+                    rule.number,
+                    bytes.len(),
+                    p.cipher,
+                    fmt_lens(p.cipher)
+                ),
+            });
+        }
+        Ok(Some(bytes))
+    }
+}
