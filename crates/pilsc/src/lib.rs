@@ -8,8 +8,10 @@
 //!   `Applmode`, `Key` tags, `#` comments, optional `;` endings), checked with line numbers, duplicates removed,
 //!   sorted most specific first, and the key file that names keys too long to write in a rule.
 //! - [`cipher`]: the algorithm table (the paper's numbers and netveil's names, key lengths).
+//! - [`policy`]: the rules compiled into the policy engine the other protocols use.
 
 #![forbid(unsafe_code)]
 
 pub mod cipher;
+pub mod policy;
 pub mod rules;
