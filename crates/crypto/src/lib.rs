@@ -19,10 +19,12 @@ pub mod kem;
 pub mod mac;
 pub mod rand;
 pub mod sig;
+pub mod stream;
 
 pub use aead::{new_aead, AeadAlg};
 pub use cbc::{new_cbc, CbcAlg, IvGen};
 pub use mac::{new_mac, HashAlg};
+pub use stream::{new_stream, StreamAlg, StreamCipher};
 
 /// An ICV or tag did not verify. Deliberately carries no detail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
