@@ -9,9 +9,12 @@
 //!   sorted most specific first, and the key file that names keys too long to write in a rule.
 //! - [`cipher`]: the algorithm table (the paper's numbers and netveil's names, key lengths).
 //! - [`policy`]: the rules compiled into the policy engine the other protocols use.
+//! - [`packet`]: the security option's layout and the in-place transform of a packet (seal, open), with replay
+//!   windows (AES-128/256 and ChaCha20 so far; 3DES, RC5 and Blowfish are refused until built).
 
 #![forbid(unsafe_code)]
 
 pub mod cipher;
+pub mod packet;
 pub mod policy;
 pub mod rules;

@@ -1,0 +1,475 @@
+//! The packet transform: the IPv4 security option (type 130) and the payload's encryption, in place.
+//!
+//! A protected packet keeps its IP header (addresses, protocol, TTL, identification) and its payload length; it
+//! gains one option after the header's own options:
+//!
+//! ```text
+//! confidentiality only (the paper's mode): 12 bytes
+//!   0        1        2        3
+//!  +--------+--------+--------+--------+
+//!  |  130   |   12   |     key id      |
+//!  +--------+--------+--------+--------+
+//!  |     counter (64 bits, big-endian) |
+//!  |                                   |
+//!  +--------+--------+--------+--------+
+//!
+//! authenticated (the default): 28 bytes, the same and a 16-byte tag
+//!  +--------+--------+--------+--------+
+//!  |  130   |   28   |     key id      |
+//!  +--------+--------+--------+--------+
+//!  |     counter (64 bits, big-endian) |
+//!  |                                   |
+//!  +--------+--------+--------+--------+
+//!  |         tag (128 bits)            |
+//!  |                                   |
+//!  |                                   |
+//!  |                                   |
+//!  +--------+--------+--------+--------+
+//! ```
+//!
+//! - **Key id**: the first two bytes of HKDF-SHA-256 of the key (salt `netveil pilsc key id`): both ends of a
+//!   rule find the same id without agreeing on rule numbers, and the receiver finds the key of a packet whose
+//!   ports it cannot read yet.
+//! - **Nonce**: the source address (4 bytes) and the counter (8 bytes). The counter is the sender's, per key:
+//!   one key never sees a counter twice from one address, and two hosts that share a key (a rule with a
+//!   prefix) differ in their addresses. Across restarts the daemon continues the counter from a mark it wrote
+//!   ahead (as for static ESP keys); [`Sealer`] refuses to go past its end rather than wrap.
+//! - **Payload**: everything after the IP header (transport header and data), encrypted in place, length kept:
+//!   AES-128/256 in CTR mode and ChaCha20 for confidentiality only ([`netveil_crypto::stream`]); AES-128/256-GCM
+//!   and ChaCha20-Poly1305 when authenticated, with the tag in the option. The tag covers the payload and the
+//!   header's fields that no router changes: source, destination, protocol, payload length, and the option's
+//!   type, length and key id (the counter is in the nonce). TOS/ECN, TTL, identification, flags and the header
+//!   checksum are left out: routers change them.
+//! - **Replay**: a window per key and source ([`netveil_sa::replay`]), checked before decryption and advanced
+//!   only after the tag verified (authenticated) or, for confidentiality only, after the decrypted transport
+//!   checksum verified: without a tag, a forged counter decrypts to noise whose TCP, UDP or ICMP checksum holds
+//!   with probability 2^-16, so a forger cannot push the window forward at will. (Confidentiality only has no
+//!   integrity: a flipped ciphertext bit flips the same plaintext bit, and a flip that keeps the checksum right
+//!   is accepted. `netveil status` and the docs say so.)
+//! - **Checksums**: the header checksum is recomputed after the option goes in or out; the transport checksum is
+//!   encrypted with the payload and holds again after decryption (addresses, protocol and length are unchanged).
+//!
+//! Fragments are refused: the host's own packets are taken whole, before fragmentation on output and after
+//! reassembly on input. So is a packet whose options leave no room (IPv4 allows 40 bytes of options) or that
+//! already carries option 130.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+use netveil_crypto::stream::{new_stream, StreamAlg, StreamCipher};
+use netveil_crypto::{new_aead, Aead, AeadAlg, KeyError};
+use netveil_sa::replay::ReplayWindow;
+use netveil_wire::checksum;
+use netveil_wire::ipv4::Packet;
+
+use crate::cipher::Cipher;
+
+/// The option's type: RFC 791's security option (copied flag set, class 0, number 2), as the paper uses it.
+pub const OPTION_TYPE: u8 = 130;
+/// Length of the tag in the authenticated option.
+pub const TAG_LEN: usize = 16;
+/// Most IPv4 option bytes a header can hold.
+const MAX_OPTIONS: usize = 40;
+
+/// Whether protected packets are authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// The paper's mode: 12 bytes, encryption only.
+    Confidential,
+    /// netveil's default: 28 bytes, with a tag over the payload and the header's invariant fields.
+    Authenticated,
+}
+
+impl Mode {
+    /// Bytes the option adds to a packet: 12 or 28.
+    pub fn option_len(self) -> usize {
+        match self {
+            Mode::Confidential => 12,
+            Mode::Authenticated => 12 + TAG_LEN,
+        }
+    }
+}
+
+/// The key id of a key (see the module documentation).
+pub fn key_id(key: &[u8]) -> u16 {
+    let mut id = [0u8; 2];
+    netveil_crypto::kdf::hkdf_sha256(b"netveil pilsc key id", key, b"", &mut id);
+    u16::from_be_bytes(id)
+}
+
+/// Why a packet was not sealed (the engine drops it: covered traffic never leaves in clear).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealError {
+    /// Not an IPv4 packet this transform can read (version, lengths).
+    Malformed,
+    /// A fragment.
+    Fragment,
+    /// Its options leave no room for ours, or the length would pass 65535.
+    NoRoom,
+    /// It carries option 130 already.
+    Marked,
+    /// Fewer bytes of headroom before the packet than the option needs.
+    Headroom,
+    /// The key's counter reached its end: the key must be changed.
+    Exhausted,
+}
+
+/// Why a received packet was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenError {
+    /// Not an IPv4 packet this transform can read, or its option 130 is not one of ours.
+    Malformed,
+    /// A fragment.
+    Fragment,
+    /// No option 130: not protected (the engine decides whether clear traffic is allowed).
+    Unmarked,
+    /// The option's length is the other mode's.
+    WrongMode,
+    /// The option names another key.
+    WrongKey,
+    /// Counter 0, already seen, or left of the window.
+    Replay,
+    /// The tag did not verify.
+    Auth,
+    /// Confidentiality only: the decrypted transport checksum is wrong (a forgery or corruption).
+    Checksum,
+    /// A new source while the key's table of sources is full.
+    TooManySources,
+}
+
+/// What a protected packet's option says, found without decrypting anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marking {
+    pub key_id: u16,
+    pub counter: u64,
+    /// Its mode, from its length.
+    pub mode: Mode,
+    /// Offset of the option's type byte from the packet's start.
+    offset: usize,
+}
+
+/// Reads option 130 of an IPv4 packet: `Ok(None)` if it has none.
+pub fn marking(packet: &[u8]) -> Result<Option<Marking>, OpenError> {
+    let p = Packet::new_checked(packet).map_err(|_| OpenError::Malformed)?;
+    if p.version() != 4 {
+        return Err(OpenError::Malformed);
+    }
+    let mut found = None;
+    for o in p.options_iter() {
+        let o = o.map_err(|_| OpenError::Malformed)?;
+        if o.kind != OPTION_TYPE {
+            continue;
+        }
+        if found.is_some() {
+            return Err(OpenError::Malformed);
+        }
+        let mode = match o.len() {
+            12 => Mode::Confidential,
+            28 => Mode::Authenticated,
+            _ => return Err(OpenError::Malformed),
+        };
+        let d = o.data;
+        found = Some(Marking {
+            key_id: u16::from_be_bytes([d[0], d[1]]),
+            counter: u64::from_be_bytes(d[2..10].try_into().map_err(|_| OpenError::Malformed)?),
+            mode,
+            offset: 20 + o.offset,
+        });
+    }
+    Ok(found)
+}
+
+enum Transform {
+    Stream(Box<dyn StreamCipher>),
+    Aead(Box<dyn Aead>),
+}
+
+impl Transform {
+    fn new(cipher: Cipher, mode: Mode, key: &[u8]) -> Result<Transform, KeyError> {
+        Ok(match (mode, cipher) {
+            (Mode::Confidential, Cipher::Aes128) => {
+                Transform::Stream(new_stream(StreamAlg::Aes128Ctr, key)?)
+            }
+            (Mode::Confidential, Cipher::Aes256) => {
+                Transform::Stream(new_stream(StreamAlg::Aes256Ctr, key)?)
+            }
+            (Mode::Confidential, Cipher::ChaCha20) => {
+                Transform::Stream(new_stream(StreamAlg::ChaCha20, key)?)
+            }
+            (Mode::Authenticated, Cipher::Aes128) => {
+                Transform::Aead(new_aead(AeadAlg::AesGcm128 { tag_len: TAG_LEN }, key)?)
+            }
+            (Mode::Authenticated, Cipher::Aes256) => {
+                Transform::Aead(new_aead(AeadAlg::AesGcm256 { tag_len: TAG_LEN }, key)?)
+            }
+            (Mode::Authenticated, Cipher::ChaCha20) => {
+                Transform::Aead(new_aead(AeadAlg::ChaCha20Poly1305, key)?)
+            }
+            (_, Cipher::TripleDes | Cipher::Rc5 | Cipher::Blowfish) => {
+                return Err(KeyError::Unusable(
+                    "3DES, RC5 and Blowfish are not built yet for PILSC packets",
+                ))
+            }
+        })
+    }
+}
+
+fn nonce(src: Ipv4Addr, counter: u64) -> [u8; 12] {
+    let mut n = [0u8; 12];
+    n[..4].copy_from_slice(&src.octets());
+    n[4..].copy_from_slice(&counter.to_be_bytes());
+    n
+}
+
+/// The authenticated data: source, destination, protocol, payload length, and the option's type, length and
+/// key id.
+fn aad(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: u8,
+    payload_len: usize,
+    mode: Mode,
+    key_id: u16,
+) -> [u8; 15] {
+    let mut a = [0u8; 15];
+    a[..4].copy_from_slice(&src.octets());
+    a[4..8].copy_from_slice(&dst.octets());
+    a[8] = proto;
+    a[9..11].copy_from_slice(&(payload_len as u16).to_be_bytes());
+    a[11] = OPTION_TYPE;
+    a[12] = mode.option_len() as u8;
+    a[13..15].copy_from_slice(&key_id.to_be_bytes());
+    a
+}
+
+/// The outbound side of one key: seals packets, each under the next counter. Built with the counter to start
+/// from (the daemon's mark after a restart); it never gives a counter twice and stops at `end`.
+pub struct Sealer {
+    t: Transform,
+    mode: Mode,
+    key_id: u16,
+    next: u64,
+    end: u64,
+}
+
+impl Sealer {
+    /// A sealer for `key` under `cipher`, whose first packet gets counter `next` (at least 1) and whose last
+    /// gets `end - 1`.
+    pub fn new(
+        cipher: Cipher,
+        mode: Mode,
+        key: &[u8],
+        next: u64,
+        end: u64,
+    ) -> Result<Sealer, KeyError> {
+        Ok(Sealer {
+            t: Transform::new(cipher, mode, key)?,
+            mode,
+            key_id: key_id(key),
+            next: next.max(1),
+            end,
+        })
+    }
+
+    /// The counter the next packet gets (for the daemon's mark).
+    pub fn next_counter(&self) -> u64 {
+        self.next
+    }
+
+    /// Seals the IPv4 packet at `buf[start..start + len]`, which needs [`Mode::option_len`] bytes of headroom
+    /// before `start`: the header moves forward into it. Returns the protected packet's start and length.
+    pub fn seal(
+        &mut self,
+        buf: &mut [u8],
+        start: usize,
+        len: usize,
+    ) -> Result<(usize, usize), SealError> {
+        let ol = self.mode.option_len();
+        let end = start
+            .checked_add(len)
+            .filter(|e| *e <= buf.len())
+            .ok_or(SealError::Malformed)?;
+        let p = Packet::new_checked(&buf[start..end]).map_err(|_| SealError::Malformed)?;
+        if p.version() != 4 {
+            return Err(SealError::Malformed);
+        }
+        if p.more_frags() || p.frag_offset() != 0 {
+            return Err(SealError::Fragment);
+        }
+        for o in p.options_iter() {
+            match o {
+                Ok(o) if o.kind == OPTION_TYPE => return Err(SealError::Marked),
+                Ok(_) => {}
+                Err(_) => return Err(SealError::Malformed),
+            }
+        }
+        let (hl, tl) = (p.header_len(), p.total_len() as usize);
+        if hl - 20 + ol > MAX_OPTIONS || tl + ol > usize::from(u16::MAX) {
+            return Err(SealError::NoRoom);
+        }
+        if start < ol {
+            return Err(SealError::Headroom);
+        }
+        if self.next >= self.end {
+            return Err(SealError::Exhausted);
+        }
+        let (src, dst, proto) = (p.src_addr(), p.dst_addr(), p.protocol());
+        let counter = self.next;
+        self.next += 1;
+
+        // The header moves forward by the option's length; the option goes after its own options.
+        let ns = start - ol;
+        buf.copy_within(start..start + hl, ns);
+        let opt = ns + hl;
+        buf[opt] = OPTION_TYPE;
+        buf[opt + 1] = ol as u8;
+        buf[opt + 2..opt + 4].copy_from_slice(&self.key_id.to_be_bytes());
+        buf[opt + 4..opt + 12].copy_from_slice(&counter.to_be_bytes());
+        let payload_len = tl - hl;
+        let n = nonce(src, counter);
+        let (head, rest) = buf[ns..].split_at_mut(hl + ol);
+        let payload = &mut rest[..payload_len];
+        match &self.t {
+            Transform::Stream(s) => s.apply(&n, payload),
+            Transform::Aead(a) => {
+                let aad = aad(src, dst, proto, payload_len, self.mode, self.key_id);
+                a.seal(&n, &aad, payload, &mut head[hl + 12..hl + ol]);
+            }
+        }
+        let mut h = Packet::new_unchecked(&mut buf[ns..ns + tl + ol]);
+        h.set_header_len(hl + ol);
+        h.set_total_len((tl + ol) as u16);
+        h.fill_checksum();
+        Ok((ns, tl + ol))
+    }
+}
+
+/// The inbound side of one key: a replay window per source, bounded in number.
+pub struct Opener {
+    t: Transform,
+    mode: Mode,
+    key_id: u16,
+    window: u32,
+    max_sources: usize,
+    sources: HashMap<Ipv4Addr, ReplayWindow>,
+}
+
+impl Opener {
+    /// An opener for `key` under `cipher`, with replay windows of `window` packets for at most `max_sources`
+    /// sources (a new source beyond them is refused, not let in without a window).
+    pub fn new(
+        cipher: Cipher,
+        mode: Mode,
+        key: &[u8],
+        window: u32,
+        max_sources: usize,
+    ) -> Result<Opener, KeyError> {
+        Ok(Opener {
+            t: Transform::new(cipher, mode, key)?,
+            mode,
+            key_id: key_id(key),
+            window,
+            max_sources,
+            sources: HashMap::new(),
+        })
+    }
+
+    pub fn key_id(&self) -> u16 {
+        self.key_id
+    }
+
+    /// Opens the protected IPv4 packet at `buf[start..start + len]` in place: checks, decrypts, and removes the
+    /// option (the header moves back by its length). Returns the clear packet's start and length.
+    pub fn open(
+        &mut self,
+        buf: &mut [u8],
+        start: usize,
+        len: usize,
+    ) -> Result<(usize, usize), OpenError> {
+        let end = start
+            .checked_add(len)
+            .filter(|e| *e <= buf.len())
+            .ok_or(OpenError::Malformed)?;
+        let pkt = &buf[start..end];
+        let m = marking(pkt)?.ok_or(OpenError::Unmarked)?;
+        let p = Packet::new_unchecked(pkt);
+        if p.more_frags() || p.frag_offset() != 0 {
+            return Err(OpenError::Fragment);
+        }
+        if m.mode != self.mode {
+            return Err(OpenError::WrongMode);
+        }
+        if m.key_id != self.key_id {
+            return Err(OpenError::WrongKey);
+        }
+        let (src, dst, proto) = (p.src_addr(), p.dst_addr(), p.protocol());
+        let (hl, tl) = (p.header_len(), p.total_len() as usize);
+        // Cheap checks first: the counter against the source's window, before any decryption.
+        match self.sources.get(&src) {
+            Some(w) => w.check_full(m.counter).map_err(|_| OpenError::Replay)?,
+            None if m.counter == 0 => return Err(OpenError::Replay),
+            None if self.sources.len() >= self.max_sources => {
+                return Err(OpenError::TooManySources)
+            }
+            None => {}
+        }
+        let ol = self.mode.option_len();
+        let payload_len = tl - hl;
+        let n = nonce(src, m.counter);
+        let (head, rest) = buf[start..end].split_at_mut(hl);
+        let payload = &mut rest[..payload_len];
+        match &self.t {
+            Transform::Stream(s) => {
+                s.apply(&n, payload);
+                if !transport_checksum_ok(src, dst, proto, payload) {
+                    // Back to what came in: nothing of a refused packet stays decrypted.
+                    s.apply(&n, payload);
+                    return Err(OpenError::Checksum);
+                }
+            }
+            Transform::Aead(a) => {
+                let tag_at = m.offset + 12;
+                let aad = aad(src, dst, proto, payload_len, self.mode, self.key_id);
+                a.open(&n, &aad, payload, &head[tag_at..tag_at + TAG_LEN])
+                    .map_err(|_| OpenError::Auth)?;
+            }
+        }
+        // Authenticated (or checksummed): now the window moves.
+        let window = self.window;
+        let w = self
+            .sources
+            .entry(src)
+            .or_insert_with(|| ReplayWindow::new(window, true));
+        w.update(m.counter).map_err(|_| OpenError::Replay)?;
+
+        // The option leaves: the bytes before it move back by its length.
+        buf.copy_within(start..start + m.offset, start + ol);
+        let ns = start + ol;
+        let mut h = Packet::new_unchecked(&mut buf[ns..end]);
+        h.set_header_len(hl - ol);
+        h.set_total_len((tl - ol) as u16);
+        h.fill_checksum();
+        Ok((ns, tl - ol))
+    }
+}
+
+/// Whether a decrypted transport header's checksum holds (TCP, UDP with a checksum, ICMP); other protocols, and
+/// UDP without a checksum, have none to check.
+fn transport_checksum_ok(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: &[u8]) -> bool {
+    match proto {
+        6 | 17 => {
+            let at = if proto == 6 { 16 } else { 6 };
+            if payload.len() < at + 2 {
+                return false;
+            }
+            if proto == 17 && payload[6..8] == [0, 0] {
+                return true;
+            }
+            let ph =
+                checksum::pseudo_header(&src.octets(), &dst.octets(), proto, payload.len() as u32);
+            checksum::finish(checksum::sum(ph, payload)) == 0
+        }
+        1 => payload.len() >= 4 && checksum::checksum(payload) == 0,
+        _ => true,
+    }
+}
