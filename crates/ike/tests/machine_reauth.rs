@@ -269,3 +269,73 @@ fn an_ike_rekey_keeps_the_reauth_time() {
     assert_eq!(order.len(), 6, "{order:?}");
     assert_eq!(order[5], format!("down {}", rekeyed.0));
 }
+
+/// Both sides with the same `reauth_time` and no jitter start their reauthentications at the same moment: each
+/// side's new IKE SA comes up (twins), one of them (the one with the lowest SPI, deleted by its initiator) goes, and
+/// so does the old one. Period after period one IKE SA with its child is left on each side (without the rule, both
+/// twins were reauthenticated by both sides: 2, 4, 8, 16 IKE SAs), the child is installed at every moment, and
+/// nothing is reported as failed.
+#[test]
+fn simultaneous_reauthentication_from_both_sides_keeps_one_ike_sa() {
+    let esp = ["aes256gcm16-x25519"];
+    let (mut a, mut b) = pair(&["aes128gcm16-prfsha256-x25519"], &esp);
+    for c in [&mut a, &mut b] {
+        c.reauth = REAUTH;
+        c.lifetimes.life = c.lifetimes.rekey + OVER;
+        for ch in c.children.iter_mut() {
+            ch.lifetimes.rekey = Duration::from_secs(30 * 3600);
+            ch.lifetimes.life = Duration::from_secs(31 * 3600);
+        }
+    }
+    let mut sim = Sim::new(a, b, 11);
+    sim.initiate();
+    sim.settle();
+    let mut deleted_by = [0, 0];
+    for period in 0..4 {
+        let sent = [sim.sent[0].len(), sim.sent[1].len()];
+        sim.run_for(REAUTH + Duration::from_secs(5));
+        for i in 0..2 {
+            let st = sim.ep[i].status(sim.now);
+            assert_eq!(st.len(), 1, "period {period}, ep {i}: {st:?}");
+            assert_eq!(st[0].children.len(), 1, "period {period}, ep {i}");
+            assert_eq!(st[0].state, "ESTABLISHED");
+            // Both sides started one: two IKE_SA_INITs in the period, one from each.
+            let inits = sim.sent[i][sent[i]..]
+                .iter()
+                .filter(|t| exchange(&t.bytes) == 34 && t.bytes[19] & 0x20 == 0)
+                .count();
+            assert_eq!(inits, 1, "period {period}, ep {i}: IKE_SA_INIT requests");
+            deleted_by[i] += sim.sent[i][sent[i]..]
+                .iter()
+                .filter(|t| exchange(&t.bytes) == 37 && t.bytes[19] & 0x20 == 0)
+                .count();
+        }
+        let (sa, sb) = (&sim.ep[0].status(sim.now)[0], &sim.ep[1].status(sim.now)[0]);
+        assert_eq!(
+            (sa.spi_i, sa.spi_r),
+            (sb.spi_i, sb.spi_r),
+            "the same IKE SA is left"
+        );
+    }
+    // Each period: the old SA and one twin deleted (INFORMATIONAL requests; the DELETEs of both sides for the
+    // old one may cross).
+    assert!(deleted_by[0] + deleted_by[1] >= 8, "{deleted_by:?}");
+    for i in 0..2 {
+        assert!(sim.failures(i).is_empty(), "ep {i}: {:?}", sim.failures(i));
+        // The child was installed at every moment after it first came up.
+        let mut installed: Vec<u32> = Vec::new();
+        for e in &sim.events[i] {
+            match e {
+                Event::ChildSaUp(c) => installed.push(c.inbound.spi),
+                Event::ChildSaDown { inbound_spi, .. } => {
+                    installed.retain(|s| s != inbound_spi);
+                    assert!(
+                        !installed.is_empty(),
+                        "ep {i}: no CHILD_SA installed after {e:?}"
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -215,10 +215,12 @@ impl Endpoint {
         // IKE_SA_INIT request then no longer matches and is dropped (the peer has moved on).
         sa.ike_rekey_at = self.ike_rekey_time(sa.conn, now);
         self.reauth_up(sa, now);
+        sa.handshake = true;
         self.events.push_back(Event::IkeSaUp {
             ike_sa: sa.id,
             connection: self.connections[sa.conn].name.clone(),
         });
+        self.resolve_twins(sa, now);
     }
 
     /// INITIAL_CONTACT (RFC 7296 2.4): the peer has no other IKE SA with us; the old ones of this connection and

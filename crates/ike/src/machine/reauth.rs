@@ -7,6 +7,10 @@
 //! address at `remote_port`). If the new IKE SA fails, the old one stays until `over_time` after its reauth time,
 //! then is deleted; the failure names both. A rekey of the old IKE SA keeps its reauth time (a rekey is no new
 //! authentication, as strongSwan's `inherit_post`).
+//!
+//! Both sides may reauthenticate the same IKE SA at the same moment (both have `reauth_time`, with little or no
+//! `rand_time`): each one's new IKE SA comes up, and each would be reauthenticated by both sides again, doubling
+//! the IKE SAs every period. [`Endpoint::resolve_twins`] keeps one of the two.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -18,6 +22,11 @@ use crate::keys::Role;
 
 /// "Never" for a timer.
 const FAR: Duration = Duration::from_secs(86400 * 365);
+
+/// Two full handshakes of one connection with one peer started this close together are twins (see
+/// [`Endpoint::resolve_twins`]): far above a handshake's time with retransmissions, far below any sensible
+/// `reauth_time`.
+const TWINS_WITHIN: Duration = Duration::from_secs(30);
 
 impl Endpoint {
     /// When an IKE SA of connection `conn` that comes up now is reauthenticated, and when it goes if that fails:
@@ -108,6 +117,7 @@ impl Endpoint {
         let spi_i = self.new_ike_spi();
         let mut sa = IkeSa::new(id, old.conn, Role::Initiator, spi_i, 0, local, remote, now);
         sa.hs_mut().first_child = Some(first);
+        sa.by_reauth = true;
         let mut r = Reauth::new(now + FAR, now + FAR);
         r.of = Some(old.id);
         r.queue = cfgs;
@@ -160,6 +170,54 @@ impl Endpoint {
         }
         let conn = o.conn;
         self.reauth_failed(conn, old);
+    }
+
+    /// `sa` just came up with a full handshake. Another IKE SA of the same connection with the same peer (address
+    /// and authenticated identity) that also came up with a full handshake, started within [`TWINS_WITHIN`] of it,
+    /// one of the two a reauthentication of ours, is its twin: both sides reauthenticated at the same moment.
+    /// (Many IKE SAs of one connection from one address and identity, none of them reauthenticating another, are
+    /// left alone, as strongSwan's default `unique = no` does.) One of the two is one too many: the
+    /// one that holds the lowest of the four SPIs goes, deleted by the side that initiated it, as RFC 7296 2.8.1
+    /// settles colliding rekeys by the lowest nonce (the nonces are gone once an SA is up; the SPIs, random as well,
+    /// are known to both sides, which therefore pick the same one). The other side only stops its own
+    /// reauthentication timer of the one that goes. A reauthentication of ours whose new SA goes leaves the old SA
+    /// to the peer's reauthentication (or to its expiry), without a failure.
+    pub(super) fn resolve_twins(&mut self, sa: &mut IkeSa, now: Instant) {
+        let twin = self
+            .sas
+            .values()
+            .filter(|o| {
+                o.id != sa.id
+                    && (o.by_reauth || sa.by_reauth)
+                    && o.handshake
+                    && o.state == State::Established
+                    && o.conn == sa.conn
+                    && o.remote.ip() == sa.remote.ip()
+                    && o.peer_id == sa.peer_id
+                    && o.created.max(sa.created) - o.created.min(sa.created) < TWINS_WITHIN
+            })
+            .map(|o| o.id)
+            .next();
+        let Some(twin) = twin else { return };
+        let Some(mut t) = self.sas.remove(&twin) else {
+            return;
+        };
+        let low = |s: &IkeSa| s.spi_i.min(s.spi_r);
+        let loser: &mut IkeSa = if low(sa) < low(&t) { sa } else { &mut t };
+        if let Some(r) = &mut loser.reauth {
+            // Never reauthenticated by us: it goes.
+            r.at = now + FAR;
+            r.expire = now + FAR;
+        }
+        if loser.role == Role::Initiator {
+            if let Some(old) = loser.reauth.as_mut().and_then(|r| r.of.take()) {
+                if let Some(r) = self.sas.get_mut(&old).and_then(|o| o.reauth.as_mut()) {
+                    r.by = None;
+                }
+            }
+            self.send_delete_ike(loser, now);
+        }
+        self.sas.insert(twin, t);
     }
 
     fn reauth_failed(&mut self, conn: usize, old: IkeSaId) {

@@ -227,6 +227,10 @@ pub struct IkeSa {
     pub last_heard: Instant,
     /// Whether IkeSaUp was reported (so IkeSaDown is owed).
     pub was_up: bool,
+    /// It came up with a full IKE_SA_INIT and IKE_AUTH (not from a rekey), and whether we started it to
+    /// reauthenticate another: see `Endpoint::resolve_twins`.
+    pub handshake: bool,
+    pub by_reauth: bool,
     /// terminate() came while a request was outstanding: the DELETE follows its answer.
     pub delete_queued: bool,
     /// CHILD_SAs (by inbound SPI) to delete once no request is outstanding (the old one after a rekey).
@@ -342,6 +346,8 @@ impl IkeSa {
             created: now,
             last_heard: now,
             was_up: false,
+            handshake: false,
+            by_reauth: false,
             delete_queued: false,
             queued_child_deletes: Vec::new(),
             child_x: None,
