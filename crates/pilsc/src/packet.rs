@@ -214,6 +214,23 @@ impl Transform {
     }
 }
 
+/// What both sides of a key hold: its transform, the mode and the key id.
+struct Keyed {
+    t: Transform,
+    mode: Mode,
+    key_id: u16,
+}
+
+impl Keyed {
+    fn new(cipher: Cipher, mode: Mode, key: &[u8]) -> Result<Keyed, KeyError> {
+        Ok(Keyed {
+            t: Transform::new(cipher, mode, key)?,
+            mode,
+            key_id: key_id(key),
+        })
+    }
+}
+
 fn nonce(src: Ipv4Addr, counter: u64) -> [u8; 12] {
     let mut n = [0u8; 12];
     n[..4].copy_from_slice(&src.octets());
@@ -245,9 +262,7 @@ fn aad(
 /// The outbound side of one key: seals packets, each under the next counter. Built with the counter to start
 /// from (the daemon's mark after a restart); it never gives a counter twice and stops at `end`.
 pub struct Sealer {
-    t: Transform,
-    mode: Mode,
-    key_id: u16,
+    k: Keyed,
     next: u64,
     end: u64,
 }
@@ -263,9 +278,7 @@ impl Sealer {
         end: u64,
     ) -> Result<Sealer, KeyError> {
         Ok(Sealer {
-            t: Transform::new(cipher, mode, key)?,
-            mode,
-            key_id: key_id(key),
+            k: Keyed::new(cipher, mode, key)?,
             next: next.max(1),
             end,
         })
@@ -284,7 +297,7 @@ impl Sealer {
         start: usize,
         len: usize,
     ) -> Result<(usize, usize), SealError> {
-        let ol = self.mode.option_len();
+        let ol = self.k.mode.option_len();
         let end = start
             .checked_add(len)
             .filter(|e| *e <= buf.len())
@@ -323,16 +336,16 @@ impl Sealer {
         let opt = ns + hl;
         buf[opt] = OPTION_TYPE;
         buf[opt + 1] = ol as u8;
-        buf[opt + 2..opt + 4].copy_from_slice(&self.key_id.to_be_bytes());
+        buf[opt + 2..opt + 4].copy_from_slice(&self.k.key_id.to_be_bytes());
         buf[opt + 4..opt + 12].copy_from_slice(&counter.to_be_bytes());
         let payload_len = tl - hl;
         let n = nonce(src, counter);
         let (head, rest) = buf[ns..].split_at_mut(hl + ol);
         let payload = &mut rest[..payload_len];
-        match &self.t {
+        match &self.k.t {
             Transform::Stream(s) => s.apply(&n, payload),
             Transform::Aead(a) => {
-                let aad = aad(src, dst, proto, payload_len, self.mode, self.key_id);
+                let aad = aad(src, dst, proto, payload_len, self.k.mode, self.k.key_id);
                 a.seal(&n, &aad, payload, &mut head[hl + 12..hl + ol]);
             }
         }
@@ -346,9 +359,7 @@ impl Sealer {
 
 /// The inbound side of one key: a replay window per source, bounded in number.
 pub struct Opener {
-    t: Transform,
-    mode: Mode,
-    key_id: u16,
+    k: Keyed,
     window: u32,
     max_sources: usize,
     sources: HashMap<Ipv4Addr, ReplayWindow>,
@@ -365,9 +376,7 @@ impl Opener {
         max_sources: usize,
     ) -> Result<Opener, KeyError> {
         Ok(Opener {
-            t: Transform::new(cipher, mode, key)?,
-            mode,
-            key_id: key_id(key),
+            k: Keyed::new(cipher, mode, key)?,
             window,
             max_sources,
             sources: HashMap::new(),
@@ -375,7 +384,7 @@ impl Opener {
     }
 
     pub fn key_id(&self) -> u16 {
-        self.key_id
+        self.k.key_id
     }
 
     /// Opens the protected IPv4 packet at `buf[start..start + len]` in place: checks, decrypts, and removes the
@@ -396,10 +405,10 @@ impl Opener {
         if p.more_frags() || p.frag_offset() != 0 {
             return Err(OpenError::Fragment);
         }
-        if m.mode != self.mode {
+        if m.mode != self.k.mode {
             return Err(OpenError::WrongMode);
         }
-        if m.key_id != self.key_id {
+        if m.key_id != self.k.key_id {
             return Err(OpenError::WrongKey);
         }
         let (src, dst, proto) = (p.src_addr(), p.dst_addr(), p.protocol());
@@ -413,12 +422,12 @@ impl Opener {
             }
             None => {}
         }
-        let ol = self.mode.option_len();
+        let ol = self.k.mode.option_len();
         let payload_len = tl - hl;
         let n = nonce(src, m.counter);
         let (head, rest) = buf[start..end].split_at_mut(hl);
         let payload = &mut rest[..payload_len];
-        match &self.t {
+        match &self.k.t {
             Transform::Stream(s) => {
                 s.apply(&n, payload);
                 if !transport_checksum_ok(src, dst, proto, payload) {
@@ -429,7 +438,7 @@ impl Opener {
             }
             Transform::Aead(a) => {
                 let tag_at = m.offset + 12;
-                let aad = aad(src, dst, proto, payload_len, self.mode, self.key_id);
+                let aad = aad(src, dst, proto, payload_len, self.k.mode, self.k.key_id);
                 a.open(&n, &aad, payload, &head[tag_at..tag_at + TAG_LEN])
                     .map_err(|_| OpenError::Auth)?;
             }
