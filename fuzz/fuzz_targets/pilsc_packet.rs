@@ -13,7 +13,7 @@ use netveil_wire::checksum;
 const HEAD: usize = 64;
 
 fn cipher(b: u8) -> Cipher {
-    [Cipher::Aes128, Cipher::Aes256, Cipher::ChaCha20][b as usize % 3]
+    Cipher::ALL[b as usize % Cipher::ALL.len()]
 }
 
 fn key(c: Cipher) -> Vec<u8> {

@@ -6,7 +6,7 @@
 //! | 1 | `AES-128` (the paper's example: `Encryption = 1` is AES) | 16 |
 //! | 2 | `AES-256` | 32 |
 //! | 3 | `3DES` (legacy: 64-bit blocks) | 24 |
-//! | 4 | `RC5` (RC5-32/12/b) | 16 to 32 |
+//! | 4 | `RC5` (RC5-32/12/16, legacy: 64-bit blocks) | 16 |
 //! | 5 | `Blowfish` (legacy: 64-bit blocks) | 16 to 56 |
 //! | 6 | `ChaCha20` | 32 |
 //!
@@ -90,14 +90,15 @@ impl Cipher {
             Cipher::Aes128 => 16..=16,
             Cipher::Aes256 | Cipher::ChaCha20 => 32..=32,
             Cipher::TripleDes => 24..=24,
-            Cipher::Rc5 => 16..=32,
+            Cipher::Rc5 => 16..=16,
             Cipher::Blowfish => 16..=56,
         }
     }
 
-    /// Whether the algorithm is kept for the paper's sake only (64-bit blocks: birthday-bound limits).
+    /// Whether the algorithm is kept for the paper's sake only (64-bit blocks: birthday-bound limits, see
+    /// [`crate::packet`]).
     pub fn legacy(self) -> bool {
-        matches!(self, Cipher::TripleDes | Cipher::Blowfish)
+        matches!(self, Cipher::TripleDes | Cipher::Blowfish | Cipher::Rc5)
     }
 }
 

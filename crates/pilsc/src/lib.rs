@@ -10,7 +10,7 @@
 //! - [`cipher`]: the algorithm table (the paper's numbers and netveil's names, key lengths).
 //! - [`policy`]: the rules compiled into the policy engine the other protocols use.
 //! - [`packet`]: the security option's layout and the in-place transform of a packet (seal, open), with replay
-//!   windows (AES-128/256 and ChaCha20 so far; 3DES, RC5 and Blowfish are refused until built).
+//!   windows, for every algorithm of the table.
 
 #![forbid(unsafe_code)]
 

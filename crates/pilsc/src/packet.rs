@@ -36,7 +36,10 @@
 //!   ahead (as for static ESP keys); [`Sealer`] refuses to go past its end rather than wrap.
 //! - **Payload**: everything after the IP header (transport header and data), encrypted in place, length kept:
 //!   AES-128/256 in CTR mode and ChaCha20 for confidentiality only ([`netveil_crypto::stream`]); AES-128/256-GCM
-//!   and ChaCha20-Poly1305 when authenticated, with the tag in the option. The tag covers the payload and the
+//!   and ChaCha20-Poly1305 when authenticated, with the tag in the option. The paper's 64-bit block ciphers
+//!   (3DES, RC5-32/12/16, Blowfish) run in CTR mode from an encrypted nonce, authenticated with HMAC-SHA-256-128
+//!   over the same data, the counter and the ciphertext (encrypt-then-MAC, the MAC key derived from the rule's
+//!   key); their counters stop at [`LEGACY_PACKETS`]. The tag covers the payload and the
 //!   header's fields that no router changes: source, destination, protocol, payload length, and the option's
 //!   type, length and key id (the counter is in the nonce). TOS/ECN, TTL, identification, flags and the header
 //!   checksum are left out: routers change them.
@@ -57,7 +60,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
 use netveil_crypto::stream::{new_stream, StreamAlg, StreamCipher};
-use netveil_crypto::{new_aead, Aead, AeadAlg, KeyError};
+use netveil_crypto::{new_aead, new_mac, Aead, AeadAlg, HashAlg, KeyError, Mac};
 use netveil_sa::replay::ReplayWindow;
 use netveil_wire::checksum;
 use netveil_wire::ipv4::Packet;
@@ -70,6 +73,11 @@ pub const OPTION_TYPE: u8 = 130;
 pub const TAG_LEN: usize = 16;
 /// Most IPv4 option bytes a header can hold.
 const MAX_OPTIONS: usize = 40;
+/// The most packets one sender may seal under one key of a 64-bit block cipher (3DES, RC5, Blowfish): their nonce
+/// holds a 32-bit counter, and their keystreams start at pseudo-random blocks, so the chance that two packets'
+/// keystreams overlap grows with the square of the packets (about 0.3% at 2^24 full-size packets, the cap: about
+/// 24 GB). Then the key must be changed ([`SealError::Exhausted`]).
+pub const LEGACY_PACKETS: u64 = 1 << 24;
 
 /// Whether protected packets are authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -127,7 +135,7 @@ pub enum OpenError {
     WrongMode,
     /// The option names another key.
     WrongKey,
-    /// Counter 0, already seen, or left of the window.
+    /// Counter 0, already seen, left of the window, or beyond what the key's algorithm can carry.
     Replay,
     /// The tag did not verify.
     Auth,
@@ -182,6 +190,9 @@ pub fn marking(packet: &[u8]) -> Result<Option<Marking>, OpenError> {
 enum Transform {
     Stream(Box<dyn StreamCipher>),
     Aead(Box<dyn Aead>),
+    /// The 64-bit block ciphers, authenticated: CTR, then HMAC-SHA-256-128 (encrypt-then-MAC) over the
+    /// authenticated data, the counter and the ciphertext, under a MAC key derived from the rule's key.
+    StreamMac(Box<dyn StreamCipher>, Box<dyn Mac>),
 }
 
 impl Transform {
@@ -205,10 +216,20 @@ impl Transform {
             (Mode::Authenticated, Cipher::ChaCha20) => {
                 Transform::Aead(new_aead(AeadAlg::ChaCha20Poly1305, key)?)
             }
-            (_, Cipher::TripleDes | Cipher::Rc5 | Cipher::Blowfish) => {
-                return Err(KeyError::Unusable(
-                    "3DES, RC5 and Blowfish are not built yet for PILSC packets",
-                ))
+            (mode, legacy) => {
+                let alg = match legacy {
+                    Cipher::TripleDes => StreamAlg::TdesCtr,
+                    Cipher::Rc5 => StreamAlg::Rc5Ctr,
+                    _ => StreamAlg::BlowfishCtr,
+                };
+                let s = new_stream(alg, key)?;
+                if mode == Mode::Confidential {
+                    Transform::Stream(s)
+                } else {
+                    let mut mk = zeroize::Zeroizing::new([0u8; 32]);
+                    netveil_crypto::kdf::hkdf_sha256(b"netveil pilsc mac", key, b"", &mut mk[..]);
+                    Transform::StreamMac(s, new_mac(HashAlg::Sha256, &mk[..], TAG_LEN)?)
+                }
             }
         })
     }
@@ -219,6 +240,9 @@ struct Keyed {
     t: Transform,
     mode: Mode,
     key_id: u16,
+    /// Counters at or above this are never sealed, and refused before anything is decrypted
+    /// ([`LEGACY_PACKETS`] for the 64-bit block ciphers, whose nonce cannot hold more).
+    limit: u64,
 }
 
 impl Keyed {
@@ -227,6 +251,11 @@ impl Keyed {
             t: Transform::new(cipher, mode, key)?,
             mode,
             key_id: key_id(key),
+            limit: if cipher.legacy() {
+                LEGACY_PACKETS
+            } else {
+                u64::MAX
+            },
         })
     }
 }
@@ -277,8 +306,10 @@ impl Sealer {
         next: u64,
         end: u64,
     ) -> Result<Sealer, KeyError> {
+        let k = Keyed::new(cipher, mode, key)?;
+        let end = end.min(k.limit);
         Ok(Sealer {
-            k: Keyed::new(cipher, mode, key)?,
+            k,
             next: next.max(1),
             end,
         })
@@ -348,6 +379,11 @@ impl Sealer {
                 let aad = aad(src, dst, proto, payload_len, self.k.mode, self.k.key_id);
                 a.seal(&n, &aad, payload, &mut head[hl + 12..hl + ol]);
             }
+            Transform::StreamMac(s, mac) => {
+                s.apply(&n, payload);
+                let aad = aad(src, dst, proto, payload_len, self.k.mode, self.k.key_id);
+                mac.compute(&[&aad, &n[4..], payload], &mut head[hl + 12..hl + ol]);
+            }
         }
         let mut h = Packet::new_unchecked(&mut buf[ns..ns + tl + ol]);
         h.set_header_len(hl + ol);
@@ -413,7 +449,10 @@ impl Opener {
         }
         let (src, dst, proto) = (p.src_addr(), p.dst_addr(), p.protocol());
         let (hl, tl) = (p.header_len(), p.total_len() as usize);
-        // Cheap checks first: the counter against the source's window, before any decryption.
+        // Cheap checks first: the counter against the key's range and the source's window, before any decryption.
+        if m.counter >= self.k.limit {
+            return Err(OpenError::Replay);
+        }
         match self.sources.get(&src) {
             Some(w) => w.check_full(m.counter).map_err(|_| OpenError::Replay)?,
             None if m.counter == 0 => return Err(OpenError::Replay),
@@ -441,6 +480,14 @@ impl Opener {
                 let aad = aad(src, dst, proto, payload_len, self.k.mode, self.k.key_id);
                 a.open(&n, &aad, payload, &head[tag_at..tag_at + TAG_LEN])
                     .map_err(|_| OpenError::Auth)?;
+            }
+            Transform::StreamMac(s, mac) => {
+                // The tag first (on the ciphertext): nothing is decrypted for a forgery.
+                let tag_at = m.offset + 12;
+                let aad = aad(src, dst, proto, payload_len, self.k.mode, self.k.key_id);
+                mac.verify(&[&aad, &n[4..], payload], &head[tag_at..tag_at + TAG_LEN])
+                    .map_err(|_| OpenError::Auth)?;
+                s.apply(&n, payload);
             }
         }
         // Authenticated (or checksummed): now the window moves.

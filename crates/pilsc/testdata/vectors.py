@@ -6,7 +6,14 @@ import struct
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, hmac
+import warnings
+
+warnings.filterwarnings("ignore")
+try:
+    from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES, Blowfish
+except ImportError:
+    from cryptography.hazmat.primitives.ciphers.algorithms import TripleDES, Blowfish
 
 
 def csum(b):
@@ -36,6 +43,14 @@ def key_id(key):
     return int.from_bytes(HKDF(hashes.SHA256(), 2, b"netveil pilsc key id", b"").derive(key), "big")
 
 
+def ctr64(alg, nonce, data):
+    """The 64-bit block ciphers: first counter block E_K(nonce[0:4] + nonce[8:12]), 64-bit big-endian increments."""
+    ecb = lambda b: Cipher(alg, modes.ECB()).encryptor().update(b)
+    iv = int.from_bytes(ecb(nonce[:4] + nonce[8:]), "big")
+    ks = b"".join(ecb(((iv + i) % 2**64).to_bytes(8, "big")) for i in range((len(data) + 7) // 8))
+    return bytes(a ^ b for a, b in zip(data, ks))
+
+
 def seal(pkt, cipher, key, mode, counter):
     hl = (pkt[0] & 15) * 4
     src, dst, proto = pkt[12:16], pkt[16:20], pkt[9]
@@ -43,7 +58,17 @@ def seal(pkt, cipher, key, mode, counter):
     kid = key_id(key)
     ol = 12 if mode == "confidential" else 28
     nonce = src + counter.to_bytes(8, "big")
-    if mode == "confidential":
+    if cipher in ("3des", "blowfish"):
+        alg = TripleDES(key) if cipher == "3des" else Blowfish(key)
+        ct = ctr64(alg, nonce, payload)
+        tag = b""
+        if mode == "authenticated":
+            mk = HKDF(hashes.SHA256(), 32, b"netveil pilsc mac", b"").derive(key)
+            aad = src + dst + bytes([proto]) + len(payload).to_bytes(2, "big") + bytes([130, ol]) + kid.to_bytes(2, "big")
+            h = hmac.HMAC(mk, hashes.SHA256())
+            h.update(aad + counter.to_bytes(8, "big") + ct)
+            tag = h.finalize()[:16]
+    elif mode == "confidential":
         if cipher == "chacha20":
             ct = Cipher(algorithms.ChaCha20(key, (1).to_bytes(4, "little") + nonce), mode=None).encryptor().update(payload)
         else:
@@ -69,3 +94,7 @@ print("CLEAR", pkt.hex())
 for cipher, key in [("aes-128", bytes(range(16))), ("aes-256", bytes(range(32))), ("chacha20", bytes(range(32, 64)))]:
     for mode in ["confidential", "authenticated"]:
         print(cipher, mode, hex(key_id(key)), seal(pkt, cipher, key, mode, 0x0102030405060708).hex())
+# The 64-bit block ciphers: counters below 2^24 (LEGACY_PACKETS).
+for cipher, key in [("3des", bytes(range(64, 88))), ("blowfish", bytes(range(88, 104)))]:
+    for mode in ["confidential", "authenticated"]:
+        print(cipher, mode, hex(key_id(key)), seal(pkt, cipher, key, mode, 0x060708).hex())
