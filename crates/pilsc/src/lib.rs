@@ -11,6 +11,7 @@
 //! - [`policy`]: the rules compiled into the policy engine the other protocols use.
 //! - [`packet`]: the security option's layout and the in-place transform of a packet (seal, open), with replay
 //!   windows, for every algorithm of the table.
+//! - [`table`]: the keys of a rule file, one sealer and one opener each, shared by the rules that name the key.
 
 #![forbid(unsafe_code)]
 
@@ -18,3 +19,4 @@ pub mod cipher;
 pub mod packet;
 pub mod policy;
 pub mod rules;
+pub mod table;
