@@ -116,6 +116,24 @@ impl Certificate {
         &self.public_key
     }
 
+    /// Its validity period: not before, not after (seconds since the Unix epoch), and the end as text
+    /// (`2027-01-01 02:53:50 UTC`).
+    pub fn validity(&self) -> Option<(i64, i64, String)> {
+        let c = parse(&self.der)?;
+        let v = c.validity();
+        let end = v.not_after.to_datetime();
+        let text = format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+            end.year(),
+            u8::from(end.month()),
+            end.day(),
+            end.hour(),
+            end.minute(),
+            end.second()
+        );
+        Some((v.not_before.timestamp(), v.not_after.timestamp(), text))
+    }
+
     /// SHA-1 of the SubjectPublicKeyInfo: a CA's entry in CERTREQ (RFC 7296 3.7, as strongSwan sends it).
     pub fn keyid(&self) -> [u8; 20] {
         self.keyid

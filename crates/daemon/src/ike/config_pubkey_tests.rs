@@ -149,3 +149,30 @@ fn every_pubkey_mistake_names_its_key() {
     err_at(&d, l, REMOTE, "local.certs");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Our own certificate is checked at load: expired (expired.der ends 2027-01-01) is refused with the date, valid
+/// or not yet valid (only a warning: the clock may be behind) is taken.
+#[test]
+fn an_expired_own_certificate_is_refused_at_load() {
+    let at = |y: i32| {
+        let days = (y - 1970) as u64 * 36525 / 100;
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(days * 86400 + 150 * 86400)
+    };
+    let expired = Certificate::from_der(&testdata("expired.der")).unwrap();
+    let err =
+        crate::ike::values::own_cert_current(&expired, "ike.connection[0].local.certs", at(2027))
+            .unwrap_err();
+    assert_eq!(err.key, "ike.connection[0].local.certs[0]");
+    assert!(
+        err.reason.starts_with("our certificate (C=CH, O=netveil test, CN=moon.netveil.test) expired on 2027-01-01 02:53:50 UTC"),
+        "{}",
+        err.reason
+    );
+    assert!(crate::ike::values::own_cert_current(&expired, "k", at(2026)).is_ok());
+    assert!(
+        crate::ike::values::own_cert_current(&expired, "k", at(2025)).is_ok(),
+        "not yet valid: a warning only"
+    );
+    let moon = Certificate::from_der(&testdata("moon.der")).unwrap();
+    assert!(crate::ike::values::own_cert_current(&moon, "k", at(2030)).is_ok());
+}

@@ -158,11 +158,44 @@ fn pubkey_creds(
             format!("is not the key of certs[0] ({})", certs[0].subject()),
         ));
     }
+    own_cert_current(&certs[0], &k("certs"), std::time::SystemTime::now())?;
     Ok(PubKeyCreds {
         certs,
         cacerts: Vec::new(),
         key: Some(Arc::new(private)),
     })
+}
+
+/// Our certificate at load, against `now`: an expired one is refused (every peer would refuse it; the error says
+/// since when), one not valid yet is only warned about (the clock may be behind at boot, and it becomes valid by
+/// itself).
+pub(super) fn own_cert_current(
+    cert: &Certificate,
+    key: &str,
+    now: std::time::SystemTime,
+) -> Result<(), ConfigError> {
+    let Some((not_before, not_after, end)) = cert.validity() else {
+        return Ok(());
+    };
+    let t = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    if t > not_after {
+        return Err(e(
+            format!("{key}[0]"),
+            format!(
+                "our certificate ({}) expired on {end}: every peer would refuse it; renew it (netveil keygen cert, or pki)",
+                cert.subject()
+            ),
+        ));
+    }
+    if t < not_before {
+        tracing::warn!(
+            "{key}[0]: our certificate ({}) is not valid yet: is this machine's clock right?",
+            cert.subject()
+        );
+    }
+    Ok(())
 }
 
 /// A private key file: a regular file owned by root, readable by its owner only (as the PSK file), PEM or DER.
