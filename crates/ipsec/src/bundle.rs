@@ -498,3 +498,26 @@ pub fn unprotect_udp_payload(
     used.len = 1;
     Ok(UdpUnprotected::Packet(used))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundle_indices_keep_their_order_inline_and_past_max_bundle() {
+        for n in 0..=MAX_BUNDLE + 2 {
+            let v: Vec<OutIdx> = (0..n as u32).map(|i| OutIdx(i * 7 + 1)).collect();
+            let x: Idxs<OutIdx> = v.iter().copied().collect();
+            assert_eq!(&x[..], &v[..], "{n} indices");
+            assert_eq!(Idxs::from(v.clone()), x);
+            assert_eq!(Bundle::Out(x.clone()).outbound(), &v[..]);
+            assert_eq!(Bundle::Out(x).len(), n);
+        }
+        // Equal by their indices only (the unused inline slots hold copies of the first).
+        let a: Idxs<InIdx> = [InIdx(1), InIdx(2)].into_iter().collect();
+        let b: Idxs<InIdx> = [InIdx(1), InIdx(2), InIdx(3)].into_iter().take(2).collect();
+        assert_eq!(a, b);
+        assert_ne!(a, [InIdx(1)].into_iter().collect());
+        assert_eq!(format!("{a:?}"), "[InIdx(1), InIdx(2)]");
+    }
+}
