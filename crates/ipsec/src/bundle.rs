@@ -78,8 +78,74 @@ pub enum Bundle {
     /// No SAs (not a protect policy, a PSP policy, or SAs not all installed).
     #[default]
     None,
-    Out(Vec<OutIdx>),
-    In(Vec<InIdx>),
+    Out(Idxs<OutIdx>),
+    In(Idxs<InIdx>),
+}
+
+/// A bundle's SA indices, in order: up to [`MAX_BUNDLE`] of them inline, more (which no policy can have) on the
+/// heap. A snapshot of the engine's policies is rebuilt for every change and holds a bundle per policy: inline, a
+/// gateway's thousands of negotiated CHILD_SAs cost no allocation each per rebuild (and no 32-byte heap block each
+/// in the snapshot in force).
+#[derive(Clone)]
+pub struct Idxs<T: Copy>(IdxsRepr<T>);
+
+#[derive(Clone)]
+enum IdxsRepr<T: Copy> {
+    Inline(u8, [T; MAX_BUNDLE]),
+    Heap(Box<[T]>),
+}
+
+impl<T: Copy> core::ops::Deref for Idxs<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.0 {
+            IdxsRepr::Inline(n, a) => &a[..usize::from(*n)],
+            IdxsRepr::Heap(v) => v,
+        }
+    }
+}
+
+impl<T: Copy> FromIterator<T> for Idxs<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(it: I) -> Self {
+        let mut it = it.into_iter();
+        let Some(first) = it.next() else {
+            // An empty boxed slice allocates nothing.
+            return Idxs(IdxsRepr::Heap(Box::default()));
+        };
+        let mut a = [first; MAX_BUNDLE];
+        let mut n = 1;
+        while let Some(x) = it.next() {
+            if n == MAX_BUNDLE {
+                let mut v = a.to_vec();
+                v.push(x);
+                v.extend(it);
+                return Idxs(IdxsRepr::Heap(v.into_boxed_slice()));
+            }
+            a[n] = x;
+            n += 1;
+        }
+        Idxs(IdxsRepr::Inline(n as u8, a))
+    }
+}
+
+impl<T: Copy> From<Vec<T>> for Idxs<T> {
+    fn from(v: Vec<T>) -> Self {
+        v.into_iter().collect()
+    }
+}
+
+impl<T: Copy + PartialEq> PartialEq for Idxs<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self[..] == other[..]
+    }
+}
+
+impl<T: Copy + Eq> Eq for Idxs<T> {}
+
+impl<T: Copy + core::fmt::Debug> core::fmt::Debug for Idxs<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 impl Bundle {
@@ -147,6 +213,15 @@ pub struct Sad {
 }
 
 impl Sad {
+    /// Empties the database (its SAs are released), keeping its tables' room: a database rebuilt for every change
+    /// reuses its predecessor's instead of allocating its own.
+    pub fn clear(&mut self) {
+        self.out.clear();
+        self.inb.clear();
+        self.known_as.clear();
+        self.inbound.clear();
+        self.order.clear();
+    }
     /// Adds an outbound SA; returns its index.
     pub fn insert_out(&mut self, sa: OutboundSa) -> OutIdx {
         self.insert_out_arc(Arc::new(sa))
@@ -422,4 +497,27 @@ pub fn unprotect_udp_payload(
     used.sas[0] = sad.known_as(idx);
     used.len = 1;
     Ok(UdpUnprotected::Packet(used))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundle_indices_keep_their_order_inline_and_past_max_bundle() {
+        for n in 0..=MAX_BUNDLE + 2 {
+            let v: Vec<OutIdx> = (0..n as u32).map(|i| OutIdx(i * 7 + 1)).collect();
+            let x: Idxs<OutIdx> = v.iter().copied().collect();
+            assert_eq!(&x[..], &v[..], "{n} indices");
+            assert_eq!(Idxs::from(v.clone()), x);
+            assert_eq!(Bundle::Out(x.clone()).outbound(), &v[..]);
+            assert_eq!(Bundle::Out(x).len(), n);
+        }
+        // Equal by their indices only (the unused inline slots hold copies of the first).
+        let a: Idxs<InIdx> = [InIdx(1), InIdx(2)].into_iter().collect();
+        let b: Idxs<InIdx> = [InIdx(1), InIdx(2), InIdx(3)].into_iter().take(2).collect();
+        assert_eq!(a, b);
+        assert_ne!(a, [InIdx(1)].into_iter().collect());
+        assert_eq!(format!("{a:?}"), "[InIdx(1), InIdx(2)]");
+    }
 }

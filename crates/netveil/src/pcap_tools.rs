@@ -243,7 +243,7 @@ fn typed(at: &[SaIdx], idx: &[usize]) -> Bundle {
         .collect::<Option<Vec<_>>>()
         .filter(|v| !v.is_empty())
     {
-        return Bundle::Out(v);
+        return Bundle::Out(v.into());
     }
     sas.iter()
         .map(|x| match x {
@@ -252,7 +252,7 @@ fn typed(at: &[SaIdx], idx: &[usize]) -> Bundle {
         })
         .collect::<Option<Vec<_>>>()
         .filter(|v| !v.is_empty())
-        .map_or(Bundle::None, Bundle::In)
+        .map_or(Bundle::None, |v| Bundle::In(v.into()))
 }
 
 /// Applies `op` to every packet of `input`. `bundle`: encrypt: the outbound SAs to apply (innermost first);

@@ -165,6 +165,17 @@ impl PolicyDb {
             wild: [Vec::new(), Vec::new()],
         }
     }
+    /// Empties the database (default action `default`), keeping its tables' room for the next rules: a database
+    /// rebuilt for every change reuses its predecessor's instead of allocating its own.
+    pub fn clear(&mut self, default: Action) {
+        self.rules.clear();
+        self.default = default;
+        self.hosts.clear();
+        self.next.clear();
+        for w in &mut self.wild {
+            w.clear();
+        }
+    }
     pub fn push(&mut self, rule: Rule) {
         let i = u32::try_from(self.rules.len()).expect("fewer than 2^32 rules");
         match remote_host(&rule) {

@@ -57,11 +57,39 @@ struct Installed {
     outbound_spi: u32,
     local_ts: Vec<TsSpec>,
     remote_ts: Vec<TsSpec>,
-    policies: Vec<String>,
-    connection: String,
-    child: String,
+    policies: Policies,
+    /// Shared by every CHILD_SA of the configured child ([`Installer::intern`]).
+    connection: Arc<str>,
+    child: Arc<str>,
     /// Packets its inbound SA had authenticated when [`Installer::traffic`] last looked.
     packets: u64,
+}
+
+/// The policies of an installed CHILD_SA, in the order added.
+#[derive(Debug, Clone)]
+enum Policies {
+    /// `n` pairs bound under configured policies (the usual case), named as [`policy_pairs`] names them:
+    /// `ike-N-o0`, `ike-N-i0`, `ike-N-o1`, ... (not stored: a gateway has thousands of CHILD_SAs).
+    Bound(u32),
+    /// Any others (policies of their own, a rekey's moved selectors), by name.
+    Named(Vec<String>),
+}
+
+impl Policies {
+    /// Their names, for instance `instance`.
+    fn names(&self, instance: u64) -> Vec<String> {
+        match self {
+            Policies::Bound(n) => (0..*n)
+                .flat_map(|k| {
+                    [
+                        format!("ike-{instance}-o{k}"),
+                        format!("ike-{instance}-i{k}"),
+                    ]
+                })
+                .collect(),
+            Policies::Named(v) => v.clone(),
+        }
+    }
 }
 
 /// A configured child's policies installed at start, and its actions.
@@ -83,7 +111,9 @@ pub struct Trap {
 /// What the driver installed, by the CHILD_SA's current inbound SPI.
 pub struct Installer {
     port: Arc<dyn SaPort>,
-    by_inbound: HashMap<u32, Installed>,
+    /// Boxed: the map's table (kept at most half full at times, as it grows) holds a pointer per slot, not a
+    /// whole record.
+    by_inbound: HashMap<u32, Box<Installed>>,
     next: u64,
     /// The configured children's policies (see the module documentation), in configuration order.
     pub traps: Vec<Trap>,
@@ -107,6 +137,8 @@ pub struct Installer {
     /// Rekeyed CHILD_SAs' outbound SAs not switched to yet, by the inbound SPI of the CHILD_SA they replace (whose
     /// `ChildSaDown` switches them): the rekeyed CHILD_SA's inbound SPI and its outbound SA.
     pending_out: HashMap<u32, (u32, OutboundSaParams)>,
+    /// The connection and child names of the installed CHILD_SAs, each stored once (names of the configuration).
+    names: HashSet<Arc<str>>,
 }
 
 /// How often the driver asks the IP engine which CHILD_SAs received packets ([`Installer::traffic`]).
@@ -144,6 +176,7 @@ impl Installer {
             downs: Vec::new(),
             dead: HashSet::new(),
             pending_out: HashMap::new(),
+            names: HashSet::new(),
             traffic_at: None,
         }
     }
@@ -256,14 +289,14 @@ impl Installer {
     pub fn child_up(&self, connection: &str, child: &str) -> bool {
         self.by_inbound
             .values()
-            .any(|i| i.connection == connection && i.child == child)
+            .any(|i| *i.connection == *connection && *i.child == *child)
     }
 
     /// The (connection, child) of an installed CHILD_SA.
     pub fn child_of(&self, inbound_spi: u32) -> Option<(String, String)> {
         self.by_inbound
             .get(&inbound_spi)
-            .map(|i| (i.connection.clone(), i.child.clone()))
+            .map(|i| (i.connection.to_string(), i.child.to_string()))
     }
 
     /// The configured policy that covers `p` (same direction and its selector within), the child's own first.
@@ -279,6 +312,16 @@ impl Installer {
                     && crate::ip_db::selector_within(&p.selector, &t.selector)
             })
             .map(|t| t.name.clone())
+    }
+
+    /// `name` as stored in the installed CHILD_SAs' records: one allocation per name, not per CHILD_SA.
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.names.get(name) {
+            return n.clone();
+        }
+        let n: Arc<str> = name.into();
+        self.names.insert(n.clone());
+        n
     }
 
     /// The SA names of an instance.
@@ -386,9 +429,11 @@ impl Installer {
             outbound_spi: c.outbound.spi,
             local_ts: c.local_ts.clone(),
             remote_ts: c.remote_ts.clone(),
-            policies: binds.iter().map(|(p, _)| p.name.clone()).collect(),
-            connection: c.connection.clone(),
-            child: c.child.clone(),
+            policies: Policies::Bound(
+                u32::try_from(binds.len() / 2).expect("fewer than 2^32 pairs"),
+            ),
+            connection: self.intern(&c.connection),
+            child: self.intern(&c.child),
             packets: 0,
         };
         let mut ops = vec![SaOp::AddIn(inbound), SaOp::AddOut(outbound)];
@@ -427,7 +472,7 @@ impl Installer {
             }
             if self.port.batch(ops).is_ok() {
                 for (k, instance, rec) in records {
-                    self.by_inbound.insert(cs[k].inbound.spi, rec);
+                    self.by_inbound.insert(cs[k].inbound.spi, Box::new(rec));
                     results[k] = Some(Ok(instance));
                 }
                 self.last_install = Some(t0.elapsed());
@@ -448,7 +493,7 @@ impl Installer {
                 self.port
                     .batch(ops)
                     .map_err(refused(format!("CHILD_SA {i} and {o}")))?;
-                self.by_inbound.insert(c.inbound.spi, record);
+                self.by_inbound.insert(c.inbound.spi, Box::new(record));
                 return Ok(instance);
             }
         }
@@ -468,9 +513,9 @@ impl Installer {
             outbound_spi: c.outbound.spi,
             local_ts: c.local_ts.clone(),
             remote_ts: c.remote_ts.clone(),
-            policies: Vec::new(),
-            connection: c.connection.clone(),
-            child: c.child.clone(),
+            policies: Policies::Named(Vec::new()),
+            connection: self.intern(&c.connection),
+            child: self.intern(&c.child),
             packets: 0,
         };
         if let Some(old) = old {
@@ -486,10 +531,10 @@ impl Installer {
                 if old.local_ts == c.local_ts && old.remote_ts == c.remote_ts {
                     installed.policies = old.policies.clone();
                 } else {
-                    for p in &old.policies {
+                    for p in &old.policies.names(instance) {
                         let _ = self.port.policy_del(p);
                     }
-                    installed.policies = self.add_policies(instance, c)?;
+                    installed.policies = Policies::Named(self.add_policies(instance, c)?);
                 }
                 Ok(())
             })();
@@ -497,7 +542,7 @@ impl Installer {
                 // Keep track of what is still there (the old SAs, maybe updated) under the new SPI: a later
                 // ChildSaDown of either removes the instance.
                 installed.policies = old.policies;
-                self.by_inbound.insert(c.inbound.spi, installed);
+                self.by_inbound.insert(c.inbound.spi, Box::new(installed));
                 return Err(e);
             }
             self.pending_out.insert(replaced, (c.inbound.spi, outbound));
@@ -510,7 +555,7 @@ impl Installer {
                 return Err(refused(format!("outbound SA {out_name}"))(e));
             }
             match self.add_policies(instance, c) {
-                Ok(p) => installed.policies = p,
+                Ok(p) => installed.policies = Policies::Named(p),
                 Err(e) => {
                     let _ = self.port.sa_del(&out_name);
                     let _ = self.port.sa_del(&in_name);
@@ -518,7 +563,7 @@ impl Installer {
                 }
             }
         }
-        self.by_inbound.insert(c.inbound.spi, installed);
+        self.by_inbound.insert(c.inbound.spi, Box::new(installed));
         Ok(instance)
     }
 
@@ -596,7 +641,7 @@ impl Installer {
                 let stale = || {
                     self.by_inbound
                         .values()
-                        .all(|i| !i.policies.contains(&name))
+                        .all(|i| !i.policies.names(i.instance).contains(&name))
                 };
                 let r = match self.port.policy_add(p.clone(), position) {
                     Err(_) if stale() && self.port.policy_del(&name).is_ok() => {
@@ -636,14 +681,15 @@ impl Installer {
             .retain(|_, (owner, _)| *owner != inbound_spi);
         let (in_name, out_name) = Self::sa_names(i.instance);
         // As one change (one snapshot); if it is refused, one by one, as far as each goes.
-        let mut ops: Vec<SaOp> = i.policies.iter().cloned().map(SaOp::DelPolicy).collect();
+        let policies = i.policies.names(i.instance);
+        let mut ops: Vec<SaOp> = policies.iter().cloned().map(SaOp::DelPolicy).collect();
         ops.push(SaOp::DelSa(out_name.clone()));
         ops.push(SaOp::DelSa(in_name.clone()));
         if self.port.batch(ops).is_ok() {
             return Ok(true);
         }
         let mut first_err = None;
-        for p in &i.policies {
+        for p in &policies {
             if let Err(e) = self.port.policy_del(p) {
                 first_err.get_or_insert(refused(format!("removal of policy {p}"))(e));
             }

@@ -21,11 +21,13 @@ enum Undo {
         gone: Vec<(usize, Retiring)>,
     },
     PolicyInserted(usize),
-    BoundAdded(String),
+    /// The policy at this index was bound (it goes with [`Undo::PolicyInserted`] at the same index, undone
+    /// first).
+    BoundAdded(usize),
     PolicyRemoved {
         at: usize,
         rule: Arc<PolicyRule>,
-        cover: Option<String>,
+        cover: Option<Arc<str>>,
     },
 }
 
@@ -125,12 +127,13 @@ impl Db {
                     Undo::PolicyInserted(at) => {
                         t.policies.remove(at);
                     }
-                    Undo::BoundAdded(name) => {
-                        t.bound.remove(&name);
+                    Undo::BoundAdded(at) => {
+                        let k = bound_key(&t.policies[at]);
+                        t.bound.remove(&k);
                     }
                     Undo::PolicyRemoved { at, rule, cover } => {
                         if let Some(c) = cover {
-                            t.bound.insert(rule.name.clone(), c);
+                            t.bound.insert(bound_key(&rule), c);
                         }
                         t.policies.insert(at, rule);
                     }
@@ -219,7 +222,7 @@ impl Db {
                     })?;
                 let c = &t.policies[at];
                 let protect = |r: &PolicyRule| matches!(r.action, Action::Protect(_)) && !r.psp;
-                if t.bound.contains_key(&cover)
+                if t.bound.contains_key(&bound_key(c))
                     || c.direction != p.direction
                     || !protect(c)
                     || !protect(&p)
@@ -238,15 +241,19 @@ impl Db {
                 // Newest first, ahead of those already bound under `cover`: where a new CHILD_SA's selectors
                 // repeat an older one's (reauthentication, a peer's restart), traffic moves to the new SAs the
                 // moment they are in, as the peer's does when it answers (the old ones go shortly after).
-                let at = t.policies[..at]
-                    .iter()
-                    .position(|o| t.bound.get(&o.name) == Some(&cover))
-                    .unwrap_or(at);
+                let under =
+                    |o: &Arc<PolicyRule>| t.bound.get(&bound_key(o)).filter(|c| ***c == *cover);
+                let first = t.policies[..at].iter().position(|o| under(o).is_some());
+                let cover: Arc<str> = match first {
+                    Some(k) => under(&t.policies[k]).expect("found above").clone(),
+                    None => cover.into(),
+                };
+                let at = first.unwrap_or(at);
                 let name = p.name.clone();
                 t.policies.insert(at, Arc::new(p));
                 st.undo.push(Undo::PolicyInserted(at));
-                t.bound.insert(name.clone(), cover);
-                st.undo.push(Undo::BoundAdded(name.clone()));
+                t.bound.insert(bound_key(&t.policies[at]), cover);
+                st.undo.push(Undo::BoundAdded(at));
                 st.after.push(After::Event(Event {
                     policy: Some(name),
                     ..Event::new("policy-added")
@@ -255,12 +262,16 @@ impl Db {
             }
             SaOp::DelPolicy(name) => {
                 crate::names::check_name("name", &name)?;
-                if let Some(b) = t.bound.iter().find(|(_, c)| **c == name) {
+                if let Some(b) = t
+                    .policies
+                    .iter()
+                    .find(|r| t.bound.get(&bound_key(r)).is_some_and(|c| **c == *name))
+                {
                     return Err(ConfigError {
                         key: "name".into(),
                         reason: format!(
                             "policy '{}' is bound under '{name}': remove it first",
-                            b.0
+                            b.name
                         ),
                     });
                 }
@@ -272,7 +283,7 @@ impl Db {
                         key: "name".into(),
                         reason: format!("no policy named '{name}'"),
                     })?;
-                let cover = t.bound.remove(&name);
+                let cover = t.bound.remove(&bound_key(&t.policies[at]));
                 let rule = t.policies.remove(at);
                 if cover.is_some() {
                     st.neutral.bound(t, &rule.sa_names);
@@ -351,8 +362,12 @@ impl Db {
                 }
             }
         }
-        let snap = Arc::new(Snapshot::build(t));
-        self.snap.store(snap.clone());
+        let spare = t.spare.take();
+        let snap = Arc::new(Snapshot::build_in(t, spare));
+        let old = self.snap.swap(snap.clone());
+        // Unless a data-plane thread still reads it (then it goes when that one is done), the snapshot replaced
+        // is emptied now and its tables kept for the next.
+        t.spare = Arc::try_unwrap(old).ok().map(Snapshot::into_spare);
         for e in refresh_filters(t, &snap.sad, false) {
             tracing::warn!("{}: {e}", t.interface.name);
         }

@@ -95,15 +95,24 @@ struct Tables {
     next_id: u64,
     /// Per SA (by address): the lifetime and sequence events already reported.
     reported: HashMap<usize, u8>,
-    /// Policies in memory only (a key-exchange driver's negotiated CHILD_SAs, see [`Db::policy_bind`]), by name:
-    /// the policy whose selector covers theirs, and whose nftables rules cover their traffic. They get no rules of
-    /// their own and are not stored in the state directory.
-    bound: HashMap<String, String>,
+    /// Policies in memory only (a key-exchange driver's negotiated CHILD_SAs, see [`Db::policy_bind`]), by
+    /// [`bound_key`]: the name of the policy whose selector covers theirs, and whose nftables rules cover their
+    /// traffic. They get no rules of their own and are not stored in the state directory. (Keyed by the rule, not
+    /// its name, and the covering policy's name shared by all bound under it: no allocation per CHILD_SA. An entry
+    /// goes when its rule leaves `policies`, so a key never outlives its rule.)
+    bound: HashMap<usize, Arc<str>>,
     /// The key-exchange drivers' expected peers, in the peer filter (see [`crate::nft::KxPeers`]).
     kx_peers: crate::nft::KxPeers,
     /// Name prefixes a key-exchange driver owns while it runs (prefix, owner): the control socket's changes to
     /// such SAs and policies are refused (see [`Db::owner_of`]).
     owners: Vec<(String, String)>,
+    /// The tables of the snapshot last replaced, emptied, for the next one (see [`Snapshot::build_in`]).
+    spare: Option<Snapshot>,
+}
+
+/// A policy's key in [`Tables::bound`]: the address of its rule, which `policies` holds while it is there.
+fn bound_key(rule: &Arc<PolicyRule>) -> usize {
+    Arc::as_ptr(rule) as usize
 }
 
 const REPORTED_SOFT: u8 = 1;
@@ -129,17 +138,24 @@ impl Tables {
                 ..(*p.rule).clone()
             })
             .collect();
-        for (name, cover) in &self.bound {
-            let sas = policies
-                .iter()
-                .find(|p| &p.name == name)
-                .map(|p| p.sa_names.clone())
-                .unwrap_or_default();
-            if let Some(c) = policies.iter_mut().find(|p| &p.name == cover) {
-                c.sa_names.extend(sas);
+        // `policies` is in the order of `self.policies`.
+        let bound: Vec<bool> = self
+            .policies
+            .iter()
+            .map(|r| self.bound.contains_key(&bound_key(r)))
+            .collect();
+        for r in &self.policies {
+            if let Some(cover) = self.bound.get(&bound_key(r)) {
+                if let Some(c) = policies.iter_mut().find(|p| *p.name == **cover) {
+                    c.sa_names.extend(r.sa_names.iter().cloned());
+                }
             }
         }
-        policies.retain(|p| !self.bound.contains_key(&p.name));
+        let mut k = 0;
+        policies.retain(|_| {
+            k += 1;
+            !bound[k - 1]
+        });
         Config {
             interface: self.interface.clone(),
             sas: self
@@ -348,6 +364,7 @@ impl Db {
             bound: HashMap::new(),
             kx_peers: Default::default(),
             owners: Vec::new(),
+            spare: None,
         };
         let (tx, rx) = channel();
         Db {

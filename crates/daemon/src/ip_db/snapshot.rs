@@ -34,7 +34,25 @@ impl Snapshot {
     /// reach an inbound SA (whose keys are the peer's sending keys), whatever was added or removed in between. A
     /// policy whose SAs are not all installed in its direction gets none (its traffic is dropped).
     pub(super) fn build(t: &Tables) -> Snapshot {
-        let mut sad = Sad::default();
+        Self::build_in(t, None)
+    }
+
+    /// [`Snapshot::build`] into the tables of `spare` (a snapshot emptied by [`Snapshot::into_spare`]), if any:
+    /// one is built for every change, and a gateway's thousands of negotiated CHILD_SAs make its tables large. Built
+    /// afresh each time, the new tables (allocated while the snapshot in force still holds its own) never fit where
+    /// the ones before were freed, and the heap kept growing by freed room; reused, the two alternate.
+    pub(super) fn build_in(t: &Tables, spare: Option<Snapshot>) -> Snapshot {
+        let (mut sad, mut spd, mut policies, mut acquired) = match spare {
+            Some(s) => (s.sad, s.spd, s.policies, s.acquired),
+            None => (
+                Sad::default(),
+                PolicyDb::new(t.default_action),
+                Vec::new(),
+                Vec::new(),
+            ),
+        };
+        debug_assert!(sad.iter().next().is_none() && policies.is_empty() && acquired.is_empty());
+        spd.clear(t.default_action);
         // Rebuilt for every change: a fast hasher (the names are ours, not an attacker's choice).
         let mut outs: HashMap<&str, OutIdx, ahash::RandomState> =
             HashMap::with_capacity_and_hasher(t.sas.len(), Default::default());
@@ -58,8 +76,7 @@ impl Snapshot {
                 let _ = sad.insert_alias(r.sa.clone(), i);
             }
         }
-        let mut spd = PolicyDb::new(t.default_action);
-        let mut policies = Vec::with_capacity(t.policies.len());
+        policies.reserve(t.policies.len());
         for (j, p) in t.policies.iter().enumerate() {
             let mut sas = Bundle::None;
             let mut action = p.action;
@@ -71,13 +88,13 @@ impl Snapshot {
                             .sa_names
                             .iter()
                             .map(|n| outs.get(n.as_str()).copied())
-                            .collect::<Option<Vec<_>>>()
+                            .collect::<Option<_>>()
                             .map_or(Bundle::None, Bundle::Out),
                         netveil_sa::policy::Direction::In => p
                             .sa_names
                             .iter()
                             .map(|n| ins.get(n.as_str()).copied())
-                            .collect::<Option<Vec<_>>>()
+                            .collect::<Option<_>>()
                             .map_or(Bundle::None, Bundle::In),
                     };
                 }
@@ -96,12 +113,24 @@ impl Snapshot {
             port_selective: policies.iter().any(|p| {
                 !p.rule.selector.src_ports.is_any() || !p.rule.selector.dst_ports.is_any()
             }),
-            acquired: policies.iter().map(|_| AtomicU64::new(0)).collect(),
+            acquired: {
+                acquired.extend(policies.iter().map(|_| AtomicU64::new(0)));
+                acquired
+            },
             generation: NEXT_GENERATION.fetch_add(1, Relaxed),
             sad,
             policies,
             spd,
         }
+    }
+
+    /// This snapshot emptied (its SAs and policies released at once), its tables kept for [`Snapshot::build_in`].
+    pub(super) fn into_spare(mut self) -> Snapshot {
+        self.sad.clear();
+        self.policies.clear();
+        self.spd.clear(Action::Discard);
+        self.acquired.clear();
+        self
     }
 
     /// Whether traffic for protect policy `i`, which has no SAs, is to be reported now: at most once per policy
