@@ -4,6 +4,31 @@
 # Installs what it needs first (.ci/setup). Run as root: `sudo scripts/test.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The wall time of each stage (bash's SECONDS) and the total are named in the final line, and after a failure in the
+# last line printed: CI logs show where the time goes. `stage NAME` ends the running stage and starts NAME.
+stage_names=()
+stage_secs=()
+stage_name=""
+stage_t0=$SECONDS
+stage() {
+  if [ -n "$stage_name" ]; then
+    stage_names+=("$stage_name")
+    stage_secs+=($((SECONDS - stage_t0)))
+  fi
+  stage_name="$1"
+  stage_t0=$SECONDS
+}
+# (Called in a command substitution: ends the running stage in the subshell's copy.)
+stage_times() {
+  local out="" i
+  stage ""
+  for i in "${!stage_names[@]}"; do
+    out+="${out:+, }${stage_names[$i]} ${stage_secs[$i]}"
+  done
+  echo "${SECONDS} s (stages in s: $out)"
+}
+trap 'rc=$?; [ "$rc" = 0 ] || echo "== FAILED (exit $rc) in stage $stage_name after $(stage_times)"' EXIT
+stage setup
 bash .ci/setup
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 export CARGO_TERM_COLOR=never
@@ -22,9 +47,18 @@ echo "== hygiene: format, lints, docs, layers"
 for c in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done
+stage fmt
 cargo fmt --all --check
+stage clippy
 cargo clippy --release --all-targets -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
+stage doc
+# In the release profile, as clippy: the dependencies' metadata and build scripts (aws-lc's C build among them)
+# are clippy's, not built a second time for the dev profile.
+RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps --workspace
+# The netveil binary on its own features (the test build unifies them with the tests' dev-dependencies): type-checked
+# on the libraries' metadata that rustdoc just needed, without building it twice.
+cargo check --release -p netveil
+stage checks
 scripts/check-ip-offsets
 scripts/check-rng && scripts/check-rng --self-test
 if [ -x ../shared/tools/check-layers ]; then
@@ -34,13 +68,18 @@ else
 fi
 
 echo "== cargo test (release; includes network-namespace tests, which need root)"
-cargo build --release -p netveil
+stage test-build
+# The test build makes target/release/netveil too (the namespace tests run it; so does the scapy stage).
+cargo test --release --workspace --no-run
+stage test-run
 cargo test --release --workspace
 
 echo "== scapy interop (scapy as the independent ESP/AH oracle)"
+stage scapy
 NETVEIL_BIN="$PWD/target/release/netveil" .venv/bin/python -m pytest tests/scapy -q -p no:cacheprovider
 
 echo "== fuzz smoke (every target briefly; longer runs: cd fuzz && cargo +nightly fuzz run TARGET)"
+stage fuzz-build
 if [ "${NETVEIL_SKIP_FUZZ:-0}" = 1 ]; then
   skip "fuzz smoke" "NETVEIL_SKIP_FUZZ=1"
 else
@@ -49,28 +88,46 @@ else
   fi
   command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
   secs="${NETVEIL_FUZZ_SECONDS:-10}"
-  ( cd fuzz
-    targets=$(cargo +nightly fuzz list)
-    n=$(echo "$targets" | grep -c . || true)
-    declared=$(grep -c '^\[\[bin\]\]' Cargo.toml || true)
-    [ "$n" -gt 0 ] || { echo "fuzz smoke: no fuzz target found (cargo fuzz list printed nothing)"; exit 1; }
-    [ "$n" -eq "$declared" ] || { echo "fuzz smoke: cargo fuzz lists $n targets, fuzz/Cargo.toml declares $declared"; exit 1; }
-    ran=0
-    for t in $targets; do
-      echo "-- $t (${secs}s)"
-      out=$(cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -max_len=2048 2>&1) \
-        || { echo "$out" | tail -n 30; echo "fuzz target $t failed"; exit 1; }
-      # libFuzzer's last words: "Done N runs in S second(s)"; a target that ran no input did not run.
-      runs=$(echo "$out" | sed -n 's/^Done \([0-9]*\) runs.*/\1/p' | tail -n 1)
-      [ "${runs:-0}" -gt 0 ] || { echo "$out" | tail -n 5; echo "fuzz target $t ran no input"; exit 1; }
-      echo "$t: $runs runs"
-      ran=$((ran + 1))
-    done
-    [ "$ran" -eq "$declared" ] || { echo "fuzz smoke: ran $ran of $declared targets"; exit 1; }
-    echo "fuzz smoke: $ran targets ran" )
+  cd fuzz
+  targets=$(cargo +nightly fuzz list)
+  n=$(echo "$targets" | grep -c . || true)
+  declared=$(grep -c '^\[\[bin\]\]' Cargo.toml || true)
+  [ "$n" -gt 0 ] || { echo "fuzz smoke: no fuzz target found (cargo fuzz list printed nothing)"; exit 1; }
+  [ "$n" -eq "$declared" ] || { echo "fuzz smoke: cargo fuzz lists $n targets, fuzz/Cargo.toml declares $declared"; exit 1; }
+  # Every target in one build (cargo builds them side by side; `fuzz run` then finds them up to date), then the
+  # runs, as many at a time as there are CPUs: libFuzzer runs on one, so each target still has a CPU to itself for
+  # its whole time.
+  cargo +nightly fuzz build
+  stage fuzz-run
+  # Each run's output (kept after a failure; fuzz/target is ignored by git).
+  logs=target/smoke-logs
+  rm -rf "$logs" && mkdir -p "$logs"
+  jobs=$(nproc)
+  for t in $targets; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+    echo "-- $t (${secs}s)"
+    ( rc=0
+      cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -max_len=2048 >"$logs/$t.log" 2>&1 || rc=$?
+      echo "$rc" >"$logs/$t.rc" ) &
+  done
+  wait
+  ran=0
+  for t in $targets; do
+    out=$(cat "$logs/$t.log")
+    [ "$(cat "$logs/$t.rc")" = 0 ] || { echo "$out" | tail -n 30; echo "fuzz target $t failed"; exit 1; }
+    # libFuzzer's last words: "Done N runs in S second(s)"; a target that ran no input did not run.
+    runs=$(echo "$out" | sed -n 's/^Done \([0-9]*\) runs.*/\1/p' | tail -n 1)
+    [ "${runs:-0}" -gt 0 ] || { echo "$out" | tail -n 5; echo "fuzz target $t ran no input"; exit 1; }
+    echo "$t: $runs runs"
+    ran=$((ran + 1))
+  done
+  [ "$ran" -eq "$declared" ] || { echo "fuzz smoke: ran $ran of $declared targets"; exit 1; }
+  echo "fuzz smoke: $ran targets ran"
+  cd ..
 fi
+times=$(stage_times)
 if [ "${#skipped[@]}" -gt 0 ]; then
-  echo "== all tests passed (skipped: $(IFS=,; echo "${skipped[*]}" | sed 's/,/, /g'))"
+  echo "== all tests passed in $times (skipped: $(IFS=,; echo "${skipped[*]}" | sed 's/,/, /g'))"
 else
-  echo "== all tests passed"
+  echo "== all tests passed in $times"
 fi
