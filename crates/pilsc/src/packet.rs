@@ -57,13 +57,13 @@
 //! already carries option 130.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use netveil_crypto::stream::{new_stream, StreamAlg, StreamCipher};
 use netveil_crypto::{new_aead, new_mac, Aead, AeadAlg, HashAlg, KeyError, Mac};
 use netveil_sa::replay::ReplayWindow;
-use netveil_wire::checksum;
 use netveil_wire::ipv4::Packet;
+use netveil_wire::{icmpv4, tcp, udp};
 
 use crate::cipher::Cipher;
 
@@ -509,23 +509,14 @@ impl Opener {
     }
 }
 
-/// Whether a decrypted transport header's checksum holds (TCP, UDP with a checksum, ICMP); other protocols, and
-/// UDP without a checksum, have none to check.
+/// Whether a decrypted transport header's checksum holds (TCP, UDP with a checksum, ICMP; through `wire`'s
+/// views); other protocols, and UDP without a checksum, have none to check.
 fn transport_checksum_ok(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: &[u8]) -> bool {
+    let (s, d) = (IpAddr::V4(src), IpAddr::V4(dst));
     match proto {
-        6 | 17 => {
-            let at = if proto == 6 { 16 } else { 6 };
-            if payload.len() < at + 2 {
-                return false;
-            }
-            if proto == 17 && payload[6..8] == [0, 0] {
-                return true;
-            }
-            let ph =
-                checksum::pseudo_header(&src.octets(), &dst.octets(), proto, payload.len() as u32);
-            checksum::finish(checksum::sum(ph, payload)) == 0
-        }
-        1 => payload.len() >= 4 && checksum::checksum(payload) == 0,
+        6 => tcp::Packet::new_checked(payload).is_ok_and(|t| t.verify_checksum(s, d)),
+        17 => udp::Packet::new_checked(payload).is_ok_and(|u| u.verify_checksum(s, d)),
+        1 => icmpv4::Packet::new_checked(payload).is_ok_and(|i| i.verify_checksum()),
         _ => true,
     }
 }
