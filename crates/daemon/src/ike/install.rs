@@ -329,6 +329,21 @@ impl Installer {
         (format!("ike-{instance}-in"), format!("ike-{instance}-out"))
     }
 
+    /// The policy pairs of a negotiated CHILD_SA (see [`policy_pairs`]), named after its instance and SAs.
+    fn child_pairs(
+        instance: u64,
+        c: &ChildSa,
+    ) -> Vec<(&TsSpec, &TsSpec, PolicyParams, PolicyParams)> {
+        let (in_name, out_name) = Self::sa_names(instance);
+        policy_pairs(
+            &c.local_ts,
+            &c.remote_ts,
+            &format!("ike-{instance}"),
+            &out_name,
+            &in_name,
+        )
+    }
+
     /// The instance that carries the CHILD_SA of this inbound SPI, if installed.
     pub fn instance(&self, inbound_spi: u32) -> Option<u64> {
         self.by_inbound.get(&inbound_spi).map(|i| i.instance)
@@ -571,16 +586,8 @@ impl Installer {
     /// policy, each with the policy it is bound under; `None` if a pair is not (then it needs policies of its
     /// own, which [`Installer::add_policies`] adds).
     fn bound_pairs(&self, instance: u64, c: &ChildSa) -> Option<Vec<(PolicyParams, String)>> {
-        let (in_name, out_name) = Self::sa_names(instance);
         let mut binds = Vec::new();
-        let pairs = policy_pairs(
-            &c.local_ts,
-            &c.remote_ts,
-            &format!("ike-{instance}"),
-            &out_name,
-            &in_name,
-        );
-        for (_, _, out, inb) in pairs {
+        for (_, _, out, inb) in Self::child_pairs(instance, c) {
             let co = self.cover_of(&out, &c.connection, &c.child)?;
             let ci = self.cover_of(&inb, &c.connection, &c.child)?;
             binds.push((out, co));
@@ -599,21 +606,13 @@ impl Installer {
     /// datagrams are never ESP-protected (the outbound ones carry the socket mark). On an error the ones added are
     /// removed again.
     fn add_policies(&self, instance: u64, c: &ChildSa) -> Result<Vec<String>, InstallError> {
-        let (in_name, out_name) = Self::sa_names(instance);
         let mut added: Vec<String> = Vec::new();
         let undo = |added: &[String]| {
             for a in added.iter().rev() {
                 let _ = self.port.policy_del(a);
             }
         };
-        let pairs = policy_pairs(
-            &c.local_ts,
-            &c.remote_ts,
-            &format!("ike-{instance}"),
-            &out_name,
-            &in_name,
-        );
-        for (n, (l, r, out, inb)) in pairs.into_iter().enumerate() {
+        for (n, (l, r, out, inb)) in Self::child_pairs(instance, c).into_iter().enumerate() {
             let covers = (
                 self.cover_of(&out, &c.connection, &c.child),
                 self.cover_of(&inb, &c.connection, &c.child),
