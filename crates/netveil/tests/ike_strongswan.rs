@@ -342,6 +342,22 @@ fn traffic(s: &Site, bytes: u64) {
     }
 }
 
+/// The usual start of a test: the prerequisites (and this file's lock, held until the test ends: declared first,
+/// dropped last), and a site whose charon has connection "site" (aes128-sha256-x25519, PSK) with child "net" of
+/// `esp`. `None`: the test is skipped (see [`prerequisites`]).
+fn site(test: &str, esp: &str) -> Option<(MutexGuard<'static, ()>, Site)> {
+    let g = prerequisites(test)?;
+    let s = Site::new(&CharonOptions::default());
+    s.load(&[Site::swan_conn(
+        "site",
+        "aes128-sha256-x25519",
+        "net",
+        esp,
+        PSK,
+    )]);
+    Some((g, s))
+}
+
 /// Waits until `f` holds, or panics with `what` and the logs.
 fn wait_for(s: &Site, what: &str, mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
@@ -353,17 +369,9 @@ fn wait_for(s: &Site, what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn netveil_initiates_to_charon_pings_transfers_and_deletes() {
-    let Some(_g) = prerequisites("netveil_initiates") else {
+    let Some((_g, mut s)) = site("netveil_initiates", "aes128gcm16") else {
         return;
     };
-    let mut s = Site::new(&CharonOptions::default());
-    s.load(&[Site::swan_conn(
-        "site",
-        "aes128-sha256-x25519",
-        "net",
-        "aes128gcm16",
-        PSK,
-    )]);
     // No SA yet: the ping cannot pass (netveil discards what no policy covers).
     let t0 = Instant::now();
     s.up(
@@ -410,17 +418,9 @@ fn netveil_initiates_to_charon_pings_transfers_and_deletes() {
 
 #[test]
 fn charon_initiates_to_netveil_and_its_delete_tears_down_netveil() {
-    let Some(_g) = prerequisites("charon_initiates") else {
+    let Some((_g, mut s)) = site("charon_initiates", "aes128gcm16") else {
         return;
     };
-    let mut s = Site::new(&CharonOptions::default());
-    s.load(&[Site::swan_conn(
-        "site",
-        "aes128-sha256-x25519",
-        "net",
-        "aes128gcm16",
-        PSK,
-    )]);
     let mut c = NvConn::new("site", "aes128-sha256-x25519", "net", "aes128gcm16", false);
     c.remote_addr = false;
     s.up(&[c], &["--fresh-keys"]);
@@ -504,17 +504,9 @@ fn nv_line(s: &Site, needle: &str) -> String {
 
 #[test]
 fn proposal_mismatch_and_wrong_psk_are_named_in_netveils_log() {
-    let Some(_g) = prerequisites("failures") else {
+    let Some((_g, mut s)) = site("failures", "aes128gcm16") else {
         return;
     };
-    let mut s = Site::new(&CharonOptions::default());
-    s.load(&[Site::swan_conn(
-        "site",
-        "aes128-sha256-x25519",
-        "net",
-        "aes128gcm16",
-        PSK,
-    )]);
 
     // Proposals: netveil offers only ECP-384 with AES-256/SHA-384, charon only X25519 with AES-128/SHA-256.
     s.up(
@@ -685,17 +677,9 @@ fn matrix_dh_groups_and_esp_suites() {
 /// (no `--fresh-keys`) still takes IKE's inbound SAs, and traffic passes both ways.
 #[test]
 fn ike_works_on_a_new_state_dir_without_fresh_keys() {
-    let Some(_g) = prerequisites("new_state_dir") else {
+    let Some((_g, mut s)) = site("new_state_dir", "aes128gcm16") else {
         return;
     };
-    let mut s = Site::new(&CharonOptions::default());
-    s.load(&[Site::swan_conn(
-        "site",
-        "aes128-sha256-x25519",
-        "net",
-        "aes128gcm16",
-        PSK,
-    )]);
     s.up(
         &[NvConn::new(
             "site",
@@ -723,17 +707,9 @@ fn ike_works_on_a_new_state_dir_without_fresh_keys() {
 /// and afterwards the tunnel still carries a ping with one IKE SA and one CHILD_SA, the same SPIs on both sides.
 #[test]
 fn rekeys_from_both_sides_during_a_transfer() {
-    let Some(_g) = prerequisites("rekeys") else {
+    let Some((_g, mut s)) = site("rekeys", "aes128gcm16-x25519") else {
         return;
     };
-    let mut s = Site::new(&CharonOptions::default());
-    s.load(&[Site::swan_conn(
-        "site",
-        "aes128-sha256-x25519",
-        "net",
-        "aes128gcm16-x25519",
-        PSK,
-    )]);
     let mut c = NvConn::new(
         "site",
         "aes128-sha256-x25519",
@@ -833,17 +809,9 @@ fn rekeys_from_both_sides_during_a_transfer() {
 /// the same peer without INITIAL_CONTACT, its child, then netveil's DELETE of the old IKE SA; pings pass all along.
 #[test]
 fn charon_accepts_netveils_reauthentication() {
-    let Some(_g) = prerequisites("reauth") else {
+    let Some((_g, mut s)) = site("reauth", "aes128gcm16") else {
         return;
     };
-    let mut s = Site::new(&CharonOptions::default());
-    s.load(&[Site::swan_conn(
-        "site",
-        "aes128-sha256-x25519",
-        "net",
-        "aes128gcm16",
-        PSK,
-    )]);
     let mut c = NvConn::new("site", "aes128-sha256-x25519", "net", "aes128gcm16", true);
     c.reauth_time = Some("6s");
     s.up(&[c], &[]);
