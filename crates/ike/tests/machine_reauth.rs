@@ -339,3 +339,51 @@ fn simultaneous_reauthentication_from_both_sides_keeps_one_ike_sa() {
         }
     }
 }
+
+/// A `reauth_time` below the twin rule's old 30 s window (the strongSwan interop test uses 6 s): the new IKE SA
+/// started 6 s after the old one came up is no twin of it, whatever their SPIs. With the window rule, the one with
+/// the lowest SPI went: the new one about half the time, and the old one was then deleted too, leaving nothing.
+/// Over many seeds (SPIs), from either side, the new SA replaces the old one every period.
+#[test]
+fn a_short_reauth_time_replaces_the_old_sa_whatever_the_spis() {
+    let short = Duration::from_secs(6);
+    for seed in 0..24u64 {
+        let who = (seed % 2) as usize;
+        let esp = ["aes256gcm16-x25519"];
+        let (mut a, mut b) = pair(&["aes128gcm16-prfsha256-x25519"], &esp);
+        let c = if who == 0 { &mut a } else { &mut b };
+        c.reauth = short;
+        c.lifetimes.rand = Duration::ZERO;
+        c.lifetimes.life = c.lifetimes.rekey + OVER;
+        let mut sim = Sim::new(a, b, 100 + seed);
+        sim.initiate();
+        sim.settle();
+        let mut last = sim.ep[who].status(sim.now)[0].id;
+        for period in 0..3 {
+            sim.run_for(short + Duration::from_secs(1));
+            for i in 0..2 {
+                let st = sim.ep[i].status(sim.now);
+                assert_eq!(st.len(), 1, "seed {seed}, period {period}, ep {i}: {st:?}");
+                assert_eq!(
+                    st[0].state, "ESTABLISHED",
+                    "seed {seed}, period {period}, ep {i}"
+                );
+                assert_eq!(
+                    st[0].children.len(),
+                    1,
+                    "seed {seed}, period {period}, ep {i}"
+                );
+            }
+            let now = sim.ep[who].status(sim.now)[0].id;
+            assert_ne!(now, last, "seed {seed}, period {period}: reauthenticated");
+            last = now;
+        }
+        for i in 0..2 {
+            assert!(
+                sim.failures(i).is_empty(),
+                "seed {seed}, ep {i}: {:?}",
+                sim.failures(i)
+            );
+        }
+    }
+}

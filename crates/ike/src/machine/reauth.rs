@@ -23,10 +23,12 @@ use crate::keys::Role;
 /// "Never" for a timer.
 const FAR: Duration = Duration::from_secs(86400 * 365);
 
-/// Two full handshakes of one connection with one peer started this close together are twins (see
-/// [`Endpoint::resolve_twins`]): far above a handshake's time with retransmissions, far below any sensible
-/// `reauth_time`.
-const TWINS_WITHIN: Duration = Duration::from_secs(30);
+/// Two full handshakes of one connection with one peer are twins (see [`Endpoint::resolve_twins`]) when each
+/// started before the other was up, or at most this long after: the two sides' reauthentication timers fire at
+/// the same moment give or take a driver's poll, far less than this; any sensible `reauth_time` (and the peer's) is
+/// far more. (A window on the start times alone, 30 s before, took a reauthentication with a `reauth_time` below
+/// it for a twin of the very SA it replaces.)
+const TWINS_SLACK: Duration = Duration::from_secs(1);
 
 impl Endpoint {
     /// When an IKE SA of connection `conn` that comes up now is reauthenticated, and when it goes if that fails:
@@ -173,8 +175,9 @@ impl Endpoint {
     }
 
     /// `sa` just came up with a full handshake. Another IKE SA of the same connection with the same peer (address
-    /// and authenticated identity) that also came up with a full handshake, started within [`TWINS_WITHIN`] of it,
-    /// one of the two a reauthentication of ours, is its twin: both sides reauthenticated at the same moment.
+    /// and authenticated identity) that also came up with a full handshake, the two concurrent (each started before
+    /// the other was up, give or take [`TWINS_SLACK`]), one of the two a reauthentication of ours and neither the SA
+    /// the other replaces, is its twin: both sides reauthenticated at the same moment.
     /// (Many IKE SAs of one connection from one address and identity, none of them reauthenticating another, are
     /// left alone, as strongSwan's default `unique = no` does.) One of the two is one too many: the
     /// one that holds the lowest of the four SPIs goes, deleted by the side that initiated it, as RFC 7296 2.8.1
@@ -183,6 +186,10 @@ impl Endpoint {
     /// reauthentication timer of the one that goes. A reauthentication of ours whose new SA goes leaves the old SA
     /// to the peer's reauthentication (or to its expiry), without a failure.
     pub(super) fn resolve_twins(&mut self, sa: &mut IkeSa, now: Instant) {
+        sa.set_up_at(now);
+        let replaces = |a: &IkeSa, b: &IkeSa| a.reauth.as_ref().is_some_and(|r| r.of == Some(b.id));
+        // Each started before the other was up (give or take TWINS_SLACK): concurrent handshakes.
+        let concurrent = |a: &IkeSa, b: &IkeSa| b.created <= a.up_at() + TWINS_SLACK;
         let twin = self
             .sas
             .values()
@@ -194,7 +201,10 @@ impl Endpoint {
                     && o.conn == sa.conn
                     && o.remote.ip() == sa.remote.ip()
                     && o.peer_id == sa.peer_id
-                    && o.created.max(sa.created) - o.created.min(sa.created) < TWINS_WITHIN
+                    && !replaces(sa, o)
+                    && !replaces(o, sa)
+                    && concurrent(sa, o)
+                    && concurrent(o, sa)
             })
             .map(|o| o.id)
             .next();

@@ -231,6 +231,9 @@ pub struct IkeSa {
     /// reauthenticate another: see `Endpoint::resolve_twins`.
     pub handshake: bool,
     pub by_reauth: bool,
+    /// Milliseconds from `created` until a full handshake brought it up ([`IkeSa::up_at`]; kept short, an SA is
+    /// 4 KB in all).
+    up_ms: u32,
     /// terminate() came while a request was outstanding: the DELETE follows its answer.
     pub delete_queued: bool,
     /// CHILD_SAs (by inbound SPI) to delete once no request is outstanding (the old one after a rekey).
@@ -348,6 +351,7 @@ impl IkeSa {
             was_up: false,
             handshake: false,
             by_reauth: false,
+            up_ms: 0,
             delete_queued: false,
             queued_child_deletes: Vec::new(),
             child_x: None,
@@ -407,6 +411,17 @@ impl IkeSa {
             }
         }
         t
+    }
+
+    /// Records that a full handshake brought it up at `now`.
+    pub fn set_up_at(&mut self, now: Instant) {
+        let ms = now.saturating_duration_since(self.created).as_millis();
+        self.up_ms = u32::try_from(ms).unwrap_or(u32::MAX);
+    }
+
+    /// When a full handshake brought it up (to the millisecond; `created` before [`IkeSa::set_up_at`]).
+    pub fn up_at(&self) -> Instant {
+        self.created + std::time::Duration::from_millis(u64::from(self.up_ms))
     }
 
     /// Drops what IKE_AUTH and the first CHILD_SA needed and nothing after them does: the handshake state (both
