@@ -41,6 +41,7 @@ pub mod l2_section;
 pub mod log;
 pub mod names;
 pub mod nft;
+pub mod pilsc;
 pub mod psp_kx;
 pub mod psp_state;
 pub mod registry;

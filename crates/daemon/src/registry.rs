@@ -28,7 +28,11 @@ use std::sync::Arc;
 
 /// Every engine of `netveil up`, in the order they are parsed, prepared, started and stopped; the first present
 /// one names the control socket.
-pub const ENGINES: &[&dyn EngineSection] = &[&crate::ip::IpSection, &crate::l2_section::L2Section];
+pub const ENGINES: &[&dyn EngineSection] = &[
+    &crate::ip::IpSection,
+    &crate::l2_section::L2Section,
+    &crate::pilsc::PilscSection,
+];
 
 /// Every key-exchange driver with sections of its own.
 pub const DRIVERS: &[&dyn DriverSection] = &[&crate::ike::IkeSection];

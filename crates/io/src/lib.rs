@@ -7,6 +7,8 @@
 //!   devices.
 //! - [`raw`]: raw IP sockets (receive ESP/AH; send complete IP packets with header included), batched with
 //!   recvmmsg/sendmmsg, with an optional fwmark so that netveil's own packets bypass its routes.
+//! - [`nfqueue`]: netfilter queues (the host's own packets, taken from its stack and given back with verdicts),
+//!   batched.
 //! - [`udp`]: UDP sockets for ESP-in-UDP (RFC 3948, port 4500), batched, with the local destination address,
 //!   and UDP GSO (send one buffer of equally sized datagrams, or gather them from separate buffers) / GRO (receive
 //!   coalesced datagrams).
@@ -27,6 +29,7 @@ mod gro;
 mod sys;
 
 pub mod filter;
+pub mod nfqueue;
 pub mod os;
 pub mod packet;
 pub mod raw;

@@ -320,6 +320,16 @@ impl Sealer {
         self.next
     }
 
+    /// The end it stops before (the daemon's reservation).
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Moves the end it stops before up to `end` (a new reservation; never down, never past the algorithm's limit).
+    pub fn extend(&mut self, end: u64) {
+        self.end = self.end.max(end.min(self.k.limit));
+    }
+
     /// Seals the IPv4 packet at `buf[start..start + len]`, which needs [`Mode::option_len`] bytes of headroom
     /// before `start`: the header moves forward into it. Returns the protected packet's start and length.
     pub fn seal(

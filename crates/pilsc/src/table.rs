@@ -46,13 +46,13 @@ pub struct Settings {
 }
 
 impl Table {
-    /// Builds the table of `file` with the key file `keys`; `counter(id, cipher)` gives the counter each key's
+    /// Builds the table of `file` with the key file `keys`; `counter(id, cipher, key)` gives the counter each key's
     /// sealer starts from (the daemon's mark after a restart) and the end it must stop before.
     pub fn build(
         file: &RuleFile,
         keys: &Keys,
         s: &Settings,
-        mut counter: impl FnMut(u16, Cipher) -> (u64, u64),
+        mut counter: impl FnMut(u16, Cipher, &[u8]) -> (u64, u64),
     ) -> Result<Table, Errors> {
         let mut errors = Vec::new();
         let mut rule_key = Vec::with_capacity(file.rules.len());
@@ -97,7 +97,7 @@ impl Table {
                 rule_key.push(Some(i));
                 continue;
             }
-            let (next, end) = counter(id, cipher);
+            let (next, end) = counter(id, cipher, &bytes);
             let made = Sealer::new(cipher, s.mode, &bytes, next, end).and_then(|sealer| {
                 Ok((
                     sealer,

@@ -49,7 +49,7 @@ fn rules_naming_one_key_share_its_counter() {
     let f = parse(&text).unwrap();
     let keys = Keys::parse(&format!("fleet = {}", key16(1))).unwrap();
     let mut asked = Vec::new();
-    let mut t = Table::build(&f, &keys, &SETTINGS, |id, c| {
+    let mut t = Table::build(&f, &keys, &SETTINGS, |id, c, _| {
         asked.push((id, c));
         (1000, u64::MAX)
     })
@@ -74,7 +74,7 @@ fn rules_naming_one_key_share_its_counter() {
 #[test]
 fn what_is_refused_names_the_rules() {
     let keys = Keys::parse(&format!("fleet = {}", key16(1))).unwrap();
-    let none = |_, _| (1, u64::MAX);
+    let none = |_, _, _: &[u8]| (1, u64::MAX);
     // One key under two algorithms (AES-128 and RC5 both take 16 bytes).
     let f =
         parse(&(rule(1, "10.0.0.1", "1", "fleet") + &rule(2, "10.0.0.2", "RC5", "fleet"))).unwrap();

@@ -1,0 +1,267 @@
+//! PILSC between two hosts (network namespaces), inside each host's own stack: the daemons take their host's
+//! packets from netfilter queues and give them back sealed (option 130, payload encrypted) or opened. Rules with a
+//! different algorithm per protocol (TCP AES-128, UDP ChaCha20, ICMP Blowfish) and a clear TCP port; tshark reads
+//! the capture between the hosts; a daemon killed leaves its queue rules, so covered traffic stops rather than
+//! passing in clear. Needs root, iptables (Debian's package) and tshark.
+
+use netveil_lab::lab::{self, Lab};
+use serde_json::Value;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::Duration;
+
+const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
+const ADDR: [&str; 2] = ["10.77.0.1", "10.77.0.2"];
+
+const TCP_PORT: u16 = 5001;
+const UDP_PORT: u16 = 5002;
+const CLEAR_PORT: u16 = 5003;
+/// What the UDP datagrams carry: a capture of protected traffic must not show it.
+const MARKER: &[u8] = b"PILSC-PLAINTEXT-MARKER";
+
+/// Side `side`'s rule file: the peer is the other side; side 1 (B) is the server of the TCP and UDP ports.
+fn rules(side: usize) -> String {
+    let peer = ADDR[1 - side];
+    let (mine, theirs) = ("Server", "Client");
+    let mode = if side == 1 { mine } else { theirs };
+    format!(
+        "# PILSC rules of side {side}\n\
+         Rule = 1\nSecurity = true\nIP = {peer}\nProtocol = TCP\nPort = {TCP_PORT}\nEncryption = 1\n\
+         Applmode = {mode}\nKey = 0x00112233445566778899aabbccddeeff\n\n\
+         Rule = 2; Security = true; IP = {peer}; Protocol = UDP; Port = {UDP_PORT}; Encryption = ChaCha20;\n\
+         Applmode = {mode}; Key = 0x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f;\n\n\
+         Rule = 3; Security = true; IP = {peer}; Protocol = ICMP; Encryption = 5;\n\
+         Key = 0x0f0e0d0c0b0a09080706050403020100;\n\n\
+         Rule = 4; Security = false; IP = {peer}; Protocol = TCP; Port = {CLEAR_PORT}; Applmode = {mode};\n"
+    )
+}
+
+fn config(lab: &Lab, side: usize, mode: &str) -> String {
+    let dir = lab.dir();
+    let rules_path = dir.join(format!("pilsc-{side}.rules"));
+    std::fs::write(&rules_path, rules(side)).unwrap();
+    format!(
+        "[pilsc]\nrules = \"{}\"\nmode = \"{mode}\"\nqueue = {}\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n",
+        rules_path.display(),
+        10 + 2 * side,
+        lab.socket_path(&format!("pl{side}")).display(),
+        dir.join(format!("state-{side}")).display(),
+    )
+}
+
+struct Pair {
+    lab: Lab,
+    ns: [String; 2],
+}
+
+fn pair(prefix: &str) -> Pair {
+    assert!(lab::is_root(), "the namespace tests need root");
+    for t in ["ip", "ping", "tcpdump", "tshark", "iptables"] {
+        assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
+    }
+    let mut lab = Lab::new(prefix).unwrap().with_netveil(NETVEIL);
+    let a = lab.add_ns("a").unwrap();
+    let b = lab.add_ns("b").unwrap();
+    lab.veth(&a, "veth-a", &b, "veth-b").unwrap();
+    lab.addr(&a, "veth-a", &format!("{}/24", ADDR[0])).unwrap();
+    lab.addr(&b, "veth-b", &format!("{}/24", ADDR[1])).unwrap();
+    Pair { lab, ns: [a, b] }
+}
+
+fn ip(i: usize) -> IpAddr {
+    IpAddr::V4(ADDR[i].parse::<Ipv4Addr>().unwrap())
+}
+
+/// Sends `n` datagrams with [`MARKER`] from side 0 to side 1's UDP port and returns those that arrived intact.
+fn udp(p: &Pair, n: usize) -> usize {
+    let dst = SocketAddr::new(ip(1), UDP_PORT);
+    let rx = lab::spawn_in_ns(&p.ns[1], move || {
+        let s = UdpSocket::bind(dst).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(1500)))
+            .unwrap();
+        let mut got = 0;
+        let mut buf = [0u8; 2048];
+        while let Ok(len) = s.recv(&mut buf) {
+            if &buf[..len] == MARKER.repeat(20).as_slice() {
+                got += 1;
+            }
+        }
+        got
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    p.lab
+        .in_ns(&p.ns[0], move || {
+            let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+            for _ in 0..n {
+                let _ = s.send_to(&MARKER.repeat(20), dst);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+        .unwrap();
+    rx.join().unwrap().unwrap()
+}
+
+/// tshark's view of a capture: per packet, `ip.proto`, whether it has option 130, and the TCP/UDP ports it shows.
+fn packets(path: &std::path::Path) -> Vec<(u8, bool, String)> {
+    let out = std::process::Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(path)
+        .args([
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-e",
+            "ip.proto",
+            "-e",
+            "ip.opt.type",
+            "-e",
+            "tcp.dstport",
+            "-e",
+            "udp.dstport",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            let proto = f.first()?.parse().ok()?;
+            let opt = f
+                .get(1)
+                .is_some_and(|o| o.split(',').any(|t| t.trim() == "130"));
+            Some((proto, opt, format!("{}{}", f.get(2)?, f.get(3)?)))
+        })
+        .collect()
+}
+
+fn status(d: &lab::Daemon) -> Value {
+    d.status_json().unwrap()["engines"]["pilsc"].clone()
+}
+
+#[test]
+fn tcp_udp_and_icmp_are_protected_per_rule_and_a_killed_daemon_lets_nothing_covered_through() {
+    let p = pair("pl");
+    let mut d: Vec<lab::Daemon> = (0..2)
+        .map(|s| {
+            p.lab
+                .start_daemon(
+                    &p.ns[s],
+                    &format!("pl{s}"),
+                    &config(&p.lab, s, "authenticated"),
+                )
+                .unwrap()
+        })
+        .collect();
+    let mut cap = p
+        .lab
+        .capture(&p.ns[1], "veth-b", "pilsc.pcap", 2000, &["ip"])
+        .unwrap();
+    // ICMP (Blowfish), TCP (AES-128, a byte-checked 2 MB transfer), UDP (ChaCha20), and the clear TCP port.
+    let out = p
+        .lab
+        .exec_ok(
+            &p.ns[0],
+            &["ping", "-n", "-c", "3", "-i", "0.2", "-W", "2", ADDR[1]],
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", d[0].log(), d[1].log()));
+    assert!(out.contains("3 received"), "{out}");
+    let t = lab::tcp_transfer(&p.ns[0], &p.ns[1], ip(1), TCP_PORT, 2 << 20)
+        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", d[0].log(), d[1].log()));
+    assert_eq!(t.bytes, 2 << 20);
+    assert_eq!(udp(&p, 20), 20, "{}\n{}", d[0].log(), d[1].log());
+    let c = lab::tcp_transfer(&p.ns[0], &p.ns[1], ip(1), CLEAR_PORT, 64 << 10).unwrap();
+    assert_eq!(c.bytes, 64 << 10);
+    let path = cap.stop().unwrap();
+    let pk = packets(&path);
+    let count = |f: &dyn Fn(&(u8, bool, String)) -> bool| pk.iter().filter(|x| f(x)).count();
+    // Every TCP packet of the protected port, every UDP and ICMP packet carries the option, and tshark reads no
+    // port of theirs that is ours (the transport header is encrypted).
+    assert_eq!(count(&|x| x.0 == 1 && !x.1), 0, "clear ICMP: {pk:?}");
+    assert!(count(&|x| x.0 == 1 && x.1) >= 6, "{pk:?}");
+    assert_eq!(count(&|x| x.0 == 17 && !x.1), 0, "clear UDP: {pk:?}");
+    assert!(count(&|x| x.0 == 17 && x.1) >= 20, "{pk:?}");
+    assert!(count(&|x| x.0 == 6 && x.1) > 500, "{pk:?}");
+    assert_eq!(
+        count(&|x| x.0 == 6 && !x.1 && x.2 == TCP_PORT.to_string()),
+        0,
+        "clear TCP on the protected port: {pk:?}"
+    );
+    // The clear port: in clear, without the option.
+    assert!(
+        count(&|x| x.0 == 6 && !x.1 && x.2 == CLEAR_PORT.to_string()) > 5,
+        "{pk:?}"
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(
+        !bytes.windows(MARKER.len()).any(|w| w == MARKER),
+        "the UDP plaintext is on the wire"
+    );
+    // Status: per rule, what went out and came in; nothing dropped.
+    let s = status(&d[0]);
+    assert_eq!(s["integrity"], true);
+    let rule = |n: u64| {
+        s["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["rule"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert!(rule(1)["bytes_out"].as_u64().unwrap() > 2 << 20, "{s}");
+    assert!(rule(2)["packets_out"].as_u64().unwrap() >= 20, "{s}");
+    assert!(rule(3)["packets_in"].as_u64().unwrap() >= 3, "{s}");
+    let drops: u64 = s["drops"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(drops, 0, "{s}");
+
+    // Killed: its queue rules stay and nobody listens, so covered traffic is dropped, never sent in clear; the
+    // clear port still works.
+    d[0].kill();
+    let mut cap = p
+        .lab
+        .capture(&p.ns[1], "veth-b", "killed.pcap", 2000, &["ip"])
+        .unwrap();
+    let out = p
+        .lab
+        .exec(
+            &p.ns[0],
+            &["ping", "-n", "-c", "3", "-i", "0.2", "-W", "1", ADDR[1]],
+        )
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "ping went through with the daemon killed"
+    );
+    assert_eq!(udp(&p, 5), 0);
+    let path = cap.stop().unwrap();
+    let pk = packets(&path);
+    assert!(
+        pk.iter().all(|x| x.0 != 1 && x.0 != 17),
+        "covered packets left in clear with the daemon killed: {pk:?}"
+    );
+    // Restarted on the same state directory: its counters continue above what it sent, so side B takes it.
+    d[0] = p
+        .lab
+        .start_daemon_with(&p.ns[0], "pl0", &config(&p.lab, 0, "authenticated"), &[])
+        .unwrap();
+    let out = p
+        .lab
+        .exec_ok(
+            &p.ns[0],
+            &["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", ADDR[1]],
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", d[1].log()));
+    assert!(out.contains("2 received"), "{out}");
+    assert_eq!(status(&d[1])["drops"]["replay"], 0);
+}
