@@ -265,3 +265,126 @@ fn tcp_udp_and_icmp_are_protected_per_rule_and_a_killed_daemon_lets_nothing_cove
     assert!(out.contains("2 received"), "{out}");
     assert_eq!(status(&d[1])["drops"]["replay"], 0);
 }
+
+/// The first IPv4 packet in an Ethernet capture (pcap, as tcpdump writes it) that `pick` takes, with its frame.
+fn frame_in(path: &std::path::Path, pick: impl Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+    let b = std::fs::read(path).ok()?;
+    let mut at = 24;
+    while at + 16 <= b.len() {
+        let len = u32::from_le_bytes(b[at + 8..at + 12].try_into().ok()?) as usize;
+        let frame = b.get(at + 16..at + 16 + len)?;
+        at += 16 + len;
+        if frame.len() > 14 && frame[12..14] == [0x08, 0x00] && pick(&frame[14..]) {
+            return Some(frame.to_vec());
+        }
+    }
+    None
+}
+
+/// Tampering, in each mode: a sealed UDP datagram is kept from side B (a DROP before its queue), two of its
+/// ciphertext bits are flipped where the flips cancel in the UDP checksum (plaintext bit 1 of byte 0 is 0 and of
+/// byte 2 is 1), and the frame is put on the wire again from side A's port (AF_PACKET, past A's own daemon). The
+/// confidentiality-only mode has no integrity and delivers the changed datagram (as the docs say); the
+/// authenticated mode drops it (`auth`). The same frame a second time: dropped as a replay.
+#[test]
+fn tampering_is_delivered_without_integrity_and_dropped_with_it() {
+    for mode in ["confidential", "authenticated"] {
+        let p = pair("pt");
+        let d: Vec<lab::Daemon> = (0..2)
+            .map(|s| {
+                p.lab
+                    .start_daemon(&p.ns[s], &format!("pl{s}"), &config(&p.lab, s, mode))
+                    .unwrap()
+            })
+            .collect();
+        let ol = if mode == "confidential" { 12 } else { 28 };
+        let payload: Vec<u8> = b"A?B?".iter().copied().cycle().take(333).collect();
+        let wire_len = (20 + ol + 8 + payload.len()).to_string();
+        let drop = [
+            "iptables",
+            "-w",
+            "-t",
+            "raw",
+            "-I",
+            "PREROUTING",
+            "1",
+            "-p",
+            "udp",
+            "-m",
+            "length",
+            "--length",
+            &wire_len,
+            "-j",
+            "DROP",
+        ];
+        p.lab.exec_ok(&p.ns[1], &drop).unwrap();
+        let mut cap = p
+            .lab
+            .capture(
+                &p.ns[1],
+                "veth-b",
+                &format!("tamper-{mode}.pcap"),
+                2000,
+                &["udp"],
+            )
+            .unwrap();
+        let dst = SocketAddr::new(ip(1), UDP_PORT);
+        let sent = payload.clone();
+        p.lab
+            .in_ns(&p.ns[0], move || {
+                UdpSocket::bind("0.0.0.0:0")
+                    .unwrap()
+                    .send_to(&sent, dst)
+                    .unwrap();
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let path = cap.stop().unwrap();
+        let mut del = drop.to_vec();
+        del[4] = "-D";
+        del.remove(6);
+        p.lab.exec_ok(&p.ns[1], &del).unwrap();
+        let frame = frame_in(&path, |ip| {
+            ip.len() == 20 + ol + 8 + payload.len() && ip[20] == 130
+        })
+        .unwrap_or_else(|| panic!("{mode}: no sealed datagram captured"));
+        let mut forged = frame.clone();
+        let data = 14 + 20 + ol + 8;
+        forged[data] ^= 0x02;
+        forged[data + 2] ^= 0x02;
+        let rx = lab::spawn_in_ns(&p.ns[1], move || {
+            let s = UdpSocket::bind(dst).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(1500)))
+                .unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 2048];
+            while let Ok(n) = s.recv(&mut buf) {
+                got.push(buf[..n].to_vec());
+            }
+            got
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        for f in [&forged, &forged] {
+            let code = "import socket,sys; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); \
+                        s.bind(('veth-a', 0)); s.send(bytes.fromhex(sys.argv[1]))";
+            p.lab
+                .exec_ok(&p.ns[0], &["python3", "-c", code, &hex::encode(f)])
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let got = rx.join().unwrap().unwrap();
+        let s = status(&d[1]);
+        if mode == "confidential" {
+            assert_eq!(s["integrity"], false);
+            let mut expect = payload.clone();
+            expect[0] ^= 0x02;
+            expect[2] ^= 0x02;
+            assert_eq!(got, vec![expect], "the changed datagram, once: {s}");
+            assert_eq!(s["drops"]["replay"], 1, "{s}");
+        } else {
+            assert!(got.is_empty(), "a forged datagram was delivered: {got:?}");
+            assert_eq!(s["drops"]["auth"], 2, "{s}");
+        }
+    }
+}
