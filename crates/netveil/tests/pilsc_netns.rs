@@ -264,6 +264,29 @@ fn tcp_udp_and_icmp_are_protected_per_rule_and_a_killed_daemon_lets_nothing_cove
         .unwrap_or_else(|e| panic!("{e}\n{}", d[1].log()));
     assert!(out.contains("2 received"), "{out}");
     assert_eq!(status(&d[1])["drops"]["replay"], 0);
+    // `netveil down`: the daemon stops and its queue chains go.
+    let ipt = |ns: &str, table: &str| {
+        p.lab
+            .exec_ok(ns, &["iptables", "-w", "-t", table, "-S"])
+            .unwrap()
+    };
+    assert!(ipt(&p.ns[0], "mangle").contains("NVPILSC10-OUT"));
+    p.lab.netveil_down(&p.ns[0], "pl0").unwrap();
+    let t = std::time::Instant::now();
+    while d[0].is_running() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !d[0].is_running(),
+        "the daemon still runs after netveil down"
+    );
+    for t in ["mangle", "raw"] {
+        assert!(
+            !ipt(&p.ns[0], t).contains("NVPILSC"),
+            "{}",
+            ipt(&p.ns[0], t)
+        );
+    }
 }
 
 /// The first IPv4 packet in an Ethernet capture (pcap, as tcpdump writes it) that `pick` takes, with its frame.
