@@ -264,6 +264,53 @@ fn mark_file(cipher: Cipher, key: &[u8]) -> String {
     format!("pilsc-{}", hex::encode(&h.finalize()[..16]))
 }
 
+/// The smallest block a receive ceiling is raised by, and the time of traffic a block should last (as static ESP
+/// keys' receive floors, [`crate::state::RxStore`]).
+const RX_MIN_BLOCK: u64 = crate::state::RX_MIN_BLOCK;
+const RX_BLOCK_MILLIS: u64 = crate::state::RX_BLOCK_MILLIS;
+/// An authenticated packet above its source's ceiling reserves this far above itself at once (the top-up between
+/// batches then reserves by the source's rate).
+const RX_INLINE_BLOCK: u64 = RX_MIN_BLOCK;
+
+/// The file of a source's receive floor under the key whose counter mark is `mark` (`pilsc-...`).
+fn rx_file(mark: &str, src: std::net::Ipv4Addr) -> String {
+    format!("{}-rx-{}", mark, u32::from(src))
+}
+
+/// A key's receive floors in the state directory (see [`netveil_pilsc::packet::Floors`]).
+struct RxFloors<'a> {
+    dir: &'a StateDir,
+    /// The key's counter mark file name.
+    name: &'a str,
+}
+
+impl netveil_pilsc::packet::Floors for RxFloors<'_> {
+    fn load(&mut self, src: std::net::Ipv4Addr) -> Option<u64> {
+        let f = rx_file(self.name, src);
+        match self
+            .dir
+            .read_floor(&f, "pilsc.state_dir", &format!("pilsc receiver of {src}"))
+        {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!("pilsc: {}", e.reason);
+                None
+            }
+        }
+    }
+
+    fn reserve(&mut self, src: std::net::Ipv4Addr, counter: u64) -> Option<u64> {
+        let c = counter.saturating_add(RX_INLINE_BLOCK);
+        match self.dir.write_u64(&rx_file(self.name, src), c) {
+            Ok(()) => Some(c),
+            Err(e) => {
+                tracing::error!("pilsc: cannot write a receive floor: {e}");
+                None
+            }
+        }
+    }
+}
+
 /// The PILSC engine in the registry.
 pub struct PilscSection;
 
@@ -647,6 +694,7 @@ impl Prepared for PilscPrepared {
             keys: p.table.keys.len(),
         });
         let worker = Worker {
+            rates: Default::default(),
             mode: p.cfg.mode,
             q,
             table: p.table,
@@ -755,11 +803,12 @@ enum Reason {
     Checksum,
     WrongMode,
     TooManySources,
+    RxState,
     ClearCovered,
     Policy,
 }
 
-const DROP_NAMES: [&str; 11] = [
+const DROP_NAMES: [&str; 12] = [
     "seal_failed",
     "key_exhausted",
     "malformed",
@@ -769,6 +818,7 @@ const DROP_NAMES: [&str; 11] = [
     "checksum",
     "wrong_mode",
     "too_many_sources",
+    "rx_state",
     "clear_on_covered",
     "policy",
 ];
@@ -777,7 +827,7 @@ struct Stats {
     /// Per rule: packets and bytes out, packets and bytes in.
     rules: Vec<[AtomicU64; 4]>,
     passed: AtomicU64,
-    drops: [AtomicU64; 11],
+    drops: [AtomicU64; 12],
 }
 
 impl Stats {
@@ -889,6 +939,8 @@ impl Control for PilscControl {
 }
 
 struct Worker {
+    /// Per key and source: the window's top and the time at the last rate estimate, and the block it gave.
+    rates: std::collections::HashMap<(usize, std::net::Ipv4Addr), (u64, std::time::Instant, u64)>,
     mode: Mode,
     q: NfQueue,
     table: Table,
@@ -1020,6 +1072,7 @@ impl Worker {
                 }
             }
             self.top_up();
+            self.rx_top_up();
         }
         self.finish();
     }
@@ -1041,8 +1094,47 @@ impl Worker {
         }
     }
 
-    /// A clean stop: each key's mark becomes the last counter used.
+    /// Raises the receive ceilings of sources whose traffic nears them: by about [`RX_BLOCK_MILLIS`] of the
+    /// source's recent rate (at least [`RX_MIN_BLOCK`]), synced before the window gets there.
+    fn rx_top_up(&mut self) {
+        let now = std::time::Instant::now();
+        for (k, slot) in self.table.keys.iter_mut().enumerate() {
+            let name = &self.marks[k].0;
+            let due: Vec<(std::net::Ipv4Addr, u64, u64)> = slot.opener.sources().collect();
+            for (src, top, ceiling) in due {
+                let r = self
+                    .rates
+                    .entry((k, src))
+                    .or_insert((top, now, RX_MIN_BLOCK));
+                let dt = now.duration_since(r.1);
+                // The rate, measured over at least 20 ms (a burst right after a start gets its block at once).
+                if dt >= Duration::from_millis(20) {
+                    let per_block = (top.saturating_sub(r.0) as u128 * RX_BLOCK_MILLIS as u128
+                        / dt.as_millis().max(1)) as u64;
+                    *r = (top, now, per_block.max(RX_MIN_BLOCK));
+                }
+                let block = r.2;
+                if top.saturating_add(block / 2) > ceiling {
+                    let c = top.saturating_add(block);
+                    match self.dir.write_u64(&rx_file(name, src), c) {
+                        Ok(()) => slot.opener.set_ceiling(src, c),
+                        Err(e) => tracing::error!("pilsc: cannot write a receive floor: {e}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// A clean stop: each key's mark becomes the last counter used, each source's receive floor the highest
+    /// counter accepted (nothing above it was).
     fn finish(&mut self) {
+        for (k, slot) in self.table.keys.iter().enumerate() {
+            for (src, top, _) in slot.opener.sources() {
+                if let Err(e) = self.dir.write_u64(&rx_file(&self.marks[k].0, src), top) {
+                    tracing::error!("pilsc: cannot write a receive floor: {e}");
+                }
+            }
+        }
         for (slot, (name, _)) in self.table.keys.iter().zip(&self.marks) {
             let used = slot.sealer.next_counter().saturating_sub(1);
             if let Err(e) = self.dir.write_u64(name, used) {
@@ -1103,7 +1195,14 @@ impl Worker {
             return self.stats.dropped(Reason::UnknownKey);
         };
         let (start, len) = (b.headroom(), b.len());
-        match self.table.keys[k].opener.open(b.storage_mut(), start, len) {
+        let mut floors = RxFloors {
+            dir: &self.dir,
+            name: &self.marks[k].0,
+        };
+        match self.table.keys[k]
+            .opener
+            .open_with(b.storage_mut(), start, len, &mut floors)
+        {
             Ok((s, l)) => {
                 b.reset(s);
                 b.set_len(l);
@@ -1119,6 +1218,7 @@ impl Worker {
                     OpenError::WrongMode => Reason::WrongMode,
                     OpenError::WrongKey => Reason::UnknownKey,
                     OpenError::TooManySources => Reason::TooManySources,
+                    OpenError::State => Reason::RxState,
                     OpenError::Malformed | OpenError::Fragment | OpenError::Unmarked => {
                         Reason::Malformed
                     }

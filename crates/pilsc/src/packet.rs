@@ -143,6 +143,8 @@ pub enum OpenError {
     Checksum,
     /// A new source while the key's table of sources is full.
     TooManySources,
+    /// The receiver's store could not read a new source's floor or reserve counters above its ceiling.
+    State,
 }
 
 /// What a protected packet's option says, found without decrypting anything.
@@ -408,7 +410,41 @@ pub struct Opener {
     k: Keyed,
     window: u32,
     max_sources: usize,
-    sources: HashMap<Ipv4Addr, ReplayWindow>,
+    sources: HashMap<Ipv4Addr, Source>,
+}
+
+/// One source's window, and the counter up to which the receiver's store may accept (its ceiling).
+struct Source {
+    window: ReplayWindow,
+    ceiling: u64,
+}
+
+/// What a receiver keeps across its restarts, per key and source (the daemon's state directory): so that no packet
+/// accepted before a restart or a crash is accepted again, every counter accepted is at most a number stored
+/// durably before it was accepted (the source's *ceiling*), and a restart takes everything up to the stored number
+/// as seen. [`Opener::open_with`] asks it when a source is first seen and when an authenticated packet is above its
+/// ceiling; the daemon raises ceilings ahead of the traffic between packets ([`Opener::sources`],
+/// [`Opener::set_ceiling`]).
+pub trait Floors {
+    /// Source `src`'s floor (every counter up to it counts as seen), read when the source is first seen in this
+    /// run; nothing is reserved above it yet (a packet that does not authenticate must not change the store).
+    /// `None`: its state cannot be read (the packet is dropped).
+    fn load(&mut self, src: Ipv4Addr) -> Option<u64>;
+    /// Reserves, durably, counters up to at least `counter` for `src`: the new ceiling, or `None` if that could not
+    /// be written (the packet is dropped).
+    fn reserve(&mut self, src: Ipv4Addr, counter: u64) -> Option<u64>;
+}
+
+/// No state across restarts: every source starts with an empty window and no ceiling (tests, tools).
+pub struct NoFloors;
+
+impl Floors for NoFloors {
+    fn load(&mut self, _: Ipv4Addr) -> Option<u64> {
+        Some(0)
+    }
+    fn reserve(&mut self, _: Ipv4Addr, _: u64) -> Option<u64> {
+        Some(u64::MAX)
+    }
 }
 
 impl Opener {
@@ -433,13 +469,40 @@ impl Opener {
         self.k.key_id
     }
 
-    /// Opens the protected IPv4 packet at `buf[start..start + len]` in place: checks, decrypts, and removes the
-    /// option (the header moves back by its length). Returns the clear packet's start and length.
+    /// [`Opener::open_with`] without state across restarts ([`NoFloors`]).
     pub fn open(
         &mut self,
         buf: &mut [u8],
         start: usize,
         len: usize,
+    ) -> Result<(usize, usize), OpenError> {
+        self.open_with(buf, start, len, &mut NoFloors)
+    }
+
+    /// Every source seen: its highest counter accepted and its ceiling.
+    pub fn sources(&self) -> impl Iterator<Item = (Ipv4Addr, u64, u64)> + '_ {
+        self.sources
+            .iter()
+            .map(|(a, s)| (*a, s.window.top(), s.ceiling))
+    }
+
+    /// Raises source `src`'s ceiling to `ceiling` (stored durably by the caller first); never lowers it.
+    pub fn set_ceiling(&mut self, src: Ipv4Addr, ceiling: u64) {
+        if let Some(s) = self.sources.get_mut(&src) {
+            s.ceiling = s.ceiling.max(ceiling);
+        }
+    }
+
+    /// Opens the protected IPv4 packet at `buf[start..start + len]` in place: checks, decrypts, and removes the
+    /// option (the header moves back by its length). Returns the clear packet's start and length. A new source's
+    /// floor and ceiling come from `floors`, and so does a reservation for an authenticated packet above its
+    /// ceiling.
+    pub fn open_with(
+        &mut self,
+        buf: &mut [u8],
+        start: usize,
+        len: usize,
+        floors: &mut dyn Floors,
     ) -> Result<(usize, usize), OpenError> {
         let end = start
             .checked_add(len)
@@ -463,13 +526,24 @@ impl Opener {
         if m.counter >= self.k.limit {
             return Err(OpenError::Replay);
         }
+        // A new source's stored floor, read now (its window is made only once a packet of it authenticated).
+        let mut fresh = None;
         match self.sources.get(&src) {
-            Some(w) => w.check_full(m.counter).map_err(|_| OpenError::Replay)?,
+            Some(w) => w
+                .window
+                .check_full(m.counter)
+                .map_err(|_| OpenError::Replay)?,
             None if m.counter == 0 => return Err(OpenError::Replay),
             None if self.sources.len() >= self.max_sources => {
                 return Err(OpenError::TooManySources)
             }
-            None => {}
+            None => {
+                let floor = floors.load(src).ok_or(OpenError::State)?;
+                if m.counter <= floor {
+                    return Err(OpenError::Replay);
+                }
+                fresh = Some(floor);
+            }
         }
         let ol = self.k.mode.option_len();
         let payload_len = tl - hl;
@@ -500,13 +574,22 @@ impl Opener {
                 s.apply(&n, payload);
             }
         }
-        // Authenticated (or checksummed): now the window moves.
+        // Authenticated (or checksummed): now the window moves, within what the store reserved.
         let window = self.window;
-        let w = self
-            .sources
-            .entry(src)
-            .or_insert_with(|| ReplayWindow::new(window, true));
-        w.update(m.counter).map_err(|_| OpenError::Replay)?;
+        let w = self.sources.entry(src).or_insert_with(|| {
+            let floor = fresh.unwrap_or(0);
+            Source {
+                window: ReplayWindow::with_floor(window, true, floor),
+                ceiling: floor,
+            }
+        });
+        if m.counter > w.ceiling {
+            w.ceiling = floors
+                .reserve(src, m.counter)
+                .filter(|c| *c >= m.counter)
+                .ok_or(OpenError::State)?;
+        }
+        w.window.update(m.counter).map_err(|_| OpenError::Replay)?;
 
         // The option leaves: the bytes before it move back by its length.
         buf.copy_within(start..start + m.offset, start + ol);
