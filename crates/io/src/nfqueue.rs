@@ -137,8 +137,8 @@ fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
 }
 
 /// One received netlink message as a queued packet: its metadata and where its payload lies in `msg`. `None`
-/// for anything else (errors, acknowledgements, malformed messages).
-fn parse_packet(msg: &[u8]) -> Option<(Queued, std::ops::Range<usize>)> {
+/// for anything else (errors, acknowledgements, malformed messages). (Public for the fuzz target.)
+pub fn parse_packet(msg: &[u8]) -> Option<(Queued, std::ops::Range<usize>)> {
     if msg.len() < NLMSG_HDR + NFGEN_HDR {
         return None;
     }
