@@ -14,6 +14,7 @@ pub mod bench;
 pub mod bench_args;
 pub mod bench_flood;
 pub mod bench_ike;
+pub mod bench_pilsc_net;
 pub mod bench_ping;
 pub mod bench_split;
 pub mod demo;

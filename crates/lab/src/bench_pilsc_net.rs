@@ -1,0 +1,316 @@
+//! `netveil bench --pilsc`, the parts on the wire: the transfer time of a 1 MB file through PILSC at 10, 160 and
+//! 1,600 rules against the same path without PILSC in the same run (the paper's Table 7: 87 ms clear, 87.5 ms at
+//! 10 rules, 93.3 ms at 1,600), and the bytes each protocol adds to a packet, read from a capture (the paper's
+//! Table 8: PILSC 12; IPsec 32 to 48, cited there from Alshamsi and Saito).
+//!
+//! Each measurement builds its own two-namespace lab (veth, no delay) and runs the `netveil` binary as the daemons;
+//! the transfer is the lab's byte-checked TCP transfer ([`crate::lab::tcp_transfer`]), timed from connect to the
+//! last byte verified, repeated, median with min and max.
+
+use crate::lab::{self, Family, HostPair, Lab, Mode, Protocol, TwoHosts};
+use crate::{Error, Result};
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// One row: a value with its unit, its spread over the repetitions, and the paper's number where it has one.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PilscRow {
+    pub row: String,
+    pub unit: &'static str,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub paper: Option<f64>,
+}
+
+const ADDR: [&str; 2] = ["10.78.0.1", "10.78.0.2"];
+const PORT: u16 = 5301;
+const FILE: u64 = 1 << 20;
+/// The data of each ping in the overhead capture.
+const PING_DATA: usize = 100;
+
+/// `n` rules for side `side` (peer: the other side): rule 1 protects the transfer's port with AES-128; the others
+/// are protected rules for other hosts and ports (distinct /32 peers across many /16s, so the lookup has them all
+/// to pass over), as a large rule file would hold.
+fn rules(side: usize, n: usize) -> String {
+    let peer = ADDR[1 - side];
+    let mode = if side == 1 { "Server" } else { "Client" };
+    let mut t = format!(
+        "Rule = 1; Security = true; IP = {peer}; Protocol = TCP; Port = {PORT}; Encryption = 1; Applmode = {mode}; \
+         Key = 0x00112233445566778899aabbccddeeff;\n"
+    );
+    for i in 1..n {
+        let (a, b, c) = (
+            ((i >> 16) & 0x3f) as u8 + 100,
+            ((i >> 8) & 0xff) as u8,
+            (i & 0xff) as u8,
+        );
+        let port = 1024 + (i % 60000);
+        t += &format!(
+            "Rule = {}; Security = true; IP = {a}.{b}.{c}.7; Protocol = TCP; Port = {port}; Encryption = 2; \
+             Applmode = Server; Key = 0x{};\n",
+            i + 1,
+            "5a".repeat(32)
+        );
+    }
+    t
+}
+
+fn pilsc_config(lab: &Lab, side: usize, n: usize, mode: &str) -> Result<String> {
+    let dir = lab.dir();
+    let path = dir.join(format!("bench-{side}.rules"));
+    std::fs::write(&path, rules(side, n))
+        .map_err(Error::io(format!("cannot write {}", path.display())))?;
+    Ok(format!(
+        "[pilsc]\nrules = \"{}\"\nmode = \"{mode}\"\nqueue = {}\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n",
+        path.display(),
+        20 + 2 * side,
+        lab.socket_path(&format!("p{side}")).display(),
+        dir.join(format!("state-{side}")).display(),
+    ))
+}
+
+fn two_ns(prefix: &str) -> Result<(Lab, [String; 2])> {
+    let mut lab = Lab::new(prefix)?;
+    let a = lab.add_ns("a")?;
+    let b = lab.add_ns("b")?;
+    lab.veth(&a, "veth-a", &b, "veth-b")?;
+    lab.addr(&a, "veth-a", &format!("{}/24", ADDR[0]))?;
+    lab.addr(&b, "veth-b", &format!("{}/24", ADDR[1]))?;
+    Ok((lab, [a, b]))
+}
+
+fn stats(row: String, unit: &'static str, mut v: Vec<f64>, paper: Option<f64>) -> PilscRow {
+    v.sort_by(f64::total_cmp);
+    PilscRow {
+        row,
+        unit,
+        median: v.get(v.len() / 2).copied().unwrap_or(f64::NAN),
+        min: v.first().copied().unwrap_or(f64::NAN),
+        max: v.last().copied().unwrap_or(f64::NAN),
+        paper,
+    }
+}
+
+/// 1 MB transfers, `reps` each: without PILSC, then with PILSC at each rule count of `counts`.
+pub fn transfer_rows(bin: &Path, counts: &[usize], reps: usize) -> Result<Vec<PilscRow>> {
+    let mut rows = Vec::new();
+    let paper = |n: usize| match n {
+        0 => Some(87.0),
+        10 => Some(87.5),
+        20 => Some(87.7),
+        40 => Some(87.8),
+        80 => Some(87.9),
+        160 => Some(88.0),
+        1600 => Some(93.3),
+        _ => None,
+    };
+    for &n in std::iter::once(&0).chain(counts) {
+        let (lab, ns) = two_ns("nvpb")?;
+        let lab = lab.with_netveil(bin);
+        let mut daemons = Vec::new();
+        if n > 0 {
+            for (side, name) in ns.iter().enumerate() {
+                let cfg = pilsc_config(&lab, side, n, "authenticated")?;
+                daemons.push(lab.start_daemon(name, &format!("p{side}"), &cfg)?);
+            }
+        }
+        let dst: IpAddr = ADDR[1]
+            .parse()
+            .map_err(|_| Error::Other("address".into()))?;
+        // One transfer first (connection setup, caches), not counted.
+        lab::tcp_transfer(&ns[0], &ns[1], dst, PORT, FILE)?;
+        let mut ms = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = lab::tcp_transfer(&ns[0], &ns[1], dst, PORT, FILE)?;
+            if t.bytes != FILE {
+                return Err(Error::Other(format!(
+                    "pilsc transfer: {} of {FILE} bytes",
+                    t.bytes
+                )));
+            }
+            ms.push(t.seconds * 1e3);
+        }
+        let name = if n == 0 {
+            "pilsc transfer 1MB without pilsc".to_string()
+        } else {
+            format!("pilsc transfer 1MB {n} rules")
+        };
+        rows.push(stats(name, "ms", ms, paper(n)));
+        drop(daemons);
+    }
+    Ok(rows)
+}
+
+/// The IPv4 packets of an Ethernet capture.
+fn ip_packets(path: &Path) -> Result<Vec<Vec<u8>>> {
+    let p = netveil_pcap::read_file(path)
+        .map_err(|e| Error::Other(format!("{}: {e}", path.display())))?;
+    Ok(p.records
+        .iter()
+        .filter_map(|r| netveil_pcap::split_frame(p.link, &r.data))
+        .map(|f| f.ip.to_vec())
+        .filter(|ip| ip.first().is_some_and(|b| b >> 4 == 4)) // check-ip-offsets: allow (a capture's version)
+        .collect())
+}
+
+/// Pings of [`PING_DATA`] bytes from side 0 to `dst` while side 1's veth is captured; the bytes each IPv4 packet
+/// from side 0 has beyond the clear ping's 128 (median over the packets).
+fn ping_overhead(lab: &Lab, ns: &[String; 2], src: IpAddr, dst: &str, proto: u8) -> Result<f64> {
+    let mut cap = lab.capture(&ns[1], "veth-b", "overhead.pcap", 2000, &["ip"])?;
+    let size = PING_DATA.to_string();
+    lab.exec_ok(
+        &ns[0],
+        &[
+            "ping", "-n", "-c", "5", "-i", "0.05", "-s", &size, "-W", "1", dst,
+        ],
+    )?;
+    std::thread::sleep(Duration::from_millis(100));
+    let path = cap.stop()?;
+    let clear = (20 + 8 + PING_DATA) as f64;
+    let mut v: Vec<f64> = ip_packets(&path)?
+        .iter()
+        .filter_map(|ip| {
+            let w = netveil_wire::ipv4::Packet::new_checked(&ip[..]).ok()?;
+            (w.protocol() == proto && IpAddr::V4(w.src_addr()) == src)
+                .then(|| w.total_len() as f64 - clear)
+        })
+        .collect();
+    if v.is_empty() {
+        return Err(Error::Other(format!(
+            "no packet of protocol {proto} captured"
+        )));
+    }
+    v.sort_by(f64::total_cmp);
+    Ok(v[v.len() / 2])
+}
+
+/// Bytes added per packet: PILSC in both modes, ESP and ESP+AH in tunnel and transport mode (AES-128-CBC with
+/// HMAC-SHA1-96 and AH HMAC-SHA1-96, the algorithms of the IPsec figures the paper cites).
+pub fn overhead_rows(bin: &Path) -> Result<Vec<PilscRow>> {
+    let mut rows = Vec::new();
+    for (mode, paper) in [("confidential", Some(12.0)), ("authenticated", None)] {
+        let (lab, ns) = two_ns("nvpo")?;
+        let lab = lab.with_netveil(bin);
+        // ICMP protected by every rule file: one more rule for ICMP to the peer.
+        let mut ds = Vec::new();
+        for (side, name) in ns.iter().enumerate() {
+            let cfg = pilsc_config(&lab, side, 1, mode)?;
+            let path = lab.dir().join(format!("bench-{side}.rules"));
+            let mut r = std::fs::read_to_string(&path).map_err(Error::io("rules"))?;
+            r += &format!(
+                "Rule = 99; Security = true; IP = {}; Protocol = ICMP; Encryption = 1; Key = 0x{};\n",
+                ADDR[1 - side],
+                "3c".repeat(16)
+            );
+            std::fs::write(&path, r).map_err(Error::io("rules"))?;
+            ds.push(lab.start_daemon(name, &format!("p{side}"), &cfg)?);
+        }
+        let src: IpAddr = ADDR[0]
+            .parse()
+            .map_err(|_| Error::Other("address".into()))?;
+        let o = ping_overhead(&lab, &ns, src, ADDR[1], 1)?;
+        rows.push(stats(
+            format!("pilsc overhead {mode}"),
+            "B/packet",
+            vec![o],
+            paper,
+        ));
+    }
+    let cases: [(&str, Mode, Option<&str>, u8, Option<f64>); 4] = [
+        ("esp tunnel", Mode::Tunnel, None, 50, Some(32.0)),
+        ("esp+ah tunnel", Mode::Tunnel, Some("sha1"), 51, Some(44.0)),
+        ("esp transport", Mode::Transport, None, 50, Some(36.0)),
+        (
+            "esp+ah transport",
+            Mode::Transport,
+            Some("sha1"),
+            51,
+            Some(48.0),
+        ),
+    ];
+    for (name, mode, ah, proto, paper) in cases {
+        let mut lab = Lab::new("nvpi")?.with_netveil(bin);
+        let pair = HostPair {
+            suite: "aes128-sha1".into(),
+            protocol: Protocol::Esp,
+            mode,
+            outer: Family::V4,
+            inner: Family::V4,
+            bundle_ah: ah.map(str::to_string),
+            ..HostPair::esp("aes128-sha1")
+        };
+        let h = TwoHosts::up(&mut lab, &pair)?;
+        let ns = [h.ns[0].clone(), h.ns[1].clone()];
+        let dst = h.addrs[1].inner.to_string();
+        let o = ping_overhead(&lab, &ns, h.addrs[0].outer, &dst, proto)?;
+        rows.push(stats(
+            format!(
+                "{name} overhead aes128-sha1{}",
+                if ah.is_some() { " + ah sha1" } else { "" }
+            ),
+            "B/packet",
+            vec![o],
+            paper,
+        ));
+        drop(h);
+    }
+    Ok(rows)
+}
+
+/// The rows as a table, with the paper's number beside ours.
+pub fn render(rows: &[PilscRow]) -> String {
+    let mut t = format!(
+        "{:<44} {:>10} {:>10} {:>10} {:>8}  {}\n",
+        "row", "median", "min", "max", "unit", "paper"
+    );
+    for r in rows {
+        t += &format!(
+            "{:<44} {:>10.2} {:>10.2} {:>10.2} {:>8}  {}\n",
+            r.row,
+            r.median,
+            r.min,
+            r.max,
+            r.unit,
+            r.paper.map_or("-".to_string(), |p| format!("{p}"))
+        );
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_rule_file_loads_with_its_count_and_the_transfer_rule_first() {
+        for n in [1, 10, 1600] {
+            for side in 0..2 {
+                let f = netveil_pilsc::rules::parse(&rules(side, n)).unwrap();
+                assert_eq!(f.rules.len(), n);
+                assert_eq!(f.duplicates.len(), 0);
+                assert!(f
+                    .rules
+                    .iter()
+                    .any(|r| r.number == 1 && r.port.is_some_and(|(p, _)| p.contains(PORT))));
+            }
+        }
+    }
+
+    #[test]
+    fn rows_render_with_the_paper_beside() {
+        let r = stats(
+            "pilsc transfer 1MB 10 rules".into(),
+            "ms",
+            vec![3.0, 1.0, 2.0],
+            Some(87.5),
+        );
+        assert_eq!((r.median, r.min, r.max), (2.0, 1.0, 3.0));
+        let t = render(&[r]);
+        assert!(
+            t.contains("pilsc transfer 1MB 10 rules") && t.contains("87.5"),
+            "{t}"
+        );
+    }
+}
