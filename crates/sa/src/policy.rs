@@ -121,19 +121,29 @@ pub struct Rule {
 /// Ordered rules: the first rule (in insertion order) of the packet's direction whose selector matches wins; if none
 /// matches, the default action applies.
 ///
-/// Lookup does not scan every rule: the rules whose remote side (the destination of an outbound rule, the source of
-/// an inbound one) is one host are chained by that host, and only that host's chain and the other rules are
-/// looked at, in rule order (a gateway with a CHILD_SA per peer host has thousands of such rules). The result is
-/// the linear scan's ([`PolicyDb::lookup_linear`], the model the tests compare against).
+/// Lookup does not scan every rule. Each rule whose remote side (the destination of an outbound rule, the source of
+/// an inbound one) is a prefix other than 0/0 (a host is a /32 or /128) is chained with the other rules of its
+/// direction and remote prefix, in rule order; a table per family maps (direction, prefix length, network) to the
+/// chain. A lookup probes that table once per prefix length that some rule of the packet's direction and family
+/// has (a handful in practice: one for a gateway whose CHILD_SAs each name a peer host; at most 32 for IPv4, 128
+/// for IPv6), and merges the chains found with the rules whose remote side is any (0/0), in rule order, so
+/// that the first rule that matches is the one that wins whatever order the rules come in. The result is the
+/// linear scan's ([`PolicyDb::lookup_linear`], the model the tests compare against).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyDb {
     rules: Vec<Rule>,
     default: Action,
-    /// (direction, host) -> the first and last rule of its chain.
-    hosts: HashMap<(Direction, IpAddr), (u32, u32)>,
-    /// Per rule: the next rule of its host's chain ([`END`] at the end, and for rules in no chain).
+    /// IPv4 chains: [`key4`] (direction, prefix length, network) -> the first and last rule of the chain.
+    v4: HashMap<u64, (u32, u32), ahash::RandomState>,
+    /// IPv6 chains: (direction and prefix length ([`tag6`]), network) -> the first and last rule of the chain.
+    v6: HashMap<(u16, [u8; 16]), (u32, u32), ahash::RandomState>,
+    /// Per direction (out, in): the IPv4 prefix lengths that have chains (bit `len`, 1 to 32).
+    lens4: [u64; 2],
+    /// Per direction (out, in): the IPv6 prefix lengths that have chains (bit `len - 1`, 1 to 128).
+    lens6: [u128; 2],
+    /// Per rule: the next rule of its chain ([`END`] at the end, and for rules in no chain).
     next: Vec<u32>,
-    /// Per direction (out, in): the rules in no chain, in order.
+    /// Per direction (out, in): the rules whose remote side is any (0/0), in order.
     wild: [Vec<u32>; 2],
 }
 
@@ -146,13 +156,30 @@ fn dir_index(d: Direction) -> usize {
     }
 }
 
-/// The remote side of a rule's selector, if it is one host.
-fn remote_host(r: &Rule) -> Option<IpAddr> {
-    let net = match r.direction {
+/// The remote side of a rule's selector.
+fn remote_net(r: &Rule) -> IpNet {
+    match r.direction {
         Direction::Out => r.selector.dst,
         Direction::In => r.selector.src,
-    };
-    (net.prefix_len() == net.max_prefix_len()).then(|| net.addr())
+    }
+}
+
+/// The key of an IPv4 chain: direction, prefix length (1 to 32) and network (host bits zero).
+fn key4(d: Direction, len: u32, addr: u32) -> u64 {
+    (dir_index(d) as u64) << 40 | u64::from(len) << 32 | u64::from(addr & mask4(len))
+}
+
+fn mask4(len: u32) -> u32 {
+    u32::MAX.checked_shl(32 - len).unwrap_or(0)
+}
+
+/// The first half of an IPv6 chain's key: direction and prefix length (1 to 128).
+fn tag6(d: Direction, len: u32) -> u16 {
+    (dir_index(d) as u16) << 8 | len as u16
+}
+
+fn net6(addr: u128, len: u32) -> [u8; 16] {
+    (addr & u128::MAX.checked_shl(128 - len).unwrap_or(0)).to_be_bytes()
 }
 
 impl PolicyDb {
@@ -160,7 +187,10 @@ impl PolicyDb {
         PolicyDb {
             rules: Vec::new(),
             default,
-            hosts: HashMap::new(),
+            v4: HashMap::default(),
+            v6: HashMap::default(),
+            lens4: [0; 2],
+            lens6: [0; 2],
             next: Vec::new(),
             wild: [Vec::new(), Vec::new()],
         }
@@ -170,7 +200,10 @@ impl PolicyDb {
     pub fn clear(&mut self, default: Action) {
         self.rules.clear();
         self.default = default;
-        self.hosts.clear();
+        self.v4.clear();
+        self.v6.clear();
+        self.lens4 = [0; 2];
+        self.lens6 = [0; 2];
         self.next.clear();
         for w in &mut self.wild {
             w.clear();
@@ -178,17 +211,30 @@ impl PolicyDb {
     }
     pub fn push(&mut self, rule: Rule) {
         let i = u32::try_from(self.rules.len()).expect("fewer than 2^32 rules");
-        match remote_host(&rule) {
-            Some(h) => match self.hosts.get_mut(&(rule.direction, h)) {
-                Some((_, tail)) => {
+        let d = dir_index(rule.direction);
+        let net = remote_net(&rule);
+        let len = u32::from(net.prefix_len());
+        let chain = match net {
+            _ if len == 0 => None,
+            IpNet::V4(n) => {
+                self.lens4[d] |= 1 << len;
+                let key = key4(rule.direction, len, u32::from(n.addr()));
+                Some(self.v4.entry(key).or_insert((i, i)))
+            }
+            IpNet::V6(n) => {
+                self.lens6[d] |= 1 << (len - 1);
+                let key = (tag6(rule.direction, len), net6(u128::from(n.addr()), len));
+                Some(self.v6.entry(key).or_insert((i, i)))
+            }
+        };
+        match chain {
+            Some((_, tail)) => {
+                if *tail != i {
                     self.next[*tail as usize] = i;
                     *tail = i;
                 }
-                None => {
-                    self.hosts.insert((rule.direction, h), (i, i));
-                }
-            },
-            None => self.wild[dir_index(rule.direction)].push(i),
+            }
+            None => self.wild[d].push(i),
         }
         self.next.push(END);
         self.rules.push(rule);
@@ -206,25 +252,55 @@ impl PolicyDb {
             Direction::Out => key.dst,
             Direction::In => key.src,
         };
-        let mut h = if self.hosts.is_empty() {
-            END
-        } else {
-            self.hosts
-                .get(&(dir, remote))
-                .map_or(END, |&(first, _)| first)
-        };
-        let wild = &self.wild[dir_index(dir)];
+        let d = dir_index(dir);
+        // The heads of the chains of the remote address's prefixes, at most one per prefix length.
+        let mut heads = [END; 128];
+        let mut n = 0;
+        match remote {
+            IpAddr::V4(a) => {
+                let a = u32::from(a);
+                let mut lens = self.lens4[d];
+                while lens != 0 {
+                    let len = lens.trailing_zeros();
+                    lens &= lens - 1;
+                    if let Some(&(first, _)) = self.v4.get(&key4(dir, len, a)) {
+                        heads[n] = first;
+                        n += 1;
+                    }
+                }
+            }
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                let mut lens = self.lens6[d];
+                while lens != 0 {
+                    let len = lens.trailing_zeros() + 1;
+                    lens &= lens - 1;
+                    if let Some(&(first, _)) = self.v6.get(&(tag6(dir, len), net6(a, len))) {
+                        heads[n] = first;
+                        n += 1;
+                    }
+                }
+            }
+        }
+        let heads = &mut heads[..n];
+        let wild = &self.wild[d];
         let mut w = 0;
+        // Merge the chains and the wild rules in rule order: each rule is in one of them only.
         loop {
-            let wi = wild.get(w).copied().unwrap_or(END);
-            let i = h.min(wi);
+            let mut i = wild.get(w).copied().unwrap_or(END);
+            let mut at = usize::MAX;
+            for (j, &h) in heads.iter().enumerate() {
+                if h < i {
+                    i = h;
+                    at = j;
+                }
+            }
             if i == END {
                 return (None, self.default);
             }
-            if i == h {
-                h = self.next[i as usize];
-            } else {
-                w += 1;
+            match heads.get_mut(at) {
+                Some(h) => *h = self.next[i as usize],
+                None => w += 1,
             }
             let r = &self.rules[i as usize];
             if r.selector.matches(key) {
@@ -376,6 +452,70 @@ mod tests {
         );
         assert!(src_only.matches(&key("1.1.1.1", "2.2.2.2", 6, 22, 9999)));
         assert!(!src_only.matches(&key("1.1.1.1", "2.2.2.2", 6, 23, 9999)));
+    }
+
+    /// Rules of nested prefixes in no order of specificity: the first pushed that matches wins, whichever chain
+    /// (prefix length) or the any list it sits in; after `clear`, the same rules give the same answers.
+    #[test]
+    fn nested_prefixes_first_match_in_rule_order() {
+        let out = |dst: &str, proto: Option<u8>, action| Rule {
+            direction: Direction::Out,
+            selector: sel(
+                if dst.contains(':') {
+                    "::/0"
+                } else {
+                    "0.0.0.0/0"
+                },
+                dst,
+                proto,
+                ANY,
+                ANY,
+            ),
+            action,
+        };
+        let mut db = PolicyDb::new(Action::Discard);
+        for round in 0..2 {
+            db.clear(Action::Discard);
+            db.push(out("10.1.0.0/16", Some(17), Action::Protect(0)));
+            db.push(out("10.1.2.3/32", Some(6), Action::Protect(1)));
+            db.push(out("10.1.2.0/24", None, Action::Protect(2)));
+            db.push(out("0.0.0.0/0", Some(1), Action::Protect(3)));
+            db.push(out("10.1.2.3/32", None, Action::Protect(4)));
+            db.push(out("10.0.0.0/8", None, Action::Protect(5)));
+            db.push(out("2001:db8::/32", None, Action::Protect(6)));
+            let cases = [
+                ("10.1.2.3", 17, Some(0)),
+                ("10.1.2.3", 6, Some(1)),
+                ("10.1.2.3", 1, Some(2)),
+                ("10.1.2.3", 50, Some(2)),
+                ("10.1.9.9", 1, Some(3)),
+                ("10.1.9.9", 50, Some(5)),
+                ("10.9.9.9", 6, Some(5)),
+                ("11.0.0.1", 1, Some(3)),
+                ("11.0.0.1", 6, None),
+                ("2001:db8::5", 6, Some(6)),
+                ("2001:db9::5", 6, None),
+            ];
+            for (dst, proto, want) in cases {
+                let src = if dst.contains(':') {
+                    "::1"
+                } else {
+                    "192.0.2.1"
+                };
+                let k = key(src, dst, proto, 1, 2);
+                assert_eq!(
+                    db.lookup(Direction::Out, &k).0,
+                    want,
+                    "round {round}: {dst} {proto}"
+                );
+                assert_eq!(
+                    db.lookup_linear(Direction::Out, &k).0,
+                    want,
+                    "{dst} {proto}"
+                );
+                assert_eq!(db.lookup(Direction::In, &k), (None, Action::Discard));
+            }
+        }
     }
 
     #[test]
