@@ -8,9 +8,10 @@
 //! key's index in the key table ([`netveil_pilsc::table::Table`]). No crypto: the lookup is what grows with rules.
 //!
 //! The rule files are random and realistic: a deterministic generator (a fixed seed per size, so every run measures
-//! the same files) draws peers, mostly hosts (/32) with /24, /16 and /8 networks (the first four rules have one of
-//! each length, so that every size probes the same four prefix lengths: what grows is the tables alone), at most
-//! three rules per peer network, TCP and UDP with a port or a range (ours or the peer's), ICMP and any; 4 of 5
+//! the same files) draws peers, mostly hosts (/32: 80%) with /24, /16 and /8 networks (the first four rules have
+//! one of each length, so that every size probes the same four prefix lengths: what grows is the tables alone;
+//! wide networks stay few, as in real files: at most 8 /8 and 256 /16 networks), at most three rules per peer
+//! network, TCP and UDP with a port or a range (ours or the peer's), ICMP and any; 4 of 5
 //! protected under one of 8 named keys (AES-128 or ChaCha20). The packets: 4,096 distinct ones, half outbound and
 //! half inbound, 85% to or from a rule's peer (an address in its prefix, its protocol, a port in its range), the
 //! rest anywhere; each measurement runs over all of them again and again (warm, but never one cached flow).
@@ -114,27 +115,39 @@ fn key_file() -> String {
         .collect()
 }
 
+/// The most peer networks of a prefix length in a generated file: a few /8 and some hundred /16.
+fn max_nets(len: u8) -> usize {
+    match len {
+        0..=8 => 8,
+        9..=16 => 256,
+        _ => usize::MAX,
+    }
+}
+
 /// A random, realistic rule file of `n` rules (see the module documentation) and what each rule selects.
 fn rule_file(n: usize) -> (String, Vec<Aim>) {
     let mut m = Mix(0x7069_6c73 ^ n as u64);
     let mut per_net: HashMap<Ipv4Net, u8> = HashMap::new();
+    let mut nets: HashMap<u8, usize> = HashMap::new();
     let mut selectors = HashSet::new();
     let mut text = String::new();
     let mut aims = Vec::with_capacity(n);
     while aims.len() < n {
         let forced = [32u8, 24, 16, 8].get(aims.len()).copied();
         let mut len = forced.unwrap_or(match m.below(100) {
-            0..70 => 32,
-            70..90 => 24,
-            90..97 => 16,
+            0..80 => 32,
+            80..95 => 24,
+            95..99 => 16,
             _ => 8,
         });
-        // A peer network with room for another rule (the short prefixes run out first: then a host).
+        // A peer network with room for another rule; wide prefixes stay few, as in real files (then a host).
         let mut tries = 0;
         let peer = loop {
             let a = Ipv4Addr::from(m.next() as u32);
             let net = Ipv4Net::new(a, len).expect("length at most 32").trunc();
-            if per_net.get(&net).copied().unwrap_or(0) < 3 {
+            let rules_of_net = per_net.get(&net).copied().unwrap_or(0);
+            let nets_of_len = nets.get(&len).copied().unwrap_or(0);
+            if rules_of_net < 3 && (rules_of_net > 0 || nets_of_len < max_nets(len)) {
                 break net;
             }
             tries += 1;
@@ -160,7 +173,11 @@ fn rule_file(n: usize) -> (String, Vec<Aim>) {
         if !selectors.insert((peer, proto, port)) {
             continue;
         }
-        *per_net.entry(peer).or_default() += 1;
+        let count = per_net.entry(peer).or_default();
+        if *count == 0 {
+            *nets.entry(peer.prefix_len()).or_default() += 1;
+        }
+        *count += 1;
         let number = aims.len() + 1;
         // The protection follows the peer, so that two rules of one peer never conflict.
         let h = u32::from(peer.network()).wrapping_mul(0x9e37_79b1) ^ u32::from(peer.prefix_len());

@@ -123,29 +123,42 @@ pub struct Rule {
 ///
 /// Lookup does not scan every rule. Each rule whose remote side (the destination of an outbound rule, the source of
 /// an inbound one) is a prefix other than 0/0 (a host is a /32 or /128) is chained with the other rules of its
-/// direction and remote prefix, in rule order; a table per family maps (direction, prefix length, network) to the
-/// chain. A lookup probes that table once per prefix length that some rule of the packet's direction and family
-/// has (a handful in practice: one for a gateway whose CHILD_SAs each name a peer host; at most 32 for IPv4, 128
-/// for IPv6), and merges the chains found with the rules whose remote side is any (0/0), in rule order, so
-/// that the first rule that matches is the one that wins whatever order the rules come in. The result is the
-/// linear scan's ([`PolicyDb::lookup_linear`], the model the tests compare against).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// direction and remote prefix, in rule order; a table per direction, family and prefix length maps the network
+/// to its chain. A lookup probes one table per prefix length that rules of the packet's direction and family have
+/// (a handful in practice: one for a gateway whose CHILD_SAs each name a peer host; at most 32 for IPv4, 128 for
+/// IPv6), and merges the chains found with the rules whose remote side is any (0/0), in rule order, so that the
+/// first rule that matches is the one that wins whatever order the rules come in. The tables of short prefixes
+/// are small (few rules name a /8), so that most probes stay in the cache however many hosts have rules. The
+/// result is the linear scan's ([`PolicyDb::lookup_linear`], the model the tests compare against).
+#[derive(Debug, Clone)]
 pub struct PolicyDb {
     rules: Vec<Rule>,
     default: Action,
-    /// IPv4 chains: [`key4`] (direction, prefix length, network) -> the first and last rule of the chain.
-    v4: HashMap<u64, (u32, u32), ahash::RandomState>,
-    /// IPv6 chains: (direction and prefix length ([`tag6`]), network) -> the first and last rule of the chain.
-    v6: HashMap<(u16, [u8; 16]), (u32, u32), ahash::RandomState>,
-    /// Per direction (out, in): the IPv4 prefix lengths that have chains (bit `len`, 1 to 32).
-    lens4: [u64; 2],
-    /// Per direction (out, in): the IPv6 prefix lengths that have chains (bit `len - 1`, 1 to 128).
-    lens6: [u128; 2],
+    /// Per direction (out, in): the IPv4 chains of each prefix length used so far (kept, emptied, by `clear`).
+    v4: [Vec<Chains<u32>>; 2],
+    /// Per direction (out, in): the IPv6 chains of each prefix length used so far.
+    v6: [Vec<Chains<[u8; 16]>>; 2],
     /// Per rule: the next rule of its chain ([`END`] at the end, and for rules in no chain).
     next: Vec<u32>,
     /// Per direction (out, in): the rules whose remote side is any (0/0), in order.
     wild: [Vec<u32>; 2],
 }
+
+/// The chains of one direction, family and prefix length: network (host bits zero) -> the first and last rule.
+#[derive(Debug, Clone)]
+struct Chains<N> {
+    len: u8,
+    map: HashMap<N, (u32, u32), ahash::RandomState>,
+}
+
+/// Two databases are equal when their rules and default are (the tables follow from the rules).
+impl PartialEq for PolicyDb {
+    fn eq(&self, other: &Self) -> bool {
+        self.rules == other.rules && self.default == other.default
+    }
+}
+
+impl Eq for PolicyDb {}
 
 const END: u32 = u32::MAX;
 
@@ -164,22 +177,45 @@ fn remote_net(r: &Rule) -> IpNet {
     }
 }
 
-/// The key of an IPv4 chain: direction, prefix length (1 to 32) and network (host bits zero).
-fn key4(d: Direction, len: u32, addr: u32) -> u64 {
-    (dir_index(d) as u64) << 40 | u64::from(len) << 32 | u64::from(addr & mask4(len))
+fn net4(addr: u32, len: u8) -> u32 {
+    addr & u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
 }
 
-fn mask4(len: u32) -> u32 {
-    u32::MAX.checked_shl(32 - len).unwrap_or(0)
+fn net6(addr: u128, len: u8) -> [u8; 16] {
+    (addr & u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)).to_be_bytes()
 }
 
-/// The first half of an IPv6 chain's key: direction and prefix length (1 to 128).
-fn tag6(d: Direction, len: u32) -> u16 {
-    (dir_index(d) as u16) << 8 | len as u16
+/// The chain of `net` in the tables `t` (made if new), as (first, last).
+fn chain<N: std::hash::Hash + Eq>(t: &mut Vec<Chains<N>>, len: u8, net: N) -> &mut (u32, u32) {
+    let at = match t.iter().position(|c| c.len == len) {
+        Some(at) => at,
+        None => {
+            t.push(Chains {
+                len,
+                map: HashMap::default(),
+            });
+            t.len() - 1
+        }
+    };
+    t[at].map.entry(net).or_insert((END, END))
 }
 
-fn net6(addr: u128, len: u32) -> [u8; 16] {
-    (addr & u128::MAX.checked_shl(128 - len).unwrap_or(0)).to_be_bytes()
+/// Appends to `heads` the first rule of the chain of each prefix of `addr` that has one.
+fn heads_of<N: std::hash::Hash + Eq>(
+    t: &[Chains<N>],
+    net: impl Fn(u8) -> N,
+    heads: &mut [u32; 128],
+    n: &mut usize,
+) {
+    for c in t {
+        if c.map.is_empty() {
+            continue;
+        }
+        if let Some(&(first, _)) = c.map.get(&net(c.len)) {
+            heads[*n] = first;
+            *n += 1;
+        }
+    }
 }
 
 impl PolicyDb {
@@ -187,10 +223,8 @@ impl PolicyDb {
         PolicyDb {
             rules: Vec::new(),
             default,
-            v4: HashMap::default(),
-            v6: HashMap::default(),
-            lens4: [0; 2],
-            lens6: [0; 2],
+            v4: [Vec::new(), Vec::new()],
+            v6: [Vec::new(), Vec::new()],
             next: Vec::new(),
             wild: [Vec::new(), Vec::new()],
         }
@@ -200,10 +234,12 @@ impl PolicyDb {
     pub fn clear(&mut self, default: Action) {
         self.rules.clear();
         self.default = default;
-        self.v4.clear();
-        self.v6.clear();
-        self.lens4 = [0; 2];
-        self.lens6 = [0; 2];
+        for t in &mut self.v4 {
+            t.iter_mut().for_each(|c| c.map.clear());
+        }
+        for t in &mut self.v6 {
+            t.iter_mut().for_each(|c| c.map.clear());
+        }
         self.next.clear();
         for w in &mut self.wild {
             w.clear();
@@ -213,26 +249,20 @@ impl PolicyDb {
         let i = u32::try_from(self.rules.len()).expect("fewer than 2^32 rules");
         let d = dir_index(rule.direction);
         let net = remote_net(&rule);
-        let len = u32::from(net.prefix_len());
-        let chain = match net {
+        let len = net.prefix_len();
+        let c = match net {
             _ if len == 0 => None,
-            IpNet::V4(n) => {
-                self.lens4[d] |= 1 << len;
-                let key = key4(rule.direction, len, u32::from(n.addr()));
-                Some(self.v4.entry(key).or_insert((i, i)))
-            }
-            IpNet::V6(n) => {
-                self.lens6[d] |= 1 << (len - 1);
-                let key = (tag6(rule.direction, len), net6(u128::from(n.addr()), len));
-                Some(self.v6.entry(key).or_insert((i, i)))
-            }
+            IpNet::V4(n) => Some(chain(&mut self.v4[d], len, net4(n.addr().into(), len))),
+            IpNet::V6(n) => Some(chain(&mut self.v6[d], len, net6(n.addr().into(), len))),
         };
-        match chain {
-            Some((_, tail)) => {
-                if *tail != i {
+        match c {
+            Some((first, tail)) => {
+                if *first == END {
+                    *first = i;
+                } else {
                     self.next[*tail as usize] = i;
-                    *tail = i;
                 }
+                *tail = i;
             }
             None => self.wild[d].push(i),
         }
@@ -259,27 +289,11 @@ impl PolicyDb {
         match remote {
             IpAddr::V4(a) => {
                 let a = u32::from(a);
-                let mut lens = self.lens4[d];
-                while lens != 0 {
-                    let len = lens.trailing_zeros();
-                    lens &= lens - 1;
-                    if let Some(&(first, _)) = self.v4.get(&key4(dir, len, a)) {
-                        heads[n] = first;
-                        n += 1;
-                    }
-                }
+                heads_of(&self.v4[d], |len| net4(a, len), &mut heads, &mut n);
             }
             IpAddr::V6(a) => {
                 let a = u128::from(a);
-                let mut lens = self.lens6[d];
-                while lens != 0 {
-                    let len = lens.trailing_zeros() + 1;
-                    lens &= lens - 1;
-                    if let Some(&(first, _)) = self.v6.get(&(tag6(dir, len), net6(a, len))) {
-                        heads[n] = first;
-                        n += 1;
-                    }
-                }
+                heads_of(&self.v6[d], |len| net6(a, len), &mut heads, &mut n);
             }
         }
         let heads = &mut heads[..n];
@@ -298,13 +312,14 @@ impl PolicyDb {
             if i == END {
                 return (None, self.default);
             }
-            match heads.get_mut(at) {
-                Some(h) => *h = self.next[i as usize],
-                None => w += 1,
-            }
             let r = &self.rules[i as usize];
             if r.selector.matches(key) {
                 return (Some(i as usize), r.action);
+            }
+            // (The next rule of a chain is read only when needed: one memory access less for the usual first hit.)
+            match heads.get_mut(at) {
+                Some(h) => *h = self.next[i as usize],
+                None => w += 1,
             }
         }
     }
