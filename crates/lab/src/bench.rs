@@ -395,6 +395,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
         crate::bench_ike::run(&a, bin)?;
         return Ok(());
     }
+    if a.pilsc {
+        crate::bench_pilsc::run(&a)?;
+        return Ok(());
+    }
     if !lab::have_tool("iperf3") {
         return Err(Error::Usage(
             "netveil bench needs iperf3 (apt-get install iperf3)".into(),

@@ -13,16 +13,10 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
-/// One row: a value with its unit, its spread over the repetitions, and the paper's number where it has one.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct PilscRow {
-    pub row: String,
-    pub unit: &'static str,
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-    pub paper: Option<f64>,
-}
+use crate::bench_pilsc::PilscRow;
+
+/// The rule counts of the transfer rows.
+pub const TRANSFER_RULES: [usize; 3] = [10, 160, 1_600];
 
 const ADDR: [&str; 2] = ["10.78.0.1", "10.78.0.2"];
 const PORT: u16 = 5301;
@@ -81,14 +75,14 @@ fn two_ns(prefix: &str) -> Result<(Lab, [String; 2])> {
     Ok((lab, [a, b]))
 }
 
-fn stats(row: String, unit: &'static str, mut v: Vec<f64>, paper: Option<f64>) -> PilscRow {
+fn stats(row: String, unit: &'static str, runs: Vec<f64>, paper: Option<f64>) -> PilscRow {
+    let mut v = runs.clone();
     v.sort_by(f64::total_cmp);
     PilscRow {
         row,
+        value: v.get(v.len() / 2).copied().unwrap_or(f64::NAN),
         unit,
-        median: v.get(v.len() / 2).copied().unwrap_or(f64::NAN),
-        min: v.first().copied().unwrap_or(f64::NAN),
-        max: v.last().copied().unwrap_or(f64::NAN),
+        runs,
         paper,
     }
 }
@@ -218,7 +212,9 @@ pub fn overhead_rows(bin: &Path) -> Result<Vec<PilscRow>> {
             paper,
         ));
     }
-    let cases: [(&str, Mode, Option<&str>, u8, Option<f64>); 4] = [
+    // (row, mode, AH bundled, the outermost protocol, the paper's bytes)
+    type Case = (&'static str, Mode, Option<&'static str>, u8, Option<f64>);
+    let cases: [Case; 4] = [
         ("esp tunnel", Mode::Tunnel, None, 50, Some(32.0)),
         ("esp+ah tunnel", Mode::Tunnel, Some("sha1"), 51, Some(44.0)),
         ("esp transport", Mode::Transport, None, 50, Some(36.0)),
@@ -259,26 +255,6 @@ pub fn overhead_rows(bin: &Path) -> Result<Vec<PilscRow>> {
     Ok(rows)
 }
 
-/// The rows as a table, with the paper's number beside ours.
-pub fn render(rows: &[PilscRow]) -> String {
-    let mut t = format!(
-        "{:<44} {:>10} {:>10} {:>10} {:>8}  {}\n",
-        "row", "median", "min", "max", "unit", "paper"
-    );
-    for r in rows {
-        t += &format!(
-            "{:<44} {:>10.2} {:>10.2} {:>10.2} {:>8}  {}\n",
-            r.row,
-            r.median,
-            r.min,
-            r.max,
-            r.unit,
-            r.paper.map_or("-".to_string(), |p| format!("{p}"))
-        );
-    }
-    t
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,8 +282,8 @@ mod tests {
             vec![3.0, 1.0, 2.0],
             Some(87.5),
         );
-        assert_eq!((r.median, r.min, r.max), (2.0, 1.0, 3.0));
-        let t = render(&[r]);
+        assert_eq!(r.value, 2.0);
+        let t = crate::bench_pilsc::render(&[r]);
         assert!(
             t.contains("pilsc transfer 1MB 10 rules") && t.contains("87.5"),
             "{t}"

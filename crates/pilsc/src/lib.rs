@@ -6,7 +6,8 @@
 //! This crate is sans-I/O (see the architecture's protocol layer). What is here so far:
 //! - [`rules`]: the paper's rule file (records of `Rule`, `Security`, `IP`, `Protocol`, `Port`, `Encryption`,
 //!   `Applmode`, `Key` tags, `#` comments, optional `;` endings), checked with line numbers, duplicates removed,
-//!   sorted most specific first, and the key file that names keys too long to write in a rule.
+//!   sorted most specific first, and the key file that names keys too long to write in a rule; the same rules in
+//!   netveil's TOML (`[[pilsc.rule]]`, [`rules::from_toml`]), errors named by key.
 //! - [`cipher`]: the algorithm table (the paper's numbers and netveil's names, key lengths).
 //! - [`policy`]: the rules compiled into the policy engine the other protocols use.
 //! - [`packet`]: the security option's layout and the in-place transform of a packet (seal, open), with replay

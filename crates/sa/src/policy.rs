@@ -121,21 +121,44 @@ pub struct Rule {
 /// Ordered rules: the first rule (in insertion order) of the packet's direction whose selector matches wins; if none
 /// matches, the default action applies.
 ///
-/// Lookup does not scan every rule: the rules whose remote side (the destination of an outbound rule, the source of
-/// an inbound one) is one host are chained by that host, and only that host's chain and the other rules are
-/// looked at, in rule order (a gateway with a CHILD_SA per peer host has thousands of such rules). The result is
-/// the linear scan's ([`PolicyDb::lookup_linear`], the model the tests compare against).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Lookup does not scan every rule. Each rule whose remote side (the destination of an outbound rule, the source of
+/// an inbound one) is a prefix other than 0/0 (a host is a /32 or /128) is chained with the other rules of its
+/// direction and remote prefix, in rule order; a table per direction, family and prefix length maps the network
+/// to its chain. A lookup probes one table per prefix length that rules of the packet's direction and family have
+/// (a handful in practice: one for a gateway whose CHILD_SAs each name a peer host; at most 32 for IPv4, 128 for
+/// IPv6), and merges the chains found with the rules whose remote side is any (0/0), in rule order, so that the
+/// first rule that matches is the one that wins whatever order the rules come in. The tables of short prefixes
+/// are small (few rules name a /8), so that most probes stay in the cache however many hosts have rules. The
+/// result is the linear scan's ([`PolicyDb::lookup_linear`], the model the tests compare against).
+#[derive(Debug, Clone)]
 pub struct PolicyDb {
     rules: Vec<Rule>,
     default: Action,
-    /// (direction, host) -> the first and last rule of its chain.
-    hosts: HashMap<(Direction, IpAddr), (u32, u32)>,
-    /// Per rule: the next rule of its host's chain ([`END`] at the end, and for rules in no chain).
+    /// Per direction (out, in): the IPv4 chains of each prefix length used so far (kept, emptied, by `clear`).
+    v4: [Vec<Chains<u32>>; 2],
+    /// Per direction (out, in): the IPv6 chains of each prefix length used so far.
+    v6: [Vec<Chains<[u8; 16]>>; 2],
+    /// Per rule: the next rule of its chain ([`END`] at the end, and for rules in no chain).
     next: Vec<u32>,
-    /// Per direction (out, in): the rules in no chain, in order.
+    /// Per direction (out, in): the rules whose remote side is any (0/0), in order.
     wild: [Vec<u32>; 2],
 }
+
+/// The chains of one direction, family and prefix length: network (host bits zero) -> the first and last rule.
+#[derive(Debug, Clone)]
+struct Chains<N> {
+    len: u8,
+    map: HashMap<N, (u32, u32), ahash::RandomState>,
+}
+
+/// Two databases are equal when their rules and default are (the tables follow from the rules).
+impl PartialEq for PolicyDb {
+    fn eq(&self, other: &Self) -> bool {
+        self.rules == other.rules && self.default == other.default
+    }
+}
+
+impl Eq for PolicyDb {}
 
 const END: u32 = u32::MAX;
 
@@ -146,13 +169,53 @@ fn dir_index(d: Direction) -> usize {
     }
 }
 
-/// The remote side of a rule's selector, if it is one host.
-fn remote_host(r: &Rule) -> Option<IpAddr> {
-    let net = match r.direction {
+/// The remote side of a rule's selector.
+fn remote_net(r: &Rule) -> IpNet {
+    match r.direction {
         Direction::Out => r.selector.dst,
         Direction::In => r.selector.src,
+    }
+}
+
+fn net4(addr: u32, len: u8) -> u32 {
+    addr & u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
+}
+
+fn net6(addr: u128, len: u8) -> [u8; 16] {
+    (addr & u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)).to_be_bytes()
+}
+
+/// The chain of `net` in the tables `t` (made if new), as (first, last).
+fn chain<N: std::hash::Hash + Eq>(t: &mut Vec<Chains<N>>, len: u8, net: N) -> &mut (u32, u32) {
+    let at = match t.iter().position(|c| c.len == len) {
+        Some(at) => at,
+        None => {
+            t.push(Chains {
+                len,
+                map: HashMap::default(),
+            });
+            t.len() - 1
+        }
     };
-    (net.prefix_len() == net.max_prefix_len()).then(|| net.addr())
+    t[at].map.entry(net).or_insert((END, END))
+}
+
+/// Appends to `heads` the first rule of the chain of each prefix of `addr` that has one.
+fn heads_of<N: std::hash::Hash + Eq>(
+    t: &[Chains<N>],
+    net: impl Fn(u8) -> N,
+    heads: &mut [u32; 128],
+    n: &mut usize,
+) {
+    for c in t {
+        if c.map.is_empty() {
+            continue;
+        }
+        if let Some(&(first, _)) = c.map.get(&net(c.len)) {
+            heads[*n] = first;
+            *n += 1;
+        }
+    }
 }
 
 impl PolicyDb {
@@ -160,7 +223,8 @@ impl PolicyDb {
         PolicyDb {
             rules: Vec::new(),
             default,
-            hosts: HashMap::new(),
+            v4: [Vec::new(), Vec::new()],
+            v6: [Vec::new(), Vec::new()],
             next: Vec::new(),
             wild: [Vec::new(), Vec::new()],
         }
@@ -170,7 +234,12 @@ impl PolicyDb {
     pub fn clear(&mut self, default: Action) {
         self.rules.clear();
         self.default = default;
-        self.hosts.clear();
+        for t in &mut self.v4 {
+            t.iter_mut().for_each(|c| c.map.clear());
+        }
+        for t in &mut self.v6 {
+            t.iter_mut().for_each(|c| c.map.clear());
+        }
         self.next.clear();
         for w in &mut self.wild {
             w.clear();
@@ -178,17 +247,24 @@ impl PolicyDb {
     }
     pub fn push(&mut self, rule: Rule) {
         let i = u32::try_from(self.rules.len()).expect("fewer than 2^32 rules");
-        match remote_host(&rule) {
-            Some(h) => match self.hosts.get_mut(&(rule.direction, h)) {
-                Some((_, tail)) => {
+        let d = dir_index(rule.direction);
+        let net = remote_net(&rule);
+        let len = net.prefix_len();
+        let c = match net {
+            _ if len == 0 => None,
+            IpNet::V4(n) => Some(chain(&mut self.v4[d], len, net4(n.addr().into(), len))),
+            IpNet::V6(n) => Some(chain(&mut self.v6[d], len, net6(n.addr().into(), len))),
+        };
+        match c {
+            Some((first, tail)) => {
+                if *first == END {
+                    *first = i;
+                } else {
                     self.next[*tail as usize] = i;
-                    *tail = i;
                 }
-                None => {
-                    self.hosts.insert((rule.direction, h), (i, i));
-                }
-            },
-            None => self.wild[dir_index(rule.direction)].push(i),
+                *tail = i;
+            }
+            None => self.wild[d].push(i),
         }
         self.next.push(END);
         self.rules.push(rule);
@@ -206,29 +282,44 @@ impl PolicyDb {
             Direction::Out => key.dst,
             Direction::In => key.src,
         };
-        let mut h = if self.hosts.is_empty() {
-            END
-        } else {
-            self.hosts
-                .get(&(dir, remote))
-                .map_or(END, |&(first, _)| first)
-        };
-        let wild = &self.wild[dir_index(dir)];
+        let d = dir_index(dir);
+        // The heads of the chains of the remote address's prefixes, at most one per prefix length.
+        let mut heads = [END; 128];
+        let mut n = 0;
+        match remote {
+            IpAddr::V4(a) => {
+                let a = u32::from(a);
+                heads_of(&self.v4[d], |len| net4(a, len), &mut heads, &mut n);
+            }
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                heads_of(&self.v6[d], |len| net6(a, len), &mut heads, &mut n);
+            }
+        }
+        let heads = &mut heads[..n];
+        let wild = &self.wild[d];
         let mut w = 0;
+        // Merge the chains and the wild rules in rule order: each rule is in one of them only.
         loop {
-            let wi = wild.get(w).copied().unwrap_or(END);
-            let i = h.min(wi);
+            let mut i = wild.get(w).copied().unwrap_or(END);
+            let mut at = usize::MAX;
+            for (j, &h) in heads.iter().enumerate() {
+                if h < i {
+                    i = h;
+                    at = j;
+                }
+            }
             if i == END {
                 return (None, self.default);
-            }
-            if i == h {
-                h = self.next[i as usize];
-            } else {
-                w += 1;
             }
             let r = &self.rules[i as usize];
             if r.selector.matches(key) {
                 return (Some(i as usize), r.action);
+            }
+            // (The next rule of a chain is read only when needed: one memory access less for the usual first hit.)
+            match heads.get_mut(at) {
+                Some(h) => *h = self.next[i as usize],
+                None => w += 1,
             }
         }
     }
@@ -376,6 +467,70 @@ mod tests {
         );
         assert!(src_only.matches(&key("1.1.1.1", "2.2.2.2", 6, 22, 9999)));
         assert!(!src_only.matches(&key("1.1.1.1", "2.2.2.2", 6, 23, 9999)));
+    }
+
+    /// Rules of nested prefixes in no order of specificity: the first pushed that matches wins, whichever chain
+    /// (prefix length) or the any list it sits in; after `clear`, the same rules give the same answers.
+    #[test]
+    fn nested_prefixes_first_match_in_rule_order() {
+        let out = |dst: &str, proto: Option<u8>, action| Rule {
+            direction: Direction::Out,
+            selector: sel(
+                if dst.contains(':') {
+                    "::/0"
+                } else {
+                    "0.0.0.0/0"
+                },
+                dst,
+                proto,
+                ANY,
+                ANY,
+            ),
+            action,
+        };
+        let mut db = PolicyDb::new(Action::Discard);
+        for round in 0..2 {
+            db.clear(Action::Discard);
+            db.push(out("10.1.0.0/16", Some(17), Action::Protect(0)));
+            db.push(out("10.1.2.3/32", Some(6), Action::Protect(1)));
+            db.push(out("10.1.2.0/24", None, Action::Protect(2)));
+            db.push(out("0.0.0.0/0", Some(1), Action::Protect(3)));
+            db.push(out("10.1.2.3/32", None, Action::Protect(4)));
+            db.push(out("10.0.0.0/8", None, Action::Protect(5)));
+            db.push(out("2001:db8::/32", None, Action::Protect(6)));
+            let cases = [
+                ("10.1.2.3", 17, Some(0)),
+                ("10.1.2.3", 6, Some(1)),
+                ("10.1.2.3", 1, Some(2)),
+                ("10.1.2.3", 50, Some(2)),
+                ("10.1.9.9", 1, Some(3)),
+                ("10.1.9.9", 50, Some(5)),
+                ("10.9.9.9", 6, Some(5)),
+                ("11.0.0.1", 1, Some(3)),
+                ("11.0.0.1", 6, None),
+                ("2001:db8::5", 6, Some(6)),
+                ("2001:db9::5", 6, None),
+            ];
+            for (dst, proto, want) in cases {
+                let src = if dst.contains(':') {
+                    "::1"
+                } else {
+                    "192.0.2.1"
+                };
+                let k = key(src, dst, proto, 1, 2);
+                assert_eq!(
+                    db.lookup(Direction::Out, &k).0,
+                    want,
+                    "round {round}: {dst} {proto}"
+                );
+                assert_eq!(
+                    db.lookup_linear(Direction::Out, &k).0,
+                    want,
+                    "{dst} {proto}"
+                );
+                assert_eq!(db.lookup(Direction::In, &k), (None, Action::Discard));
+            }
+        }
     }
 
     #[test]

@@ -1,30 +1,49 @@
 //! The policy database's indexed lookup against its model, the linear scan (first rule of the direction whose
-//! selector matches): random rule lists mixing host rules (the indexed ones, many sharing a host, as a gateway's
-//! CHILD_SAs do) with prefixes, protocols and port ranges, both families and directions, and random flows drawn
-//! from the same small address pool so that most of them hit some rule.
+//! selector matches): random rule lists mixing host rules (many sharing a host, as a gateway's CHILD_SAs do),
+//! prefixes of every length (the chained ones, several lengths nesting over the same addresses), any (0/0),
+//! protocols and port ranges, both families and directions, in no particular order (a wide rule may come before a
+//! narrow one), and random flows drawn from the same small address pool so that most of them hit some rule.
 
 use netveil_sa::policy::{Action, Direction, FlowKey, PolicyDb, PortRange, Rule, Selector};
 use proptest::prelude::*;
 use std::net::IpAddr;
 
-/// A small pool of addresses (some in 10.0.0.0/30 and fd00::/126) so that rules and flows meet.
+/// A small pool of addresses sharing prefixes of many lengths (so that rules of different lengths nest over the
+/// same flows), in both families.
 fn addr(v6: bool, i: u8) -> IpAddr {
-    if v6 {
-        format!("fd00::{}", i % 6).parse().unwrap()
-    } else {
-        format!("10.0.0.{}", i % 6).parse().unwrap()
-    }
+    const V4: [&str; 8] = [
+        "10.0.0.1",
+        "10.0.0.2",
+        "10.0.0.129",
+        "10.0.1.1",
+        "10.1.0.1",
+        "10.128.0.1",
+        "11.0.0.1",
+        "192.168.0.1",
+    ];
+    const V6: [&str; 8] = [
+        "fd00::1",
+        "fd00::2",
+        "fd00::8000:1",
+        "fd00:0:0:1::1",
+        "fd00:1::1",
+        "fd80::1",
+        "fe80::1",
+        "2001:db8::1",
+    ];
+    let pool = if v6 { V6 } else { V4 };
+    pool[usize::from(i) % pool.len()].parse().unwrap()
 }
 
 fn net(v6: bool, i: u8, len: u8) -> ipnet::IpNet {
     let max = if v6 { 128 } else { 32 };
-    // Mostly hosts (indexed), sometimes a prefix (scanned).
-    let len = match len % 4 {
+    // Hosts, any, and prefixes of every length, about a third each.
+    let len = match len % 6 {
         0 => 0,
-        1 => max - 2,
-        _ => max,
+        1 | 2 => max,
+        _ => (len / 6) % (max + 1),
     };
-    ipnet::IpNet::new(addr(v6, i), len).unwrap()
+    ipnet::IpNet::new(addr(v6, i), len).unwrap().trunc()
 }
 
 fn ports(a: u16, b: u16) -> PortRange {
@@ -56,12 +75,18 @@ prop_compose! {
 }
 
 prop_compose! {
-    fn flow()(v6 in any::<bool>(), s in any::<u8>(), d in any::<u8>(),
+    fn flow()(v6 in any::<bool>(), s in any::<u8>(), d in any::<u8>(), stray in any::<(u8, u32)>(),
               proto in prop::sample::select(vec![1u8, 6, 17, 50]), sp in 0u16..10, dp in 0u16..10) -> FlowKey {
         let ported = matches!(proto, 6 | 17);
+        // Now and then an address from outside the pool (most likely under no rule's prefix but 0/0).
+        let (src, dst) = match stray.0 % 8 {
+            0 if !v6 => (IpAddr::from(stray.1.to_be_bytes()), addr(v6, d)),
+            1 if !v6 => (addr(v6, s), IpAddr::from(stray.1.to_be_bytes())),
+            _ => (addr(v6, s), addr(v6, d)),
+        };
         FlowKey {
-            src: addr(v6, s),
-            dst: addr(v6, d),
+            src,
+            dst,
             proto,
             src_port: if ported { sp } else { 0 },
             dst_port: if ported { dp } else { 0 },
