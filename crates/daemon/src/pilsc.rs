@@ -74,6 +74,7 @@ pub const SECTIONS: [&str; 1] = ["pilsc"];
 #[serde(deny_unknown_fields)]
 struct Raw {
     rules: Option<String>,
+    rule: Option<Vec<toml::Table>>,
     keys: Option<String>,
     mode: Option<String>,
     queue: Option<i64>,
@@ -87,9 +88,58 @@ struct Raw {
     allow_volatile_state: bool,
 }
 
+/// Where a configuration's rules are: the paper's flat file (`pilsc.rules`) or `[[pilsc.rule]]` tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleSource {
+    File(PathBuf),
+    Toml,
+}
+
+impl std::fmt::Display for RuleSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RuleSource::File(p) => write!(f, "{}", p.display()),
+            RuleSource::Toml => f.write_str("[[pilsc.rule]]"),
+        }
+    }
+}
+
+impl RuleSource {
+    /// How a rule's place is named: a line of the file, an entry of the array (from 1).
+    fn unit(&self) -> &'static str {
+        match self {
+            RuleSource::File(_) => "line",
+            RuleSource::Toml => "entry",
+        }
+    }
+
+    /// The key table's errors (missing keys, lengths, collisions) as a configuration error naming the key.
+    fn error(&self, e: &netveil_pilsc::rules::Errors) -> ConfigError {
+        match self {
+            RuleSource::File(p) => cerr("pilsc.rules", format!("{}:\n{e}", p.display())),
+            RuleSource::Toml => key_errors(&e.in_toml()),
+        }
+    }
+}
+
+/// Errors of `[[pilsc.rule]]` tables: the first one's key, every one in the message.
+fn key_errors(e: &netveil_pilsc::rules::KeyErrors) -> ConfigError {
+    let key =
+        e.0.first()
+            .map_or_else(|| "pilsc.rule".to_string(), |k| k.key.clone());
+    let rest: Vec<String> = e.0.iter().skip(1).map(|k| k.to_string()).collect();
+    let msg = e.0.first().map_or(String::new(), |k| k.msg.clone());
+    if rest.is_empty() {
+        cerr(&key, msg)
+    } else {
+        cerr(&key, format!("{msg}\n{}", rest.join("\n")))
+    }
+}
+
 /// `[pilsc]`, parsed and checked.
 pub struct PilscConfig {
-    pub rules_path: PathBuf,
+    /// Where the rules were written.
+    pub source: RuleSource,
     pub file: RuleFile,
     keys: Keys,
     pub mode: Mode,
@@ -133,22 +183,38 @@ impl PilscConfig {
                 base.join(p)
             }
         };
-        let Some(rules) = r.rules.filter(|s| !s.is_empty()) else {
-            return Err(cerr(
-                "pilsc.rules",
-                "is required: the rule file (the paper's format: Rule, Security, IP, Protocol, Port, Encryption, \
-                 Applmode, Key records)",
-            ));
+        let (source, parsed) = match (r.rules.filter(|s| !s.is_empty()), r.rule) {
+            (Some(_), Some(_)) => {
+                return Err(cerr(
+                    "pilsc.rule",
+                    "give the rules in a file (pilsc.rules) or as [[pilsc.rule]] tables, not both",
+                ))
+            }
+            (None, None) => {
+                return Err(cerr(
+                    "pilsc.rules",
+                    "is required: the rule file (the paper's format: Rule, Security, IP, Protocol, Port, \
+                     Encryption, Applmode, Key records), or the same rules as [[pilsc.rule]] tables",
+                ))
+            }
+            (Some(rules), None) => {
+                let rules_path = file(&rules);
+                let text = std::fs::read_to_string(&rules_path).map_err(|e| {
+                    cerr(
+                        "pilsc.rules",
+                        format!("cannot read {}: {e}", rules_path.display()),
+                    )
+                })?;
+                let parsed = netveil_pilsc::rules::parse(&text).map_err(|e| {
+                    cerr("pilsc.rules", format!("{}:\n{e}", rules_path.display()))
+                })?;
+                (RuleSource::File(rules_path), parsed)
+            }
+            (None, Some(tables)) => {
+                let parsed = netveil_pilsc::rules::from_toml(&tables).map_err(|e| key_errors(&e))?;
+                (RuleSource::Toml, parsed)
+            }
         };
-        let rules_path = file(&rules);
-        let text = std::fs::read_to_string(&rules_path).map_err(|e| {
-            cerr(
-                "pilsc.rules",
-                format!("cannot read {}: {e}", rules_path.display()),
-            )
-        })?;
-        let parsed = netveil_pilsc::rules::parse(&text)
-            .map_err(|e| cerr("pilsc.rules", format!("{}:\n{e}", rules_path.display())))?;
         let keys = match r.keys.filter(|s| !s.is_empty()) {
             None => Keys::none(),
             Some(k) => {
@@ -203,10 +269,9 @@ impl PilscConfig {
             window: replay_window,
             max_sources,
         };
-        Table::build(&parsed, &keys, &settings, |_, _, _| (1, 2))
-            .map_err(|e| cerr("pilsc.rules", format!("{}:\n{e}", rules_path.display())))?;
+        Table::build(&parsed, &keys, &settings, |_, _, _| (1, 2)).map_err(|e| source.error(&e))?;
         Ok(PilscConfig {
-            rules_path,
+            source,
             file: parsed,
             keys,
             mode,
@@ -512,11 +577,13 @@ impl Section for PilscConfig {
         }
         for d in &self.file.duplicates {
             notes.push(format!(
-                "{}: rule {} (line {}) says the same as rule {} (line {}): dropped",
-                self.rules_path.display(),
+                "{}: rule {} ({} {}) says the same as rule {} ({} {}): dropped",
+                self.source,
                 d.number,
+                self.source.unit(),
                 d.line,
                 d.same_as,
+                self.source.unit(),
                 d.same_as_line
             ));
         }
@@ -555,12 +622,7 @@ impl Section for PilscConfig {
                 }
             },
         )
-        .map_err(|e| {
-            Error::Config(cerr(
-                "pilsc.rules",
-                format!("{}:\n{e}", self.rules_path.display()),
-            ))
-        })?;
+        .map_err(|e| Error::Config(self.source.error(&e)))?;
         if let Some(e) = errors.into_iter().next() {
             return Err(e.into());
         }
@@ -1244,7 +1306,9 @@ mod tests {
     use super::*;
 
     fn cfg(text: &str, rules: &str) -> std::result::Result<PilscConfig, ConfigError> {
-        let dir = std::env::temp_dir().join(format!("nv-pilsc-cfg-{}", std::process::id()));
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("nv-pilsc-cfg-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("p.rules"), rules).unwrap();
         let v: toml::Table = toml::from_str(text).unwrap();
@@ -1342,6 +1406,38 @@ mod tests {
         let before = ack.clone();
         clamp_mss(&mut ack, 28);
         assert_eq!(ack, before);
+    }
+
+    #[test]
+    fn rules_as_toml_tables_load_as_the_file_does() {
+        let toml_rules = "[pilsc]\n[[pilsc.rule]]\nrule = 1\nsecurity = true\nip = \"10.0.0.2\"\nprotocol = \"tcp\"\n\
+                          port = 5001\nencryption = 1\napplmode = \"server\"\n\
+                          key = \"0x000102030405060708090a0b0c0d0e0f\"\n";
+        let t = cfg(toml_rules, "").unwrap();
+        let f = cfg("[pilsc]\nrules = \"p.rules\"\n", RULES).unwrap();
+        assert_eq!(t.source, RuleSource::Toml);
+        let strip = |r: &netveil_pilsc::rules::Rule| {
+            (r.number, r.peer, r.protocol, r.port, r.protect.clone())
+        };
+        assert_eq!(
+            t.file.rules.iter().map(strip).collect::<Vec<_>>(),
+            f.file.rules.iter().map(strip).collect::<Vec<_>>()
+        );
+        // Errors name the key; a short key is refused by the key table, named by its entry.
+        let e = cfg(&toml_rules.replace("port = 5001", "port = 70000"), "")
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "pilsc.rule[0].port", "{e:?}");
+        let e = cfg(&toml_rules.replace("0e0f", ""), "").err().unwrap();
+        assert!(e.key.starts_with("pilsc.rule[0]"), "{e:?}");
+        let e = cfg(
+            &format!("{toml_rules}rules = \"p.rules\"\n")
+                .replace("[pilsc]\n[[", "[pilsc]\nrules = \"p.rules\"\n[["),
+            RULES,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.key, "pilsc.rule");
     }
 
     #[test]
