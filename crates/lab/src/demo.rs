@@ -5,6 +5,8 @@
 //! With `--l2sec`: a wired LAN (a Linux bridge as the switch) with three hosts, an eavesdropper and an attacker;
 //! first what the eavesdropper sees without protection, then the hosts protected with l2sec (ping, TCP, status,
 //! the eavesdropper's view) and an ARP-spoofing attack that no longer works.
+//!
+//! With `--pilsc`: see [`crate::demo_pilsc`].
 
 use crate::lab::{self, HostPair, Lab, TwoHosts};
 use crate::lan::{mac_str, L2Opts, Lan, PORT, TAP};
@@ -27,7 +29,11 @@ pub struct DemoArgs {
     /// instead, with this suite (aes128gcm, aes256gcm, chacha20poly1305, or the thesis' blowfish-cbc-sha1, ...).
     #[arg(long, value_name = "SUITE", num_args = 0..=1, default_missing_value = "aes128gcm", conflicts_with = "psp")]
     pub l2sec: Option<String>,
-    /// Megabytes to transfer over TCP [default: 50, with --l2sec 32].
+    /// Protect two hosts' own traffic with PILSC instead (rule file, option 130 on the wire, a tamper attempt
+    /// against each mode).
+    #[arg(long, conflicts_with_all = ["psp", "l2sec"])]
+    pub pilsc: bool,
+    /// Megabytes to transfer over TCP [default: 50, with --l2sec 32, with --pilsc 8].
     #[arg(long)]
     pub megabytes: Option<u64>,
     /// The netveil binary to run the daemons with (default: this executable).
@@ -64,6 +70,13 @@ pub fn run(a: DemoArgs) -> Result<()> {
     }
     if let Some(suite) = &a.l2sec {
         return run_l2sec(&a, suite);
+    }
+    if a.pilsc {
+        let bin = match &a.netveil {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().map_err(Error::io("current exe"))?,
+        };
+        return crate::demo_pilsc::run(&bin, a.keep, a.megabytes.unwrap_or(8));
     }
     if let Some(v) = &a.psp {
         if !["aes-gcm-128", "aes-gcm-256", "aes-gmac-128", "aes-gmac-256"].contains(&v.as_str()) {

@@ -20,6 +20,7 @@ pub mod bench_pilsc_net;
 pub mod bench_ping;
 pub mod bench_split;
 pub mod demo;
+pub mod demo_pilsc;
 pub mod lab;
 pub mod lan;
 pub mod seq_udp;

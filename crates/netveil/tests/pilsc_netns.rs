@@ -296,19 +296,14 @@ fn tcp_udp_and_icmp_are_protected_per_rule_and_a_killed_daemon_lets_nothing_cove
     }
 }
 
-/// The first IPv4 packet in an Ethernet capture (pcap, as tcpdump writes it) that `pick` takes, with its frame.
+/// The first IPv4 packet of a capture that `pick` takes, with its Ethernet header.
 fn frame_in(path: &std::path::Path, pick: impl Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
-    let b = std::fs::read(path).ok()?;
-    let mut at = 24;
-    while at + 16 <= b.len() {
-        let len = u32::from_le_bytes(b[at + 8..at + 12].try_into().ok()?) as usize;
-        let frame = b.get(at + 16..at + 16 + len)?;
-        at += 16 + len;
-        if frame.len() > 14 && frame[12..14] == [0x08, 0x00] && pick(&frame[14..]) {
-            return Some(frame.to_vec());
-        }
-    }
-    None
+    netveil_lab::demo_pilsc::first_frame(path, pick).unwrap()
+}
+
+/// Puts a frame on side A's port, past A's own stack (as an attacker on the wire).
+fn inject(p: &Pair, frame: &[u8]) {
+    netveil_lab::demo_pilsc::inject_frame(&p.lab, &p.ns[0], "veth-a", frame).unwrap();
 }
 
 /// Tampering, in each mode: a sealed UDP datagram is kept from side B (a DROP before its queue), two of its
@@ -396,11 +391,7 @@ fn tampering_is_delivered_without_integrity_and_dropped_with_it() {
         .unwrap();
         std::thread::sleep(Duration::from_millis(200));
         for f in [&forged, &forged] {
-            let code = "import socket,sys; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); \
-                        s.bind(('veth-a', 0)); s.send(bytes.fromhex(sys.argv[1]))";
-            p.lab
-                .exec_ok(&p.ns[0], &["python3", "-c", code, &hex::encode(f)])
-                .unwrap();
+            inject(&p, f);
             std::thread::sleep(Duration::from_millis(100));
         }
         let got = rx.join().unwrap().unwrap();
@@ -445,11 +436,7 @@ fn a_restarted_receiver_refuses_a_recording() {
         })
         .unwrap();
         std::thread::sleep(Duration::from_millis(200));
-        let code = "import socket,sys; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); \
-                    s.bind(('veth-a', 0)); s.send(bytes.fromhex(sys.argv[1]))";
-        p.lab
-            .exec_ok(&p.ns[0], &["python3", "-c", code, &hex::encode(&frame)])
-            .unwrap();
+        inject(&p, &frame);
         let delivered = rx.join().unwrap().unwrap();
         (delivered, status(b)["drops"]["replay"].as_u64().unwrap())
     };
