@@ -256,6 +256,20 @@ pub fn request_stop(socket: &Path) -> Result<()> {
     }
 }
 
+/// `netveil reload`: the daemon reads its rule files again and puts them in force; returns what it says it did.
+pub fn reload(socket: &Path) -> Result<String> {
+    let v = ask(socket, "reload")?;
+    if let Some(e) = v["error"].as_str() {
+        return Err(Error::Other(format!("reload refused: {e}")));
+    }
+    match v["reloaded"].as_str() {
+        Some(m) => Ok(m.to_string()),
+        None => Err(Error::Other(
+            "the daemon has nothing to reload (no engine of it reads rule files)".into(),
+        )),
+    }
+}
+
 /// `netveil rotate`: rotates the PSP master keys of a running daemon and re-associates with the peer.
 pub fn rotate(socket: &Path) -> Result<()> {
     let v = ask(socket, "rotate")?;
@@ -300,6 +314,8 @@ pub enum Request {
     Rotate,
     /// Stop, removing the fail-closed filters (`netveil down`).
     Stop,
+    /// Read the rule files again and put them in force without a restart (`netveil reload`, SIGHUP).
+    Reload,
     /// Add an SA: the keys of a `[[sa]]` table of the configuration file.
     SaAdd { sa: Map<String, Value> },
     /// Replace the SA `name` (same direction; a new SPI and keys).
@@ -364,11 +380,12 @@ impl Request {
             "keys" => return Ok(Request::Keys),
             "rotate" => return Ok(Request::Rotate),
             "stop" => return Ok(Request::Stop),
+            "reload" => return Ok(Request::Reload),
             _ => {}
         }
         if !line.starts_with('{') {
             return Err(
-                "unknown request (known: status, keys, rotate, stop, or a JSON request object)"
+                "unknown request (known: status, keys, rotate, stop, reload, or a JSON request object)"
                     .into(),
             );
         }

@@ -23,6 +23,11 @@ pub trait Engine: Send {
     fn control(&self) -> Option<std::sync::Arc<dyn Control>> {
         None
     }
+    /// SIGHUP: read what the engine's configuration points to (rule files) again and put it in force; what it
+    /// did, or why nothing changed. `None`: nothing to reload.
+    fn reload(&mut self) -> Option<std::result::Result<String, String>> {
+        None
+    }
 }
 
 /// An engine's answers on the control socket.

@@ -142,6 +142,8 @@ pub struct PilscConfig {
     pub source: RuleSource,
     pub file: RuleFile,
     keys: Keys,
+    /// `pilsc.keys`, read again by a reload.
+    pub keys_path: Option<PathBuf>,
     pub mode: Mode,
     /// Output queue; input is `queue + 1`.
     pub queue: u16,
@@ -215,6 +217,7 @@ impl PilscConfig {
                 (RuleSource::Toml, parsed)
             }
         };
+        let keys_path = r.keys.as_deref().filter(|s| !s.is_empty()).map(file);
         let keys = match r.keys.filter(|s| !s.is_empty()) {
             None => Keys::none(),
             Some(k) => {
@@ -274,6 +277,7 @@ impl PilscConfig {
             source,
             file: parsed,
             keys,
+            keys_path,
             mode,
             queue,
             replay_window,
@@ -303,8 +307,14 @@ impl PilscConfig {
 
     /// The distinct peer prefixes of the protected rules, or `None` when there are too many to queue one by one.
     fn queued_prefixes(&self) -> Option<Vec<Ipv4Net>> {
-        let mut p: Vec<Ipv4Net> = self
-            .file
+        queued_prefixes(&self.file)
+    }
+}
+
+/// [`PilscConfig::queued_prefixes`] of a rule file.
+fn queued_prefixes(file: &RuleFile) -> Option<Vec<Ipv4Net>> {
+    {
+        let mut p: Vec<Ipv4Net> = file
             .rules
             .iter()
             .filter(|r| r.protect.is_some())
@@ -455,103 +465,57 @@ fn remove_rules(ipt: &str, cfg: &PilscConfig) {
     }
 }
 
-/// Installs the queue rules (see the module documentation).
+/// The contents of the two chains (queue `queue` out, `queue + 1` in) for `prefixes` (`None`: all of the host's own
+/// unicast traffic), as `iptables-restore --noflush` input that replaces them in one transaction.
+fn chain_rules(out: &str, inp: &str, queue: u16, prefixes: &Option<Vec<Ipv4Net>>) -> String {
+    let (qo, qi) = (queue, queue + 1);
+    let mut t = format!(
+        "*mangle\n-F {out}\n-A {out} -o lo -j RETURN\n-A {out} -m addrtype ! --src-type LOCAL -j RETURN\n\
+         -A {out} -m addrtype ! --dst-type UNICAST -j RETURN\n"
+    );
+    match prefixes {
+        Some(ps) => {
+            for p in ps {
+                t += &format!("-A {out} -d {p} -j NFQUEUE --queue-num {qo}\n");
+            }
+        }
+        None => t += &format!("-A {out} -j NFQUEUE --queue-num {qo}\n"),
+    }
+    t += &format!(
+        "COMMIT\n*raw\n-F {inp}\n-A {inp} -i lo -j RETURN\n-A {inp} -m addrtype ! --dst-type LOCAL -j RETURN\n"
+    );
+    match prefixes {
+        Some(ps) => {
+            for p in ps {
+                t += &format!("-A {inp} -s {p} -j NFQUEUE --queue-num {qi}\n");
+            }
+        }
+        None => t += &format!("-A {inp} -j NFQUEUE --queue-num {qi}\n"),
+    }
+    t += "COMMIT\n";
+    t
+}
+
+/// Replaces the chains' contents in one transaction (`IPT-restore --noflush`).
+fn load_chains(ipt: &str, text: &str) -> Result<()> {
+    let restore = format!("{ipt}-restore");
+    crate::engine::run_stdin(&[&restore, "-w", "--noflush"], text)
+}
+
+/// Installs the queue rules (see the module documentation): the chains, their rules, then the jumps to them.
 fn install_rules(ipt: &str, cfg: &PilscConfig) -> Result<()> {
     let (out, inp) = cfg.chains();
-    let (qo, qi) = (cfg.queue.to_string(), (cfg.queue + 1).to_string());
-    let prefixes = cfg.queued_prefixes();
     let w = |args: &[&str]| -> Result<()> {
         let mut v = vec![ipt, "-w"];
         v.extend_from_slice(args);
         run(&v)
     };
     w(&["-t", "mangle", "-N", &out])?;
-    w(&["-t", "mangle", "-A", &out, "-o", "lo", "-j", "RETURN"])?;
-    w(&[
-        "-t",
-        "mangle",
-        "-A",
-        &out,
-        "-m",
-        "addrtype",
-        "!",
-        "--src-type",
-        "LOCAL",
-        "-j",
-        "RETURN",
-    ])?;
-    w(&[
-        "-t",
-        "mangle",
-        "-A",
-        &out,
-        "-m",
-        "addrtype",
-        "!",
-        "--dst-type",
-        "UNICAST",
-        "-j",
-        "RETURN",
-    ])?;
     w(&["-t", "raw", "-N", &inp])?;
-    w(&["-t", "raw", "-A", &inp, "-i", "lo", "-j", "RETURN"])?;
-    w(&[
-        "-t",
-        "raw",
-        "-A",
-        &inp,
-        "-m",
-        "addrtype",
-        "!",
-        "--dst-type",
-        "LOCAL",
-        "-j",
-        "RETURN",
-    ])?;
-    match &prefixes {
-        Some(ps) => {
-            for p in ps {
-                let p = p.to_string();
-                w(&[
-                    "-t",
-                    "mangle",
-                    "-A",
-                    &out,
-                    "-d",
-                    &p,
-                    "-j",
-                    "NFQUEUE",
-                    "--queue-num",
-                    &qo,
-                ])?;
-                w(&[
-                    "-t",
-                    "raw",
-                    "-A",
-                    &inp,
-                    "-s",
-                    &p,
-                    "-j",
-                    "NFQUEUE",
-                    "--queue-num",
-                    &qi,
-                ])?;
-            }
-        }
-        None => {
-            w(&[
-                "-t",
-                "mangle",
-                "-A",
-                &out,
-                "-j",
-                "NFQUEUE",
-                "--queue-num",
-                &qo,
-            ])?;
-            w(&["-t", "raw", "-A", &inp, "-j", "NFQUEUE", "--queue-num", &qi])?;
-        }
-    }
+    load_chains(
+        ipt,
+        &chain_rules(&out, &inp, cfg.queue, &cfg.queued_prefixes()),
+    )?;
     w(&["-t", "mangle", "-I", "POSTROUTING", "-j", &out])?;
     w(&["-t", "raw", "-I", "PREROUTING", "-j", &inp])?;
     Ok(())
@@ -734,28 +698,26 @@ impl Prepared for PilscPrepared {
         install_rules(&ipt, &p.cfg)?;
         let stats = Arc::new(Stats::new(p.cfg.file.rules.len()));
         let stop = Arc::new(AtomicBool::new(false));
-        let rules: Vec<RuleInfo> = p
-            .cfg
-            .file
-            .rules
-            .iter()
-            .map(|r| RuleInfo {
-                number: r.number,
-                peer: r.peer.to_string(),
-                protocol: format!("{:?}", r.protocol).to_lowercase(),
-                security: r.protect.is_some(),
-                encryption: r.protect.as_ref().map(|x| x.cipher.to_string()),
-            })
-            .collect();
+        let (reload_tx, reload_rx) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared {
-            stats: stats.clone(),
-            rules,
+            view: std::sync::Mutex::new((
+                stats.clone(),
+                Arc::new(rule_infos(&p.cfg.file)),
+                p.table.keys.len(),
+            )),
             mode: p.cfg.mode,
             queues: (qo, qi),
             iptables: ipt.clone(),
-            keys: p.table.keys.len(),
+            source: p.cfg.source.clone(),
+            keys_path: p.cfg.keys_path.clone(),
+            settings: p.cfg.settings(),
+            reload_tx: std::sync::Mutex::new(reload_tx),
+            chains: p.cfg.chains(),
         });
         let worker = Worker {
+            reload_rx,
+            shared: shared.clone(),
+            settings: p.cfg.settings(),
             rates: Default::default(),
             mode: p.cfg.mode,
             q,
@@ -773,7 +735,7 @@ impl Prepared for PilscPrepared {
             .map_err(Error::io("cannot start the PILSC thread"))?;
         tracing::info!(
             "pilsc: up ({} rules, {} mode, queues {qo}/{qi} via {ipt}); control socket {}",
-            shared.rules.len(),
+            p.cfg.file.rules.len(),
             mode_name(shared.mode),
             control.display()
         );
@@ -816,6 +778,7 @@ impl Prepared for PilscPrepared {
             .collect();
         Ok(Started {
             engine: Box::new(PilscEngine {
+                shared: shared.clone(),
                 handle: Some(handle),
                 stop,
                 keep,
@@ -827,6 +790,7 @@ impl Prepared for PilscPrepared {
 }
 
 struct PilscEngine {
+    shared: Arc<Shared>,
     handle: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     /// The undo commands of the queue rules (kept unless `down`).
@@ -836,6 +800,10 @@ struct PilscEngine {
 impl Engine for PilscEngine {
     fn tick(&mut self) -> bool {
         self.handle.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
+    fn reload(&mut self) -> Option<std::result::Result<String, String>> {
+        Some(self.shared.reload())
     }
 
     fn stop(mut self: Box<Self>, undo: &mut Undo, down: bool) {
@@ -920,12 +888,91 @@ struct RuleInfo {
 }
 
 struct Shared {
-    stats: Arc<Stats>,
-    rules: Vec<RuleInfo>,
+    /// What `status` shows of the rules in force: their counters, the rules, the number of keys (replaced by a
+    /// reload).
+    view: std::sync::Mutex<(Arc<Stats>, Arc<Vec<RuleInfo>>, usize)>,
     mode: Mode,
     queues: (u16, u16),
     iptables: String,
-    keys: usize,
+    /// For a reload: where the rules and keys are, how the table is built, the worker's mailbox, the chains.
+    source: RuleSource,
+    keys_path: Option<PathBuf>,
+    settings: Settings,
+    reload_tx: std::sync::Mutex<std::sync::mpsc::Sender<ReloadMsg>>,
+    chains: (String, String),
+}
+
+/// A reload for the worker: the new rules and keys, and where its answer goes.
+struct ReloadMsg {
+    file: RuleFile,
+    keys: Keys,
+    reply: std::sync::mpsc::Sender<std::result::Result<String, String>>,
+}
+
+fn rule_infos(file: &RuleFile) -> Vec<RuleInfo> {
+    file.rules
+        .iter()
+        .map(|r| RuleInfo {
+            number: r.number,
+            peer: r.peer.to_string(),
+            protocol: format!("{:?}", r.protocol).to_lowercase(),
+            security: r.protect.is_some(),
+            encryption: r.protect.as_ref().map(|x| x.cipher.to_string()),
+        })
+        .collect()
+}
+
+impl Shared {
+    /// `netveil reload` / SIGHUP: reads the rule file and the key file again and, if they load, puts them in force
+    /// without a gap: the worker switches between two batches (keys that stay keep their counters and replay
+    /// windows; new keys continue from their marks), then the queue chains are replaced in one transaction. If
+    /// anything fails, nothing changed.
+    fn reload(&self) -> std::result::Result<String, String> {
+        let RuleSource::File(path) = &self.source else {
+            return Err("the rules are [[pilsc.rule]] tables of the configuration: restart the daemon to change \
+                        them (reload reads a rule file, pilsc.rules)"
+                .into());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let file =
+            netveil_pilsc::rules::parse(&text).map_err(|e| format!("{}:\n{e}", path.display()))?;
+        let keys = match &self.keys_path {
+            None => Keys::none(),
+            Some(p) => {
+                let t = zeroize::Zeroizing::new(
+                    std::fs::read_to_string(p)
+                        .map_err(|e| format!("cannot read {}: {e}", p.display()))?,
+                );
+                Keys::parse(&t).map_err(|e| format!("{}:\n{e}", p.display()))?
+            }
+        };
+        Table::build(&file, &keys, &self.settings, |_, _, _| (1, 2))
+            .map_err(|e| format!("{}:\n{e}", path.display()))?;
+        let prefixes = queued_prefixes(&file);
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.reload_tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(ReloadMsg {
+                file,
+                keys,
+                reply: tx,
+            })
+            .map_err(|_| "the PILSC thread has stopped".to_string())?;
+        let said = rx
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| "the PILSC thread did not answer within 10 s".to_string())??;
+        let (out, inp) = &self.chains;
+        load_chains(
+            &self.iptables,
+            &chain_rules(out, inp, self.queues.0, &prefixes),
+        )
+        .map_err(|e| {
+            format!("the rules are in force, but the queue chains were not replaced: {e}")
+        })?;
+        Ok(said)
+    }
 }
 
 /// One rule's line of `netveil status`.
@@ -960,29 +1007,41 @@ pub struct PilscStatus {
 struct PilscControl(Arc<Shared>);
 
 impl Control for PilscControl {
-    fn answer(&self, _req: &netveil_control::Request) -> Option<serde_json::Value> {
-        None
+    fn answer(&self, req: &netveil_control::Request) -> Option<serde_json::Value> {
+        match req {
+            netveil_control::Request::Reload => Some(match self.0.reload() {
+                Ok(m) => {
+                    tracing::info!("pilsc: reloaded: {m}");
+                    serde_json::json!({ "reloaded": m })
+                }
+                Err(e) => {
+                    tracing::warn!("pilsc: reload refused: {e}");
+                    serde_json::json!({ "error": e })
+                }
+            }),
+            _ => None,
+        }
     }
 
     fn status(&self, status: &mut netveil_control::Status) {
         let s = &self.0;
+        let (stats, rules, keys) = s.view.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let st = PilscStatus {
             mode: mode_name(s.mode).to_string(),
             integrity: s.mode == Mode::Authenticated,
             queues: [s.queues.0, s.queues.1],
             iptables: s.iptables.clone(),
-            keys: s.keys,
-            passed: ld(&s.stats.passed),
+            keys,
+            passed: ld(&stats.passed),
             drops: DROP_NAMES
                 .iter()
-                .zip(&s.stats.drops)
+                .zip(&stats.drops)
                 .map(|(n, c)| (n.to_string(), ld(c)))
                 .collect(),
-            rules: s
-                .rules
+            rules: rules
                 .iter()
-                .zip(&s.stats.rules)
+                .zip(&stats.rules)
                 .map(|(r, c)| RuleStatus {
                     rule: r.number,
                     ip: r.peer.clone(),
@@ -1001,6 +1060,9 @@ impl Control for PilscControl {
 }
 
 struct Worker {
+    reload_rx: std::sync::mpsc::Receiver<ReloadMsg>,
+    shared: Arc<Shared>,
+    settings: Settings,
     /// Per key and source: the window's top and the time at the last rate estimate, and the block it gave.
     rates: std::collections::HashMap<(usize, std::net::Ipv4Addr), (u64, std::time::Instant, u64)>,
     mode: Mode,
@@ -1135,6 +1197,10 @@ impl Worker {
             }
             self.top_up();
             self.rx_top_up();
+            if let Ok(m) = self.reload_rx.try_recv() {
+                let r = self.apply(m.file, m.keys);
+                let _ = m.reply.send(r);
+            }
         }
         self.finish();
     }
@@ -1185,6 +1251,96 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Puts a reloaded rule file in force (between two batches). Keys of the old table (same bytes, same
+    /// algorithm) move over with their sealer and opener: counters and replay windows continue; new keys start
+    /// above their marks, reserved and synced first. Nothing changes if that fails.
+    fn apply(&mut self, file: RuleFile, keys: Keys) -> std::result::Result<String, String> {
+        let old: std::collections::HashMap<String, usize> = self
+            .marks
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| (n.clone(), i))
+            .collect();
+        let mut marks: Vec<(String, u64, Option<usize>)> = Vec::new();
+        let mut errors = Vec::new();
+        let dir = &self.dir;
+        let mut table = Table::build(&file, &keys, &self.settings, |id, cipher, key| {
+            let name = mark_file(cipher, key);
+            if let Some(&i) = old.get(&name) {
+                marks.push((name, 0, Some(i)));
+                return (1, 2);
+            }
+            match dir.read_mark(&name, "pilsc.state_dir", &format!("pilsc key {id:#06x}")) {
+                Ok(m) => {
+                    let reserved = m.saturating_add(MARK_BLOCK);
+                    marks.push((name, reserved, None));
+                    (m + 1, reserved.saturating_add(1))
+                }
+                Err(e) => {
+                    errors.push(e.reason);
+                    (1, 1)
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        if let Some(e) = errors.into_iter().next() {
+            return Err(e);
+        }
+        for (name, reserved, was) in &marks {
+            if was.is_none() {
+                dir.write_u64(name, *reserved)
+                    .map_err(|e| format!("cannot write {name}: {e}"))?;
+            }
+        }
+        // Committed from here on.
+        let (mut kept, mut new) = (0, 0);
+        let mut new_marks = Vec::with_capacity(marks.len());
+        for (i, (name, reserved, was)) in marks.into_iter().enumerate() {
+            match was {
+                Some(j) => {
+                    let (a, b) = (&mut table.keys[i], &mut self.table.keys[j]);
+                    std::mem::swap(&mut a.sealer, &mut b.sealer);
+                    std::mem::swap(&mut a.opener, &mut b.opener);
+                    new_marks.push(self.marks[j].clone());
+                    kept += 1;
+                }
+                None => {
+                    new_marks.push((name, reserved));
+                    new += 1;
+                }
+            }
+        }
+        // Keys that go: their marks become the last counter used.
+        let staying: std::collections::HashSet<&String> =
+            new_marks.iter().map(|(n, _)| n).collect();
+        for (j, (name, _)) in self.marks.iter().enumerate() {
+            if !staying.contains(name) {
+                let used = self.table.keys[j].sealer.next_counter().saturating_sub(1);
+                let _ = self.dir.write_u64(name, used);
+            }
+        }
+        let db = netveil_pilsc::policy::compile(&file);
+        let stats = Arc::new(Stats::new(file.rules.len()));
+        stats
+            .passed
+            .store(self.stats.passed.load(Ordering::Relaxed), Ordering::Relaxed);
+        for (a, b) in stats.drops.iter().zip(&self.stats.drops) {
+            a.store(b.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        let n_keys = table.keys.len();
+        self.table = table;
+        self.db = db;
+        self.marks = new_marks;
+        self.rates.clear();
+        self.stats = stats.clone();
+        *self.shared.view.lock().unwrap_or_else(|e| e.into_inner()) =
+            (stats, Arc::new(rule_infos(&file)), n_keys);
+        Ok(format!(
+            "{} rules, {n_keys} keys ({kept} kept with their counters, {new} new)",
+            file.rules.len()
+        ))
     }
 
     /// A clean stop: each key's mark becomes the last counter used, each source's receive floor the highest

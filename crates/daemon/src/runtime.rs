@@ -348,6 +348,7 @@ pub fn up_with(
         }
     };
     let stop = netveil_io::os::stop_on_signals();
+    let reload = netveil_io::os::reload_on_sighup();
     std::thread::Builder::new()
         .name("nv-ctl".into())
         .spawn(move || {
@@ -360,6 +361,15 @@ pub fn up_with(
             .chain(engines.iter_mut())
             .all(|e| e.tick())
     {
+        if reload.swap(false, Relaxed) {
+            for e in drivers.iter_mut().chain(engines.iter_mut()) {
+                match e.reload() {
+                    Some(Ok(m)) => tracing::info!("SIGHUP: reloaded: {m}"),
+                    Some(Err(m)) => tracing::warn!("SIGHUP: reload refused, nothing changed: {m}"),
+                    None => {}
+                }
+            }
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let down = DOWN.load(Relaxed);

@@ -26,6 +26,19 @@ pub fn stop_on_signals() -> &'static AtomicBool {
     &STOP
 }
 
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_hup(_: libc::c_int) {
+    RELOAD.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Sets the returned flag on SIGHUP (a reload request; the caller clears it when it acts on it).
+pub fn reload_on_sighup() -> &'static AtomicBool {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe { libc::signal(libc::SIGHUP, on_hup as *const () as libc::sighandler_t) };
+    &RELOAD
+}
+
 /// The flag [`stop_on_signals`] sets (also set by hand, e.g. by a control request to stop).
 pub fn stop_flag() -> &'static AtomicBool {
     &STOP

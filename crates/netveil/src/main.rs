@@ -113,6 +113,13 @@ enum Cmd {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Make a running daemon read its rule files again (PILSC) and put them in force without a restart (as SIGHUP).
+    Reload {
+        #[arg(short, long, default_value = "pilsc0")]
+        interface: String,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
     /// Rotate the PSP master keys of a running daemon (and re-associate with the peer).
     Rotate {
         #[arg(short, long, default_value = "nv0")]
@@ -243,6 +250,12 @@ fn run(cmd: Cmd) -> Result<(), Error> {
                 target,
                 std::time::Duration::from_secs(timeout),
             )?
+        }
+        Cmd::Reload { interface, socket } => {
+            println!(
+                "{}",
+                netveil_control::reload(&socket_path(&interface, socket))?
+            )
         }
         Cmd::Rotate { interface, socket } => {
             netveil_control::rotate(&socket_path(&interface, socket))?
