@@ -420,7 +420,7 @@ fn an_unknown_key_names_the_registrys_keys() {
     assert_eq!(e[0].key, "bogus");
     assert_eq!(
         e[0].reason,
-        "unknown section or key (known: interface, sa, policy, psp, l2sec, ike, log_level)"
+        "unknown section or key (known: interface, sa, policy, psp, l2sec, pilsc, ike, log_level)"
     );
     // Every other error is the engines' own, named by their keys.
     assert!(e[1..].iter().all(|e| e.key.starts_with("l2sec.")), "{e:?}");
@@ -442,7 +442,7 @@ fn an_unknown_key_names_the_registrys_keys() {
     assert_eq!(e.key, "bogus");
     assert_eq!(
         e.reason,
-        "unknown section or key (known: interface, sa, policy, psp, l2sec, echo, log_level)"
+        "unknown section or key (known: interface, sa, policy, psp, l2sec, pilsc, echo, log_level)"
     );
     // Without any engine's section: nothing to run, naming every engine's.
     let e = runtime::parse_with(&reg, "log_level = \"info\"\n", Path::new("."))
