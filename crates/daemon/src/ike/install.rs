@@ -50,19 +50,42 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use zeroize::Zeroizing;
 
-/// One installed CHILD_SA.
+/// One installed CHILD_SA (a gateway keeps thousands: no heap of its own in the usual case).
 #[derive(Debug, Clone)]
 struct Installed {
     instance: u64,
-    outbound_spi: u32,
-    local_ts: Vec<TsSpec>,
-    remote_ts: Vec<TsSpec>,
-    policies: Policies,
-    /// Shared by every CHILD_SA of the configured child ([`Installer::intern`]).
-    connection: Arc<str>,
-    child: Arc<str>,
     /// Packets its inbound SA had authenticated when [`Installer::traffic`] last looked.
     packets: u64,
+    outbound_spi: u32,
+    /// Its (connection, child), shared by every CHILD_SA of the configured child ([`Installer::intern`]).
+    names: Arc<(String, String)>,
+    /// Its negotiated selectors (a rekey compares them).
+    ts: Ts,
+    policies: Policies,
+}
+
+/// A CHILD_SA's traffic selectors: one on each side inline (the usual case), any others boxed.
+#[derive(Debug, Clone, PartialEq)]
+enum Ts {
+    One([TsSpec; 2]),
+    Many(Box<(Vec<TsSpec>, Vec<TsSpec>)>),
+}
+
+impl Ts {
+    fn new(local: &[TsSpec], remote: &[TsSpec]) -> Ts {
+        match (local, remote) {
+            ([l], [r]) => Ts::One([*l, *r]),
+            _ => Ts::Many(Box::new((local.to_vec(), remote.to_vec()))),
+        }
+    }
+
+    /// Whether these are `local` and `remote`.
+    fn is(&self, local: &[TsSpec], remote: &[TsSpec]) -> bool {
+        match self {
+            Ts::One([l, r]) => local == [*l] && remote == [*r],
+            Ts::Many(b) => b.0 == local && b.1 == remote,
+        }
+    }
 }
 
 /// The policies of an installed CHILD_SA, in the order added.
@@ -137,8 +160,8 @@ pub struct Installer {
     /// Rekeyed CHILD_SAs' outbound SAs not switched to yet, by the inbound SPI of the CHILD_SA they replace (whose
     /// `ChildSaDown` switches them): the rekeyed CHILD_SA's inbound SPI and its outbound SA.
     pending_out: HashMap<u32, (u32, OutboundSaParams)>,
-    /// The connection and child names of the installed CHILD_SAs, each stored once (names of the configuration).
-    names: HashSet<Arc<str>>,
+    /// The (connection, child) of the installed CHILD_SAs, each pair stored once (names of the configuration).
+    names: Vec<Arc<(String, String)>>,
 }
 
 /// How often the driver asks the IP engine which CHILD_SAs received packets ([`Installer::traffic`]).
@@ -176,7 +199,7 @@ impl Installer {
             downs: Vec::new(),
             dead: HashSet::new(),
             pending_out: HashMap::new(),
-            names: HashSet::new(),
+            names: Vec::new(),
             traffic_at: None,
         }
     }
@@ -289,14 +312,14 @@ impl Installer {
     pub fn child_up(&self, connection: &str, child: &str) -> bool {
         self.by_inbound
             .values()
-            .any(|i| *i.connection == *connection && *i.child == *child)
+            .any(|i| i.names.0 == connection && i.names.1 == child)
     }
 
     /// The (connection, child) of an installed CHILD_SA.
     pub fn child_of(&self, inbound_spi: u32) -> Option<(String, String)> {
         self.by_inbound
             .get(&inbound_spi)
-            .map(|i| (i.connection.to_string(), i.child.to_string()))
+            .map(|i| (*i.names).clone())
     }
 
     /// The configured policy that covers `p` (same direction and its selector within), the child's own first.
@@ -314,13 +337,18 @@ impl Installer {
             .map(|t| t.name.clone())
     }
 
-    /// `name` as stored in the installed CHILD_SAs' records: one allocation per name, not per CHILD_SA.
-    fn intern(&mut self, name: &str) -> Arc<str> {
-        if let Some(n) = self.names.get(name) {
+    /// (`connection`, `child`) as stored in the installed CHILD_SAs' records: one allocation per configured
+    /// child, not per CHILD_SA.
+    fn intern(&mut self, connection: &str, child: &str) -> Arc<(String, String)> {
+        if let Some(n) = self
+            .names
+            .iter()
+            .find(|n| n.0 == connection && n.1 == child)
+        {
             return n.clone();
         }
-        let n: Arc<str> = name.into();
-        self.names.insert(n.clone());
+        let n = Arc::new((connection.to_string(), child.to_string()));
+        self.names.push(n.clone());
         n
     }
 
@@ -441,15 +469,13 @@ impl Installer {
         self.next += 1;
         let installed = Installed {
             instance,
+            packets: 0,
             outbound_spi: c.outbound.spi,
-            local_ts: c.local_ts.clone(),
-            remote_ts: c.remote_ts.clone(),
+            names: self.intern(&c.connection, &c.child),
+            ts: Ts::new(&c.local_ts, &c.remote_ts),
             policies: Policies::Bound(
                 u32::try_from(binds.len() / 2).expect("fewer than 2^32 pairs"),
             ),
-            connection: self.intern(&c.connection),
-            child: self.intern(&c.child),
-            packets: 0,
         };
         let mut ops = vec![SaOp::AddIn(inbound), SaOp::AddOut(outbound)];
         ops.extend(
@@ -525,13 +551,11 @@ impl Installer {
         let (inbound, outbound) = Self::sa_params(c, instance)?;
         let mut installed = Installed {
             instance,
-            outbound_spi: c.outbound.spi,
-            local_ts: c.local_ts.clone(),
-            remote_ts: c.remote_ts.clone(),
-            policies: Policies::Named(Vec::new()),
-            connection: self.intern(&c.connection),
-            child: self.intern(&c.child),
             packets: 0,
+            outbound_spi: c.outbound.spi,
+            names: self.intern(&c.connection, &c.child),
+            ts: Ts::new(&c.local_ts, &c.remote_ts),
+            policies: Policies::Named(Vec::new()),
         };
         if let Some(old) = old {
             // Rekey: the inbound SA replaced in place now, the outbound one when the old CHILD_SA goes; the
@@ -543,7 +567,7 @@ impl Installer {
                 self.port
                     .sa_update(AnySaParams::In(inbound))
                     .map_err(refused(format!("rekeyed inbound SA {in_name}")))?;
-                if old.local_ts == c.local_ts && old.remote_ts == c.remote_ts {
+                if old.ts.is(&c.local_ts, &c.remote_ts) {
                     installed.policies = old.policies.clone();
                 } else {
                     for p in &old.policies.names(instance) {
