@@ -23,7 +23,7 @@ use arc_swap::{ArcSwap, Guard};
 pub use netveil_control::Event;
 use netveil_crypto::rand::OsRng;
 use netveil_io::filter::{Layout, Program};
-use netveil_ipsec::bundle::{Bundle, InIdx, OutIdx, SaIdx, Sad};
+use netveil_ipsec::bundle::{Bundle, SaIdx, Sad};
 use netveil_ipsec::sa::Direction as SaDir;
 use netveil_ipsec::{InboundSa, OutboundSa, SaBase, SaParams};
 use netveil_sa::lifetime::LifetimeState;
