@@ -236,7 +236,7 @@ impl Db {
                 // The name shared by all bound under `cover`: no allocation per CHILD_SA.
                 p.cover = match first {
                     Some(k) => t.policies[k].cover.clone(),
-                    None => Some(cover.into()),
+                    None => Some(Arc::new(cover)),
                 };
                 let at = first.unwrap_or(at);
                 let name = p.name.clone();

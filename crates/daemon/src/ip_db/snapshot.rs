@@ -12,8 +12,9 @@ pub struct Snapshot {
     pub spd: PolicyDb,
     /// Some policy selects by port: later fragments (no ports) need their first fragment's decision.
     pub port_selective: bool,
-    /// Per policy: 1 + the second of its last acquire.
-    acquired: Vec<AtomicU64>,
+    /// Per protect policy without SAs (by index, in order): 1 + the second of its last acquire. (Only those can
+    /// have acquires: a gateway's thousands of policies with their SAs need no entry in every snapshot.)
+    acquired: Vec<(usize, AtomicU64)>,
     /// Unique per snapshot built in this process: what a data-plane thread's remembered decision was made under
     /// (see [`crate::ip::FragCache`]).
     pub generation: u64,
@@ -122,7 +123,17 @@ impl Snapshot {
                 !p.rule.selector.src_ports.is_any() || !p.rule.selector.dst_ports.is_any()
             }),
             acquired: {
-                acquired.extend(policies.iter().map(|_| AtomicU64::new(0)));
+                acquired.extend(
+                    policies
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, p)| {
+                            matches!(p.rule.action, Action::Protect(_))
+                                && !p.rule.psp
+                                && p.sas.is_empty()
+                        })
+                        .map(|(i, _)| (i, AtomicU64::new(0))),
+                );
                 acquired
             },
             generation: NEXT_GENERATION.fetch_add(1, Relaxed),
@@ -144,9 +155,10 @@ impl Snapshot {
     /// Whether traffic for protect policy `i`, which has no SAs, is to be reported now: at most once per policy
     /// and second.
     pub fn acquire_due(&self, i: usize, now: u64) -> bool {
-        let Some(a) = self.acquired.get(i) else {
+        let Ok(k) = self.acquired.binary_search_by_key(&i, |(j, _)| *j) else {
             return false;
         };
+        let a = &self.acquired[k].1;
         let prev = a.load(Relaxed);
         prev != now + 1 && a.compare_exchange(prev, now + 1, Relaxed, Relaxed).is_ok()
     }
