@@ -181,6 +181,9 @@ impl Bundle {
     }
 }
 
+/// In [`Sad::iter`]'s order: an inbound SA's index (a database holds fewer than 2^31 SAs of each direction).
+const INBOUND: u32 = 1 << 31;
+
 /// One SA of a [`Sad`], in the order they were inserted (for listings).
 #[derive(Clone, Copy)]
 pub enum SaRef<'a> {
@@ -214,8 +217,9 @@ pub struct Sad {
     /// The index policies know `inb[i]` by: `i`, or the successor's index for an alias.
     known_as: Vec<InIdx>,
     inbound: SpiMap<(Protocol, u32), InIdx>,
-    /// Insertion order, for listings.
-    order: Vec<Result<OutIdx, InIdx>>,
+    /// Insertion order, for listings: an outbound SA's index, or an inbound SA's with [`INBOUND`] set (4 bytes an
+    /// SA in every snapshot, not 8).
+    order: Vec<u32>,
 }
 
 impl Sad {
@@ -236,7 +240,8 @@ impl Sad {
     pub fn insert_out_arc(&mut self, sa: Arc<OutboundSa>) -> OutIdx {
         let idx = OutIdx(self.out.len() as u32);
         self.out.push(sa);
-        self.order.push(Ok(idx));
+        debug_assert!(idx.0 & INBOUND == 0);
+        self.order.push(idx.0);
         idx
     }
     /// Adds an inbound SA; returns its index. Fails on a (protocol, SPI) that exists already.
@@ -265,7 +270,8 @@ impl Sad {
         self.inbound.insert(key, idx);
         self.inb.push(sa);
         self.known_as.push(known_as);
-        self.order.push(Err(idx));
+        debug_assert!(idx.0 & INBOUND == 0);
+        self.order.push(INBOUND | idx.0);
         Ok(idx)
     }
     /// The SA at `idx`, of `idx`'s direction.
@@ -298,9 +304,13 @@ impl Sad {
     }
     /// Every SA, in the order inserted.
     pub fn iter(&self) -> impl Iterator<Item = SaRef<'_>> {
-        self.order.iter().map(|o| match *o {
-            Ok(i) => SaRef::Out(self.out(i)),
-            Err(i) => SaRef::In(self.inb(i), self.is_alias(i)),
+        self.order.iter().map(|&o| {
+            if o & INBOUND == 0 {
+                SaRef::Out(self.out(OutIdx(o)))
+            } else {
+                let i = InIdx(o & !INBOUND);
+                SaRef::In(self.inb(i), self.is_alias(i))
+            }
         })
     }
     /// The outbound SAs.

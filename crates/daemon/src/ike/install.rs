@@ -143,7 +143,7 @@ pub struct Installer {
     /// The acquires of the IP engine (subscribed at [`Installer::install_traps`]).
     pub acquires: Option<std::sync::mpsc::Receiver<crate::sa_api::Acquire>>,
     /// The established IKE SAs and their connection.
-    pub ike_sas: HashMap<IkeSaId, String>,
+    pub ike_sas: IkeSas,
     /// IKE SAs this side is deleting (stop, `netveil terminate`): their children going down is no close by the
     /// peer, so no `close_action`.
     pub closing: HashSet<IkeSaId>,
@@ -162,6 +162,48 @@ pub struct Installer {
     pending_out: HashMap<u32, (u32, OutboundSaParams)>,
     /// The (connection, child) of the installed CHILD_SAs, each pair stored once (names of the configuration).
     names: Vec<Arc<(String, String)>>,
+}
+
+/// The established IKE SAs and their connection, whose name is stored once per connection, not per IKE SA.
+#[derive(Default)]
+pub struct IkeSas {
+    by_id: HashMap<IkeSaId, Arc<String>>,
+    names: Vec<Arc<String>>,
+}
+
+impl IkeSas {
+    pub fn insert(&mut self, id: IkeSaId, connection: String) {
+        let name = match self.names.iter().find(|n| ***n == connection) {
+            Some(n) => n.clone(),
+            None => {
+                let n = Arc::new(connection);
+                self.names.push(n.clone());
+                n
+            }
+        };
+        self.by_id.insert(id, name);
+    }
+
+    pub fn remove(&mut self, id: &IkeSaId) -> Option<Arc<String>> {
+        self.by_id.remove(id)
+    }
+
+    pub fn contains_key(&self, id: &IkeSaId) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    /// Each IKE SA and its connection.
+    pub fn iter(&self) -> impl Iterator<Item = (&IkeSaId, &Arc<String>)> {
+        self.by_id.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
 }
 
 /// How often the driver asks the IP engine which CHILD_SAs received packets ([`Installer::traffic`]).
@@ -192,7 +234,7 @@ impl Installer {
             next: 1,
             traps: Vec::new(),
             acquires: None,
-            ike_sas: HashMap::new(),
+            ike_sas: IkeSas::default(),
             closing: HashSet::new(),
             closing_children: HashSet::new(),
             last_install: None,
