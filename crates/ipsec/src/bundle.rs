@@ -95,6 +95,7 @@ enum IdxsRepr<T: Copy> {
     Empty,
     Inline(u8, [T; INLINE]),
     /// Behind a thin pointer (a boxed slice's is two words: the bundle was 8 bytes larger).
+    #[allow(clippy::box_collection)]
     Heap(Box<Vec<T>>),
 }
 
