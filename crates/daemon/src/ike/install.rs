@@ -50,19 +50,42 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use zeroize::Zeroizing;
 
-/// One installed CHILD_SA.
+/// One installed CHILD_SA (a gateway keeps thousands: no heap of its own in the usual case).
 #[derive(Debug, Clone)]
 struct Installed {
     instance: u64,
-    outbound_spi: u32,
-    local_ts: Vec<TsSpec>,
-    remote_ts: Vec<TsSpec>,
-    policies: Policies,
-    /// Shared by every CHILD_SA of the configured child ([`Installer::intern`]).
-    connection: Arc<str>,
-    child: Arc<str>,
     /// Packets its inbound SA had authenticated when [`Installer::traffic`] last looked.
     packets: u64,
+    outbound_spi: u32,
+    /// Its (connection, child), shared by every CHILD_SA of the configured child ([`Installer::intern`]).
+    names: Arc<(String, String)>,
+    /// Its negotiated selectors (a rekey compares them).
+    ts: Ts,
+    policies: Policies,
+}
+
+/// A CHILD_SA's traffic selectors: one on each side inline (the usual case), any others boxed.
+#[derive(Debug, Clone, PartialEq)]
+enum Ts {
+    One([TsSpec; 2]),
+    Many(Box<(Vec<TsSpec>, Vec<TsSpec>)>),
+}
+
+impl Ts {
+    fn new(local: &[TsSpec], remote: &[TsSpec]) -> Ts {
+        match (local, remote) {
+            ([l], [r]) => Ts::One([*l, *r]),
+            _ => Ts::Many(Box::new((local.to_vec(), remote.to_vec()))),
+        }
+    }
+
+    /// Whether these are `local` and `remote`.
+    fn is(&self, local: &[TsSpec], remote: &[TsSpec]) -> bool {
+        match self {
+            Ts::One([l, r]) => local == [*l] && remote == [*r],
+            Ts::Many(b) => b.0 == local && b.1 == remote,
+        }
+    }
 }
 
 /// The policies of an installed CHILD_SA, in the order added.
@@ -120,7 +143,7 @@ pub struct Installer {
     /// The acquires of the IP engine (subscribed at [`Installer::install_traps`]).
     pub acquires: Option<std::sync::mpsc::Receiver<crate::sa_api::Acquire>>,
     /// The established IKE SAs and their connection.
-    pub ike_sas: HashMap<IkeSaId, String>,
+    pub ike_sas: IkeSas,
     /// IKE SAs this side is deleting (stop, `netveil terminate`): their children going down is no close by the
     /// peer, so no `close_action`.
     pub closing: HashSet<IkeSaId>,
@@ -137,8 +160,50 @@ pub struct Installer {
     /// Rekeyed CHILD_SAs' outbound SAs not switched to yet, by the inbound SPI of the CHILD_SA they replace (whose
     /// `ChildSaDown` switches them): the rekeyed CHILD_SA's inbound SPI and its outbound SA.
     pending_out: HashMap<u32, (u32, OutboundSaParams)>,
-    /// The connection and child names of the installed CHILD_SAs, each stored once (names of the configuration).
-    names: HashSet<Arc<str>>,
+    /// The (connection, child) of the installed CHILD_SAs, each pair stored once (names of the configuration).
+    names: Vec<Arc<(String, String)>>,
+}
+
+/// The established IKE SAs and their connection, whose name is stored once per connection, not per IKE SA.
+#[derive(Default)]
+pub struct IkeSas {
+    by_id: HashMap<IkeSaId, Arc<String>>,
+    names: Vec<Arc<String>>,
+}
+
+impl IkeSas {
+    pub fn insert(&mut self, id: IkeSaId, connection: String) {
+        let name = match self.names.iter().find(|n| ***n == connection) {
+            Some(n) => n.clone(),
+            None => {
+                let n = Arc::new(connection);
+                self.names.push(n.clone());
+                n
+            }
+        };
+        self.by_id.insert(id, name);
+    }
+
+    pub fn remove(&mut self, id: &IkeSaId) -> Option<Arc<String>> {
+        self.by_id.remove(id)
+    }
+
+    pub fn contains_key(&self, id: &IkeSaId) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    /// Each IKE SA and its connection.
+    pub fn iter(&self) -> impl Iterator<Item = (&IkeSaId, &Arc<String>)> {
+        self.by_id.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
 }
 
 /// How often the driver asks the IP engine which CHILD_SAs received packets ([`Installer::traffic`]).
@@ -169,14 +234,14 @@ impl Installer {
             next: 1,
             traps: Vec::new(),
             acquires: None,
-            ike_sas: HashMap::new(),
+            ike_sas: IkeSas::default(),
             closing: HashSet::new(),
             closing_children: HashSet::new(),
             last_install: None,
             downs: Vec::new(),
             dead: HashSet::new(),
             pending_out: HashMap::new(),
-            names: HashSet::new(),
+            names: Vec::new(),
             traffic_at: None,
         }
     }
@@ -289,14 +354,14 @@ impl Installer {
     pub fn child_up(&self, connection: &str, child: &str) -> bool {
         self.by_inbound
             .values()
-            .any(|i| *i.connection == *connection && *i.child == *child)
+            .any(|i| i.names.0 == connection && i.names.1 == child)
     }
 
     /// The (connection, child) of an installed CHILD_SA.
     pub fn child_of(&self, inbound_spi: u32) -> Option<(String, String)> {
         self.by_inbound
             .get(&inbound_spi)
-            .map(|i| (i.connection.to_string(), i.child.to_string()))
+            .map(|i| (*i.names).clone())
     }
 
     /// The configured policy that covers `p` (same direction and its selector within), the child's own first.
@@ -314,13 +379,18 @@ impl Installer {
             .map(|t| t.name.clone())
     }
 
-    /// `name` as stored in the installed CHILD_SAs' records: one allocation per name, not per CHILD_SA.
-    fn intern(&mut self, name: &str) -> Arc<str> {
-        if let Some(n) = self.names.get(name) {
+    /// (`connection`, `child`) as stored in the installed CHILD_SAs' records: one allocation per configured
+    /// child, not per CHILD_SA.
+    fn intern(&mut self, connection: &str, child: &str) -> Arc<(String, String)> {
+        if let Some(n) = self
+            .names
+            .iter()
+            .find(|n| n.0 == connection && n.1 == child)
+        {
             return n.clone();
         }
-        let n: Arc<str> = name.into();
-        self.names.insert(n.clone());
+        let n = Arc::new((connection.to_string(), child.to_string()));
+        self.names.push(n.clone());
         n
     }
 
@@ -441,15 +511,13 @@ impl Installer {
         self.next += 1;
         let installed = Installed {
             instance,
+            packets: 0,
             outbound_spi: c.outbound.spi,
-            local_ts: c.local_ts.clone(),
-            remote_ts: c.remote_ts.clone(),
+            names: self.intern(&c.connection, &c.child),
+            ts: Ts::new(&c.local_ts, &c.remote_ts),
             policies: Policies::Bound(
                 u32::try_from(binds.len() / 2).expect("fewer than 2^32 pairs"),
             ),
-            connection: self.intern(&c.connection),
-            child: self.intern(&c.child),
-            packets: 0,
         };
         let mut ops = vec![SaOp::AddIn(inbound), SaOp::AddOut(outbound)];
         ops.extend(
@@ -525,13 +593,11 @@ impl Installer {
         let (inbound, outbound) = Self::sa_params(c, instance)?;
         let mut installed = Installed {
             instance,
-            outbound_spi: c.outbound.spi,
-            local_ts: c.local_ts.clone(),
-            remote_ts: c.remote_ts.clone(),
-            policies: Policies::Named(Vec::new()),
-            connection: self.intern(&c.connection),
-            child: self.intern(&c.child),
             packets: 0,
+            outbound_spi: c.outbound.spi,
+            names: self.intern(&c.connection, &c.child),
+            ts: Ts::new(&c.local_ts, &c.remote_ts),
+            policies: Policies::Named(Vec::new()),
         };
         if let Some(old) = old {
             // Rekey: the inbound SA replaced in place now, the outbound one when the old CHILD_SA goes; the
@@ -543,7 +609,7 @@ impl Installer {
                 self.port
                     .sa_update(AnySaParams::In(inbound))
                     .map_err(refused(format!("rekeyed inbound SA {in_name}")))?;
-                if old.local_ts == c.local_ts && old.remote_ts == c.remote_ts {
+                if old.ts.is(&c.local_ts, &c.remote_ts) {
                     installed.policies = old.policies.clone();
                 } else {
                     for p in &old.policies.names(instance) {

@@ -20,14 +20,11 @@ enum Undo {
         /// The retiring inbound SAs that went with it, each with its index at its removal.
         gone: Vec<(usize, Retiring)>,
     },
+    /// A policy inserted (bound or not) at this index.
     PolicyInserted(usize),
-    /// The policy at this index was bound (it goes with [`Undo::PolicyInserted`] at the same index, undone
-    /// first).
-    BoundAdded(usize),
     PolicyRemoved {
         at: usize,
         rule: Arc<PolicyRule>,
-        cover: Option<Arc<str>>,
     },
 }
 
@@ -127,14 +124,7 @@ impl Db {
                     Undo::PolicyInserted(at) => {
                         t.policies.remove(at);
                     }
-                    Undo::BoundAdded(at) => {
-                        let k = bound_key(&t.policies[at]);
-                        t.bound.remove(&k);
-                    }
-                    Undo::PolicyRemoved { at, rule, cover } => {
-                        if let Some(c) = cover {
-                            t.bound.insert(bound_key(&rule), c);
-                        }
+                    Undo::PolicyRemoved { at, rule } => {
                         t.policies.insert(at, rule);
                     }
                 }
@@ -205,7 +195,7 @@ impl Db {
             }
             SaOp::Bind { policy, cover } => {
                 let sas: Vec<&SaParams> = t.sas.iter().map(|s| s.params()).collect();
-                let p = check_policy(&policy, t.psp.is_some(), &sas)?;
+                let mut p = check_policy(&policy, t.psp.is_some(), &sas)?;
                 if t.policies.iter().any(|o| o.name == p.name) {
                     return Err(ConfigError {
                         key: "policy.name".into(),
@@ -222,7 +212,7 @@ impl Db {
                     })?;
                 let c = &t.policies[at];
                 let protect = |r: &PolicyRule| matches!(r.action, Action::Protect(_)) && !r.psp;
-                if t.bound.contains_key(&bound_key(c))
+                if c.cover.is_some()
                     || c.direction != p.direction
                     || !protect(c)
                     || !protect(&p)
@@ -241,19 +231,17 @@ impl Db {
                 // Newest first, ahead of those already bound under `cover`: where a new CHILD_SA's selectors
                 // repeat an older one's (reauthentication, a peer's restart), traffic moves to the new SAs the
                 // moment they are in, as the peer's does when it answers (the old ones go shortly after).
-                let under =
-                    |o: &Arc<PolicyRule>| t.bound.get(&bound_key(o)).filter(|c| ***c == *cover);
-                let first = t.policies[..at].iter().position(|o| under(o).is_some());
-                let cover: Arc<str> = match first {
-                    Some(k) => under(&t.policies[k]).expect("found above").clone(),
-                    None => cover.into(),
+                let under = |o: &Arc<PolicyRule>| o.cover.as_ref().is_some_and(|c| **c == *cover);
+                let first = t.policies[..at].iter().position(under);
+                // The name shared by all bound under `cover`: no allocation per CHILD_SA.
+                p.cover = match first {
+                    Some(k) => t.policies[k].cover.clone(),
+                    None => Some(Arc::new(cover)),
                 };
                 let at = first.unwrap_or(at);
                 let name = p.name.clone();
                 t.policies.insert(at, Arc::new(p));
                 st.undo.push(Undo::PolicyInserted(at));
-                t.bound.insert(bound_key(&t.policies[at]), cover);
-                st.undo.push(Undo::BoundAdded(at));
                 st.after.push(After::Event(Event {
                     policy: Some(name),
                     ..Event::new("policy-added")
@@ -265,7 +253,7 @@ impl Db {
                 if let Some(b) = t
                     .policies
                     .iter()
-                    .find(|r| t.bound.get(&bound_key(r)).is_some_and(|c| **c == *name))
+                    .find(|r| r.cover.as_ref().is_some_and(|c| **c == *name))
                 {
                     return Err(ConfigError {
                         key: "name".into(),
@@ -283,9 +271,8 @@ impl Db {
                         key: "name".into(),
                         reason: format!("no policy named '{name}'"),
                     })?;
-                let cover = t.bound.remove(&bound_key(&t.policies[at]));
                 let rule = t.policies.remove(at);
-                if cover.is_some() {
+                if rule.cover.is_some() {
                     st.neutral.bound(t, &rule.sa_names);
                 } else {
                     st.neutral.0 = false;
@@ -297,7 +284,7 @@ impl Db {
                     policy: Some(name),
                     ..Event::new("policy-removed")
                 }));
-                st.undo.push(Undo::PolicyRemoved { at, rule, cover });
+                st.undo.push(Undo::PolicyRemoved { at, rule });
                 Ok(())
             }
         }

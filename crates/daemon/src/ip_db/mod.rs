@@ -23,7 +23,7 @@ use arc_swap::{ArcSwap, Guard};
 pub use netveil_control::Event;
 use netveil_crypto::rand::OsRng;
 use netveil_io::filter::{Layout, Program};
-use netveil_ipsec::bundle::{Bundle, InIdx, OutIdx, SaIdx, Sad};
+use netveil_ipsec::bundle::{Bundle, SaIdx, Sad};
 use netveil_ipsec::sa::Direction as SaDir;
 use netveil_ipsec::{InboundSa, OutboundSa, SaBase, SaParams};
 use netveil_sa::lifetime::LifetimeState;
@@ -76,7 +76,9 @@ struct Tables {
     default_action: Action,
     sas: Vec<Installed>,
     retiring: Vec<Retiring>,
-    /// Shared with the snapshots (which add what each resolves to).
+    /// Shared with the snapshots (which add what each resolves to). Those with a `cover` are in memory only (a
+    /// key-exchange driver's negotiated CHILD_SAs, see [`Db::policy_bind`]): they get no nftables rules of their
+    /// own and are not stored in the state directory.
     policies: Vec<Arc<PolicyRule>>,
     /// The policies added at runtime (by name, with the table they were given as), kept in the state directory so
     /// that a successor of a killed daemon covers their traffic too (see [`Db::restore_runtime_policies`]).
@@ -95,12 +97,6 @@ struct Tables {
     next_id: u64,
     /// Per SA (by address): the lifetime and sequence events already reported.
     reported: HashMap<usize, u8>,
-    /// Policies in memory only (a key-exchange driver's negotiated CHILD_SAs, see [`Db::policy_bind`]), by
-    /// [`bound_key`]: the name of the policy whose selector covers theirs, and whose nftables rules cover their
-    /// traffic. They get no rules of their own and are not stored in the state directory. (Keyed by the rule, not
-    /// its name, and the covering policy's name shared by all bound under it: no allocation per CHILD_SA. An entry
-    /// goes when its rule leaves `policies`, so a key never outlives its rule.)
-    bound: HashMap<usize, Arc<str>>,
     /// The key-exchange drivers' expected peers, in the peer filter (see [`crate::nft::KxPeers`]).
     kx_peers: crate::nft::KxPeers,
     /// Name prefixes a key-exchange driver owns while it runs (prefix, owner): the control socket's changes to
@@ -108,11 +104,6 @@ struct Tables {
     owners: Vec<(String, String)>,
     /// The tables of the snapshot last replaced, emptied, for the next one (see [`Snapshot::build_in`]).
     spare: Option<Snapshot>,
-}
-
-/// A policy's key in [`Tables::bound`]: the address of its rule, which `policies` holds while it is there.
-fn bound_key(rule: &Arc<PolicyRule>) -> usize {
-    Arc::as_ptr(rule) as usize
 }
 
 const REPORTED_SOFT: u8 = 1;
@@ -126,36 +117,22 @@ impl Tables {
 
     /// The configuration these tables amount to (for the nftables table and the checks of the file's rules).
     fn view(&self) -> Config {
-        let snap = Snapshot::build(self);
         // Policies bound in memory have no rules of their own: their covering policy's rules cover their traffic.
         // The SAs they name count as the covering policy's for the peer filter (a transport-mode SA's peers are
-        // the sources of the inbound policies naming it).
-        let mut policies: Vec<PolicyRule> = snap
-            .policies
-            .into_iter()
-            .map(|p| PolicyRule {
-                sas: p.sas,
-                ..(*p.rule).clone()
-            })
-            .collect();
-        // `policies` is in the order of `self.policies`.
-        let bound: Vec<bool> = self
+        // the sources of the inbound policies naming them).
+        let mut policies: Vec<PolicyRule> = self
             .policies
             .iter()
-            .map(|r| self.bound.contains_key(&bound_key(r)))
+            .filter(|p| p.cover.is_none())
+            .map(|p| (**p).clone())
             .collect();
         for r in &self.policies {
-            if let Some(cover) = self.bound.get(&bound_key(r)) {
+            if let Some(cover) = &r.cover {
                 if let Some(c) = policies.iter_mut().find(|p| *p.name == **cover) {
                     c.sa_names.extend(r.sa_names.iter().cloned());
                 }
             }
         }
-        let mut k = 0;
-        policies.retain(|_| {
-            k += 1;
-            !bound[k - 1]
-        });
         Config {
             interface: self.interface.clone(),
             sas: self
@@ -361,7 +338,6 @@ impl Db {
             log: VecDeque::new(),
             next_id: 0,
             reported: HashMap::new(),
-            bound: HashMap::new(),
             kx_peers: Default::default(),
             owners: Vec::new(),
             spare: None,

@@ -12,8 +12,9 @@ pub struct Snapshot {
     pub spd: PolicyDb,
     /// Some policy selects by port: later fragments (no ports) need their first fragment's decision.
     pub port_selective: bool,
-    /// Per policy: 1 + the second of its last acquire.
-    acquired: Vec<AtomicU64>,
+    /// Per protect policy without SAs (by index, in order): 1 + the second of its last acquire. (Only those can
+    /// have acquires: a gateway's thousands of policies with their SAs need no entry in every snapshot.)
+    acquired: Vec<(usize, AtomicU64)>,
     /// Unique per snapshot built in this process: what a data-plane thread's remembered decision was made under
     /// (see [`crate::ip::FragCache`]).
     pub generation: u64,
@@ -53,26 +54,34 @@ impl Snapshot {
         };
         debug_assert!(sad.iter().next().is_none() && policies.is_empty() && acquired.is_empty());
         spd.clear(t.default_action);
-        // Rebuilt for every change: a fast hasher (the names are ours, not an attacker's choice).
-        let mut outs: HashMap<&str, OutIdx, ahash::RandomState> =
-            HashMap::with_capacity_and_hasher(t.sas.len(), Default::default());
-        let mut ins: HashMap<&str, InIdx, ahash::RandomState> =
+        // Rebuilt for every change: a fast hasher (the names are ours, not an attacker's choice), and one map for
+        // both directions (names are unique), sized for the SAs (two maps sized so were twice the room, and that
+        // room stays in the heap for the next rebuild: 100 bytes per CHILD_SA).
+        let mut by_name: HashMap<&str, SaIdx, ahash::RandomState> =
             HashMap::with_capacity_and_hasher(t.sas.len(), Default::default());
         for sa in &t.sas {
             match sa {
                 Installed::Out(o) => {
-                    outs.insert(&o.params.name, sad.insert_out_arc(o.clone()));
+                    by_name.insert(&o.params.name, SaIdx::Out(sad.insert_out_arc(o.clone())));
                 }
                 Installed::In(i) => {
                     // Clashes were refused when the SA was added.
                     if let Ok(x) = sad.insert_in_arc(i.clone()) {
-                        ins.insert(&i.params.name, x);
+                        by_name.insert(&i.params.name, SaIdx::In(x));
                     }
                 }
             }
         }
+        let out = |n: &String| match by_name.get(n.as_str()) {
+            Some(&SaIdx::Out(x)) => Some(x),
+            _ => None,
+        };
+        let inb = |n: &String| match by_name.get(n.as_str()) {
+            Some(&SaIdx::In(x)) => Some(x),
+            _ => None,
+        };
         for r in &t.retiring {
-            if let Some(&i) = ins.get(r.successor.as_str()) {
+            if let Some(i) = inb(&r.successor) {
                 let _ = sad.insert_alias(r.sa.clone(), i);
             }
         }
@@ -87,13 +96,13 @@ impl Snapshot {
                         netveil_sa::policy::Direction::Out => p
                             .sa_names
                             .iter()
-                            .map(|n| outs.get(n.as_str()).copied())
+                            .map(out)
                             .collect::<Option<_>>()
                             .map_or(Bundle::None, Bundle::Out),
                         netveil_sa::policy::Direction::In => p
                             .sa_names
                             .iter()
-                            .map(|n| ins.get(n.as_str()).copied())
+                            .map(inb)
                             .collect::<Option<_>>()
                             .map_or(Bundle::None, Bundle::In),
                     };
@@ -114,7 +123,17 @@ impl Snapshot {
                 !p.rule.selector.src_ports.is_any() || !p.rule.selector.dst_ports.is_any()
             }),
             acquired: {
-                acquired.extend(policies.iter().map(|_| AtomicU64::new(0)));
+                acquired.extend(
+                    policies
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, p)| {
+                            matches!(p.rule.action, Action::Protect(_))
+                                && !p.rule.psp
+                                && p.sas.is_empty()
+                        })
+                        .map(|(i, _)| (i, AtomicU64::new(0))),
+                );
                 acquired
             },
             generation: NEXT_GENERATION.fetch_add(1, Relaxed),
@@ -136,9 +155,10 @@ impl Snapshot {
     /// Whether traffic for protect policy `i`, which has no SAs, is to be reported now: at most once per policy
     /// and second.
     pub fn acquire_due(&self, i: usize, now: u64) -> bool {
-        let Some(a) = self.acquired.get(i) else {
+        let Ok(k) = self.acquired.binary_search_by_key(&i, |(j, _)| *j) else {
             return false;
         };
+        let a = &self.acquired[k].1;
         let prev = a.load(Relaxed);
         prev != now + 1 && a.compare_exchange(prev, now + 1, Relaxed, Relaxed).is_ok()
     }

@@ -199,8 +199,8 @@ pub fn check_policy(
         direction: p.direction,
         selector: p.selector.clone(),
         action,
-        sas: netveil_ipsec::bundle::Bundle::None,
         sa_names: names.to_vec(),
         psp,
+        cover: None,
     })
 }

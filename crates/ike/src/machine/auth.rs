@@ -187,11 +187,9 @@ impl Endpoint {
         let jitter = self.jitter(l.rand);
         let rekey = l.rekey.saturating_sub(jitter);
         // Room for exactly one more: a first push would make room for four (1.7 KB, mostly never used). The
-        // selectors' lists too (collected, one selector has room for four: 72 bytes unused each).
+        // selectors: one a side inline, more in a list of their exact size (see `Tss`).
         sa.children.reserve_exact(1);
-        let (mut local_ts, mut remote_ts) = (n.local_ts, n.remote_ts);
-        local_ts.shrink_to_fit();
-        remote_ts.shrink_to_fit();
+        let (local_ts, remote_ts) = (n.local_ts.into(), n.remote_ts.into());
         sa.children.push(Child {
             cfg: n.cfg,
             rekey_at: now + if rekey.is_zero() { l.life } else { rekey },

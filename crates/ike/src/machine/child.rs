@@ -100,7 +100,10 @@ impl Endpoint {
         let (local_ts, remote_ts) =
             match rekey.and_then(|s| sa.children.iter().find(|c| c.inbound_spi == s)) {
                 Some(old) => (old.local_ts.clone(), old.remote_ts.clone()),
-                None => (child.local_ts.clone(), child.remote_ts.clone()),
+                None => (
+                    child.local_ts.clone().into(),
+                    child.remote_ts.clone().into(),
+                ),
             };
         let proposals = child.esp_proposals.clone();
         let mode = child.mode;
@@ -283,7 +286,10 @@ impl Endpoint {
         let (want_l, want_r) =
             match rekey.and_then(|s| sa.children.iter().find(|c| c.inbound_spi == s)) {
                 Some(old) => (old.local_ts.clone(), old.remote_ts.clone()),
-                None => (child.local_ts.clone(), child.remote_ts.clone()),
+                None => (
+                    child.local_ts.clone().into(),
+                    child.remote_ts.clone().into(),
+                ),
             };
         if !within(tsi, &want_l) || !within(tsr, &want_r) {
             let mut theirs = glue::ts_specs(tsi);
@@ -329,7 +335,7 @@ impl Endpoint {
             if let Some(c) = sa.children.iter_mut().find(|c| c.inbound_spi == old) {
                 c.replaced = true;
             }
-            sa.queued_child_deletes.push(old);
+            sa.queued_child_deletes.get_or_insert_default().push(old);
         }
         self.after_response(sa, now);
         Outcome::Keep

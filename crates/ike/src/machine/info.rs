@@ -67,7 +67,14 @@ impl Endpoint {
         if sa.pending.is_some() || sa.state != State::Established {
             return;
         }
-        while let Some(spi) = sa.queued_child_deletes.pop() {
+        while let Some(spi) = sa.queued_child_deletes.as_mut().and_then(|q| q.pop()) {
+            if sa
+                .queued_child_deletes
+                .as_ref()
+                .is_some_and(|q| q.is_empty())
+            {
+                sa.queued_child_deletes = None;
+            }
             if sa.children.iter().any(|c| c.inbound_spi == spi) {
                 self.send_delete_child(sa, spi, now);
                 return;

@@ -381,7 +381,7 @@ impl Endpoint {
             .notifies()
             .any(|n| n.notify_type == NotifyType::IKEV2_FRAGMENTATION_SUPPORTED);
         if self.connections[ci].fragmentation && peer_frag {
-            sa.fragment_len = Some(self.limits.fragment_len);
+            sa.fragment_len = Some(u32::try_from(self.limits.fragment_len).unwrap_or(u32::MAX));
             payloads.push(Payload::Notify(Notify::new(
                 NotifyType::IKEV2_FRAGMENTATION_SUPPORTED,
                 Vec::new(),
@@ -571,7 +571,7 @@ impl Endpoint {
             .notifies()
             .any(|n| n.notify_type == NotifyType::IKEV2_FRAGMENTATION_SUPPORTED);
         if self.connections[sa.conn].fragmentation && peer_frag {
-            sa.fragment_len = Some(self.limits.fragment_len);
+            sa.fragment_len = Some(u32::try_from(self.limits.fragment_len).unwrap_or(u32::MAX));
         }
         sa.pending = None;
         sa.my_mid = 1;

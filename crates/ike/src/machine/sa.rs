@@ -131,11 +131,46 @@ pub struct Child {
     pub outbound_spi: u32,
     pub mode: Mode,
     pub proposal: Chosen,
-    pub local_ts: Vec<TsSpec>,
-    pub remote_ts: Vec<TsSpec>,
+    pub local_ts: Tss,
+    pub remote_ts: Tss,
     /// A rekey (ours or the peer's) replaced it and it waits for its DELETE: neither side rekeys it again (a
     /// second rekey of it made a redundant CHILD_SA each time, and their number doubled with every rekey period).
     pub replaced: bool,
+}
+
+/// The traffic selectors of one side of a CHILD_SA: one inline (the usual case: a Vec's heap block less per
+/// side and CHILD_SA), several boxed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tss {
+    One(TsSpec),
+    Many(Box<[TsSpec]>),
+}
+
+impl core::ops::Deref for Tss {
+    type Target = [TsSpec];
+    fn deref(&self) -> &[TsSpec] {
+        match self {
+            Tss::One(t) => core::slice::from_ref(t),
+            Tss::Many(v) => v,
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Tss {
+    type Item = &'a TsSpec;
+    type IntoIter = core::slice::Iter<'a, TsSpec>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl From<Vec<TsSpec>> for Tss {
+    fn from(v: Vec<TsSpec>) -> Tss {
+        match v[..] {
+            [t] => Tss::One(t),
+            _ => Tss::Many(v.into_boxed_slice()),
+        }
+    }
 }
 
 /// Reauthentication (`reauth_time`) of an IKE SA: boxed, an SA of a connection without it holds none.
@@ -218,8 +253,9 @@ pub struct IkeSa {
     pub pending: Option<Box<Pending>>,
     /// The last response we sent, sent again for a retransmitted request.
     pub last_response: Option<CachedResponse>,
-    /// Both ends announced IKEV2_FRAGMENTATION_SUPPORTED: messages above this many bytes go in fragments.
-    pub fragment_len: Option<usize>,
+    /// Both ends announced IKEV2_FRAGMENTATION_SUPPORTED: messages above this many bytes go in fragments (an
+    /// IKE message is at most 64 KB).
+    pub fragment_len: Option<u32>,
     /// Fragments of the message being reassembled.
     pub reassembly: Option<Box<Reassembly>>,
     pub children: Vec<Child>,
@@ -236,8 +272,10 @@ pub struct IkeSa {
     up_ms: u32,
     /// terminate() came while a request was outstanding: the DELETE follows its answer.
     pub delete_queued: bool,
-    /// CHILD_SAs (by inbound SPI) to delete once no request is outstanding (the old one after a rekey).
-    pub queued_child_deletes: Vec<u32>,
+    /// CHILD_SAs (by inbound SPI) to delete once no request is outstanding (the old one after a rekey); boxed
+    /// and `None` when there are none, as most SAs have.
+    #[allow(clippy::box_collection)] // A thin pointer: 8 bytes in every SA, not a Vec's 24.
+    pub queued_child_deletes: Option<Box<Vec<u32>>>,
     pub child_x: Option<Box<ChildExchange>>,
     /// When we rekey the IKE SA (set when it comes up).
     pub ike_rekey_at: Instant,
@@ -353,7 +391,7 @@ impl IkeSa {
             by_reauth: false,
             up_ms: 0,
             delete_queued: false,
-            queued_child_deletes: Vec::new(),
+            queued_child_deletes: None,
             child_x: None,
             ike_rekey_at: now + Duration::from_secs(86400 * 365),
             reauth: None,
@@ -406,7 +444,7 @@ impl IkeSa {
                 at(r.expire);
             }
             let reauth_due = self.reauth.as_ref().is_some_and(|r| r.of.is_some());
-            if self.delete_queued || !self.queued_child_deletes.is_empty() || reauth_due {
+            if self.delete_queued || self.queued_child_deletes.is_some() || reauth_due {
                 at(self.last_heard);
             }
         }
@@ -539,7 +577,7 @@ impl IkeSa {
             key.seal(rng, &mut bytes, sk::IKE_HEADER_LEN, kind).ok()?;
             Some(bytes)
         };
-        let out = match self.fragment_len {
+        let out = match self.fragment_len.map(|m| m as usize) {
             Some(max) if overhead + plain.len() > max && max > overhead => {
                 let chunks: Vec<&[u8]> = plain.chunks(max - overhead).collect();
                 let total = chunks.len() as u16;

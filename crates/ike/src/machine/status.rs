@@ -115,8 +115,8 @@ impl Endpoint {
                             .proposal()
                             .map(|p| p.to_string())
                             .unwrap_or_default(),
-                        local_ts: c.local_ts.clone(),
-                        remote_ts: c.remote_ts.clone(),
+                        local_ts: c.local_ts.to_vec(),
+                        remote_ts: c.remote_ts.to_vec(),
                     })
                     .collect(),
             })
