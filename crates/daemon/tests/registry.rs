@@ -450,7 +450,7 @@ fn an_unknown_key_names_the_registrys_keys() {
         .unwrap();
     assert_eq!(
         e.reason,
-        "nothing to run: no [interface] (ESP, AH, PSP) and no [l2sec] and no [echo] section"
+        "nothing to run: no [interface] (ESP, AH, PSP) and no [l2sec] and no [pilsc] and no [echo] section"
     );
 }
 
