@@ -66,6 +66,26 @@ impl core::ops::Drop for Undo {
     }
 }
 
+/// `netveil down`'s first step: if a daemon answers on `sock`, asks it to stop (removing its setup) and waits, at
+/// most 15 s, until its socket is gone. Returns when it was asked (`None`: none was running).
+pub fn stop_running(sock: &std::path::Path) -> Result<Option<std::time::Instant>> {
+    if std::os::unix::net::UnixStream::connect(sock).is_err() {
+        return Ok(None);
+    }
+    netveil_control::request_stop(sock)?;
+    let t = std::time::Instant::now();
+    while std::os::unix::net::UnixStream::connect(sock).is_ok() {
+        if t.elapsed() > std::time::Duration::from_secs(15) {
+            return Err(Error::Other(format!(
+                "the daemon on {} did not stop within 15 s",
+                sock.display()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(Some(t))
+}
+
 /// Runs a command; its failure (with what it printed on stderr) is an error.
 pub fn run(cmd: &[&str]) -> Result<()> {
     let out = std::process::Command::new(cmd[0])

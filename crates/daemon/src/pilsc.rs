@@ -634,20 +634,7 @@ fn mode_name(m: Mode) -> &'static str {
 }
 
 fn down(cfg: &PilscConfig) -> Result<()> {
-    let sock = &cfg.control_socket;
-    if std::os::unix::net::UnixStream::connect(sock).is_ok() {
-        netveil_control::request_stop(sock)?;
-        let t = std::time::Instant::now();
-        while std::os::unix::net::UnixStream::connect(sock).is_ok() {
-            if t.elapsed() > Duration::from_secs(15) {
-                return Err(Error::Other(format!(
-                    "the daemon on {} did not stop within 15 s",
-                    sock.display()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    crate::engine::stop_running(&cfg.control_socket)?;
     let ipt = iptables(cfg)?;
     remove_rules(&ipt, cfg);
     println!(
@@ -715,6 +702,7 @@ impl Prepared for PilscPrepared {
             chains: p.cfg.chains(),
         });
         let worker = Worker {
+            due: Vec::new(),
             reload_rx,
             shared: shared.clone(),
             settings: p.cfg.settings(),
@@ -1060,6 +1048,8 @@ impl Control for PilscControl {
 }
 
 struct Worker {
+    /// Scratch of [`Worker::rx_top_up`]: a key's sources (kept: no allocation per batch).
+    due: Vec<(std::net::Ipv4Addr, u64, u64)>,
     reload_rx: std::sync::mpsc::Receiver<ReloadMsg>,
     shared: Arc<Shared>,
     settings: Settings,
@@ -1228,8 +1218,9 @@ impl Worker {
         let now = std::time::Instant::now();
         for (k, slot) in self.table.keys.iter_mut().enumerate() {
             let name = &self.marks[k].0;
-            let due: Vec<(std::net::Ipv4Addr, u64, u64)> = slot.opener.sources().collect();
-            for (src, top, ceiling) in due {
+            self.due.clear();
+            self.due.extend(slot.opener.sources());
+            for &(src, top, ceiling) in &self.due {
                 let r = self
                     .rates
                     .entry((k, src))

@@ -4,7 +4,7 @@
 use crate::config::{Config, ConfigError, IP_SECTIONS};
 use crate::engine::{remove_fwmark_rules, run, Undo};
 use crate::registry::{Checked, EngineSection, Section, Started, UpOptions};
-use crate::{Error, Result};
+use crate::Result;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,18 +111,7 @@ fn down(config: &Config) -> Result<()> {
     let iface = &config.interface;
     let sock = Path::new(&iface.control_socket);
     let mut stopped = false;
-    if std::os::unix::net::UnixStream::connect(sock).is_ok() {
-        netveil_control::request_stop(sock)?;
-        let t = std::time::Instant::now();
-        while std::os::unix::net::UnixStream::connect(sock).is_ok() {
-            if t.elapsed() > Duration::from_secs(15) {
-                return Err(Error::Other(format!(
-                    "the daemon on {} did not stop within 15 s",
-                    sock.display()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    if let Some(t) = crate::engine::stop_running(sock)? {
         // Its undo runs after the socket is gone: wait for the TUN to go too.
         let dev = Path::new("/sys/class/net").join(&iface.name);
         while dev.exists() && t.elapsed() < Duration::from_secs(15) {
