@@ -52,27 +52,11 @@ fn rules(side: usize, n: usize) -> String {
 }
 
 fn pilsc_config(lab: &Lab, side: usize, n: usize, mode: &str) -> Result<String> {
-    let dir = lab.dir();
-    let path = dir.join(format!("bench-{side}.rules"));
-    std::fs::write(&path, rules(side, n))
-        .map_err(Error::io(format!("cannot write {}", path.display())))?;
-    Ok(format!(
-        "[pilsc]\nrules = \"{}\"\nmode = \"{mode}\"\nqueue = {}\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n",
-        path.display(),
-        20 + 2 * side,
-        lab.socket_path(&format!("p{side}")).display(),
-        dir.join(format!("state-{side}")).display(),
-    ))
+    crate::demo_pilsc::pilsc_config(lab, side, &rules(side, n), mode, 20)
 }
 
-fn two_ns(prefix: &str) -> Result<(Lab, [String; 2])> {
-    let mut lab = Lab::new(prefix)?;
-    let a = lab.add_ns("a")?;
-    let b = lab.add_ns("b")?;
-    lab.veth(&a, "veth-a", &b, "veth-b")?;
-    lab.addr(&a, "veth-a", &format!("{}/24", ADDR[0]))?;
-    lab.addr(&b, "veth-b", &format!("{}/24", ADDR[1]))?;
-    Ok((lab, [a, b]))
+fn two_ns(prefix: &str, bin: &Path) -> Result<(Lab, [String; 2])> {
+    crate::demo_pilsc::two_hosts(prefix, bin, ADDR)
 }
 
 fn stats(row: String, unit: &'static str, runs: Vec<f64>, paper: Option<f64>) -> PilscRow {
@@ -101,8 +85,7 @@ pub fn transfer_rows(bin: &Path, counts: &[usize], reps: usize) -> Result<Vec<Pi
         _ => None,
     };
     for &n in std::iter::once(&0).chain(counts) {
-        let (lab, ns) = two_ns("nvpb")?;
-        let lab = lab.with_netveil(bin);
+        let (lab, ns) = two_ns("nvpb", bin)?;
         let mut daemons = Vec::new();
         if n > 0 {
             for (side, name) in ns.iter().enumerate() {
@@ -185,13 +168,12 @@ fn ping_overhead(lab: &Lab, ns: &[String; 2], src: IpAddr, dst: &str, proto: u8)
 pub fn overhead_rows(bin: &Path) -> Result<Vec<PilscRow>> {
     let mut rows = Vec::new();
     for (mode, paper) in [("confidential", Some(12.0)), ("authenticated", None)] {
-        let (lab, ns) = two_ns("nvpo")?;
-        let lab = lab.with_netveil(bin);
+        let (lab, ns) = two_ns("nvpo", bin)?;
         // ICMP protected by every rule file: one more rule for ICMP to the peer.
         let mut ds = Vec::new();
         for (side, name) in ns.iter().enumerate() {
             let cfg = pilsc_config(&lab, side, 1, mode)?;
-            let path = lab.dir().join(format!("bench-{side}.rules"));
+            let path = lab.dir().join(format!("pilsc-{side}.rules"));
             let mut r = std::fs::read_to_string(&path).map_err(Error::io("rules"))?;
             r += &format!(
                 "Rule = 99; Security = true; IP = {}; Protocol = ICMP; Encryption = 1; Key = 0x{};\n",

@@ -44,14 +44,14 @@ pub struct DemoArgs {
     pub keep: bool,
 }
 
-fn header(title: &str) {
+pub(crate) fn header(title: &str) {
     println!(
         "\n== {title} {}",
         "=".repeat(70usize.saturating_sub(title.len()))
     );
 }
 
-fn step<T>(what: &str, r: Result<T>) -> Result<T> {
+pub(crate) fn step<T>(what: &str, r: Result<T>) -> Result<T> {
     r.map_err(|e| Error::Other(format!("demo: {what}: {e}")))
 }
 

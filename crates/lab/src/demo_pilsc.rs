@@ -17,16 +17,7 @@ const CLEAR_PORT: u16 = 5003;
 /// What the demo's datagrams carry.
 pub const MARKER: &str = "PILSC DEMO: hello from host a";
 
-fn header(title: &str) {
-    println!(
-        "\n== {title} {}",
-        "=".repeat(70usize.saturating_sub(title.len()))
-    );
-}
-
-fn step<T>(what: &str, r: Result<T>) -> Result<T> {
-    r.map_err(|e| Error::Other(format!("demo: {what}: {e}")))
-}
+use crate::demo::{header, step};
 
 /// Host `side`'s rule file (the peer is the other host; host b serves the ports).
 pub fn rules(side: usize) -> String {
@@ -47,30 +38,42 @@ pub fn rules(side: usize) -> String {
     )
 }
 
-fn config(lab: &Lab, side: usize, mode: &str) -> Result<String> {
+/// A `[pilsc]` section for host `side` (0: a, 1: b) of a lab: `rules` written to the lab's folder
+/// (`pilsc-SIDE.rules`), queues `queue + 2 * side` and the next, control socket `p{side}`, its own state directory.
+pub fn pilsc_config(lab: &Lab, side: usize, rules: &str, mode: &str, queue: u16) -> Result<String> {
     let path = lab.dir().join(format!("pilsc-{side}.rules"));
-    std::fs::write(&path, rules(side))
-        .map_err(Error::io(format!("cannot write {}", path.display())))?;
+    std::fs::write(&path, rules).map_err(Error::io(format!("cannot write {}", path.display())))?;
     Ok(format!(
         "[pilsc]\nrules = \"{}\"\nmode = \"{mode}\"\nqueue = {}\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\n",
         path.display(),
-        30 + 2 * side,
+        queue + 2 * side as u16,
         lab.socket_path(&format!("p{side}")).display(),
         lab.dir().join(format!("state-{side}")).display(),
     ))
 }
 
-fn lab_pair(netveil: &Path, keep: bool) -> Result<(Lab, [String; 2])> {
-    let mut lab = Lab::new("nvpd")?.with_netveil(netveil);
-    if keep {
-        lab.keep();
-    }
+fn config(lab: &Lab, side: usize, mode: &str) -> Result<String> {
+    pilsc_config(lab, side, &rules(side), mode, 30)
+}
+
+/// Two network namespaces `a` and `b` (a lab named after `prefix`) joined by a veth pair `veth-a`/`veth-b` with the
+/// IPv4 addresses `addrs` (/24).
+pub fn two_hosts(prefix: &str, netveil: &Path, addrs: [&str; 2]) -> Result<(Lab, [String; 2])> {
+    let mut lab = Lab::new(prefix)?.with_netveil(netveil);
     let a = lab.add_ns("a")?;
     let b = lab.add_ns("b")?;
     lab.veth(&a, "veth-a", &b, "veth-b")?;
-    lab.addr(&a, "veth-a", &format!("{}/24", ADDR[0]))?;
-    lab.addr(&b, "veth-b", &format!("{}/24", ADDR[1]))?;
+    lab.addr(&a, "veth-a", &format!("{}/24", addrs[0]))?;
+    lab.addr(&b, "veth-b", &format!("{}/24", addrs[1]))?;
     Ok((lab, [a, b]))
+}
+
+fn lab_pair(netveil: &Path, keep: bool) -> Result<(Lab, [String; 2])> {
+    let (mut lab, ns) = two_hosts("nvpd", netveil, ADDR)?;
+    if keep {
+        lab.keep();
+    }
+    Ok((lab, ns))
 }
 
 fn ip(i: usize) -> IpAddr {
