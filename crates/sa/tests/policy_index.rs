@@ -165,3 +165,120 @@ fn thousands_of_host_rules_find_their_own() {
         (None, Action::Discard)
     );
 }
+
+/// Big tables, as a PILSC rule file of tens of thousands of peers makes them: 24,000 rules, most of them outbound hosts over a few /16s and
+/// random /24s and /16s among them (so that one table grows past the size where it drops its /16 filter, and the
+/// others keep theirs), with protocols, ports and local sides mixed, looked up against the linear scan for flows
+/// to and from those peers and to strays; then the database is cleared and refilled with other rules (the tables
+/// reused), and checked again.
+#[test]
+fn big_tables_agree_with_the_linear_scan_before_and_after_a_clear() {
+    let mut seed = 0x5eed_u64;
+    let mut next = move || {
+        seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut db = PolicyDb::new(Action::Bypass);
+    for round in 0..2u64 {
+        db.clear(Action::Bypass);
+        let mut peers = Vec::new();
+        for i in 0..24_000u64 {
+            let r = next();
+            // Peers in 16 /16s (so that the /32 table's /16 bins are few), some in any /16.
+            let a = if r % 4 == 0 {
+                r as u32 >> 3
+            } else {
+                (10u32 << 24) | (((r >> 8) % 16) as u32) << 16 | (r >> 20) as u32 & 0xffff
+            };
+            let len = match (r >> 40) % 20 {
+                0 => 16,
+                1..=3 => 24,
+                _ => 32,
+            };
+            let peer = ipnet::Ipv4Net::new(a.into(), len).unwrap().trunc();
+            peers.push(a);
+            let proto = [None, Some(6), Some(17), Some(1)][((r >> 44) % 4) as usize];
+            let ported = matches!(proto, Some(6 | 17)) && (r >> 46) % 2 == 0;
+            let p = ((r >> 48) % 3) as u16 * 1000 + 22;
+            let ports = PortRange {
+                start: p,
+                end: p + ((r >> 50) % 2) as u16 * 500,
+            };
+            let local: ipnet::IpNet = match (r >> 52) % 4 {
+                0 => "192.0.2.0/24".parse().unwrap(),
+                1 => "::/0".parse().unwrap(),
+                _ => "0.0.0.0/0".parse().unwrap(),
+            };
+            // (Outbound /32s past 16,384: that table drops its filter.)
+            let dir = if (r >> 55) % 16 != 0 {
+                Direction::Out
+            } else {
+                Direction::In
+            };
+            let (src, dst) = match dir {
+                Direction::Out => (local, ipnet::IpNet::V4(peer)),
+                Direction::In => (ipnet::IpNet::V4(peer), local),
+            };
+            let (src_ports, dst_ports) = match (ported, (r >> 57) % 2) {
+                (false, _) => (PortRange::ANY, PortRange::ANY),
+                (true, 0) => (ports, PortRange::ANY),
+                (true, _) => (PortRange::ANY, ports),
+            };
+            db.push(Rule {
+                direction: dir,
+                selector: Selector {
+                    src,
+                    dst,
+                    proto,
+                    src_ports,
+                    dst_ports,
+                },
+                action: match (r >> 59) % 3 {
+                    0 => Action::Bypass,
+                    1 => Action::Discard,
+                    _ => Action::Protect((i + round) as usize),
+                },
+            });
+        }
+        let mut hits = 0;
+        for _ in 0..10_000 {
+            let r = next();
+            let peer = if r % 8 == 0 {
+                (r >> 8) as u32
+            } else {
+                peers[((r >> 8) % peers.len() as u64) as usize] ^ ((r >> 40) as u32 & 0x1ff)
+            };
+            let us: u32 = if (r >> 50) % 2 == 0 {
+                0xc000_0207
+            } else {
+                0xc633_6407
+            };
+            let proto = [1u8, 6, 17][((r >> 52) % 3) as usize];
+            let (sp, dp) = (
+                ((r >> 54) % 3) as u16 * 1000 + 22,
+                ((r >> 56) % 4) as u16 * 300 + 22,
+            );
+            for dir in [Direction::Out, Direction::In] {
+                let (src, dst) = match dir {
+                    Direction::Out => (us, peer),
+                    Direction::In => (peer, us),
+                };
+                let k = FlowKey {
+                    src: IpAddr::from(src.to_be_bytes()),
+                    dst: IpAddr::from(dst.to_be_bytes()),
+                    proto,
+                    src_port: if proto == 1 { 0 } else { sp },
+                    dst_port: if proto == 1 { 0 } else { dp },
+                };
+                let want = db.lookup_linear(dir, &k);
+                assert_eq!(db.lookup(dir, &k), want, "round {round} {dir:?} {k:?}");
+                hits += usize::from(want.0.is_some());
+            }
+        }
+        // Most flows find a rule (the test is not all misses).
+        assert!(hits > 5_000, "{hits}");
+    }
+}
