@@ -133,14 +133,13 @@ pub struct Rule {
 /// (whose tables outgrow the CPU's caches): a table slot holds the network and its chain's first rule together
 /// (one cache line per probe); a table of few networks is skipped without a probe when its bitmap of the /16s
 /// (IPv4) or /16-prefixes (IPv6) it covers has the packet's bit clear (8 KB, kept while the table covers at most a
-/// quarter of them); and each rule has a 20-byte digest of its selector and action beside it (the first rule's in
-/// its chain's slot), enough to decide an IPv4 rule, or an IPv6 rule whose local side is any, without reading the
-/// rule itself.
+/// quarter of them); and the first rule of each chain has a 20-byte digest of its selector and action in the slot,
+/// enough to decide an IPv4 rule, or an IPv6 rule whose local side is any, without reading the rule itself (the
+/// rest of a chain is read from the rules: a digest per rule would cost 20 bytes per rule in every snapshot of the
+/// IP engine's policies).
 #[derive(Debug, Clone)]
 pub struct PolicyDb {
     rules: Vec<Rule>,
-    /// Per rule: its digest ([`Quick`]).
-    quick: Vec<Quick>,
     default: Action,
     /// Per direction (out, in): the IPv4 chains of each prefix length used so far (kept, emptied, by `clear`).
     v4: [Vec<Chains<u32>>; 2],
@@ -310,7 +309,7 @@ impl<N: Net> Chains<N> {
     }
 }
 
-/// A rule's selector and action in 20 bytes, beside the rule: enough to decide a rule whose local side is IPv4 or
+/// A rule's selector and action in 20 bytes, in its chain's slot when it is the chain's first: enough to decide a rule whose local side is IPv4 or
 /// any (of the remote side's family) without reading the rule. `flags` says which parts are any and whether the
 /// digest decides at all.
 #[derive(Debug, Clone, Copy)]
@@ -526,7 +525,6 @@ impl PolicyDb {
     pub fn new(default: Action) -> Self {
         PolicyDb {
             rules: Vec::new(),
-            quick: Vec::new(),
             default,
             v4: [Vec::new(), Vec::new()],
             v6: [Vec::new(), Vec::new()],
@@ -538,7 +536,6 @@ impl PolicyDb {
     /// rebuilt for every change reuses its predecessor's instead of allocating its own.
     pub fn clear(&mut self, default: Action) {
         self.rules.clear();
-        self.quick.clear();
         self.default = default;
         for t in &mut self.v4 {
             t.iter_mut().for_each(Chains::clear);
@@ -576,7 +573,6 @@ impl PolicyDb {
                 &mut self.next,
             ),
         }
-        self.quick.push(q);
         self.rules.push(rule);
     }
     pub fn rules(&self) -> &[Rule] {
@@ -652,18 +648,10 @@ impl PolicyDb {
                     (b, action) => (Some(b as usize), action),
                 };
             }
-            // A chained rule's remote side holds the address: its digest decides it where it can (a wild rule's
-            // family is not known from its chain, so the rule itself does).
-            let q = &self.quick[i as usize];
-            let hit = match (at, q.matches(key)) {
-                (usize::MAX, _) | (_, None) => {
-                    let r = &self.rules[i as usize];
-                    r.selector.matches(key).then_some(r.action)
-                }
-                (_, Some(m)) => m.then(|| q.action()),
-            };
-            if let Some(action) = hit {
-                return (Some(i as usize), action);
+            // (The first rules of the chains were decided by their slots' digests where they could be.)
+            let r = &self.rules[i as usize];
+            if r.selector.matches(key) {
+                return (Some(i as usize), r.action);
             }
             // (The next rule of a chain is read only when needed: one memory access less for the usual first hit.)
             match heads.get_mut(at) {
