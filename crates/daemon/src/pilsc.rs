@@ -604,6 +604,7 @@ impl Section for PilscConfig {
             table,
             db,
             marks,
+            config: opts.config.clone(),
         }))
     }
 
@@ -653,6 +654,8 @@ struct PilscPrepared {
     db: PolicyDb,
     /// Per key slot (in order): its mark file and the counter reserved.
     marks: Vec<(String, u64)>,
+    /// The configuration file (a reload of `[[pilsc.rule]]` tables reads it again).
+    config: Option<PathBuf>,
 }
 
 impl Prepared for PilscPrepared {
@@ -696,6 +699,7 @@ impl Prepared for PilscPrepared {
             queues: (qo, qi),
             iptables: ipt.clone(),
             source: p.cfg.source.clone(),
+            config: p.config.clone(),
             keys_path: p.cfg.keys_path.clone(),
             settings: p.cfg.settings(),
             reload_tx: std::sync::Mutex::new(reload_tx),
@@ -884,6 +888,8 @@ struct Shared {
     iptables: String,
     /// For a reload: where the rules and keys are, how the table is built, the worker's mailbox, the chains.
     source: RuleSource,
+    /// The configuration file: where `[[pilsc.rule]]` tables are read again.
+    config: Option<PathBuf>,
     keys_path: Option<PathBuf>,
     settings: Settings,
     reload_tx: std::sync::Mutex<std::sync::mpsc::Sender<ReloadMsg>>,
@@ -911,32 +917,34 @@ fn rule_infos(file: &RuleFile) -> Vec<RuleInfo> {
 }
 
 impl Shared {
-    /// `netveil reload` / SIGHUP: reads the rule file and the key file again and, if they load, puts them in force
+    /// `netveil reload` / SIGHUP: reads the rule file and the key file again (or the configuration's
+    /// `[[pilsc.rule]]` tables: [`Shared::reload_tables`]) and, if they load, puts them in force
     /// without a gap: the worker switches between two batches (keys that stay keep their counters and replay
     /// windows; new keys continue from their marks), then the queue chains are replaced in one transaction. If
     /// anything fails, nothing changed.
     fn reload(&self) -> std::result::Result<String, String> {
-        let RuleSource::File(path) = &self.source else {
-            return Err("the rules are [[pilsc.rule]] tables of the configuration: restart the daemon to change \
-                        them (reload reads a rule file, pilsc.rules)"
-                .into());
-        };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let file =
-            netveil_pilsc::rules::parse(&text).map_err(|e| format!("{}:\n{e}", path.display()))?;
-        let keys = match &self.keys_path {
-            None => Keys::none(),
-            Some(p) => {
-                let t = zeroize::Zeroizing::new(
-                    std::fs::read_to_string(p)
-                        .map_err(|e| format!("cannot read {}: {e}", p.display()))?,
-                );
-                Keys::parse(&t).map_err(|e| format!("{}:\n{e}", p.display()))?
+        let (file, keys) = match &self.source {
+            RuleSource::File(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                let file = netveil_pilsc::rules::parse(&text)
+                    .map_err(|e| format!("{}:\n{e}", path.display()))?;
+                let keys = match &self.keys_path {
+                    None => Keys::none(),
+                    Some(p) => {
+                        let t = zeroize::Zeroizing::new(
+                            std::fs::read_to_string(p)
+                                .map_err(|e| format!("cannot read {}: {e}", p.display()))?,
+                        );
+                        Keys::parse(&t).map_err(|e| format!("{}:\n{e}", p.display()))?
+                    }
+                };
+                Table::build(&file, &keys, &self.settings, |_, _, _| (1, 2))
+                    .map_err(|e| format!("{}:\n{e}", path.display()))?;
+                (file, keys)
             }
+            RuleSource::Toml => self.reload_tables()?,
         };
-        Table::build(&file, &keys, &self.settings, |_, _, _| (1, 2))
-            .map_err(|e| format!("{}:\n{e}", path.display()))?;
         let prefixes = queued_prefixes(&file);
         let (tx, rx) = std::sync::mpsc::channel();
         self.reload_tx
@@ -960,6 +968,55 @@ impl Shared {
             format!("the rules are in force, but the queue chains were not replaced: {e}")
         })?;
         Ok(said)
+    }
+}
+
+impl Shared {
+    /// The rules and keys of a reload where the rules are `[[pilsc.rule]]` tables: the configuration file's
+    /// `[pilsc]` section parsed and checked again as at start-up. Only the rules and keys may change: a changed
+    /// mode, queue, window or source limit, or a move to a rule file, is refused (they take a restart).
+    fn reload_tables(&self) -> std::result::Result<(RuleFile, Keys), String> {
+        let Some(path) = &self.config else {
+            return Err("the rules are [[pilsc.rule]] tables, and this daemon does not know its configuration \
+                        file: restart it to change them"
+                .into());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let bad = |e: ConfigError| format!("{}: {e}", path.display());
+        let top: toml::Table = toml::from_str(&text)
+            .map_err(|e| format!("{}: not valid TOML: {}", path.display(), e.message()))?;
+        let section = top
+            .get("pilsc")
+            .cloned()
+            .ok_or_else(|| format!("{}: the [pilsc] section is gone", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let c = PilscConfig::from_section(section, base).map_err(bad)?;
+        let fixed = [
+            ("pilsc.rules", !matches!(c.source, RuleSource::Toml)),
+            ("pilsc.mode", c.mode != self.settings.mode),
+            (
+                "pilsc.queue",
+                (c.queue, c.queue.wrapping_add(1)) != self.queues,
+            ),
+            (
+                "pilsc.replay_window",
+                c.replay_window != self.settings.window,
+            ),
+            (
+                "pilsc.max_sources",
+                c.max_sources != self.settings.max_sources,
+            ),
+        ];
+        if let Some((key, _)) = fixed.iter().find(|(_, changed)| *changed) {
+            return Err(bad(cerr(
+                key,
+                "changed: a reload changes the rules and keys only; restart the daemon to change this",
+            )));
+        }
+        Table::build(&c.file, &c.keys, &self.settings, |_, _, _| (1, 2))
+            .map_err(|e| bad(RuleSource::Toml.error(&e)))?;
+        Ok((c.file, c.keys))
     }
 }
 

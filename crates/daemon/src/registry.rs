@@ -59,10 +59,12 @@ impl Registry<'_> {
 }
 
 /// What `netveil up` passes every engine's [`Section::prepare`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct UpOptions {
     /// `--fresh-keys`: outbound SAs whose keys have no sequence mark use new keys (see [`crate::state`]).
     pub fresh_keys: bool,
+    /// The configuration file the daemon was started with (an engine that reloads its sections reads it again).
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// An engine as the registry knows it: its name, its sections, and their parser.

@@ -288,7 +288,10 @@ pub fn up_with(
     let s = load_with(reg, path)?;
     crate::log::init(crate::log::level(s.log_level, verbose, quiet));
     // Every check and every key schedule of every engine before the first change to the system.
-    let opts = UpOptions { fresh_keys };
+    let opts = UpOptions {
+        fresh_keys,
+        config: Some(path.to_path_buf()),
+    };
     let mut prepared = Vec::new();
     let mut driver_configs: Vec<Box<dyn DriverConfig>> = Vec::new();
     for (_, sec) in s.engines {
