@@ -125,7 +125,7 @@ fn measure_psp(a: &BenchArgs, bin: &Bin, version: &str) -> Result<Row> {
 
 /// wireguard-go: on PATH, or built from the Go module proxy into ~/go/bin (where `go install` names it
 /// `wireguard`).
-fn find_wireguard_go() -> Option<PathBuf> {
+pub fn find_wireguard_go() -> Option<PathBuf> {
     if lab::have_tool("wireguard-go") {
         return Some(PathBuf::from("wireguard-go"));
     }
@@ -145,6 +145,29 @@ fn find_wireguard_go() -> Option<PathBuf> {
 
 /// wireguard-go between the same two namespaces, same addresses, same MTU.
 fn measure_wireguard_go(a: &BenchArgs, wg_go: &std::path::Path) -> Result<Row> {
+    let (ping, g, r) = with_wireguard_go(wg_go, |lab, h| {
+        let dst = h.addrs[1].inner.to_string();
+        let ping = bench_ping::ping_sizes(lab, &h.ns[0], &dst, a.pings)?;
+        let (g, r) = iperf(lab, &h.ns[1], &h.ns[0], &dst, a.seconds, a.streams)?;
+        Ok((ping, g, r))
+    })?;
+    Ok(Row {
+        path: "wireguard-go (peer)".into(),
+        encap: "udp 51820".into(),
+        gbit_per_s: g,
+        retransmits: r,
+        ping,
+        netveil_bin: None,
+        rounds: 1,
+    })
+}
+
+/// Runs `f` with wireguard-go (the binary `wg_go`) between two fresh namespaces as the bench's other paths have
+/// them (same addresses: `inner` on the tunnel; same MTU), then stops it.
+pub fn with_wireguard_go<T>(
+    wg_go: &std::path::Path,
+    f: impl FnOnce(&Lab, &TwoHosts) -> Result<T>,
+) -> Result<T> {
     let mut lab = Lab::new("nvbench")?;
     let pair = HostPair::default();
     let h = TwoHosts::topology(&mut lab, &pair)?;
@@ -233,25 +256,12 @@ fn measure_wireguard_go(a: &BenchArgs, wg_go: &std::path::Path) -> Result<Row> {
             ],
         )?;
     }
-    let dst = h.addrs[1].inner.to_string();
-    let r = bench_ping::ping_sizes(&lab, &h.ns[0], &dst, a.pings).and_then(|ping| {
-        let (g, r) = iperf(&lab, &h.ns[1], &h.ns[0], &dst, a.seconds, a.streams)?;
-        Ok((ping, g, r))
-    });
+    let r = f(&lab, &h);
     for mut c in children {
         let _ = c.kill();
         let _ = c.wait();
     }
-    let (ping, g, r) = r?;
-    Ok(Row {
-        path: "wireguard-go (peer)".into(),
-        encap: "udp 51820".into(),
-        gbit_per_s: g,
-        retransmits: r,
-        ping,
-        netveil_bin: None,
-        rounds: 1,
-    })
+    r
 }
 
 /// One l2sec measurement (or the plain bridge).

@@ -22,7 +22,7 @@ const ADDR: [&str; 2] = ["10.78.0.1", "10.78.0.2"];
 const PORT: u16 = 5301;
 const FILE: u64 = 1 << 20;
 /// The data of each ping in the overhead capture.
-const PING_DATA: usize = 100;
+pub const PING_DATA: usize = 100;
 
 /// `n` rules for side `side` (peer: the other side): rule 1 protects the transfer's port with AES-128; the others
 /// are protected rules for other hosts and ports (distinct /32 peers across many /16s, so the lookup has them all

@@ -159,6 +159,9 @@ enum Cmd {
     /// Run a lab in network namespaces: bring up ESP (or PSP, or l2sec on a wired LAN), ping, transfer data, show
     /// what an eavesdropper sees (and, for l2sec, an ARP-spoofing attack failing).
     Demo(netveil_lab::demo::DemoArgs),
+    /// The overhead lab: the studies' experiments (ping round-trip time by payload size, bytes added per packet)
+    /// for netveil's protocols and wireguard-go, with the papers' numbers beside; writes report.json, .csv and .md.
+    Lab(netveil_lab::lab_run::LabArgs),
 }
 
 /// A failed command: the daemon's, the lab's or the control client's error. Bad input exits with code 2.
@@ -267,6 +270,9 @@ fn run(cmd: Cmd) -> Result<(), Error> {
         Cmd::Pcap { cmd } => pcap_tools::run(cmd)?,
         Cmd::Bench(a) => netveil_lab::bench::run(a)?,
         Cmd::Demo(a) => netveil_lab::demo::run(a)?,
+        Cmd::Lab(a) => {
+            netveil_lab::lab_run::run(a)?;
+        }
         Cmd::Flood(a) => flood::run(a)?,
     }
     Ok(())

@@ -1,0 +1,390 @@
+//! The overhead lab's report (`netveil lab`, see [`crate::lab_run`]): one [`Cell`] per measured figure, with the
+//! machine and programs it was measured on, written as `report.json` (the schema below), `report.csv` and
+//! `report.md`.
+//!
+//! Schema (version [`SCHEMA`]): `{schema, command, netveil, kernel, cpu, programs: {name: version line}, quick,
+//! experiments: [name], started_unix, seconds, cells: [Cell]}`; a cell is `{experiment, path, metric, unit, value,
+//! min, max, runs, reason, paper, paper_source, expected}`: `value` is the median of `runs` (its min and max beside),
+//! or null with `reason` saying why the cell could not be measured; `paper` is the study's number for the same
+//! measurement (from `paper_source`), `expected` what a formula predicts (the overhead cells). [`check`] holds a
+//! report to this.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::{Error, Result};
+
+/// The report format's version.
+pub const SCHEMA: u32 = 1;
+
+/// One figure of the report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Cell {
+    pub experiment: String,
+    /// What carried the traffic: `clear`, `netveil esp aes128gcm16 udp`, `wireguard-go`, ...
+    pub path: String,
+    /// What was measured, with its parameter: `rtt 64 B`, `overhead`.
+    pub metric: String,
+    pub unit: String,
+    /// The median of `runs`; `None` when the cell could not be measured.
+    pub value: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    /// Every repetition's figure.
+    pub runs: Vec<f64>,
+    /// Why there is no value.
+    pub reason: Option<String>,
+    /// The study's number for the same measurement, and where it is from.
+    pub paper: Option<f64>,
+    pub paper_source: Option<String>,
+    /// What a formula predicts (bytes of overhead).
+    pub expected: Option<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    crate::bench_ping::median(v)
+}
+
+impl Cell {
+    /// A measured cell: the median of `runs`, with their min and max (`runs` empty: a cell without value saying
+    /// so).
+    pub fn measured(
+        experiment: &str,
+        path: &str,
+        metric: &str,
+        unit: &str,
+        runs: Vec<f64>,
+    ) -> Cell {
+        if runs.is_empty() {
+            return Cell::missing(
+                experiment,
+                path,
+                metric,
+                unit,
+                "no repetition gave a figure",
+            );
+        }
+        let min = runs.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = runs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Cell {
+            experiment: experiment.into(),
+            path: path.into(),
+            metric: metric.into(),
+            unit: unit.into(),
+            value: Some(median(&runs)),
+            min: Some(min),
+            max: Some(max),
+            runs,
+            reason: None,
+            paper: None,
+            paper_source: None,
+            expected: None,
+        }
+    }
+
+    /// A cell that could not be measured, and why.
+    pub fn missing(experiment: &str, path: &str, metric: &str, unit: &str, reason: &str) -> Cell {
+        Cell {
+            experiment: experiment.into(),
+            path: path.into(),
+            metric: metric.into(),
+            unit: unit.into(),
+            value: None,
+            min: None,
+            max: None,
+            runs: Vec::new(),
+            reason: Some(reason.into()),
+            paper: None,
+            paper_source: None,
+            expected: None,
+        }
+    }
+
+    /// The study's number beside this one.
+    pub fn paper(mut self, value: f64, source: &str) -> Cell {
+        self.paper = Some(value);
+        self.paper_source = Some(source.into());
+        self
+    }
+
+    /// What a formula predicts.
+    pub fn expected(mut self, value: f64) -> Cell {
+        self.expected = Some(value);
+        self
+    }
+}
+
+/// A run of the lab.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    pub schema: u32,
+    /// The command line.
+    pub command: Vec<String>,
+    /// netveil's version.
+    pub netveil: String,
+    /// `uname -r`.
+    pub kernel: String,
+    /// The CPU's model name and the number of CPUs.
+    pub cpu: String,
+    /// Each program the lab ran: the first line of its version output (or why there is none).
+    pub programs: BTreeMap<String, String>,
+    pub quick: bool,
+    pub experiments: Vec<String>,
+    pub started_unix: u64,
+    pub seconds: f64,
+    pub cells: Vec<Cell>,
+}
+
+/// The first line a program prints for its version (`args`), or why there is none.
+pub fn version_line(program: &str, args: &[&str]) -> String {
+    match std::process::Command::new(program).args(args).output() {
+        Ok(o) => {
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            text.lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or("(no version output)")
+                .to_string()
+        }
+        Err(e) => format!("not run: {e}"),
+    }
+}
+
+/// The kernel release and the CPU's model name with the number of CPUs.
+pub fn machine() -> (String, String) {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|e| format!("unknown: {e}"));
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = info
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, m)| m.trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    (kernel, format!("{model} ({cpus} CPUs)"))
+}
+
+/// Whether `report` keeps the schema: every cell a finite value with its runs, min <= value <= max, and no reason,
+/// or no value, no runs and a reason; names and units not empty. Every problem found, or `Ok`.
+pub fn check(report: &Report) -> std::result::Result<(), Vec<String>> {
+    let mut bad = Vec::new();
+    if report.schema != SCHEMA {
+        bad.push(format!("schema {} (expected {SCHEMA})", report.schema));
+    }
+    if report.cells.is_empty() {
+        bad.push("no cells".into());
+    }
+    for (i, c) in report.cells.iter().enumerate() {
+        let name = format!("cell {i} ({} / {} / {})", c.experiment, c.path, c.metric);
+        if [&c.experiment, &c.path, &c.metric, &c.unit]
+            .iter()
+            .any(|s| s.trim().is_empty())
+        {
+            bad.push(format!("{name}: an empty name or unit"));
+        }
+        if !report.experiments.contains(&c.experiment) {
+            bad.push(format!("{name}: an experiment the report does not list"));
+        }
+        match (c.value, &c.reason) {
+            (Some(v), None) => {
+                let (Some(lo), Some(hi)) = (c.min, c.max) else {
+                    bad.push(format!("{name}: a value without min and max"));
+                    continue;
+                };
+                if !v.is_finite() || c.runs.is_empty() || c.runs.iter().any(|r| !r.is_finite()) {
+                    bad.push(format!("{name}: a value that is not finite, or no runs"));
+                } else if !(lo <= v && v <= hi) {
+                    bad.push(format!("{name}: value {v} outside [{lo}, {hi}]"));
+                }
+            }
+            (None, Some(r)) if !r.trim().is_empty() => {
+                if !c.runs.is_empty() || c.min.is_some() || c.max.is_some() {
+                    bad.push(format!("{name}: figures without a value"));
+                }
+            }
+            (None, _) => bad.push(format!("{name}: neither a value nor a reason")),
+            (Some(_), Some(_)) => bad.push(format!("{name}: both a value and a reason")),
+        }
+        if c.paper.is_some() != c.paper_source.is_some() {
+            bad.push(format!(
+                "{name}: a paper number without its source, or the reverse"
+            ));
+        }
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(bad)
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or(String::new(), |v| format!("{v:.4}"))
+}
+
+/// A CSV field (RFC 4180: quoted when it holds a comma, a quote or a line break).
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// `report.csv`: one line per cell.
+pub fn csv(report: &Report) -> String {
+    let mut out = String::from(
+        "experiment,path,metric,unit,value,min,max,repetitions,paper,paper_source,expected,reason\n",
+    );
+    for c in &report.cells {
+        let row = [
+            field(&c.experiment),
+            field(&c.path),
+            field(&c.metric),
+            field(&c.unit),
+            num(c.value),
+            num(c.min),
+            num(c.max),
+            c.runs.len().to_string(),
+            num(c.paper),
+            field(c.paper_source.as_deref().unwrap_or("")),
+            num(c.expected),
+            field(c.reason.as_deref().unwrap_or("")),
+        ];
+        out += &row.join(",");
+        out.push('\n');
+    }
+    out
+}
+
+/// A Markdown table cell (no `|` or line break inside).
+fn md(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// `report.md`: the machine, then one table per experiment.
+pub fn markdown(report: &Report) -> String {
+    let mut out = format!(
+        "# netveil lab report\n\n- command: `{}`\n- netveil {}; kernel {}; {}\n- {} cells in {:.0} s{}\n",
+        md(&report.command.join(" ")),
+        md(&report.netveil),
+        md(&report.kernel),
+        md(&report.cpu),
+        report.cells.len(),
+        report.seconds,
+        if report.quick { " (--quick)" } else { "" }
+    );
+    out += "\nPrograms:\n\n";
+    for (p, v) in &report.programs {
+        out += &format!("- {}: {}\n", md(p), md(v));
+    }
+    for e in &report.experiments {
+        out += &format!(
+            "\n## {}\n\n| path | metric | median | min - max | n | paper | expected |\n|---|---|---|---|---|---|---|\n",
+            md(e)
+        );
+        for c in report.cells.iter().filter(|c| &c.experiment == e) {
+            let value = match (c.value, &c.reason) {
+                (Some(v), _) => format!("{v:.3} {}", md(&c.unit)),
+                (None, r) => format!("- ({})", md(r.as_deref().unwrap_or("no value"))),
+            };
+            let range = match (c.min, c.max) {
+                (Some(a), Some(b)) => format!("{a:.3} - {b:.3}"),
+                _ => String::new(),
+            };
+            let paper = match (c.paper, &c.paper_source) {
+                (Some(p), Some(s)) => format!("{p} ({})", md(s)),
+                _ => String::new(),
+            };
+            out += &format!(
+                "| {} | {} | {value} | {range} | {} | {paper} | {} |\n",
+                md(&c.path),
+                md(&c.metric),
+                c.runs.len(),
+                num(c.expected)
+            );
+        }
+    }
+    out
+}
+
+/// Writes `report.json`, `report.csv` and `report.md` into `dir` (made if missing).
+pub fn write(report: &Report, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot make {}", dir.display())))?;
+    let json = serde_json::to_string_pretty(report)
+        .map_err(|e| Error::Other(format!("the report as JSON: {e}")))?;
+    for (name, text) in [
+        ("report.json", json),
+        ("report.csv", csv(report)),
+        ("report.md", markdown(report)),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, text).map_err(Error::io(format!("cannot write {}", p.display())))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(cells: Vec<Cell>) -> Report {
+        Report {
+            schema: SCHEMA,
+            command: vec!["netveil".into(), "lab".into()],
+            netveil: "0".into(),
+            kernel: "6".into(),
+            cpu: "x (2 CPUs)".into(),
+            programs: BTreeMap::new(),
+            quick: true,
+            experiments: vec!["ping-rtt".into()],
+            started_unix: 0,
+            seconds: 1.0,
+            cells,
+        }
+    }
+
+    #[test]
+    fn a_cell_is_a_median_with_its_range_or_a_reason() {
+        let c = Cell::measured("ping-rtt", "clear", "rtt 64 B", "ms", vec![3.0, 1.0, 2.0]);
+        assert_eq!((c.value, c.min, c.max), (Some(2.0), Some(1.0), Some(3.0)));
+        let m = Cell::measured("ping-rtt", "clear", "rtt 64 B", "ms", vec![]);
+        assert!(m.value.is_none() && m.reason.is_some());
+        assert!(check(&report(vec![c.clone(), m])).is_ok());
+        // Each way a cell can break the schema is found.
+        let mut no_reason = Cell::missing("ping-rtt", "wg", "rtt", "ms", "x");
+        no_reason.reason = None;
+        let mut both = c.clone();
+        both.reason = Some("x".into());
+        let mut outside = c.clone();
+        outside.value = Some(9.0);
+        let mut nan = c.clone();
+        nan.value = Some(f64::NAN);
+        let mut stranger = c.clone();
+        stranger.experiment = "other".into();
+        let mut half_paper = c.clone();
+        half_paper.paper = Some(1.0);
+        for bad in [no_reason, both, outside, nan, stranger, half_paper] {
+            assert!(check(&report(vec![bad.clone()])).is_err(), "{bad:?}");
+        }
+        assert!(check(&report(vec![])).is_err());
+    }
+
+    #[test]
+    fn csv_and_markdown_escape_what_they_must() {
+        let c = Cell::missing("ping-rtt", "a, \"b\"", "rtt|x", "ms", "line\nbreak");
+        let r = report(vec![c]);
+        let text = csv(&r);
+        assert!(text.contains("\"a, \"\"b\"\"\""), "{text}");
+        assert!(text.contains("\"line\nbreak\""), "{text}");
+        let m = markdown(&r);
+        assert!(m.contains("rtt\\|x") && m.contains("line break"), "{m}");
+    }
+}

@@ -1,0 +1,361 @@
+//! `netveil lab`: the studies' experiments in network namespaces, one command, a report with the papers' numbers
+//! beside ours ([`crate::lab_report`]). What it runs today (the rest of the studies' matrix joins experiment by
+//! experiment):
+//!
+//! - `ping-rtt`: ICMP round-trip time at payloads of 64 to 1,024 bytes in 64-byte steps (`--quick`: 64, 512 and
+//!   1,024), 100 pings per size (`--quick`: 10), as the bare-PC IPsec study's Fig. 8, through the clear veth, netveil
+//!   ESP (AES-GCM-128) in tunnel and transport mode, PSP (AES-GCM-128) and wireguard-go when it is installed; and
+//!   each path's increase over clear at each size, beside the study's "over 100%" (every path, both modes).
+//! - `overhead`: bytes added per packet, read from a capture of 100-byte pings, for PILSC in both modes and ESP and
+//!   ESP+AH (AES-128-CBC, HMAC-SHA1-96) in tunnel and transport mode, beside the PILSC study's Table 8 and each
+//!   protocol's formula (`expected`).
+//!
+//! Each path gets a fresh two-host lab (its own namespaces, unique names, torn down when the path is done, also
+//! when it fails); a path that cannot run gives cells without value that say why.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::bench_ping;
+use crate::lab::{HostPair, Lab, Mode, TwoHosts};
+use crate::lab_report::{self, Cell, Report};
+use crate::{Error, Result};
+
+/// The experiments, in the order they run.
+pub const EXPERIMENTS: [&str; 2] = ["ping-rtt", "overhead"];
+
+#[derive(clap::Args, Debug)]
+pub struct LabArgs {
+    /// A small matrix (for CI: under a few minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Where the report goes (report.json, report.csv, report.md).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The netveil binary whose daemons run (default: this one).
+    #[arg(long)]
+    pub netveil_bin: Option<PathBuf>,
+}
+
+/// The bare-PC IPsec study's statement on ping response time (its Fig. 8 gives no absolute numbers).
+const BARE_PC_FIG8: &str = "bare-PC IPsec, Fig. 8: over 100% on every path, both modes (from text)";
+const PILSC_TABLE8: &str = "PILSC, Table 8";
+
+/// The payload sizes of `ping-rtt`.
+pub fn ping_sizes(quick: bool) -> Vec<u32> {
+    if quick {
+        vec![64, 512, 1024]
+    } else {
+        (1..=16).map(|i| i * 64).collect()
+    }
+}
+
+/// Bytes ESP adds with AES-128-CBC and HMAC-SHA1-96 to `payload` bytes (RFC 4303: SPI and sequence 8, IV 16,
+/// padding to the block with the 2 trailer bytes, ICV 12).
+pub fn esp_cbc_sha1_overhead(payload: usize) -> usize {
+    let pad = (16 - (payload + 2) % 16) % 16;
+    8 + 16 + pad + 2 + 12
+}
+
+/// Bytes AH adds with HMAC-SHA1-96 (RFC 4302: 12-byte header and a 12-byte ICV, a multiple of 4 for IPv4).
+pub const AH_SHA1_OVERHEAD: usize = 24;
+
+/// What the `overhead` experiment's formula predicts for a path of `bench_pilsc_net::overhead_rows` (`pilsc
+/// confidential`, `esp tunnel aes128-sha1`, ...; pings of `data` bytes: ICMP header 8, inner IPv4 header 20).
+pub fn expected_overhead(row: &str, data: usize) -> Option<usize> {
+    let transport = esp_cbc_sha1_overhead(8 + data);
+    let tunnel = 20 + esp_cbc_sha1_overhead(20 + 8 + data);
+    Some(match row {
+        r if r.starts_with("pilsc confidential") => 12,
+        r if r.starts_with("pilsc authenticated") => 28,
+        r if r.starts_with("esp tunnel") => tunnel,
+        r if r.starts_with("esp+ah tunnel") => tunnel + AH_SHA1_OVERHEAD,
+        r if r.starts_with("esp transport") => transport,
+        r if r.starts_with("esp+ah transport") => transport + AH_SHA1_OVERHEAD,
+        _ => return None,
+    })
+}
+
+/// The paths of `ping-rtt` that netveil's daemons carry: (name, host pair).
+fn netveil_paths() -> Vec<(&'static str, HostPair)> {
+    let transport = HostPair {
+        mode: Mode::Transport,
+        ..HostPair::esp("aes128gcm16")
+    };
+    vec![
+        (
+            "netveil esp aes128gcm16 tunnel",
+            HostPair::esp("aes128gcm16"),
+        ),
+        ("netveil esp aes128gcm16 transport", transport),
+        ("netveil psp aes-gcm-128", HostPair::psp("aes-gcm-128")),
+    ]
+}
+
+/// The round-trip cells of one path: per size, the median over the pings (each ping a repetition).
+fn rtt_cells(path: &str, r: Result<Vec<bench_ping::PingStat>>, sizes: &[u32]) -> Vec<Cell> {
+    match r {
+        Ok(stats) => stats
+            .into_iter()
+            .map(|s| {
+                Cell::measured(
+                    "ping-rtt",
+                    path,
+                    &format!("rtt {} B", s.bytes),
+                    "ms",
+                    s.times,
+                )
+            })
+            .collect(),
+        Err(e) => sizes
+            .iter()
+            .map(|b| {
+                Cell::missing(
+                    "ping-rtt",
+                    path,
+                    &format!("rtt {b} B"),
+                    "ms",
+                    &format!("the path did not run: {e}"),
+                )
+            })
+            .collect(),
+    }
+}
+
+fn pings(
+    lab: &Lab,
+    ns: &str,
+    dst: &str,
+    sizes: &[u32],
+    count: u32,
+) -> Result<Vec<bench_ping::PingStat>> {
+    sizes
+        .iter()
+        .map(|&b| bench_ping::ping(lab, ns, dst, b, count))
+        .collect()
+}
+
+fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
+    let sizes = ping_sizes(quick);
+    let count = if quick { 10 } else { 100 };
+    let mut cells = Vec::new();
+    println!("ping-rtt: clear veth");
+    let clear = (|| {
+        let mut lab = Lab::new("nvlab")?;
+        let h = TwoHosts::topology(&mut lab, &HostPair::default())?;
+        pings(&lab, &h.ns[0], &h.addrs[1].outer.to_string(), &sizes, count)
+    })();
+    let clear_medians: Vec<Option<f64>> = match &clear {
+        Ok(s) => s.iter().map(|s| Some(s.median_ms)).collect(),
+        Err(_) => vec![None; sizes.len()],
+    };
+    cells.extend(rtt_cells("clear", clear, &sizes));
+    let mut paths: Vec<(String, Result<Vec<bench_ping::PingStat>>)> = Vec::new();
+    for (name, pair) in netveil_paths() {
+        println!("ping-rtt: {name}");
+        let r = (|| {
+            let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+            let h = TwoHosts::up(&mut lab, &pair)?;
+            if pair.protocol == crate::lab::Protocol::Psp {
+                h.wait_psp_associated(Duration::from_secs(15))?;
+            }
+            pings(&lab, &h.ns[0], &h.addrs[1].inner.to_string(), &sizes, count)
+        })();
+        paths.push((name.to_string(), r));
+    }
+    let wg = match crate::bench::find_wireguard_go() {
+        Some(wg_go) => {
+            println!("ping-rtt: wireguard-go");
+            crate::bench::with_wireguard_go(&wg_go, |lab, h| {
+                pings(lab, &h.ns[0], &h.addrs[1].inner.to_string(), &sizes, count)
+            })
+        }
+        None => Err(Error::Other(
+            "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),
+        )),
+    };
+    paths.push(("wireguard-go".into(), wg));
+    for (name, r) in paths {
+        // Each path's increase over clear at each size: the study's comparison.
+        let increase: Vec<Cell> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let metric = format!("rtt increase over clear {b} B");
+                let cell = match (&r, clear_medians.get(i).copied().flatten()) {
+                    (Ok(stats), Some(c)) if c > 0.0 => Cell::measured(
+                        "ping-rtt",
+                        &name,
+                        &metric,
+                        "%",
+                        vec![(stats[i].median_ms / c - 1.0) * 100.0],
+                    ),
+                    (Ok(_), _) => Cell::missing("ping-rtt", &name, &metric, "%", "no clear figure"),
+                    (Err(e), _) => Cell::missing(
+                        "ping-rtt",
+                        &name,
+                        &metric,
+                        "%",
+                        &format!("the path did not run: {e}"),
+                    ),
+                };
+                if name.starts_with("netveil esp") {
+                    cell.paper(100.0, BARE_PC_FIG8)
+                } else {
+                    cell
+                }
+            })
+            .collect();
+        cells.extend(rtt_cells(&name, r, &sizes));
+        cells.extend(increase);
+    }
+    cells
+}
+
+fn overhead(bin: &Path) -> Vec<Cell> {
+    println!("overhead: PILSC, ESP and ESP+AH from captures");
+    match crate::bench_pilsc_net::overhead_rows(bin) {
+        Ok(rows) => rows
+            .into_iter()
+            .map(|r| {
+                // ("esp tunnel overhead aes128-sha1" is the path "esp tunnel aes128-sha1".)
+                let path = r.row.replacen(" overhead", "", 1);
+                let mut c = Cell::measured("overhead", &path, "overhead", r.unit, r.runs.clone());
+                if let Some(p) = r.paper {
+                    c = c.paper(p, PILSC_TABLE8);
+                }
+                match expected_overhead(&path, crate::bench_pilsc_net::PING_DATA) {
+                    Some(e) => c.expected(e as f64),
+                    None => c,
+                }
+            })
+            .collect(),
+        Err(e) => vec![Cell::missing(
+            "overhead",
+            "pilsc, esp, esp+ah",
+            "overhead",
+            "B/packet",
+            &format!("did not run: {e}"),
+        )],
+    }
+}
+
+/// `netveil lab`: runs the experiments and writes the report.
+pub fn run(a: LabArgs) -> Result<Report> {
+    let experiments: Vec<String> = if a.only.is_empty() {
+        EXPERIMENTS.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.only.clone()
+    };
+    if let Some(bad) = experiments
+        .iter()
+        .find(|e| !EXPERIMENTS.contains(&e.as_str()))
+    {
+        return Err(Error::Usage(format!(
+            "--only: no experiment {bad:?} (there are: {})",
+            EXPERIMENTS.join(", ")
+        )));
+    }
+    if !crate::lab::is_root() {
+        return Err(Error::Usage(
+            "netveil lab needs root (network namespaces)".into(),
+        ));
+    }
+    let bin = match &a.netveil_bin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().map_err(Error::io("current exe"))?,
+    };
+    let started = Instant::now();
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut cells = Vec::new();
+    for e in &experiments {
+        match e.as_str() {
+            "ping-rtt" => cells.extend(ping_rtt(&bin, a.quick)),
+            _ => cells.extend(overhead(&bin)),
+        }
+    }
+    let (kernel, cpu) = lab_report::machine();
+    let mut programs = std::collections::BTreeMap::new();
+    for (p, args) in [
+        ("ping", &["-V"][..]),
+        ("tcpdump", &["--version"][..]),
+        ("ip", &["-V"][..]),
+        ("iptables", &["--version"][..]),
+    ] {
+        programs.insert(p.to_string(), lab_report::version_line(p, args));
+    }
+    programs.insert(
+        "wireguard-go".into(),
+        match crate::bench::find_wireguard_go() {
+            Some(p) => lab_report::version_line(&p.to_string_lossy(), &["--version"]),
+            None => "not installed".into(),
+        },
+    );
+    let report = Report {
+        schema: lab_report::SCHEMA,
+        command: std::env::args().collect(),
+        netveil: env!("CARGO_PKG_VERSION").into(),
+        kernel,
+        cpu,
+        programs,
+        quick: a.quick,
+        experiments,
+        started_unix,
+        seconds: started.elapsed().as_secs_f64(),
+        cells,
+    };
+    if let Err(bad) = lab_report::check(&report) {
+        return Err(Error::Other(format!(
+            "the report breaks its schema:\n  {}",
+            bad.join("\n  ")
+        )));
+    }
+    lab_report::write(&report, &a.out)?;
+    print!("{}", lab_report::markdown(&report));
+    println!(
+        "\nwrote {}/report.json, report.csv, report.md",
+        a.out.display()
+    );
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overhead_formulas_are_the_rfcs() {
+        // 100-byte pings: ESP transport protects 108 bytes (pad 2 to 112 with the trailer), tunnel 128 (pad 14).
+        assert_eq!(
+            expected_overhead("esp transport aes128-sha1", 100),
+            Some(40)
+        );
+        assert_eq!(expected_overhead("esp tunnel aes128-sha1", 100), Some(72));
+        assert_eq!(
+            expected_overhead("esp+ah tunnel aes128-sha1 + ah sha1", 100),
+            Some(96)
+        );
+        assert_eq!(
+            expected_overhead("esp+ah transport aes128-sha1 + ah sha1", 100),
+            Some(64)
+        );
+        assert_eq!(expected_overhead("pilsc confidential", 100), Some(12));
+        assert_eq!(expected_overhead("pilsc authenticated", 100), Some(28));
+        // The padding follows the size: a payload that fills the block to the trailer pads nothing.
+        assert_eq!(esp_cbc_sha1_overhead(14), 38);
+        assert_eq!(esp_cbc_sha1_overhead(15), 53);
+        assert_eq!(expected_overhead("something else", 100), None);
+    }
+
+    #[test]
+    fn sizes_are_the_studys() {
+        let s = ping_sizes(false);
+        assert_eq!((s.len(), s[0], s[15]), (16, 64, 1024));
+        assert!(ping_sizes(true).iter().all(|b| s.contains(b)));
+    }
+}

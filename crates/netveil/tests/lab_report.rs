@@ -1,0 +1,66 @@
+//! `netveil lab --quick`: the report keeps its schema (every cell a value or a stated reason), the bytes each
+//! protocol adds per packet on the wire equal its formula, and protection raises the ping round-trip time over the
+//! clear path at every size (the bare-PC IPsec study's finding). Needs root, ping, tcpdump, tshark and iptables.
+
+use netveil_lab::lab;
+use netveil_lab::lab_report::{self, Report};
+
+const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
+
+#[test]
+fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
+    assert!(lab::is_root(), "the namespace tests need root");
+    for t in ["ip", "ping", "tcpdump", "tshark", "iptables"] {
+        assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
+    }
+    let out = std::env::temp_dir().join(format!("nv-lab-report-{}", std::process::id()));
+    let run = std::process::Command::new(NETVEIL)
+        .args(["lab", "--quick", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(run.status.success(), "{log}");
+    let text = std::fs::read_to_string(out.join("report.json")).unwrap();
+    let r: Report = serde_json::from_str(&text).unwrap();
+    lab_report::check(&r).unwrap();
+    assert_eq!(r.experiments, ["ping-rtt", "overhead"]);
+    let csv = std::fs::read_to_string(out.join("report.csv")).unwrap();
+    assert_eq!(csv.lines().count(), r.cells.len() + 1);
+    assert!(std::fs::read_to_string(out.join("report.md"))
+        .unwrap()
+        .contains("## overhead"));
+    // Every overhead path was measured, and measured what its formula says.
+    let overhead: Vec<_> = r
+        .cells
+        .iter()
+        .filter(|c| c.experiment == "overhead")
+        .collect();
+    assert_eq!(overhead.len(), 6, "{log}");
+    for c in &overhead {
+        assert_eq!(c.value, c.expected, "{c:?}");
+    }
+    // The clear path and netveil's ESP and PSP paths were measured at each size, ESP and PSP above clear.
+    let rtt = |path: &str, bytes: u32| {
+        r.cells
+            .iter()
+            .find(|c| c.path == path && c.metric == format!("rtt {bytes} B"))
+            .and_then(|c| c.value)
+            .unwrap_or_else(|| panic!("{path} {bytes} B: no value\n{log}"))
+    };
+    for bytes in [64, 512, 1024] {
+        let clear = rtt("clear", bytes);
+        for path in [
+            "netveil esp aes128gcm16 tunnel",
+            "netveil esp aes128gcm16 transport",
+            "netveil psp aes-gcm-128",
+        ] {
+            assert!(rtt(path, bytes) > clear, "{path} {bytes} B\n{log}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
