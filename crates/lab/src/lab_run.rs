@@ -5,7 +5,9 @@
 //! - `ping-rtt`: ICMP round-trip time at payloads of 64 to 1,024 bytes in 64-byte steps (`--quick`: 64, 512 and
 //!   1,024), 100 pings per size (`--quick`: 10), as the bare-PC IPsec study's Fig. 8, through the clear veth, netveil
 //!   ESP (AES-GCM-128) in tunnel and transport mode, PSP (AES-GCM-128) and wireguard-go when it is installed; and
-//!   each path's increase over clear at each size, beside the study's "over 100%" (every path, both modes).
+//!   each path's increase over clear at each size, beside the study's "over 100%" (every path, both modes). Then,
+//!   as the L2 study's Fig. 6.6, a station pinging another on a plain bridge and through l2sec (AES-GCM-128), with
+//!   l2sec's increase over the bridge beside the study's +117%.
 //! - `overhead`: bytes added per packet, read from a capture of 100-byte pings, for PILSC in both modes and ESP and
 //!   ESP+AH (AES-128-CBC, HMAC-SHA1-96) in tunnel and transport mode, beside the PILSC study's Table 8 and each
 //!   protocol's formula (`expected`).
@@ -43,6 +45,9 @@ pub struct LabArgs {
 /// The bare-PC IPsec study's statement on ping response time (its Fig. 8 gives no absolute numbers).
 const BARE_PC_FIG8: &str = "bare-PC IPsec, Fig. 8: over 100% on every path, both modes (from text)";
 const PILSC_TABLE8: &str = "PILSC, Table 8";
+/// The L2 study's ICMP figure for its protocol with full crypto (its figure gives no absolute times).
+const L2_FIG66: &str =
+    "L2 study, Fig. 6.6: ICMP RTT +117% over plain Ethernet, full crypto (from text)";
 
 /// The payload sizes of `ping-rtt`.
 pub fn ping_sizes(quick: bool) -> Vec<u32> {
@@ -212,6 +217,67 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
         cells.extend(rtt_cells(&name, r, &sizes));
         cells.extend(increase);
     }
+    cells.extend(l2_rtt(bin, &sizes, count));
+    cells
+}
+
+/// The L2 study's comparison: a station pinging another on a plain bridge, and the same through l2sec
+/// (AES-GCM-128), with l2sec's increase over the bridge beside the study's (its Fig. 6.6).
+fn l2_rtt(bin: &Path, sizes: &[u32], count: u32) -> Vec<Cell> {
+    use crate::lan::{L2Opts, Lan};
+    let run = |suite: Option<&str>| -> Result<Vec<bench_ping::PingStat>> {
+        let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+        let lan = Lan::build(&mut lab, &["h1", "h2"])?;
+        let _d = match suite {
+            Some(s) => Some(lan.protect(&lab, &["h1", "h2"], &L2Opts::suite(s))?),
+            None => None,
+        };
+        let (h1, h2) = (lan.station("h1")?.clone(), lan.station("h2")?.clone());
+        pings(&lab, &h1.ns, &h2.ip.to_string(), sizes, count)
+    };
+    println!("ping-rtt: plain bridge");
+    let bridge = run(None);
+    println!("ping-rtt: l2sec aes128gcm");
+    let l2 = run(Some("aes128gcm"));
+    let mut cells = Vec::new();
+    if let (Ok(b), Ok(l)) = (&bridge, &l2) {
+        for (i, size) in sizes.iter().enumerate() {
+            let metric = format!("rtt increase over the bridge {size} B");
+            let cell = if b[i].median_ms > 0.0 {
+                Cell::measured(
+                    "ping-rtt",
+                    "l2sec aes128gcm",
+                    &metric,
+                    "%",
+                    vec![(l[i].median_ms / b[i].median_ms - 1.0) * 100.0],
+                )
+            } else {
+                Cell::missing(
+                    "ping-rtt",
+                    "l2sec aes128gcm",
+                    &metric,
+                    "%",
+                    "no bridge figure",
+                )
+            };
+            cells.push(cell.paper(117.0, L2_FIG66));
+        }
+    } else {
+        for size in sizes {
+            cells.push(
+                Cell::missing(
+                    "ping-rtt",
+                    "l2sec aes128gcm",
+                    &format!("rtt increase over the bridge {size} B"),
+                    "%",
+                    "the bridge or l2sec did not run (see their rtt cells)",
+                )
+                .paper(117.0, L2_FIG66),
+            );
+        }
+    }
+    cells.extend(rtt_cells("plain bridge", bridge, sizes));
+    cells.extend(rtt_cells("l2sec aes128gcm", l2, sizes));
     cells
 }
 

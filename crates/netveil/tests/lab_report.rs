@@ -61,6 +61,10 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         ] {
             assert!(rtt(path, bytes) > clear, "{path} {bytes} B\n{log}");
         }
+        assert!(
+            rtt("l2sec aes128gcm", bytes) > rtt("plain bridge", bytes),
+            "l2sec {bytes} B\n{log}"
+        );
     }
     let _ = std::fs::remove_dir_all(&out);
 }
