@@ -134,7 +134,13 @@ fn ip_packets(path: &Path) -> Result<Vec<Vec<u8>>> {
 
 /// Pings of [`PING_DATA`] bytes from side 0 to `dst` while side 1's veth is captured; the bytes each IPv4 packet
 /// from side 0 has beyond the clear ping's 128 (median over the packets).
-fn ping_overhead(lab: &Lab, ns: &[String; 2], src: IpAddr, dst: &str, proto: u8) -> Result<f64> {
+pub fn ping_overhead(
+    lab: &Lab,
+    ns: &[String; 2],
+    src: IpAddr,
+    dst: &str,
+    proto: u8,
+) -> Result<f64> {
     let mut cap = lab.capture(&ns[1], "veth-b", "overhead.pcap", 2000, &["ip"])?;
     let size = PING_DATA.to_string();
     lab.exec_ok(

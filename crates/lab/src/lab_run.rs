@@ -8,9 +8,9 @@
 //!   each path's increase over clear at each size, beside the study's "over 100%" (every path, both modes). Then,
 //!   as the L2 study's Fig. 6.6, a station pinging another on a plain bridge and through l2sec (AES-GCM-128), with
 //!   l2sec's increase over the bridge beside the study's +117%.
-//! - `overhead`: bytes added per packet, read from a capture of 100-byte pings, for PILSC in both modes and ESP and
-//!   ESP+AH (AES-128-CBC, HMAC-SHA1-96) in tunnel and transport mode, beside the PILSC study's Table 8 and each
-//!   protocol's formula (`expected`).
+//! - `overhead`: bytes added per packet, read from a capture of 100-byte pings, for PILSC in both modes, ESP and
+//!   ESP+AH (AES-128-CBC, HMAC-SHA1-96) in tunnel and transport mode, PSP (tunnel, AES-GCM-128) and wireguard-go,
+//!   beside the PILSC study's Table 8 and each protocol's formula (`expected`).
 //!
 //! Each path gets a fresh two-host lab (its own namespaces, unique names, torn down when the path is done, also
 //! when it fails); a path that cannot run gives cells without value that say why.
@@ -65,6 +65,16 @@ pub fn esp_cbc_sha1_overhead(payload: usize) -> usize {
     8 + 16 + pad + 2 + 12
 }
 
+/// Bytes PSP adds in tunnel mode as netveil runs it (outer IPv4 20, UDP 8, PSP header 16 with its IV, ICV 16; no
+/// virtualization cookie).
+pub const PSP_TUNNEL_OVERHEAD: usize = 20 + 8 + 16 + 16;
+
+/// Bytes WireGuard adds to an inner packet of `inner` bytes (outer IPv4 20, UDP 8, the transport message's header
+/// 16, padding of the plaintext to 16 bytes, Poly1305 tag 16).
+pub fn wireguard_overhead(inner: usize) -> usize {
+    20 + 8 + 16 + (16 - inner % 16) % 16 + 16
+}
+
 /// Bytes AH adds with HMAC-SHA1-96 (RFC 4302: 12-byte header and a 12-byte ICV, a multiple of 4 for IPv4).
 pub const AH_SHA1_OVERHEAD: usize = 24;
 
@@ -80,6 +90,8 @@ pub fn expected_overhead(row: &str, data: usize) -> Option<usize> {
         r if r.starts_with("esp+ah tunnel") => tunnel + AH_SHA1_OVERHEAD,
         r if r.starts_with("esp transport") => transport,
         r if r.starts_with("esp+ah transport") => transport + AH_SHA1_OVERHEAD,
+        r if r.starts_with("psp tunnel") => PSP_TUNNEL_OVERHEAD,
+        r if r.starts_with("wireguard-go") => wireguard_overhead(20 + 8 + data),
         _ => return None,
     })
 }
@@ -281,23 +293,35 @@ fn l2_rtt(bin: &Path, sizes: &[u32], count: u32) -> Vec<Cell> {
     cells
 }
 
+fn overhead_cell(path: &str, r: Result<f64>, paper: Option<f64>) -> Cell {
+    let c = match r {
+        Ok(v) => Cell::measured("overhead", path, "overhead", "B/packet", vec![v]),
+        Err(e) => Cell::missing(
+            "overhead",
+            path,
+            "overhead",
+            "B/packet",
+            &format!("did not run: {e}"),
+        ),
+    };
+    let c = match paper {
+        Some(p) => c.paper(p, PILSC_TABLE8),
+        None => c,
+    };
+    match expected_overhead(path, crate::bench_pilsc_net::PING_DATA) {
+        Some(e) => c.expected(e as f64),
+        None => c,
+    }
+}
+
 fn overhead(bin: &Path) -> Vec<Cell> {
+    use crate::bench_pilsc_net::ping_overhead;
     println!("overhead: PILSC, ESP and ESP+AH from captures");
-    match crate::bench_pilsc_net::overhead_rows(bin) {
+    let mut cells = match crate::bench_pilsc_net::overhead_rows(bin) {
+        // ("esp tunnel overhead aes128-sha1" is the path "esp tunnel aes128-sha1".)
         Ok(rows) => rows
             .into_iter()
-            .map(|r| {
-                // ("esp tunnel overhead aes128-sha1" is the path "esp tunnel aes128-sha1".)
-                let path = r.row.replacen(" overhead", "", 1);
-                let mut c = Cell::measured("overhead", &path, "overhead", r.unit, r.runs.clone());
-                if let Some(p) = r.paper {
-                    c = c.paper(p, PILSC_TABLE8);
-                }
-                match expected_overhead(&path, crate::bench_pilsc_net::PING_DATA) {
-                    Some(e) => c.expected(e as f64),
-                    None => c,
-                }
-            })
+            .map(|r| overhead_cell(&r.row.replacen(" overhead", "", 1), Ok(r.value), r.paper))
             .collect(),
         Err(e) => vec![Cell::missing(
             "overhead",
@@ -306,7 +330,42 @@ fn overhead(bin: &Path) -> Vec<Cell> {
             "B/packet",
             &format!("did not run: {e}"),
         )],
-    }
+    };
+    println!("overhead: PSP");
+    let psp = (|| {
+        let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+        let h = TwoHosts::up(&mut lab, &HostPair::psp("aes-gcm-128"))?;
+        h.wait_psp_associated(Duration::from_secs(15))?;
+        let ns = [h.ns[0].clone(), h.ns[1].clone()];
+        ping_overhead(
+            &lab,
+            &ns,
+            h.addrs[0].outer,
+            &h.addrs[1].inner.to_string(),
+            17,
+        )
+    })();
+    cells.push(overhead_cell("psp tunnel aes-gcm-128", psp, None));
+    let wg = match crate::bench::find_wireguard_go() {
+        Some(wg_go) => {
+            println!("overhead: wireguard-go");
+            crate::bench::with_wireguard_go(&wg_go, |lab, h| {
+                let ns = [h.ns[0].clone(), h.ns[1].clone()];
+                ping_overhead(
+                    lab,
+                    &ns,
+                    h.addrs[0].outer,
+                    &h.addrs[1].inner.to_string(),
+                    17,
+                )
+            })
+        }
+        None => Err(Error::Other(
+            "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),
+        )),
+    };
+    cells.push(overhead_cell("wireguard-go", wg, None));
+    cells
 }
 
 /// `netveil lab`: runs the experiments and writes the report.
@@ -412,6 +471,10 @@ mod tests {
         );
         assert_eq!(expected_overhead("pilsc confidential", 100), Some(12));
         assert_eq!(expected_overhead("pilsc authenticated", 100), Some(28));
+        assert_eq!(expected_overhead("psp tunnel aes-gcm-128", 100), Some(60));
+        // A 128-byte inner packet needs no WireGuard padding; 129 bytes pad to 144.
+        assert_eq!(expected_overhead("wireguard-go", 100), Some(60));
+        assert_eq!(wireguard_overhead(129), 75);
         // The padding follows the size: a payload that fills the block to the trailer pads nothing.
         assert_eq!(esp_cbc_sha1_overhead(14), 38);
         assert_eq!(esp_cbc_sha1_overhead(15), 53);
