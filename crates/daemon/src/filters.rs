@@ -55,6 +55,17 @@ impl FilterSock {
         }
     }
 
+    /// The one address family the socket receives (`Some(true)`: IPv6; the IPv6 sockets are `IPV6_V6ONLY`),
+    /// from its layout or its address.
+    pub fn family(&self, layout: Layout) -> Option<bool> {
+        match (layout, self) {
+            (Layout::EspRawV4 | Layout::AhRawV4, _) => Some(false),
+            (Layout::EspRawV6 | Layout::AhRawV6, _) => Some(true),
+            (_, FilterSock::Udp(s)) => Some(s.local_addr().is_ipv6()),
+            _ => None,
+        }
+    }
+
     pub fn kernel_drops(&self) -> std::io::Result<u32> {
         match self {
             FilterSock::Udp(s) => s.kernel_drops(),
@@ -67,6 +78,27 @@ impl FilterSock {
 /// UDP, or raw; AH raw), each with its window (see [`window_rule`]). `None` (no filter) if there are too many SAs
 /// for one filter.
 pub fn esp_filter(sad: &Sad, layout: Layout, storm: bool, mtu: u16) -> Option<Program> {
+    esp_filter_for(sad, layout, storm, mtu, None)
+}
+
+/// [`esp_filter`] for a socket that receives one address family only (`v6`: `Some(true)` IPv6, `Some(false)`
+/// IPv4): a tunnel-mode SA whose peer is of the other family never arrives there and is left out (an
+/// IPv4-mapped IPv6 peer counts as both). So adding an IPv4 SA leaves the IPv6 socket's program as it is, and
+/// the kernel compiles one program per change, not two.
+pub fn esp_filter_for(
+    sad: &Sad,
+    layout: Layout,
+    storm: bool,
+    mtu: u16,
+    v6: Option<bool>,
+) -> Option<Program> {
+    let reaches = |mode: &netveil_ipsec::Mode| match (mode, v6) {
+        (netveil_ipsec::Mode::Tunnel { remote, .. }, Some(v6)) => match remote {
+            std::net::IpAddr::V4(_) => !v6,
+            std::net::IpAddr::V6(a) => v6 || a.to_ipv4_mapped().is_some(),
+        },
+        _ => true,
+    };
     let udp = layout == Layout::EspInUdp;
     let protocol = match layout {
         Layout::AhRawV4 | Layout::AhRawV6 => netveil_ipsec::Protocol::Ah,
@@ -75,6 +107,7 @@ pub fn esp_filter(sad: &Sad, layout: Layout, storm: bool, mtu: u16) -> Option<Pr
     let rules: Vec<SpiRule> = sad
         .inbound()
         .filter(|s| s.protocol() == protocol && s.params.encap.is_some() == udp)
+        .filter(|s| reaches(&s.params.mode))
         .map(|s| window_rule(s.spi(), s.replay_state(), storm))
         .collect();
     if udp {
@@ -207,5 +240,60 @@ mod tests {
         assert_eq!(r.floor, None);
         let r = window_rule(7, None, true);
         assert_eq!((r.floor, r.ceiling), (None, None));
+    }
+
+    /// A socket of one family lists only the UDP-encapsulated tunnel SAs whose peer is of that family (and the
+    /// transport-mode ones, whose peers the SA does not say; an IPv4-mapped peer counts as both): adding an IPv4
+    /// SA leaves the IPv6 socket's program unchanged, so it is not compiled and attached again.
+    #[test]
+    fn a_socket_of_one_family_lists_the_sas_of_its_peers() {
+        let key = "11".repeat(20);
+        let sa = |name: &str, spi: u32, mode: &str| {
+            format!(
+                "[[sa]]\nname = \"{name}\"\ndirection = \"in\"\nprotocol = \"esp\"\nspi = {spi}\n{mode}\n\
+                 suite = \"aes128gcm16\"\nenc_key = \"{key}\"\nencap = \"udp\"\n"
+            )
+        };
+        let tunnel =
+            |l: &str, r: &str| format!("mode = \"tunnel\"\nlocal = \"{l}\"\nremote = \"{r}\"");
+        let text = [
+            "[interface]\n".to_string(),
+            sa("v4", 0x1001, &tunnel("192.0.2.1", "192.0.2.2")),
+            sa("v6", 0x2001, &tunnel("2001:db8::1", "2001:db8::2")),
+            sa(
+                "mapped",
+                0x3001,
+                &tunnel("::ffff:192.0.2.1", "::ffff:192.0.2.3"),
+            ),
+            sa("transport", 0x4001, "mode = \"transport\""),
+        ]
+        .concat();
+        let cfg = crate::config::Config::parse(&text).unwrap();
+        let (sad, _) = cfg.build_sad(0).unwrap();
+        let passed = |v6: Option<bool>| -> Vec<u32> {
+            let p = esp_filter_for(&sad, Layout::EspInUdp, false, 1400, v6).unwrap();
+            [0x1001u32, 0x2001, 0x3001, 0x4001]
+                .into_iter()
+                .filter(|spi| {
+                    let mut pkt = vec![0u8; 8];
+                    pkt.extend_from_slice(&spi.to_be_bytes());
+                    pkt.extend_from_slice(&1u32.to_be_bytes());
+                    pkt.extend_from_slice(&[0; 32]);
+                    netveil_io::filter::run(&p, &pkt)
+                })
+                .collect()
+        };
+        assert_eq!(passed(Some(false)), [0x1001, 0x3001, 0x4001]);
+        assert_eq!(passed(Some(true)), [0x2001, 0x3001, 0x4001]);
+        assert_eq!(passed(None), [0x1001, 0x2001, 0x3001, 0x4001]);
+        // Without the IPv4 SA, the IPv4 socket's program differs and the IPv6 socket's is the same.
+        let without = text.replace(&sa("v4", 0x1001, &tunnel("192.0.2.1", "192.0.2.2")), "");
+        let (fewer, _) = crate::config::Config::parse(&without)
+            .unwrap()
+            .build_sad(0)
+            .unwrap();
+        let prog = |sad: &Sad, v6| esp_filter_for(sad, Layout::EspInUdp, false, 1400, Some(v6));
+        assert_ne!(prog(&sad, false), prog(&fewer, false));
+        assert_eq!(prog(&sad, true), prog(&fewer, true));
     }
 }

@@ -75,6 +75,10 @@ pub enum SealError {
     TooLong,
     #[error("the explicit IVs of this key are used up: rekey the IKE SA")]
     IvsExhausted,
+    /// [`SkKey::reseal`]: not the message sealed before (another plaintext or key, or an IV or ICV of another
+    /// length).
+    #[error("the message sealed again is not the one sealed before")]
+    NotTheSame,
 }
 
 enum Cipher {
@@ -214,20 +218,9 @@ impl SkKey {
         at: usize,
         kind: Encrypted,
     ) -> Result<(), SealError> {
-        let hdr_end = match at.checked_add(kind.header_len()) {
-            Some(end) if at >= IKE_HEADER_LEN && end <= msg.len() => end,
-            _ => return Err(SealError::BadOffset),
-        };
-        let (iv_len, icv_len, block) = (self.iv_len(), self.icv_len(), self.block_len());
-        let plain = msg.len() - hdr_end;
-        let pad = (block - (plain + 1) % block) % block;
-        let ct_len = plain + pad + 1;
-        let total = hdr_end + iv_len + ct_len + icv_len;
-        if total - at > usize::from(u16::MAX) {
-            return Err(SealError::TooLong);
-        }
+        let (hdr_end, plain) = self.layout(msg, at, kind)?;
         let mut iv = [0u8; 16];
-        let iv = &mut iv[..iv_len];
+        let iv = &mut iv[..self.iv_len()];
         match &self.cipher {
             Cipher::Cbc { .. } => rng.fill(iv),
             Cipher::Aead { .. } => {
@@ -238,6 +231,62 @@ impl SkKey {
                 self.next_iv += 1;
             }
         }
+        self.seal_with(iv, msg, hdr_end, at, plain);
+        Ok(())
+    }
+
+    /// Seals `msg` again as [`SkKey::seal`] sealed it before, with the IV `iv` it took then (from that message's
+    /// bytes): the same key, IV and plaintext give the same bytes. Only if the result's ICV is `icv` (that
+    /// message's) is it `Ok`; any other plaintext gives another ICV and an error, and the caller drops `msg`: an
+    /// IV is never sent with a second plaintext. For a responder's cached response (RFC 7296 2.1) kept in fewer
+    /// bytes than its datagram (see `machine::sa::CachedResponse`).
+    pub fn reseal(
+        &self,
+        iv: &[u8],
+        icv: &[u8],
+        msg: &mut Vec<u8>,
+        at: usize,
+        kind: Encrypted,
+    ) -> Result<(), SealError> {
+        let (hdr_end, plain) = self.layout(msg, at, kind)?;
+        if iv.len() != self.iv_len() || icv.len() != self.icv_len() {
+            return Err(SealError::NotTheSame);
+        }
+        self.seal_with(iv, msg, hdr_end, at, plain);
+        if !bool::from(subtle::ConstantTimeEq::ct_eq(
+            &msg[msg.len() - icv.len()..],
+            icv,
+        )) {
+            msg.clear();
+            return Err(SealError::NotTheSame);
+        }
+        Ok(())
+    }
+
+    /// Where the plaintext of `msg` starts (after the SK/SKF payload's header at `at`) and its length; checks
+    /// that the sealed message fits the payload's length field.
+    fn layout(&self, msg: &[u8], at: usize, kind: Encrypted) -> Result<(usize, usize), SealError> {
+        let hdr_end = match at.checked_add(kind.header_len()) {
+            Some(end) if at >= IKE_HEADER_LEN && end <= msg.len() => end,
+            _ => return Err(SealError::BadOffset),
+        };
+        let (iv_len, icv_len, block) = (self.iv_len(), self.icv_len(), self.block_len());
+        let plain = msg.len() - hdr_end;
+        let pad = (block - (plain + 1) % block) % block;
+        let total = hdr_end + iv_len + plain + pad + 1 + icv_len;
+        if total - at > usize::from(u16::MAX) {
+            return Err(SealError::TooLong);
+        }
+        Ok((hdr_end, plain))
+    }
+
+    /// Both seals' common part: `msg` as [`SkKey::seal`] takes it, its `plain` bytes of plaintext from `hdr_end`
+    /// on, sealed with `iv` (whose length, and the result's, were checked).
+    fn seal_with(&self, iv: &[u8], msg: &mut Vec<u8>, hdr_end: usize, at: usize, plain: usize) {
+        let (iv_len, icv_len, block) = (self.iv_len(), self.icv_len(), self.block_len());
+        let pad = (block - (plain + 1) % block) % block;
+        let ct_len = plain + pad + 1;
+        let total = hdr_end + iv_len + ct_len + icv_len;
         msg.splice(hdr_end..hdr_end, iv.iter().copied());
         msg.resize(msg.len() + pad, 0);
         msg.push(pad as u8);
@@ -259,7 +308,6 @@ impl SkKey {
                 aead.seal(&nonce, aad, ct, icv);
             }
         }
-        Ok(())
     }
 
     /// Opens `msg` (the whole IKE message as received, from the IKE header on) in place: checks the lengths,
@@ -414,6 +462,45 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A message sealed again with its IV and ICV is the same bytes, in every suite; another plaintext (one bit),
+    /// another key, or an IV of another length gives nothing: the bytes sealed with the reused IV are cleared.
+    #[test]
+    fn reseal_gives_the_same_bytes_or_nothing() {
+        let mut rng = SeededRng::new(9);
+        for (encr, integ) in SUITES {
+            let k = keys(encr, integ);
+            let mut tx = SkKey::outbound(&k, Role::Responder).unwrap();
+            let other = SkKey::outbound(&k, Role::Initiator).unwrap();
+            let plain: Vec<u8> = (0..37).collect();
+            let (mut m, at) = message(Encrypted::Sk, &plain);
+            tx.seal(&mut rng, &mut m, at, Encrypted::Sk).unwrap();
+            let ivr = at + 4..at + 4 + tx.iv_len();
+            let (iv, icv) = (&m[ivr], &m[m.len() - tx.icv_len()..]);
+            let (mut again, _) = message(Encrypted::Sk, &plain);
+            tx.reseal(iv, icv, &mut again, at, Encrypted::Sk).unwrap();
+            assert_eq!(again, m, "{encr:?}");
+            let mut flipped = plain.clone();
+            flipped[20] ^= 1;
+            let (mut bad, _) = message(Encrypted::Sk, &flipped);
+            let got = tx.reseal(iv, icv, &mut bad, at, Encrypted::Sk);
+            assert_eq!(
+                (got, bad.len()),
+                (Err(SealError::NotTheSame), 0),
+                "{encr:?}"
+            );
+            let (mut bad, _) = message(Encrypted::Sk, &plain);
+            let got = other.reseal(iv, icv, &mut bad, at, Encrypted::Sk);
+            assert_eq!(
+                (got, bad.len()),
+                (Err(SealError::NotTheSame), 0),
+                "{encr:?}"
+            );
+            let (mut bad, _) = message(Encrypted::Sk, &plain);
+            let got = tx.reseal(&iv[1..], icv, &mut bad, at, Encrypted::Sk);
+            assert_eq!(got, Err(SealError::NotTheSame), "{encr:?}");
         }
     }
 

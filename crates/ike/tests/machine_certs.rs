@@ -59,7 +59,12 @@ fn trusting(id: Identity, cas: &[&str], pinned: &[&str]) -> AuthRound {
 const WALL: u64 = 1_811_808_000; // 2027-06-01
 
 fn sim_at(a: (AuthRound, AuthRound), b: (AuthRound, AuthRound), wall: u64) -> Sim {
-    let (mut ca, mut cb) = pair(&["aes256gcm16-prfsha256-x25519"], &["aes128gcm16"]);
+    sim_ike("aes256gcm16-prfsha256-x25519", a, b, wall)
+}
+
+/// [`sim_at`] with IKE proposal `ike`.
+fn sim_ike(ike: &str, a: (AuthRound, AuthRound), b: (AuthRound, AuthRound), wall: u64) -> Sim {
+    let (mut ca, mut cb) = pair(&[ike], &["aes128gcm16"]);
     (ca.local, ca.remote, ca.psk) = (a.0, a.1, None);
     (cb.local, cb.remote, cb.psk) = (b.0, b.1, None);
     let mut sim = Sim::new(ca, cb, 11);
@@ -409,4 +414,56 @@ fn without_a_wall_clock_certificates_fail_plainly() {
         s.failures(1),
         vec![&cert_failure("moon.netveil.test", CertFailure::NoClock)]
     );
+}
+
+/// RFC 7296 2.1: every duplicated IKE_AUTH request gets the response sent first, byte for byte, although the
+/// responder keeps it without its certificates and seals it again for each (with an AEAD and with AES-CBC and
+/// HMAC, with one certificate and with a chain of two); the initiator's duplicated response changes nothing.
+#[test]
+fn a_duplicated_ike_auth_gets_the_same_response_with_certificates() {
+    for (ike, peer, certs) in [
+        ("aes256gcm16-prfsha256-x25519", "moon", &["moon"][..]),
+        ("aes128-sha256-ecp256", "moon", &["moon"][..]),
+        ("aes128-sha256-ecp256", "deimos", &["deimos", "inter"][..]),
+    ] {
+        let mut r = local(fqdn(peer), certs[0], peer);
+        if let AuthMethod::PubKey(c) = &mut r.method {
+            c.certs = certs.iter().map(|n| cert(n)).collect();
+        }
+        let mut s = sim_ike(
+            ike,
+            (
+                local(fqdn("moon"), "moon", "moon"),
+                trusting(fqdn(peer), &["ca"], &[]),
+            ),
+            (r, trusting(fqdn("moon"), &["ca"], &[])),
+            WALL,
+        );
+        s.faults.dup = 1000;
+        let s = run(s);
+        assert_up(&s);
+        let c = s.ep[1].counters();
+        assert!(c.responses_resent >= 1, "{ike} {peer}: {c:?}");
+        let auth: Vec<&Vec<u8>> = s.sent[1]
+            .iter()
+            .filter(|t| t.bytes[18] == 35 && t.bytes[19] & 0x20 != 0) // IKE_AUTH responses
+            .map(|t| &t.bytes)
+            .collect();
+        assert!(
+            auth.len() >= 2,
+            "{ike} {peer}: {} IKE_AUTH responses",
+            auth.len()
+        );
+        assert!(
+            auth.iter().all(|b| *b == auth[0]),
+            "{ike} {peer}: a resent response differs"
+        );
+        // It carries the certificates (sealed, so by length).
+        let ders: usize = certs.iter().map(|n| cert(n).der().len()).sum();
+        assert!(
+            auth[0].len() > ders,
+            "{ike} {peer}: {} bytes",
+            auth[0].len()
+        );
+    }
 }

@@ -301,7 +301,8 @@ impl Driver {
     /// datagrams go out: as responder, the IKE_AUTH or CREATE_CHILD_SA answer is what tells the peer to start
     /// sending, and its first packets would otherwise meet no SA or policy here (installing takes tens of
     /// milliseconds with the nftables policy rules). A rekey's outbound SA moves only when the old CHILD_SA goes
-    /// (see [`Installer`]), so installing first never sends with keys the peer lacks.
+    /// (see [`Installer`]), so installing first never sends with keys the peer lacks. The new CHILD_SAs' events
+    /// (their log lines) are applied after the answer went, which they no longer delay.
     fn flush(&mut self) {
         let mut events = Vec::new();
         while let Some(ev) = self.machine.poll_event() {
@@ -309,6 +310,17 @@ impl Driver {
         }
         let install_first = events.iter().any(|e| matches!(e, Event::ChildSaUp(_)));
         if install_first {
+            let rekey = events
+                .iter()
+                .any(|e| matches!(e, Event::ChildSaUp(c) if c.replaces.is_some()));
+            // The events before the first new CHILD_SA (its IKE SA's IkeSaUp) keep their place before it.
+            let first = events
+                .iter()
+                .position(|e| matches!(e, Event::ChildSaUp(_)))
+                .unwrap_or(0);
+            for ev in events.drain(..first) {
+                self.apply(ev);
+            }
             // The new CHILD_SAs of the batch go in as one change (under load, the answers of many IKE_AUTH
             // requests received in one turn: one snapshot for all of them).
             let new: Vec<&netveil_ike::event::ChildSa> = events
@@ -318,16 +330,22 @@ impl Driver {
                     _ => None,
                 })
                 .collect();
-            if new.len() > 1 {
-                let t0 = Instant::now();
-                let results = self.installer.install_many(&new);
-                let took = t0.elapsed();
-                for (c, r) in new.iter().zip(results) {
-                    self.preinstalled.insert(c.inbound.spi, (r, took));
-                }
+            let t0 = Instant::now();
+            let results = match new[..] {
+                [] => Vec::new(),
+                [c] => vec![self.installer.install(c)],
+                _ => self.installer.install_many(&new),
+            };
+            let took = t0.elapsed();
+            for (c, r) in new.iter().zip(results) {
+                self.preinstalled.insert(c.inbound.spi, (r, took));
             }
-            for ev in events.drain(..) {
-                self.apply(ev);
+            // The rest of the events (their log lines, a few microseconds each) follow the answer, unless a rekey
+            // is among them: its install keeps its place among the batch's events, all before the answer.
+            if rekey {
+                for ev in events.drain(..) {
+                    self.apply(ev);
+                }
             }
         }
         while let Some(t) = self.machine.poll_transmit() {

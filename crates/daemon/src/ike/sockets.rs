@@ -93,6 +93,10 @@ impl Sockets {
                 if let Some(m) = mark {
                     s.set_mark(m).map_err(ctx(s.local_addr().port()))?;
                 }
+                // A receive on a socket polled readable returns at once; the timeout only bounds one whose
+                // datagram went meanwhile. Set once here: per receive it was a syscall per datagram.
+                s.set_recv_timeout(Duration::from_millis(1))
+                    .map_err(ctx(s.local_addr().port()))?;
             }
             socks.push(Sock {
                 sock: ike,
@@ -124,7 +128,6 @@ impl Sockets {
             if !ready {
                 continue;
             }
-            s.sock.set_recv_timeout(Duration::from_millis(1))?;
             for b in &mut self.bufs {
                 b.reset(0);
             }

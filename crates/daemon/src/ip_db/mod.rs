@@ -16,7 +16,7 @@
 //!   each change. `netveil monitor` reads them.
 
 use crate::config::{self, Config, ConfigError, Interface, PolicyRule, PspConfig};
-use crate::filters::{esp_filter, FilterSock};
+use crate::filters::{esp_filter_for, FilterSock};
 use crate::sa_api::KeyOrigin;
 use crate::state::{RxStore, SeqStore, StateDir};
 use arc_swap::{ArcSwap, Guard};

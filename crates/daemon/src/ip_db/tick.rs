@@ -96,7 +96,7 @@ pub(super) fn refresh_filters(t: &mut Tables, sad: &Sad, force: bool) -> Vec<Str
     let (storm, mtu) = (t.storm, t.interface.mtu);
     let mut problems = Vec::new();
     for (layout, sock, installed) in t.filters.iter_mut() {
-        let p = esp_filter(sad, *layout, storm, mtu);
+        let p = esp_filter_for(sad, *layout, storm, mtu, sock.family(*layout));
         if force || p != *installed {
             // A failed attach leaves the kernel's program (still `installed`), so the next refresh tries again.
             match sock.attach(p.as_ref()) {

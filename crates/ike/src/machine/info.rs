@@ -4,8 +4,10 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use super::sa::{backoff, CachedResponse, IkeSa, Opened, Pending, Purpose, State};
+use super::sa::{backoff, IkeSa, Opened, Pending, Purpose, State};
 use super::Endpoint;
+use crate::cert::Certificate;
+use crate::config::AuthMethod;
 use crate::event::{Event, Failure};
 use crate::message::sa::protocol_id;
 use crate::message::{Delete, ExchangeType, Header, Notify, NotifyType, Payload};
@@ -55,10 +57,18 @@ impl Endpoint {
         inner: &[Payload],
     ) {
         let bytes = sa.sealed_message(&mut *self.rng, exchange, true, mid, inner);
-        sa.last_response = Some(CachedResponse::new(mid, &bytes));
+        sa.cache_response(mid, exchange, inner, &bytes, self.local_certs(sa.conn));
         sa.peer_mid = mid.wrapping_add(1);
         for b in bytes {
             self.send(sa.local, sa.remote, b);
+        }
+    }
+
+    /// The certificates connection `conn` sends (none with a PSK): what a cached response leaves out.
+    fn local_certs(&self, conn: usize) -> &[Certificate] {
+        match self.connections.get(conn).map(|c| &c.local.method) {
+            Some(AuthMethod::PubKey(c)) => &c.certs,
+            _ => &[],
         }
     }
 
@@ -121,8 +131,9 @@ impl Endpoint {
         if !h.flags.response {
             if h.message_id != sa.peer_mid {
                 match &sa.last_response {
-                    Some(c) if c.message_id == h.message_id && !c.is_empty() => {
-                        let (l, r, b) = (sa.local, sa.remote, c.datagrams());
+                    Some(c) if c.message_id() == h.message_id && !c.is_empty() => {
+                        let b = sa.cached_datagrams(self.local_certs(sa.conn));
+                        let (l, r) = (sa.local, sa.remote);
                         self.counters.responses_resent += 1;
                         for b in b {
                             self.send(l, r, b);

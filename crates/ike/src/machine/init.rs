@@ -193,8 +193,8 @@ impl Endpoint {
             return;
         }
         // A retransmission of a request we answered: the same answer.
-        if let Some(id) = self.by_init.get(&(hdr.initiator_spi, remote)) {
-            match self.sas.get(id) {
+        if let Some(id) = self.by_init.get(hdr.initiator_spi, remote, &self.sas) {
+            match self.sas.get(&id) {
                 Some(sa) if *sa.hs().init_received == *bytes => {
                     let (l, r, b) = (sa.local, sa.remote, sa.hs().init_sent.to_vec());
                     self.counters.responses_resent += 1;
@@ -398,7 +398,7 @@ impl Endpoint {
         let out = sa.clear_message(ExchangeType::IKE_SA_INIT, true, 0, payloads);
         sa.hs_mut().init_sent = out.as_slice().into();
         self.by_spi.insert(spi_r, id);
-        self.by_init.insert((spi_i, remote), id);
+        self.by_init.insert(spi_i, remote, id, &self.sas);
         self.half_open += 1;
         self.sas.insert(id, Box::new(sa));
         self.send(local, remote, out);

@@ -376,7 +376,7 @@ impl Endpoint {
         };
         if hdr.exchange_type != ExchangeType::IKE_INTERMEDIATE
             || hdr.flags.response
-            || hdr.message_id != cached.message_id
+            || hdr.message_id != cached.message_id()
             || cached.is_empty()
         {
             return false;
@@ -395,7 +395,7 @@ impl Endpoint {
         if prev.open(&mut buf, message::HEADER_LEN, kind).is_err() {
             return false;
         }
-        let (l, r, b) = (sa.local, sa.remote, cached.datagrams());
+        let (l, r, b) = (sa.local, sa.remote, sa.cached_datagrams(&[]));
         self.counters.responses_resent += 1;
         for b in b {
             self.send(l, r, b);

@@ -129,6 +129,56 @@ struct CookieSecret {
     since: Instant,
 }
 
+/// Responder SAs by the initiator's SPI and the address its IKE_SA_INIT came from ([`IkeSa::init_remote`]), as a
+/// map by both would have them, in 16 bytes a slot (a map by both took 48, about 100 bytes per IKE SA with the
+/// table's room): by the SPI alone, the address checked against the SA; the rare SA whose SPI another peer's SA
+/// already has (random 64-bit SPIs meet only where a peer reuses one it saw) by both.
+#[derive(Default)]
+struct InitIndex {
+    by_spi: HashMap<u64, IkeSaId>,
+    more: HashMap<(u64, SocketAddr), IkeSaId>,
+}
+
+impl InitIndex {
+    fn get(
+        &self,
+        spi: u64,
+        remote: SocketAddr,
+        sas: &BTreeMap<IkeSaId, Box<IkeSa>>,
+    ) -> Option<IkeSaId> {
+        self.by_spi
+            .get(&spi)
+            .filter(|id| sas.get(id).is_some_and(|sa| sa.init_remote == remote))
+            .or_else(|| self.more.get(&(spi, remote)))
+            .copied()
+    }
+
+    fn insert(
+        &mut self,
+        spi: u64,
+        remote: SocketAddr,
+        id: IkeSaId,
+        sas: &BTreeMap<IkeSaId, Box<IkeSa>>,
+    ) {
+        match self.by_spi.get(&spi).and_then(|o| sas.get(o)) {
+            Some(other) if other.init_remote != remote => {
+                self.more.insert((spi, remote), id);
+            }
+            _ => {
+                self.by_spi.insert(spi, id);
+            }
+        }
+    }
+
+    fn remove(&mut self, spi: u64, remote: SocketAddr, id: IkeSaId) {
+        if self.by_spi.get(&spi) == Some(&id) {
+            self.by_spi.remove(&spi);
+        } else if self.more.get(&(spi, remote)) == Some(&id) {
+            self.more.remove(&(spi, remote));
+        }
+    }
+}
+
 /// Every IKE SA of this host, with the queues of datagrams to send and events to report.
 pub struct Endpoint {
     connections: Vec<Connection>,
@@ -139,7 +189,7 @@ pub struct Endpoint {
     /// Our SPI (SPIi when we initiated, SPIr when we responded) to the SA.
     by_spi: HashMap<u64, IkeSaId>,
     /// Responder SAs by the initiator's SPI and address (a retransmitted IKE_SA_INIT gets the same answer).
-    by_init: HashMap<(u64, SocketAddr), IkeSaId>,
+    by_init: InitIndex,
     /// Responder SAs in state HalfOpen.
     half_open: usize,
     /// Inbound ESP SPIs in use on this endpoint.
@@ -168,7 +218,7 @@ impl Endpoint {
             limits: Limits::default(),
             sas: BTreeMap::new(),
             by_spi: HashMap::new(),
-            by_init: HashMap::new(),
+            by_init: InitIndex::default(),
             half_open: 0,
             inbound_spis: HashSet::new(),
             next_id: 1,
@@ -481,10 +531,7 @@ impl Endpoint {
     fn forget(&mut self, sa: IkeSa) {
         self.by_spi.remove(&sa.our_spi());
         if sa.role == Role::Responder {
-            let key = (sa.spi_i, sa.init_remote);
-            if self.by_init.get(&key) == Some(&sa.id) {
-                self.by_init.remove(&key);
-            }
+            self.by_init.remove(sa.spi_i, sa.init_remote, sa.id);
             if sa.state == State::HalfOpen {
                 self.half_open -= 1;
             }

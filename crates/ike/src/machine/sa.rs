@@ -9,6 +9,7 @@ use netveil_crypto::dh::KeyPair;
 use netveil_crypto::rand::Rng;
 
 use super::Limits;
+use crate::cert::Certificate;
 use crate::config::{Mode, Retransmit, TsSpec};
 use crate::event::IkeSaId;
 use crate::keys::{IkeKeys, Role};
@@ -288,26 +289,46 @@ pub struct IkeSa {
     pub peer_id: Option<Box<str>>,
 }
 
-/// The last response an SA sent (RFC 7296 2.1: a retransmitted request gets it again, not a new one): its
-/// message id and its datagrams (several when fragmented) end to end in one buffer of their exact size. Each
-/// datagram is one IKE message, whose header says its length.
-pub struct CachedResponse {
-    pub message_id: u32,
-    bytes: Box<[u8]>,
+/// The last response an SA sent (RFC 7296 2.1: a retransmitted request gets it again, not a new one), and its
+/// message id. Kept in one of two forms:
+///
+/// - `Sent`: its datagrams (several when fragmented) end to end in one buffer of their exact size. Each datagram
+///   is one IKE message, whose header says its length.
+/// - `Plain`: one SK message that carries our certificates (an IKE_AUTH response with `auth = pubkey`), kept as
+///   its plaintext without the certificates' DER (the connection holds them for the endpoint's life: 400 bytes
+///   and more per certificate, most of an established SA's heap otherwise), with the IV and ICV it was sealed
+///   with. A retransmitted request gets it sealed again ([`IkeSa::cached_datagrams`]): the same key, IV and
+///   plaintext give the same bytes, and [`SkKey::reseal`] sends nothing unless its ICV is the one sent before.
+///   The buffer: exchange type, first inner payload type, number of certificates `n`, `n` times (offset in the
+///   plaintext as kept, u16, and index in the connection's certificates, u8), the IV, the ICV, the plaintext.
+pub enum CachedResponse {
+    Sent { message_id: u32, bytes: Box<[u8]> },
+    Plain { message_id: u32, bytes: Box<[u8]> },
 }
 
 impl CachedResponse {
     pub fn new(message_id: u32, datagrams: &[Vec<u8>]) -> CachedResponse {
-        CachedResponse {
+        CachedResponse::Sent {
             message_id,
             bytes: datagrams.concat().into_boxed_slice(),
         }
     }
 
-    /// The datagrams, as sent.
-    pub fn datagrams(&self) -> Vec<Vec<u8>> {
+    pub fn message_id(&self) -> u32 {
+        match self {
+            CachedResponse::Sent { message_id, .. } | CachedResponse::Plain { message_id, .. } => {
+                *message_id
+            }
+        }
+    }
+
+    /// The datagrams of a `Sent` response, as sent (none for `Plain`: see [`IkeSa::cached_datagrams`]).
+    fn sent(&self) -> Vec<Vec<u8>> {
+        let CachedResponse::Sent { bytes, .. } = self else {
+            return Vec::new();
+        };
         let mut out = Vec::new();
-        let mut rest = &self.bytes[..];
+        let mut rest = &bytes[..];
         while let Some(len) = rest.get(24..28) {
             let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
             let Some(d) = rest.get(..len).filter(|_| len >= message::HEADER_LEN) else {
@@ -321,7 +342,11 @@ impl CachedResponse {
 
     /// No datagram (the response could not be built).
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        match self {
+            CachedResponse::Sent { bytes, .. } | CachedResponse::Plain { bytes, .. } => {
+                bytes.is_empty()
+            }
+        }
     }
 }
 
@@ -610,6 +635,130 @@ impl IkeSa {
         // The IVs used stay used, also those of a message given up halfway.
         self.out_iv = key.next_iv();
         out
+    }
+
+    /// Caches our response `datagrams` to the peer's request `message_id` (`exchange`, inner payloads `inner`)
+    /// for a retransmitted request. `certs`: our connection's certificates; one SK message carrying some of them
+    /// is kept without them (see [`CachedResponse`]) if sealing it again gives the bytes sent.
+    pub fn cache_response(
+        &mut self,
+        message_id: u32,
+        exchange: ExchangeType,
+        inner: &[Payload],
+        datagrams: &[Vec<u8>],
+        certs: &[Certificate],
+    ) {
+        self.last_response = Some(
+            self.plain_response(message_id, exchange, inner, datagrams, certs)
+                .unwrap_or_else(|| CachedResponse::new(message_id, datagrams)),
+        );
+    }
+
+    fn plain_response(
+        &self,
+        message_id: u32,
+        exchange: ExchangeType,
+        inner: &[Payload],
+        datagrams: &[Vec<u8>],
+        certs: &[Certificate],
+    ) -> Option<CachedResponse> {
+        let [sent] = datagrams else { return None };
+        if certs.is_empty() || !inner.iter().any(|p| matches!(p, Payload::Cert(_))) {
+            return None;
+        }
+        if sent.get(16) != Some(&payload_type::SK) {
+            return None;
+        }
+        let key = SkKey::outbound(self.keys.as_ref()?, self.role).ok()?;
+        let (iv_len, icv_len) = (key.iv_len(), key.icv_len());
+        let iv_at = sk::IKE_HEADER_LEN + sk::Encrypted::Sk.header_len();
+        let iv = sent.get(iv_at..iv_at + iv_len)?;
+        let icv = sent.get(sent.len().checked_sub(icv_len)?..)?;
+        // Where each certificate's DER lies in the plaintext, its length, and which of ours it is.
+        let mut ders = Vec::new();
+        let mut at = 0;
+        for p in inner {
+            if let Payload::Cert(c) = p {
+                let k = certs.iter().position(|x| x.der() == c.data)?;
+                ders.push((
+                    at + chain::GENERIC_HEADER_LEN + 1,
+                    c.data.len(),
+                    u8::try_from(k).ok()?,
+                ));
+            }
+            at += chain::GENERIC_HEADER_LEN + p.body_len();
+        }
+        let mut plain = vec![0u8; message::chain_len(inner)];
+        message::emit_chain(inner, &mut plain).ok()?;
+        let mut bytes = vec![
+            exchange.0,
+            first_type(inner),
+            u8::try_from(ders.len()).ok()?,
+        ];
+        let mut cut = 0;
+        for &(at, len, k) in &ders {
+            bytes.extend_from_slice(&u16::try_from(at - cut).ok()?.to_be_bytes());
+            bytes.push(k);
+            cut += len;
+        }
+        bytes.extend_from_slice(iv);
+        bytes.extend_from_slice(icv);
+        let mut from = 0;
+        for &(at, len, _) in &ders {
+            bytes.extend_from_slice(plain.get(from..at)?);
+            from = at + len;
+        }
+        bytes.extend_from_slice(plain.get(from..)?);
+        let cached = CachedResponse::Plain {
+            message_id,
+            bytes: bytes.into_boxed_slice(),
+        };
+        // Kept so only if it gives the datagram back.
+        (self.resealed(&cached, certs)? == *sent).then_some(cached)
+    }
+
+    /// The datagrams of our last response, to send again (none if there is none, or a `Plain` one does not seal
+    /// to what was sent). `certs`: our connection's certificates (as when it was cached).
+    pub fn cached_datagrams(&self, certs: &[Certificate]) -> Vec<Vec<u8>> {
+        match &self.last_response {
+            Some(c @ CachedResponse::Sent { .. }) => c.sent(),
+            Some(c @ CachedResponse::Plain { .. }) => self.resealed(c, certs).into_iter().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// A `Plain` cached response sealed again.
+    fn resealed(&self, cached: &CachedResponse, certs: &[Certificate]) -> Option<Vec<u8>> {
+        let CachedResponse::Plain { message_id, bytes } = cached else {
+            return None;
+        };
+        let key = SkKey::outbound(self.keys.as_ref()?, self.role).ok()?;
+        let (iv_len, icv_len) = (key.iv_len(), key.icv_len());
+        let (&[exchange, first, n], rest) = bytes.split_first_chunk::<3>()?;
+        let (holes, rest) = rest.split_at_checked(3 * usize::from(n))?;
+        let (iv, rest) = rest.split_at_checked(iv_len)?;
+        let (icv, plain) = rest.split_at_checked(icv_len)?;
+        let header = self.header(ExchangeType(exchange), true, *message_id);
+        let mut msg = Message {
+            header,
+            payloads: vec![Payload::Sk(Encrypted {
+                first_inner: first,
+                data: Vec::new(),
+            })],
+        }
+        .to_vec()
+        .ok()?;
+        let mut from = 0;
+        for h in holes.chunks_exact(3) {
+            let off = usize::from(u16::from_be_bytes([h[0], h[1]]));
+            msg.extend_from_slice(plain.get(from..off)?);
+            msg.extend_from_slice(certs.get(usize::from(h[2]))?.der());
+            from = off;
+        }
+        msg.extend_from_slice(plain.get(from..)?);
+        key.reseal(iv, icv, &mut msg, sk::IKE_HEADER_LEN, sk::Encrypted::Sk)
+            .ok()?;
+        Some(msg)
     }
 
     /// Opens a protected message: the inner payloads, and the raw bodies of IDi and IDr (for AUTH). `None`: not

@@ -229,3 +229,43 @@ fn the_initiator_in_auth_sent_ignores_requests() {
     assert_eq!(t.a.counters().unexpected, before + 1);
     assert_eq!(t.a.sas.values().next().unwrap().state, State::AuthSent);
 }
+
+/// The responder's index of IKE_SA_INIT requests finds an SA by the initiator's SPI and address, as a map by both:
+/// two peers with the same SPI each find their own SA (the second one's in the index's overflow), a third
+/// address finds none, and removing one leaves the other.
+#[test]
+fn the_init_index_tells_peers_with_the_same_spi_apart() {
+    use super::sa::IkeSa;
+    use super::InitIndex;
+    use crate::event::IkeSaId;
+    use crate::keys::Role;
+    use std::collections::BTreeMap;
+    let now = Instant::now();
+    let (l, a, b, c): (SocketAddr, SocketAddr, SocketAddr, SocketAddr) = (
+        B.parse().unwrap(),
+        A.parse().unwrap(),
+        "10.0.0.3:500".parse().unwrap(),
+        "10.0.0.4:4500".parse().unwrap(),
+    );
+    let mut sas = BTreeMap::new();
+    let mut ix = InitIndex::default();
+    for (n, remote) in [(1, a), (2, b)] {
+        let id = IkeSaId(n);
+        ix.insert(7, remote, id, &sas);
+        sas.insert(
+            id,
+            Box::new(IkeSa::new(id, 0, Role::Responder, 7, n, l, remote, now)),
+        );
+    }
+    assert_eq!(ix.get(7, a, &sas), Some(IkeSaId(1)));
+    assert_eq!(ix.get(7, b, &sas), Some(IkeSaId(2)));
+    assert_eq!(ix.get(7, c, &sas), None);
+    assert_eq!(ix.get(8, a, &sas), None);
+    assert_eq!(ix.more.len(), 1);
+    ix.remove(7, a, IkeSaId(1));
+    sas.remove(&IkeSaId(1));
+    assert_eq!(ix.get(7, a, &sas), None);
+    assert_eq!(ix.get(7, b, &sas), Some(IkeSaId(2)));
+    ix.remove(7, b, IkeSaId(2));
+    assert!(ix.by_spi.is_empty() && ix.more.is_empty());
+}

@@ -160,3 +160,61 @@ fn garbage_cert_payloads_alone_are_no_certificate() {
     );
     assert_eq!(b.ike_sa_count(), 0);
 }
+
+/// The responder keeps its IKE_AUTH response without its certificates (RFC 7296 2.1's cache, in fewer bytes than
+/// the datagram), and a retransmitted request gets the bytes sent, sealed again: with AES-GCM and with AES-CBC
+/// and HMAC, with one certificate (sun, RSA) and with a chain (deimos and its intermediate CA).
+#[test]
+fn the_cached_ike_auth_response_is_kept_without_certificates() {
+    use super::sa::CachedResponse;
+    use crate::proposal::{Proposal, Protocol};
+    for (ike, me, chain) in [
+        ("aes256gcm16-prfsha256-x25519", "sun", &["sun"][..]),
+        ("aes128-sha256-ecp256", "deimos", &["deimos", "inter"][..]),
+    ] {
+        let now = Instant::now();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_811_808_000);
+        let (mut ca, mut cb) = (conn("a", A, B, "moon", me), conn("b", B, A, me, "moon"));
+        for c in [&mut ca, &mut cb] {
+            c.proposals = vec![Proposal::parse(Protocol::Ike, ike).unwrap()];
+        }
+        if let AuthMethod::PubKey(p) = &mut cb.local.method {
+            p.certs = chain.iter().map(|n| cert(n)).collect();
+        }
+        let mut a = Endpoint::new(vec![ca], seeded(1), now).with_wall_clock(now, wall);
+        let mut b = Endpoint::new(vec![cb], seeded(2), now).with_wall_clock(now, wall);
+        let (pa, pb): (SocketAddr, SocketAddr) = (A.parse().unwrap(), B.parse().unwrap());
+        a.initiate("a", None, now).unwrap();
+        let t = a.poll_transmit().unwrap();
+        b.handle_datagram(now, pb, pa, &t.bytes);
+        let t = b.poll_transmit().unwrap();
+        a.handle_datagram(now, pa, pb, &t.bytes);
+        let request = a.poll_transmit().expect("A's IKE_AUTH");
+        b.handle_datagram(now, pb, pa, &request.bytes);
+        let response = b.poll_transmit().expect("B answers");
+        a.handle_datagram(now, pa, pb, &response.bytes);
+        for e in [&a, &b] {
+            assert_eq!(
+                e.sas.values().next().unwrap().state,
+                State::Established,
+                "{ike}"
+            );
+        }
+        let sa = b.sas.values().next().unwrap();
+        let Some(CachedResponse::Plain { bytes, .. }) = &sa.last_response else {
+            panic!("{ike}: the response is kept as sent");
+        };
+        let ders: usize = chain.iter().map(|n| td(&format!("{n}.der")).len()).sum();
+        assert!(
+            bytes.len() + ders < response.bytes.len(),
+            "{ike}: {} bytes kept of {}",
+            bytes.len(),
+            response.bytes.len()
+        );
+        b.handle_datagram(now, pb, pa, &request.bytes);
+        let again = b.poll_transmit().expect("the response again");
+        assert_eq!(again.bytes, response.bytes, "{ike}");
+        assert!(b.poll_transmit().is_none());
+        assert_eq!(b.counters().responses_resent, 1);
+    }
+}
