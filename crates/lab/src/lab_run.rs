@@ -34,7 +34,7 @@ pub struct LabArgs {
     /// Experiments to run, comma-separated (default: all): ping-rtt, overhead.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Where the report goes (report.json, report.csv, report.md).
+    /// Where the report goes (report.json, report.csv, report.md, index.html and one SVG per figure).
     #[arg(long)]
     pub out: PathBuf,
     /// The netveil binary whose daemons run (default: this one).
@@ -441,10 +441,12 @@ pub fn run(a: LabArgs) -> Result<Report> {
         )));
     }
     lab_report::write(&report, &a.out)?;
+    let figures = crate::lab_plot::write(&report, &a.out)?;
     print!("{}", lab_report::markdown(&report));
     println!(
-        "\nwrote {}/report.json, report.csv, report.md",
-        a.out.display()
+        "\nwrote {}/report.json, report.csv, report.md, index.html{}",
+        a.out.display(),
+        figures.iter().map(|f| format!(", {f}")).collect::<String>()
     );
     Ok(report)
 }

@@ -35,6 +35,16 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     assert!(std::fs::read_to_string(out.join("report.md"))
         .unwrap()
         .contains("## overhead"));
+    // The page shows both figures, and they are SVG.
+    let page = std::fs::read_to_string(out.join("index.html")).unwrap();
+    for fig in ["ping-rtt.svg", "overhead.svg"] {
+        assert!(page.contains(&format!("<img src=\"{fig}\"")), "{page}");
+        let svg = std::fs::read_to_string(out.join(fig)).unwrap();
+        assert!(
+            svg.contains("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{fig}"
+        );
+    }
     // Every overhead path was measured (wireguard-go where it is installed: CI does not build it), and measured
     // what its formula says.
     let overhead: Vec<_> = r

@@ -1,0 +1,358 @@
+//! The overhead lab's figures and page (`netveil lab`, see [`crate::lab_run`]): one SVG per figure, drawn with
+//! plotters from the report's cells, and `index.html`, which shows the figures and every cell in tables (every text
+//! from the report HTML-escaped).
+
+use plotters::prelude::*;
+use std::path::Path;
+
+use crate::lab_report::{Cell, Report};
+use crate::{Error, Result};
+
+/// A figure's file name and the SVG text.
+pub type Figure = (String, String);
+
+fn plot_err<E: std::fmt::Display>(e: E) -> Error {
+    Error::Other(format!("a figure could not be drawn: {e}"))
+}
+
+/// The payload size of a `rtt N B` metric.
+fn rtt_size(metric: &str) -> Option<u32> {
+    metric
+        .strip_prefix("rtt ")?
+        .strip_suffix(" B")?
+        .parse()
+        .ok()
+}
+
+/// `ping-rtt.svg`: the median round-trip time of each path against the payload size (the bare-PC study's Fig. 8).
+fn rtt_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    let mut series: Vec<(String, Vec<(u32, f64)>)> = Vec::new();
+    for c in cells.iter().filter(|c| c.experiment == "ping-rtt") {
+        let (Some(size), Some(v)) = (rtt_size(&c.metric), c.value) else {
+            continue;
+        };
+        match series.iter_mut().find(|(p, _)| *p == c.path) {
+            Some((_, pts)) => pts.push((size, v)),
+            None => series.push((c.path.clone(), vec![(size, v)])),
+        }
+    }
+    if series.is_empty() {
+        return Ok(None);
+    }
+    let ymax = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.1))
+        .fold(0.0f64, f64::max)
+        * 1.15;
+    let xmax = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.0))
+        .max()
+        .unwrap_or(1024)
+        + 64;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 520)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Ping round-trip time by payload size (median)",
+                ("sans-serif", 22),
+            )
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(65)
+            .build_cartesian_2d(0u32..xmax, 0f64..ymax.max(0.001))
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("ICMP payload (bytes)")
+            .y_desc("round-trip time (ms)")
+            .draw()
+            .map_err(plot_err)?;
+        for (i, (path, mut pts)) in series.into_iter().enumerate() {
+            pts.sort_by_key(|p| p.0);
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(path)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(plot_err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(Some(("ping-rtt.svg".into(), svg)))
+}
+
+/// `overhead.svg`: bytes added per packet by each protocol, measured, with the paper's figure beside where there is
+/// one (the PILSC study's Table 8).
+fn overhead_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    let bars: Vec<(&str, f64, Option<f64>)> = cells
+        .iter()
+        .filter(|c| c.experiment == "overhead")
+        .filter_map(|c| Some((c.path.as_str(), c.value?, c.paper)))
+        .collect();
+    if bars.is_empty() {
+        return Ok(None);
+    }
+    let ymax = bars
+        .iter()
+        .map(|b| b.1.max(b.2.unwrap_or(0.0)))
+        .fold(0.0f64, f64::max)
+        * 1.2;
+    let n = bars.len() as u32;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 520)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        // Horizontal bars: the paths' names read on the left.
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Bytes added per packet (measured; the paper's beside)",
+                ("sans-serif", 22),
+            )
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(290)
+            .build_cartesian_2d(0f64..ymax.max(1.0), (0u32..n).into_segmented())
+            .map_err(plot_err)?;
+        let names: Vec<String> = bars.iter().map(|b| b.0.to_string()).collect();
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(bars.len())
+            .y_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .y_label_style(("sans-serif", 14))
+            .x_desc("bytes per packet")
+            .draw()
+            .map_err(plot_err)?;
+        let ours = Palette99::pick(0).to_rgba();
+        let paper = Palette99::pick(1).to_rgba();
+        chart
+            .draw_series(bars.iter().enumerate().map(|(i, b)| {
+                let i = i as u32;
+                Rectangle::new(
+                    [
+                        (0.0, SegmentValue::Exact(i)),
+                        (b.1, SegmentValue::CenterOf(i)),
+                    ],
+                    ours.filled(),
+                )
+            }))
+            .map_err(plot_err)?
+            .label("netveil, measured")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], ours.filled()));
+        chart
+            .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
+                let i = i as u32;
+                Some(Rectangle::new(
+                    [
+                        (0.0, SegmentValue::CenterOf(i)),
+                        (b.2?, SegmentValue::Exact(i + 1)),
+                    ],
+                    paper.filled(),
+                ))
+            }))
+            .map_err(plot_err)?
+            .label("the paper (PILSC, Table 8)")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], paper.filled()));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(Some(("overhead.svg".into(), svg)))
+}
+
+/// The report's figures (only those whose experiment ran and measured something).
+pub fn figures(report: &Report) -> Result<Vec<Figure>> {
+    Ok(
+        [rtt_figure(&report.cells)?, overhead_figure(&report.cells)?]
+            .into_iter()
+            .flatten()
+            .collect(),
+    )
+}
+
+/// Text as HTML: `&`, `<`, `>`, `"` and `'` escaped.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or(String::new(), |v| format!("{v:.3}"))
+}
+
+/// `index.html`: the machine, the figures, and one table per experiment.
+pub fn html(report: &Report, figures: &[Figure]) -> String {
+    let mut out = String::from(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>netveil lab report</title>\n<style>\
+         body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}\
+         td,th{border:1px solid #999;padding:3px 8px;text-align:left}th{background:#eee}\
+         img{max-width:100%;border:1px solid #ccc;margin:1em 0}</style></head><body>\n<h1>netveil lab report</h1>\n",
+    );
+    out += &format!(
+        "<p>{}<br>netveil {}; kernel {}; {}; {} cells in {:.0} s{}</p>\n",
+        esc(&report.command.join(" ")),
+        esc(&report.netveil),
+        esc(&report.kernel),
+        esc(&report.cpu),
+        report.cells.len(),
+        report.seconds,
+        if report.quick { " (--quick)" } else { "" }
+    );
+    out += "<ul>\n";
+    for (p, v) in &report.programs {
+        out += &format!("<li>{}: {}</li>\n", esc(p), esc(v));
+    }
+    out += "</ul>\n";
+    for (name, _) in figures {
+        out += &format!("<img src=\"{}\" alt=\"{}\">\n", esc(name), esc(name));
+    }
+    for e in &report.experiments {
+        out += &format!(
+            "<h2>{}</h2>\n<table><tr><th>path</th><th>metric</th><th>median</th><th>min</th><th>max</th><th>n</th>\
+             <th>paper</th><th>expected</th><th>reason</th></tr>\n",
+            esc(e)
+        );
+        for c in report.cells.iter().filter(|c| &c.experiment == e) {
+            let paper = match (c.paper, &c.paper_source) {
+                (Some(p), Some(s)) => format!("{p} ({})", esc(s)),
+                _ => String::new(),
+            };
+            out += &format!(
+                "<tr><td>{}</td><td>{}</td><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td><td>{paper}</td>\
+                 <td>{}</td><td>{}</td></tr>\n",
+                esc(&c.path),
+                esc(&c.metric),
+                num(c.value),
+                if c.value.is_some() { esc(&c.unit) } else { String::new() },
+                num(c.min),
+                num(c.max),
+                c.runs.len(),
+                num(c.expected),
+                esc(c.reason.as_deref().unwrap_or(""))
+            );
+        }
+        out += "</table>\n";
+    }
+    out += "</body></html>\n";
+    out
+}
+
+/// Writes the figures and `index.html` into `dir`.
+pub fn write(report: &Report, dir: &Path) -> Result<Vec<String>> {
+    let figs = figures(report)?;
+    let mut names = Vec::new();
+    for (name, svg) in &figs {
+        let p = dir.join(name);
+        std::fs::write(&p, svg).map_err(Error::io(format!("cannot write {}", p.display())))?;
+        names.push(name.clone());
+    }
+    let p = dir.join("index.html");
+    std::fs::write(&p, html(report, &figs))
+        .map_err(Error::io(format!("cannot write {}", p.display())))?;
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab_report::{Cell, SCHEMA};
+
+    fn report() -> Report {
+        let mut cells = Vec::new();
+        for (path, base) in [("clear", 0.02), ("netveil esp <x> & \"y\"", 0.12)] {
+            for b in [64u32, 512, 1024] {
+                cells.push(Cell::measured(
+                    "ping-rtt",
+                    path,
+                    &format!("rtt {b} B"),
+                    "ms",
+                    vec![base + f64::from(b) / 1e5],
+                ));
+            }
+        }
+        cells.push(
+            Cell::measured("overhead", "esp tunnel", "overhead", "B/packet", vec![72.0])
+                .paper(32.0, "T8"),
+        );
+        cells.push(Cell::missing(
+            "overhead",
+            "wireguard-go",
+            "overhead",
+            "B/packet",
+            "not <installed>",
+        ));
+        Report {
+            schema: SCHEMA,
+            command: vec!["netveil".into(), "lab".into()],
+            netveil: "0".into(),
+            kernel: "6".into(),
+            cpu: "x".into(),
+            programs: Default::default(),
+            quick: true,
+            experiments: vec!["ping-rtt".into(), "overhead".into()],
+            started_unix: 0,
+            seconds: 1.0,
+            cells,
+        }
+    }
+
+    #[test]
+    fn figures_are_svg_with_every_path_and_the_page_escapes_the_report() {
+        let r = report();
+        let figs = figures(&r).unwrap();
+        let names: Vec<&str> = figs.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(names, ["ping-rtt.svg", "overhead.svg"]);
+        for (_, svg) in &figs {
+            assert!(svg.starts_with("<svg") || svg.contains("<svg"), "{svg}");
+            assert!(svg.trim_end().ends_with("</svg>"));
+        }
+        // The legend names every path (the SVG backend escapes text).
+        assert!(figs[0].1.contains("clear"));
+        assert!(figs[0].1.contains("netveil esp &lt;x&gt;"), "{}", figs[0].1);
+        let page = html(&r, &figs);
+        assert!(page.contains("<img src=\"ping-rtt.svg\""));
+        assert!(page.contains("netveil esp &lt;x&gt; &amp; &quot;y&quot;"));
+        assert!(page.contains("not &lt;installed&gt;"));
+        assert!(!page.contains("<x>") && !page.contains("<installed>"));
+    }
+
+    #[test]
+    fn no_measured_cell_no_figure() {
+        let mut r = report();
+        r.cells.retain(|c| c.value.is_none());
+        assert!(figures(&r).unwrap().is_empty());
+    }
+}
