@@ -331,6 +331,97 @@ pub fn write(report: &Report, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Reads a `report.json` and holds it to the schema ([`check`]); errors name the file.
+pub fn read(path: &Path) -> Result<Report> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Usage(format!("--compare: cannot read {}: {e}", path.display())))?;
+    let r: Report = serde_json::from_str(&text).map_err(|e| {
+        Error::Usage(format!(
+            "--compare: {} is not a lab report: {e}",
+            path.display()
+        ))
+    })?;
+    check(&r).map_err(|bad| {
+        Error::Usage(format!(
+            "--compare: {} breaks the report's schema: {}",
+            path.display(),
+            bad.join("; ")
+        ))
+    })?;
+    Ok(r)
+}
+
+/// One cell of two reports (by experiment, path and metric): its value in each (`None`: not measured there, or not
+/// in it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub experiment: String,
+    pub path: String,
+    pub metric: String,
+    pub unit: String,
+    pub old: Option<f64>,
+    pub new: Option<f64>,
+}
+
+impl Change {
+    /// The change in percent of the old value, where both have one (and the old is not 0).
+    pub fn percent(&self) -> Option<f64> {
+        match (self.old, self.new) {
+            (Some(o), Some(n)) if o != 0.0 => Some((n / o - 1.0) * 100.0),
+            _ => None,
+        }
+    }
+}
+
+/// Every cell of `new` with its value in `old`, then the cells only `old` has.
+pub fn compare(old: &Report, new: &Report) -> Vec<Change> {
+    let key = |c: &Cell| (c.experiment.clone(), c.path.clone(), c.metric.clone());
+    let olds: std::collections::HashMap<_, _> = old.cells.iter().map(|c| (key(c), c)).collect();
+    let news: std::collections::HashSet<_> = new.cells.iter().map(key).collect();
+    let change = |c: &Cell, old: Option<f64>, new: Option<f64>| Change {
+        experiment: c.experiment.clone(),
+        path: c.path.clone(),
+        metric: c.metric.clone(),
+        unit: c.unit.clone(),
+        old,
+        new,
+    };
+    let mut out: Vec<Change> = new
+        .cells
+        .iter()
+        .map(|c| change(c, olds.get(&key(c)).and_then(|o| o.value), c.value))
+        .collect();
+    out.extend(
+        old.cells
+            .iter()
+            .filter(|c| !news.contains(&key(c)))
+            .map(|c| change(c, c.value, None)),
+    );
+    out
+}
+
+/// The comparison as Markdown: one line per cell, the change in percent where both reports measured it.
+pub fn compare_markdown(old_name: &str, changes: &[Change]) -> String {
+    let mut out = format!(
+        "# netveil lab: this run against {}\n\n| experiment | path | metric | before | now | change |\n|---|---|---|---|---|---|\n",
+        md(old_name)
+    );
+    let v =
+        |x: Option<f64>, unit: &str| x.map_or("-".to_string(), |x| format!("{x:.3} {}", md(unit)));
+    for c in changes {
+        out += &format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            md(&c.experiment),
+            md(&c.path),
+            md(&c.metric),
+            v(c.old, &c.unit),
+            v(c.new, &c.unit),
+            c.percent().map_or("-".to_string(), |p| format!("{p:+.1}%"))
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,6 +466,56 @@ mod tests {
             assert!(check(&report(vec![bad.clone()])).is_err(), "{bad:?}");
         }
         assert!(check(&report(vec![])).is_err());
+    }
+
+    #[test]
+    fn a_comparison_pairs_cells_and_keeps_those_of_one_side() {
+        let cell = |path: &str, v: f64| Cell::measured("ping-rtt", path, "rtt 64 B", "ms", vec![v]);
+        let old = report(vec![
+            cell("clear", 0.1),
+            cell("esp", 0.2),
+            cell("gone", 1.0),
+        ]);
+        let mut gap = Cell::missing("ping-rtt", "esp", "rtt 512 B", "ms", "x");
+        gap.unit = "ms".into();
+        let new = report(vec![
+            cell("clear", 0.11),
+            cell("esp", 0.1),
+            gap,
+            cell("added", 3.0),
+        ]);
+        let ch = compare(&old, &new);
+        let find = |p: &str, m: &str| ch.iter().find(|c| c.path == p && c.metric == m).unwrap();
+        assert!((find("clear", "rtt 64 B").percent().unwrap() - 10.0).abs() < 1e-9);
+        assert!((find("esp", "rtt 64 B").percent().unwrap() + 50.0).abs() < 1e-9);
+        assert_eq!(find("esp", "rtt 512 B").old, None);
+        assert_eq!(
+            (find("added", "rtt 64 B").old, find("added", "rtt 64 B").new),
+            (None, Some(3.0))
+        );
+        assert_eq!(
+            (find("gone", "rtt 64 B").old, find("gone", "rtt 64 B").new),
+            (Some(1.0), None)
+        );
+        assert_eq!(ch.len(), 5);
+        let m = compare_markdown("old|run.json", &ch);
+        assert!(
+            m.contains("+10.0%") && m.contains("-50.0%") && m.contains("old\\|run.json"),
+            "{m}"
+        );
+        // A file that is not a report, or breaks the schema, is refused naming the file.
+        let dir = std::env::temp_dir().join(format!("nv-lab-cmp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, "{}").unwrap();
+        assert!(read(&bad).unwrap_err().to_string().contains("bad.json"));
+        let mut broken = old.clone();
+        broken.cells[0].value = None;
+        std::fs::write(&bad, serde_json::to_string(&broken).unwrap()).unwrap();
+        assert!(read(&bad).unwrap_err().to_string().contains("schema"));
+        std::fs::write(&bad, serde_json::to_string(&old).unwrap()).unwrap();
+        assert_eq!(read(&bad).unwrap(), old);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

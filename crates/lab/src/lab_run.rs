@@ -40,6 +40,9 @@ pub struct LabArgs {
     /// The netveil binary whose daemons run (default: this one).
     #[arg(long)]
     pub netveil_bin: Option<PathBuf>,
+    /// An earlier run's report.json: after this run, what changed, cell by cell (printed, and DIR/compare.md).
+    #[arg(long)]
+    pub compare: Option<PathBuf>,
 }
 
 /// The bare-PC IPsec study's statement on ping response time (its Fig. 8 gives no absolute numbers).
@@ -384,6 +387,8 @@ pub fn run(a: LabArgs) -> Result<Report> {
             EXPERIMENTS.join(", ")
         )));
     }
+    // (Read first: a bad file is refused before anything runs.)
+    let earlier = a.compare.as_deref().map(lab_report::read).transpose()?;
     if !crate::lab::is_root() {
         return Err(Error::Usage(
             "netveil lab needs root (network namespaces)".into(),
@@ -448,6 +453,16 @@ pub fn run(a: LabArgs) -> Result<Report> {
         a.out.display(),
         figures.iter().map(|f| format!(", {f}")).collect::<String>()
     );
+    if let (Some(old), Some(path)) = (&earlier, &a.compare) {
+        let text = lab_report::compare_markdown(
+            &path.display().to_string(),
+            &lab_report::compare(old, &report),
+        );
+        let p = a.out.join("compare.md");
+        std::fs::write(&p, &text).map_err(Error::io(format!("cannot write {}", p.display())))?;
+        print!("\n{text}");
+        println!("\nwrote {}", p.display());
+    }
     Ok(report)
 }
 

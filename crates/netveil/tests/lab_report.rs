@@ -86,5 +86,41 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
             "l2sec {bytes} B\n{log}"
         );
     }
+    // --compare: a second run (overhead only) against this one; the same bytes per packet, +0.0%; the round-trip
+    // cells only the first run has are listed. A file that is not a report is refused before anything runs (exit 2).
+    let out2 = out.with_extension("second");
+    let run = std::process::Command::new(NETVEIL)
+        .args(["lab", "--quick", "--only", "overhead", "--compare"])
+        .arg(out.join("report.json"))
+        .arg("--out")
+        .arg(&out2)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let cmp = std::fs::read_to_string(out2.join("compare.md")).unwrap();
+    assert!(
+        cmp.contains("| overhead | esp tunnel aes128-sha1 | overhead | 72.000 B/packet | 72.000 B/packet | +0.0% |"),
+        "{cmp}"
+    );
+    assert!(cmp.contains("| ping-rtt | clear | rtt 64 B |"), "{cmp}");
+    let bad = std::process::Command::new(NETVEIL)
+        .args(["lab", "--quick", "--compare"])
+        .arg(out.join("report.csv"))
+        .arg("--out")
+        .arg(&out2)
+        .output()
+        .unwrap();
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("report.csv"));
     let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(&out2);
 }
