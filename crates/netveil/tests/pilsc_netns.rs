@@ -466,6 +466,38 @@ fn a_restarted_receiver_refuses_a_recording() {
     assert!(ok > 0, "no new packet accepted after kill -9: {}", b.log());
 }
 
+/// `netveil reload` of the daemon whose control socket is `name`.
+fn reload(p: &Pair, name: &str) -> std::process::Output {
+    std::process::Command::new(NETVEIL)
+        .args(["reload", "--socket"])
+        .arg(p.lab.socket_path(name))
+        .output()
+        .unwrap()
+}
+
+/// Side A (socket `<prefix>0`) reloaded through its control socket, which answers `said`; side B (`b`) by
+/// SIGHUP, which it logs as `logged`.
+fn reload_by_socket_and_sighup(p: &Pair, prefix: &str, b: &lab::Daemon, said: &str, logged: &str) {
+    let out = reload(p, &format!("{prefix}0"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(said),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let pid = b.pid().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(b.log().contains(logged), "{}", b.log());
+}
+
 /// `netveil reload` (and SIGHUP) puts a changed rule file in force without a restart and without a gap: the clear
 /// port becomes protected, pings running through both reloads all come back, the keys that stay keep their counters
 /// (no replay drops), and a rule file with an error is refused with nothing changed.
@@ -502,36 +534,13 @@ fn a_reload_changes_the_rules_without_dropping_traffic() {
         );
         std::fs::write(&path, text).unwrap();
     }
-    let reload = |s: usize| {
-        std::process::Command::new(NETVEIL)
-            .args(["reload", "--socket"])
-            .arg(p.lab.socket_path(&format!("pl{s}")))
-            .output()
-            .unwrap()
-    };
-    let out = reload(0);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout)
-            .contains("4 rules, 4 keys (3 kept with their counters, 1 new)"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    // Side B by SIGHUP.
-    let pid = d[1].pid().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        d[1].log().contains("SIGHUP: reloaded: 4 rules"),
-        "{}",
-        d[1].log()
+    let reload = |s: usize| reload(&p, &format!("pl{s}"));
+    reload_by_socket_and_sighup(
+        &p,
+        "pl",
+        &d[1],
+        "4 rules, 4 keys (3 kept with their counters, 1 new)",
+        "SIGHUP: reloaded: 4 rules",
     );
     let out = pings.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -626,35 +635,13 @@ fn a_reload_reads_rules_written_as_toml_tables_again() {
     for s in 0..2 {
         std::fs::write(cfg_path(s), toml_config(&p.lab, s, false)).unwrap();
     }
-    let reload = |s: usize| {
-        std::process::Command::new(NETVEIL)
-            .args(["reload", "--socket"])
-            .arg(p.lab.socket_path(&format!("pt{s}")))
-            .output()
-            .unwrap()
-    };
-    let out = reload(0);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout)
-            .contains("2 rules, 2 keys (1 kept with their counters, 1 new)"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let pid = d[1].pid().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
-    assert!(
-        d[1].log().contains("SIGHUP: reloaded: 2 rules"),
-        "{}",
-        d[1].log()
+    let reload = |s: usize| reload(&p, &format!("pt{s}"));
+    reload_by_socket_and_sighup(
+        &p,
+        "pt",
+        &d[1],
+        "2 rules, 2 keys (1 kept with their counters, 1 new)",
+        "SIGHUP: reloaded: 2 rules",
     );
     let out = pings.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
