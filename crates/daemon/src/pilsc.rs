@@ -37,6 +37,7 @@ use ipnet::Ipv4Net;
 use netveil_io::nfqueue::{NfQueue, Queued, Verdict, HEADROOM, MESSAGE_MAX};
 use netveil_pilsc::cipher::Cipher;
 use netveil_pilsc::packet::{marking, Mode, OpenError, SealError};
+use netveil_pilsc::policy::file_rule;
 use netveil_pilsc::rules::{Keys, RuleFile};
 use netveil_pilsc::table::{Settings, Table};
 use netveil_sa::policy::{Action, Direction, FlowKey, PolicyDb};
@@ -596,7 +597,7 @@ impl Section for PilscConfig {
                 dir.path().display()
             )))?;
         }
-        let db = netveil_pilsc::policy::compile(&self.file);
+        let db = netveil_pilsc::policy::compile(&self.file, &table.rule_key);
         Ok(Box::new(PilscPrepared {
             cfg: *self,
             ipt,
@@ -1369,7 +1370,7 @@ impl Worker {
                 let _ = self.dir.write_u64(name, used);
             }
         }
-        let db = netveil_pilsc::policy::compile(&file);
+        let db = netveil_pilsc::policy::compile(&file, &table.rule_key);
         let stats = Arc::new(Stats::new(file.rules.len()));
         stats
             .passed
@@ -1414,12 +1415,14 @@ impl Worker {
             // Not IPv4 we can read: the queue holds only IPv4, so a packet we cannot parse goes nowhere.
             return self.stats.dropped(Reason::Malformed);
         };
-        let (Some(_), Action::Protect(r)) = self.db.lookup(Direction::Out, &key) else {
-            self.stats.passed.fetch_add(1, Ordering::Relaxed);
-            return Verdict::Accept;
-        };
-        let Some(k) = self.table.rule_key[r] else {
-            return self.stats.dropped(Reason::Policy);
+        // The action names the key itself (see `compile`); `Discard` is a protected rule without one.
+        let (r, k) = match self.db.lookup(Direction::Out, &key) {
+            (Some(at), Action::Protect(k)) => (file_rule(at), k),
+            (_, Action::Discard) => return self.stats.dropped(Reason::Policy),
+            _ => {
+                self.stats.passed.fetch_add(1, Ordering::Relaxed);
+                return Verdict::Accept;
+            }
         };
         clamp_mss(b.data_mut(), self.mode.option_len() as u16);
         let (start, len) = (b.headroom(), b.len());
@@ -1446,7 +1449,9 @@ impl Worker {
                 return self.stats.dropped(Reason::Malformed);
             };
             return match self.db.lookup(Direction::In, &key) {
-                (_, Action::Protect(_)) => self.stats.dropped(Reason::ClearCovered),
+                (_, Action::Protect(_) | Action::Discard) => {
+                    self.stats.dropped(Reason::ClearCovered)
+                }
                 _ => {
                     self.stats.passed.fetch_add(1, Ordering::Relaxed);
                     Verdict::Accept
@@ -1496,8 +1501,8 @@ impl Worker {
             return self.stats.dropped(Reason::Malformed);
         };
         match self.db.lookup(Direction::In, &key) {
-            (_, Action::Protect(r)) if self.table.rule_key[r] == Some(k) => {
-                self.stats.hit(r, true, b.len());
+            (Some(at), Action::Protect(key)) if key == k => {
+                self.stats.hit(file_rule(at), true, b.len());
                 Verdict::AcceptChanged
             }
             _ => self.stats.dropped(Reason::Policy),

@@ -78,8 +78,8 @@ pub struct BenchArgs {
     /// child, netveil and strongSwan side by side, per suite (psk-x25519, psk-modp2048, ecdsa-p256).
     #[arg(long)]
     pub ike: bool,
-    /// Measure PILSC instead (see `bench_pilsc`): per-packet classification time (flow key, policy lookup, key
-    /// index) at 10, 160, 1,600 and 100,000 rules, beside the linear scan of the same rules.
+    /// Measure PILSC instead (see `bench_pilsc`): per-packet classification time (flow key, policy lookup naming
+    /// rule and key) at 10, 160, 1,600 and 100,000 rules, beside the linear scan of the same rules.
     #[arg(long)]
     pub pilsc: bool,
     /// Short runs for CI (with --ike: 20 sequential setups, 200 concurrent ones; with --pilsc: a few thousand

@@ -4,8 +4,9 @@
 //!
 //! What one packet costs, as the daemon's engine classifies the host's own packets: its flow key read from the
 //! packet ([`netveil_wire::ip::flow_key`]), broadcast and multicast passed, the policy lookup in the rule file's
-//! compiled database ([`netveil_pilsc::policy::compile`]) in the packet's direction, and for a protected packet its
-//! key's index in the key table ([`netveil_pilsc::table::Table`]). No crypto: the lookup is what grows with rules.
+//! compiled database ([`netveil_pilsc::policy::compile`]) in the packet's direction, which answers with the rule and,
+//! for a protected packet, its key in the key table ([`netveil_pilsc::table::Table`]). No crypto: the lookup is what
+//! grows with rules.
 //!
 //! The rule files are random and realistic: a deterministic generator (a fixed seed per size, so every run measures
 //! the same files) draws peers, mostly hosts (/32: 80%) with /24, /16 and /8 networks (the first four rules have
@@ -23,6 +24,7 @@ use std::time::Instant;
 
 use ipnet::Ipv4Net;
 use netveil_pilsc::packet::Mode;
+use netveil_pilsc::policy::file_rule;
 use netveil_pilsc::rules::{self, Keys, RuleFile};
 use netveil_pilsc::table::{Settings, Table};
 use netveil_sa::policy::{Action, Direction, FlowKey, PolicyDb};
@@ -299,37 +301,43 @@ pub enum Verdict {
     Pass,
     /// Under rule `rule` of the rule file, with key `key` of the key table.
     Protect { rule: usize, key: usize },
+    /// A protected rule without a key: dropped.
+    Discard,
     /// Headers that do not parse.
     Malformed,
 }
 
-/// A rule file compiled as the engine holds it.
+/// A rule file compiled as the engine holds it: a protected rule's action names its key.
 pub struct Classifier {
     db: PolicyDb,
-    rule_key: Vec<Option<usize>>,
+}
+
+/// The key table of a rule file as the engine builds it (authenticated mode).
+fn key_table(file: &RuleFile, keys: &Keys) -> Result<Table> {
+    let settings = Settings {
+        mode: Mode::Authenticated,
+        window: 1024,
+        max_sources: 16,
+    };
+    Table::build(file, keys, &settings, |_, _, _| (0, u64::MAX))
+        .map_err(|e| Error::Other(format!("the generated rule file's keys: {e}")))
 }
 
 impl Classifier {
     pub fn new(file: &RuleFile, keys: &Keys) -> Result<Classifier> {
-        let settings = Settings {
-            mode: Mode::Authenticated,
-            window: 1024,
-            max_sources: 16,
-        };
-        let table = Table::build(file, keys, &settings, |_, _, _| (0, u64::MAX))
-            .map_err(|e| Error::Other(format!("the generated rule file's keys: {e}")))?;
+        let table = key_table(file, keys)?;
         Ok(Classifier {
-            db: netveil_pilsc::policy::compile(file),
-            rule_key: table.rule_key,
+            db: netveil_pilsc::policy::compile(file, &table.rule_key),
         })
     }
 
     fn verdict(&self, (at, action): (Option<usize>, Action)) -> Verdict {
         match (at, action) {
-            (Some(_), Action::Protect(rule)) => match self.rule_key.get(rule).copied().flatten() {
-                Some(key) => Verdict::Protect { rule, key },
-                None => Verdict::Malformed,
+            (Some(at), Action::Protect(key)) => Verdict::Protect {
+                rule: file_rule(at),
+                key,
             },
+            (_, Action::Discard) => Verdict::Discard,
             _ => Verdict::Pass,
         }
     }
@@ -500,7 +508,7 @@ pub fn render(rows: &[PilscRow]) -> String {
 pub fn run(a: &BenchArgs) -> Result<Vec<PilscRow>> {
     let e = if a.quick { Effort::QUICK } else { Effort::FULL };
     println!(
-        "netveil bench --pilsc: per-packet classification (flow key, policy lookup, key index) at {} rules: {} \
+        "netveil bench --pilsc: per-packet classification (flow key, policy lookup naming rule and key) at {} rules: {} \
          distinct packets, {} lookups per run, median of {} runs; the linear scan of the same database beside it",
         LOOKUP_SIZES.map(|n| n.to_string()).join(", "),
         e.packets,
@@ -577,6 +585,7 @@ mod tests {
             let lens: HashSet<u8> = file.rules.iter().map(|r| r.peer.prefix_len()).collect();
             assert_eq!(lens, HashSet::from([32, 24, 16, 8]), "{n}");
             let c = Classifier::new(&file, &keys).unwrap();
+            let table = key_table(&file, &keys).unwrap();
             let p = packets(&aims, 512, 1);
             let mut protected = 0;
             for (dir, buf, len) in &p {
@@ -588,7 +597,7 @@ mod tests {
                     let peer = if *dir == Direction::Out { k.dst } else { k.src };
                     let IpAddr::V4(peer) = peer else { panic!() };
                     assert!(file.rules[rule].peer.contains(&peer));
-                    assert_eq!(c.rule_key[rule], Some(key));
+                    assert_eq!(table.rule_key[rule], Some(key));
                 }
                 assert_ne!(v, Verdict::Malformed);
             }

@@ -7,7 +7,7 @@
 //! - Inbound (the peer sends to us): source the rule's `IP`, destination any; `Server`'s range on the destination
 //!   port, `Client`'s on the source port. An inbound protected packet is checked after decryption, on its clear
 //!   transport header, as ESP's inbound policy check is.
-//! - The action: `Protect(i)` with `i` the rule's index in [`RuleFile::rules`] for `Security = true`, `Bypass` for
+//! - The action: `Protect(k)` with `k` the rule's key (the caller's key index) for `Security = true`, `Bypass` for
 //!   `Security = false`; traffic no rule selects passes (`Bypass`, the paper's "all else passes").
 
 use ipnet::{IpNet, Ipv4Net};
@@ -52,14 +52,20 @@ pub fn selector(rule: &Rule, dir: Direction) -> Selector {
     }
 }
 
-/// The policy database of a rule file: rule `i` of [`RuleFile::rules`] is policy rules `2i` (out) and `2i + 1` (in).
-pub fn compile(file: &RuleFile) -> PolicyDb {
+/// The policy database of a rule file: rule `i` of [`RuleFile::rules`] is policy rules `2i` (out) and `2i + 1` (in),
+/// so a lookup's rule index `at` is the file's rule `at / 2` ([`file_rule`]).
+///
+/// `rule_key[i]` is rule `i`'s key (its index in the caller's key table, e.g. [`crate::table::Table::rule_key`]):
+/// a protected rule's action is `Protect(key)`, so a lookup answers with the key itself and the packet path reads
+/// no per-rule key index. A protected rule without a key (`rule_key` short or `None`) gets `Discard`: its traffic
+/// never passes in clear.
+pub fn compile(file: &RuleFile, rule_key: &[Option<usize>]) -> PolicyDb {
     let mut db = PolicyDb::new(Action::Bypass);
     for (i, r) in file.rules.iter().enumerate() {
-        let action = if r.protect.is_some() {
-            Action::Protect(i)
-        } else {
-            Action::Bypass
+        let action = match (&r.protect, rule_key.get(i).copied().flatten()) {
+            (None, _) => Action::Bypass,
+            (Some(_), Some(k)) => Action::Protect(k),
+            (Some(_), None) => Action::Discard,
         };
         for direction in [Direction::Out, Direction::In] {
             db.push(policy::Rule {
@@ -70,4 +76,9 @@ pub fn compile(file: &RuleFile) -> PolicyDb {
         }
     }
     db
+}
+
+/// The rule of [`RuleFile::rules`] that the policy rule `at` of [`compile`]'s database comes from.
+pub fn file_rule(at: usize) -> usize {
+    at / 2
 }

@@ -15,6 +15,15 @@ use common::{arb_rule, render};
 
 const US: &str = "10.9.9.9";
 
+/// A key index per rule: each protected rule its own (its own index), so that `Protect(i)` names rule `i`.
+fn by_rule(f: &netveil_pilsc::rules::RuleFile) -> Vec<Option<usize>> {
+    f.rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| r.protect.as_ref().map(|_| i))
+        .collect()
+}
+
 fn flow(dir: Direction, peer: &str, proto: u8, ours: u16, theirs: u16) -> FlowKey {
     let (us, peer): (IpAddr, IpAddr) = (US.parse().unwrap(), peer.parse().unwrap());
     match dir {
@@ -46,7 +55,7 @@ fn server_and_client_ports_in_both_directions() {
          Rule = 3; Security = true; IP = 193.140.1.0/24; Protocol = any; Encryption = AES-256; Key = k\n",
     )
     .unwrap();
-    let db = compile(&f);
+    let db = compile(&f, &by_rule(&f));
     let idx = |n: u32| f.rules.iter().position(|r| r.number == n).unwrap();
     let cases = [
         // (direction, peer, protocol, our port, their port, rule)
@@ -171,7 +180,7 @@ proptest! {
     ) {
         // Loaded as a file, so that the order is the loader's.
         let file = parse(&render(&rules, 0)).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let db = compile(&file);
+        let db = compile(&file, &by_rule(&file));
         for (dir, k) in &flows {
             let want = naive(&rules, *dir, k);
             let (at, action) = db.lookup(*dir, k);
@@ -183,5 +192,27 @@ proptest! {
                 .is_some_and(|r| r.protect.is_some());
             prop_assert_eq!(matches!(action, Action::Protect(_)), protected);
         }
+    }
+}
+
+#[test]
+fn a_protected_rule_without_a_key_discards_and_the_action_names_the_key() {
+    let f = parse(
+        "Rule = 1; Security = true; IP = 10.0.0.1; Protocol = TCP; Encryption = AES-128; Key = a\n\
+         Rule = 2; Security = true; IP = 10.0.0.2; Protocol = TCP; Encryption = AES-128; Key = b\n",
+    )
+    .unwrap();
+    let idx = |n: u32| f.rules.iter().position(|r| r.number == n).unwrap();
+    let mut keys = vec![None; 2];
+    keys[idx(1)] = Some(7);
+    let db = compile(&f, &keys);
+    for dir in [Direction::Out, Direction::In] {
+        let (at, action) = db.lookup(dir, &flow(dir, "10.0.0.1", 6, 1000, 2000));
+        assert_eq!(action, Action::Protect(7));
+        assert_eq!(at.map(netveil_pilsc::policy::file_rule), Some(idx(1)));
+        // Rule 2 has no key: its traffic is dropped, never passed in clear.
+        let (at, action) = db.lookup(dir, &flow(dir, "10.0.0.2", 6, 1000, 2000));
+        assert_eq!(action, Action::Discard);
+        assert_eq!(at.map(netveil_pilsc::policy::file_rule), Some(idx(2)));
     }
 }
