@@ -183,14 +183,110 @@ fn overhead_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     Ok(Some(("overhead.svg".into(), svg)))
 }
 
+/// The loss level and kind ("udp", "tcp") of a `KIND kept L% loss` metric.
+fn kept_level(metric: &str) -> Option<(&str, f64)> {
+    let (kind, rest) = metric.split_once(" kept ")?;
+    Some((kind, rest.strip_suffix("% loss")?.parse().ok()?))
+}
+
+/// `loss.svg`: the share of its goodput at 0% loss that each path keeps at each loss level, datagrams (UDP) and TCP
+/// (the PSP study's Figs. 4.4 and 4.5); the levels are evenly spaced on the axis, as the study's are not linear.
+fn loss_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    let mut levels: Vec<f64> = Vec::new();
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for c in cells.iter().filter(|c| c.experiment == "loss") {
+        let (Some((kind, level)), Some(v)) = (kept_level(&c.metric), c.value) else {
+            continue;
+        };
+        if !levels.contains(&level) {
+            levels.push(level);
+        }
+        let name = format!("{} ({kind})", c.path);
+        match series.iter_mut().find(|(p, _)| *p == name) {
+            Some((_, pts)) => pts.push((level, v)),
+            None => series.push((name, vec![(level, v)])),
+        }
+    }
+    if series.is_empty() {
+        return Ok(None);
+    }
+    levels.sort_by(f64::total_cmp);
+    let at = |l: f64| levels.iter().position(|x| *x == l).unwrap_or(0) as f64;
+    let ymax = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.1))
+        .fold(100.0f64, f64::max)
+        * 1.1;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 560)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Goodput kept under packet loss (% of the same path at 0% loss)",
+                ("sans-serif", 22),
+            )
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(65)
+            .build_cartesian_2d(-0.3f64..levels.len() as f64 - 0.7, 0f64..ymax)
+            .map_err(plot_err)?;
+        let labels = levels.clone();
+        chart
+            .configure_mesh()
+            .x_labels(levels.len())
+            .x_label_formatter(&|x| {
+                // Only at a level's position (the mesh may place labels between them).
+                let i = x.round();
+                if (x - i).abs() > 0.05 || i < 0.0 {
+                    return String::new();
+                }
+                labels
+                    .get(i as usize)
+                    .map_or(String::new(), |l| format!("{l}%"))
+            })
+            .x_desc("packet loss (data direction)")
+            .y_desc("goodput kept (%)")
+            .draw()
+            .map_err(plot_err)?;
+        for (i, (name, mut pts)) in series.into_iter().enumerate() {
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let pts: Vec<(f64, f64)> = pts.iter().map(|&(l, v)| (at(l), v)).collect();
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(plot_err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(Some(("loss.svg".into(), svg)))
+}
+
 /// The report's figures (only those whose experiment ran and measured something).
 pub fn figures(report: &Report) -> Result<Vec<Figure>> {
-    Ok(
-        [rtt_figure(&report.cells)?, overhead_figure(&report.cells)?]
-            .into_iter()
-            .flatten()
-            .collect(),
-    )
+    Ok([
+        rtt_figure(&report.cells)?,
+        overhead_figure(&report.cells)?,
+        loss_figure(&report.cells)?,
+    ]
+    .into_iter()
+    .flatten()
+    .collect())
 }
 
 /// Text as HTML: `&`, `<`, `>`, `"` and `'` escaped.
@@ -239,6 +335,16 @@ pub fn html(report: &Report, figures: &[Figure]) -> String {
     for (name, _) in figures {
         out += &format!("<img src=\"{}\" alt=\"{}\">\n", esc(name), esc(name));
     }
+    out += "<h2>Findings</h2>\n<ul>\n";
+    for f in crate::lab_report::findings(report) {
+        out += &format!(
+            "<li>{}: <b>{}</b> ({})</li>\n",
+            esc(f.finding),
+            f.verdict(),
+            esc(&f.detail)
+        );
+    }
+    out += "</ul>\n";
     for e in &report.experiments {
         out += &format!(
             "<h2>{}</h2>\n<table><tr><th>path</th><th>metric</th><th>median</th><th>min</th><th>max</th><th>n</th>\
@@ -314,6 +420,15 @@ mod tests {
             "B/packet",
             "not <installed>",
         ));
+        for (level, kept) in [(0.0, 100.0), (1.0, 98.0), (25.0, 75.0)] {
+            cells.push(Cell::measured(
+                "loss",
+                "netveil psp aes-gcm-128",
+                &format!("udp kept {level}% loss"),
+                "%",
+                vec![kept],
+            ));
+        }
         Report {
             schema: SCHEMA,
             command: vec!["netveil".into(), "lab".into()],
@@ -322,7 +437,7 @@ mod tests {
             cpu: "x".into(),
             programs: Default::default(),
             quick: true,
-            experiments: vec!["ping-rtt".into(), "overhead".into()],
+            experiments: vec!["ping-rtt".into(), "overhead".into(), "loss".into()],
             started_unix: 0,
             seconds: 1.0,
             cells,
@@ -334,7 +449,7 @@ mod tests {
         let r = report();
         let figs = figures(&r).unwrap();
         let names: Vec<&str> = figs.iter().map(|f| f.0.as_str()).collect();
-        assert_eq!(names, ["ping-rtt.svg", "overhead.svg"]);
+        assert_eq!(names, ["ping-rtt.svg", "overhead.svg", "loss.svg"]);
         for (_, svg) in &figs {
             assert!(svg.starts_with("<svg") || svg.contains("<svg"), "{svg}");
             assert!(svg.trim_end().ends_with("</svg>"));
@@ -347,6 +462,12 @@ mod tests {
         assert!(page.contains("netveil esp &lt;x&gt; &amp; &quot;y&quot;"));
         assert!(page.contains("not &lt;installed&gt;"));
         assert!(!page.contains("<x>") && !page.contains("<installed>"));
+        // The loss figure names the path and kind; the page states the findings.
+        assert!(figs[2].1.contains("netveil psp aes-gcm-128 (udp)"));
+        assert!(
+            page.contains("PSP keeps most of its throughput under loss"),
+            "{page}"
+        );
     }
 
     #[test]

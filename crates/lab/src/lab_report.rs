@@ -312,6 +312,113 @@ pub fn markdown(report: &Report) -> String {
             );
         }
     }
+    out += "\n## Findings\n\nThe studies' qualitative findings, checked on this run's cells:\n\n";
+    for f in findings(report) {
+        out += &format!(
+            "- {}: **{}** ({})\n",
+            md(f.finding),
+            f.verdict(),
+            md(&f.detail)
+        );
+    }
+    out
+}
+
+/// A study's qualitative finding, checked on a run's cells.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub finding: &'static str,
+    /// `None`: the run has not the cells to tell.
+    pub holds: Option<bool>,
+    pub detail: String,
+}
+
+impl Finding {
+    pub fn verdict(&self) -> &'static str {
+        match self.holds {
+            Some(true) => "holds",
+            Some(false) => "does NOT hold",
+            None => "not measured in this run",
+        }
+    }
+}
+
+/// The highest loss level of the run's `loss` cells with a `kind` ("udp" or "tcp") share for `path`: (level, share).
+fn kept_at_most_loss(report: &Report, path: &str, kind: &str) -> Option<(f64, f64)> {
+    report
+        .cells
+        .iter()
+        .filter(|c| c.experiment == "loss" && c.path == path)
+        .filter_map(|c| {
+            let level: f64 = c
+                .metric
+                .strip_prefix(&format!("{kind} kept "))?
+                .strip_suffix("% loss")?
+                .parse()
+                .ok()?;
+            Some((level, c.value?))
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// The studies' findings that the run's cells can check (issue 25's list, as far as the experiments go).
+pub fn findings(report: &Report) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let formula: Vec<&Cell> = report
+        .cells
+        .iter()
+        .filter(|c| c.expected.is_some() && c.value.is_some())
+        .collect();
+    let off: Vec<String> = formula
+        .iter()
+        .filter(|c| c.value != c.expected)
+        .map(|c| {
+            format!(
+                "{}: {} B, formula {} B",
+                c.path,
+                num(c.value),
+                num(c.expected)
+            )
+        })
+        .collect();
+    out.push(Finding {
+        finding: "overhead bytes per packet equal each protocol's formula",
+        holds: (!formula.is_empty()).then_some(off.is_empty()),
+        detail: if formula.is_empty() {
+            "no overhead cell in this run".into()
+        } else if off.is_empty() {
+            format!(
+                "{} protocols measured, each equal to its formula",
+                formula.len()
+            )
+        } else {
+            off.join("; ")
+        },
+    });
+    let psp = kept_at_most_loss(report, "netveil psp aes-gcm-128", "udp");
+    out.push(Finding {
+        finding: "PSP keeps most of its throughput under loss (the PSP study: 81.2% at 25% loss)",
+        holds: psp.map(|(_, k)| k >= 50.0),
+        detail: match psp {
+            Some((l, k)) => format!("PSP's datagrams kept {k:.1}% of their goodput at {l}% loss"),
+            None => "no PSP loss cells".into(),
+        },
+    });
+    let tls = kept_at_most_loss(report, "tls1.3", "tcp");
+    out.push(Finding {
+        finding: "TLS over TCP loses more of its throughput to loss than PSP's datagrams (the PSP study: TLS 1.3 \
+                  keeps 16.3% at 0.2% loss, PSP all)",
+        holds: match (tls, psp) {
+            (Some((lt, t)), Some((lp, p))) if lt == lp => Some(t < p),
+            _ => None,
+        },
+        detail: match (tls, psp) {
+            (Some((lt, t)), Some((lp, p))) => {
+                format!("at {lt}% loss TLS 1.3 kept {t:.1}%; at {lp}% PSP's datagrams {p:.1}%")
+            }
+            _ => "no TLS or PSP loss cells".into(),
+        },
+    });
     out
 }
 
@@ -440,6 +547,48 @@ mod tests {
             seconds: 1.0,
             cells,
         }
+    }
+
+    #[test]
+    fn findings_hold_or_fail_on_the_cells_and_say_when_they_cannot_tell() {
+        let kept = |path: &str, kind: &str, level: f64, v: f64| {
+            Cell::measured(
+                "loss",
+                path,
+                &format!("{kind} kept {level}% loss"),
+                "%",
+                vec![v],
+            )
+        };
+        let esp = |v: f64| {
+            Cell::measured("overhead", "esp", "overhead", "B/packet", vec![v]).expected(72.0)
+        };
+        let good = report(vec![
+            esp(72.0),
+            kept("netveil psp aes-gcm-128", "udp", 0.0, 100.0),
+            kept("netveil psp aes-gcm-128", "udp", 25.0, 75.0),
+            kept("tls1.3", "tcp", 25.0, 1.0),
+            kept("tls1.3", "tcp", 1.0, 30.0),
+        ]);
+        let f = findings(&good);
+        assert!(f.iter().all(|f| f.holds == Some(true)), "{f:?}");
+        assert!(
+            f[1].detail.contains("75.0% of their goodput at 25% loss"),
+            "{f:?}"
+        );
+        // A byte off the formula, PSP keeping less than half, TLS keeping more than PSP: each fails.
+        let bad = report(vec![
+            esp(73.0),
+            kept("netveil psp aes-gcm-128", "udp", 25.0, 40.0),
+            kept("tls1.3", "tcp", 25.0, 45.0),
+        ]);
+        let f = findings(&bad);
+        assert!(f.iter().all(|f| f.holds == Some(false)), "{f:?}");
+        assert!(f[0].detail.contains("esp: 73"), "{f:?}");
+        // No cells: not measured, and the report says so.
+        let none = report(vec![]);
+        assert!(findings(&none).iter().all(|f| f.holds.is_none()));
+        assert!(markdown(&none).contains("not measured in this run"));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! - `overhead`: bytes added per packet, read from a capture of 100-byte pings, for PILSC in both modes, ESP and
 //!   ESP+AH (AES-128-CBC, HMAC-SHA1-96) in tunnel and transport mode, PSP (tunnel, AES-GCM-128) and wireguard-go,
 //!   beside the PILSC study's Table 8 and each protocol's formula (`expected`).
+//! - `loss`: goodput under 0 to 25% packet loss, iperf3 UDP and TCP and TLS downloads, as the PSP study's Figs.
+//!   4.4 and 4.5 ([`crate::lab_loss`]).
 //!
 //! Each path gets a fresh two-host lab (its own namespaces, unique names, torn down when the path is done, also
 //! when it fails); a path that cannot run gives cells without value that say why.
@@ -24,14 +26,14 @@ use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
 
 /// The experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 2] = ["ping-rtt", "overhead"];
+pub const EXPERIMENTS: [&str; 3] = ["ping-rtt", "overhead", "loss"];
 
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     /// A small matrix (for CI: under a few minutes).
     #[arg(long)]
     pub quick: bool,
-    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead.
+    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where the report goes (report.json, report.csv, report.md, index.html and one SVG per figure).
@@ -406,6 +408,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
     for e in &experiments {
         match e.as_str() {
             "ping-rtt" => cells.extend(ping_rtt(&bin, a.quick)),
+            "loss" => cells.extend(crate::lab_loss::run(&bin, a.quick)),
             _ => cells.extend(overhead(&bin)),
         }
     }
@@ -416,6 +419,10 @@ pub fn run(a: LabArgs) -> Result<Report> {
         ("tcpdump", &["--version"][..]),
         ("ip", &["-V"][..]),
         ("iptables", &["--version"][..]),
+        ("iperf3", &["--version"][..]),
+        ("openssl", &["version"][..]),
+        ("curl", &["--version"][..]),
+        ("nft", &["--version"][..]),
     ] {
         programs.insert(p.to_string(), lab_report::version_line(p, args));
     }

@@ -1,0 +1,416 @@
+//! `netveil lab`'s `loss` experiment, as the PSP study's Figs. 4.4 and 4.5: goodput under packet loss, for
+//! datagrams (iperf3 UDP at a fixed rate) and for TCP (iperf3 TCP; TLS 1.2 and 1.3 downloads), through the clear
+//! veth, netveil PSP, netveil ESP-in-UDP, wireguard-go when installed, and TLS (OpenSSL's `s_server`, `curl`) on the
+//! clear veth.
+//!
+//! How loss is made: the client's namespace drops that share of the packets of more than [`LOSS_MIN_LEN`] bytes
+//! arriving on its veth (nftables, `numgen random` in a netdev ingress chain): data flows from the server to the
+//! client (iperf3 `-R`, downloads), so the data packets (and the tunnels' packets that carry them) are the ones lost.
+//! Small packets (handshakes, acknowledgements, iperf3's control messages) pass, so that every run completes and
+//! what is measured is the data's loss; the study does not say what its tool dropped. There is no router in the
+//! middle yet: the drop is at the receiver's link.
+//!
+//! Cells per path and loss level: `udp goodput L% loss` and `tcp goodput L% loss` (Mbit/s; the repetitions are
+//! iperf3's one-second intervals, or the downloads), and `udp kept L% loss` / `tcp kept L% loss` (%: the median
+//! goodput over the same path's at 0% loss), with the study's figures beside PSP's and TLS's.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::lab::{HostPair, Lab, TwoHosts};
+use crate::lab_report::Cell;
+use crate::{Error, Result};
+
+/// Packets of at most this many bytes (IP length) are never dropped.
+pub const LOSS_MIN_LEN: u32 = 200;
+/// iperf3 UDP's offered rate, Mbit/s, and its datagram size (fits the tunnels' MTU of 1,400).
+pub const UDP_RATE_MBIT: u32 = 100;
+const UDP_LEN: u32 = 1200;
+
+/// The study's own numbers: PSP (UDP file transfer) and TLS throughput at 0.1 and 0.2% loss over 0% (Fig. 4.4), and
+/// PSP at 25% (Fig. 4.5), as percentages kept.
+const PSP_FIG44: &str =
+    "PSP study, Fig. 4.4: 279.09 Mbit/s at 0%, 271.82 at 0.1%, 280.70 at 0.2% (from text)";
+const PSP_FIG45: &str =
+    "PSP study, Fig. 4.5: 227.94 Mbit/s at 25% loss, 18.8% below ideal (from text)";
+const TLS13_FIG44: &str =
+    "PSP study, Fig. 4.4: TLS 1.3 584.65 Mbit/s at 0%, 158.05 at 0.1%, 95.45 at 0.2%";
+const TLS12_FIG44: &str =
+    "PSP study, Fig. 4.4: TLS 1.2 440.48 Mbit/s at 0%, 186.89 at 0.1%, 147.70 at 0.2%";
+
+/// The loss levels, percent.
+pub fn levels(quick: bool) -> Vec<f64> {
+    if quick {
+        vec![0.0, 1.0, 25.0]
+    } else {
+        vec![0.0, 0.1, 0.2, 1.0, 5.0, 25.0]
+    }
+}
+
+/// The study's share kept at `level` for a path (`kind` "udp" or "tcp"), with its source.
+fn paper_kept(path: &str, kind: &str, level: f64) -> Option<(f64, &'static str)> {
+    let at = |l: f64| (level - l).abs() < 1e-9;
+    // One decimal, as the study's text gives its percentages.
+    let r = |(v, src): (f64, &'static str)| ((v * 10.0).round() / 10.0, src);
+    let got = match (path, kind) {
+        ("netveil psp aes-gcm-128", "udp") if at(0.1) => Some((271.82 / 279.09 * 100.0, PSP_FIG44)),
+        ("netveil psp aes-gcm-128", "udp") if at(0.2) => Some((280.70 / 279.09 * 100.0, PSP_FIG44)),
+        ("netveil psp aes-gcm-128", "udp") if at(25.0) => {
+            Some((227.94 / 280.70 * 100.0, PSP_FIG45))
+        }
+        ("tls1.3", "tcp") if at(0.1) => Some((158.05 / 584.65 * 100.0, TLS13_FIG44)),
+        ("tls1.3", "tcp") if at(0.2) => Some((95.45 / 584.65 * 100.0, TLS13_FIG44)),
+        ("tls1.2", "tcp") if at(0.1) => Some((186.89 / 440.48 * 100.0, TLS12_FIG44)),
+        ("tls1.2", "tcp") if at(0.2) => Some((147.70 / 440.48 * 100.0, TLS12_FIG44)),
+        _ => None,
+    };
+    got.map(r)
+}
+
+/// A level as the cells name it: "0", "0.1", "25".
+fn pct(level: f64) -> String {
+    format!("{level}")
+}
+
+/// Makes the client's veth drop `level` percent of the longer packets it receives (replacing an earlier rule).
+fn set_loss(lab: &Lab, ns: &str, dev: &str, level: f64) -> Result<()> {
+    let _ = lab.exec(ns, &["nft", "delete", "table", "netdev", "nvloss"]);
+    if level <= 0.0 {
+        return Ok(());
+    }
+    let per_10k = (level * 100.0).round() as u32;
+    let rules = format!(
+        "table netdev nvloss {{\n chain ingress {{\n  type filter hook ingress device \"{dev}\" priority 0; policy accept;\n  \
+         meta length > {LOSS_MIN_LEN} numgen random mod 10000 < {per_10k} drop\n }}\n}}\n"
+    );
+    let file = lab.dir().join(format!("loss-{ns}.nft"));
+    std::fs::write(&file, rules).map_err(Error::io("write the loss rules"))?;
+    lab.exec_ok(ns, &["nft", "-f", &file.to_string_lossy()])
+        .map(|_| ())
+}
+
+/// One iperf3 run from `client` to the server at `dst` in `server`, reversed (the server sends): the goodput of
+/// each one-second interval as the client received it, Mbit/s (UDP: sent at [`UDP_RATE_MBIT`]).
+fn iperf_intervals(
+    lab: &Lab,
+    server: &str,
+    client: &str,
+    dst: &str,
+    secs: u32,
+    udp: bool,
+) -> Result<Vec<f64>> {
+    let mut last = String::new();
+    // Setup packets are small and never dropped, but a run that fails anyway is tried again, up to three times.
+    for _ in 0..3 {
+        let mut srv = lab
+            .command(server, &["iperf3", "-s", "-1", "-B", dst])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(Error::io("cannot start iperf3"))?;
+        std::thread::sleep(Duration::from_millis(300));
+        let secs_s = secs.to_string();
+        let rate = format!("{UDP_RATE_MBIT}M");
+        let len = UDP_LEN.to_string();
+        let mut args = vec![
+            "timeout", "30", "iperf3", "-c", dst, "-R", "-t", &secs_s, "-J",
+        ];
+        if udp {
+            args.extend(["-u", "-b", &rate, "-l", &len]);
+        }
+        let o = lab.exec(client, &args);
+        let _ = srv.kill();
+        let _ = srv.wait();
+        let o = o?;
+        let v: serde_json::Value = match serde_json::from_slice(&o.stdout) {
+            Ok(v) => v,
+            Err(e) => {
+                last = format!("cannot parse iperf3's output: {e}");
+                continue;
+            }
+        };
+        if let Some(err) = v["error"].as_str() {
+            last = format!("iperf3: {err}");
+            continue;
+        }
+        let intervals: Vec<f64> = v["intervals"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|i| {
+                        // The client receives (-R): its intervals count the bytes that arrived (UDP: net of the
+                        // datagrams lost).
+                        Some(i["sum"]["bits_per_second"].as_f64()? / 1e6)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if intervals.is_empty() {
+            last = "iperf3 reported no interval".into();
+            continue;
+        }
+        return Ok(intervals);
+    }
+    Err(Error::Other(last))
+}
+
+/// TLS downloads from OpenSSL's `s_server -WWW` at `dst` (in `server`) with curl (in `client`) for `secs` seconds
+/// each, `runs` times: Mbit/s per download.
+fn tls_downloads(
+    lab: &Lab,
+    server: &str,
+    client: &str,
+    dst: &str,
+    version: &str,
+    secs: u32,
+    runs: usize,
+) -> Result<Vec<f64>> {
+    let dir = lab.dir().join("tls");
+    std::fs::create_dir_all(&dir).map_err(Error::io("tls dir"))?;
+    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+    if !cert.exists() {
+        let o = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .args([
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-subj",
+                "/CN=lab",
+                "-days",
+                "1",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(Error::io("openssl req"))?;
+        if !o.success() {
+            return Err(Error::Other("openssl req failed".into()));
+        }
+        // Sparse: as long as any download takes, without writing it.
+        let f = std::fs::File::create(dir.join("big.bin")).map_err(Error::io("big.bin"))?;
+        f.set_len(64 << 30).map_err(Error::io("big.bin"))?;
+    }
+    let accept = format!("{dst}:4433");
+    let mut srv = lab
+        .command(
+            server,
+            &["openssl", "s_server", "-accept", &accept, "-WWW", "-quiet"],
+        )
+        .arg("-cert")
+        .arg(&cert)
+        .arg("-key")
+        .arg(&key)
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(Error::io("cannot start openssl s_server"))?;
+    std::thread::sleep(Duration::from_millis(400));
+    let url = format!("https://{dst}:4433/big.bin");
+    let secs_s = secs.to_string();
+    let flags: &[&str] = match version {
+        "tls1.3" => &["--tlsv1.3"],
+        _ => &["--tlsv1.2", "--tls-max", "1.2"],
+    };
+    let mut out = Vec::new();
+    let mut err = None;
+    for _ in 0..runs {
+        let mut args = vec!["curl", "-sk", "--max-time", &secs_s, "-o", "/dev/null"];
+        args.extend(flags);
+        args.extend(["-w", "%{speed_download} %{size_download}", &url]);
+        match lab.exec(client, &args) {
+            Ok(o) => {
+                let text = String::from_utf8_lossy(&o.stdout).to_string();
+                let mut it = text.split_whitespace();
+                match (
+                    it.next().and_then(|s| s.parse::<f64>().ok()),
+                    it.next().and_then(|s| s.parse::<f64>().ok()),
+                ) {
+                    (Some(bps), Some(size)) if size > 0.0 => out.push(bps * 8.0 / 1e6),
+                    _ => err = Some(format!("curl downloaded nothing ({})", text.trim())),
+                }
+            }
+            Err(e) => err = Some(e.to_string()),
+        }
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+    match (out.is_empty(), err) {
+        (true, Some(e)) => Err(Error::Other(e)),
+        (true, None) => Err(Error::Other("no download".into())),
+        _ => Ok(out),
+    }
+}
+
+/// A path's measurement at one level: (udp, tcp) goodputs, each per repetition.
+type Measured = (Result<Vec<f64>>, Result<Vec<f64>>);
+
+/// The cells of one path: goodput per level and kind, and the share kept over 0% loss.
+fn path_cells(path: &str, levels: &[f64], got: Result<Vec<Measured>>) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    let got: Vec<Measured> = match got {
+        Ok(g) => g,
+        Err(e) => levels
+            .iter()
+            .map(|_| {
+                (
+                    Err(Error::Other(format!("the path did not run: {e}"))),
+                    Err(Error::Other(format!("the path did not run: {e}"))),
+                )
+            })
+            .collect(),
+    };
+    for (k, kind) in ["udp", "tcp"].iter().enumerate() {
+        let of = |m: &Measured| -> std::result::Result<Vec<f64>, String> {
+            let r = if k == 0 { &m.0 } else { &m.1 };
+            match r {
+                Ok(v) => Ok(v.clone()),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let base = got
+            .first()
+            .and_then(|m| of(m).ok())
+            .map(|v| crate::bench_ping::median(&v))
+            .filter(|b| *b > 0.0);
+        for (level, m) in levels.iter().zip(&got) {
+            let metric = format!("{kind} goodput {}% loss", pct(*level));
+            let kept_metric = format!("{kind} kept {}% loss", pct(*level));
+            match of(m) {
+                Ok(v) if !v.is_empty() => {
+                    let med = crate::bench_ping::median(&v);
+                    cells.push(Cell::measured("loss", path, &metric, "Mbit/s", v));
+                    let kept = match base {
+                        Some(b) => {
+                            Cell::measured("loss", path, &kept_metric, "%", vec![med / b * 100.0])
+                        }
+                        None => {
+                            Cell::missing("loss", path, &kept_metric, "%", "no goodput at 0% loss")
+                        }
+                    };
+                    cells.push(match paper_kept(path, kind, *level) {
+                        Some((p, src)) => kept.paper(p, src),
+                        None => kept,
+                    });
+                }
+                other => {
+                    let why = match other {
+                        Err(e) => e,
+                        Ok(_) => "no value".into(),
+                    };
+                    cells.push(Cell::missing("loss", path, &metric, "Mbit/s", &why));
+                    cells.push(Cell::missing("loss", path, &kept_metric, "%", &why));
+                }
+            }
+        }
+    }
+    cells
+}
+
+/// Runs iperf3 UDP and TCP at every level on a built lab: the client is `h.ns[0]`, the server `dst` in `h.ns[1]`.
+fn sweep(lab: &Lab, h: &TwoHosts, dst: &str, levels: &[f64], secs: u32) -> Result<Vec<Measured>> {
+    let mut out = Vec::new();
+    for &l in levels {
+        set_loss(lab, &h.ns[0], h.veth[0], l)?;
+        let udp = iperf_intervals(lab, &h.ns[1], &h.ns[0], dst, secs, true);
+        let tcp = iperf_intervals(lab, &h.ns[1], &h.ns[0], dst, secs, false);
+        out.push((udp, tcp));
+    }
+    set_loss(lab, &h.ns[0], h.veth[0], 0.0)?;
+    Ok(out)
+}
+
+/// The `loss` experiment's cells.
+pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
+    let levels = levels(quick);
+    let secs = if quick { 1 } else { 3 };
+    let mut cells = Vec::new();
+    println!("loss: clear veth, and TLS 1.3 and 1.2 on it");
+    let mut tls: Vec<(&str, Vec<Measured>)> = vec![("tls1.3", Vec::new()), ("tls1.2", Vec::new())];
+    let clear = (|| {
+        let mut lab = Lab::new("nvlab")?;
+        let h = TwoHosts::topology(&mut lab, &HostPair::default())?;
+        let dst = h.addrs[1].outer.to_string();
+        let r = sweep(&lab, &h, &dst, &levels, secs)?;
+        for (version, got) in tls.iter_mut() {
+            for &l in &levels {
+                set_loss(&lab, &h.ns[0], h.veth[0], l)?;
+                let runs = if quick { 1 } else { 3 };
+                let t = tls_downloads(&lab, &h.ns[1], &h.ns[0], &dst, version, secs.max(2), runs);
+                got.push((
+                    Err(Error::Other("TLS runs over TCP: no datagram row".into())),
+                    t,
+                ));
+            }
+        }
+        Ok(r)
+    })();
+    cells.extend(path_cells("clear", &levels, clear));
+    for (version, got) in tls {
+        let r = if got.is_empty() {
+            Err(Error::Other("the clear lab did not come up".into()))
+        } else {
+            Ok(got)
+        };
+        // TLS has no datagram row: only its TCP cells.
+        cells.extend(
+            path_cells(version, &levels, r)
+                .into_iter()
+                .filter(|c| c.metric.starts_with("tcp")),
+        );
+    }
+    let esp_udp = HostPair {
+        udp_encap: true,
+        ..HostPair::esp("aes128gcm16")
+    };
+    for (name, pair) in [
+        ("netveil psp aes-gcm-128", HostPair::psp("aes-gcm-128")),
+        ("netveil esp-in-udp aes128gcm16", esp_udp),
+    ] {
+        println!("loss: {name}");
+        let r = (|| {
+            let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+            let h = TwoHosts::up(&mut lab, &pair)?;
+            if pair.protocol == crate::lab::Protocol::Psp {
+                h.wait_psp_associated(Duration::from_secs(15))?;
+            }
+            let dst = h.addrs[1].inner.to_string();
+            sweep(&lab, &h, &dst, &levels, secs)
+        })();
+        cells.extend(path_cells(name, &levels, r));
+    }
+    let wg = match crate::bench::find_wireguard_go() {
+        Some(wg_go) => {
+            println!("loss: wireguard-go");
+            crate::bench::with_wireguard_go(&wg_go, |lab, h| {
+                sweep(lab, h, &h.addrs[1].inner.to_string(), &levels, secs)
+            })
+        }
+        None => Err(Error::Other(
+            "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),
+        )),
+    };
+    cells.extend(path_cells("wireguard-go", &levels, wg));
+    cells
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_studys_shares_are_its_figures() {
+        let (p, _) = paper_kept("netveil psp aes-gcm-128", "udp", 25.0).unwrap();
+        assert_eq!(p, 81.2);
+        let (t, _) = paper_kept("tls1.3", "tcp", 0.2).unwrap();
+        assert_eq!(t, 16.3);
+        assert!(paper_kept("clear", "udp", 25.0).is_none());
+        assert_eq!(levels(false), [0.0, 0.1, 0.2, 1.0, 5.0, 25.0]);
+        assert_eq!(pct(0.1), "0.1");
+        assert_eq!(pct(25.0), "25");
+    }
+}
