@@ -189,69 +189,59 @@ fn kept_level(metric: &str) -> Option<(&str, f64)> {
     Some((kind, rest.strip_suffix("% loss")?.parse().ok()?))
 }
 
-/// `loss.svg`: the share of its goodput at 0% loss that each path keeps at each loss level, datagrams (UDP) and TCP
-/// (the PSP study's Figs. 4.4 and 4.5); the levels are evenly spaced on the axis, as the study's are not linear.
-fn loss_figure(cells: &[Cell]) -> Result<Option<Figure>> {
-    let mut levels: Vec<f64> = Vec::new();
-    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-    for c in cells.iter().filter(|c| c.experiment == "loss") {
-        let (Some((kind, level)), Some(v)) = (kept_level(&c.metric), c.value) else {
-            continue;
-        };
-        if !levels.contains(&level) {
-            levels.push(level);
-        }
-        let name = format!("{} ({kind})", c.path);
-        match series.iter_mut().find(|(p, _)| *p == name) {
-            Some((_, pts)) => pts.push((level, v)),
-            None => series.push((name, vec![(level, v)])),
-        }
-    }
-    if series.is_empty() {
+/// A line chart over categories evenly spaced on the x axis (loss levels, file sizes): one line per series, each
+/// point (category index, value).
+struct Lines<'a> {
+    file: &'a str,
+    title: &'a str,
+    x_desc: &'a str,
+    y_desc: &'a str,
+    /// The y axis starts at 0 and reaches at least this.
+    y_min_top: f64,
+    categories: Vec<String>,
+    series: Vec<(String, Vec<(usize, f64)>)>,
+}
+
+fn category_lines(f: Lines) -> Result<Option<Figure>> {
+    if f.series.is_empty() {
         return Ok(None);
     }
-    levels.sort_by(f64::total_cmp);
-    let at = |l: f64| levels.iter().position(|x| *x == l).unwrap_or(0) as f64;
-    let ymax = series
+    let ymax = f
+        .series
         .iter()
         .flat_map(|(_, p)| p.iter().map(|x| x.1))
-        .fold(100.0f64, f64::max)
+        .fold(f.y_min_top, f64::max)
         * 1.1;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, 560)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Goodput kept under packet loss (% of the same path at 0% loss)",
-                ("sans-serif", 22),
-            )
+            .caption(f.title, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(45)
             .y_label_area_size(65)
-            .build_cartesian_2d(-0.3f64..levels.len() as f64 - 0.7, 0f64..ymax)
+            .build_cartesian_2d(-0.3f64..f.categories.len() as f64 - 0.7, 0f64..ymax)
             .map_err(plot_err)?;
-        let labels = levels.clone();
+        let labels = &f.categories;
         chart
             .configure_mesh()
-            .x_labels(levels.len())
+            .x_labels(labels.len())
             .x_label_formatter(&|x| {
-                // Only at a level's position (the mesh may place labels between them).
+                // Only at a category's position (the mesh may place labels between them).
                 let i = x.round();
                 if (x - i).abs() > 0.05 || i < 0.0 {
                     return String::new();
                 }
-                labels
-                    .get(i as usize)
-                    .map_or(String::new(), |l| format!("{l}%"))
+                labels.get(i as usize).cloned().unwrap_or_default()
             })
-            .x_desc("packet loss (data direction)")
-            .y_desc("goodput kept (%)")
+            .x_desc(f.x_desc)
+            .y_desc(f.y_desc)
             .draw()
             .map_err(plot_err)?;
-        for (i, (name, mut pts)) in series.into_iter().enumerate() {
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let pts: Vec<(f64, f64)> = pts.iter().map(|&(l, v)| (at(l), v)).collect();
+        for (i, (name, mut pts)) in f.series.into_iter().enumerate() {
+            pts.sort_by_key(|p| p.0);
+            let pts: Vec<(f64, f64)> = pts.iter().map(|&(c, v)| (c as f64, v)).collect();
             let color = Palette99::pick(i).to_rgba();
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
@@ -266,7 +256,7 @@ fn loss_figure(cells: &[Cell]) -> Result<Option<Figure>> {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerLeft)
+            .position(SeriesLabelPosition::UpperRight)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 12))
@@ -274,7 +264,86 @@ fn loss_figure(cells: &[Cell]) -> Result<Option<Figure>> {
             .map_err(plot_err)?;
         root.present().map_err(plot_err)?;
     }
-    Ok(Some(("loss.svg".into(), svg)))
+    Ok(Some((f.file.into(), svg)))
+}
+
+/// Groups `(series, category, value)` points: the categories in numeric order (named by `label`), the series in
+/// their first order.
+type Grouped = (Vec<String>, Vec<(String, Vec<(usize, f64)>)>);
+
+fn group(points: Vec<(String, f64, f64)>, label: impl Fn(f64) -> String) -> Grouped {
+    let mut cats: Vec<f64> = Vec::new();
+    for p in &points {
+        if !cats.contains(&p.1) {
+            cats.push(p.1);
+        }
+    }
+    cats.sort_by(f64::total_cmp);
+    let mut series: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
+    for (name, cat, v) in points {
+        let at = cats.iter().position(|c| *c == cat).unwrap_or(0);
+        match series.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, pts)) => pts.push((at, v)),
+            None => series.push((name, vec![(at, v)])),
+        }
+    }
+    (cats.into_iter().map(label).collect(), series)
+}
+
+/// `loss.svg`: the share of its goodput at 0% loss that each path keeps at each loss level, datagrams (UDP) and TCP
+/// (the PSP study's Figs. 4.4 and 4.5); the levels are evenly spaced on the axis, as the study's are not linear.
+fn loss_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    let points = cells
+        .iter()
+        .filter(|c| c.experiment == "loss")
+        .filter_map(|c| {
+            let (kind, level) = kept_level(&c.metric)?;
+            Some((format!("{} ({kind})", c.path), level, c.value?))
+        })
+        .collect();
+    let (categories, series) = group(points, |l| format!("{l}%"));
+    category_lines(Lines {
+        file: "loss.svg",
+        title: "Goodput kept under packet loss (% of the same path at 0% loss)",
+        x_desc: "packet loss (data direction)",
+        y_desc: "goodput kept (%)",
+        y_min_top: 100.0,
+        categories,
+        series,
+    })
+}
+
+/// `http.svg`: the bytes on the wire over the clear download's, per path, against the file size (random files), as
+/// the IPsec web study's network-load tables.
+fn http_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    let points = cells
+        .iter()
+        .filter(|c| c.experiment == "http")
+        .filter_map(|c| {
+            let name = c.metric.strip_prefix("overhead random ")?;
+            Some((
+                c.path.clone(),
+                crate::lab_report::file_bytes(name)?,
+                c.value?,
+            ))
+        })
+        .collect();
+    let (categories, series) = group(points, |b| {
+        if b >= 1e6 {
+            format!("{} MB", b / 1e6)
+        } else {
+            format!("{} KB", b / 1e3)
+        }
+    });
+    category_lines(Lines {
+        file: "http.svg",
+        title: "HTTP download: bytes on the wire over clear (random files)",
+        x_desc: "file size",
+        y_desc: "more bytes than clear (%)",
+        y_min_top: 10.0,
+        categories,
+        series,
+    })
 }
 
 /// The report's figures (only those whose experiment ran and measured something).
@@ -283,6 +352,7 @@ pub fn figures(report: &Report) -> Result<Vec<Figure>> {
         rtt_figure(&report.cells)?,
         overhead_figure(&report.cells)?,
         loss_figure(&report.cells)?,
+        http_figure(&report.cells)?,
     ]
     .into_iter()
     .flatten()

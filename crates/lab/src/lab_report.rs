@@ -419,7 +419,63 @@ pub fn findings(report: &Report) -> Vec<Finding> {
             _ => "no TLS or PSP loss cells".into(),
         },
     });
+    // The IPsec web/email study (Table 4.2): 1 KB files +20-30% network load, 10 MB +5-8%, HTTP.
+    let mut paths: Vec<&str> = Vec::new();
+    for c in report.cells.iter().filter(|c| c.experiment == "http") {
+        if c.metric.starts_with("overhead random ") && !paths.contains(&c.path.as_str()) {
+            paths.push(&c.path);
+        }
+    }
+    let small_large: Vec<(String, f64, f64)> = paths
+        .into_iter()
+        .filter_map(|p| {
+            let mut v: Vec<(f64, f64)> = report
+                .cells
+                .iter()
+                .filter(|c| c.experiment == "http" && c.path == p)
+                .filter_map(|c| {
+                    let size = file_bytes(c.metric.strip_prefix("overhead random ")?)?;
+                    Some((size, c.value?))
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (v.len() >= 2).then(|| (p.to_string(), v[0].1, v[v.len() - 1].1))
+        })
+        .collect();
+    let worse: Vec<String> = small_large
+        .iter()
+        .filter(|(_, small, large)| small <= large)
+        .map(|(p, s, l)| format!("{p}: {s:.1}% smallest vs {l:.1}% largest"))
+        .collect();
+    out.push(Finding {
+        finding: "small files pay relatively more than large ones (the IPsec web study, Table 4.2: 1 KB +20-30% \
+                  network load, 10 MB +5-8%; random files here)",
+        holds: (!small_large.is_empty()).then_some(worse.is_empty()),
+        detail: if small_large.is_empty() {
+            "no http overhead cells".into()
+        } else if worse.is_empty() {
+            small_large
+                .iter()
+                .map(|(p, s, l)| format!("{p}: {s:.1}% smallest, {l:.1}% largest"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        } else {
+            worse.join("; ")
+        },
+    });
     out
+}
+
+/// The bytes of a file size as the cells name it ("1KB", "10MB").
+pub fn file_bytes(name: &str) -> Option<f64> {
+    let (n, unit) = name.split_at(name.find(|c: char| !c.is_ascii_digit())?);
+    let n: f64 = n.parse().ok()?;
+    Some(match unit {
+        "KB" => n * 1e3,
+        "MB" => n * 1e6,
+        "B" => n,
+        _ => return None,
+    })
 }
 
 /// Writes `report.json`, `report.csv` and `report.md` into `dir` (made if missing).
@@ -570,7 +626,18 @@ mod tests {
             kept("tls1.3", "tcp", 25.0, 1.0),
             kept("tls1.3", "tcp", 1.0, 30.0),
         ]);
+        let mut good = good;
+        for (size, v) in [("1KB", 33.0), ("100KB", 5.0), ("10MB", 4.0)] {
+            good.cells.push(Cell::measured(
+                "http",
+                "esp",
+                &format!("overhead random {size}"),
+                "%",
+                vec![v],
+            ));
+        }
         let f = findings(&good);
+        assert_eq!(f.len(), 4);
         assert!(f.iter().all(|f| f.holds == Some(true)), "{f:?}");
         assert!(
             f[1].detail.contains("75.0% of their goodput at 25% loss"),
@@ -582,8 +649,20 @@ mod tests {
             kept("netveil psp aes-gcm-128", "udp", 25.0, 40.0),
             kept("tls1.3", "tcp", 25.0, 45.0),
         ]);
+        let mut bad = bad;
+        for (size, v) in [("1KB", 3.0), ("10MB", 4.0)] {
+            bad.cells.push(Cell::measured(
+                "http",
+                "esp",
+                &format!("overhead random {size}"),
+                "%",
+                vec![v],
+            ));
+        }
         let f = findings(&bad);
         assert!(f.iter().all(|f| f.holds == Some(false)), "{f:?}");
+        assert_eq!(file_bytes("10MB"), Some(1e7));
+        assert_eq!(file_bytes("100KB"), Some(1e5));
         assert!(f[0].detail.contains("esp: 73"), "{f:?}");
         // No cells: not measured, and the report says so.
         let none = report(vec![]);

@@ -13,6 +13,8 @@
 //!   beside the PILSC study's Table 8 and each protocol's formula (`expected`).
 //! - `loss`: goodput under 0 to 25% packet loss, iperf3 UDP and TCP and TLS downloads, as the PSP study's Figs.
 //!   4.4 and 4.5 ([`crate::lab_loss`]).
+//! - `http`: files of 1 KB to 10 MB, text and random, from nginx with curl through each path: bytes, packets and
+//!   time per download, and the bytes over clear ([`crate::lab_http`]).
 //!
 //! Each path gets a fresh two-host lab (its own namespaces, unique names, torn down when the path is done, also
 //! when it fails); a path that cannot run gives cells without value that say why.
@@ -26,14 +28,14 @@ use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
 
 /// The experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 3] = ["ping-rtt", "overhead", "loss"];
+pub const EXPERIMENTS: [&str; 4] = ["ping-rtt", "overhead", "loss", "http"];
 
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     /// A small matrix (for CI: under a few minutes).
     #[arg(long)]
     pub quick: bool,
-    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss.
+    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, http.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where the report goes (report.json, report.csv, report.md, index.html and one SVG per figure).
@@ -409,6 +411,11 @@ pub fn run(a: LabArgs) -> Result<Report> {
         match e.as_str() {
             "ping-rtt" => cells.extend(ping_rtt(&bin, a.quick)),
             "loss" => cells.extend(crate::lab_loss::run(&bin, a.quick)),
+            "http" => cells.extend(crate::lab_http::run(
+                &bin,
+                a.quick,
+                &std::env::temp_dir().join(format!("nv-lab-http-{}", std::process::id())),
+            )),
             _ => cells.extend(overhead(&bin)),
         }
     }
@@ -422,6 +429,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
         ("iperf3", &["--version"][..]),
         ("openssl", &["version"][..]),
         ("curl", &["--version"][..]),
+        ("nginx", &["-v"][..]),
         ("nft", &["--version"][..]),
     ] {
         programs.insert(p.to_string(), lab_report::version_line(p, args));

@@ -2,8 +2,8 @@
 //! protocol adds per packet on the wire (PILSC, ESP, ESP+AH, PSP, WireGuard) equal its formula, and protection
 //! raises the ping round-trip time over the clear path (and l2sec over the bridge) at every size (the bare-PC IPsec
 //! and L2 studies' finding); under loss, PSP's datagrams keep most of their goodput and TLS over TCP keeps less (the
-//! PSP study's), as the report's findings say. Needs root, ping, tcpdump, tshark, iptables, iperf3, openssl, curl
-//! and nft.
+//! PSP study's); small files pay relatively more bytes than large ones over HTTP (the IPsec web study's), as the
+//! report's findings say. Needs root, ping, tcpdump, tshark, iptables, iperf3, openssl, curl, nft and nginx.
 
 use netveil_lab::lab;
 use netveil_lab::lab_report::{self, Report};
@@ -14,7 +14,7 @@ const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
 fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     assert!(lab::is_root(), "the namespace tests need root");
     for t in [
-        "ip", "ping", "tcpdump", "tshark", "iptables", "iperf3", "openssl", "curl", "nft",
+        "ip", "ping", "tcpdump", "tshark", "iptables", "iperf3", "openssl", "curl", "nft", "nginx",
     ] {
         assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
     }
@@ -33,7 +33,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     let text = std::fs::read_to_string(out.join("report.json")).unwrap();
     let r: Report = serde_json::from_str(&text).unwrap();
     lab_report::check(&r).unwrap();
-    assert_eq!(r.experiments, ["ping-rtt", "overhead", "loss"]);
+    assert_eq!(r.experiments, ["ping-rtt", "overhead", "loss", "http"]);
     let csv = std::fs::read_to_string(out.join("report.csv")).unwrap();
     assert_eq!(csv.lines().count(), r.cells.len() + 1);
     assert!(std::fs::read_to_string(out.join("report.md"))
@@ -41,7 +41,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         .contains("## overhead"));
     // The page shows both figures, and they are SVG.
     let page = std::fs::read_to_string(out.join("index.html")).unwrap();
-    for fig in ["ping-rtt.svg", "overhead.svg"] {
+    for fig in ["ping-rtt.svg", "overhead.svg", "loss.svg", "http.svg"] {
         assert!(page.contains(&format!("<img src=\"{fig}\"")), "{page}");
         let svg = std::fs::read_to_string(out.join(fig)).unwrap();
         assert!(
@@ -90,15 +90,20 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
             "l2sec {bytes} B\n{log}"
         );
     }
-    // Loss: every path but wireguard-go (not in CI) measured at every level, and the findings hold.
-    for c in r.cells.iter().filter(|c| c.experiment == "loss") {
+    // Loss and HTTP: every path but wireguard-go (not in CI) measured at every level and file, and the findings
+    // hold.
+    for c in r
+        .cells
+        .iter()
+        .filter(|c| c.experiment == "loss" || c.experiment == "http")
+    {
         if c.path == "wireguard-go" && c.value.is_none() {
             continue;
         }
         assert!(c.value.is_some(), "{c:?}\n{log}");
     }
     let findings = lab_report::findings(&r);
-    assert_eq!(findings.len(), 3);
+    assert_eq!(findings.len(), 4);
     for f in &findings {
         assert_eq!(f.holds, Some(true), "{f:?}\n{log}");
     }
