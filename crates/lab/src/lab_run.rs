@@ -47,6 +47,10 @@ pub struct LabArgs {
     /// An earlier run's report.json: after this run, what changed, cell by cell (printed, and DIR/compare.md).
     #[arg(long)]
     pub compare: Option<PathBuf>,
+    /// Install what the experiments need and is missing first (Debian packages with apt-get; wireguard-go with
+    /// `go install` when Go is there). Without it, a missing required tool stops the run, naming its package.
+    #[arg(long)]
+    pub install: bool,
 }
 
 /// The bare-PC IPsec study's statement on ping response time (its Fig. 8 gives no absolute numbers).
@@ -398,6 +402,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
             "netveil lab needs root (network namespaces)".into(),
         ));
     }
+    crate::lab_tools::preflight(&experiments, a.install)?;
     let bin = match &a.netveil_bin {
         Some(p) => p.clone(),
         None => std::env::current_exe().map_err(Error::io("current exe"))?,
