@@ -9,7 +9,8 @@
 //!   as the L2 study's Fig. 6.6, a station pinging another on a plain bridge and through l2sec (AES-GCM-128), with
 //!   l2sec's increase over the bridge beside the study's +117%.
 //! - `overhead`: bytes added per packet, read from a capture of 100-byte pings, for PILSC in both modes, ESP and
-//!   ESP+AH (AES-128-CBC, HMAC-SHA1-96) in tunnel and transport mode, PSP (tunnel, AES-GCM-128) and wireguard-go,
+//!   ESP+AH (AES-128-CBC, HMAC-SHA1-96) in tunnel and transport mode, AH alone (transport), PSP (tunnel,
+//!   AES-GCM-128), l2sec (AES-GCM-128, per Ethernet frame) and wireguard-go,
 //!   beside the PILSC study's Table 8 and each protocol's formula (`expected`).
 //! - `loss`: goodput under 0 to 25% packet loss, iperf3 UDP and TCP and TLS downloads, as the PSP study's Figs.
 //!   4.4 and 4.5 ([`crate::lab_loss`]).
@@ -89,6 +90,11 @@ pub fn wireguard_overhead(inner: usize) -> usize {
 /// Bytes AH adds with HMAC-SHA1-96 (RFC 4302: 12-byte header and a 12-byte ICV, a multiple of 4 for IPv4).
 pub const AH_SHA1_OVERHEAD: usize = 24;
 
+/// Bytes l2sec (version 1, an AEAD suite, unicast, no optional fields) adds to an Ethernet frame: its EtherType 2
+/// (the frame's own moves into the encrypted section), the clear header 6 (flags, key id, sequence number), the pad
+/// size 1 and a 16-byte ICV.
+pub const L2SEC_AEAD_OVERHEAD: usize = 2 + 6 + 1 + 16;
+
 /// What the `overhead` experiment's formula predicts for a path of `bench_pilsc_net::overhead_rows` (`pilsc
 /// confidential`, `esp tunnel aes128-sha1`, ...; pings of `data` bytes: ICMP header 8, inner IPv4 header 20).
 pub fn expected_overhead(row: &str, data: usize) -> Option<usize> {
@@ -103,6 +109,8 @@ pub fn expected_overhead(row: &str, data: usize) -> Option<usize> {
         r if r.starts_with("esp+ah transport") => transport + AH_SHA1_OVERHEAD,
         r if r.starts_with("psp tunnel") => PSP_TUNNEL_OVERHEAD,
         r if r.starts_with("wireguard-go") => wireguard_overhead(20 + 8 + data),
+        r if r.starts_with("ah transport") => AH_SHA1_OVERHEAD,
+        r if r.starts_with("l2sec") => L2SEC_AEAD_OVERHEAD,
         _ => return None,
     })
 }
@@ -357,6 +365,28 @@ fn overhead(bin: &Path) -> Vec<Cell> {
         )
     })();
     cells.push(overhead_cell("psp tunnel aes-gcm-128", psp, None));
+    println!("overhead: AH");
+    let ah = (|| {
+        let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+        let pair = HostPair {
+            suite: "sha1".into(),
+            protocol: crate::lab::Protocol::Ah,
+            mode: Mode::Transport,
+            ..HostPair::default()
+        };
+        let h = TwoHosts::up(&mut lab, &pair)?;
+        let ns = [h.ns[0].clone(), h.ns[1].clone()];
+        ping_overhead(
+            &lab,
+            &ns,
+            h.addrs[0].outer,
+            &h.addrs[1].outer.to_string(),
+            51,
+        )
+    })();
+    cells.push(overhead_cell("ah transport sha1", ah, None));
+    println!("overhead: l2sec");
+    cells.push(overhead_cell("l2sec aes128gcm", l2sec_overhead(bin), None));
     let wg = match crate::bench::find_wireguard_go() {
         Some(wg_go) => {
             println!("overhead: wireguard-go");
@@ -377,6 +407,45 @@ fn overhead(bin: &Path) -> Vec<Cell> {
     };
     cells.push(overhead_cell("wireguard-go", wg, None));
     cells
+}
+
+/// Bytes l2sec (AES-GCM-128) adds per frame: pings of [`crate::bench_pilsc_net::PING_DATA`] bytes from one station
+/// to another on the bridge, the second station's link captured; the median length of the first station's frames
+/// less the clear frame's (Ethernet 14, IPv4 20, ICMP 8, data).
+fn l2sec_overhead(bin: &Path) -> Result<f64> {
+    use crate::lan::{L2Opts, Lan};
+    let data = crate::bench_pilsc_net::PING_DATA;
+    let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+    let lan = Lan::build(&mut lab, &["h1", "h2"])?;
+    let _d = lan.protect(&lab, &["h1", "h2"], &L2Opts::suite("aes128gcm"))?;
+    let (h1, h2) = (lan.station("h1")?.clone(), lan.station("h2")?.clone());
+    let dst = h2.ip.to_string();
+    // The session and the neighbour entry first: only pings are captured then.
+    lab.exec_ok(&h1.ns, &["ping", "-n", "-c", "1", "-W", "2", &dst])?;
+    let mac = h1.mac.map(|b| format!("{b:02x}")).join(":");
+    let mut cap = lab.capture(&h2.ns, "eth0", "l2.pcap", 256, &["ether", "src", &mac])?;
+    let size = data.to_string();
+    lab.exec_ok(
+        &h1.ns,
+        &[
+            "ping", "-n", "-c", "7", "-i", "0.05", "-s", &size, "-W", "1", &dst,
+        ],
+    )?;
+    std::thread::sleep(Duration::from_millis(100));
+    let path = cap.stop()?;
+    let p = netveil_pcap::read_file(&path)
+        .map_err(|e| Error::Other(format!("{}: {e}", path.display())))?;
+    let clear = (14 + 20 + 8 + data) as f64;
+    let mut v: Vec<f64> = p
+        .records
+        .iter()
+        .map(|r| f64::from(r.orig_len) - clear)
+        .collect();
+    if v.is_empty() {
+        return Err(Error::Other("no l2sec frame captured".into()));
+    }
+    v.sort_by(f64::total_cmp);
+    Ok(v[v.len() / 2])
 }
 
 /// `netveil lab`: runs the experiments and writes the report.
@@ -512,6 +581,8 @@ mod tests {
         // A 128-byte inner packet needs no WireGuard padding; 129 bytes pad to 144.
         assert_eq!(expected_overhead("wireguard-go", 100), Some(60));
         assert_eq!(wireguard_overhead(129), 75);
+        assert_eq!(expected_overhead("ah transport sha1", 100), Some(24));
+        assert_eq!(expected_overhead("l2sec aes128gcm", 100), Some(25));
         // The padding follows the size: a payload that fills the block to the trailer pads nothing.
         assert_eq!(esp_cbc_sha1_overhead(14), 38);
         assert_eq!(esp_cbc_sha1_overhead(15), 53);
