@@ -22,6 +22,87 @@ use std::time::{Duration, Instant};
 
 static LAB_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
+/// The namespaces and directories of this process's labs that exist now: what [`remove_all_and_exit`] tears down when a
+/// signal ends the process before the labs are dropped.
+static LIVE: std::sync::Mutex<(Vec<String>, Vec<PathBuf>)> =
+    std::sync::Mutex::new((Vec::new(), Vec::new()));
+
+fn live() -> std::sync::MutexGuard<'static, (Vec<String>, Vec<PathBuf>)> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Kills what runs in `ns` (SIGTERM, then SIGKILL) and deletes it.
+fn remove_namespace(ns: &str) {
+    for round in 0..2 {
+        let pids = Command::new("ip")
+            .args(["netns", "pids", ns])
+            .stderr(Stdio::null())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        let pids: Vec<u32> = pids
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if pids.is_empty() {
+            break;
+        }
+        for p in &pids {
+            signal(
+                *p,
+                if round == 0 {
+                    libc::SIGTERM
+                } else {
+                    libc::SIGKILL
+                },
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let _ = Command::new("ip")
+        .args(["netns", "del", ns])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Tears down every lab of this process that still exists (its namespaces, what runs in them, its directory) and
+/// ends the process with `code`, holding the registry's lock throughout: no lab can start meanwhile.
+pub fn remove_all_and_exit(code: i32) -> ! {
+    let mut l = live();
+    let (namespaces, dirs) = std::mem::take(&mut *l);
+    for ns in namespaces.iter().rev() {
+        remove_namespace(ns);
+    }
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    let _ = std::fs::remove_dir(LAB_BASE);
+    std::process::exit(code)
+}
+
+/// From now on SIGINT, SIGTERM and SIGHUP end this process only after [`remove_all_and_exit`] (exit 130): a lab run stopped
+/// with Ctrl-C leaves no namespace or process behind. The signals are blocked in every thread and taken by one that
+/// waits for them; programs the labs start get an empty signal mask (std's `Command` resets it).
+pub fn clean_up_on_signals() -> Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    set.thread_block()
+        .map_err(|e| Error::Other(format!("cannot block signals: {e}")))?;
+    std::thread::Builder::new()
+        .name("lab-signals".into())
+        .spawn(move || {
+            if let Ok(sig) = set.wait() {
+                eprintln!("lab: {sig}: removing the labs' namespaces");
+                remove_all_and_exit(130);
+            }
+        })
+        .map_err(Error::io("cannot start the signal thread"))?;
+    Ok(())
+}
+
 /// The fwmark (and routing table) used for transport mode.
 pub const TRANSPORT_FWMARK: u32 = 20054;
 
@@ -132,6 +213,9 @@ impl Lab {
         let id = format!("{prefix}{}-{n}", std::process::id());
         let dir = Path::new(LAB_BASE).join(&id);
         let _ = std::fs::remove_dir_all(&dir);
+        // Registered before it is made (see `add_ns`).
+        let mut l = live();
+        l.1.push(dir.clone());
         for d in [Path::new(LAB_BASE), &dir] {
             use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
             let made = std::fs::DirBuilder::new()
@@ -141,6 +225,7 @@ impl Lab {
                 .and_then(|()| std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)));
             made.map_err(Error::io(format!("cannot create {}", d.display())))?;
         }
+        drop(l);
         let netveil = netveil_binary();
         Ok(Lab {
             id,
@@ -183,8 +268,14 @@ impl Lab {
             .args(["netns", "del", &ns])
             .stderr(Stdio::null())
             .status();
-        run_ok(Command::new("ip").args(["netns", "add", &ns]))?;
-        self.namespaces.push(ns.clone());
+        {
+            // Registered and made under the lock: a signal's [`remove_all`] either sees it or runs first (and
+            // then this waits until the process ends).
+            let mut l = live();
+            l.0.push(ns.clone());
+            self.namespaces.push(ns.clone());
+            run_ok(Command::new("ip").args(["netns", "add", &ns]))?;
+        }
         self.ip(&ns, &["link", "set", "lo", "up"])?;
         Ok(ns)
     }
@@ -428,6 +519,11 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        {
+            let mut l = live();
+            l.0.retain(|n| !self.namespaces.contains(n));
+            l.1.retain(|d| *d != self.dir);
+        }
         if self.keep {
             eprintln!(
                 "lab kept: namespaces {:?}, directory {}",
@@ -436,38 +532,9 @@ impl Drop for Lab {
             );
             return;
         }
+        // Whatever still runs in our namespaces was started by this lab.
         for ns in self.namespaces.iter().rev() {
-            // Whatever still runs in our namespaces was started by this lab.
-            for round in 0..2 {
-                let pids = Command::new("ip")
-                    .args(["netns", "pids", ns])
-                    .stderr(Stdio::null())
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-                    .unwrap_or_default();
-                let pids: Vec<u32> = pids
-                    .split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect();
-                if pids.is_empty() {
-                    break;
-                }
-                for p in &pids {
-                    signal(
-                        *p,
-                        if round == 0 {
-                            libc::SIGTERM
-                        } else {
-                            libc::SIGKILL
-                        },
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(300));
-            }
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stderr(Stdio::null())
-                .status();
+            remove_namespace(ns);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         // (Only if no other lab uses it.)

@@ -472,6 +472,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
         ));
     }
     crate::lab_tools::preflight(&experiments, a.install)?;
+    crate::lab::clean_up_on_signals()?;
     let bin = match &a.netveil_bin {
         Some(p) => p.clone(),
         None => std::env::current_exe().map_err(Error::io("current exe"))?,

@@ -148,3 +148,59 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     let _ = std::fs::remove_dir_all(&out);
     let _ = std::fs::remove_dir_all(&out2);
 }
+
+/// Ctrl-C during a run: the lab removes its namespaces (and what runs in them) and its directories, and exits 130.
+#[test]
+fn a_lab_stopped_with_ctrl_c_leaves_nothing_behind() {
+    assert!(lab::is_root(), "the namespace tests need root");
+    let out = std::env::temp_dir().join(format!("nv-lab-int-{}", std::process::id()));
+    let mut child = std::process::Command::new(NETVEIL)
+        .args(["lab", "--quick", "--only", "http", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let prefix = format!("nvlab{}-", child.id());
+    let namespaces = || {
+        let o = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    // Wait until a lab is up, with nginx running in it.
+    let t = std::time::Instant::now();
+    while namespaces().is_empty() {
+        assert!(t.elapsed().as_secs() < 60, "no lab came up");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let ns = namespaces();
+    assert!(!ns.is_empty());
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let st = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(st.code(), Some(130), "{err}");
+    assert!(err.contains("SIGINT"), "{err}");
+    assert_eq!(namespaces(), Vec::<String>::new());
+    let dirs: Vec<_> = std::fs::read_dir(lab::LAB_BASE)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(dirs, Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&out);
+}
