@@ -1,7 +1,7 @@
 //! `netveil lab`'s `http` experiment, as the IPsec web/email study's HTTP half: files of 1 KB to 10 MB, compressible
 //! (text, which nginx sends gzip-compressed to `curl --compressed`) or not (random bytes), downloaded from nginx with
-//! curl through each path; per download the bytes and packets on the wire (both directions, IP bytes), the transfer
-//! time, and the bytes over the clear download of the same file.
+//! curl through each path; per download the bytes and packets on the wire (IP bytes; both directions together, and
+//! down and up apart), the transfer time, and the bytes over the clear download of the same file.
 //!
 //! The wire: both veths have `gso_max_segs 1`, so every packet crosses them at its real size (no segmentation
 //! offload super-packets, which a real Ethernet never carries), and the counts are the client veth's own counters
@@ -156,8 +156,8 @@ fn nginx(lab: &Lab, ns: &str, addr: &str, www: &Path) -> Result<Nginx> {
     )))
 }
 
-/// The client veth's counters: (bytes, packets), both directions together.
-fn counters(lab: &Lab, ns: &str, dev: &str) -> Result<(u64, u64)> {
+/// The client veth's counters: rx bytes, tx bytes, rx packets, tx packets.
+fn counters(lab: &Lab, ns: &str, dev: &str) -> Result<[u64; 4]> {
     let mut v = [0u64; 4];
     for (i, f) in ["rx_bytes", "tx_bytes", "rx_packets", "tx_packets"]
         .iter()
@@ -172,12 +172,27 @@ fn counters(lab: &Lab, ns: &str, dev: &str) -> Result<(u64, u64)> {
             .parse()
             .map_err(|_| Error::Other(format!("{dev} {f}: {o:?}")))?;
     }
-    Ok((v[0] + v[1], v[2] + v[3]))
+    Ok(v)
 }
 
-/// One download: (IP bytes, packets, seconds).
-fn download(lab: &Lab, h: &TwoHosts, url: &str, tls: Option<&str>) -> Result<(f64, f64, f64)> {
-    let (b0, p0) = counters(lab, &h.ns[0], h.veth[0])?;
+/// One download: IP bytes and packets per direction (down: server to client), and its time.
+#[derive(Debug, Clone, Copy)]
+struct Download {
+    down: f64,
+    up: f64,
+    down_packets: f64,
+    up_packets: f64,
+    secs: f64,
+}
+
+impl Download {
+    fn bytes(&self) -> f64 {
+        self.down + self.up
+    }
+}
+
+fn download(lab: &Lab, h: &TwoHosts, url: &str, tls: Option<&str>) -> Result<Download> {
+    let c0 = counters(lab, &h.ns[0], h.veth[0])?;
     let mut args = vec![
         "curl",
         "-s",
@@ -196,7 +211,7 @@ fn download(lab: &Lab, h: &TwoHosts, url: &str, tls: Option<&str>) -> Result<(f6
     let o = lab.exec_ok(&h.ns[0], &args)?;
     // The last acknowledgements and the teardown.
     std::thread::sleep(Duration::from_millis(50));
-    let (b1, p1) = counters(lab, &h.ns[0], h.veth[0])?;
+    let c1 = counters(lab, &h.ns[0], h.veth[0])?;
     let mut it = o.split_whitespace();
     let secs: f64 = it
         .next()
@@ -205,8 +220,15 @@ fn download(lab: &Lab, h: &TwoHosts, url: &str, tls: Option<&str>) -> Result<(f6
     if it.next() != Some("200") {
         return Err(Error::Other(format!("{url}: curl said {o:?}")));
     }
-    let packets = (p1 - p0) as f64;
-    Ok(((b1 - b0) as f64 - 14.0 * packets, packets, secs))
+    let d = |i: usize| c1[i].saturating_sub(c0[i]) as f64;
+    // Less the Ethernet header of each packet: IP bytes.
+    Ok(Download {
+        down: d(0) - 14.0 * d(2),
+        up: d(1) - 14.0 * d(3),
+        down_packets: d(2),
+        up_packets: d(3),
+        secs,
+    })
 }
 
 /// (path, host pair or `None` for the clear veth, TLS version for HTTPS).
@@ -235,6 +257,16 @@ fn paths() -> Vec<PathCase> {
             Some(HostPair::esp("aes128gcm16")),
             None,
         ),
+        // The framing alone (no encryption, no integrity: the L2 study's noENC-noHMAC category), to tell framing
+        // from crypto.
+        (
+            "netveil esp tunnel null-null",
+            Some(HostPair {
+                allow_null_null: true,
+                ..HostPair::esp("null-null")
+            }),
+            None,
+        ),
         (
             "netveil esp transport aes128-sha1",
             Some(cbc(Mode::Transport, None)),
@@ -255,7 +287,7 @@ fn paths() -> Vec<PathCase> {
 }
 
 /// Per (kind, size): the downloads' (bytes, packets, seconds).
-type Downloads = Vec<((usize, usize), Vec<(f64, f64, f64)>)>;
+type Downloads = Vec<((usize, usize), Vec<Download>)>;
 
 /// Every file, `reps` times, from `server` (an address of the server side) through `h`.
 fn downloads_via(
@@ -353,54 +385,64 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
                     .map(|d| d.iter().find(|(at, _)| *at == (k, s)).map(|x| x.1.clone()));
                 match got {
                     Ok(Some(v)) => {
-                        let bytes: Vec<f64> = v.iter().map(|x| x.0).collect();
-                        cells.push(Cell::measured(
-                            "http",
-                            case.0,
-                            &m("bytes"),
-                            "B",
-                            bytes.clone(),
-                        ));
-                        cells.push(Cell::measured(
-                            "http",
-                            case.0,
-                            &m("packets"),
-                            "packets",
-                            v.iter().map(|x| x.1).collect(),
-                        ));
-                        cells.push(Cell::measured(
-                            "http",
-                            case.0,
-                            &m("time"),
-                            "ms",
-                            v.iter().map(|x| x.2 * 1e3).collect(),
-                        ));
+                        let bytes: Vec<f64> = v.iter().map(Download::bytes).collect();
+                        let series: [(&str, &str, Vec<f64>); 7] = [
+                            ("bytes", "B", bytes.clone()),
+                            ("bytes down", "B", v.iter().map(|x| x.down).collect()),
+                            ("bytes up", "B", v.iter().map(|x| x.up).collect()),
+                            (
+                                "packets",
+                                "packets",
+                                v.iter().map(|x| x.down_packets + x.up_packets).collect(),
+                            ),
+                            (
+                                "packets down",
+                                "packets",
+                                v.iter().map(|x| x.down_packets).collect(),
+                            ),
+                            (
+                                "packets up",
+                                "packets",
+                                v.iter().map(|x| x.up_packets).collect(),
+                            ),
+                            ("time", "ms", v.iter().map(|x| x.secs * 1e3).collect()),
+                        ];
+                        for (w, unit, runs) in series {
+                            cells.push(Cell::measured("http", case.0, &m(w), unit, runs));
+                        }
                         if case.0 != "clear" {
-                            let base = clear
+                            // Over the clear download of the same file: all bytes (the study's network load) and
+                            // the data direction's alone (the acknowledgements going up vary with timing).
+                            let clear_runs = clear
                                 .as_ref()
                                 .and_then(|d| d.iter().find(|(at, _)| *at == (k, s)))
-                                .map(|x| {
+                                .map(|x| x.1.clone());
+                            for (w, of) in [
+                                ("overhead", Download::bytes as fn(&Download) -> f64),
+                                ("overhead down", |x: &Download| x.down),
+                            ] {
+                                let med = |runs: &[Download]| {
                                     crate::bench_ping::median(
-                                        &x.1.iter().map(|y| y.0).collect::<Vec<_>>(),
+                                        &runs.iter().map(of).collect::<Vec<_>>(),
                                     )
+                                };
+                                cells.push(match &clear_runs {
+                                    Some(c) if med(c) > 0.0 => Cell::measured(
+                                        "http",
+                                        case.0,
+                                        &m(w),
+                                        "%",
+                                        vec![(med(&v) / med(c) - 1.0) * 100.0],
+                                    ),
+                                    _ => Cell::missing(
+                                        "http",
+                                        case.0,
+                                        &m(w),
+                                        "%",
+                                        "no clear download of this file",
+                                    ),
                                 });
-                            let mine = crate::bench_ping::median(&bytes);
-                            cells.push(match base {
-                                Some(b) if b > 0.0 => Cell::measured(
-                                    "http",
-                                    case.0,
-                                    &m("overhead"),
-                                    "%",
-                                    vec![(mine / b - 1.0) * 100.0],
-                                ),
-                                _ => Cell::missing(
-                                    "http",
-                                    case.0,
-                                    &m("overhead"),
-                                    "%",
-                                    "no clear download of this file",
-                                ),
-                            });
+                            }
                         }
                     }
                     other => {
@@ -408,11 +450,21 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
                             Err(e) => format!("the path did not run: {e}"),
                             _ => "no download".into(),
                         };
-                        for (w, unit) in [("bytes", "B"), ("packets", "packets"), ("time", "ms")] {
+                        for (w, unit) in [
+                            ("bytes", "B"),
+                            ("bytes down", "B"),
+                            ("bytes up", "B"),
+                            ("packets", "packets"),
+                            ("packets down", "packets"),
+                            ("packets up", "packets"),
+                            ("time", "ms"),
+                        ] {
                             cells.push(Cell::missing("http", case.0, &m(w), unit, &why));
                         }
                         if case.0 != "clear" {
-                            cells.push(Cell::missing("http", case.0, &m("overhead"), "%", &why));
+                            for w in ["overhead", "overhead down"] {
+                                cells.push(Cell::missing("http", case.0, &m(w), "%", &why));
+                            }
                         }
                     }
                 }

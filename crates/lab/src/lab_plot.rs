@@ -313,14 +313,15 @@ fn loss_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     })
 }
 
-/// `http.svg`: the bytes on the wire over the clear download's, per path, against the file size (random files), as
-/// the IPsec web study's network-load tables.
+/// `http.svg`: the bytes from server to client over the clear download's, per path, against the file size (random
+/// files), as the IPsec web study's network-load tables (the data direction: the acknowledgements going up vary
+/// with timing).
 fn http_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     let points = cells
         .iter()
         .filter(|c| c.experiment == "http")
         .filter_map(|c| {
-            let name = c.metric.strip_prefix("overhead random ")?;
+            let name = c.metric.strip_prefix("overhead down random ")?;
             Some((
                 c.path.clone(),
                 crate::lab_report::file_bytes(name)?,
@@ -337,7 +338,7 @@ fn http_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     });
     category_lines(Lines {
         file: "http.svg",
-        title: "HTTP download: bytes on the wire over clear (random files)",
+        title: "HTTP download: bytes server to client, over clear (random files)",
         x_desc: "file size",
         y_desc: "more bytes than clear (%)",
         y_min_top: 10.0,
