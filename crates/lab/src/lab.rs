@@ -80,22 +80,21 @@ pub fn remove_all_and_exit(code: i32) -> ! {
     std::process::exit(code)
 }
 
-/// From now on SIGINT, SIGTERM and SIGHUP end this process only after [`remove_all_and_exit`] (exit 130): a lab run stopped
-/// with Ctrl-C leaves no namespace or process behind. The signals are blocked in every thread and taken by one that
-/// waits for them; programs the labs start get an empty signal mask (std's `Command` resets it).
+/// From now on SIGINT, SIGTERM and SIGHUP end this process only after [`remove_all_and_exit`] (exit 130): a lab run
+/// stopped with Ctrl-C leaves no namespace or process behind. The signals are caught by handlers (signal-hook) and
+/// taken by one thread; they are not blocked, so the programs the labs start (which get default dispositions at
+/// exec) stop on them as usual.
 pub fn clean_up_on_signals() -> Result<()> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(s);
-    }
-    set.thread_block()
-        .map_err(|e| Error::Other(format!("cannot block signals: {e}")))?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(Error::io("cannot catch signals"))?;
     std::thread::Builder::new()
         .name("lab-signals".into())
         .spawn(move || {
-            if let Ok(sig) = set.wait() {
-                eprintln!("lab: {sig}: removing the labs' namespaces");
+            if let Some(sig) = signals.forever().next() {
+                let name = nix::sys::signal::Signal::try_from(sig)
+                    .map_or_else(|_| sig.to_string(), |s| s.to_string());
+                eprintln!("lab: {name}: removing the labs' namespaces");
                 remove_all_and_exit(130);
             }
         })
