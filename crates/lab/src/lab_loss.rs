@@ -10,6 +10,10 @@
 //! what is measured is the data's loss; the study does not say what its tool dropped. There is no router in the
 //! middle yet: the drop is at the receiver's link.
 //!
+//! For the tunnels (netveil's and wireguard-go), one more TCP run at 0% loss gives `daemon cpu per GB` (ms of CPU,
+//! user and system, of both sides' daemons per GB moved, from `/proc/PID/stat`) and `daemon peak memory` (the larger
+//! `VmHWM`, KiB).
+//!
 //! Cells per path and loss level: `udp goodput L% loss` and `tcp goodput L% loss` (Mbit/s; the repetitions are
 //! iperf3's one-second intervals, or the downloads), and `udp kept L% loss` / `tcp kept L% loss` (%: the median
 //! goodput over the same path's at 0% loss), with the study's figures beside PSP's and TLS's.
@@ -327,6 +331,73 @@ fn sweep(lab: &Lab, h: &TwoHosts, dst: &str, levels: &[f64], secs: u32) -> Resul
     Ok(out)
 }
 
+/// CPU time (user and system) of a process so far, ms (`/proc/PID/stat`, in USER_HZ = 100 ticks per second).
+fn cpu_ms(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(Error::io(format!("/proc/{pid}/stat")))?;
+    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| Error::Other(format!("/proc/{pid}/stat: {stat:?}")))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| -> Result<f64> {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| Error::Other(format!("/proc/{pid}/stat field {}", i + 3)))
+    };
+    Ok((tick(11)? + tick(12)?) * 10.0)
+}
+
+/// A process's peak resident memory, KiB (`VmHWM` in `/proc/PID/status`).
+fn peak_kib(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(Error::io(format!("/proc/{pid}/status")))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::Other(format!("/proc/{pid}/status: no VmHWM")))
+}
+
+/// The daemons' CPU time per GB moved by one TCP run at 0% loss (ms/GB, both sides together) and the larger of
+/// their peak resident memories after it (KiB). The daemons: whatever runs in the two namespaces before the run
+/// (netveil's daemons, or wireguard-go).
+fn daemon_cost(lab: &Lab, h: &TwoHosts, dst: &str, secs: u32) -> Result<(f64, f64)> {
+    let mut pids: Vec<u32> = Vec::new();
+    for ns in &h.ns {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "pids", ns])
+            .output()
+            .map_err(Error::io("ip netns pids"))?;
+        pids.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    if pids.is_empty() {
+        return Err(Error::Other("no daemon runs in the lab".into()));
+    }
+    let cpu = || -> Result<f64> { pids.iter().map(|&p| cpu_ms(p)).sum() };
+    let before = cpu()?;
+    let runs = iperf_intervals(lab, &h.ns[1], &h.ns[0], dst, secs, false)?;
+    let used = cpu()? - before;
+    // Each interval is one second: Mbit/s summed is Mbit moved.
+    let gb = runs.iter().sum::<f64>() / 8.0 / 1e3;
+    if gb <= 0.0 {
+        return Err(Error::Other("nothing moved".into()));
+    }
+    let peak = pids
+        .iter()
+        .map(|&p| peak_kib(p))
+        .collect::<Result<Vec<f64>>>()?
+        .into_iter()
+        .fold(0.0, f64::max);
+    Ok((used / gb, peak))
+}
+
 /// The `loss` experiment's cells.
 pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     let levels = levels(quick);
@@ -382,22 +453,77 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
                 h.wait_psp_associated(Duration::from_secs(15))?;
             }
             let dst = h.addrs[1].inner.to_string();
-            sweep(&lab, &h, &dst, &levels, secs)
+            let got = sweep(&lab, &h, &dst, &levels, secs)?;
+            Ok((got, daemon_cost(&lab, &h, &dst, secs)))
         })();
-        cells.extend(path_cells(name, &levels, r));
+        cells.extend(with_cost(name, &levels, r));
     }
     let wg = match crate::bench::find_wireguard_go() {
         Some(wg_go) => {
             println!("loss: wireguard-go");
             crate::bench::with_wireguard_go(&wg_go, |lab, h| {
-                sweep(lab, h, &h.addrs[1].inner.to_string(), &levels, secs)
+                let dst = h.addrs[1].inner.to_string();
+                let got = sweep(lab, h, &dst, &levels, secs)?;
+                Ok((got, daemon_cost(lab, h, &dst, secs)))
             })
         }
         None => Err(Error::Other(
             "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),
         )),
     };
-    cells.extend(path_cells("wireguard-go", &levels, wg));
+    cells.extend(with_cost("wireguard-go", &levels, wg));
+    cells
+}
+
+/// A tunnel's cells: its sweep's ([`path_cells`]) and its daemons' cost ([`daemon_cost`]).
+fn with_cost(
+    name: &str,
+    levels: &[f64],
+    r: Result<(Vec<Measured>, Result<(f64, f64)>)>,
+) -> Vec<Cell> {
+    let (r, cost) = match r {
+        Ok((got, cost)) => (Ok(got), cost),
+        Err(e) => {
+            let why = format!("the path did not run: {e}");
+            (Err(e), Err(Error::Other(why)))
+        }
+    };
+    let mut cells = path_cells(name, levels, r);
+    match cost {
+        Ok((per_gb, peak)) => {
+            cells.push(Cell::measured(
+                "loss",
+                name,
+                "daemon cpu per GB",
+                "ms/GB",
+                vec![per_gb],
+            ));
+            cells.push(Cell::measured(
+                "loss",
+                name,
+                "daemon peak memory",
+                "KiB",
+                vec![peak],
+            ));
+        }
+        Err(e) => {
+            let why = e.to_string();
+            cells.push(Cell::missing(
+                "loss",
+                name,
+                "daemon cpu per GB",
+                "ms/GB",
+                &why,
+            ));
+            cells.push(Cell::missing(
+                "loss",
+                name,
+                "daemon peak memory",
+                "KiB",
+                &why,
+            ));
+        }
+    }
     cells
 }
 
