@@ -364,7 +364,7 @@ fn peak_kib(pid: u32) -> Result<f64> {
 /// The daemons' CPU time per GB moved by one TCP run at 0% loss (ms/GB, both sides together) and the larger of
 /// their peak resident memories after it (KiB). The daemons: whatever runs in the two namespaces before the run
 /// (netveil's daemons, or wireguard-go).
-fn daemon_cost(lab: &Lab, h: &TwoHosts, dst: &str, secs: u32) -> Result<(f64, f64)> {
+fn daemon_cost(lab: &Lab, h: &TwoHosts, dst: &str, secs: u32) -> Result<Cost> {
     let mut pids: Vec<u32> = Vec::new();
     for ns in &h.ns {
         let out = std::process::Command::new("ip")
@@ -475,12 +475,11 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     cells
 }
 
+/// A tunnel's daemons' CPU per GB (ms/GB) and peak memory (KiB), see [`daemon_cost`].
+type Cost = (f64, f64);
+
 /// A tunnel's cells: its sweep's ([`path_cells`]) and its daemons' cost ([`daemon_cost`]).
-fn with_cost(
-    name: &str,
-    levels: &[f64],
-    r: Result<(Vec<Measured>, Result<(f64, f64)>)>,
-) -> Vec<Cell> {
+fn with_cost(name: &str, levels: &[f64], r: Result<(Vec<Measured>, Result<Cost>)>) -> Vec<Cell> {
     let (r, cost) = match r {
         Ok((got, cost)) => (Ok(got), cost),
         Err(e) => {
