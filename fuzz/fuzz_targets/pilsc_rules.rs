@@ -36,7 +36,18 @@ fuzz_target!(|data: &[u8]| {
             for w in f.rules.windows(2) {
                 assert!(w[0].peer.prefix_len() >= w[1].peer.prefix_len(), "not most specific first");
             }
-            assert_eq!(netveil_pilsc::policy::compile(&f).rules().len(), 2 * f.rules.len());
+            // Each protected rule its own key index: its action names it; the rest bypass.
+            let keys: Vec<Option<usize>> =
+                f.rules.iter().enumerate().map(|(i, r)| r.protect.as_ref().map(|_| i)).collect();
+            let db = netveil_pilsc::policy::compile(&f, &keys);
+            assert_eq!(db.rules().len(), 2 * f.rules.len());
+            for (i, rule) in db.rules().iter().enumerate() {
+                let want = match keys[netveil_pilsc::policy::file_rule(i)] {
+                    Some(k) => netveil_sa::policy::Action::Protect(k),
+                    None => netveil_sa::policy::Action::Bypass,
+                };
+                assert_eq!(rule.action, want);
+            }
         }
     }
 });
