@@ -10,6 +10,9 @@
 //! what is measured is the data's loss; the study does not say what its tool dropped. There is no router in the
 //! middle yet: the drop is at the receiver's link.
 //!
+//! Every path also gets the latency-under-load test at 0% loss: `rtt idle` and `rtt under load` (ms; 100 pings of
+//! 56 bytes, 5 ms apart, before and during a TCP bulk flow from server to client).
+//!
 //! For the tunnels (netveil's and wireguard-go), one more TCP run at 0% loss gives `daemon cpu per GB` (ms of CPU,
 //! user and system, of both sides' daemons per GB moved, from `/proc/PID/stat`) and `daemon peak memory` (the larger
 //! `VmHWM`, KiB).
@@ -398,6 +401,54 @@ fn daemon_cost(lab: &Lab, h: &TwoHosts, dst: &str, secs: u32) -> Result<Cost> {
     Ok((used / gb, peak))
 }
 
+/// The latency-under-load test: ping round-trip times (56-byte payload, 100 pings 5 ms apart) from the client to
+/// the server at `dst` while idle, then while the server sends a TCP bulk flow to the client (iperf3 `-R`), ms per
+/// ping: (idle, loaded). Run at 0% loss.
+fn rtt_under_load(lab: &Lab, h: &TwoHosts, dst: &str) -> Result<(Vec<f64>, Vec<f64>)> {
+    let idle = crate::bench_ping::ping(lab, &h.ns[0], dst, 56, 100)?.times;
+    let mut srv = lab
+        .command(&h.ns[1], &["iperf3", "-s", "-1", "-B", dst])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(Error::io("cannot start iperf3"))?;
+    std::thread::sleep(Duration::from_millis(300));
+    let cli = lab
+        .command(&h.ns[0], &["iperf3", "-c", dst, "-R", "-t", "3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let loaded = cli
+        .map_err(Error::io("cannot start iperf3"))
+        .and_then(|mut c| {
+            // The flow at full speed first.
+            std::thread::sleep(Duration::from_millis(700));
+            let r = crate::bench_ping::ping(lab, &h.ns[0], dst, 56, 100);
+            let _ = c.wait();
+            r
+        });
+    let _ = srv.kill();
+    let _ = srv.wait();
+    Ok((idle, loaded?.times))
+}
+
+/// The latency-under-load cells of a path: `rtt idle` and `rtt under load` (ms, each ping a repetition).
+fn load_cells(name: &str, r: Result<(Vec<f64>, Vec<f64>)>) -> Vec<Cell> {
+    match r {
+        Ok((idle, loaded)) => vec![
+            Cell::measured("loss", name, "rtt idle", "ms", idle),
+            Cell::measured("loss", name, "rtt under load", "ms", loaded),
+        ],
+        Err(e) => {
+            let why = e.to_string();
+            vec![
+                Cell::missing("loss", name, "rtt idle", "ms", &why),
+                Cell::missing("loss", name, "rtt under load", "ms", &why),
+            ]
+        }
+    }
+}
+
 /// The `loss` experiment's cells.
 pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     let levels = levels(quick);
@@ -421,9 +472,18 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
                 ));
             }
         }
-        Ok(r)
+        set_loss(&lab, &h.ns[0], h.veth[0], 0.0)?;
+        Ok((r, rtt_under_load(&lab, &h, &dst)))
     })();
+    let (clear, load) = match clear {
+        Ok((r, load)) => (Ok(r), load),
+        Err(e) => {
+            let why = format!("the path did not run: {e}");
+            (Err(e), Err(Error::Other(why)))
+        }
+    };
     cells.extend(path_cells("clear", &levels, clear));
+    cells.extend(load_cells("clear", load));
     for (version, got) in tls {
         let r = if got.is_empty() {
             Err(Error::Other("the clear lab did not come up".into()))
@@ -454,7 +514,8 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
             }
             let dst = h.addrs[1].inner.to_string();
             let got = sweep(&lab, &h, &dst, &levels, secs)?;
-            Ok((got, daemon_cost(&lab, &h, &dst, secs)))
+            let cost = daemon_cost(&lab, &h, &dst, secs);
+            Ok((got, cost, rtt_under_load(&lab, &h, &dst)))
         })();
         cells.extend(with_cost(name, &levels, r));
     }
@@ -464,7 +525,8 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
             crate::bench::with_wireguard_go(&wg_go, |lab, h| {
                 let dst = h.addrs[1].inner.to_string();
                 let got = sweep(lab, h, &dst, &levels, secs)?;
-                Ok((got, daemon_cost(lab, h, &dst, secs)))
+                let cost = daemon_cost(lab, h, &dst, secs);
+                Ok((got, cost, rtt_under_load(lab, h, &dst)))
             })
         }
         None => Err(Error::Other(
@@ -478,16 +540,25 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
 /// A tunnel's daemons' CPU per GB (ms/GB) and peak memory (KiB), see [`daemon_cost`].
 type Cost = (f64, f64);
 
-/// A tunnel's cells: its sweep's ([`path_cells`]) and its daemons' cost ([`daemon_cost`]).
-fn with_cost(name: &str, levels: &[f64], r: Result<(Vec<Measured>, Result<Cost>)>) -> Vec<Cell> {
-    let (r, cost) = match r {
-        Ok((got, cost)) => (Ok(got), cost),
+/// What a tunnel's lab measured: the sweep, the daemons' cost, the round-trip times idle and under load.
+type Tunnel = (Vec<Measured>, Result<Cost>, Result<(Vec<f64>, Vec<f64>)>);
+
+/// A tunnel's cells: its sweep's ([`path_cells`]), its round-trip times idle and under load ([`rtt_under_load`])
+/// and its daemons' cost ([`daemon_cost`]).
+fn with_cost(name: &str, levels: &[f64], r: Result<Tunnel>) -> Vec<Cell> {
+    let (r, cost, load) = match r {
+        Ok((got, cost, load)) => (Ok(got), cost, load),
         Err(e) => {
             let why = format!("the path did not run: {e}");
-            (Err(e), Err(Error::Other(why)))
+            (
+                Err(e),
+                Err(Error::Other(why.clone())),
+                Err(Error::Other(why)),
+            )
         }
     };
     let mut cells = path_cells(name, levels, r);
+    cells.extend(load_cells(name, load));
     match cost {
         Ok((per_gb, peak)) => {
             cells.push(Cell::measured(
