@@ -1441,6 +1441,43 @@ pub fn tshark_frames(
     Ok(frames)
 }
 
+/// A one-shot iperf3 server (`-s -1`) bound to `bind` in `ns`, its output discarded.
+pub fn iperf3_server(lab: &Lab, ns: &str, bind: &str) -> Result<Child> {
+    lab.command(ns, &["iperf3", "-s", "-1", "-B", bind])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(Error::io("cannot start iperf3"))
+}
+
+/// A throw-away P-256 key and self-signed certificate (`CN=lab`, one day) for the lab's TLS servers, written into
+/// `dir` by `openssl req`: (key, certificate).
+pub fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-subj", "/CN=lab", "-days", "1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(Error::io("openssl req"))?
+        .success();
+    if !ok {
+        return Err(Error::Other("openssl req failed".into()));
+    }
+    Ok((key, cert))
+}
+
 /// Runs iperf3 for `secs` seconds with `streams` TCP streams from `client_ns` to a server at `dst` in `server_ns`;
 /// returns the receiver's goodput in Gbit/s and the sender's retransmits.
 pub fn iperf(
@@ -1451,12 +1488,7 @@ pub fn iperf(
     secs: u32,
     streams: u32,
 ) -> Result<(f64, u64)> {
-    let mut server = lab
-        .command(server_ns, &["iperf3", "-s", "-1", "-B", dst])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(Error::io("cannot start iperf3"))?;
+    let mut server = iperf3_server(lab, server_ns, dst)?;
     // Wait for the server to listen.
     let mut out = None;
     for _ in 0..50 {

@@ -83,29 +83,7 @@ impl Drop for Nginx {
 fn nginx(lab: &Lab, ns: &str, addr: &str, www: &Path) -> Result<Nginx> {
     let prefix = lab.dir().join(format!("nginx-{ns}"));
     std::fs::create_dir_all(prefix.join("tmp")).map_err(Error::io("nginx dir"))?;
-    let (key, cert) = (prefix.join("key.pem"), prefix.join("cert.pem"));
-    let ok = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args([
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-subj",
-            "/CN=lab",
-            "-days",
-            "1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(Error::io("openssl req"))?
-        .success();
-    if !ok {
-        return Err(Error::Other("openssl req failed".into()));
-    }
+    let (key, cert) = crate::lab::self_signed_cert(&prefix)?;
     let p = prefix.display();
     let conf = format!(
         "worker_processes 1;\npid {p}/nginx.pid;\nerror_log {p}/error.log;\nevents {{ worker_connections 64; }}\n\

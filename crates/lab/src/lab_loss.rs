@@ -109,12 +109,7 @@ fn iperf_intervals(
     let mut last = String::new();
     // Setup packets are small and never dropped, but a run that fails anyway is tried again, up to three times.
     for _ in 0..3 {
-        let mut srv = lab
-            .command(server, &["iperf3", "-s", "-1", "-B", dst])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(Error::io("cannot start iperf3"))?;
+        let mut srv = crate::lab::iperf3_server(lab, server, dst)?;
         std::thread::sleep(Duration::from_millis(300));
         let secs_s = secs.to_string();
         let rate = format!("{UDP_RATE_MBIT}M");
@@ -176,27 +171,7 @@ fn tls_downloads(
     std::fs::create_dir_all(&dir).map_err(Error::io("tls dir"))?;
     let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
     if !cert.exists() {
-        let o = std::process::Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-            .args([
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-subj",
-                "/CN=lab",
-                "-days",
-                "1",
-            ])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map_err(Error::io("openssl req"))?;
-        if !o.success() {
-            return Err(Error::Other("openssl req failed".into()));
-        }
+        crate::lab::self_signed_cert(&dir)?;
         // Sparse: as long as any download takes, without writing it.
         let f = std::fs::File::create(dir.join("big.bin")).map_err(Error::io("big.bin"))?;
         f.set_len(64 << 30).map_err(Error::io("big.bin"))?;
@@ -406,12 +381,7 @@ fn daemon_cost(lab: &Lab, h: &TwoHosts, dst: &str, secs: u32) -> Result<Cost> {
 /// ping: (idle, loaded). Run at 0% loss.
 fn rtt_under_load(lab: &Lab, h: &TwoHosts, dst: &str) -> Result<(Vec<f64>, Vec<f64>)> {
     let idle = crate::bench_ping::ping(lab, &h.ns[0], dst, 56, 100)?.times;
-    let mut srv = lab
-        .command(&h.ns[1], &["iperf3", "-s", "-1", "-B", dst])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(Error::io("cannot start iperf3"))?;
+    let mut srv = crate::lab::iperf3_server(lab, &h.ns[1], dst)?;
     std::thread::sleep(Duration::from_millis(300));
     let cli = lab
         .command(&h.ns[0], &["iperf3", "-c", dst, "-R", "-t", "3"])

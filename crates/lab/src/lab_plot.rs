@@ -26,74 +26,32 @@ fn rtt_size(metric: &str) -> Option<u32> {
 
 /// `ping-rtt.svg`: the median round-trip time of each path against the payload size (the bare-PC study's Fig. 8).
 fn rtt_figure(cells: &[Cell]) -> Result<Option<Figure>> {
-    let mut series: Vec<(String, Vec<(u32, f64)>)> = Vec::new();
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for c in cells.iter().filter(|c| c.experiment == "ping-rtt") {
         let (Some(size), Some(v)) = (rtt_size(&c.metric), c.value) else {
             continue;
         };
+        let pt = (f64::from(size), v);
         match series.iter_mut().find(|(p, _)| *p == c.path) {
-            Some((_, pts)) => pts.push((size, v)),
-            None => series.push((c.path.clone(), vec![(size, v)])),
+            Some((_, pts)) => pts.push(pt),
+            None => series.push((c.path.clone(), vec![pt])),
         }
     }
-    if series.is_empty() {
-        return Ok(None);
-    }
-    let ymax = series
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|x| x.1))
-        .fold(0.0f64, f64::max)
-        * 1.15;
     let xmax = series
         .iter()
         .flat_map(|(_, p)| p.iter().map(|x| x.0))
-        .max()
-        .unwrap_or(1024)
-        + 64;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (900, 520)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Ping round-trip time by payload size (median)",
-                ("sans-serif", 22),
-            )
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(65)
-            .build_cartesian_2d(0u32..xmax, 0f64..ymax.max(0.001))
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("ICMP payload (bytes)")
-            .y_desc("round-trip time (ms)")
-            .draw()
-            .map_err(plot_err)?;
-        for (i, (path, mut pts)) in series.into_iter().enumerate() {
-            pts.sort_by_key(|p| p.0);
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(plot_err)?
-                .label(path)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(plot_err)?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(plot_err)?;
-        root.present().map_err(plot_err)?;
-    }
-    Ok(Some(("ping-rtt.svg".into(), svg)))
+        .fold(1024.0f64, f64::max)
+        + 64.0;
+    line_chart(Lines {
+        file: "ping-rtt.svg",
+        title: "Ping round-trip time by payload size (median)",
+        x_desc: "ICMP payload (bytes)",
+        y_desc: "round-trip time (ms)",
+        y_min_top: 0.001,
+        x: XAxis::Numeric { max: xmax },
+        legend: SeriesLabelPosition::UpperLeft,
+        series,
+    })
 }
 
 /// `overhead.svg`: bytes added per packet by each protocol, measured, with the paper's figure beside where there is
@@ -189,8 +147,7 @@ fn kept_level(metric: &str) -> Option<(&str, f64)> {
     Some((kind, rest.strip_suffix("% loss")?.parse().ok()?))
 }
 
-/// A line chart over categories evenly spaced on the x axis (loss levels, file sizes): one line per series, each
-/// point (category index, value).
+/// A line chart, one line per series with a dot per point (x, value); every figure of lines is one of these.
 struct Lines<'a> {
     file: &'a str,
     title: &'a str,
@@ -198,11 +155,20 @@ struct Lines<'a> {
     y_desc: &'a str,
     /// The y axis starts at 0 and reaches at least this.
     y_min_top: f64,
-    categories: Vec<String>,
-    series: Vec<(String, Vec<(usize, f64)>)>,
+    x: XAxis,
+    legend: SeriesLabelPosition,
+    series: Vec<(String, Vec<(f64, f64)>)>,
 }
 
-fn category_lines(f: Lines) -> Result<Option<Figure>> {
+/// What the x axis shows.
+enum XAxis {
+    /// Numbers from 0 to `max` (payload sizes).
+    Numeric { max: f64 },
+    /// Named categories evenly spaced (loss levels, file sizes): a point's x is its category's index.
+    Categories(Vec<String>),
+}
+
+fn line_chart(f: Lines) -> Result<Option<Figure>> {
     if f.series.is_empty() {
         return Ok(None);
     }
@@ -221,13 +187,26 @@ fn category_lines(f: Lines) -> Result<Option<Figure>> {
             .margin(12)
             .x_label_area_size(45)
             .y_label_area_size(65)
-            .build_cartesian_2d(-0.3f64..f.categories.len() as f64 - 0.7, 0f64..ymax)
+            .build_cartesian_2d(
+                match &f.x {
+                    XAxis::Numeric { max } => 0.0..*max,
+                    XAxis::Categories(c) => -0.3f64..c.len() as f64 - 0.7,
+                },
+                0f64..ymax,
+            )
             .map_err(plot_err)?;
-        let labels = &f.categories;
+        let (labels, n_labels): (&[String], usize) = match &f.x {
+            XAxis::Numeric { .. } => (&[], 10),
+            XAxis::Categories(c) => (c, c.len()),
+        };
+        let numeric = matches!(f.x, XAxis::Numeric { .. });
         chart
             .configure_mesh()
-            .x_labels(labels.len())
+            .x_labels(n_labels)
             .x_label_formatter(&|x| {
+                if numeric {
+                    return format!("{x:.0}");
+                }
                 // Only at a category's position (the mesh may place labels between them).
                 let i = x.round();
                 if (x - i).abs() > 0.05 || i < 0.0 {
@@ -240,8 +219,7 @@ fn category_lines(f: Lines) -> Result<Option<Figure>> {
             .draw()
             .map_err(plot_err)?;
         for (i, (name, mut pts)) in f.series.into_iter().enumerate() {
-            pts.sort_by_key(|p| p.0);
-            let pts: Vec<(f64, f64)> = pts.iter().map(|&(c, v)| (c as f64, v)).collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             let color = Palette99::pick(i).to_rgba();
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
@@ -256,7 +234,7 @@ fn category_lines(f: Lines) -> Result<Option<Figure>> {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(f.legend)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 12))
@@ -269,7 +247,7 @@ fn category_lines(f: Lines) -> Result<Option<Figure>> {
 
 /// Groups `(series, category, value)` points: the categories in numeric order (named by `label`), the series in
 /// their first order.
-type Grouped = (Vec<String>, Vec<(String, Vec<(usize, f64)>)>);
+type Grouped = (Vec<String>, Vec<(String, Vec<(f64, f64)>)>);
 
 fn group(points: Vec<(String, f64, f64)>, label: impl Fn(f64) -> String) -> Grouped {
     let mut cats: Vec<f64> = Vec::new();
@@ -279,9 +257,9 @@ fn group(points: Vec<(String, f64, f64)>, label: impl Fn(f64) -> String) -> Grou
         }
     }
     cats.sort_by(f64::total_cmp);
-    let mut series: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for (name, cat, v) in points {
-        let at = cats.iter().position(|c| *c == cat).unwrap_or(0);
+        let at = cats.iter().position(|c| *c == cat).unwrap_or(0) as f64;
         match series.iter_mut().find(|(n, _)| *n == name) {
             Some((_, pts)) => pts.push((at, v)),
             None => series.push((name, vec![(at, v)])),
@@ -302,13 +280,14 @@ fn loss_figure(cells: &[Cell]) -> Result<Option<Figure>> {
         })
         .collect();
     let (categories, series) = group(points, |l| format!("{l}%"));
-    category_lines(Lines {
+    line_chart(Lines {
         file: "loss.svg",
         title: "Goodput kept under packet loss (% of the same path at 0% loss)",
         x_desc: "packet loss (data direction)",
         y_desc: "goodput kept (%)",
         y_min_top: 100.0,
-        categories,
+        x: XAxis::Categories(categories),
+        legend: SeriesLabelPosition::UpperRight,
         series,
     })
 }
@@ -336,13 +315,14 @@ fn http_figure(cells: &[Cell]) -> Result<Option<Figure>> {
             format!("{} KB", b / 1e3)
         }
     });
-    category_lines(Lines {
+    line_chart(Lines {
         file: "http.svg",
         title: "HTTP download: bytes server to client, over clear (random files)",
         x_desc: "file size",
         y_desc: "more bytes than clear (%)",
         y_min_top: 10.0,
-        categories,
+        x: XAxis::Categories(categories),
+        legend: SeriesLabelPosition::UpperRight,
         series,
     })
 }
