@@ -40,6 +40,7 @@ use netveil_pilsc::packet::{marking, Mode, OpenError, SealError};
 use netveil_pilsc::policy::file_rule;
 use netveil_pilsc::rules::{Keys, RuleFile};
 use netveil_pilsc::table::{Settings, Table};
+use netveil_sa::flow_cache::CachedPolicy;
 use netveil_sa::policy::{Action, Direction, FlowKey, PolicyDb};
 use netveil_wire::PacketBuf;
 
@@ -715,7 +716,7 @@ impl Prepared for PilscPrepared {
             mode: p.cfg.mode,
             q,
             table: p.table,
-            db: p.db,
+            db: CachedPolicy::new(p.db),
             dir: p.dir,
             marks: p.marks,
             stats,
@@ -1116,7 +1117,8 @@ struct Worker {
     mode: Mode,
     q: NfQueue,
     table: Table,
-    db: PolicyDb,
+    /// The rule file's policy with a flow cache in front (a flow's later packets skip the rule tables).
+    db: CachedPolicy,
     dir: StateDir,
     marks: Vec<(String, u64)>,
     stats: Arc<Stats>,
@@ -1380,7 +1382,8 @@ impl Worker {
         }
         let n_keys = table.keys.len();
         self.table = table;
-        self.db = db;
+        // (The cache forgets every flow: its answers name the old table's keys.)
+        self.db.replace(db);
         self.marks = new_marks;
         self.rates.clear();
         self.stats = stats.clone();

@@ -7,6 +7,7 @@
 //! - [`counters`]: per-SA and per-drop-reason counters (atomics) that `netveil status` shows, and the one registry
 //!   of drop reasons ([`drop_reasons!`]) every protocol and engine declares its reasons with.
 //! - [`policy`]: selectors -> protect with a bundle / bypass / discard, per direction (the SPD).
+//! - [`flow_cache`]: a policy database with an exact-match flow cache in front of its lookup (per thread).
 //! - [`spi`]: hash maps keyed by SPI, hashed without SipHash on the per-packet lookup.
 //!
 //! ESP, AH and later PSP and l2sec build their SAs from these pieces.
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod counters;
+pub mod flow_cache;
 pub mod lifetime;
 pub mod policy;
 pub mod replay;
