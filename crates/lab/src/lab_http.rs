@@ -1,13 +1,19 @@
-//! `netveil lab`'s `http` experiment, as the IPsec web/email study's HTTP half: files of 1 KB to 10 MB, compressible
-//! (text, which nginx sends gzip-compressed to `curl --compressed`) or not (random bytes), downloaded from nginx with
-//! curl through each path; per download the bytes and packets on the wire (IP bytes; both directions together, and
-//! down and up apart), the transfer time, and the bytes over the clear download of the same file.
+//! `netveil lab`'s `http` and `smtp` experiments, as the IPsec web/email study: files of 1 KB to 10 MB,
+//! compressible (text) or not (random bytes), through each path.
+//!
+//! - `http`: downloaded from nginx with curl (text is sent gzip-compressed to `curl --compressed`).
+//! - `smtp`: sent as an e-mail attachment from the server side to a Postfix on the client side ([`crate::lab_smtp`]:
+//!   the study's East mailing the client; base64, so text and random files alike grow by a third).
+//!
+//! Per transfer the bytes and packets on the wire (IP bytes; both directions together, and down and up apart: down
+//! is server side to client side, the file's direction in both), the transfer time, and the bytes over the clear
+//! transfer of the same file.
 //!
 //! The wire: both veths have `gso_max_segs 1`, so every packet crosses them at its real size (no segmentation
 //! offload super-packets, which a real Ethernet never carries), and the counts are the client veth's own counters
 //! (`/sys/class/net/DEV/statistics`, read before and after each download; IP bytes = the counted bytes less 14 per
-//! packet for the Ethernet header). They count every packet of the download: the TCP handshake and teardown, the
-//! request and the acknowledgements, and for TLS its handshake.
+//! packet for the Ethernet header). They count every packet of the transfer: the TCP handshake and teardown, the
+//! request (or the SMTP dialogue) and the acknowledgements, and for TLS its handshake.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -16,6 +22,25 @@ use std::time::Duration;
 use crate::lab::{Family, HostPair, Lab, Mode, Protocol, TwoHosts};
 use crate::lab_report::Cell;
 use crate::{Error, Result};
+
+/// The workload of a file-transfer experiment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// nginx to curl.
+    Http,
+    /// A mail with the file attached, curl to Postfix.
+    Smtp,
+}
+
+impl Workload {
+    /// The experiment's name (`http`, `smtp`).
+    pub fn experiment(self) -> &'static str {
+        match self {
+            Workload::Http => "http",
+            Workload::Smtp => "smtp",
+        }
+    }
+}
 
 /// File sizes in bytes, and their names in the cells.
 pub fn sizes(quick: bool) -> Vec<(usize, &'static str)> {
@@ -35,8 +60,10 @@ pub fn sizes(quick: bool) -> Vec<(usize, &'static str)> {
 /// The two kinds of file: (name, file extension nginx types it by).
 const KINDS: [(&str, &str); 2] = [("text", "txt"), ("random", "bin")];
 
-/// Writes the files into `www`: text (lines of words, gzip takes it to a fraction) and pseudo-random bytes.
-fn make_files(www: &Path, sizes: &[(usize, &str)]) -> Result<()> {
+/// Writes the files into `www`: text (lines of words, gzip takes it to a fraction) and pseudo-random bytes; their
+/// paths.
+fn make_files(www: &Path, sizes: &[(usize, &str)]) -> Result<Vec<PathBuf>> {
+    let mut paths = Vec::new();
     std::fs::create_dir_all(www).map_err(Error::io("www dir"))?;
     let words = [
         "packet", "security", "tunnel", "header", "payload", "network", "host", "router", "link",
@@ -57,6 +84,7 @@ fn make_files(www: &Path, sizes: &[(usize, &str)]) -> Result<()> {
         }
         text.truncate(size);
         std::fs::write(www.join(format!("{name}.txt")), text).map_err(Error::io("text file"))?;
+        paths.push(www.join(format!("{name}.txt")));
         // xorshift64's bytes: nothing for gzip to find (not secret, only incompressible).
         let random: Vec<u8> = (0..size.div_ceil(8))
             .flat_map(|_| next().to_le_bytes())
@@ -64,8 +92,9 @@ fn make_files(www: &Path, sizes: &[(usize, &str)]) -> Result<()> {
             .collect();
         std::fs::write(www.join(format!("{name}.bin")), random)
             .map_err(Error::io("random file"))?;
+        paths.push(www.join(format!("{name}.bin")));
     }
-    Ok(())
+    Ok(paths)
 }
 
 /// nginx serving `www` on `addr` (port 80, and 443 with TLS 1.2 and 1.3), in `ns`, from a prefix of its own.
@@ -153,7 +182,7 @@ fn counters(lab: &Lab, ns: &str, dev: &str) -> Result<[u64; 4]> {
     Ok(v)
 }
 
-/// One download: IP bytes and packets per direction (down: server to client), and its time.
+/// One transfer: IP bytes and packets per direction (down: server side to client side), and its time.
 #[derive(Debug, Clone, Copy)]
 struct Download {
     down: f64,
@@ -169,8 +198,9 @@ impl Download {
     }
 }
 
-fn download(lab: &Lab, h: &TwoHosts, url: &str, tls: Option<&str>) -> Result<Download> {
-    let c0 = counters(lab, &h.ns[0], h.veth[0])?;
+/// curl's arguments that download `url` (HTTPS with `tls`, "tls1.3" or "tls1.2"), printing the time and the HTTP
+/// status.
+fn get_args(url: &str, tls: Option<&str>) -> Vec<String> {
     let mut args = vec![
         "curl",
         "-s",
@@ -186,7 +216,38 @@ fn download(lab: &Lab, h: &TwoHosts, url: &str, tls: Option<&str>) -> Result<Dow
         None => {}
     }
     args.push(url);
-    let o = lab.exec_ok(&h.ns[0], &args)?;
+    args.into_iter().map(String::from).collect()
+}
+
+/// One transfer of `file` (a path under the files' folder) to the client side: `http` downloads it from `server`
+/// (an address of the server side), `smtp` sends its mail from the server side to `client` (an address of the
+/// client side).
+fn transfer(
+    lab: &Lab,
+    h: &TwoHosts,
+    w: Workload,
+    (client, server): (&str, &str),
+    tls: Option<&str>,
+    file: &Path,
+) -> Result<Download> {
+    let name = file.file_name().unwrap_or_default().to_string_lossy();
+    let (ns, args, ok) = match w {
+        Workload::Http => {
+            let url = match tls {
+                Some(_) => format!("https://{server}/{name}"),
+                None => format!("http://{server}/{name}"),
+            };
+            (&h.ns[0], get_args(&url, tls), "200")
+        }
+        Workload::Smtp => (
+            &h.ns[1],
+            crate::lab_smtp::send_args(client, &crate::lab_smtp::mail_of(file), tls),
+            "250",
+        ),
+    };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c0 = counters(lab, &h.ns[0], h.veth[0])?;
+    let o = lab.exec_ok(ns, &args)?;
     // The last acknowledgements and the teardown.
     std::thread::sleep(Duration::from_millis(50));
     let c1 = counters(lab, &h.ns[0], h.veth[0])?;
@@ -195,8 +256,8 @@ fn download(lab: &Lab, h: &TwoHosts, url: &str, tls: Option<&str>) -> Result<Dow
         .next()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| Error::Other(format!("curl said {o:?}")))?;
-    if it.next() != Some("200") {
-        return Err(Error::Other(format!("{url}: curl said {o:?}")));
+    if it.next() != Some(ok) {
+        return Err(Error::Other(format!("{name}: curl said {o:?}")));
     }
     let d = |i: usize| c1[i].saturating_sub(c0[i]) as f64;
     // Less the Ethernet header of each packet: IP bytes.
@@ -209,16 +270,18 @@ fn download(lab: &Lab, h: &TwoHosts, url: &str, tls: Option<&str>) -> Result<Dow
     })
 }
 
-/// (path, host pair or `None` for the clear veth, TLS version for HTTPS).
+/// (path, host pair or `None` for the clear veth, TLS version for HTTPS or SMTP's STARTTLS).
 type PathCase = (&'static str, Option<HostPair>, Option<&'static str>);
 
-fn paths() -> Vec<PathCase> {
-    let cbc = |mode: Mode, ah: Option<&str>| HostPair {
+/// The paths of workload `w`: clear, TLS 1.3 and 1.2 (HTTPS, or SMTP with STARTTLS), and netveil's.
+fn paths(w: Workload) -> Vec<PathCase> {
+    let esp = |suite: &str, mode: Mode, ah: Option<&str>| HostPair {
         mode,
         outer: Family::V4,
         inner: Family::V4,
         bundle_ah: ah.map(str::to_string),
-        ..HostPair::esp("aes128-sha1")
+        allow_null_null: suite == "null-null",
+        ..HostPair::esp(suite)
     };
     let ah = HostPair {
         suite: "sha1".into(),
@@ -226,10 +289,14 @@ fn paths() -> Vec<PathCase> {
         mode: Mode::Transport,
         ..HostPair::default()
     };
+    let tls = match w {
+        Workload::Http => ["https tls1.3", "https tls1.2"],
+        Workload::Smtp => ["smtp starttls tls1.3", "smtp starttls tls1.2"],
+    };
     vec![
         ("clear", None, None),
-        ("https tls1.3", None, Some("tls1.3")),
-        ("https tls1.2", None, Some("tls1.2")),
+        (tls[0], None, Some("tls1.3")),
+        (tls[1], None, Some("tls1.2")),
         (
             "netveil esp tunnel aes128gcm16",
             Some(HostPair::esp("aes128gcm16")),
@@ -239,21 +306,30 @@ fn paths() -> Vec<PathCase> {
         // from crypto.
         (
             "netveil esp tunnel null-null",
-            Some(HostPair {
-                allow_null_null: true,
-                ..HostPair::esp("null-null")
-            }),
+            Some(esp("null-null", Mode::Tunnel, None)),
             None,
         ),
         (
             "netveil esp transport aes128-sha1",
-            Some(cbc(Mode::Transport, None)),
+            Some(esp("aes128-sha1", Mode::Transport, None)),
             None,
         ),
         ("netveil ah transport sha1", Some(ah), None),
         (
             "netveil esp+ah transport aes128-sha1 + sha1",
-            Some(cbc(Mode::Transport, Some("sha1"))),
+            Some(esp("aes128-sha1", Mode::Transport, Some("sha1"))),
+            None,
+        ),
+        // ESP's authentication against AH's, without encryption (which netveil's ESP never leaves out when it
+        // authenticates alone): the study's ESP-3DES-SHA1 against ESP-3DES + AH-SHA1, with null in place of 3DES.
+        (
+            ESP_AUTH_PATH,
+            Some(esp("null-sha1", Mode::Transport, None)),
+            None,
+        ),
+        (
+            AH_AUTH_PATH,
+            Some(esp("null-null", Mode::Transport, Some("sha1"))),
             None,
         ),
         (
@@ -264,28 +340,33 @@ fn paths() -> Vec<PathCase> {
     ]
 }
 
-/// Per (kind, size): the downloads' (bytes, packets, seconds).
+/// The path that authenticates with ESP (HMAC-SHA1-96, no encryption).
+pub const ESP_AUTH_PATH: &str = "netveil esp transport null-sha1";
+/// The path that authenticates with AH (HMAC-SHA1-96) over ESP without encryption.
+pub const AH_AUTH_PATH: &str = "netveil esp+ah transport null-null + sha1";
+
+/// Per (kind, size): the transfers' (bytes, packets, seconds).
 type Downloads = Vec<((usize, usize), Vec<Download>)>;
 
-/// Every file, `reps` times, from `server` (an address of the server side) through `h`.
-fn downloads_via(
+/// Every file, `reps` times, through `h`: `files` in (kind, size) order ([`make_files`]).
+fn transfers(
     lab: &Lab,
     h: &TwoHosts,
-    server: &str,
+    w: Workload,
+    addrs: (&str, &str),
     tls: Option<&str>,
-    sizes: &[(usize, &str)],
+    files: &[PathBuf],
     reps: usize,
 ) -> Result<Downloads> {
     let mut out = Vec::new();
-    for (k, (_, ext)) in KINDS.iter().enumerate() {
-        for (s, (_, name)) in sizes.iter().enumerate() {
-            let url = match tls {
-                Some(_) => format!("https://{server}/{name}.{ext}"),
-                None => format!("http://{server}/{name}.{ext}"),
-            };
+    let sizes = files.len() / KINDS.len();
+    for k in 0..KINDS.len() {
+        for s in 0..sizes {
+            // (make_files writes per size the text file, then the random one.)
+            let file = &files[s * KINDS.len() + k];
             let mut v = Vec::new();
             for _ in 0..reps {
-                v.push(download(lab, h, &url, tls)?);
+                v.push(transfer(lab, h, w, addrs, tls, file)?);
             }
             out.push(((k, s), v));
         }
@@ -304,57 +385,106 @@ fn real_wire(lab: &Lab, h: &TwoHosts) -> Result<()> {
     Ok(())
 }
 
+/// The server of `w` on its side, running until dropped: nginx on the server side's `server` address, serving
+/// `www`, or Postfix on the client side's `client`.
+fn server(
+    lab: &Lab,
+    h: &TwoHosts,
+    w: Workload,
+    (client, server): (&str, &str),
+    www: &Path,
+) -> Result<Box<dyn std::any::Any>> {
+    Ok(match w {
+        Workload::Http => Box::new(nginx(lab, &h.ns[1], server, www)?),
+        Workload::Smtp => Box::new(crate::lab_smtp::postfix(lab, &h.ns[0], client)?),
+    })
+}
+
 fn run_path(
     bin: &Path,
     www: &Path,
+    w: Workload,
     case: &PathCase,
-    sizes: &[(usize, &str)],
+    files: &[PathBuf],
     reps: usize,
 ) -> Result<Downloads> {
     let (_, pair, tls) = case;
-    match pair {
-        None => {
-            let mut lab = Lab::new("nvlab")?;
-            let h = TwoHosts::topology(&mut lab, &HostPair::default())?;
-            real_wire(&lab, &h)?;
-            let addr = h.addrs[1].outer.to_string();
-            let _n = nginx(&lab, &h.ns[1], &addr, www)?;
-            downloads_via(&lab, &h, &addr, *tls, sizes, reps)
-        }
+    let mut lab = Lab::new("nvlab")?;
+    let (h, tunnel) = match pair {
+        None => (TwoHosts::topology(&mut lab, &HostPair::default())?, false),
         Some(pair) => {
-            let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+            lab = lab.with_netveil(bin);
             let h = TwoHosts::up(&mut lab, pair)?;
-            real_wire(&lab, &h)?;
             if pair.protocol == Protocol::Psp {
                 h.wait_psp_associated(Duration::from_secs(15))?;
             }
-            let addr = match pair.mode {
-                Mode::Tunnel => h.addrs[1].inner.to_string(),
-                Mode::Transport => h.addrs[1].outer.to_string(),
-            };
-            let _n = nginx(&lab, &h.ns[1], &addr, www)?;
-            downloads_via(&lab, &h, &addr, None, sizes, reps)
+            (h, pair.mode == Mode::Tunnel)
         }
-    }
+    };
+    real_wire(&lab, &h)?;
+    // The ends' addresses: the tunnel's inner ones in tunnel mode, the veths' otherwise.
+    let (client, server_addr) = if tunnel {
+        (h.addrs[0].inner.to_string(), h.addrs[1].inner.to_string())
+    } else {
+        (h.addrs[0].outer.to_string(), h.addrs[1].outer.to_string())
+    };
+    let addrs = (client.as_str(), server_addr.as_str());
+    let _s = server(&lab, &h, w, addrs, www)?;
+    transfers(&lab, &h, w, addrs, *tls, files, reps)
 }
 
 fn metric(what: &str, kind: &str, name: &str) -> String {
     format!("{what} {kind} {name}")
 }
 
-/// The `http` experiment's cells.
-pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
+/// The IPsec web/email study's Table 4.6 (network load, slow testbed, scenario 7MA against 5MA): the load's change
+/// from ESP authentication to AH authentication (%), per file size, HTTP and SMTP without Ident.
+fn paper_auth_change(w: Workload, size: &str) -> Option<f64> {
+    match (w, size) {
+        (Workload::Http, "1KB") => Some(4.47),
+        (Workload::Http, "10KB") => Some(1.81),
+        (Workload::Http, "10MB") => Some(1.25),
+        (Workload::Smtp, "1KB") => Some(5.41),
+        (Workload::Smtp, "10KB") => Some(2.7),
+        (Workload::Smtp, "10MB") => Some(1.8),
+        _ => None,
+    }
+}
+
+const PAPER_AUTH: &str =
+    "IPsec web/email study, Table 4.6 (network load, 5MA to 7MA; SMTP without Ident)";
+
+/// The `http` or `smtp` experiment's cells.
+pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
+    let experiment = w.experiment();
     let sizes = sizes(quick);
     let reps = if quick { 1 } else { 3 };
     let www: PathBuf = work.join("www");
-    if let Err(e) = make_files(&www, &sizes) {
-        return vec![Cell::missing("http", "all", "files", "B", &format!("{e}"))];
-    }
+    let files = make_files(&www, &sizes).and_then(|files| {
+        if w == Workload::Smtp {
+            crate::lab_smtp::make_mails(&files)?;
+        }
+        Ok(files)
+    });
+    let files = match files {
+        Ok(f) => f,
+        Err(e) => {
+            return vec![Cell::missing(
+                experiment,
+                "all",
+                "files",
+                "B",
+                &format!("{e}"),
+            )]
+        }
+    };
     let mut cells = Vec::new();
     let mut clear: Option<Downloads> = None;
-    for case in paths() {
-        println!("http: {}", case.0);
-        let r = run_path(bin, &www, &case, &sizes, reps);
+    // The median bytes of the two authentication paths, per (path, kind, size).
+    let mut auth: Vec<((&str, usize, usize), f64)> = Vec::new();
+    for case in paths(w) {
+        println!("{experiment}: {}", case.0);
+        let r = run_path(bin, &www, w, &case, &files, reps);
         for (k, (kind, _)) in KINDS.iter().enumerate() {
             for (s, (_, name)) in sizes.iter().enumerate() {
                 let m = |w: &str| metric(w, kind, name);
@@ -385,8 +515,11 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
                             ),
                             ("time", "ms", v.iter().map(|x| x.secs * 1e3).collect()),
                         ];
+                        if [ESP_AUTH_PATH, AH_AUTH_PATH].contains(&case.0) {
+                            auth.push(((case.0, k, s), crate::bench_ping::median(&bytes)));
+                        }
                         for (w, unit, runs) in series {
-                            cells.push(Cell::measured("http", case.0, &m(w), unit, runs));
+                            cells.push(Cell::measured(experiment, case.0, &m(w), unit, runs));
                         }
                         if case.0 != "clear" {
                             // Over the clear download of the same file: all bytes (the study's network load) and
@@ -406,18 +539,18 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
                                 };
                                 cells.push(match &clear_runs {
                                     Some(c) if med(c) > 0.0 => Cell::measured(
-                                        "http",
+                                        experiment,
                                         case.0,
                                         &m(w),
                                         "%",
                                         vec![(med(&v) / med(c) - 1.0) * 100.0],
                                     ),
                                     _ => Cell::missing(
-                                        "http",
+                                        experiment,
                                         case.0,
                                         &m(w),
                                         "%",
-                                        "no clear download of this file",
+                                        "no clear transfer of this file",
                                     ),
                                 });
                             }
@@ -426,7 +559,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
                     other => {
                         let why = match other {
                             Err(e) => format!("the path did not run: {e}"),
-                            _ => "no download".into(),
+                            _ => "no transfer".into(),
                         };
                         for (w, unit) in [
                             ("bytes", "B"),
@@ -437,11 +570,11 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
                             ("packets up", "packets"),
                             ("time", "ms"),
                         ] {
-                            cells.push(Cell::missing("http", case.0, &m(w), unit, &why));
+                            cells.push(Cell::missing(experiment, case.0, &m(w), unit, &why));
                         }
                         if case.0 != "clear" {
                             for w in ["overhead", "overhead down"] {
-                                cells.push(Cell::missing("http", case.0, &m(w), "%", &why));
+                                cells.push(Cell::missing(experiment, case.0, &m(w), "%", &why));
                             }
                         }
                     }
@@ -452,7 +585,34 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
             clear = r.ok();
         }
     }
-    let _ = std::fs::remove_dir_all(&www);
+    // AH's authentication against ESP's: the load's change from the one to the other, per file.
+    for (k, (kind, _)) in KINDS.iter().enumerate() {
+        for (s, (_, name)) in sizes.iter().enumerate() {
+            let get = |p: &str| auth.iter().find(|(at, _)| *at == (p, k, s)).map(|x| x.1);
+            let metric = metric("auth esp to ah", kind, name);
+            let c = match (get(ESP_AUTH_PATH), get(AH_AUTH_PATH)) {
+                (Some(e), Some(a)) if e > 0.0 => Cell::measured(
+                    experiment,
+                    AH_AUTH_PATH,
+                    &metric,
+                    "%",
+                    vec![(a / e - 1.0) * 100.0],
+                ),
+                _ => Cell::missing(
+                    experiment,
+                    AH_AUTH_PATH,
+                    &metric,
+                    "%",
+                    "a path of the two did not run",
+                ),
+            };
+            cells.push(match paper_auth_change(w, name) {
+                Some(p) if *kind == "random" => c.paper(p, PAPER_AUTH),
+                _ => c,
+            });
+        }
+    }
+    let _ = std::fs::remove_dir_all(work);
     cells
 }
 
@@ -463,7 +623,13 @@ mod tests {
     #[test]
     fn the_files_are_their_sizes_and_text_compresses_random_does_not() {
         let dir = std::env::temp_dir().join(format!("nv-http-files-{}", std::process::id()));
-        make_files(&dir, &[(1_000, "1KB"), (100_000, "100KB")]).unwrap();
+        let files = make_files(&dir, &[(1_000, "1KB"), (100_000, "100KB")]).unwrap();
+        // Per size the text file, then the random one (what `transfers` expects).
+        let names: Vec<_> = files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().to_string())
+            .collect();
+        assert_eq!(names, ["1KB.txt", "1KB.bin", "100KB.txt", "100KB.bin"]);
         for (name, size) in [("1KB", 1_000), ("100KB", 100_000)] {
             for ext in ["txt", "bin"] {
                 let b = std::fs::read(dir.join(format!("{name}.{ext}"))).unwrap();

@@ -292,13 +292,13 @@ fn loss_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     })
 }
 
-/// `http.svg`: the bytes from server to client over the clear download's, per path, against the file size (random
-/// files), as the IPsec web study's network-load tables (the data direction: the acknowledgements going up vary
-/// with timing).
-fn http_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+/// `http.svg` and `smtp.svg`: the bytes from the server side to the client side over the clear transfer's, per
+/// path, against the file size (random files), as the IPsec web/email study's network-load tables (the data
+/// direction: the acknowledgements going up vary with timing).
+fn transfer_figure(cells: &[Cell], experiment: &str) -> Result<Option<Figure>> {
     let points = cells
         .iter()
-        .filter(|c| c.experiment == "http")
+        .filter(|c| c.experiment == experiment)
         .filter_map(|c| {
             let name = c.metric.strip_prefix("overhead down random ")?;
             Some((
@@ -315,9 +315,19 @@ fn http_figure(cells: &[Cell]) -> Result<Option<Figure>> {
             format!("{} KB", b / 1e3)
         }
     });
+    let (file, title) = match experiment {
+        "smtp" => (
+            "smtp.svg",
+            "SMTP mail with the file attached: bytes sender to receiver, over clear (random files)",
+        ),
+        _ => (
+            "http.svg",
+            "HTTP download: bytes server to client, over clear (random files)",
+        ),
+    };
     line_chart(Lines {
-        file: "http.svg",
-        title: "HTTP download: bytes server to client, over clear (random files)",
+        file,
+        title,
         x_desc: "file size",
         y_desc: "more bytes than clear (%)",
         y_min_top: 10.0,
@@ -333,7 +343,8 @@ pub fn figures(report: &Report) -> Result<Vec<Figure>> {
         rtt_figure(&report.cells)?,
         overhead_figure(&report.cells)?,
         loss_figure(&report.cells)?,
-        http_figure(&report.cells)?,
+        transfer_figure(&report.cells, "http")?,
+        transfer_figure(&report.cells, "smtp")?,
     ]
     .into_iter()
     .flatten()

@@ -10,12 +10,14 @@
 //!   l2sec's increase over the bridge beside the study's +117%.
 //! - `overhead`: bytes added per packet, read from a capture of 100-byte pings, for PILSC in both modes, ESP and
 //!   ESP+AH (AES-128-CBC, HMAC-SHA1-96) in tunnel and transport mode, AH alone (transport), PSP (tunnel,
-//!   AES-GCM-128), l2sec (AES-GCM-128, per Ethernet frame) and wireguard-go,
-//!   beside the PILSC study's Table 8 and each protocol's formula (`expected`).
+//!   AES-GCM-128), l2sec (AES-GCM-128, per Ethernet frame) and wireguard-go, and ESP's authentication against AH's
+//!   (both without encryption), beside the PILSC study's Table 8 and each protocol's formula (`expected`).
 //! - `loss`: goodput under 0 to 25% packet loss, iperf3 UDP and TCP and TLS downloads, as the PSP study's Figs.
 //!   4.4 and 4.5 ([`crate::lab_loss`]).
 //! - `http`: files of 1 KB to 10 MB, text and random, from nginx with curl through each path: bytes, packets and
 //!   time per download, and the bytes over clear ([`crate::lab_http`]).
+//! - `smtp`: the same files as e-mail attachments, curl to a Postfix, with the same cells
+//!   ([`crate::lab_smtp`]).
 //!
 //! Each path gets a fresh two-host lab (its own namespaces, unique names, torn down when the path is done, also
 //! when it fails); a path that cannot run gives cells without value that say why.
@@ -29,7 +31,7 @@ use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
 
 /// The experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 4] = ["ping-rtt", "overhead", "loss", "http"];
+pub const EXPERIMENTS: [&str; 5] = ["ping-rtt", "overhead", "loss", "http", "smtp"];
 
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
@@ -90,6 +92,13 @@ pub fn wireguard_overhead(inner: usize) -> usize {
 /// Bytes AH adds with HMAC-SHA1-96 (RFC 4302: 12-byte header and a 12-byte ICV, a multiple of 4 for IPv4).
 pub const AH_SHA1_OVERHEAD: usize = 24;
 
+/// Bytes ESP adds without encryption to `payload` bytes (RFC 4303: SPI and sequence 8, no IV, padding to 4 bytes
+/// with the 2 trailer bytes, then an ICV of `icv` bytes: 12 for HMAC-SHA1-96, 0 for none).
+pub fn esp_null_overhead(payload: usize, icv: usize) -> usize {
+    let pad = (4 - (payload + 2) % 4) % 4;
+    8 + pad + 2 + icv
+}
+
 /// Bytes l2sec (version 1, an AEAD suite, unicast, no optional fields) adds to an Ethernet frame: its EtherType 2
 /// (the frame's own moves into the encrypted section), the clear header 6 (flags, key id, sequence number), the pad
 /// size 1 and a 16-byte ICV.
@@ -105,6 +114,10 @@ pub fn expected_overhead(row: &str, data: usize) -> Option<usize> {
         r if r.starts_with("pilsc authenticated") => 28,
         r if r.starts_with("esp tunnel") => tunnel,
         r if r.starts_with("esp+ah tunnel") => tunnel + AH_SHA1_OVERHEAD,
+        r if r.starts_with("esp transport null-sha1") => esp_null_overhead(8 + data, 12),
+        r if r.starts_with("esp+ah transport null-null + sha1") => {
+            esp_null_overhead(8 + data, 0) + AH_SHA1_OVERHEAD
+        }
         r if r.starts_with("esp transport") => transport,
         r if r.starts_with("esp+ah transport") => transport + AH_SHA1_OVERHEAD,
         r if r.starts_with("psp tunnel") => PSP_TUNNEL_OVERHEAD,
@@ -385,6 +398,38 @@ fn overhead(bin: &Path) -> Vec<Cell> {
         )
     })();
     cells.push(overhead_cell("ah transport sha1", ah, None));
+    // Authentication by ESP and by AH, each with ESP's framing and no encryption (the IPsec web study's ESP-3DES-SHA1
+    // against ESP-3DES + AH-SHA1, null in place of 3DES).
+    for (path, suite, ah) in [
+        ("esp transport null-sha1", "null-sha1", None),
+        (
+            "esp+ah transport null-null + sha1",
+            "null-null",
+            Some("sha1"),
+        ),
+    ] {
+        println!("overhead: {path}");
+        let r = (|| {
+            let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+            let pair = HostPair {
+                mode: Mode::Transport,
+                allow_null_null: suite == "null-null",
+                bundle_ah: ah.map(str::to_string),
+                ..HostPair::esp(suite)
+            };
+            let h = TwoHosts::up(&mut lab, &pair)?;
+            let ns = [h.ns[0].clone(), h.ns[1].clone()];
+            // (The outer header's protocol: AH, the bundle's outermost, where there is one; else ESP.)
+            ping_overhead(
+                &lab,
+                &ns,
+                h.addrs[0].outer,
+                &h.addrs[1].outer.to_string(),
+                if ah.is_some() { 51 } else { 50 },
+            )
+        })();
+        cells.push(overhead_cell(path, r, None));
+    }
     println!("overhead: l2sec");
     cells.push(overhead_cell("l2sec aes128gcm", l2sec_overhead(bin), None));
     let wg = match crate::bench::find_wireguard_go() {
@@ -486,11 +531,19 @@ pub fn run(a: LabArgs) -> Result<Report> {
         match e.as_str() {
             "ping-rtt" => cells.extend(ping_rtt(&bin, a.quick)),
             "loss" => cells.extend(crate::lab_loss::run(&bin, a.quick)),
-            "http" => cells.extend(crate::lab_http::run(
-                &bin,
-                a.quick,
-                &std::env::temp_dir().join(format!("nv-lab-http-{}", std::process::id())),
-            )),
+            "http" | "smtp" => {
+                let w = if e == "http" {
+                    crate::lab_http::Workload::Http
+                } else {
+                    crate::lab_http::Workload::Smtp
+                };
+                cells.extend(crate::lab_http::run(
+                    &bin,
+                    a.quick,
+                    &std::env::temp_dir().join(format!("nv-lab-{e}-{}", std::process::id())),
+                    w,
+                ))
+            }
             _ => cells.extend(overhead(&bin)),
         }
     }
@@ -505,6 +558,8 @@ pub fn run(a: LabArgs) -> Result<Report> {
         ("openssl", &["version"][..]),
         ("curl", &["--version"][..]),
         ("nginx", &["-v"][..]),
+        ("postconf", &["-d", "mail_version"][..]),
+        ("swaks", &["--version"][..]),
         ("nft", &["--version"][..]),
     ] {
         programs.insert(p.to_string(), lab_report::version_line(p, args));
@@ -583,6 +638,14 @@ mod tests {
         assert_eq!(expected_overhead("wireguard-go", 100), Some(60));
         assert_eq!(wireguard_overhead(129), 75);
         assert_eq!(expected_overhead("ah transport sha1", 100), Some(24));
+        // ESP without encryption: 108 bytes pad 2 to 112 with the trailer; its ICV 12, or AH's 24 in its place.
+        assert_eq!(expected_overhead("esp transport null-sha1", 100), Some(24));
+        assert_eq!(
+            expected_overhead("esp+ah transport null-null + sha1", 100),
+            Some(36)
+        );
+        assert_eq!(esp_null_overhead(2, 0), 10);
+        assert_eq!(esp_null_overhead(3, 12), 25);
         assert_eq!(expected_overhead("l2sec aes128gcm", 100), Some(25));
         // The padding follows the size: a payload that fills the block to the trailer pads nothing.
         assert_eq!(esp_cbc_sha1_overhead(14), 38);

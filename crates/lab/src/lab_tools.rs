@@ -47,6 +47,12 @@ pub fn tools(experiment: &str) -> Vec<Tool> {
             req("curl", "curl"),
             req("openssl", "openssl"),
         ]),
+        "smtp" => t.extend([
+            req("postfix", "postfix"),
+            req("swaks", "swaks"),
+            req("curl", "curl"),
+            req("openssl", "openssl"),
+        ]),
         _ => {}
     }
     if matches!(experiment, "ping-rtt" | "overhead" | "loss") {
@@ -135,21 +141,49 @@ pub fn install(missing: &[Tool], no_wg_go: bool) -> Result<()> {
             std::fs::set_permissions(prc, std::fs::Permissions::from_mode(0o755))
                 .map_err(Error::io("policy-rc.d"))?;
         }
-        let r = run(
-            Command::new("apt-get")
-                .args(["update", "-q"])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-            "apt-get update",
-        )
-        .and_then(|_| {
-            run(
-                Command::new("apt-get")
-                    .args(["install", "-y", "-q", "--no-install-recommends"])
-                    .args(&pkgs)
-                    .env("DEBIAN_FRONTEND", "noninteractive"),
-                "apt-get install",
-            )
-        });
+        // Postfix without a configuration of its own (the lab writes one per run); its installer asks otherwise.
+        let preseed = || -> Result<()> {
+            if !pkgs.contains(&"postfix") {
+                return Ok(());
+            }
+            let mut c = Command::new("debconf-set-selections")
+                .stdin(Stdio::piped())
+                .spawn()
+                .map_err(Error::io("cannot run debconf-set-selections"))?;
+            if let Some(mut i) = c.stdin.take() {
+                std::io::Write::write_all(
+                    &mut i,
+                    b"postfix postfix/main_mailer_type select No configuration\n",
+                )
+                .map_err(Error::io("debconf-set-selections"))?;
+            }
+            let st = c.wait().map_err(Error::io("debconf-set-selections"))?;
+            if st.success() {
+                Ok(())
+            } else {
+                Err(Error::Other(format!(
+                    "debconf-set-selections failed ({st})"
+                )))
+            }
+        };
+        let r = preseed()
+            .and_then(|_| {
+                run(
+                    Command::new("apt-get")
+                        .args(["update", "-q"])
+                        .env("DEBIAN_FRONTEND", "noninteractive"),
+                    "apt-get update",
+                )
+            })
+            .and_then(|_| {
+                run(
+                    Command::new("apt-get")
+                        .args(["install", "-y", "-q", "--no-install-recommends"])
+                        .args(&pkgs)
+                        .env("DEBIAN_FRONTEND", "noninteractive"),
+                    "apt-get install",
+                )
+            });
         if own {
             let _ = std::fs::remove_file(prc);
         }

@@ -27,6 +27,7 @@ pub mod lab_loss;
 pub mod lab_plot;
 pub mod lab_report;
 pub mod lab_run;
+pub mod lab_smtp;
 pub mod lab_tools;
 pub mod lan;
 pub mod seq_udp;

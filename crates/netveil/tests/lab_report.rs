@@ -2,8 +2,9 @@
 //! protocol adds per packet on the wire (PILSC, ESP, AH, ESP+AH, PSP, l2sec, WireGuard) equal its formula, and protection
 //! raises the ping round-trip time over the clear path (and l2sec over the bridge) at every size (the bare-PC IPsec
 //! and L2 studies' finding); under loss, PSP's datagrams keep most of their goodput and TLS over TCP keeps less (the
-//! PSP study's); small files pay relatively more bytes than large ones over HTTP (the IPsec web study's), as the
-//! report's findings say. Needs root, ping, tcpdump, tshark, iptables, iperf3, openssl, curl, nft and nginx.
+//! PSP study's); small files pay relatively more bytes than large ones over HTTP, SMTP carries more overhead than
+//! HTTP, and AH costs more bytes than ESP authentication (the IPsec web/email study's), as the report's findings
+//! say. Needs root, ping, tcpdump, tshark, iptables, iperf3, openssl, curl, nft, nginx, postfix and swaks.
 
 use netveil_lab::lab;
 use netveil_lab::lab_report::{self, Report};
@@ -15,6 +16,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     assert!(lab::is_root(), "the namespace tests need root");
     for t in [
         "ip", "ping", "tcpdump", "tshark", "iptables", "iperf3", "openssl", "curl", "nft", "nginx",
+        "postfix", "swaks",
     ] {
         assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
     }
@@ -33,7 +35,10 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     let text = std::fs::read_to_string(out.join("report.json")).unwrap();
     let r: Report = serde_json::from_str(&text).unwrap();
     lab_report::check(&r).unwrap();
-    assert_eq!(r.experiments, ["ping-rtt", "overhead", "loss", "http"]);
+    assert_eq!(
+        r.experiments,
+        ["ping-rtt", "overhead", "loss", "http", "smtp"]
+    );
     let csv = std::fs::read_to_string(out.join("report.csv")).unwrap();
     assert_eq!(csv.lines().count(), r.cells.len() + 1);
     assert!(std::fs::read_to_string(out.join("report.md"))
@@ -41,7 +46,13 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         .contains("## overhead"));
     // The page shows both figures, and they are SVG.
     let page = std::fs::read_to_string(out.join("index.html")).unwrap();
-    for fig in ["ping-rtt.svg", "overhead.svg", "loss.svg", "http.svg"] {
+    for fig in [
+        "ping-rtt.svg",
+        "overhead.svg",
+        "loss.svg",
+        "http.svg",
+        "smtp.svg",
+    ] {
         assert!(page.contains(&format!("<img src=\"{fig}\"")), "{page}");
         let svg = std::fs::read_to_string(out.join(fig)).unwrap();
         assert!(
@@ -56,7 +67,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         .iter()
         .filter(|c| c.experiment == "overhead")
         .collect();
-    assert_eq!(overhead.len(), 10, "{log}");
+    assert_eq!(overhead.len(), 12, "{log}");
     for c in &overhead {
         if c.path == "wireguard-go" && c.value.is_none() {
             assert!(
@@ -90,12 +101,12 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
             "l2sec {bytes} B\n{log}"
         );
     }
-    // Loss and HTTP: every path but wireguard-go (not in CI) measured at every level and file, and the findings
-    // hold.
+    // Loss, HTTP and SMTP: every path but wireguard-go (not in CI) measured at every level and file, and the
+    // findings hold.
     for c in r
         .cells
         .iter()
-        .filter(|c| c.experiment == "loss" || c.experiment == "http")
+        .filter(|c| ["loss", "http", "smtp"].contains(&c.experiment.as_str()))
     {
         if c.path == "wireguard-go" && c.value.is_none() {
             continue;
@@ -103,7 +114,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         assert!(c.value.is_some(), "{c:?}\n{log}");
     }
     let findings = lab_report::findings(&r);
-    assert_eq!(findings.len(), 4);
+    assert_eq!(findings.len(), 6);
     for f in &findings {
         assert_eq!(f.holds, Some(true), "{f:?}\n{log}");
     }
