@@ -7,7 +7,8 @@
 //!   ESP (AES-GCM-128) in tunnel and transport mode, PSP (AES-GCM-128) and wireguard-go when it is installed; and
 //!   each path's increase over clear at each size, beside the study's "over 100%" (every path, both modes). Then,
 //!   as the L2 study's Fig. 6.6, a station pinging another on a plain bridge and through l2sec (AES-GCM-128), with
-//!   l2sec's increase over the bridge beside the study's +117%.
+//!   l2sec's increase over the bridge beside the study's +117%, and the same for ARP round trips (arping) beside its
+//!   +100.71%.
 //! - `overhead`: bytes added per packet, read from a capture of 100-byte pings, for PILSC in both modes, ESP and
 //!   ESP+AH (AES-128-CBC, HMAC-SHA1-96) in tunnel and transport mode, AH alone (transport), PSP (tunnel,
 //!   AES-GCM-128), l2sec (AES-GCM-128, per Ethernet frame) and wireguard-go, and ESP's authentication against AH's
@@ -267,9 +268,47 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
 
 /// The L2 study's comparison: a station pinging another on a plain bridge, and the same through l2sec
 /// (AES-GCM-128), with l2sec's increase over the bridge beside the study's (its Fig. 6.6).
+/// ARP round trips from `ns` to `dst` over `dev` (iputils' arping: the first request broadcast, then unicast, one a
+/// second): each reply's time in ms.
+fn arp_rtts(lab: &Lab, ns: &str, dev: &str, dst: &str, count: u32) -> Result<Vec<f64>> {
+    let c = count.to_string();
+    let w = (count + 2).to_string();
+    let o = lab.exec(ns, &["arping", "-c", &c, "-w", &w, "-I", dev, dst])?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    let v = parse_arping(&text);
+    if v.is_empty() {
+        return Err(Error::Other(format!(
+            "arping got no reply: {}{}",
+            text.trim(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        )));
+    }
+    Ok(v)
+}
+
+/// The reply times of arping's output (`Unicast reply from A [MAC]  0.532ms`).
+fn parse_arping(text: &str) -> Vec<f64> {
+    text.lines()
+        .filter(|l| l.contains("reply from"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .last()?
+                .strip_suffix("ms")?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// The L2 study's ARP figure for its protocol with full crypto.
+const L2_FIG66_ARP: &str =
+    "L2 study, Fig. 6.6: ARP RTT +100.71% over plain Ethernet, full crypto (from text)";
+
 fn l2_rtt(bin: &Path, sizes: &[u32], count: u32) -> Vec<Cell> {
     use crate::lan::{L2Opts, Lan};
-    let run = |suite: Option<&str>| -> Result<Vec<bench_ping::PingStat>> {
+    let arps = if count >= 100 { 20 } else { 5 };
+    type Rtts = (Result<Vec<bench_ping::PingStat>>, Result<Vec<f64>>);
+    let run = |suite: Option<&str>| -> Result<Rtts> {
         let mut lab = Lab::new("nvlab")?.with_netveil(bin);
         let lan = Lan::build(&mut lab, &["h1", "h2"])?;
         let _d = match suite {
@@ -277,13 +316,54 @@ fn l2_rtt(bin: &Path, sizes: &[u32], count: u32) -> Vec<Cell> {
             None => None,
         };
         let (h1, h2) = (lan.station("h1")?.clone(), lan.station("h2")?.clone());
-        pings(&lab, &h1.ns, &h2.ip.to_string(), sizes, count)
+        let dst = h2.ip.to_string();
+        let icmp = pings(&lab, &h1.ns, &dst, sizes, count);
+        // (Protected, the station's address is on l2sec's TAP; the port carries the sealed frames.)
+        let dev = if suite.is_some() {
+            crate::lan::TAP
+        } else {
+            crate::lan::PORT
+        };
+        let arp = arp_rtts(&lab, &h1.ns, dev, &dst, arps);
+        Ok((icmp, arp))
+    };
+    let split = |r: Result<Rtts>| match r {
+        Ok((i, a)) => (i, a),
+        Err(e) => (
+            Err(Error::Other(format!("{e}"))),
+            Err(Error::Other(format!("{e}"))),
+        ),
     };
     println!("ping-rtt: plain bridge");
-    let bridge = run(None);
+    let (bridge, bridge_arp) = split(run(None));
     println!("ping-rtt: l2sec aes128gcm");
-    let l2 = run(Some("aes128gcm"));
+    let (l2, l2_arp) = split(run(Some("aes128gcm")));
     let mut cells = Vec::new();
+    // ARP: each path's round trips, and l2sec's median over the bridge's.
+    let arp_cell = |path: &str, r: &Result<Vec<f64>>| match r {
+        Ok(v) => Cell::measured("ping-rtt", path, "arp rtt", "ms", v.clone()),
+        Err(e) => Cell::missing("ping-rtt", path, "arp rtt", "ms", &format!("{e}")),
+    };
+    cells.push(arp_cell("plain bridge", &bridge_arp));
+    cells.push(arp_cell("l2sec aes128gcm", &l2_arp));
+    let metric = "arp rtt increase over the bridge";
+    let c = match (&bridge_arp, &l2_arp) {
+        (Ok(b), Ok(l)) if bench_ping::median(b) > 0.0 => Cell::measured(
+            "ping-rtt",
+            "l2sec aes128gcm",
+            metric,
+            "%",
+            vec![(bench_ping::median(l) / bench_ping::median(b) - 1.0) * 100.0],
+        ),
+        _ => Cell::missing(
+            "ping-rtt",
+            "l2sec aes128gcm",
+            metric,
+            "%",
+            "the bridge or l2sec gave no ARP figure (see their arp rtt cells)",
+        ),
+    };
+    cells.push(c.paper(100.71, L2_FIG66_ARP));
     if let (Ok(b), Ok(l)) = (&bridge, &l2) {
         for (i, size) in sizes.iter().enumerate() {
             let metric = format!("rtt increase over the bridge {size} B");
@@ -551,6 +631,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
     let mut programs = std::collections::BTreeMap::new();
     for (p, args) in [
         ("ping", &["-V"][..]),
+        ("arping", &["-V"][..]),
         ("tcpdump", &["--version"][..]),
         ("ip", &["-V"][..]),
         ("iptables", &["--version"][..]),
@@ -651,6 +732,15 @@ mod tests {
         assert_eq!(esp_cbc_sha1_overhead(14), 38);
         assert_eq!(esp_cbc_sha1_overhead(15), 53);
         assert_eq!(expected_overhead("something else", 100), None);
+    }
+
+    #[test]
+    fn arping_replies_are_read() {
+        let out = "ARPING 10.99.0.1 from 10.99.0.2 vb\nUnicast reply from 10.99.0.1 [3E:6E:68:AB:FF:48]  0.532ms\n\
+                   Unicast reply from 10.99.0.1 [3E:6E:68:AB:FF:48]  1.5ms\nSent 2 probes (1 broadcast(s))\n\
+                   Received 2 response(s)\n";
+        assert_eq!(parse_arping(out), vec![0.532, 1.5]);
+        assert!(parse_arping("Sent 5 probes\nReceived 0 response(s)").is_empty());
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub const WIREGUARD_GO_MODULE: &str = "golang.zx2c4.com/wireguard@latest";
 pub fn tools(experiment: &str) -> Vec<Tool> {
     let mut t = vec![req("ip", "iproute2")];
     match experiment {
-        "ping-rtt" => t.extend([req("ping", "iputils-ping")]),
+        "ping-rtt" => t.extend([req("ping", "iputils-ping"), req("arping", "iputils-arping")]),
         "overhead" => t.extend([
             req("ping", "iputils-ping"),
             req("tcpdump", "tcpdump"),

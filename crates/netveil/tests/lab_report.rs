@@ -4,7 +4,7 @@
 //! and L2 studies' finding); under loss, PSP's datagrams keep most of their goodput and TLS over TCP keeps less (the
 //! PSP study's); small files pay relatively more bytes than large ones over HTTP, SMTP carries more overhead than
 //! HTTP, and AH costs more bytes than ESP authentication (the IPsec web/email study's), as the report's findings
-//! say. Needs root, ping, tcpdump, tshark, iptables, iperf3, openssl, curl, nft, nginx, postfix and swaks.
+//! say. Needs root, ping, arping, tcpdump, tshark, iptables, iperf3, openssl, curl, nft, nginx, postfix and swaks.
 
 use netveil_lab::lab;
 use netveil_lab::lab_report::{self, Report};
@@ -15,8 +15,8 @@ const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
 fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     assert!(lab::is_root(), "the namespace tests need root");
     for t in [
-        "ip", "ping", "tcpdump", "tshark", "iptables", "iperf3", "openssl", "curl", "nft", "nginx",
-        "postfix", "swaks",
+        "ip", "ping", "arping", "tcpdump", "tshark", "iptables", "iperf3", "openssl", "curl",
+        "nft", "nginx", "postfix", "swaks",
     ] {
         assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
     }
@@ -101,6 +101,18 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
             "l2sec {bytes} B\n{log}"
         );
     }
+    // ARP too: l2sec seals it, and its round trip is longer than the bridge's.
+    let arp = |path: &str| {
+        r.cells
+            .iter()
+            .find(|c| c.path == path && c.metric == "arp rtt")
+            .and_then(|c| c.value)
+            .unwrap_or_else(|| panic!("{path} arp rtt: no value\n{log}"))
+    };
+    assert!(
+        arp("l2sec aes128gcm") > arp("plain bridge"),
+        "arp rtt\n{log}"
+    );
     // Loss, HTTP and SMTP: every path but wireguard-go (not in CI) measured at every level and file, and the
     // findings hold.
     for c in r
