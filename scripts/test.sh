@@ -49,15 +49,15 @@ for c in rustfmt clippy; do
 done
 stage fmt
 cargo fmt --all --check
+# Every cargo step in the `ci` profile (Cargo.toml: release without LTO): the dependencies' metadata and build
+# scripts (aws-lc's C build among them) are built once, by clippy, for all of them.
 stage clippy
-cargo clippy --release --all-targets -- -D warnings
+cargo clippy --profile ci --all-targets -- -D warnings
 stage doc
-# In the release profile, as clippy: the dependencies' metadata and build scripts (aws-lc's C build among them)
-# are clippy's, not built a second time for the dev profile.
-RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps --workspace
+RUSTDOCFLAGS="-D warnings" cargo doc --profile ci --no-deps --workspace
 # The netveil binary on its own features (the test build unifies them with the tests' dev-dependencies): type-checked
 # on the libraries' metadata that rustdoc just needed, without building it twice.
-cargo check --release -p netveil
+cargo check --profile ci -p netveil
 stage checks
 scripts/check-ip-offsets
 scripts/check-rng && scripts/check-rng --self-test
@@ -67,16 +67,16 @@ else
   skip "layer check" "../shared/tools/check-layers not present"
 fi
 
-echo "== cargo test (release; includes network-namespace tests, which need root)"
+echo "== cargo test (profile ci: optimised; includes network-namespace tests, which need root)"
 stage test-build
-# The test build makes target/release/netveil too (the namespace tests run it; so does the scapy stage).
-cargo test --release --workspace --no-run
+# The test build makes target/ci/netveil too (the namespace tests run it; so does the scapy stage).
+cargo test --profile ci --workspace --no-run
 stage test-run
-cargo test --release --workspace
+cargo test --profile ci --workspace
 
 echo "== scapy interop (scapy as the independent ESP/AH oracle)"
 stage scapy
-NETVEIL_BIN="$PWD/target/release/netveil" .venv/bin/python -m pytest tests/scapy -q -p no:cacheprovider
+NETVEIL_BIN="$PWD/target/ci/netveil" .venv/bin/python -m pytest tests/scapy -q -p no:cacheprovider
 
 echo "== fuzz smoke (every target briefly; longer runs: cd fuzz && cargo +nightly fuzz run TARGET)"
 stage fuzz-build

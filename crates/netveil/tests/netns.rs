@@ -8,6 +8,7 @@ use std::time::Instant;
 
 const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
 const MB100: u64 = 100 * 1024 * 1024;
+const MB20: u64 = 20 * 1024 * 1024;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -50,7 +51,13 @@ impl Case {
             decrypt: lab::wireshark_can_decrypt(suite),
             pair: HostPair::esp(suite),
             wire: Wire::Esp,
-            tcp_bytes: MB100,
+            // 3DES moves about 80 Mbit/s here: 100 MiB took 10.5 s per suite, 20 MiB (some 15,000 full-size
+            // packets, sequence numbers and replay windows well exercised) takes 2.
+            tcp_bytes: if suite.starts_with("3des") {
+                MB20
+            } else {
+                MB100
+            },
         }
     }
 }
