@@ -337,6 +337,51 @@ fn transfer_figure(cells: &[Cell], experiment: &str) -> Result<Option<Figure>> {
     })
 }
 
+/// `ops.svg`: ESP's per-operation times against the ICMP payload size (the bare-PC IPsec study's Figs. 6 and 7):
+/// each mode's incoming and outgoing totals, and tunnel mode's integrity, decryption, encryption and MAC.
+fn ops_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for c in cells.iter().filter(|c| c.experiment == "ops") {
+        let Some(mode) = c
+            .path
+            .rsplit(' ')
+            .next()
+            .filter(|_| c.path.starts_with("esp "))
+        else {
+            continue;
+        };
+        let Some((op, size)) = c
+            .metric
+            .strip_suffix(" B")
+            .and_then(|m| m.rsplit_once(' '))
+            .and_then(|(op, n)| Some((op, n.parse::<f64>().ok()?)))
+        else {
+            continue;
+        };
+        let shown = op.ends_with(" total")
+            || (mode == "tunnel"
+                && ["in integrity", "in decryption", "out encryption", "out mac"].contains(&op));
+        let Some(v) = c.value.filter(|_| shown) else {
+            continue;
+        };
+        let name = format!("{op} ({mode})");
+        match series.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, pts)) => pts.push((size, v)),
+            None => series.push((name, vec![(size, v)])),
+        }
+    }
+    line_chart(Lines {
+        file: "ops.svg",
+        title: "ESP time per operation by payload size (AES-CBC-128, HMAC-SHA1-96; fastest batch, median)",
+        x_desc: "ICMP payload (bytes)",
+        y_desc: "time per packet (ns)",
+        y_min_top: 100.0,
+        x: XAxis::Numeric { max: 1088.0 },
+        legend: SeriesLabelPosition::UpperLeft,
+        series,
+    })
+}
+
 /// The report's figures (only those whose experiment ran and measured something).
 pub fn figures(report: &Report) -> Result<Vec<Figure>> {
     Ok([
@@ -345,6 +390,7 @@ pub fn figures(report: &Report) -> Result<Vec<Figure>> {
         loss_figure(&report.cells)?,
         transfer_figure(&report.cells, "http")?,
         transfer_figure(&report.cells, "smtp")?,
+        ops_figure(&report.cells)?,
     ]
     .into_iter()
     .flatten()

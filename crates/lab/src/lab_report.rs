@@ -465,6 +465,7 @@ pub fn findings(report: &Report) -> Vec<Finding> {
     });
     out.push(smtp_over_http(report));
     out.push(ah_over_esp_auth(report));
+    out.push(esp_time_grows_with_size(report));
     out
 }
 
@@ -609,6 +610,70 @@ fn ah_over_esp_auth(report: &Report) -> Finding {
             finding,
             holds: None,
             detail: "no ESP-authentication or AH overhead cell".into(),
+        },
+    }
+}
+
+/// The bare-PC IPsec study's "ESP processing time grows with packet size" (Figs. 6 and 7, both directions, both
+/// modes): per `ops` ESP path and direction, the total at the largest payload above the total at the smallest.
+fn esp_time_grows_with_size(report: &Report) -> Finding {
+    let finding = "ESP processing time grows with packet size (the bare-PC IPsec study, Figs. 6-7: incoming and \
+                   outgoing, transport and tunnel mode)";
+    let mut seen = Vec::new();
+    let mut bad = Vec::new();
+    let mut paths: Vec<&str> = Vec::new();
+    for c in report
+        .cells
+        .iter()
+        .filter(|c| c.experiment == "ops" && c.path.starts_with("esp "))
+    {
+        if !paths.contains(&c.path.as_str()) {
+            paths.push(&c.path);
+        }
+    }
+    for p in paths {
+        for dir in ["in", "out"] {
+            let prefix = format!("{dir} total ");
+            let mut v: Vec<(f64, f64)> = report
+                .cells
+                .iter()
+                .filter(|c| c.experiment == "ops" && c.path == p)
+                .filter_map(|c| {
+                    let size = c
+                        .metric
+                        .strip_prefix(&prefix)?
+                        .strip_suffix(" B")?
+                        .parse()
+                        .ok()?;
+                    Some((size, c.value?))
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let (Some(small), Some(large)) = (v.first(), v.last()) else {
+                continue;
+            };
+            if v.len() < 2 {
+                continue;
+            }
+            let line = format!(
+                "{p} {dir}: {:.0} ns at {} B, {:.0} ns at {} B",
+                small.1, small.0, large.1, large.0
+            );
+            if large.1 <= small.1 {
+                bad.push(line.clone());
+            }
+            seen.push(line);
+        }
+    }
+    Finding {
+        finding,
+        holds: (!seen.is_empty()).then_some(bad.is_empty()),
+        detail: if seen.is_empty() {
+            "no ops cells".into()
+        } else if bad.is_empty() {
+            seen.join("; ")
+        } else {
+            bad.join("; ")
         },
     }
 }
@@ -816,11 +881,40 @@ mod tests {
                 ));
             }
         };
+        // ESP's per-packet time: (size, in total, out total) per mode.
+        let ops = |r: &mut Report, pts: &[(u32, f64, f64)]| {
+            for mode in ["tunnel", "transport"] {
+                for &(size, i, o) in pts {
+                    for (dir, v) in [("in", i), ("out", o)] {
+                        r.cells.push(Cell::measured(
+                            "ops",
+                            &format!("esp aes128-sha1 {mode}"),
+                            &format!("{dir} total {size} B"),
+                            "ns",
+                            vec![v],
+                        ));
+                    }
+                }
+            }
+        };
         pair(&mut good, "http", [2000.0, 1.1e7], 33.0);
         pair(&mut good, "smtp", [5000.0, 1.5e7], 39.0);
         auth(&mut good, 24.0, 36.0);
+        ops(
+            &mut good,
+            &[
+                (1024, 3000.0, 2900.0),
+                (64, 700.0, 650.0),
+                (512, 1800.0, 1700.0),
+            ],
+        );
         let f = findings(&good);
-        assert_eq!(f.len(), 6);
+        assert_eq!(f.len(), 7);
+        assert!(
+            f[6].detail
+                .contains("esp aes128-sha1 tunnel in: 700 ns at 64 B, 3000 ns at 1024 B"),
+            "{f:?}"
+        );
         assert!(f[4].detail.contains("+36% to +150%"), "{f:?}");
         assert!(f.iter().all(|f| f.holds == Some(true)), "{f:?}");
         assert!(
@@ -847,7 +941,13 @@ mod tests {
         // (Fewer bytes at 10 MB, and less over clear at 1 KB: two failures, both named.)
         pair(&mut bad, "smtp", [5000.0, 1.0e7], 30.0);
         auth(&mut bad, 24.0, 24.0);
+        ops(&mut bad, &[(64, 700.0, 650.0), (1024, 3000.0, 640.0)]);
         let f = findings(&bad);
+        assert!(
+            f[6].detail
+                .contains("out: 650 ns at 64 B, 640 ns at 1024 B"),
+            "{f:?}"
+        );
         assert!(f.iter().all(|f| f.holds == Some(false)), "{f:?}");
         assert!(
             f[4].detail.contains("psp 10MB") && f[4].detail.contains("psp 1KB"),

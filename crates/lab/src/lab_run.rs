@@ -19,6 +19,9 @@
 //!   time per download, and the bytes over clear ([`crate::lab_http`]).
 //! - `smtp`: the same files as e-mail attachments, curl to a Postfix, with the same cells
 //!   ([`crate::lab_smtp`]).
+//! - `ops`: netveil's own time per ESP operation (SA lookup, anti-replay, integrity, decryption; SA lookup,
+//!   encryption, MAC) against the packet size, as the bare-PC IPsec study's Figs. 6 and 7, and PSP's per stage
+//!   beside the PSP study's Fig. 4.8; in process, no namespaces ([`crate::lab_ops`]).
 //!
 //! Each path gets a fresh two-host lab (its own namespaces, unique names, torn down when the path is done, also
 //! when it fails); a path that cannot run gives cells without value that say why.
@@ -32,14 +35,14 @@ use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
 
 /// The experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 5] = ["ping-rtt", "overhead", "loss", "http", "smtp"];
+pub const EXPERIMENTS: [&str; 6] = ["ping-rtt", "overhead", "loss", "http", "smtp", "ops"];
 
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     /// A small matrix (for CI: under a few minutes).
     #[arg(long)]
     pub quick: bool,
-    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, http.
+    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, http, smtp, ops.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where the report goes (report.json, report.csv, report.md, index.html and one SVG per figure).
@@ -598,6 +601,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
         match e.as_str() {
             "ping-rtt" => cells.extend(ping_rtt(&bin, a.quick)),
             "loss" => cells.extend(crate::lab_loss::run(&bin, a.quick)),
+            "ops" => cells.extend(crate::lab_ops::run(a.quick)),
             "http" | "smtp" => {
                 let w = if e == "http" {
                     crate::lab_http::Workload::Http

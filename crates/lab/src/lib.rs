@@ -24,6 +24,7 @@ pub mod demo_pilsc;
 pub mod lab;
 pub mod lab_http;
 pub mod lab_loss;
+pub mod lab_ops;
 pub mod lab_plot;
 pub mod lab_report;
 pub mod lab_run;
