@@ -309,16 +309,22 @@ fn sweep(lab: &Lab, h: &TwoHosts, dst: &str, levels: &[f64], secs: u32) -> Resul
     Ok(out)
 }
 
-/// CPU time (user and system) of a process so far, ms (`/proc/PID/stat`, in USER_HZ = 100 ticks per second).
-fn cpu_ms(pid: u32) -> Result<f64> {
+/// The fields of `/proc/PID/stat` after the command name: the first is field 3 (state), utime (14) is at index 11,
+/// stime 12, cutime 13, cstime 14.
+pub(crate) fn stat_fields(pid: u32) -> Result<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(Error::io(format!("/proc/{pid}/stat")))?;
-    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
+    // After the command name's closing parenthesis (the name itself may hold spaces and parentheses).
     let rest = stat
         .rsplit_once(')')
         .map(|(_, r)| r)
         .ok_or_else(|| Error::Other(format!("/proc/{pid}/stat: {stat:?}")))?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    Ok(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// CPU time (user and system) of a process so far, ms (`/proc/PID/stat`, in USER_HZ = 100 ticks per second).
+pub(crate) fn cpu_ms(pid: u32) -> Result<f64> {
+    let f = stat_fields(pid)?;
     let tick = |i: usize| -> Result<f64> {
         f.get(i)
             .and_then(|v| v.parse::<f64>().ok())
@@ -328,7 +334,7 @@ fn cpu_ms(pid: u32) -> Result<f64> {
 }
 
 /// A process's peak resident memory, KiB (`VmHWM` in `/proc/PID/status`).
-fn peak_kib(pid: u32) -> Result<f64> {
+pub(crate) fn peak_kib(pid: u32) -> Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(Error::io(format!("/proc/{pid}/status")))?;
     status

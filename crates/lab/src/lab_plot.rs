@@ -57,11 +57,45 @@ fn rtt_figure(cells: &[Cell]) -> Result<Option<Figure>> {
 /// `overhead.svg`: bytes added per packet by each protocol, measured, with the paper's figure beside where there is
 /// one (the PILSC study's Table 8).
 fn overhead_figure(cells: &[Cell]) -> Result<Option<Figure>> {
-    let bars: Vec<(&str, f64, Option<f64>)> = cells
-        .iter()
-        .filter(|c| c.experiment == "overhead")
-        .filter_map(|c| Some((c.path.as_str(), c.value?, c.paper)))
-        .collect();
+    bar_chart(Bars {
+        file: "overhead.svg",
+        title: "Bytes added per packet (measured; the paper's beside)",
+        x_desc: "bytes per packet",
+        paper_label: "the paper (PILSC, Table 8)",
+        bars: cells
+            .iter()
+            .filter(|c| c.experiment == "overhead")
+            .filter_map(|c| Some((c.path.as_str(), c.value?, c.paper)))
+            .collect(),
+    })
+}
+
+/// `scp.svg`: the SCP copy's rate per path (the L2 study's SCP transfer rate, Figs. 6.35-6.46).
+fn scp_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    bar_chart(Bars {
+        file: "scp.svg",
+        title: "SCP copy of a file of zeros: transfer rate (median)",
+        x_desc: "MB/s",
+        paper_label: "the paper",
+        bars: cells
+            .iter()
+            .filter(|c| c.experiment == "scp" && c.metric == "scp rate")
+            .filter_map(|c| Some((c.path.as_str(), c.value?, c.paper)))
+            .collect(),
+    })
+}
+
+/// A horizontal bar chart: one bar per (name, value), and the paper's beside where there is one.
+struct Bars<'a> {
+    file: &'a str,
+    title: &'a str,
+    x_desc: &'a str,
+    paper_label: &'a str,
+    bars: Vec<(&'a str, f64, Option<f64>)>,
+}
+
+fn bar_chart(f: Bars) -> Result<Option<Figure>> {
+    let bars = f.bars;
     if bars.is_empty() {
         return Ok(None);
     }
@@ -77,10 +111,7 @@ fn overhead_figure(cells: &[Cell]) -> Result<Option<Figure>> {
         root.fill(&WHITE).map_err(plot_err)?;
         // Horizontal bars: the paths' names read on the left.
         let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Bytes added per packet (measured; the paper's beside)",
-                ("sans-serif", 22),
-            )
+            .caption(f.title, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(45)
             .y_label_area_size(290)
@@ -96,7 +127,7 @@ fn overhead_figure(cells: &[Cell]) -> Result<Option<Figure>> {
                 _ => String::new(),
             })
             .y_label_style(("sans-serif", 14))
-            .x_desc("bytes per packet")
+            .x_desc(f.x_desc)
             .draw()
             .map_err(plot_err)?;
         let ours = Palette99::pick(0).to_rgba();
@@ -113,22 +144,26 @@ fn overhead_figure(cells: &[Cell]) -> Result<Option<Figure>> {
                 )
             }))
             .map_err(plot_err)?
-            .label("netveil, measured")
+            .label("measured")
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], ours.filled()));
-        chart
-            .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
-                let i = i as u32;
-                Some(Rectangle::new(
-                    [
-                        (0.0, SegmentValue::CenterOf(i)),
-                        (b.2?, SegmentValue::Exact(i + 1)),
-                    ],
-                    paper.filled(),
-                ))
-            }))
-            .map_err(plot_err)?
-            .label("the paper (PILSC, Table 8)")
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], paper.filled()));
+        if bars.iter().any(|b| b.2.is_some()) {
+            chart
+                .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
+                    let i = i as u32;
+                    Some(Rectangle::new(
+                        [
+                            (0.0, SegmentValue::CenterOf(i)),
+                            (b.2?, SegmentValue::Exact(i + 1)),
+                        ],
+                        paper.filled(),
+                    ))
+                }))
+                .map_err(plot_err)?
+                .label(f.paper_label)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 15, y + 5)], paper.filled())
+                });
+        }
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
@@ -138,7 +173,7 @@ fn overhead_figure(cells: &[Cell]) -> Result<Option<Figure>> {
             .map_err(plot_err)?;
         root.present().map_err(plot_err)?;
     }
-    Ok(Some(("overhead.svg".into(), svg)))
+    Ok(Some((f.file.into(), svg)))
 }
 
 /// The loss level and kind ("udp", "tcp") of a `KIND kept L% loss` metric.
@@ -390,6 +425,7 @@ pub fn figures(report: &Report) -> Result<Vec<Figure>> {
         loss_figure(&report.cells)?,
         transfer_figure(&report.cells, "http")?,
         transfer_figure(&report.cells, "smtp")?,
+        scp_figure(&report.cells)?,
         ops_figure(&report.cells)?,
     ]
     .into_iter()

@@ -19,6 +19,8 @@
 //!   time per download, and the bytes over clear ([`crate::lab_http`]).
 //! - `smtp`: the same files as e-mail attachments, curl to a Postfix, with the same cells
 //!   ([`crate::lab_smtp`]).
+//! - `scp`: the L2 study's SCP copy (OpenSSH) of a file of zeros over the plain bridge and through l2sec: time,
+//!   rate, CPU and memory of scp, sshd and l2sec's daemons ([`crate::lab_scp`]).
 //! - `ops`: netveil's own time per ESP operation (SA lookup, anti-replay, integrity, decryption; SA lookup,
 //!   encryption, MAC) against the packet size, as the bare-PC IPsec study's Figs. 6 and 7, and PSP's per stage
 //!   beside the PSP study's Fig. 4.8; in process, no namespaces ([`crate::lab_ops`]).
@@ -35,14 +37,14 @@ use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
 
 /// The experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 6] = ["ping-rtt", "overhead", "loss", "http", "smtp", "ops"];
+pub const EXPERIMENTS: [&str; 7] = ["ping-rtt", "overhead", "loss", "http", "smtp", "scp", "ops"];
 
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     /// A small matrix (for CI: under a few minutes).
     #[arg(long)]
     pub quick: bool,
-    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, http, smtp, ops.
+    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, http, smtp, scp, ops.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where the report goes (report.json, report.csv, report.md, index.html and one SVG per figure).
@@ -602,6 +604,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
             "ping-rtt" => cells.extend(ping_rtt(&bin, a.quick)),
             "loss" => cells.extend(crate::lab_loss::run(&bin, a.quick)),
             "ops" => cells.extend(crate::lab_ops::run(a.quick)),
+            "scp" => cells.extend(crate::lab_scp::run(&bin, a.quick)),
             "http" | "smtp" => {
                 let w = if e == "http" {
                     crate::lab_http::Workload::Http
@@ -632,6 +635,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
         ("nginx", &["-v"][..]),
         ("postconf", &["-d", "mail_version"][..]),
         ("swaks", &["--version"][..]),
+        ("ssh", &["-V"][..]),
         ("nft", &["--version"][..]),
     ] {
         programs.insert(p.to_string(), lab_report::version_line(p, args));

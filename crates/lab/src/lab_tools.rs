@@ -47,6 +47,13 @@ pub fn tools(experiment: &str) -> Vec<Tool> {
             req("curl", "curl"),
             req("openssl", "openssl"),
         ]),
+        "scp" => t.extend([
+            req("sshd", "openssh-server"),
+            req("scp", "openssh-client"),
+            req("ssh-keygen", "openssh-client"),
+            req("time", "time"),
+            req("ss", "iproute2"),
+        ]),
         "smtp" => t.extend([
             req("postfix", "postfix"),
             req("swaks", "swaks"),

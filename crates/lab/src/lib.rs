@@ -28,6 +28,7 @@ pub mod lab_ops;
 pub mod lab_plot;
 pub mod lab_report;
 pub mod lab_run;
+pub mod lab_scp;
 pub mod lab_smtp;
 pub mod lab_tools;
 pub mod lan;

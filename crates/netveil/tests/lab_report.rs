@@ -4,7 +4,8 @@
 //! and L2 studies' finding); under loss, PSP's datagrams keep most of their goodput and TLS over TCP keeps less (the
 //! PSP study's); small files pay relatively more bytes than large ones over HTTP, SMTP carries more overhead than
 //! HTTP, and AH costs more bytes than ESP authentication (the IPsec web/email study's), and ESP's time per packet
-//! grows with its size (the bare-PC study's), as the report's findings say. Needs root, ping, arping, tcpdump, tshark, iptables, iperf3, openssl, curl, nft, nginx, postfix and swaks.
+//! grows with its size (the bare-PC study's), as the report's findings say. Needs root, ping, arping, tcpdump,
+//! tshark, iptables, iperf3, openssl, curl, nft, nginx, postfix, swaks, sshd, scp and GNU time.
 
 use netveil_lab::lab;
 use netveil_lab::lab_report::{self, Report};
@@ -16,7 +17,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     assert!(lab::is_root(), "the namespace tests need root");
     for t in [
         "ip", "ping", "arping", "tcpdump", "tshark", "iptables", "iperf3", "openssl", "curl",
-        "nft", "nginx", "postfix", "swaks",
+        "nft", "nginx", "postfix", "swaks", "sshd", "scp", "time",
     ] {
         assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
     }
@@ -37,7 +38,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     lab_report::check(&r).unwrap();
     assert_eq!(
         r.experiments,
-        ["ping-rtt", "overhead", "loss", "http", "smtp", "ops"]
+        ["ping-rtt", "overhead", "loss", "http", "smtp", "scp", "ops"]
     );
     let csv = std::fs::read_to_string(out.join("report.csv")).unwrap();
     assert_eq!(csv.lines().count(), r.cells.len() + 1);
@@ -114,12 +115,12 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         arp("l2sec aes128gcm") > arp("plain bridge"),
         "arp rtt\n{log}"
     );
-    // Loss, HTTP and SMTP: every path but wireguard-go (not in CI) measured at every level and file, and the
+    // Loss, HTTP, SMTP and SCP: every path but wireguard-go (not in CI) measured at every level and file, and the
     // findings hold.
     for c in r
         .cells
         .iter()
-        .filter(|c| ["loss", "http", "smtp"].contains(&c.experiment.as_str()))
+        .filter(|c| ["loss", "http", "smtp", "scp"].contains(&c.experiment.as_str()))
     {
         if c.path == "wireguard-go" && c.value.is_none() {
             continue;
@@ -128,6 +129,9 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     }
     // ops: every ESP operation at every quick size in both modes, and PSP's stages, measured; the one PSP stage
     // netveil does not run per packet says why.
+    // scp: the bridge's five cells, each l2sec path's five, its daemons' two and its rate against the bridge's.
+    let scp = r.cells.iter().filter(|c| c.experiment == "scp").count();
+    assert_eq!(scp, 5 + 2 * 8, "{log}");
     let ops: Vec<_> = r.cells.iter().filter(|c| c.experiment == "ops").collect();
     assert_eq!(ops.len(), 2 * (3 * 9 + 1) + 8, "{ops:?}");
     for c in &ops {

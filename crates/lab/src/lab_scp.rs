@@ -1,0 +1,362 @@
+//! `netveil lab` experiment `scp`: the L2 study's SCP test (its Figs. 6.35-6.46): a file of zeros copied with
+//! OpenSSH's `scp` from one station to the other on the wired-LAN lab (two hosts on a Linux bridge), over the plain
+//! bridge and through l2sec (AES-GCM-128, and Blowfish-CBC with HMAC-SHA1, the thesis' suite).
+//!
+//! - The file: 209,715,200 bytes of zeros, the study's `dd if=/dev/zero bs=209715200 count=1` (`--quick`: 20 MiB),
+//!   made sparse (it reads as zeros and takes no disk). It is written to a file in the lab's directory on the
+//!   receiving station (the same file system; removed with the lab).
+//! - The server: the lab's own `sshd` on the receiving station: host key, authorized key and configuration in the
+//!   lab's directory, key login for root only, `UseDNS no` (the study's one extra run without the reverse lookups
+//!   that its default configuration made), no PAM.
+//! - The client: `scp` under GNU `time`: the copy's wall time, and the CPU time (user and system) and peak resident
+//!   memory of `scp` and the `ssh` it runs (Linux reports a waited-for process's descendants with it).
+//! - The server's CPU: what the connection's processes (sshd's session processes, its SFTP server) used, read as the
+//!   listening sshd's children's time (`cutime` + `cstime` in `/proc/PID/stat`) before and after the copy: they
+//!   are its reaped descendants.
+//! - l2sec's cost: its daemons' CPU time over the copy (both stations) and the larger peak resident memory.
+//!
+//! Cells per path (`plain bridge`, `l2sec SUITE`), each copy a repetition (3; `--quick`: 1): `scp time` (s), `scp
+//! rate` (MB/s, 10^6 bytes), `scp client cpu` and `sshd cpu` (ms), `scp client peak memory` (KiB), and for l2sec
+//! `daemon cpu` (ms) and `daemon peak memory` (KiB), and `scp rate of the bridge's` (%). The study gives its SCP
+//! results as figures only (no number in its text), so no paper value stands beside them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::lab::Lab;
+use crate::lab_report::Cell;
+use crate::lan::{L2Opts, Lan};
+use crate::{Error, Result};
+
+const EXPERIMENT: &str = "scp";
+/// The study's file: `dd if=/dev/zero of=dummyfile bs=209715200 count=1`.
+pub const FULL_BYTES: u64 = 209_715_200;
+pub const QUICK_BYTES: u64 = 20 * 1024 * 1024;
+/// The paths: (name, l2sec suite; `None`: the plain bridge).
+pub const PATHS: [(&str, Option<&str>); 3] = [
+    ("plain bridge", None),
+    ("l2sec aes128gcm", Some("aes128gcm")),
+    ("l2sec blowfish-cbc-sha1", Some("blowfish-cbc-sha1")),
+];
+
+/// One copy's figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Copied {
+    pub seconds: f64,
+    /// scp and its ssh, user + system, ms.
+    pub client_cpu_ms: f64,
+    pub client_peak_kib: f64,
+    /// The connection's server processes, ms.
+    pub sshd_cpu_ms: f64,
+    /// l2sec's daemons (both stations), ms; `None` on the plain bridge.
+    pub daemon_cpu_ms: Option<f64>,
+    pub daemon_peak_kib: Option<f64>,
+}
+
+/// The lab's sshd, stopped when dropped.
+struct Sshd {
+    child: Child,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn keygen(path: &Path) -> Result<()> {
+    let _ = std::fs::remove_file(path);
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .output()
+        .map_err(Error::io(
+            "cannot run ssh-keygen (apt-get install openssh-client)",
+        ))?;
+    if !out.status.success() {
+        return Err(Error::Other(format!(
+            "ssh-keygen: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Starts the lab's sshd on `addr` in `ns`, its files in `dir`; ready when it listens.
+fn sshd(lab: &Lab, ns: &str, addr: &str, dir: &Path) -> Result<Sshd> {
+    keygen(&dir.join("host_key"))?;
+    let d = dir.display();
+    let conf = format!(
+        "Port 22\nListenAddress {addr}\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
+         AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n\
+         KbdInteractiveAuthentication no\nUsePAM no\nUseDNS no\nStrictModes no\nSubsystem sftp internal-sftp\n"
+    );
+    let conf_path = dir.join("sshd_config");
+    std::fs::write(&conf_path, conf).map_err(Error::io("sshd_config"))?;
+    // sshd refuses to start without its privilege separation directory (the package's service makes it).
+    std::fs::create_dir_all("/run/sshd").map_err(Error::io("/run/sshd"))?;
+    let child = lab
+        .command(ns, &["/usr/sbin/sshd", "-D", "-e", "-f"])
+        .arg(&conf_path)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("sshd.log")).map_err(Error::io("sshd.log"))?)
+        .spawn()
+        .map_err(Error::io(
+            "cannot start sshd (apt-get install openssh-server)",
+        ))?;
+    let s = Sshd { child };
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(50));
+        let o = lab.exec_ok(ns, &["ss", "-Hltn", "sport", "= :22"])?;
+        if o.contains(&format!("{addr}:22")) {
+            return Ok(s);
+        }
+    }
+    Err(Error::Other(format!(
+        "sshd did not listen on {addr}:22 (see {d}/sshd.log)"
+    )))
+}
+
+/// The children's CPU time (`cutime` + `cstime`) of a process, ms.
+fn children_cpu_ms(pid: u32) -> Result<f64> {
+    let f = crate::lab_loss::stat_fields(pid)?;
+    let tick = |i: usize| -> Result<f64> {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| Error::Other(format!("/proc/{pid}/stat field {}", i + 3)))
+    };
+    Ok((tick(13)? + tick(14)?) * 10.0)
+}
+
+/// Parses GNU time's `-f '%e %U %S %M'` line: (wall s, CPU ms, peak KiB).
+pub fn parse_time(line: &str) -> Option<(f64, f64, f64)> {
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .map(|x| x.parse().ok())
+        .collect::<Option<Vec<f64>>>()?;
+    match v[..] {
+        [e, u, s, m] => Some((e, (u + s) * 1e3, m)),
+        _ => None,
+    }
+}
+
+/// One copy of `file` from `ns` to `root@addr` (the received file in `dir`), with the sshd's pid and the daemons'.
+fn copy_once(
+    lab: &Lab,
+    ns: &str,
+    addr: &str,
+    dir: &Path,
+    file: &Path,
+    sshd_pid: u32,
+    daemons: &[u32],
+) -> Result<Copied> {
+    let dest = dir.join("received");
+    let daemon_cpu =
+        || -> Result<f64> { daemons.iter().map(|&p| crate::lab_loss::cpu_ms(p)).sum() };
+    let (sshd0, daemons0) = (children_cpu_ms(sshd_pid)?, daemon_cpu()?);
+    let t = Instant::now();
+    let out = lab
+        .command(
+            ns,
+            &["/usr/bin/time", "-f", "%e %U %S %M", "scp", "-q", "-i"],
+        )
+        .arg(dir.join("id"))
+        .args([
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "LogLevel=ERROR",
+        ])
+        .arg(file)
+        .arg(format!("root@{addr}:{}", dest.display()))
+        .output()
+        .map_err(Error::io(
+            "cannot run scp (apt-get install openssh-client time)",
+        ))?;
+    let wall = t.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(Error::Other(format!("scp failed: {}", err.trim())));
+    }
+    let (_, client_cpu_ms, client_peak_kib) = err
+        .lines()
+        .rev()
+        .find_map(parse_time)
+        .ok_or_else(|| Error::Other(format!("no GNU time line in: {}", err.trim())))?;
+    let got = std::fs::metadata(&dest)
+        .map_err(Error::io("the received file"))?
+        .len();
+    let sent = std::fs::metadata(file)
+        .map_err(Error::io("the file"))?
+        .len();
+    let _ = std::fs::remove_file(&dest);
+    if got != sent {
+        return Err(Error::Other(format!("scp moved {got} of {sent} bytes")));
+    }
+    // (The listening sshd has reaped the connection's processes once the client is done; a moment for it.)
+    std::thread::sleep(Duration::from_millis(100));
+    let sshd_cpu_ms = children_cpu_ms(sshd_pid)? - sshd0;
+    let (daemon_cpu_ms, daemon_peak_kib) = if daemons.is_empty() {
+        (None, None)
+    } else {
+        let peak = daemons
+            .iter()
+            .map(|&p| crate::lab_loss::peak_kib(p))
+            .collect::<Result<Vec<f64>>>()?
+            .into_iter()
+            .fold(0.0, f64::max);
+        (Some(daemon_cpu()? - daemons0), Some(peak))
+    };
+    Ok(Copied {
+        seconds: wall,
+        client_cpu_ms,
+        client_peak_kib,
+        sshd_cpu_ms,
+        daemon_cpu_ms,
+        daemon_peak_kib,
+    })
+}
+
+/// `reps` copies of a `bytes` file over a fresh LAN lab, plain (`suite` None) or through l2sec.
+fn path_runs(bin: &Path, suite: Option<&str>, bytes: u64, reps: usize) -> Result<Vec<Copied>> {
+    let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+    let lan = Lan::build(&mut lab, &["h1", "h2"])?;
+    let daemons = match suite {
+        Some(s) => lan.protect(&lab, &["h1", "h2"], &L2Opts::suite(s))?,
+        None => Vec::new(),
+    };
+    let pids: Vec<u32> = daemons.iter().filter_map(|d| d.pid()).collect();
+    if pids.len() != daemons.len() {
+        return Err(Error::Other("an l2sec daemon has no pid".into()));
+    }
+    let (h1, h2) = (lan.station("h1")?.clone(), lan.station("h2")?.clone());
+    let dir: PathBuf = lab.dir().join("scp");
+    std::fs::create_dir_all(&dir).map_err(Error::io("scp dir"))?;
+    keygen(&dir.join("id"))?;
+    std::fs::copy(dir.join("id.pub"), dir.join("authorized_keys"))
+        .map_err(Error::io("authorized_keys"))?;
+    let addr = h2.ip.to_string();
+    let server = sshd(&lab, &h2.ns, &addr, &dir)?;
+    let file = dir.join("zero");
+    std::fs::File::create(&file)
+        .and_then(|f| f.set_len(bytes))
+        .map_err(Error::io("the file to copy"))?;
+    let sshd_pid = server.child.id();
+    (0..reps)
+        .map(|_| copy_once(&lab, &h1.ns, &addr, &dir, &file, sshd_pid, &pids))
+        .collect()
+}
+
+/// The `scp` experiment's cells.
+pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
+    let (bytes, reps) = if quick {
+        (QUICK_BYTES, 1)
+    } else {
+        (FULL_BYTES, 3)
+    };
+    let mut cells = Vec::new();
+    let mut bridge_rate: Option<f64> = None;
+    for (name, suite) in PATHS {
+        println!("scp: {name}");
+        let metrics = [
+            ("scp time", "s"),
+            ("scp rate", "MB/s"),
+            ("scp client cpu", "ms"),
+            ("scp client peak memory", "KiB"),
+            ("sshd cpu", "ms"),
+        ];
+        let daemon_metrics = [("daemon cpu", "ms"), ("daemon peak memory", "KiB")];
+        match path_runs(bin, suite, bytes, reps) {
+            Ok(runs) => {
+                let col = |f: &dyn Fn(&Copied) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
+                let rates = col(&|c| bytes as f64 / 1e6 / c.seconds);
+                let values = [
+                    col(&|c| c.seconds),
+                    rates.clone(),
+                    col(&|c| c.client_cpu_ms),
+                    col(&|c| c.client_peak_kib),
+                    col(&|c| c.sshd_cpu_ms),
+                ];
+                for ((m, unit), v) in metrics.iter().zip(values) {
+                    cells.push(Cell::measured(EXPERIMENT, name, m, unit, v));
+                }
+                let rate = crate::bench_ping::median(&rates);
+                if suite.is_none() {
+                    bridge_rate = Some(rate);
+                    continue;
+                }
+                cells.push(Cell::measured(
+                    EXPERIMENT,
+                    name,
+                    "daemon cpu",
+                    "ms",
+                    runs.iter().filter_map(|c| c.daemon_cpu_ms).collect(),
+                ));
+                cells.push(Cell::measured(
+                    EXPERIMENT,
+                    name,
+                    "daemon peak memory",
+                    "KiB",
+                    runs.iter().filter_map(|c| c.daemon_peak_kib).collect(),
+                ));
+                cells.push(match bridge_rate {
+                    Some(b) if b > 0.0 => Cell::measured(
+                        EXPERIMENT,
+                        name,
+                        "scp rate of the bridge's",
+                        "%",
+                        vec![100.0 * rate / b],
+                    ),
+                    _ => Cell::missing(
+                        EXPERIMENT,
+                        name,
+                        "scp rate of the bridge's",
+                        "%",
+                        "the plain bridge gave no rate (see its cells)",
+                    ),
+                });
+            }
+            Err(e) => {
+                let why = format!("{e}");
+                for (m, unit) in metrics {
+                    cells.push(Cell::missing(EXPERIMENT, name, m, unit, &why));
+                }
+                if suite.is_some() {
+                    for (m, unit) in daemon_metrics
+                        .into_iter()
+                        .chain([("scp rate of the bridge's", "%")])
+                    {
+                        cells.push(Cell::missing(EXPERIMENT, name, m, unit, &why));
+                    }
+                }
+            }
+        }
+    }
+    cells
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gnu_time_lines_are_read() {
+        let (e, cpu, peak) = parse_time("0.58 0.09 0.03 9980").unwrap();
+        assert_eq!((e, peak), (0.58, 9980.0));
+        assert!((cpu - 120.0).abs() < 1e-9, "{cpu}");
+        assert_eq!(parse_time("scp: something"), None);
+        assert_eq!(parse_time("1 2 3"), None);
+    }
+
+    #[test]
+    fn the_file_is_the_studys() {
+        assert_eq!(FULL_BYTES, 209_715_200);
+        assert_eq!(PATHS[0].1, None);
+    }
+}
