@@ -14,11 +14,17 @@
 //!   listening sshd's children's time (`cutime` + `cstime` in `/proc/PID/stat`) before and after the copy: they
 //!   are its reaped descendants.
 //! - l2sec's cost: its daemons' CPU time over the copy (both stations) and the larger peak resident memory.
+//! - Duplicate ACKs (the study's Table 6.2): one more copy per path under capture (headers only, on the sending
+//!   station's side of the protection: its LAN port on the plain bridge, l2sec's TAP through l2sec, where the TCP
+//!   segments are in clear), counted by tshark's TCP analysis (`tcp.analysis.duplicate_ack`) as a share of the TCP
+//!   packets captured. The capture runs on its own copy, so that it does not slow the timed ones.
 //!
 //! Cells per path (`plain bridge`, `l2sec SUITE`), each copy a repetition (3; `--quick`: 1): `scp time` (s), `scp
 //! rate` (MB/s, 10^6 bytes), `scp client cpu` and `sshd cpu` (ms), `scp client peak memory` (KiB), and for l2sec
-//! `daemon cpu` (ms) and `daemon peak memory` (KiB), and `scp rate of the bridge's` (%). The study gives its SCP
-//! results as figures only (no number in its text), so no paper value stands beside them.
+//! `daemon cpu` (ms) and `daemon peak memory` (KiB), and `scp rate of the bridge's` (%); and `duplicate acks` (% of
+//! the captured TCP packets, the study's Table 6.2 beside: 0% on plain Ethernet, 0.759% with its protocol and full
+//! crypto, which used Blowfish-CBC with HMAC-SHA1) with `captured packets`. The study gives its other SCP results
+//! as figures only (no number in its text), so no paper value stands beside them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -39,6 +45,11 @@ pub const PATHS: [(&str, Option<&str>); 3] = [
     ("l2sec aes128gcm", Some("aes128gcm")),
     ("l2sec blowfish-cbc-sha1", Some("blowfish-cbc-sha1")),
 ];
+
+/// The study's Table 6.2 (SCP, 200 MB): duplicate ACKs as a share of the captured packets.
+const TABLE_6_2_ETHERNET: &str = "L2 study, Table 6.2: 1-Ethernet, 0 of 23,320 captured packets";
+const TABLE_6_2_FULL: &str =
+    "L2 study, Table 6.2: 4-PSP-FULL (Blowfish-CBC, HMAC-SHA1), 1,695 of 223,188 captured packets";
 
 /// One copy's figures.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -223,8 +234,35 @@ fn copy_once(
     })
 }
 
-/// `reps` copies of a `bytes` file over a fresh LAN lab, plain (`suite` None) or through l2sec.
-fn path_runs(bin: &Path, suite: Option<&str>, bytes: u64, reps: usize) -> Result<Vec<Copied>> {
+/// TCP packets in a capture, and how many of them tshark's TCP analysis calls duplicate ACKs.
+pub fn duplicate_acks(pcap: &Path) -> Result<(u64, u64)> {
+    let count = |filter: &str| -> Result<u64> {
+        let out = std::process::Command::new("tshark")
+            .args(["-n", "-r"])
+            .arg(pcap)
+            .args(["-Y", filter, "-T", "fields", "-e", "frame.number"])
+            .output()
+            .map_err(Error::io("cannot run tshark (apt-get install tshark)"))?;
+        if !out.status.success() {
+            return Err(Error::Other(format!(
+                "tshark: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count() as u64)
+    };
+    Ok((count("tcp")?, count("tcp.analysis.duplicate_ack")?))
+}
+
+/// What a path's copies gave: the timed copies, and (captured TCP packets, duplicate ACKs) of the captured one.
+type PathResult = (Vec<Copied>, Result<(u64, u64)>);
+
+/// `reps` copies of a `bytes` file over a fresh LAN lab, plain (`suite` None) or through l2sec, and one more under
+/// capture.
+fn path_runs(bin: &Path, suite: Option<&str>, bytes: u64, reps: usize) -> Result<PathResult> {
     let mut lab = Lab::new("nvlab")?.with_netveil(bin);
     let lan = Lan::build(&mut lab, &["h1", "h2"])?;
     let daemons = match suite {
@@ -248,9 +286,24 @@ fn path_runs(bin: &Path, suite: Option<&str>, bytes: u64, reps: usize) -> Result
         .and_then(|f| f.set_len(bytes))
         .map_err(Error::io("the file to copy"))?;
     let sshd_pid = server.child.id();
-    (0..reps)
+    let runs = (0..reps)
         .map(|_| copy_once(&lab, &h1.ns, &addr, &dir, &file, sshd_pid, &pids))
-        .collect()
+        .collect::<Result<Vec<Copied>>>()?;
+    // The sender's view of the TCP segments: its LAN port, or l2sec's TAP (the port carries sealed frames).
+    let dev = if suite.is_some() {
+        crate::lan::TAP
+    } else {
+        crate::lan::PORT
+    };
+    let acks = lab
+        .capture(&h1.ns, dev, "scp.pcap", 96, &["tcp", "port", "22"])
+        .and_then(|mut cap| {
+            let copied = copy_once(&lab, &h1.ns, &addr, &dir, &file, sshd_pid, &pids);
+            let pcap = cap.stop()?;
+            copied?;
+            duplicate_acks(&pcap)
+        });
+    Ok((runs, acks))
 }
 
 /// The `scp` experiment's cells.
@@ -273,7 +326,50 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
         ];
         let daemon_metrics = [("daemon cpu", "ms"), ("daemon peak memory", "KiB")];
         match path_runs(bin, suite, bytes, reps) {
-            Ok(runs) => {
+            Ok((runs, acks)) => {
+                let (paper, source) = if suite.is_some() {
+                    (0.759, TABLE_6_2_FULL)
+                } else {
+                    (0.0, TABLE_6_2_ETHERNET)
+                };
+                match acks {
+                    Ok((captured, dup)) if captured > 0 => {
+                        cells.push(Cell::measured(
+                            EXPERIMENT,
+                            name,
+                            "captured packets",
+                            "packets",
+                            vec![captured as f64],
+                        ));
+                        cells.push(
+                            Cell::measured(
+                                EXPERIMENT,
+                                name,
+                                "duplicate acks",
+                                "%",
+                                vec![100.0 * dup as f64 / captured as f64],
+                            )
+                            .paper(paper, source),
+                        );
+                    }
+                    other => {
+                        let why = match other {
+                            Err(e) => format!("{e}"),
+                            _ => "the capture holds no TCP packet".into(),
+                        };
+                        cells.push(Cell::missing(
+                            EXPERIMENT,
+                            name,
+                            "captured packets",
+                            "packets",
+                            &why,
+                        ));
+                        cells.push(
+                            Cell::missing(EXPERIMENT, name, "duplicate acks", "%", &why)
+                                .paper(paper, source),
+                        );
+                    }
+                }
                 let col = |f: &dyn Fn(&Copied) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
                 let rates = col(&|c| bytes as f64 / 1e6 / c.seconds);
                 let values = [
@@ -324,7 +420,10 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
             }
             Err(e) => {
                 let why = format!("{e}");
-                for (m, unit) in metrics {
+                for (m, unit) in metrics
+                    .into_iter()
+                    .chain([("captured packets", "packets"), ("duplicate acks", "%")])
+                {
                     cells.push(Cell::missing(EXPERIMENT, name, m, unit, &why));
                 }
                 if suite.is_some() {

@@ -53,6 +53,8 @@ pub fn tools(experiment: &str) -> Vec<Tool> {
             req("ssh-keygen", "openssh-client"),
             req("time", "time"),
             req("ss", "iproute2"),
+            req("tcpdump", "tcpdump"),
+            req("tshark", "tshark"),
         ]),
         "smtp" => t.extend([
             req("postfix", "postfix"),

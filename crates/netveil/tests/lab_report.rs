@@ -129,9 +129,10 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     }
     // ops: every ESP operation at every quick size in both modes, and PSP's stages, measured; the one PSP stage
     // netveil does not run per packet says why.
-    // scp: the bridge's five cells, each l2sec path's five, its daemons' two and its rate against the bridge's.
+    // scp: each path's seven cells (time, rate, CPU and memory, captured packets, duplicate ACKs), and each l2sec
+    // path's daemons' two and its rate against the bridge's.
     let scp = r.cells.iter().filter(|c| c.experiment == "scp").count();
-    assert_eq!(scp, 5 + 2 * 8, "{log}");
+    assert_eq!(scp, 7 + 2 * 10, "{log}");
     let ops: Vec<_> = r.cells.iter().filter(|c| c.experiment == "ops").collect();
     assert_eq!(ops.len(), 2 * (3 * 9 + 1) + 8, "{ops:?}");
     for c in &ops {
