@@ -4,7 +4,8 @@
 //!
 //! - `ping-rtt`: ICMP round-trip time at payloads of 64 to 1,024 bytes in 64-byte steps (`--quick`: 64, 512 and
 //!   1,024), 100 pings per size (`--quick`: 10), as the bare-PC IPsec study's Fig. 8, through the clear veth, netveil
-//!   ESP (AES-GCM-128) in tunnel and transport mode, PSP (AES-GCM-128) and wireguard-go when it is installed; and
+//!   ESP (AES-GCM-128) in tunnel and transport mode, PSP (AES-GCM-128), wireguard-go when it is installed and
+//!   strongSwan at both ends (charon with kernel-libipsec) when it is installed; and
 //!   each path's increase over clear at each size, beside the study's "over 100%" (every path, both modes). Then,
 //!   as the L2 study's Fig. 6.6, a station pinging another on a plain bridge and through l2sec (AES-GCM-128), with
 //!   l2sec's increase over the bridge beside the study's +117%, and the same for ARP round trips (arping) beside its
@@ -95,6 +96,12 @@ pub fn wireguard_overhead(inner: usize) -> usize {
     20 + 8 + 16 + (16 - inner % 16) % 16 + 16
 }
 
+/// Bytes ESP-in-UDP adds in tunnel mode with AES-GCM-128 to an inner packet of `inner` bytes (outer IPv4 20, UDP
+/// 8, SPI and sequence 8, IV 8, padding to 4 bytes with the 2 trailer bytes, ICV 16; RFC 3948, 4303, 4106).
+pub fn esp_gcm_udp_tunnel_overhead(inner: usize) -> usize {
+    20 + 8 + 8 + 8 + (4 - (inner + 2) % 4) % 4 + 2 + 16
+}
+
 /// Bytes AH adds with HMAC-SHA1-96 (RFC 4302: 12-byte header and a 12-byte ICV, a multiple of 4 for IPv4).
 pub const AH_SHA1_OVERHEAD: usize = 24;
 
@@ -128,6 +135,9 @@ pub fn expected_overhead(row: &str, data: usize) -> Option<usize> {
         r if r.starts_with("esp+ah transport") => transport + AH_SHA1_OVERHEAD,
         r if r.starts_with("psp tunnel") => PSP_TUNNEL_OVERHEAD,
         r if r.starts_with("wireguard-go") => wireguard_overhead(20 + 8 + data),
+        r if r.starts_with("strongswan esp-in-udp tunnel aes128gcm16") => {
+            esp_gcm_udp_tunnel_overhead(20 + 8 + data)
+        }
         r if r.starts_with("ah transport") => AH_SHA1_OVERHEAD,
         r if r.starts_with("l2sec") => L2SEC_AEAD_OVERHEAD,
         _ => return None,
@@ -233,6 +243,14 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
         )),
     };
     paths.push(("wireguard-go".into(), wg));
+    let swan = match crate::strongswan::missing() {
+        None => {
+            println!("ping-rtt: {STRONGSWAN_PATH}");
+            strongswan_pings(&sizes, count)
+        }
+        Some(why) => Err(Error::Other(why)),
+    };
+    paths.push((STRONGSWAN_PATH.into(), swan));
     for (name, r) in paths {
         // Each path's increase over clear at each size: the study's comparison.
         let increase: Vec<Cell> = sizes
@@ -257,7 +275,8 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
                         &format!("the path did not run: {e}"),
                     ),
                 };
-                if name.starts_with("netveil esp") {
+                // (The study's Linux-to-Linux path was StrongS/WAN's: its figure stands beside strongSwan too.)
+                if name.starts_with("netveil esp") || name == STRONGSWAN_PATH {
                     cell.paper(100.0, BARE_PC_FIG8)
                 } else {
                     cell
@@ -269,6 +288,59 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
     }
     cells.extend(l2_rtt(bin, &sizes, count));
     cells
+}
+
+/// The strongSwan peer's path: two charons (kernel-libipsec: ESP in user space over a TUN device, in UDP),
+/// IKEv2 with a PSK, AES-GCM-128 ESP.
+const STRONGSWAN_PATH: &str = "strongswan esp aes128gcm16 (libipsec)";
+
+/// The strongSwan peer's row of `overhead`.
+const STRONGSWAN_OVERHEAD_PATH: &str = "strongswan esp-in-udp tunnel aes128gcm16 (libipsec)";
+
+/// Pings through a strongSwan pair: both ends strongSwan, from one inner address to the other.
+fn strongswan_pings(sizes: &[u32], count: u32) -> Result<Vec<bench_ping::PingStat>> {
+    with_strongswan(|lab, p| {
+        pings(
+            lab,
+            &p.ns[0],
+            &crate::strongswan::SwanPair::inner(1).to_string(),
+            sizes,
+            count,
+        )
+    })
+}
+
+/// Runs `f` on a strongSwan pair ([`crate::strongswan::SwanPair`]) with its child up: both ends strongSwan, the
+/// child negotiated by IKEv2 (PSK, x25519), AES-GCM-128 ESP in UDP.
+fn with_strongswan<T>(
+    f: impl FnOnce(&Lab, &crate::strongswan::SwanPair) -> Result<T>,
+) -> Result<T> {
+    use crate::strongswan::{CharonOptions, SwanAuth, SwanPair, SwanPsk};
+    let mut lab = Lab::new("nvlab")?;
+    let p = SwanPair::up(&mut lab, &CharonOptions::default())?;
+    // A PSK of this run's own (hex of 32 random bytes).
+    let mut key = zeroize::Zeroizing::new([0u8; 32]);
+    netveil_crypto::rand::fill_random(&mut key[..]);
+    let hex = zeroize::Zeroizing::new(key.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let psk = SwanPsk::new(&hex)?;
+    let conn = |side| {
+        SwanPair::conn(
+            side,
+            "lab",
+            SwanAuth::Psk(psk.clone()),
+            "aes128-sha256-x25519",
+            "net",
+            "aes128gcm16",
+        )
+    };
+    p.load([&[conn(0)], &[conn(1)]])?;
+    let t = Duration::from_secs(10);
+    p.charons[0].initiate("net", t)?;
+    for c in &p.charons {
+        c.wait_child_installed("net", t)
+            .map_err(|e| Error::Other(format!("{e}\n{}", p.logs(20))))?;
+    }
+    f(&lab, &p)
 }
 
 /// The L2 study's comparison: a station pinging another on a plain bridge, and the same through l2sec
@@ -523,6 +595,23 @@ fn overhead(bin: &Path) -> Vec<Cell> {
         )),
     };
     cells.push(overhead_cell("wireguard-go", wg, None));
+    let swan = match crate::strongswan::missing() {
+        None => {
+            println!("overhead: {STRONGSWAN_OVERHEAD_PATH}");
+            with_strongswan(|lab, p| {
+                use crate::strongswan::SwanPair;
+                ping_overhead(
+                    lab,
+                    &p.ns,
+                    SwanPair::outer(0),
+                    &SwanPair::inner(1).to_string(),
+                    17,
+                )
+            })
+        }
+        Some(why) => Err(Error::Other(why)),
+    };
+    cells.push(overhead_cell(STRONGSWAN_OVERHEAD_PATH, swan, None));
     cells
 }
 
@@ -723,6 +812,12 @@ mod tests {
         assert_eq!(esp_null_overhead(2, 0), 10);
         assert_eq!(esp_null_overhead(3, 12), 25);
         assert_eq!(expected_overhead("l2sec aes128gcm", 100), Some(25));
+        // ESP-in-UDP with AES-GCM: a 128-byte inner packet pads 2 (to 4 with the trailer), 129 bytes pad 1.
+        assert_eq!(
+            expected_overhead("strongswan esp-in-udp tunnel aes128gcm16 (libipsec)", 100),
+            Some(64)
+        );
+        assert_eq!(esp_gcm_udp_tunnel_overhead(129), 63);
         // The padding follows the size: a payload that fills the block to the trailer pads nothing.
         assert_eq!(esp_cbc_sha1_overhead(14), 38);
         assert_eq!(esp_cbc_sha1_overhead(15), 53);
