@@ -4,9 +4,9 @@
 //!
 //! - `ping-rtt`: ICMP round-trip time at payloads of 64 to 1,024 bytes in 64-byte steps (`--quick`: 64, 512 and
 //!   1,024), 100 pings per size (`--quick`: 10), as the bare-PC IPsec study's Fig. 8, through the clear veth, netveil
-//!   ESP (AES-GCM-128) in tunnel and transport mode, PSP (AES-GCM-128), wireguard-go when it is installed and
-//!   strongSwan at both ends (charon with kernel-libipsec) when it is installed; and
-//!   each path's increase over clear at each size, beside the study's "over 100%" (every path, both modes). Then,
+//!   ESP (AES-GCM-128) in tunnel and transport mode (and the tunnel keyed by netveil's IKEv2), PSP (AES-GCM-128),
+//!   wireguard-go when it is installed and strongSwan at both ends (charon with kernel-libipsec) when it is
+//!   installed; and each path's increase over clear at each size, beside the study's "over 100%". Then,
 //!   as the L2 study's Fig. 6.6, a station pinging another on a plain bridge and through l2sec (AES-GCM-128), with
 //!   l2sec's increase over the bridge beside the study's +117%, and the same for ARP round trips (arping) beside its
 //!   +100.71%.
@@ -231,6 +231,8 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
         })();
         paths.push((name.to_string(), r));
     }
+    println!("ping-rtt: {IKE_PATH}");
+    paths.push((IKE_PATH.to_string(), ike_pings(bin, &sizes, count)));
     let wg = match crate::bench::find_wireguard_go() {
         Some(wg_go) => {
             println!("ping-rtt: wireguard-go");
@@ -290,6 +292,80 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
     cells
 }
 
+/// netveil's ESP tunnel with its SAs negotiated by netveil's IKEv2, beside the manually keyed one.
+const IKE_PATH: &str = "netveil esp aes128gcm16 tunnel (ike)";
+
+/// A PSK of this run's own: hex of 32 random bytes.
+fn lab_psk() -> zeroize::Zeroizing<String> {
+    let mut key = zeroize::Zeroizing::new([0u8; 32]);
+    netveil_crypto::rand::fill_random(&mut key[..]);
+    zeroize::Zeroizing::new(key.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Pings through netveil's ESP tunnel (AES-GCM-128, raw ESP) with its CHILD_SA negotiated by netveil's IKEv2 (PSK,
+/// x25519): two namespaces on a veth pair, a daemon with an `[ike]` connection in each, side a initiating at start.
+fn ike_pings(bin: &Path, sizes: &[u32], count: u32) -> Result<Vec<bench_ping::PingStat>> {
+    const OUTER: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
+    const INNER: [&str; 2] = ["10.98.0.1", "10.98.0.2"];
+    let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+    let ns = [lab.add_ns("a")?, lab.add_ns("b")?];
+    for n in &ns {
+        for k in ["all", "default"] {
+            lab.exec_ok(
+                n,
+                &[
+                    "sysctl",
+                    "-qw",
+                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
+                ],
+            )?;
+        }
+    }
+    lab.veth(&ns[0], "veth-a", &ns[1], "veth-b")?;
+    lab.addr(&ns[0], "veth-a", &format!("{}/24", OUTER[0]))?;
+    lab.addr(&ns[1], "veth-b", &format!("{}/24", OUTER[1]))?;
+    let psk = lab_psk();
+    let config = |side: usize| -> zeroize::Zeroizing<String> {
+        let o = 1 - side;
+        zeroize::Zeroizing::new(format!(
+            "log_level = \"info\"\n[interface]\nname = \"nvike{side}\"\nmtu = 1400\ncontrol_socket = \"{sock}\"\n\
+             state_dir = \"{state}\"\naddresses = [\"{me}/32\"]\nroutes = [\"{peer}/32\"]\n\n[ike]\n\n\
+             [[ike.connection]]\nname = \"lab\"\nlocal_addrs = [\"{lo}\"]\nremote_addrs = [\"{ro}\"]\n\
+             proposals = [\"aes128gcm16-prfsha256-x25519\"]\npsk = \"{psk}\"\nencap = false\n\
+             local = {{ id = \"@{side}.lab.test\", auth = \"psk\" }}\nremote = {{ id = \"@{o}.lab.test\", auth = \"psk\" }}\n\n\
+             [[ike.connection.children]]\nname = \"net\"\nlocal_ts = [\"{me}/32\"]\nremote_ts = [\"{peer}/32\"]\n\
+             esp_proposals = [\"aes128gcm16\"]\n{start}",
+            sock = lab.socket_path(&format!("nv{side}")).display(),
+            state = lab.dir().join(format!("state-{side}")).display(),
+            me = INNER[side],
+            peer = INNER[o],
+            lo = OUTER[side],
+            ro = OUTER[o],
+            psk = psk.as_str(),
+            start = if side == 0 { "start_action = \"start\"\n" } else { "" },
+        ))
+    };
+    // The responder first; the initiator starts the exchange when it comes up.
+    let b = lab.start_daemon_with(&ns[1], "nv1", &config(1), &[])?;
+    let a = lab.start_daemon_with(&ns[0], "nv0", &config(0), &[])?;
+    let t0 = Instant::now();
+    loop {
+        let o = lab.exec(&ns[0], &["ping", "-n", "-c", "1", "-W", "1", INNER[1]])?;
+        if o.status.success() {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(15) {
+            return Err(Error::Other(format!(
+                "no CHILD_SA within 15 s:\n{}\n{}",
+                a.log(),
+                b.log()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    pings(&lab, &ns[0], INNER[1], sizes, count)
+}
+
 /// The strongSwan peer's path: two charons (kernel-libipsec: ESP in user space over a TUN device, in UDP),
 /// IKEv2 with a PSK, AES-GCM-128 ESP.
 const STRONGSWAN_PATH: &str = "strongswan esp aes128gcm16 (libipsec)";
@@ -318,11 +394,7 @@ fn with_strongswan<T>(
     use crate::strongswan::{CharonOptions, SwanAuth, SwanPair, SwanPsk};
     let mut lab = Lab::new("nvlab")?;
     let p = SwanPair::up(&mut lab, &CharonOptions::default())?;
-    // A PSK of this run's own (hex of 32 random bytes).
-    let mut key = zeroize::Zeroizing::new([0u8; 32]);
-    netveil_crypto::rand::fill_random(&mut key[..]);
-    let hex = zeroize::Zeroizing::new(key.iter().map(|b| format!("{b:02x}")).collect::<String>());
-    let psk = SwanPsk::new(&hex)?;
+    let psk = SwanPsk::new(&lab_psk())?;
     let conn = |side| {
         SwanPair::conn(
             side,

@@ -95,6 +95,8 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
             "netveil esp aes128gcm16 tunnel",
             "netveil esp aes128gcm16 transport",
             "netveil psp aes-gcm-128",
+            // The same tunnel keyed by netveil's IKEv2.
+            "netveil esp aes128gcm16 tunnel (ike)",
             // The strongSwan peer (both ends strongSwan; .ci/setup installs it).
             "strongswan esp aes128gcm16 (libipsec)",
         ] {
