@@ -260,6 +260,13 @@ impl NfQueue {
         }
     }
 
+    /// Waits until a packet is there (`true`) or `timeout` passed (`false`; also when a signal interrupted the
+    /// wait), to the microsecond (`ppoll`): for a caller whose next deadline is sooner than the receive timeout's
+    /// resolution (the kernel's tick).
+    pub fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        sys::ppoll_readable(self.fd.as_fd(), timeout)
+    }
+
     /// A receive call returns `WouldBlock` after `timeout` without a packet (so that a worker can stop).
     pub fn set_recv_timeout(&self, timeout: Duration) -> io::Result<()> {
         sys::set_recv_timeout(self.fd.as_fd(), timeout)

@@ -237,6 +237,27 @@ pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result
     Ok(n > 0)
 }
 
+/// `ppoll(2)` for readability, with a timeout to the nanosecond (a high-resolution timer, where `poll`'s is whole
+/// milliseconds); `Ok(false)` on timeout or when a signal interrupted the wait.
+pub(crate) fn ppoll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one valid pollfd and a valid timespec, both outliving the call; no signal mask (null).
+    let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    match cvt(r) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// `poll(2)` for readability of several descriptors (`None`: no timeout). Which are readable; all false on
 /// timeout or when a signal interrupted the wait.
 pub(crate) fn poll_readable_many(

@@ -70,6 +70,42 @@ fn overhead_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     })
 }
 
+/// `delay.svg`: each path's median round trip of a 500-byte ping against the one-side added delay (the PSP
+/// study's Fig. 4.6).
+fn delay_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for c in cells.iter().filter(|c| c.experiment == "delay") {
+        let Some(ms) = c
+            .metric
+            .strip_prefix("rtt at ")
+            .and_then(|m| m.strip_suffix(" ms"))
+            .and_then(|m| m.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        let Some(v) = c.value else { continue };
+        match series.iter_mut().find(|(n, _)| *n == c.path) {
+            Some((_, pts)) => pts.push((ms, v)),
+            None => series.push((c.path.clone(), vec![(ms, v)])),
+        }
+    }
+    let xmax = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.0))
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    line_chart(Lines {
+        file: "delay.svg",
+        title: "Round trip of a 500-byte ping against the added delay (median)",
+        x_desc: "added delay on each side (ms)",
+        y_desc: "round-trip time (ms)",
+        y_min_top: 1.0,
+        x: XAxis::Numeric { max: xmax },
+        legend: SeriesLabelPosition::UpperLeft,
+        series,
+    })
+}
+
 /// `scp.svg`: the SCP copy's rate per path (the L2 study's SCP transfer rate, Figs. 6.35-6.46).
 fn scp_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     bar_chart(Bars {
@@ -425,6 +461,7 @@ pub fn figures(report: &Report) -> Result<Vec<Figure>> {
         loss_figure(&report.cells)?,
         transfer_figure(&report.cells, "http")?,
         transfer_figure(&report.cells, "smtp")?,
+        delay_figure(&report.cells)?,
         scp_figure(&report.cells)?,
         ops_figure(&report.cells)?,
     ]

@@ -466,6 +466,7 @@ pub fn findings(report: &Report) -> Vec<Finding> {
     out.push(smtp_over_http(report));
     out.push(ah_over_esp_auth(report));
     out.push(esp_time_grows_with_size(report));
+    out.push(latency_follows_delay(report));
     out
 }
 
@@ -670,6 +671,61 @@ fn esp_time_grows_with_size(report: &Report) -> Finding {
         holds: (!seen.is_empty()).then_some(bad.is_empty()),
         detail: if seen.is_empty() {
             "no ops cells".into()
+        } else if bad.is_empty() {
+            seen.join("; ")
+        } else {
+            bad.join("; ")
+        },
+    }
+}
+
+/// The PSP study's "latency grows linearly with delay; PSP and TLS 1.2 measure roughly the sum of the delays on
+/// both ends" (Figs. 4.6 and 4.7): per `delay` path and added one-side delay D, the median round trip gained over
+/// the same path's at 0 is twice D, within 10% and half a millisecond.
+fn latency_follows_delay(report: &Report) -> Finding {
+    let finding = "round-trip time grows with the added delay by the delay on both ends (the PSP study, Figs. \
+                   4.6-4.7: PSP and TLS 1.2 measure about the sum of the delays)";
+    let mut paths: Vec<&str> = Vec::new();
+    for c in report.cells.iter().filter(|c| c.experiment == "delay") {
+        if !paths.contains(&c.path.as_str()) {
+            paths.push(&c.path);
+        }
+    }
+    let mut seen = Vec::new();
+    let mut bad = Vec::new();
+    for p in paths {
+        let mut v: Vec<(f64, f64)> = report
+            .cells
+            .iter()
+            .filter(|c| c.experiment == "delay" && c.path == p)
+            .filter_map(|c| {
+                let ms = c
+                    .metric
+                    .strip_prefix("rtt at ")?
+                    .strip_suffix(" ms")?
+                    .parse()
+                    .ok()?;
+                Some((ms, c.value?))
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let Some(&(0.0, base)) = v.first() else {
+            continue;
+        };
+        for &(ms, rtt) in &v[1..] {
+            let gained = rtt - base;
+            let line = format!("{p}: +{gained:.2} ms at {ms} ms on each side");
+            if (gained - 2.0 * ms).abs() > 0.1 * 2.0 * ms + 0.5 {
+                bad.push(line.clone());
+            }
+            seen.push(line);
+        }
+    }
+    Finding {
+        finding,
+        holds: (!seen.is_empty()).then_some(bad.is_empty()),
+        detail: if seen.is_empty() {
+            "no delay cells".into()
         } else if bad.is_empty() {
             seen.join("; ")
         } else {
@@ -908,8 +964,25 @@ mod tests {
                 (512, 1800.0, 1700.0),
             ],
         );
+        // Round trips at 0 and 10 ms of delay on each side.
+        let delay = |r: &mut Report, at0: f64, at10: f64| {
+            for (ms, v) in [(0, at0), (10, at10)] {
+                r.cells.push(Cell::measured(
+                    "delay",
+                    "psp",
+                    &format!("rtt at {ms} ms"),
+                    "ms",
+                    vec![v],
+                ));
+            }
+        };
+        delay(&mut good, 0.2, 20.4);
         let f = findings(&good);
-        assert_eq!(f.len(), 7);
+        assert_eq!(f.len(), 8);
+        assert!(
+            f[7].detail.contains("psp: +20.20 ms at 10 ms on each side"),
+            "{f:?}"
+        );
         assert!(
             f[6].detail
                 .contains("esp aes128-sha1 tunnel in: 700 ns at 64 B, 3000 ns at 1024 B"),
@@ -942,6 +1015,8 @@ mod tests {
         pair(&mut bad, "smtp", [5000.0, 1.0e7], 30.0);
         auth(&mut bad, 24.0, 24.0);
         ops(&mut bad, &[(64, 700.0, 650.0), (1024, 3000.0, 640.0)]);
+        // Half the delay: one side's only.
+        delay(&mut bad, 0.2, 10.2);
         let f = findings(&bad);
         assert!(
             f[6].detail

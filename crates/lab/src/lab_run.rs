@@ -16,6 +16,8 @@
 //!   (both without encryption), beside the PILSC study's Table 8 and each protocol's formula (`expected`).
 //! - `loss`: goodput under 0 to 25% packet loss, iperf3 UDP and TCP and TLS downloads, as the PSP study's Figs.
 //!   4.4 and 4.5 ([`crate::lab_loss`]).
+//! - `delay`: the round-trip time of a 500-byte ping against added link delay (`netveil delay` on both hosts'
+//!   egress; this kernel has no netem), as the PSP study's Figs. 4.6 and 4.7 ([`crate::lab_delay`]).
 //! - `http`: files of 1 KB to 10 MB, text and random, from nginx with curl through each path: bytes, packets and
 //!   time per download, and the bytes over clear ([`crate::lab_http`]).
 //! - `smtp`: the same files as e-mail attachments, curl to a Postfix, with the same cells
@@ -38,14 +40,16 @@ use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
 
 /// The experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 7] = ["ping-rtt", "overhead", "loss", "http", "smtp", "scp", "ops"];
+pub const EXPERIMENTS: [&str; 8] = [
+    "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "scp", "ops",
+];
 
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     /// A small matrix (for CI: under a few minutes).
     #[arg(long)]
     pub quick: bool,
-    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, http, smtp, scp, ops.
+    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, delay, http, smtp, scp, ops.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where the report goes (report.json, report.csv, report.md, index.html and one SVG per figure).
@@ -765,6 +769,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
             "ping-rtt" => cells.extend(ping_rtt(&bin, a.quick)),
             "loss" => cells.extend(crate::lab_loss::run(&bin, a.quick)),
             "ops" => cells.extend(crate::lab_ops::run(a.quick)),
+            "delay" => cells.extend(crate::lab_delay::run(&bin, a.quick)),
             "scp" => cells.extend(crate::lab_scp::run(&bin, a.quick)),
             "http" | "smtp" => {
                 let w = if e == "http" {

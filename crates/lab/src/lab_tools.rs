@@ -47,6 +47,7 @@ pub fn tools(experiment: &str) -> Vec<Tool> {
             req("curl", "curl"),
             req("openssl", "openssl"),
         ]),
+        "delay" => t.extend([req("ping", "iputils-ping"), req("iptables", "iptables")]),
         "scp" => t.extend([
             req("sshd", "openssh-server"),
             req("scp", "openssh-client"),
@@ -64,7 +65,7 @@ pub fn tools(experiment: &str) -> Vec<Tool> {
         ]),
         _ => {}
     }
-    if matches!(experiment, "ping-rtt" | "overhead" | "loss") {
+    if matches!(experiment, "ping-rtt" | "overhead" | "loss" | "delay") {
         t.push(Tool {
             program: "wg",
             package: "wireguard-tools",

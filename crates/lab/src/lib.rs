@@ -22,6 +22,7 @@ pub mod bench_split;
 pub mod demo;
 pub mod demo_pilsc;
 pub mod lab;
+pub mod lab_delay;
 pub mod lab_http;
 pub mod lab_loss;
 pub mod lab_ops;

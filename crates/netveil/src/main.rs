@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+mod delay;
 mod flood;
 mod keygen;
 mod pcap_tools;
@@ -156,6 +157,10 @@ enum Cmd {
     /// Lab tool: flood an interface with packets aimed at a tunnel endpoint (what `netveil bench --flood` uses).
     #[command(hide = true)]
     Flood(flood::FloodArgs),
+    /// Lab tool: hold every packet of a netfilter queue for a fixed time, then accept it (what `netveil lab`'s
+    /// `delay` experiment adds to a link; this kernel has no netem).
+    #[command(hide = true)]
+    Delay(delay::DelayArgs),
     /// Run a lab in network namespaces: bring up ESP (or PSP, or l2sec on a wired LAN), ping, transfer data, show
     /// what an eavesdropper sees (and, for l2sec, an ARP-spoofing attack failing).
     Demo(netveil_lab::demo::DemoArgs),
@@ -274,6 +279,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             netveil_lab::lab_run::run(a)?;
         }
         Cmd::Flood(a) => flood::run(a)?,
+        Cmd::Delay(a) => delay::run(a)?,
     }
     Ok(())
 }

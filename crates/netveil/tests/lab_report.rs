@@ -4,7 +4,8 @@
 //! and L2 studies' finding); under loss, PSP's datagrams keep most of their goodput and TLS over TCP keeps less (the
 //! PSP study's); small files pay relatively more bytes than large ones over HTTP, SMTP carries more overhead than
 //! HTTP, and AH costs more bytes than ESP authentication (the IPsec web/email study's), and ESP's time per packet
-//! grows with its size (the bare-PC study's), as the report's findings say. Needs root, ping, arping, tcpdump,
+//! grows with its size (the bare-PC study's), and the round trip grows with added delay by the delay on both
+//! ends (the PSP study's), as the report's findings say. Needs root, ping, arping, tcpdump,
 //! tshark, iptables, iperf3, openssl, curl, nft, nginx, postfix, swaks, sshd, scp and GNU time.
 
 use netveil_lab::lab;
@@ -38,7 +39,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     lab_report::check(&r).unwrap();
     assert_eq!(
         r.experiments,
-        ["ping-rtt", "overhead", "loss", "http", "smtp", "scp", "ops"]
+        ["ping-rtt", "overhead", "loss", "delay", "http", "smtp", "scp", "ops"]
     );
     let csv = std::fs::read_to_string(out.join("report.csv")).unwrap();
     assert_eq!(csv.lines().count(), r.cells.len() + 1);
@@ -53,6 +54,8 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         "loss.svg",
         "http.svg",
         "smtp.svg",
+        "delay.svg",
+        "scp.svg",
         "ops.svg",
     ] {
         assert!(page.contains(&format!("<img src=\"{fig}\"")), "{page}");
@@ -124,7 +127,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     for c in r
         .cells
         .iter()
-        .filter(|c| ["loss", "http", "smtp", "scp"].contains(&c.experiment.as_str()))
+        .filter(|c| ["loss", "delay", "http", "smtp", "scp"].contains(&c.experiment.as_str()))
     {
         if c.path == "wireguard-go" && c.value.is_none() {
             continue;
@@ -150,7 +153,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         }
     }
     let findings = lab_report::findings(&r);
-    assert_eq!(findings.len(), 7);
+    assert_eq!(findings.len(), 8);
     for f in &findings {
         assert_eq!(f.holds, Some(true), "{f:?}\n{log}");
     }

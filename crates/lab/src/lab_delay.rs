@@ -1,0 +1,278 @@
+//! `netveil lab` experiment `delay`: the round-trip time of a 500-byte message against added link delay, as the
+//! PSP study's Figs. 4.6 and 4.7 (its latency test: one 500-byte payload and its answer, the delay set on both
+//! sides, the x axis the one-side delay).
+//!
+//! - The delay: this kernel has no netem, so `netveil delay` (a lab tool of the `netveil` binary: it holds every
+//!   packet of a netfilter queue for the time, then accepts it) runs in each host's namespace, and `iptables -A
+//!   OUTPUT -o VETH -j NFQUEUE` sends the host's outgoing packets to it: the request waits at the client's egress,
+//!   the answer at the server's, so a round trip gains twice the one-side delay, as in the study.
+//! - How exact: the clear path's `added delay error at D ms` is what the round trip gained beyond twice the delay
+//!   (median at D less median at 0, less 2 D).
+//! - The message: a ping with a 500-byte payload (its echo is the answer), 50 per delay (`--quick`: 10), through
+//!   the clear veth, netveil PSP (AES-GCM-128), netveil ESP (AES-GCM-128, tunnel) and wireguard-go when installed.
+//!   The study's TLS rows are not here: a ping is not a TLS message.
+//! - Cells per path and one-side delay D (0, 2, 5, 10 and 20 ms; `--quick`: 0 and 10): `rtt at D ms` (every ping a
+//!   repetition) and `rtt less the added delay at D ms` (the median less 2 D: the protocol's own latency, the
+//!   study's Fig. 4.7).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::bench_ping;
+use crate::lab::{HostPair, Lab, Protocol, TwoHosts};
+use crate::lab_report::Cell;
+use crate::{Error, Result};
+
+const EXPERIMENT: &str = "delay";
+/// The study's message: a 500-byte payload.
+pub const PAYLOAD: u32 = 500;
+/// The netfilter queue the delay tool serves (one per namespace).
+const QUEUE: &str = "7";
+
+/// The one-side delays, ms.
+pub fn delays(quick: bool) -> Vec<f64> {
+    if quick {
+        vec![0.0, 10.0]
+    } else {
+        vec![0.0, 2.0, 5.0, 10.0, 20.0]
+    }
+}
+
+/// `netveil delay` on a namespace's egress through `dev`: the tool, then the rule; on drop the rule, then the tool.
+struct Delayed<'a> {
+    lab: &'a Lab,
+    ns: String,
+    dev: String,
+    child: Child,
+}
+
+fn rule(dev: &str, op: &str) -> Vec<String> {
+    [
+        "iptables",
+        op,
+        "OUTPUT",
+        "-o",
+        dev,
+        "-j",
+        "NFQUEUE",
+        "--queue-num",
+        QUEUE,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+impl Drop for Delayed<'_> {
+    fn drop(&mut self) {
+        let r = rule(&self.dev, "-D");
+        let r: Vec<&str> = r.iter().map(String::as_str).collect();
+        let _ = self.lab.exec(&self.ns, &r);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn delayed<'a>(lab: &'a Lab, bin: &Path, ns: &str, dev: &str, ms: f64) -> Result<Delayed<'a>> {
+    let log = lab.dir().join(format!("delay-{ns}.log"));
+    let errf = std::fs::File::create(&log).map_err(Error::io("delay log"))?;
+    let child = lab
+        .command(ns, &[])
+        .arg(bin)
+        .args(["delay", "--queue", QUEUE, "--ms", &ms.to_string()])
+        .stdout(Stdio::null())
+        .stderr(errf)
+        .spawn()
+        .map_err(Error::io("cannot start netveil delay"))?;
+    let mut d = Delayed {
+        lab,
+        ns: ns.to_string(),
+        dev: dev.to_string(),
+        child,
+    };
+    // Bound to its queue when it says so; only then may packets go to the queue (without a listener it drops).
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("netveil delay: queue") {
+            break;
+        }
+        if let Ok(Some(st)) = d.child.try_wait() {
+            return Err(Error::Other(format!(
+                "netveil delay exited with {st}: {}",
+                text.trim()
+            )));
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            return Err(Error::Other(
+                "netveil delay did not start within 5 s".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = rule(dev, "-A");
+    let r: Vec<&str> = r.iter().map(String::as_str).collect();
+    lab.exec_ok(ns, &r)?;
+    Ok(d)
+}
+
+/// The pings of each delay, on a path whose hosts are up: `ms` of delay on both hosts' egress, 500-byte pings from
+/// the first host to `dst`.
+fn sweep(
+    lab: &Lab,
+    bin: &Path,
+    h: &TwoHosts,
+    dst: &str,
+    delays: &[f64],
+    count: u32,
+) -> Result<Vec<Vec<f64>>> {
+    let mut out = Vec::new();
+    for &ms in delays {
+        let _d = if ms > 0.0 {
+            Some([
+                delayed(lab, bin, &h.ns[0], h.veth[0], ms)?,
+                delayed(lab, bin, &h.ns[1], h.veth[1], ms)?,
+            ])
+        } else {
+            None
+        };
+        out.push(bench_ping::ping(lab, &h.ns[0], dst, PAYLOAD, count)?.times);
+    }
+    Ok(out)
+}
+
+/// The paths: (name, host pair; `None`: the clear veth).
+fn paths() -> Vec<(&'static str, Option<HostPair>)> {
+    vec![
+        ("clear", None),
+        (
+            "netveil psp aes-gcm-128",
+            Some(HostPair::psp("aes-gcm-128")),
+        ),
+        (
+            "netveil esp aes128gcm16 tunnel",
+            Some(HostPair::esp("aes128gcm16")),
+        ),
+    ]
+}
+
+fn path_sweep(
+    bin: &Path,
+    pair: &Option<HostPair>,
+    delays: &[f64],
+    count: u32,
+) -> Result<Vec<Vec<f64>>> {
+    let mut lab = Lab::new("nvlab")?.with_netveil(bin);
+    match pair {
+        None => {
+            let h = TwoHosts::topology(&mut lab, &HostPair::default())?;
+            sweep(&lab, bin, &h, &h.addrs[1].outer.to_string(), delays, count)
+        }
+        Some(pair) => {
+            let h = TwoHosts::up(&mut lab, pair)?;
+            if pair.protocol == Protocol::Psp {
+                h.wait_psp_associated(Duration::from_secs(15))?;
+            }
+            sweep(&lab, bin, &h, &h.addrs[1].inner.to_string(), delays, count)
+        }
+    }
+}
+
+/// The `delay` experiment's cells.
+pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
+    let delays = delays(quick);
+    let count = if quick { 10 } else { 50 };
+    let bin: PathBuf = bin.to_path_buf();
+    let mut results: Vec<(String, Result<Vec<Vec<f64>>>)> = Vec::new();
+    for (name, pair) in paths() {
+        println!("delay: {name}");
+        results.push((name.to_string(), path_sweep(&bin, &pair, &delays, count)));
+    }
+    let wg = match crate::bench::find_wireguard_go() {
+        Some(wg_go) => {
+            println!("delay: wireguard-go");
+            crate::bench::with_wireguard_go(&wg_go, |lab, h| {
+                sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count)
+            })
+        }
+        None => Err(Error::Other(
+            "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),
+        )),
+    };
+    results.push(("wireguard-go".into(), wg));
+    let mut cells = Vec::new();
+    for (name, r) in results {
+        match r {
+            Ok(per_delay) => {
+                let base = bench_ping::median(&per_delay[0]);
+                for (times, &ms) in per_delay.into_iter().zip(&delays) {
+                    let med = bench_ping::median(&times);
+                    cells.push(Cell::measured(
+                        EXPERIMENT,
+                        &name,
+                        &format!("rtt at {ms} ms"),
+                        "ms",
+                        times,
+                    ));
+                    cells.push(Cell::measured(
+                        EXPERIMENT,
+                        &name,
+                        &format!("rtt less the added delay at {ms} ms"),
+                        "ms",
+                        vec![med - 2.0 * ms],
+                    ));
+                    if name == "clear" && ms > 0.0 {
+                        cells.push(Cell::measured(
+                            EXPERIMENT,
+                            &name,
+                            &format!("added delay error at {ms} ms"),
+                            "ms",
+                            vec![med - base - 2.0 * ms],
+                        ));
+                    }
+                }
+            }
+            Err(e) => {
+                let why = format!("the path did not run: {e}");
+                for &ms in &delays {
+                    for m in ["rtt at", "rtt less the added delay at"] {
+                        cells.push(Cell::missing(
+                            EXPERIMENT,
+                            &name,
+                            &format!("{m} {ms} ms"),
+                            "ms",
+                            &why,
+                        ));
+                    }
+                    if name == "clear" && ms > 0.0 {
+                        cells.push(Cell::missing(
+                            EXPERIMENT,
+                            &name,
+                            &format!("added delay error at {ms} ms"),
+                            "ms",
+                            &why,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    cells
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rule_sends_the_egress_to_the_queue() {
+        assert_eq!(
+            rule("veth-a", "-A").join(" "),
+            "iptables -A OUTPUT -o veth-a -j NFQUEUE --queue-num 7"
+        );
+        assert_eq!(delays(true), [0.0, 10.0]);
+        assert!(delays(false).windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(delays(false)[0], 0.0);
+    }
+}
