@@ -51,12 +51,8 @@ const UNIT: &str = "ns";
 /// The caller's clock for the SAs' lifetimes (seconds); constant, nothing expires.
 const NOW: u64 = 1000;
 const HEADROOM: usize = 128;
-/// The ESP header's offset: behind the IPv4 header (the packet's own in transport mode, the outer one in tunnel
-/// mode).
-const ESP_OFF: usize = 20;
-const ESP_HDR: usize = 8;
-const IV: usize = 16;
-const ICV: usize = 12;
+/// Room in a buffer beyond the clear packet: an outer IPv4 header, ESP's header, IV, padding and ICV.
+const GROWTH: usize = 128;
 const BARE_PC: &str =
     "bare-PC IPsec study, abstract and Figs. 6-7: outgoing ESP about 6% cheaper than incoming";
 const PSP_FIG: &str = "PSP study, Fig. 4.8 (500-byte payload)";
@@ -112,19 +108,24 @@ fn echo(dst: Ipv4Addr, payload: usize, seed: usize) -> Vec<u8> {
         SocketAddr::from(([10, 0, 0, 1], 0)),
         SocketAddr::from((dst, 0)),
     );
-    // An IPv4/UDP header has the IPv4 header and 8 bytes behind it, as ICMP's echo header: written as such, then
-    // the protocol and the 8 bytes made ICMP's.
-    let mut p = vec![0u8; 28 + payload];
-    netveil_wire::ip::emit_ip_udp(&mut p[..28], src, to, payload).expect("a small IPv4 packet");
+    // An IPv4/UDP header is the IPv4 header and 8 bytes behind it, as long as ICMP's echo header: written as
+    // such, then the protocol and the 8 bytes made ICMP's.
+    let hlen = netveil_wire::ip::ip_udp_header_len(src.ip());
+    let mut p = vec![0u8; hlen + payload];
+    netveil_wire::ip::emit_ip_udp(&mut p[..hlen], src, to, payload).expect("a small IPv4 packet");
     let mut ip = netveil_wire::ipv4::Packet::new_unchecked(&mut p[..]);
     ip.set_protocol(1);
     ip.fill_checksum();
-    p[20..28].copy_from_slice(&[8, 0, 0, 0, 0x4e, 0x56, (seed >> 8) as u8, seed as u8]);
-    for (i, b) in p[28..].iter_mut().enumerate() {
+    let l3 = ip.header_len();
+    let mut icmp = netveil_wire::icmpv4::Packet::new_unchecked(&mut p[l3..]);
+    icmp.set_msg_type(netveil_wire::icmpv4::msg_type::ECHO_REQUEST);
+    icmp.set_msg_code(0);
+    icmp.set_echo_ident(0x4e56);
+    icmp.set_echo_seq_no(seed as u16);
+    for (i, b) in icmp.payload_mut().iter_mut().enumerate() {
         *b = (i * 31 + seed) as u8;
     }
-    let c = netveil_wire::checksum::checksum(&p[20..]);
-    p[22..24].copy_from_slice(&c.to_be_bytes());
+    icmp.fill_checksum();
     p
 }
 
@@ -157,6 +158,9 @@ struct Esp {
     macs: Vec<Box<dyn Mac>>,
     windows: Vec<ReplayWindow>,
     seqs: Vec<u64>,
+    /// The suite's IV and ICV lengths.
+    iv: usize,
+    icv: usize,
 }
 
 fn esp(tunnel: bool) -> Esp {
@@ -174,6 +178,8 @@ fn esp(tunnel: bool) -> Esp {
         macs: Vec::with_capacity(SAS),
         windows: Vec::with_capacity(SAS),
         seqs: vec![0; SAS],
+        iv: suite.enc.iv_len(),
+        icv: suite.icv_len(),
     };
     for i in 0..SAS {
         // Keys of their own per SA (their values do not change the times).
@@ -219,8 +225,9 @@ fn esp(tunnel: bool) -> Esp {
         e.ciphers.push(
             netveil_crypto::new_cbc(netveil_crypto::CbcAlg::Aes128, &enc_key).expect("key length"),
         );
-        e.macs
-            .push(netveil_crypto::new_mac(integ.hash(), &auth_key, ICV).expect("key length"));
+        e.macs.push(
+            netveil_crypto::new_mac(integ.hash(), &auth_key, integ.icv_len()).expect("key length"),
+        );
         e.windows.push(ReplayWindow::new(64, false));
     }
     e
@@ -232,7 +239,8 @@ pub fn esp_ops(tunnel: bool, payload: usize, batches: usize) -> EspOps {
     let clear: Vec<Vec<u8>> = (0..TEMPLATES)
         .map(|t| echo(peer(spread(t)), payload, t))
         .collect();
-    let cap = HEADROOM + clear[0].len() + 20 + ESP_HDR + IV + 16 + ICV + 64;
+    let cap = HEADROOM + clear[0].len() + GROWTH;
+    let (hdr, iv, icv) = (netveil_wire::esp::HEADER_LEN, e.iv, e.icv);
     let mut bufs: Vec<PacketBuf> = (0..BATCH).map(|_| PacketBuf::new(cap, HEADROOM)).collect();
     let mut work: Vec<Vec<u8>> = (0..BATCH).map(|_| Vec::with_capacity(cap)).collect();
     let mut sa_of = [0usize; BATCH];
@@ -277,9 +285,11 @@ pub fn esp_ops(tunnel: bool, payload: usize, batches: usize) -> EspOps {
         });
         assert_eq!(fails, 0, "ESP encapsulation failed");
         r[8] = r[5] + protect;
+        // The ESP packets (behind their IPv4 header) for the operations alone.
         for (w, b) in work.iter_mut().zip(&bufs) {
+            let l3 = netveil_wire::ipv4::Packet::new_unchecked(b.data()).header_len();
             w.clear();
-            w.extend_from_slice(b.data());
+            w.extend_from_slice(&b.data()[l3..]);
         }
         // Incoming: bundle::unprotect end to end (the packets just sealed, in sequence).
         r[4] = per_packet(BATCH, || {
@@ -295,8 +305,7 @@ pub fn esp_ops(tunnel: bool, payload: usize, batches: usize) -> EspOps {
         // Incoming SA lookup: the SPI from the ESP header, the SAD's lookup.
         r[0] = per_packet(BATCH, || {
             for w in &work {
-                let s = &black_box(w)[ESP_OFF..ESP_OFF + 4];
-                let spi = u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
+                let spi = netveil_wire::esp::Packet::new_unchecked(&black_box(w)[..]).spi();
                 fails += e.sad.lookup_inbound(Protocol::Esp, spi).is_none() as usize;
             }
         });
@@ -320,39 +329,39 @@ pub fn esp_ops(tunnel: bool, payload: usize, batches: usize) -> EspOps {
         // Integrity: HMAC-SHA1-96 over the ESP header, IV and ciphertext, compared with the ICV.
         r[2] = per_packet(BATCH, || {
             for (w, &i) in work.iter().zip(&sa_of) {
-                let (authed, icv) = w[ESP_OFF..].split_at(w.len() - ESP_OFF - ICV);
-                fails += e.macs[i].verify(&[black_box(authed)], icv).is_err() as usize;
+                let (authed, tag) = w.split_at(w.len() - icv);
+                fails += e.macs[i].verify(&[black_box(authed)], tag).is_err() as usize;
             }
         });
         assert_eq!(fails, 0, "an ICV did not verify");
         // Decryption: AES-CBC over the ciphertext, in place.
         r[3] = per_packet(BATCH, || {
             for (w, &i) in work.iter_mut().zip(&sa_of) {
-                let end = w.len() - ICV;
-                let (head, body) = w[ESP_OFF..end].split_at_mut(ESP_HDR + IV);
-                e.ciphers[i].decrypt(&head[ESP_HDR..], black_box(body));
+                let end = w.len() - icv;
+                let (head, body) = w[..end].split_at_mut(hdr + iv);
+                e.ciphers[i].decrypt(&head[hdr..], black_box(body));
             }
         });
         // Encryption: AES-CBC over the (now clear) body again, in place: the ciphertext it had.
         r[6] = per_packet(BATCH, || {
             for (w, &i) in work.iter_mut().zip(&sa_of) {
-                let end = w.len() - ICV;
-                let (head, body) = w[ESP_OFF..end].split_at_mut(ESP_HDR + IV);
-                e.ciphers[i].encrypt(&head[ESP_HDR..], black_box(body));
+                let end = w.len() - icv;
+                let (head, body) = w[..end].split_at_mut(hdr + iv);
+                e.ciphers[i].encrypt(&head[hdr..], black_box(body));
             }
         });
         // MAC: HMAC-SHA1-96 computed into the ICV's place (the ICV it had).
         r[7] = per_packet(BATCH, || {
             for (w, &i) in work.iter_mut().zip(&sa_of) {
-                let n = w.len() - ESP_OFF - ICV;
-                let (authed, icv) = w[ESP_OFF..].split_at_mut(n);
-                e.macs[i].compute(&[black_box(authed)], icv);
+                let n = w.len() - icv;
+                let (authed, tag) = w.split_at_mut(n);
+                e.macs[i].compute(&[black_box(authed)], tag);
             }
         });
         // Both steps restored the sealed packet: its ICV still verifies.
         for (w, &i) in work.iter().zip(&sa_of) {
-            let (authed, icv) = w[ESP_OFF..].split_at(w.len() - ESP_OFF - ICV);
-            fails += e.macs[i].verify(&[authed], icv).is_err() as usize;
+            let (authed, tag) = w.split_at(w.len() - icv);
+            fails += e.macs[i].verify(&[authed], tag).is_err() as usize;
         }
         assert_eq!(
             fails, 0,
@@ -499,13 +508,17 @@ mod tests {
     #[test]
     fn the_echo_packets_are_icmp_with_good_checksums() {
         let p = echo(peer(3), 64, 7);
-        assert_eq!(p.len(), 20 + 8 + 64);
         let ip = netveil_wire::ipv4::Packet::new_checked(&p[..]).unwrap();
         assert_eq!(ip.protocol(), 1);
-        assert_eq!(netveil_wire::checksum::checksum(&p[..20]), 0);
-        assert_eq!(netveil_wire::checksum::checksum(&p[20..]), 0);
-        assert_eq!(p[20], 8, "echo request");
-        assert_eq!(&p[16..20], &[10, 1, 0, 3]);
+        assert!(ip.verify_checksum());
+        assert_eq!(ip.dst_addr(), Ipv4Addr::new(10, 1, 0, 3));
+        let icmp = netveil_wire::icmpv4::Packet::new_checked(&p[ip.header_len()..]).unwrap();
+        assert!(icmp.verify_checksum());
+        assert_eq!(
+            icmp.msg_type(),
+            netveil_wire::icmpv4::msg_type::ECHO_REQUEST
+        );
+        assert_eq!(icmp.payload().len(), 64);
     }
 
     #[test]

@@ -150,7 +150,7 @@ fn bar_chart(f: Bars) -> Result<Option<Figure>> {
             .caption(f.title, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(45)
-            .y_label_area_size(290)
+            .y_label_area_size(380)
             .build_cartesian_2d(0f64..ymax.max(1.0), (0u32..n).into_segmented())
             .map_err(plot_err)?;
         let names: Vec<String> = bars.iter().map(|b| b.0.to_string()).collect();
