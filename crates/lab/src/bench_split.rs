@@ -155,20 +155,21 @@ fn load(buf: &mut PacketBuf, bytes: &[u8]) {
         .copy_from_slice(bytes);
 }
 
-/// A deterministic spread of packets over SAs (SplitMix64).
-fn spread(i: usize) -> usize {
+/// A deterministic spread of packets over [`SAS`] SAs (SplitMix64); [`crate::lab_ops`] spreads its own so.
+pub(crate) fn spread(i: usize) -> usize {
     let mut z = (i as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     ((z ^ (z >> 31)) % SAS as u64) as usize
 }
 
-fn fastest(v: &[f64]) -> f64 {
+/// The fastest of a figure's batches (other processes only ever add time).
+pub(crate) fn fastest(v: &[f64]) -> f64 {
     v.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 /// Times `f` over one batch; nanoseconds per packet.
-fn per_packet(n: usize, f: impl FnOnce()) -> f64 {
+pub(crate) fn per_packet(n: usize, f: impl FnOnce()) -> f64 {
     let t = Instant::now();
     f();
     t.elapsed().as_nanos() as f64 / n as f64

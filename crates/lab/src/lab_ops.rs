@@ -21,7 +21,6 @@
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::Instant;
 
 use netveil_crypto::rand::OsRng;
 use netveil_crypto::{CbcCipher, Mac};
@@ -33,16 +32,14 @@ use netveil_sa::replay::ReplayWindow;
 use netveil_wire::PacketBuf;
 use zeroize::Zeroizing;
 
+use crate::bench_split::{fastest, per_packet, spread};
 use crate::lab_report::Cell;
 
 /// The bare-PC study's ESP suite: AES-CBC-128 with HMAC-SHA1-96.
 pub const SUITE: &str = "aes128-sha1";
-/// SAs in the SAD (and policies in the SPD), each with keys of its own.
-pub const SAS: usize = 1000;
-/// Packets per timed batch.
-pub const BATCH: usize = 256;
-/// Distinct packets, used batch after batch.
-pub const TEMPLATES: usize = 1024;
+/// SAs in the SAD (and policies in the SPD), each with keys of its own; packets per timed batch; distinct packets,
+/// used batch after batch: as the PSP split's (whose helpers spread and time the packets here too).
+pub use crate::bench_split::{BATCH, SAS, TEMPLATES};
 /// The PSP payload of the PSP study's per-stage figure.
 pub const PSP_PAYLOAD: usize = 500;
 
@@ -127,25 +124,6 @@ fn echo(dst: Ipv4Addr, payload: usize, seed: usize) -> Vec<u8> {
     }
     icmp.fill_checksum();
     p
-}
-
-/// A deterministic spread of packets over SAs (SplitMix64).
-fn spread(i: usize) -> usize {
-    let mut z = (i as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) % SAS as u64) as usize
-}
-
-/// Times `f` over `n` packets; nanoseconds per packet.
-fn per_packet(n: usize, f: impl FnOnce()) -> f64 {
-    let t = Instant::now();
-    f();
-    t.elapsed().as_nanos() as f64 / n as f64
-}
-
-fn fastest(v: &[f64]) -> f64 {
-    v.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 /// The SAs of one mode: the SAD (an outbound and an inbound SA per index, same keys), the policies naming them,

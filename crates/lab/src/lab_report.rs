@@ -615,41 +615,66 @@ fn ah_over_esp_auth(report: &Report) -> Finding {
     }
 }
 
-/// The bare-PC IPsec study's "ESP processing time grows with packet size" (Figs. 6 and 7, both directions, both
-/// modes): per `ops` ESP path and direction, the total at the largest payload above the total at the smallest.
-fn esp_time_grows_with_size(report: &Report) -> Finding {
-    let finding = "ESP processing time grows with packet size (the bare-PC IPsec study, Figs. 6-7: incoming and \
-                   outgoing, transport and tunnel mode)";
-    let mut seen = Vec::new();
-    let mut bad = Vec::new();
+/// The distinct paths of `experiment`'s cells that start with `prefix`, in their first order.
+fn paths_of<'a>(report: &'a Report, experiment: &str, prefix: &str) -> Vec<&'a str> {
     let mut paths: Vec<&str> = Vec::new();
     for c in report
         .cells
         .iter()
-        .filter(|c| c.experiment == "ops" && c.path.starts_with("esp "))
+        .filter(|c| c.experiment == experiment && c.path.starts_with(prefix))
     {
         if !paths.contains(&c.path.as_str()) {
             paths.push(&c.path);
         }
     }
-    for p in paths {
+    paths
+}
+
+/// The measured (x, value) of `path`'s cells in `experiment` whose metric `x_of` reads an x from, sorted by x.
+fn series(
+    report: &Report,
+    experiment: &str,
+    path: &str,
+    x_of: impl Fn(&str) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    let mut v: Vec<(f64, f64)> = report
+        .cells
+        .iter()
+        .filter(|c| c.experiment == experiment && c.path == path)
+        .filter_map(|c| Some((x_of(&c.metric)?, c.value?)))
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
+}
+
+/// A finding judged case by case: it holds when no case failed (`bad`), and is not measured without a case; the
+/// detail names the failed cases, or all of them.
+fn judged(finding: &'static str, seen: Vec<String>, bad: Vec<String>, none: &str) -> Finding {
+    Finding {
+        finding,
+        holds: (!seen.is_empty()).then_some(bad.is_empty()),
+        detail: if seen.is_empty() {
+            none.into()
+        } else if bad.is_empty() {
+            seen.join("; ")
+        } else {
+            bad.join("; ")
+        },
+    }
+}
+
+/// The bare-PC IPsec study's "ESP processing time grows with packet size" (Figs. 6 and 7, both directions, both
+/// modes): per `ops` ESP path and direction, the total at the largest payload above the total at the smallest.
+fn esp_time_grows_with_size(report: &Report) -> Finding {
+    let finding = "ESP processing time grows with packet size (the bare-PC IPsec study, Figs. 6-7: incoming and \
+                   outgoing, transport and tunnel mode)";
+    let (mut seen, mut bad) = (Vec::new(), Vec::new());
+    for p in paths_of(report, "ops", "esp ") {
         for dir in ["in", "out"] {
             let prefix = format!("{dir} total ");
-            let mut v: Vec<(f64, f64)> = report
-                .cells
-                .iter()
-                .filter(|c| c.experiment == "ops" && c.path == p)
-                .filter_map(|c| {
-                    let size = c
-                        .metric
-                        .strip_prefix(&prefix)?
-                        .strip_suffix(" B")?
-                        .parse()
-                        .ok()?;
-                    Some((size, c.value?))
-                })
-                .collect();
-            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let v = series(report, "ops", p, |m| {
+                m.strip_prefix(&prefix)?.strip_suffix(" B")?.parse().ok()
+            });
             let (Some(small), Some(large)) = (v.first(), v.last()) else {
                 continue;
             };
@@ -666,17 +691,7 @@ fn esp_time_grows_with_size(report: &Report) -> Finding {
             seen.push(line);
         }
     }
-    Finding {
-        finding,
-        holds: (!seen.is_empty()).then_some(bad.is_empty()),
-        detail: if seen.is_empty() {
-            "no ops cells".into()
-        } else if bad.is_empty() {
-            seen.join("; ")
-        } else {
-            bad.join("; ")
-        },
-    }
+    judged(finding, seen, bad, "no ops cells")
 }
 
 /// The PSP study's "latency grows linearly with delay; PSP and TLS 1.2 measure roughly the sum of the delays on
@@ -685,30 +700,11 @@ fn esp_time_grows_with_size(report: &Report) -> Finding {
 fn latency_follows_delay(report: &Report) -> Finding {
     let finding = "round-trip time grows with the added delay by the delay on both ends (the PSP study, Figs. \
                    4.6-4.7: PSP and TLS 1.2 measure about the sum of the delays)";
-    let mut paths: Vec<&str> = Vec::new();
-    for c in report.cells.iter().filter(|c| c.experiment == "delay") {
-        if !paths.contains(&c.path.as_str()) {
-            paths.push(&c.path);
-        }
-    }
-    let mut seen = Vec::new();
-    let mut bad = Vec::new();
-    for p in paths {
-        let mut v: Vec<(f64, f64)> = report
-            .cells
-            .iter()
-            .filter(|c| c.experiment == "delay" && c.path == p)
-            .filter_map(|c| {
-                let ms = c
-                    .metric
-                    .strip_prefix("rtt at ")?
-                    .strip_suffix(" ms")?
-                    .parse()
-                    .ok()?;
-                Some((ms, c.value?))
-            })
-            .collect();
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut seen, mut bad) = (Vec::new(), Vec::new());
+    for p in paths_of(report, "delay", "") {
+        let v = series(report, "delay", p, |m| {
+            m.strip_prefix("rtt at ")?.strip_suffix(" ms")?.parse().ok()
+        });
         let Some(&(0.0, base)) = v.first() else {
             continue;
         };
@@ -721,17 +717,7 @@ fn latency_follows_delay(report: &Report) -> Finding {
             seen.push(line);
         }
     }
-    Finding {
-        finding,
-        holds: (!seen.is_empty()).then_some(bad.is_empty()),
-        detail: if seen.is_empty() {
-            "no delay cells".into()
-        } else if bad.is_empty() {
-            seen.join("; ")
-        } else {
-            bad.join("; ")
-        },
-    }
+    judged(finding, seen, bad, "no delay cells")
 }
 
 /// The bytes of a file size as the cells name it ("1KB", "10MB").
