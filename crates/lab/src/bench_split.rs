@@ -178,36 +178,60 @@ pub(crate) fn per_packet(n: usize, f: impl FnOnce()) -> f64 {
 /// The ESP side of the comparison: a SAD with an outbound and an inbound aes128gcm16 tunnel SA per index.
 fn esp_sad() -> (Sad, Vec<bundle::OutIdx>) {
     let suite = EspSuite::parse("aes128gcm16", false).expect("known suite");
-    let (a, b) = (
-        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
-        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2)),
-    );
     let mut sad = Sad::default();
     let mut out = Vec::with_capacity(SAS);
     for i in 0..SAS {
         let mut key = Zeroizing::new(vec![0u8; suite.enc.key_len()]);
         netveil_crypto::rand::fill_random(&mut key[..]);
-        let params = |direction, local, remote| SaParams {
-            name: format!("esp{i}"),
-            spi: 0x1000 + i as u32,
-            direction,
-            suite: netveil_ipsec::sa::Suite::Esp(suite),
-            mode: EspMode::Tunnel { local, remote },
-            enc_key: key.clone(),
-            auth_key: Zeroizing::new(Vec::new()),
-            esn: false,
-            replay_window: 64,
-            lifetime: Default::default(),
-            encap: None,
-            tfc_pad_to: 0,
-            first_seq: 1,
-        };
-        let o = OutboundSa::new(params(Direction::Out, a, b), NOW, &mut OsRng).expect("ESP SA");
-        let n = InboundSa::new(params(Direction::In, b, a), NOW).expect("ESP SA");
-        out.push(sad.insert_out(o));
-        sad.insert_in(n).expect("fresh SPI");
+        out.push(insert_sa_pair(
+            &mut sad,
+            i,
+            suite,
+            true,
+            &key,
+            &Zeroizing::new(Vec::new()),
+        ));
     }
     (sad, out)
+}
+
+/// Inserts SA `i` of a timing SAD into `sad`, both directions with the same keys (SPI 0x1000 + `i`, replay window
+/// 64, no lifetime): tunnel mode between 192.0.2.1 and 192.0.2.2, or transport. Returns the outbound SA's index.
+pub(crate) fn insert_sa_pair(
+    sad: &mut Sad,
+    i: usize,
+    suite: EspSuite,
+    tunnel: bool,
+    enc_key: &Zeroizing<Vec<u8>>,
+    auth_key: &Zeroizing<Vec<u8>>,
+) -> bundle::OutIdx {
+    let (a, b) = (
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2)),
+    );
+    let params = |direction, local, remote| SaParams {
+        name: format!("esp{i}"),
+        spi: 0x1000 + i as u32,
+        direction,
+        suite: netveil_ipsec::sa::Suite::Esp(suite),
+        mode: if tunnel {
+            EspMode::Tunnel { local, remote }
+        } else {
+            EspMode::Transport
+        },
+        enc_key: enc_key.clone(),
+        auth_key: auth_key.clone(),
+        esn: false,
+        replay_window: 64,
+        lifetime: Default::default(),
+        encap: None,
+        tfc_pad_to: 0,
+        first_seq: 1,
+    };
+    let o = OutboundSa::new(params(Direction::Out, a, b), NOW, &mut OsRng).expect("ESP SA");
+    let n = InboundSa::new(params(Direction::In, b, a), NOW).expect("ESP SA");
+    sad.insert_in(n).expect("fresh SPI");
+    sad.insert_out(o)
 }
 
 /// Measures the split over at least `packets` packets per figure (rounded up to whole batches) of `payload`

@@ -22,11 +22,10 @@
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use netveil_crypto::rand::OsRng;
 use netveil_crypto::{CbcCipher, Mac};
 use netveil_ipsec::bundle::{self, OutIdx, Sad, Unprotected};
-use netveil_ipsec::sa::{Direction as SaDirection, Protocol, Suite};
-use netveil_ipsec::{EspSuite, InboundSa, Mode, OutboundSa, SaParams};
+use netveil_ipsec::sa::Protocol;
+use netveil_ipsec::EspSuite;
 use netveil_sa::policy::{Action, Direction, FlowKey, PolicyDb, PortRange, Rule, Selector};
 use netveil_sa::replay::ReplayWindow;
 use netveil_wire::PacketBuf;
@@ -144,10 +143,6 @@ struct Esp {
 fn esp(tunnel: bool) -> Esp {
     let suite = EspSuite::parse(SUITE, false).expect("known suite");
     let integ = suite.integ.expect("an integrity algorithm");
-    let (a, b) = (
-        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
-        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2)),
-    );
     let mut e = Esp {
         sad: Sad::default(),
         out: Vec::with_capacity(SAS),
@@ -169,29 +164,9 @@ fn esp(tunnel: bool) -> Esp {
             )
         };
         let (enc_key, auth_key) = (key(suite.enc.key_len(), 0x5a), key(integ.key_len(), 0xa5));
-        let params = |direction, local, remote| SaParams {
-            name: format!("ops{i}"),
-            spi: 0x1000 + i as u32,
-            direction,
-            suite: Suite::Esp(suite),
-            mode: if tunnel {
-                Mode::Tunnel { local, remote }
-            } else {
-                Mode::Transport
-            },
-            enc_key: enc_key.clone(),
-            auth_key: auth_key.clone(),
-            esn: false,
-            replay_window: 64,
-            lifetime: Default::default(),
-            encap: None,
-            tfc_pad_to: 0,
-            first_seq: 1,
-        };
-        let o = OutboundSa::new(params(SaDirection::Out, a, b), NOW, &mut OsRng).expect("ESP SA");
-        let n = InboundSa::new(params(SaDirection::In, b, a), NOW).expect("ESP SA");
-        e.out.push(e.sad.insert_out(o));
-        e.sad.insert_in(n).expect("fresh SPI");
+        e.out.push(crate::bench_split::insert_sa_pair(
+            &mut e.sad, i, suite, tunnel, &enc_key, &auth_key,
+        ));
         let mut sel = Selector::any_v4();
         sel.dst = ipnet::IpNet::from(IpAddr::V4(peer(i)));
         sel.src_ports = PortRange::ANY;

@@ -387,20 +387,17 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
                     bridge_rate = Some(rate);
                     continue;
                 }
-                cells.push(Cell::measured(
-                    EXPERIMENT,
-                    name,
-                    "daemon cpu",
-                    "ms",
-                    runs.iter().filter_map(|c| c.daemon_cpu_ms).collect(),
-                ));
-                cells.push(Cell::measured(
-                    EXPERIMENT,
-                    name,
-                    "daemon peak memory",
-                    "KiB",
-                    runs.iter().filter_map(|c| c.daemon_peak_kib).collect(),
-                ));
+                let daemon: [fn(&Copied) -> Option<f64>; 2] =
+                    [|c| c.daemon_cpu_ms, |c| c.daemon_peak_kib];
+                for ((m, unit), f) in daemon_metrics.into_iter().zip(daemon) {
+                    cells.push(Cell::measured(
+                        EXPERIMENT,
+                        name,
+                        m,
+                        unit,
+                        runs.iter().filter_map(f).collect(),
+                    ));
+                }
                 cells.push(match bridge_rate {
                     Some(b) if b > 0.0 => Cell::measured(
                         EXPERIMENT,
