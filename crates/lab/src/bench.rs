@@ -168,9 +168,17 @@ pub fn with_wireguard_go<T>(
     wg_go: &std::path::Path,
     f: impl FnOnce(&Lab, &TwoHosts) -> Result<T>,
 ) -> Result<T> {
+    with_wireguard_go_on(wg_go, &HostPair::default(), f)
+}
+
+/// [`with_wireguard_go`] on the topology of `pair` (its addresses, and its router when it is routed).
+pub fn with_wireguard_go_on<T>(
+    wg_go: &std::path::Path,
+    pair: &HostPair,
+    f: impl FnOnce(&Lab, &TwoHosts) -> Result<T>,
+) -> Result<T> {
     let mut lab = Lab::new("nvbench")?;
-    let pair = HostPair::default();
-    let h = TwoHosts::topology(&mut lab, &pair)?;
+    let h = TwoHosts::topology(&mut lab, pair)?;
     let mut keys = Vec::new();
     for _ in 0..2 {
         let k = Command::new("wg")

@@ -518,12 +518,10 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        {
+        if self.keep {
             let mut l = live();
             l.0.retain(|n| !self.namespaces.contains(n));
             l.1.retain(|d| *d != self.dir);
-        }
-        if self.keep {
             eprintln!(
                 "lab kept: namespaces {:?}, directory {}",
                 self.namespaces,
@@ -531,11 +529,15 @@ impl Drop for Lab {
             );
             return;
         }
-        // Whatever still runs in our namespaces was started by this lab.
+        // Whatever still runs in our namespaces was started by this lab. Each namespace (and then the directory)
+        // leaves the registry only once it is gone: a signal that comes while this runs (the removal waits for
+        // processes to stop) still finds in the registry what is left and removes it.
         for ns in self.namespaces.iter().rev() {
             remove_namespace(ns);
+            live().0.retain(|n| n != ns);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        live().1.retain(|d| *d != self.dir);
         // (Only if no other lab uses it.)
         let _ = std::fs::remove_dir(LAB_BASE);
     }
@@ -738,6 +740,9 @@ pub struct HostPair {
     pub psp_rotate_seconds: u64,
     /// The daemons' `log_level` (`None`: the default, info).
     pub log_level: Option<String>,
+    /// A router between the hosts (its own namespace, see [`Router`]): side b's outer address is then on a
+    /// second subnet (203.0.113.0/24 or 2001:db8:3::/64), reached through it.
+    pub routed: bool,
 }
 
 impl Default for HostPair {
@@ -757,6 +762,7 @@ impl Default for HostPair {
             psp_replay_window: None,
             psp_rotate_seconds: 0,
             log_level: None,
+            routed: false,
         }
     }
 }
@@ -804,12 +810,22 @@ impl HostPair {
         }
     }
 
+    /// The same pair with a router between the hosts ([`HostPair::routed`]).
+    pub fn via_router(mut self) -> HostPair {
+        self.routed = true;
+        self
+    }
+
     /// The addresses of side 0 ("a") or 1 ("b").
     pub fn addrs(&self, side: usize) -> HostAddrs {
         let host = side as u8 + 1;
-        let (outer, outer_prefix): (IpAddr, u8) = match self.outer {
-            Family::V4 => ([192, 0, 2, host].into(), 24),
-            Family::V6 => (format!("2001:db8:1::{host}").parse().expect("address"), 64),
+        // Routed, side b is on the router's second link.
+        let far = self.routed && side == 1;
+        let (outer, outer_prefix): (IpAddr, u8) = match (self.outer, far) {
+            (Family::V4, false) => ([192, 0, 2, host].into(), 24),
+            (Family::V4, true) => ([203, 0, 113, host].into(), 24),
+            (Family::V6, false) => (format!("2001:db8:1::{host}").parse().expect("address"), 64),
+            (Family::V6, true) => (format!("2001:db8:3::{host}").parse().expect("address"), 64),
         };
         let (inner, inner_prefix): (IpAddr, u8) = match (self.mode, self.inner) {
             (Mode::Transport, _) => (outer, outer_prefix),
@@ -1076,15 +1092,108 @@ impl HostPair {
     }
 }
 
-/// Two namespaces ("a", "b") joined by a veth pair (`veth-a`, `veth-b`) with a netveil daemon in each.
+/// Two namespaces ("a", "b") joined by a veth pair (`veth-a`, `veth-b`) with a netveil daemon in each; with
+/// [`HostPair::routed`], by a [`Router`] instead.
 pub struct TwoHosts {
     pub pair: HostPair,
     pub ns: [String; 2],
     pub veth: [&'static str; 2],
     pub addrs: [HostAddrs; 2],
     pub configs: [String; 2],
+    /// The router between the hosts, when the pair is routed.
+    pub router: Option<Router>,
     /// Dropped before the lab (field order).
     pub daemons: Vec<Daemon>,
+}
+
+/// The router in the middle of a routed [`TwoHosts`]: namespace "r", a veth pair to each host (its ports `r-a`
+/// and `r-b`; the hosts' ends keep their names `veth-a` and `veth-b`), IP forwarding on, and on each host a route
+/// to the other host's subnet through it. It is where the lab makes link conditions (loss, delay) and where it
+/// can capture what crosses between the hosts.
+pub struct Router {
+    pub ns: String,
+    /// Its port toward side a, and toward side b.
+    pub ports: [&'static str; 2],
+    /// Its address on each link.
+    pub addrs: [IpAddr; 2],
+}
+
+/// The network `addr/prefix` lies in, as `ip route` takes it (host bits zero).
+fn network(addr: IpAddr, prefix: u8) -> String {
+    match addr {
+        IpAddr::V4(v) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            format!("{}/{prefix}", std::net::Ipv4Addr::from(u32::from(v) & mask))
+        }
+        IpAddr::V6(v) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            format!(
+                "{}/{prefix}",
+                std::net::Ipv6Addr::from(u128::from(v) & mask)
+            )
+        }
+    }
+}
+
+impl Router {
+    /// The router's address on side `side`'s link: .254 (v4) or ::fe (v6) of that side's subnet.
+    fn address(pair: &HostPair, side: usize) -> (IpAddr, u8) {
+        let a = pair.addrs(side);
+        match a.outer {
+            IpAddr::V4(v) => {
+                let o = v.octets();
+                (IpAddr::from([o[0], o[1], o[2], 254]), a.outer_prefix)
+            }
+            IpAddr::V6(v) => {
+                let mut s = v.segments();
+                s[7] = 0xfe;
+                (IpAddr::from(s), a.outer_prefix)
+            }
+        }
+    }
+
+    /// Builds the router between `ns[0]` and `ns[1]` (whose ends are `veth[0]`, `veth[1]`) and addresses the
+    /// hosts' ends.
+    fn build(
+        lab: &mut Lab,
+        pair: &HostPair,
+        ns: &[String; 2],
+        veth: [&'static str; 2],
+        addrs: &[HostAddrs; 2],
+    ) -> Result<Router> {
+        let r = lab.add_ns("r")?;
+        let ports = ["r-a", "r-b"];
+        let v6 = pair.outer == Family::V6;
+        if v6 {
+            lab.exec_ok(&r, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        } else {
+            lab.exec_ok(&r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+            lab.exec_ok(
+                &r,
+                &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+            )?;
+        }
+        let mut raddrs = Vec::new();
+        for i in 0..2 {
+            lab.veth(&ns[i], veth[i], &r, ports[i])?;
+            let (ra, prefix) = Router::address(pair, i);
+            lab.addr(&r, ports[i], &format!("{ra}/{prefix}"))?;
+            let cidr = format!("{}/{}", addrs[i].outer, addrs[i].outer_prefix);
+            lab.addr(&ns[i], veth[i], &cidr)?;
+            raddrs.push(ra);
+        }
+        for i in 0..2 {
+            let subnet = network(addrs[1 - i].outer, addrs[1 - i].outer_prefix);
+            let via = raddrs[i].to_string();
+            let fam = if v6 { "-6" } else { "-4" };
+            lab.ip(&ns[i], &[fam, "route", "add", &subnet, "via", &via])?;
+        }
+        Ok(Router {
+            ns: r,
+            ports,
+            addrs: [raddrs[0], raddrs[1]],
+        })
+    }
 }
 
 impl TwoHosts {
@@ -1102,13 +1211,18 @@ impl TwoHosts {
                 )?;
             }
         }
-        lab.veth(&a, veth[0], &b, veth[1])?;
         let addrs = [pair.addrs(0), pair.addrs(1)];
         let ns = [a, b];
-        for i in 0..2 {
-            let cidr = format!("{}/{}", addrs[i].outer, addrs[i].outer_prefix);
-            lab.addr(&ns[i], veth[i], &cidr)?;
-        }
+        let router = if pair.routed {
+            Some(Router::build(lab, pair, &ns, veth, &addrs)?)
+        } else {
+            lab.veth(&ns[0], veth[0], &ns[1], veth[1])?;
+            for i in 0..2 {
+                let cidr = format!("{}/{}", addrs[i].outer, addrs[i].outer_prefix);
+                lab.addr(&ns[i], veth[i], &cidr)?;
+            }
+            None
+        };
         let configs = pair.configs([&lab.socket_path("a"), &lab.socket_path("b")])?;
         Ok(TwoHosts {
             pair: pair.clone(),
@@ -1116,6 +1230,7 @@ impl TwoHosts {
             veth,
             addrs,
             configs,
+            router,
             daemons: Vec::new(),
         })
     }
@@ -1529,4 +1644,26 @@ pub fn iperf(
         .unwrap_or(0.0);
     let retr = v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
     Ok((bps / 1e9, retr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_routed_pair_puts_side_b_behind_the_router() {
+        let p = HostPair::default().via_router();
+        assert_eq!(p.addrs(0).outer.to_string(), "192.0.2.1");
+        assert_eq!(p.addrs(1).outer.to_string(), "203.0.113.2");
+        assert_eq!(Router::address(&p, 1).0.to_string(), "203.0.113.254");
+        assert_eq!(network(p.addrs(1).outer, 24), "203.0.113.0/24");
+        let p6 = HostPair {
+            outer: Family::V6,
+            ..HostPair::default().via_router()
+        };
+        assert_eq!(p6.addrs(1).outer.to_string(), "2001:db8:3::2");
+        assert_eq!(Router::address(&p6, 0).0.to_string(), "2001:db8:1::fe");
+        assert_eq!(network(p6.addrs(1).outer, 64), "2001:db8:3::/64");
+        assert_eq!(HostPair::default().addrs(1).outer.to_string(), "192.0.2.2");
+    }
 }

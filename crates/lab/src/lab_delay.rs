@@ -2,10 +2,11 @@
 //! PSP study's Figs. 4.6 and 4.7 (its latency test: one 500-byte payload and its answer, the delay set on both
 //! sides, the x axis the one-side delay).
 //!
-//! - The delay: this kernel has no netem, so `netveil delay` (a lab tool of the `netveil` binary: it holds every
-//!   packet of a netfilter queue for the time, then accepts it) runs in each host's namespace, and `iptables -A
-//!   OUTPUT -o VETH -j NFQUEUE` sends the host's outgoing packets to it: the request waits at the client's egress,
-//!   the answer at the server's, so a round trip gains twice the one-side delay, as in the study.
+//! - The delay: every path runs on a routed lab (client, router, server: [`crate::lab::Router`]). This kernel has
+//!   no netem, so `netveil delay` (a lab tool of the `netveil` binary: it holds every packet of a netfilter queue
+//!   for the time, then accepts it, in order) runs in the router's namespace, and `iptables -A FORWARD -j NFQUEUE`
+//!   sends it every packet the router forwards: the request waits D on its way to the server, the answer D on its
+//!   way back, so a round trip gains twice the one-side delay, as in the study (which set the delay on both ends).
 //! - How exact: the clear path's `added delay error at D ms` is what the round trip gained beyond twice the delay
 //!   (median at D less median at 0, less 2 D).
 //! - The message: a ping with a 500-byte payload (its echo is the answer), 50 per delay (`--quick`: 10), through
@@ -27,7 +28,7 @@ use crate::{Error, Result};
 const EXPERIMENT: &str = "delay";
 /// The study's message: a 500-byte payload.
 pub const PAYLOAD: u32 = 500;
-/// The netfilter queue the delay tool serves (one per namespace).
+/// The netfilter queue the delay tool serves.
 const QUEUE: &str = "7";
 
 /// The one-side delays, ms.
@@ -39,42 +40,34 @@ pub fn delays(quick: bool) -> Vec<f64> {
     }
 }
 
-/// `netveil delay` on a namespace's egress through `dev`: the tool, then the rule; on drop the rule, then the tool.
+/// `netveil delay` on what a router namespace forwards: the tool, then the rule; on drop the rule, then the tool.
 struct Delayed<'a> {
     lab: &'a Lab,
     ns: String,
-    dev: String,
     child: Child,
 }
 
-fn rule(dev: &str, op: &str) -> Vec<String> {
+fn rule(op: &str) -> [&str; 7] {
     [
         "iptables",
         op,
-        "OUTPUT",
-        "-o",
-        dev,
+        "FORWARD",
         "-j",
         "NFQUEUE",
         "--queue-num",
         QUEUE,
     ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
 }
 
 impl Drop for Delayed<'_> {
     fn drop(&mut self) {
-        let r = rule(&self.dev, "-D");
-        let r: Vec<&str> = r.iter().map(String::as_str).collect();
-        let _ = self.lab.exec(&self.ns, &r);
+        let _ = self.lab.exec(&self.ns, &rule("-D"));
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-fn delayed<'a>(lab: &'a Lab, bin: &Path, ns: &str, dev: &str, ms: f64) -> Result<Delayed<'a>> {
+fn delayed<'a>(lab: &'a Lab, bin: &Path, ns: &str, ms: f64) -> Result<Delayed<'a>> {
     let log = lab.dir().join(format!("delay-{ns}.log"));
     let errf = std::fs::File::create(&log).map_err(Error::io("delay log"))?;
     let child = lab
@@ -88,7 +81,6 @@ fn delayed<'a>(lab: &'a Lab, bin: &Path, ns: &str, dev: &str, ms: f64) -> Result
     let mut d = Delayed {
         lab,
         ns: ns.to_string(),
-        dev: dev.to_string(),
         child,
     };
     // Bound to its queue when it says so; only then may packets go to the queue (without a listener it drops).
@@ -111,14 +103,12 @@ fn delayed<'a>(lab: &'a Lab, bin: &Path, ns: &str, dev: &str, ms: f64) -> Result
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let r = rule(dev, "-A");
-    let r: Vec<&str> = r.iter().map(String::as_str).collect();
-    lab.exec_ok(ns, &r)?;
+    lab.exec_ok(ns, &rule("-A"))?;
     Ok(d)
 }
 
-/// The pings of each delay, on a path whose hosts are up: `ms` of delay on both hosts' egress, 500-byte pings from
-/// the first host to `dst`.
+/// The pings of each delay, on a path whose hosts are up: `ms` of delay on every packet the router forwards,
+/// 500-byte pings from the first host to `dst`.
 fn sweep(
     lab: &Lab,
     bin: &Path,
@@ -127,13 +117,14 @@ fn sweep(
     delays: &[f64],
     count: u32,
 ) -> Result<Vec<Vec<f64>>> {
+    let router = h
+        .router
+        .as_ref()
+        .ok_or_else(|| Error::Other("the delay lab has no router".into()))?;
     let mut out = Vec::new();
     for &ms in delays {
         let _d = if ms > 0.0 {
-            Some([
-                delayed(lab, bin, &h.ns[0], h.veth[0], ms)?,
-                delayed(lab, bin, &h.ns[1], h.veth[1], ms)?,
-            ])
+            Some(delayed(lab, bin, &router.ns, ms)?)
         } else {
             None
         };
@@ -166,11 +157,11 @@ fn path_sweep(
     let mut lab = Lab::new("nvlab")?.with_netveil(bin);
     match pair {
         None => {
-            let h = TwoHosts::topology(&mut lab, &HostPair::default())?;
+            let h = TwoHosts::topology(&mut lab, &HostPair::default().via_router())?;
             sweep(&lab, bin, &h, &h.addrs[1].outer.to_string(), delays, count)
         }
         Some(pair) => {
-            let h = TwoHosts::up(&mut lab, pair)?;
+            let h = TwoHosts::up(&mut lab, &pair.clone().via_router())?;
             if pair.protocol == Protocol::Psp {
                 h.wait_psp_associated(Duration::from_secs(15))?;
             }
@@ -192,9 +183,11 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     let wg = match crate::bench::find_wireguard_go() {
         Some(wg_go) => {
             println!("delay: wireguard-go");
-            crate::bench::with_wireguard_go(&wg_go, |lab, h| {
-                sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count)
-            })
+            crate::bench::with_wireguard_go_on(
+                &wg_go,
+                &HostPair::default().via_router(),
+                |lab, h| sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count),
+            )
         }
         None => Err(Error::Other(
             "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),
@@ -266,10 +259,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_rule_sends_the_egress_to_the_queue() {
+    fn the_rule_sends_what_the_router_forwards_to_the_queue() {
         assert_eq!(
-            rule("veth-a", "-A").join(" "),
-            "iptables -A OUTPUT -o veth-a -j NFQUEUE --queue-num 7"
+            rule("-A").join(" "),
+            "iptables -A FORWARD -j NFQUEUE --queue-num 7"
         );
         assert_eq!(delays(true), [0.0, 10.0]);
         assert!(delays(false).windows(2).all(|w| w[0] < w[1]));

@@ -7,7 +7,13 @@
 //!
 //! Per transfer the bytes and packets on the wire (IP bytes; both directions together, and down and up apart: down
 //! is server side to client side, the file's direction in both), the transfer time, and the bytes over the clear
-//! transfer of the same file.
+//! transfer of the same file; and what the programs used: `client cpu` (curl, user and system, from its `wait4`
+//! resource usage, to the microsecond, taken by a Python wrapper: GNU `time` prints 10 ms steps), `server cpu` (what runs in the server's namespace, netveil's daemon left
+//! out: nginx's master and worker, or Postfix's processes; the scheduler's time of each thread, to the nanosecond,
+//! and each process's reaped children's, so that helpers that come and go are counted; before and after) and
+//! through netveil `daemon cpu` (both daemons, the scheduler's time of their threads), ms per transfer;
+//! per path `client peak memory` (curl's largest), `server peak memory` (the server's largest process) and `daemon
+//! peak memory` (KiB, `VmHWM`).
 //!
 //! The wire: both veths have `gso_max_segs 1`, so every packet crosses them at its real size (no segmentation
 //! offload super-packets, which a real Ethernet never carries), and the counts are the client veth's own counters
@@ -182,7 +188,8 @@ fn counters(lab: &Lab, ns: &str, dev: &str) -> Result<[u64; 4]> {
     Ok(v)
 }
 
-/// One transfer: IP bytes and packets per direction (down: server side to client side), and its time.
+/// One transfer: IP bytes and packets per direction (down: server side to client side), its time, and what the
+/// programs used.
 #[derive(Debug, Clone, Copy)]
 struct Download {
     down: f64,
@@ -190,6 +197,50 @@ struct Download {
     down_packets: f64,
     up_packets: f64,
     secs: f64,
+    /// curl's CPU time (user and system, ms) and peak resident memory (KiB), from its wait (`wait4`, through
+    /// [`crate::lab_proc::USAGE_WRAPPER`]).
+    client_cpu_ms: f64,
+    client_peak_kib: f64,
+    /// The server's (nginx's, or Postfix's processes') CPU time over the transfer, ms.
+    server_cpu_ms: f64,
+    /// netveil's daemons' (both sides) CPU time over the transfer, ms; `None` without them.
+    daemon_cpu_ms: Option<f64>,
+}
+
+/// Whose CPU time and memory a path's transfers count: the server's namespace (its processes, less the daemons),
+/// and netveil's daemons.
+struct Procs {
+    server_ns: String,
+    daemons: Vec<u32>,
+}
+
+impl Procs {
+    fn of(h: &TwoHosts, w: Workload) -> Procs {
+        Procs {
+            server_ns: match w {
+                Workload::Http => h.ns[1].clone(),
+                Workload::Smtp => h.ns[0].clone(),
+            },
+            daemons: h.daemons.iter().filter_map(|d| d.pid()).collect(),
+        }
+    }
+
+    /// (server CPU, daemons' CPU) so far, ms.
+    fn cpu(&self) -> Result<(f64, f64)> {
+        Ok((
+            crate::lab_proc::ns_cpu_ms(&self.server_ns, &self.daemons)?,
+            crate::lab_proc::sum_cpu_ms(&self.daemons)?,
+        ))
+    }
+}
+
+/// The programs' peak resident memory over a path's transfers, KiB: curl's (the largest), the server's (its largest
+/// process), the daemons' (the larger; `None` without them).
+#[derive(Debug, Clone, Copy)]
+struct Peaks {
+    client: f64,
+    server: f64,
+    daemon: Option<f64>,
 }
 
 impl Download {
@@ -229,6 +280,7 @@ fn transfer(
     (client, server): (&str, &str),
     tls: Option<&str>,
     file: &Path,
+    procs: &Procs,
 ) -> Result<Download> {
     let name = file.file_name().unwrap_or_default().to_string_lossy();
     let (ns, args, ok) = match w {
@@ -246,11 +298,26 @@ fn transfer(
         ),
     };
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // curl's CPU time and memory from its wait, through the lab's wrapper (to the microsecond).
+    let args = crate::lab_proc::usage_wrapped(&args);
+    let (server0, daemons0) = procs.cpu()?;
     let c0 = counters(lab, &h.ns[0], h.veth[0])?;
-    let o = lab.exec_ok(ns, &args)?;
+    let out = lab.exec(ns, &args)?;
     // The last acknowledgements and the teardown.
     std::thread::sleep(Duration::from_millis(50));
     let c1 = counters(lab, &h.ns[0], h.veth[0])?;
+    let (server1, daemons1) = procs.cpu()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(Error::Other(format!(
+            "{name}: curl failed ({}): {}",
+            out.status,
+            err.trim()
+        )));
+    }
+    let o = String::from_utf8_lossy(&out.stdout);
+    let (client_cpu_ms, client_peak_kib) = crate::lab_proc::parse_usage(&err)
+        .ok_or_else(|| Error::Other(format!("no usage line in: {}", err.trim())))?;
     let mut it = o.split_whitespace();
     let secs: f64 = it
         .next()
@@ -267,6 +334,10 @@ fn transfer(
         down_packets: d(2),
         up_packets: d(3),
         secs,
+        client_cpu_ms,
+        client_peak_kib,
+        server_cpu_ms: server1 - server0,
+        daemon_cpu_ms: (!procs.daemons.is_empty()).then_some(daemons1 - daemons0),
     })
 }
 
@@ -357,6 +428,7 @@ fn transfers(
     tls: Option<&str>,
     files: &[PathBuf],
     reps: usize,
+    procs: &Procs,
 ) -> Result<Downloads> {
     let mut out = Vec::new();
     let sizes = files.len() / KINDS.len();
@@ -366,7 +438,7 @@ fn transfers(
             let file = &files[s * KINDS.len() + k];
             let mut v = Vec::new();
             for _ in 0..reps {
-                v.push(transfer(lab, h, w, addrs, tls, file)?);
+                v.push(transfer(lab, h, w, addrs, tls, file, procs)?);
             }
             out.push(((k, s), v));
         }
@@ -407,7 +479,7 @@ fn run_path(
     case: &PathCase,
     files: &[PathBuf],
     reps: usize,
-) -> Result<Downloads> {
+) -> Result<(Downloads, Peaks)> {
     let (_, pair, tls) = case;
     let mut lab = Lab::new("nvlab")?;
     let (h, tunnel) = match pair {
@@ -430,7 +502,21 @@ fn run_path(
     };
     let addrs = (client.as_str(), server_addr.as_str());
     let _s = server(&lab, &h, w, addrs, www)?;
-    transfers(&lab, &h, w, addrs, *tls, files, reps)
+    let procs = Procs::of(&h, w);
+    let d = transfers(&lab, &h, w, addrs, *tls, files, reps, &procs)?;
+    let peaks = Peaks {
+        client: d
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|x| x.client_peak_kib))
+            .fold(0.0, f64::max),
+        server: crate::lab_proc::ns_peak_kib(&procs.server_ns, &procs.daemons)?,
+        daemon: if procs.daemons.is_empty() {
+            None
+        } else {
+            Some(crate::lab_proc::max_peak_kib(&procs.daemons)?)
+        },
+    };
+    Ok((d, peaks))
 }
 
 fn metric(what: &str, kind: &str, name: &str) -> String {
@@ -484,7 +570,14 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
     let mut auth: Vec<((&str, usize, usize), f64)> = Vec::new();
     for case in paths(w) {
         println!("{experiment}: {}", case.0);
-        let r = run_path(bin, &www, w, &case, &files, reps);
+        let tunnel = case.1.is_some();
+        let (r, peaks) = match run_path(bin, &www, w, &case, &files, reps) {
+            Ok((d, p)) => (Ok(d), Ok(p)),
+            Err(e) => {
+                let why = format!("the path did not run: {e}");
+                (Err(e), Err(why))
+            }
+        };
         for (k, (kind, _)) in KINDS.iter().enumerate() {
             for (s, (_, name)) in sizes.iter().enumerate() {
                 let m = |w: &str| metric(w, kind, name);
@@ -494,7 +587,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
                 match got {
                     Ok(Some(v)) => {
                         let bytes: Vec<f64> = v.iter().map(Download::bytes).collect();
-                        let series: [(&str, &str, Vec<f64>); 7] = [
+                        let mut series: Vec<(&str, &str, Vec<f64>)> = vec![
                             ("bytes", "B", bytes.clone()),
                             ("bytes down", "B", v.iter().map(|x| x.down).collect()),
                             ("bytes up", "B", v.iter().map(|x| x.up).collect()),
@@ -514,7 +607,24 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
                                 v.iter().map(|x| x.up_packets).collect(),
                             ),
                             ("time", "ms", v.iter().map(|x| x.secs * 1e3).collect()),
+                            (
+                                "client cpu",
+                                "ms",
+                                v.iter().map(|x| x.client_cpu_ms).collect(),
+                            ),
+                            (
+                                "server cpu",
+                                "ms",
+                                v.iter().map(|x| x.server_cpu_ms).collect(),
+                            ),
                         ];
+                        if tunnel {
+                            series.push((
+                                "daemon cpu",
+                                "ms",
+                                v.iter().filter_map(|x| x.daemon_cpu_ms).collect(),
+                            ));
+                        }
                         if [ESP_AUTH_PATH, AH_AUTH_PATH].contains(&case.0) {
                             auth.push(((case.0, k, s), crate::bench_ping::median(&bytes)));
                         }
@@ -569,7 +679,13 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
                             ("packets down", "packets"),
                             ("packets up", "packets"),
                             ("time", "ms"),
-                        ] {
+                            ("client cpu", "ms"),
+                            ("server cpu", "ms"),
+                            ("daemon cpu", "ms"),
+                        ]
+                        .into_iter()
+                        .filter(|(w, _)| tunnel || *w != "daemon cpu")
+                        {
                             cells.push(Cell::missing(experiment, case.0, &m(w), unit, &why));
                         }
                         if case.0 != "clear" {
@@ -580,6 +696,21 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
                     }
                 }
             }
+        }
+        // The programs' peak memory over the path's transfers.
+        let mut peak_cells = vec![
+            ("client peak memory", peaks.as_ref().map(|p| Some(p.client))),
+            ("server peak memory", peaks.as_ref().map(|p| Some(p.server))),
+        ];
+        if tunnel {
+            peak_cells.push(("daemon peak memory", peaks.as_ref().map(|p| p.daemon)));
+        }
+        for (m, v) in peak_cells {
+            cells.push(match v {
+                Ok(Some(v)) => Cell::measured(experiment, case.0, m, "KiB", vec![v]),
+                Ok(None) => Cell::missing(experiment, case.0, m, "KiB", "no daemon ran"),
+                Err(why) => Cell::missing(experiment, case.0, m, "KiB", why),
+            });
         }
         if case.0 == "clear" {
             clear = r.ok();

@@ -3,12 +3,12 @@
 //! veth, netveil PSP, netveil ESP-in-UDP, wireguard-go when installed, and TLS (OpenSSL's `s_server`, `curl`) on the
 //! clear veth.
 //!
-//! How loss is made: the client's namespace drops that share of the packets of more than [`LOSS_MIN_LEN`] bytes
-//! arriving on its veth (nftables, `numgen random` in a netdev ingress chain): data flows from the server to the
-//! client (iperf3 `-R`, downloads), so the data packets (and the tunnels' packets that carry them) are the ones lost.
-//! Small packets (handshakes, acknowledgements, iperf3's control messages) pass, so that every run completes and
-//! what is measured is the data's loss; the study does not say what its tool dropped. There is no router in the
-//! middle yet: the drop is at the receiver's link.
+//! How loss is made: every path runs on a routed lab (client, router, server, each its own namespace: see
+//! [`crate::lab::Router`]), and the router drops that share of the packets of more than [`LOSS_MIN_LEN`] bytes that
+//! arrive from the server (nftables, `numgen random` in a netdev ingress chain on its port toward the server): data
+//! flows from the server to the client (iperf3 `-R`, downloads), so the data packets (and the tunnels' packets that
+//! carry them) are the ones lost. Small packets (handshakes, acknowledgements, iperf3's control messages) pass, so
+//! that every run completes and what is measured is the data's loss; the study does not say what its tool dropped.
 //!
 //! Every path also gets the latency-under-load test at 0% loss: `rtt idle` and `rtt under load` (ms; 100 pings of
 //! 56 bytes, 5 ms apart, before and during a TCP bulk flow from server to client).
@@ -79,8 +79,14 @@ fn pct(level: f64) -> String {
     format!("{level}")
 }
 
-/// Makes the client's veth drop `level` percent of the longer packets it receives (replacing an earlier rule).
-fn set_loss(lab: &Lab, ns: &str, dev: &str, level: f64) -> Result<()> {
+/// Makes the router drop `level` percent of the longer packets it receives from the server (replacing an earlier
+/// rule).
+fn set_loss(lab: &Lab, h: &TwoHosts, level: f64) -> Result<()> {
+    let r = h
+        .router
+        .as_ref()
+        .ok_or_else(|| Error::Other("the loss lab has no router".into()))?;
+    let (ns, dev) = (r.ns.as_str(), r.ports[1]);
     let _ = lab.exec(ns, &["nft", "delete", "table", "netdev", "nvloss"]);
     if level <= 0.0 {
         return Ok(());
@@ -300,49 +306,13 @@ fn path_cells(path: &str, levels: &[f64], got: Result<Vec<Measured>>) -> Vec<Cel
 fn sweep(lab: &Lab, h: &TwoHosts, dst: &str, levels: &[f64], secs: u32) -> Result<Vec<Measured>> {
     let mut out = Vec::new();
     for &l in levels {
-        set_loss(lab, &h.ns[0], h.veth[0], l)?;
+        set_loss(lab, h, l)?;
         let udp = iperf_intervals(lab, &h.ns[1], &h.ns[0], dst, secs, true);
         let tcp = iperf_intervals(lab, &h.ns[1], &h.ns[0], dst, secs, false);
         out.push((udp, tcp));
     }
-    set_loss(lab, &h.ns[0], h.veth[0], 0.0)?;
+    set_loss(lab, h, 0.0)?;
     Ok(out)
-}
-
-/// The fields of `/proc/PID/stat` after the command name: the first is field 3 (state), utime (14) is at index 11,
-/// stime 12, cutime 13, cstime 14.
-pub(crate) fn stat_fields(pid: u32) -> Result<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(Error::io(format!("/proc/{pid}/stat")))?;
-    // After the command name's closing parenthesis (the name itself may hold spaces and parentheses).
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or_else(|| Error::Other(format!("/proc/{pid}/stat: {stat:?}")))?;
-    Ok(rest.split_whitespace().map(str::to_string).collect())
-}
-
-/// CPU time (user and system) of a process so far, ms (`/proc/PID/stat`, in USER_HZ = 100 ticks per second).
-pub(crate) fn cpu_ms(pid: u32) -> Result<f64> {
-    let f = stat_fields(pid)?;
-    let tick = |i: usize| -> Result<f64> {
-        f.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .ok_or_else(|| Error::Other(format!("/proc/{pid}/stat field {}", i + 3)))
-    };
-    Ok((tick(11)? + tick(12)?) * 10.0)
-}
-
-/// A process's peak resident memory, KiB (`VmHWM` in `/proc/PID/status`).
-pub(crate) fn peak_kib(pid: u32) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(Error::io(format!("/proc/{pid}/status")))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| Error::Other(format!("/proc/{pid}/status: no VmHWM")))
 }
 
 /// The daemons' CPU time per GB moved by one TCP run at 0% loss (ms/GB, both sides together) and the larger of
@@ -351,35 +321,20 @@ pub(crate) fn peak_kib(pid: u32) -> Result<f64> {
 fn daemon_cost(lab: &Lab, h: &TwoHosts, dst: &str, secs: u32) -> Result<Cost> {
     let mut pids: Vec<u32> = Vec::new();
     for ns in &h.ns {
-        let out = std::process::Command::new("ip")
-            .args(["netns", "pids", ns])
-            .output()
-            .map_err(Error::io("ip netns pids"))?;
-        pids.extend(
-            String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok()),
-        );
+        pids.extend(crate::lab_proc::ns_pids(ns, &[])?);
     }
     if pids.is_empty() {
         return Err(Error::Other("no daemon runs in the lab".into()));
     }
-    let cpu = || -> Result<f64> { pids.iter().map(|&p| cpu_ms(p)).sum() };
-    let before = cpu()?;
+    let before = crate::lab_proc::sum_cpu_ms(&pids)?;
     let runs = iperf_intervals(lab, &h.ns[1], &h.ns[0], dst, secs, false)?;
-    let used = cpu()? - before;
+    let used = crate::lab_proc::sum_cpu_ms(&pids)? - before;
     // Each interval is one second: Mbit/s summed is Mbit moved.
     let gb = runs.iter().sum::<f64>() / 8.0 / 1e3;
     if gb <= 0.0 {
         return Err(Error::Other("nothing moved".into()));
     }
-    let peak = pids
-        .iter()
-        .map(|&p| peak_kib(p))
-        .collect::<Result<Vec<f64>>>()?
-        .into_iter()
-        .fold(0.0, f64::max);
-    Ok((used / gb, peak))
+    Ok((used / gb, crate::lab_proc::max_peak_kib(&pids)?))
 }
 
 /// The latency-under-load test: ping round-trip times (56-byte payload, 100 pings 5 ms apart) from the client to
@@ -434,12 +389,12 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     let mut tls: Vec<(&str, Vec<Measured>)> = vec![("tls1.3", Vec::new()), ("tls1.2", Vec::new())];
     let clear = (|| {
         let mut lab = Lab::new("nvlab")?;
-        let h = TwoHosts::topology(&mut lab, &HostPair::default())?;
+        let h = TwoHosts::topology(&mut lab, &HostPair::default().via_router())?;
         let dst = h.addrs[1].outer.to_string();
         let r = sweep(&lab, &h, &dst, &levels, secs)?;
         for (version, got) in tls.iter_mut() {
             for &l in &levels {
-                set_loss(&lab, &h.ns[0], h.veth[0], l)?;
+                set_loss(&lab, &h, l)?;
                 let runs = if quick { 1 } else { 3 };
                 let t = tls_downloads(&lab, &h.ns[1], &h.ns[0], &dst, version, secs.max(2), runs);
                 got.push((
@@ -448,7 +403,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
                 ));
             }
         }
-        set_loss(&lab, &h.ns[0], h.veth[0], 0.0)?;
+        set_loss(&lab, &h, 0.0)?;
         Ok((r, rtt_under_load(&lab, &h, &dst)))
     })();
     let (clear, load) = match clear {
@@ -484,7 +439,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
         println!("loss: {name}");
         let r = (|| {
             let mut lab = Lab::new("nvlab")?.with_netveil(bin);
-            let h = TwoHosts::up(&mut lab, &pair)?;
+            let h = TwoHosts::up(&mut lab, &pair.clone().via_router())?;
             if pair.protocol == crate::lab::Protocol::Psp {
                 h.wait_psp_associated(Duration::from_secs(15))?;
             }
@@ -498,12 +453,16 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     let wg = match crate::bench::find_wireguard_go() {
         Some(wg_go) => {
             println!("loss: wireguard-go");
-            crate::bench::with_wireguard_go(&wg_go, |lab, h| {
-                let dst = h.addrs[1].inner.to_string();
-                let got = sweep(lab, h, &dst, &levels, secs)?;
-                let cost = daemon_cost(lab, h, &dst, secs);
-                Ok((got, cost, rtt_under_load(lab, h, &dst)))
-            })
+            crate::bench::with_wireguard_go_on(
+                &wg_go,
+                &HostPair::default().via_router(),
+                |lab, h| {
+                    let dst = h.addrs[1].inner.to_string();
+                    let got = sweep(lab, h, &dst, &levels, secs)?;
+                    let cost = daemon_cost(lab, h, &dst, secs);
+                    Ok((got, cost, rtt_under_load(lab, h, &dst)))
+                },
+            )
         }
         None => Err(Error::Other(
             "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),

@@ -121,6 +121,22 @@ fn scp_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     })
 }
 
+/// `voip.svg`: the largest RFC 3550 jitter of any RTP stream per path (the L2 study's Fig. 6.8 judges by its 40 ms
+/// limit of good quality).
+fn voip_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    bar_chart(Bars {
+        file: "voip.svg",
+        title: "VoIP calls (SIPp, G.711): largest RTP jitter of any stream",
+        x_desc: "ms (the study's limit of good quality: 40 ms)",
+        paper_label: "the paper",
+        bars: cells
+            .iter()
+            .filter(|c| c.experiment == "voip" && c.metric == "rtp max jitter")
+            .filter_map(|c| Some((c.path.as_str(), c.max?, None)))
+            .collect(),
+    })
+}
+
 /// A horizontal bar chart: one bar per (name, value), and the paper's beside where there is one.
 struct Bars<'a> {
     file: &'a str,
@@ -463,6 +479,7 @@ pub fn figures(report: &Report) -> Result<Vec<Figure>> {
         transfer_figure(&report.cells, "smtp")?,
         delay_figure(&report.cells)?,
         scp_figure(&report.cells)?,
+        voip_figure(&report.cells)?,
         ops_figure(&report.cells)?,
     ]
     .into_iter()

@@ -467,6 +467,7 @@ pub fn findings(report: &Report) -> Vec<Finding> {
     out.push(ah_over_esp_auth(report));
     out.push(esp_time_grows_with_size(report));
     out.push(latency_follows_delay(report));
+    out.push(voip_jitter_below_limit(report));
     out
 }
 
@@ -720,6 +721,27 @@ fn latency_follows_delay(report: &Report) -> Finding {
     judged(finding, seen, bad, "no delay cells")
 }
 
+/// The L2 study's "jitter stays below the 40 ms limit of good quality in every category" (Fig. 6.8): per `voip`
+/// path, the largest RFC 3550 jitter of any of its RTP streams below the limit.
+fn voip_jitter_below_limit(report: &Report) -> Finding {
+    let finding = "VoIP jitter stays below the 40 ms limit of good quality on every path (the L2 study, Fig. 6.8)";
+    let limit = crate::lab_voip::JITTER_LIMIT_MS;
+    let (mut seen, mut bad) = (Vec::new(), Vec::new());
+    for c in report
+        .cells
+        .iter()
+        .filter(|c| c.experiment == "voip" && c.metric == "rtp max jitter")
+    {
+        let Some(max) = c.max else { continue };
+        let line = format!("{}: at most {max:.2} ms", c.path);
+        if max >= limit {
+            bad.push(line.clone());
+        }
+        seen.push(line);
+    }
+    judged(finding, seen, bad, "no voip cells")
+}
+
 /// The bytes of a file size as the cells name it ("1KB", "10MB").
 pub fn file_bytes(name: &str) -> Option<f64> {
     let (n, unit) = name.split_at(name.find(|c: char| !c.is_ascii_digit())?);
@@ -963,8 +985,24 @@ mod tests {
             }
         };
         delay(&mut good, 0.2, 20.4);
+        // VoIP: each path's streams' largest jitter (the cell's max), against the 40 ms limit.
+        let voip = |r: &mut Report, path: &str, jitters: Vec<f64>| {
+            r.cells.push(Cell::measured(
+                "voip",
+                path,
+                "rtp max jitter",
+                "ms",
+                jitters,
+            ));
+        };
+        voip(&mut good, "plain bridge", vec![0.8, 1.5]);
+        voip(&mut good, "l2sec aes128gcm", vec![0.9, 39.0, 2.0]);
         let f = findings(&good);
-        assert_eq!(f.len(), 8);
+        assert_eq!(f.len(), 9);
+        assert!(
+            f[8].detail.contains("l2sec aes128gcm: at most 39.00 ms"),
+            "{f:?}"
+        );
         assert!(
             f[7].detail.contains("psp: +20.20 ms at 10 ms on each side"),
             "{f:?}"
@@ -1003,6 +1041,8 @@ mod tests {
         ops(&mut bad, &[(64, 700.0, 650.0), (1024, 3000.0, 640.0)]);
         // Half the delay: one side's only.
         delay(&mut bad, 0.2, 10.2);
+        // One stream at the limit (the median well below it).
+        voip(&mut bad, "l2sec aes128gcm", vec![0.9, 40.0, 2.0]);
         let f = findings(&bad);
         assert!(
             f[6].detail

@@ -16,20 +16,25 @@
 //!   (both without encryption), beside the PILSC study's Table 8 and each protocol's formula (`expected`).
 //! - `loss`: goodput under 0 to 25% packet loss, iperf3 UDP and TCP and TLS downloads, as the PSP study's Figs.
 //!   4.4 and 4.5 ([`crate::lab_loss`]).
-//! - `delay`: the round-trip time of a 500-byte ping against added link delay (`netveil delay` on both hosts'
-//!   egress; this kernel has no netem), as the PSP study's Figs. 4.6 and 4.7 ([`crate::lab_delay`]).
+//! - `delay`: the round-trip time of a 500-byte ping against added link delay (`netveil delay` on the router
+//!   between the hosts; this kernel has no netem), as the PSP study's Figs. 4.6 and 4.7 ([`crate::lab_delay`]).
 //! - `http`: files of 1 KB to 10 MB, text and random, from nginx with curl through each path: bytes, packets and
 //!   time per download, and the bytes over clear ([`crate::lab_http`]).
 //! - `smtp`: the same files as e-mail attachments, curl to a Postfix, with the same cells
 //!   ([`crate::lab_smtp`]).
 //! - `scp`: the L2 study's SCP copy (OpenSSH) of a file of zeros over the plain bridge and through l2sec: time,
 //!   rate, CPU and memory of scp, sshd and l2sec's daemons ([`crate::lab_scp`]).
+//! - `voip`: the L2 study's VoIP calls (SIPp, G.711 RTP both ways) over the plain bridge and through l2sec: calls
+//!   that succeeded, RTP loss and RFC 3550 jitter, transfer rate, CPU and memory of SIPp and l2sec's daemons
+//!   ([`crate::lab_voip`]).
 //! - `ops`: netveil's own time per ESP operation (SA lookup, anti-replay, integrity, decryption; SA lookup,
 //!   encryption, MAC) against the packet size, as the bare-PC IPsec study's Figs. 6 and 7, and PSP's per stage
 //!   beside the PSP study's Fig. 4.8; in process, no namespaces ([`crate::lab_ops`]).
 //!
-//! Each path gets a fresh two-host lab (its own namespaces, unique names, torn down when the path is done, also
-//! when it fails); a path that cannot run gives cells without value that say why.
+//! Each path gets a fresh lab (its own namespaces, unique names, torn down when the path is done, also when it
+//! fails): two hosts on a veth pair, or with a router between them where the experiment sets link conditions
+//! (`loss`, `delay`: [`crate::lab::Router`]), or stations on a bridge for l2sec; a path that cannot run gives cells
+//! without value that say why.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -40,8 +45,8 @@ use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
 
 /// The experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 8] = [
-    "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "scp", "ops",
+pub const EXPERIMENTS: [&str; 9] = [
+    "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "scp", "voip", "ops",
 ];
 
 #[derive(clap::Args, Debug)]
@@ -49,7 +54,8 @@ pub struct LabArgs {
     /// A small matrix (for CI: under a few minutes).
     #[arg(long)]
     pub quick: bool,
-    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, delay, http, smtp, scp, ops.
+    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, delay, http, smtp, scp, voip,
+    /// ops.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where the report goes (report.json, report.csv, report.md, index.html and one SVG per figure).
@@ -771,6 +777,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
             "ops" => cells.extend(crate::lab_ops::run(a.quick)),
             "delay" => cells.extend(crate::lab_delay::run(&bin, a.quick)),
             "scp" => cells.extend(crate::lab_scp::run(&bin, a.quick)),
+            "voip" => cells.extend(crate::lab_voip::run(&bin, a.quick)),
             "http" | "smtp" => {
                 let w = if e == "http" {
                     crate::lab_http::Workload::Http
@@ -802,6 +809,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
         ("postconf", &["-d", "mail_version"][..]),
         ("swaks", &["--version"][..]),
         ("ssh", &["-V"][..]),
+        ("sipp", &["-v"][..]),
         ("nft", &["--version"][..]),
     ] {
         programs.insert(p.to_string(), lab_report::version_line(p, args));

@@ -130,17 +130,6 @@ fn sshd(lab: &Lab, ns: &str, addr: &str, dir: &Path) -> Result<Sshd> {
     )))
 }
 
-/// The children's CPU time (`cutime` + `cstime`) of a process, ms.
-fn children_cpu_ms(pid: u32) -> Result<f64> {
-    let f = crate::lab_loss::stat_fields(pid)?;
-    let tick = |i: usize| -> Result<f64> {
-        f.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .ok_or_else(|| Error::Other(format!("/proc/{pid}/stat field {}", i + 3)))
-    };
-    Ok((tick(13)? + tick(14)?) * 10.0)
-}
-
 /// Parses GNU time's `-f '%e %U %S %M'` line: (wall s, CPU ms, peak KiB).
 pub fn parse_time(line: &str) -> Option<(f64, f64, f64)> {
     let v: Vec<f64> = line
@@ -164,9 +153,8 @@ fn copy_once(
     daemons: &[u32],
 ) -> Result<Copied> {
     let dest = dir.join("received");
-    let daemon_cpu =
-        || -> Result<f64> { daemons.iter().map(|&p| crate::lab_loss::cpu_ms(p)).sum() };
-    let (sshd0, daemons0) = (children_cpu_ms(sshd_pid)?, daemon_cpu()?);
+    let daemon_cpu = || crate::lab_proc::sum_cpu_ms(daemons);
+    let (sshd0, daemons0) = (crate::lab_proc::children_cpu_ms(sshd_pid)?, daemon_cpu()?);
     let t = Instant::now();
     let out = lab
         .command(
@@ -212,16 +200,11 @@ fn copy_once(
     }
     // (The listening sshd has reaped the connection's processes once the client is done; a moment for it.)
     std::thread::sleep(Duration::from_millis(100));
-    let sshd_cpu_ms = children_cpu_ms(sshd_pid)? - sshd0;
+    let sshd_cpu_ms = crate::lab_proc::children_cpu_ms(sshd_pid)? - sshd0;
     let (daemon_cpu_ms, daemon_peak_kib) = if daemons.is_empty() {
         (None, None)
     } else {
-        let peak = daemons
-            .iter()
-            .map(|&p| crate::lab_loss::peak_kib(p))
-            .collect::<Result<Vec<f64>>>()?
-            .into_iter()
-            .fold(0.0, f64::max);
+        let peak = crate::lab_proc::max_peak_kib(daemons)?;
         (Some(daemon_cpu()? - daemons0), Some(peak))
     };
     Ok(Copied {
@@ -264,11 +247,7 @@ type PathResult = (Vec<Copied>, Result<(u64, u64)>);
 /// capture.
 fn path_runs(bin: &Path, suite: Option<&str>, bytes: u64, reps: usize) -> Result<PathResult> {
     let mut lab = Lab::new("nvlab")?.with_netveil(bin);
-    let lan = Lan::build(&mut lab, &["h1", "h2"])?;
-    let daemons = match suite {
-        Some(s) => lan.protect(&lab, &["h1", "h2"], &L2Opts::suite(s))?,
-        None => Vec::new(),
-    };
+    let (lan, daemons) = Lan::pair(&mut lab, suite.map(L2Opts::suite))?;
     let pids: Vec<u32> = daemons.iter().filter_map(|d| d.pid()).collect();
     if pids.len() != daemons.len() {
         return Err(Error::Other("an l2sec daemon has no pid".into()));

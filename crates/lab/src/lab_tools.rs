@@ -46,6 +46,7 @@ pub fn tools(experiment: &str) -> Vec<Tool> {
             req("nginx", "nginx-light"),
             req("curl", "curl"),
             req("openssl", "openssl"),
+            req("python3", "python3"),
         ]),
         "delay" => t.extend([req("ping", "iputils-ping"), req("iptables", "iptables")]),
         "scp" => t.extend([
@@ -57,11 +58,19 @@ pub fn tools(experiment: &str) -> Vec<Tool> {
             req("tcpdump", "tcpdump"),
             req("tshark", "tshark"),
         ]),
+        "voip" => t.extend([
+            req("sipp", "sip-tester"),
+            req("time", "time"),
+            req("ss", "iproute2"),
+            req("tcpdump", "tcpdump"),
+            req("tshark", "tshark"),
+        ]),
         "smtp" => t.extend([
             req("postfix", "postfix"),
             req("swaks", "swaks"),
             req("curl", "curl"),
             req("openssl", "openssl"),
+            req("python3", "python3"),
         ]),
         _ => {}
     }

@@ -187,6 +187,17 @@ impl L2Opts {
 pub const TAP: &str = "l2s0";
 
 impl Lan {
+    /// Two stations, `h1` and `h2`, on a fresh LAN in `lab`, and with `opts` l2sec's daemons protecting both (none
+    /// without: the plain bridge).
+    pub fn pair(lab: &mut Lab, opts: Option<L2Opts>) -> Result<(Lan, Vec<Daemon>)> {
+        let lan = Lan::build(lab, &["h1", "h2"])?;
+        let daemons = match opts {
+            Some(o) => lan.protect(lab, &["h1", "h2"], &o)?,
+            None => Vec::new(),
+        };
+        Ok((lan, daemons))
+    }
+
     /// The `[l2sec]` configurations of the stations `names` (same group secret; each station's state directory
     /// in the lab directory, `state-NAME`; with signatures, every station's key written into the lab directory and
     /// every other station's public key listed, with its address unless `peer_ips` is off).

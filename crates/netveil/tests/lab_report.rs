@@ -5,8 +5,9 @@
 //! PSP study's); small files pay relatively more bytes than large ones over HTTP, SMTP carries more overhead than
 //! HTTP, and AH costs more bytes than ESP authentication (the IPsec web/email study's), and ESP's time per packet
 //! grows with its size (the bare-PC study's), and the round trip grows with added delay by the delay on both
-//! ends (the PSP study's), as the report's findings say. Needs root, ping, arping, tcpdump,
-//! tshark, iptables, iperf3, openssl, curl, nft, nginx, postfix, swaks, sshd, scp and GNU time.
+//! ends (the PSP study's), and VoIP calls all succeed with jitter below 40 ms (the L2 study's), as the report's
+//! findings say. Needs root, ping, arping, tcpdump, tshark, iptables, iperf3, openssl, curl, nft, nginx, postfix,
+//! swaks, sshd, scp, GNU time and sipp.
 
 use netveil_lab::lab;
 use netveil_lab::lab_report::{self, Report};
@@ -18,7 +19,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     assert!(lab::is_root(), "the namespace tests need root");
     for t in [
         "ip", "ping", "arping", "tcpdump", "tshark", "iptables", "iperf3", "openssl", "curl",
-        "nft", "nginx", "postfix", "swaks", "sshd", "scp", "time",
+        "nft", "nginx", "postfix", "swaks", "sshd", "scp", "time", "sipp",
     ] {
         assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
     }
@@ -39,7 +40,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     lab_report::check(&r).unwrap();
     assert_eq!(
         r.experiments,
-        ["ping-rtt", "overhead", "loss", "delay", "http", "smtp", "scp", "ops"]
+        ["ping-rtt", "overhead", "loss", "delay", "http", "smtp", "scp", "voip", "ops"]
     );
     let csv = std::fs::read_to_string(out.join("report.csv")).unwrap();
     assert_eq!(csv.lines().count(), r.cells.len() + 1);
@@ -56,6 +57,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         "smtp.svg",
         "delay.svg",
         "scp.svg",
+        "voip.svg",
         "ops.svg",
     ] {
         assert!(page.contains(&format!("<img src=\"{fig}\"")), "{page}");
@@ -124,11 +126,9 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     );
     // Loss, HTTP, SMTP and SCP: every path but wireguard-go (not in CI) measured at every level and file, and the
     // findings hold.
-    for c in r
-        .cells
-        .iter()
-        .filter(|c| ["loss", "delay", "http", "smtp", "scp"].contains(&c.experiment.as_str()))
-    {
+    for c in r.cells.iter().filter(|c| {
+        ["loss", "delay", "http", "smtp", "scp", "voip"].contains(&c.experiment.as_str())
+    }) {
         if c.path == "wireguard-go" && c.value.is_none() {
             continue;
         }
@@ -140,6 +140,22 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     // path's daemons' two and its rate against the bridge's.
     let scp = r.cells.iter().filter(|c| c.experiment == "scp").count();
     assert_eq!(scp, 7 + 2 * 10, "{log}");
+    // voip: both quick paths placed their 4 calls, all succeeded, and each call's RTP came back both ways (2
+    // streams), none lost; l2sec's daemons' CPU and memory are there.
+    let voip = |path: &str, metric: &str| {
+        r.cells
+            .iter()
+            .find(|c| c.experiment == "voip" && c.path == path && c.metric == metric)
+            .and_then(|c| c.value)
+            .unwrap_or_else(|| panic!("voip {path} {metric}: no value\n{log}"))
+    };
+    for path in ["plain bridge", "l2sec aes128gcm"] {
+        assert_eq!(voip(path, "calls placed"), 4.0, "{log}");
+        assert_eq!(voip(path, "successful calls"), 100.0, "{log}");
+        assert_eq!(voip(path, "rtp streams"), 8.0, "{log}");
+        assert_eq!(voip(path, "rtp lost"), 0.0, "{log}");
+    }
+    assert!(voip("l2sec aes128gcm", "daemon peak memory") > 0.0);
     let ops: Vec<_> = r.cells.iter().filter(|c| c.experiment == "ops").collect();
     assert_eq!(ops.len(), 2 * (3 * 9 + 1) + 8, "{ops:?}");
     for c in &ops {
@@ -153,7 +169,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         }
     }
     let findings = lab_report::findings(&r);
-    assert_eq!(findings.len(), 8);
+    assert_eq!(findings.len(), 9);
     for f in &findings {
         assert_eq!(f.holds, Some(true), "{f:?}\n{log}");
     }
