@@ -446,6 +446,7 @@ mod tests {
             "policy-mismatch",
             "replayed",
             "sa-expired",
+            "send-refused",
             "seq-exhausted",
             "seq-not-reserved",
             "tfc-dummy",

@@ -22,6 +22,10 @@ netveil_sa::drop_reasons! {
         /// A later fragment whose first fragment was not seen (or is forgotten), where policies select by port:
         /// its policy cannot be known, so it is not sent (RFC 4301 section 7).
         FragmentNoState => "fragment-without-first",
+        /// Protected and ready, but the kernel refused to send it: the sealed packet is larger than the route's
+        /// MTU (`EMSGSIZE`: raw ESP/AH is not fragmented after encapsulation, so keep `interface.mtu` at the link's
+        /// MTU less the protocol's overhead), no route to the peer, or the socket's buffer full.
+        SendRefused => "send-refused",
     }
 }
 
@@ -70,6 +74,7 @@ mod tests {
                 "ttl-exceeded",
                 "no-sa",
                 "fragment-without-first",
+                "send-refused",
             ]
         );
         assert_eq!(Drop::from(Ipsec::AuthFailed).to_string(), "auth-failed");

@@ -611,3 +611,40 @@ fn bad_config_leaves_nothing_behind() {
     );
     assert!(!sock.exists());
 }
+
+/// A tunnel whose interface MTU is the link's (1,500) seals full-size packets into ESP packets too big for the link:
+/// raw ESP is not fragmented after encapsulation, the kernel refuses them, and the daemon counts each as
+/// `tx:send-refused` (before: dropped without a count). A packet that fits after sealing still goes through.
+#[test]
+fn sealed_packets_too_big_for_the_link_are_counted() {
+    let _g = serial();
+    let mut lab = new_lab();
+    let pair = HostPair {
+        mtu: 1500,
+        ..HostPair::esp("aes128-sha1")
+    };
+    let h = TwoHosts::up(&mut lab, &pair).unwrap();
+    let dst = h.addrs[1].inner.to_string();
+    let ping = |size: &str| {
+        lab.exec(
+            &h.ns[0],
+            &[
+                "ping", "-n", "-c", "3", "-i", "0.2", "-W", "1", "-M", "do", "-s", size, &dst,
+            ],
+        )
+        .unwrap()
+        .status
+        .success()
+    };
+    // 1,000 + 28 bytes sealed: about 1,100, fits.
+    assert!(ping("1000"));
+    let refused = |d: &netveil_lab::lab::Daemon| {
+        d.status_json().unwrap()["drops"]["tx:send-refused"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(refused(h.daemon(0)), 0);
+    // 1,472 + 28 = 1,500 bytes inner: sealed, over the link's 1,500.
+    assert!(!ping("1472"));
+    assert_eq!(refused(h.daemon(0)), 3);
+}

@@ -367,6 +367,12 @@ impl<R: Reason> DropCounters<R> {
     pub fn count(&self, r: R) {
         self.counts[r.index()].fetch_add(1, Relaxed);
     }
+    /// Counts `n` drops for `r` at once.
+    pub fn count_n(&self, r: R, n: u64) {
+        if n > 0 {
+            self.counts[r.index()].fetch_add(n, Relaxed);
+        }
+    }
     pub fn get(&self, r: R) -> u64 {
         self.counts[r.index()].load(Relaxed)
     }

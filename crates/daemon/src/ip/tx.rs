@@ -244,20 +244,28 @@ impl TxCtx {
         drop(snap);
         let n4 = partition(bufs, recs, 0, good, 0);
         let n6 = partition(bufs, recs, n4, good, 1);
+        // What the kernel refuses (too big for the route, no route) is counted, not lost silently.
+        let refused = |want: usize, sent: std::io::Result<usize>| {
+            let n = want.saturating_sub(sent.unwrap_or(0)) as u64;
+            sh.tx_drops.count_n(Drop::SendRefused, n);
+        };
         if n4 > 0 {
-            let _ = path.send4.send_batch(&bufs[..n4]);
+            refused(n4, path.send4.send_batch(&bufs[..n4]));
         }
         if n6 > n4 {
-            if let Some(s6) = &path.send6 {
-                let _ = s6.send_batch(&bufs[n4..n6]);
+            match &path.send6 {
+                Some(s6) => refused(n6 - n4, s6.send_batch(&bufs[n4..n6])),
+                None => refused(n6 - n4, Ok(0)),
             }
         }
         let nu = partition(bufs, recs, n6, good, 2);
         if nu > n6 {
-            self.gso.send(&bufs[n6..nu], &recs[n6..nu], &path.udp);
+            let n = self.gso.send(&bufs[n6..nu], &recs[n6..nu], &path.udp);
+            sh.tx_drops.count_n(Drop::SendRefused, n);
         }
         if good > nu {
-            self.gso.send(&bufs[nu..good], &recs[nu..good], &path.psp);
+            let n = self.gso.send(&bufs[nu..good], &recs[nu..good], &path.psp);
+            sh.tx_drops.count_n(Drop::SendRefused, n);
         }
     }
 }
@@ -318,14 +326,17 @@ impl GsoSender {
         }
     }
 
-    /// Sends `pkts`: datagram payloads, to where their records say.
-    fn send(&mut self, pkts: &[PacketBuf], recs: &[TxRecord], udp: &UdpOut) {
+    /// Sends `pkts`: datagram payloads, to where their records say. Returns how many were not sent (no socket,
+    /// too long, refused by the kernel).
+    fn send(&mut self, pkts: &[PacketBuf], recs: &[TxRecord], udp: &UdpOut) -> u64 {
+        let mut refused = 0;
         for (chunk, recs) in pkts.chunks(GSO_GATHER).zip(recs.chunks(GSO_GATHER)) {
-            self.send_chunk(chunk, recs, udp);
+            refused += self.send_chunk(chunk, recs, udp);
         }
+        refused
     }
 
-    fn send_chunk(&mut self, pkts: &[PacketBuf], recs: &[TxRecord], udp: &UdpOut) {
+    fn send_chunk(&mut self, pkts: &[PacketBuf], recs: &[TxRecord], udp: &UdpOut) -> u64 {
         let mut payloads = [IoSlice::new(&[]); GSO_GATHER];
         let mut k = 0;
         self.runs.clear();
@@ -379,6 +390,8 @@ impl GsoSender {
             }
             k += 1;
         }
+        // (What was skipped above: no datagram record, too long, no socket.)
+        let mut refused = (pkts.len() - k) as u64;
         // One gathered send per socket that has runs (usually one), in the runs' order.
         let mut done = 0;
         while done < self.runs.len() {
@@ -399,10 +412,15 @@ impl GsoSender {
                 }
             }
             let socks = if fam6 { &udp.v6 } else { &udp.v4 };
-            let _ = socks[first.sock].send_gathered_from(&items[..n]);
+            let want: usize = items[..n].iter().map(|i| i.0.len()).sum();
+            let sent = socks[first.sock]
+                .send_gathered_from(&items[..n])
+                .unwrap_or(0);
+            refused += want.saturating_sub(sent) as u64;
             while done < self.runs.len() && self.runs[done].len == 0 {
                 done += 1;
             }
         }
+        refused
     }
 }
