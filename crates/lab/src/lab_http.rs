@@ -2,6 +2,8 @@
 //! compressible (text) or not (random bytes), through each path.
 //!
 //! - `http`: downloaded from nginx with curl (text is sent gzip-compressed to `curl --compressed`).
+//! - The paths: clear, TLS 1.3 and 1.2 on it, netveil's protocols and suites (manual keys), netveil's ESP tunnel
+//!   keyed by its IKEv2 (automatic keying), and strongSwan at both ends.
 //! - `smtp`: sent as an e-mail attachment from the server side to a Postfix on the client side ([`crate::lab_smtp`]:
 //!   the study's East mailing the client; base64, so text and random files alike grow by a third).
 //!
@@ -21,6 +23,7 @@
 //! packet for the Ethernet header). They count every packet of the transfer: the TCP handshake and teardown, the
 //! request (or the SMTP dialogue) and the acknowledgements, and for TLS its handshake.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -68,7 +71,7 @@ const KINDS: [(&str, &str); 2] = [("text", "txt"), ("random", "bin")];
 
 /// Writes the files into `www`: text (lines of words, gzip takes it to a fraction) and pseudo-random bytes; their
 /// paths.
-fn make_files(www: &Path, sizes: &[(usize, &str)]) -> Result<Vec<PathBuf>> {
+pub(crate) fn make_files(www: &Path, sizes: &[(usize, &str)]) -> Result<Vec<PathBuf>> {
     let mut paths = Vec::new();
     std::fs::create_dir_all(www).map_err(Error::io("www dir"))?;
     let words = [
@@ -191,31 +194,31 @@ fn counters(lab: &Lab, ns: &str, dev: &str) -> Result<[u64; 4]> {
 /// One transfer: IP bytes and packets per direction (down: server side to client side), its time, and what the
 /// programs used.
 #[derive(Debug, Clone, Copy)]
-struct Download {
-    down: f64,
-    up: f64,
-    down_packets: f64,
-    up_packets: f64,
-    secs: f64,
+pub(crate) struct Download {
+    pub(crate) down: f64,
+    pub(crate) up: f64,
+    pub(crate) down_packets: f64,
+    pub(crate) up_packets: f64,
+    pub(crate) secs: f64,
     /// curl's CPU time (user and system, ms) and peak resident memory (KiB), from its wait (`wait4`, through
     /// [`crate::lab_proc::USAGE_WRAPPER`]).
-    client_cpu_ms: f64,
-    client_peak_kib: f64,
+    pub(crate) client_cpu_ms: f64,
+    pub(crate) client_peak_kib: f64,
     /// The server's (nginx's, or Postfix's processes') CPU time over the transfer, ms.
-    server_cpu_ms: f64,
+    pub(crate) server_cpu_ms: f64,
     /// netveil's daemons' (both sides) CPU time over the transfer, ms; `None` without them.
-    daemon_cpu_ms: Option<f64>,
+    pub(crate) daemon_cpu_ms: Option<f64>,
 }
 
 /// Whose CPU time and memory a path's transfers count: the server's namespace (its processes, less the daemons),
 /// and netveil's daemons.
-struct Procs {
+pub(crate) struct Procs {
     server_ns: String,
     daemons: Vec<u32>,
 }
 
 impl Procs {
-    fn of(h: &TwoHosts, w: Workload) -> Procs {
+    pub(crate) fn of(h: &TwoHosts, w: Workload) -> Procs {
         Procs {
             server_ns: match w {
                 Workload::Http => h.ns[1].clone(),
@@ -244,7 +247,7 @@ struct Peaks {
 }
 
 impl Download {
-    fn bytes(&self) -> f64 {
+    pub(crate) fn bytes(&self) -> f64 {
         self.down + self.up
     }
 }
@@ -260,6 +263,11 @@ fn get_args(url: &str, tls: Option<&str>) -> Vec<String> {
         "/dev/null",
         "-w",
         "%{time_total} %{http_code}",
+        // A transfer that stalls (under 1,000 bytes/s for 3 s: a black hole) fails instead of hanging.
+        "--speed-limit",
+        "1000",
+        "--speed-time",
+        "3",
     ];
     match tls {
         Some("tls1.3") => args.extend(["-k", "--tlsv1.3"]),
@@ -273,7 +281,7 @@ fn get_args(url: &str, tls: Option<&str>) -> Vec<String> {
 /// One transfer of `file` (a path under the files' folder) to the client side: `http` downloads it from `server`
 /// (an address of the server side), `smtp` sends its mail from the server side to `client` (an address of the
 /// client side).
-fn transfer(
+pub(crate) fn transfer(
     lab: &Lab,
     h: &TwoHosts,
     w: Workload,
@@ -309,10 +317,19 @@ fn transfer(
     let (server1, daemons1) = procs.cpu()?;
     let err = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
+        // (Without the wrapper's usage line.)
+        let said: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("netveil-lab-usage "))
+            .collect();
         return Err(Error::Other(format!(
-            "{name}: curl failed ({}): {}",
+            "{name}: curl failed ({}){}",
             out.status,
-            err.trim()
+            if said.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", said.join(" | "))
+            }
         )));
     }
     let o = String::from_utf8_lossy(&out.stdout);
@@ -341,10 +358,31 @@ fn transfer(
     })
 }
 
-/// (path, host pair or `None` for the clear veth, TLS version for HTTPS or SMTP's STARTTLS).
-type PathCase = (&'static str, Option<HostPair>, Option<&'static str>);
+/// What carries a path's transfers.
+#[derive(Debug, Clone)]
+enum Carrier {
+    /// The clear veth.
+    Clear,
+    /// netveil's daemons, set up as the pair says.
+    Netveil(HostPair),
+    /// strongSwan at both ends (two charons with kernel-libipsec: ESP in UDP, AES-GCM-128, the child negotiated
+    /// by IKEv2 with a PSK), as `ping-rtt`'s strongSwan path.
+    StrongSwan,
+    /// netveil's ESP tunnel (AES-GCM-128) keyed by its own IKEv2 (PSK, x25519), as `ping-rtt`'s IKE path: the
+    /// study's automatic keying beside the manual keys of the other netveil paths.
+    NetveilIke,
+}
 
-/// The paths of workload `w`: clear, TLS 1.3 and 1.2 (HTTPS, or SMTP with STARTTLS), and netveil's.
+/// The IKE-keyed tunnel's name.
+pub const IKE_PATH: &str = "netveil esp tunnel aes128gcm16 (ike)";
+
+/// The strongSwan path's name.
+pub const STRONGSWAN_PATH: &str = "strongswan esp-in-udp tunnel aes128gcm16 (libipsec)";
+
+/// (path, what carries it, TLS version for HTTPS or SMTP's STARTTLS).
+type PathCase = (&'static str, Carrier, Option<&'static str>);
+
+/// The paths of workload `w`: clear, TLS 1.3 and 1.2 (HTTPS, or SMTP with STARTTLS), netveil's, and strongSwan's.
 fn paths(w: Workload) -> Vec<PathCase> {
     let esp = |suite: &str, mode: Mode, ah: Option<&str>| HostPair {
         mode,
@@ -365,49 +403,51 @@ fn paths(w: Workload) -> Vec<PathCase> {
         Workload::Smtp => ["smtp starttls tls1.3", "smtp starttls tls1.2"],
     };
     vec![
-        ("clear", None, None),
-        (tls[0], None, Some("tls1.3")),
-        (tls[1], None, Some("tls1.2")),
+        ("clear", Carrier::Clear, None),
+        (tls[0], Carrier::Clear, Some("tls1.3")),
+        (tls[1], Carrier::Clear, Some("tls1.2")),
         (
             "netveil esp tunnel aes128gcm16",
-            Some(HostPair::esp("aes128gcm16")),
+            Carrier::Netveil(HostPair::esp("aes128gcm16")),
             None,
         ),
         // The framing alone (no encryption, no integrity: the L2 study's noENC-noHMAC category), to tell framing
         // from crypto.
         (
             "netveil esp tunnel null-null",
-            Some(esp("null-null", Mode::Tunnel, None)),
+            Carrier::Netveil(esp("null-null", Mode::Tunnel, None)),
             None,
         ),
         (
             "netveil esp transport aes128-sha1",
-            Some(esp("aes128-sha1", Mode::Transport, None)),
+            Carrier::Netveil(esp("aes128-sha1", Mode::Transport, None)),
             None,
         ),
-        ("netveil ah transport sha1", Some(ah), None),
+        ("netveil ah transport sha1", Carrier::Netveil(ah), None),
         (
             "netveil esp+ah transport aes128-sha1 + sha1",
-            Some(esp("aes128-sha1", Mode::Transport, Some("sha1"))),
+            Carrier::Netveil(esp("aes128-sha1", Mode::Transport, Some("sha1"))),
             None,
         ),
         // ESP's authentication against AH's, without encryption (which netveil's ESP never leaves out when it
         // authenticates alone): the study's ESP-3DES-SHA1 against ESP-3DES + AH-SHA1, with null in place of 3DES.
         (
             ESP_AUTH_PATH,
-            Some(esp("null-sha1", Mode::Transport, None)),
+            Carrier::Netveil(esp("null-sha1", Mode::Transport, None)),
             None,
         ),
         (
             AH_AUTH_PATH,
-            Some(esp("null-null", Mode::Transport, Some("sha1"))),
+            Carrier::Netveil(esp("null-null", Mode::Transport, Some("sha1"))),
             None,
         ),
         (
             "netveil psp aes-gcm-128",
-            Some(HostPair::psp("aes-gcm-128")),
+            Carrier::Netveil(HostPair::psp("aes-gcm-128")),
             None,
         ),
+        (IKE_PATH, Carrier::NetveilIke, None),
+        (STRONGSWAN_PATH, Carrier::StrongSwan, None),
     ]
 }
 
@@ -447,7 +487,7 @@ fn transfers(
 }
 
 /// Sets `gso_max_segs 1` on both veths: packets cross at their real size.
-fn real_wire(lab: &Lab, h: &TwoHosts) -> Result<()> {
+pub(crate) fn real_wire(lab: &Lab, h: &TwoHosts) -> Result<()> {
     for i in 0..2 {
         lab.exec_ok(
             &h.ns[i],
@@ -459,7 +499,7 @@ fn real_wire(lab: &Lab, h: &TwoHosts) -> Result<()> {
 
 /// The server of `w` on its side, running until dropped: nginx on the server side's `server` address, serving
 /// `www`, or Postfix on the client side's `client`.
-fn server(
+pub(crate) fn server(
     lab: &Lab,
     h: &TwoHosts,
     w: Workload,
@@ -480,7 +520,59 @@ fn run_path(
     files: &[PathBuf],
     reps: usize,
 ) -> Result<(Downloads, Peaks)> {
-    let (_, pair, tls) = case;
+    let (_, carrier, tls) = case;
+    // A tunnel's namespaces, veths and addresses as a two-host view, with its daemons' process ids.
+    let view = |ns: &[String; 2], outer: [IpAddr; 2], inner: [IpAddr; 2], daemons: Vec<u32>| {
+        let addrs = |i: usize| crate::lab::HostAddrs {
+            outer: outer[i],
+            outer_prefix: 24,
+            inner: inner[i],
+            inner_prefix: 32,
+        };
+        let h = TwoHosts {
+            pair: HostPair::default(),
+            ns: ns.clone(),
+            veth: ["veth-a", "veth-b"],
+            addrs: [addrs(0), addrs(1)],
+            configs: [String::new(), String::new()],
+            router: None,
+            daemons: Vec::new(),
+        };
+        let mut procs = Procs::of(&h, w);
+        procs.daemons = daemons;
+        (h, procs)
+    };
+    let pair = match carrier {
+        Carrier::Clear => None,
+        Carrier::Netveil(p) => Some(p),
+        Carrier::NetveilIke => {
+            return crate::lab_run::with_ike(bin, |lab, t| {
+                let ip = |a: [&str; 2]| -> [IpAddr; 2] {
+                    a.map(|s| s.parse().unwrap_or(IpAddr::from([0, 0, 0, 0])))
+                };
+                let (h, procs) = view(
+                    &t.ns,
+                    ip(crate::lab_run::IKE_OUTER),
+                    ip(crate::lab_run::IKE_INNER),
+                    t.daemon_pids.clone(),
+                );
+                measure(lab, &h, w, true, *tls, (www, files, reps), &procs)
+            });
+        }
+        Carrier::StrongSwan => {
+            return crate::lab_run::with_strongswan(|lab, p| {
+                // The transfers run between the inner addresses the child covers; the charons are the daemons.
+                use crate::strongswan::SwanPair;
+                let (h, procs) = view(
+                    &p.ns,
+                    [SwanPair::outer(0), SwanPair::outer(1)],
+                    [SwanPair::inner(0), SwanPair::inner(1)],
+                    p.charons.iter().filter_map(|c| c.pid()).collect(),
+                );
+                measure(lab, &h, w, true, *tls, (www, files, reps), &procs)
+            });
+        }
+    };
     let mut lab = Lab::new("nvlab")?;
     let (h, tunnel) = match pair {
         None => (TwoHosts::topology(&mut lab, &HostPair::default())?, false),
@@ -493,7 +585,22 @@ fn run_path(
             (h, pair.mode == Mode::Tunnel)
         }
     };
-    real_wire(&lab, &h)?;
+    let procs = Procs::of(&h, w);
+    measure(&lab, &h, w, tunnel, *tls, (www, files, reps), &procs)
+}
+
+/// The transfers of every file on a path that is up (`tunnel`: between the inner addresses), and the programs'
+/// peak memory.
+fn measure(
+    lab: &Lab,
+    h: &TwoHosts,
+    w: Workload,
+    tunnel: bool,
+    tls: Option<&str>,
+    (www, files, reps): (&Path, &[PathBuf], usize),
+    procs: &Procs,
+) -> Result<(Downloads, Peaks)> {
+    real_wire(lab, h)?;
     // The ends' addresses: the tunnel's inner ones in tunnel mode, the veths' otherwise.
     let (client, server_addr) = if tunnel {
         (h.addrs[0].inner.to_string(), h.addrs[1].inner.to_string())
@@ -501,9 +608,8 @@ fn run_path(
         (h.addrs[0].outer.to_string(), h.addrs[1].outer.to_string())
     };
     let addrs = (client.as_str(), server_addr.as_str());
-    let _s = server(&lab, &h, w, addrs, www)?;
-    let procs = Procs::of(&h, w);
-    let d = transfers(&lab, &h, w, addrs, *tls, files, reps, &procs)?;
+    let _s = server(lab, h, w, addrs, www)?;
+    let d = transfers(lab, h, w, addrs, tls, files, reps, procs)?;
     let peaks = Peaks {
         client: d
             .iter()
@@ -570,7 +676,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
     let mut auth: Vec<((&str, usize, usize), f64)> = Vec::new();
     for case in paths(w) {
         println!("{experiment}: {}", case.0);
-        let tunnel = case.1.is_some();
+        let tunnel = !matches!(case.1, Carrier::Clear);
         let (r, peaks) = match run_path(bin, &www, w, &case, &files, reps) {
             Ok((d, p)) => (Ok(d), Ok(p)),
             Err(e) => {

@@ -468,6 +468,7 @@ pub fn findings(report: &Report) -> Vec<Finding> {
     out.push(esp_time_grows_with_size(report));
     out.push(latency_follows_delay(report));
     out.push(voip_jitter_below_limit(report));
+    out.push(small_mtu_costs_load(report));
     out
 }
 
@@ -742,6 +743,36 @@ fn voip_jitter_below_limit(report: &Report) -> Finding {
     judged(finding, seen, bad, "no voip cells")
 }
 
+/// The IPsec web/email study's MTU sweep (Appendix C): an interface MTU below the ideal one costs more network load
+/// (MTU 600: +16.7-18.1% over 1,438 for ESP). Per `mtu` cell `load vs ideal ... at mtu M` with M under the ideal:
+/// above 0.
+fn small_mtu_costs_load(report: &Report) -> Finding {
+    let finding =
+        "an interface MTU below the ideal one costs more network load (the IPsec web/email study, \
+                   Appendix C: MTU 600 +16.7-18.1% over the ideal 1,438 with ESP)";
+    let (mut seen, mut bad) = (Vec::new(), Vec::new());
+    for c in report.cells.iter().filter(|c| c.experiment == "mtu") {
+        let Some(rest) = c.metric.strip_prefix("load vs ideal ") else {
+            continue;
+        };
+        let Some(mtu) = rest
+            .rsplit_once(" at mtu ")
+            .and_then(|(_, m)| m.parse::<u16>().ok())
+        else {
+            continue;
+        };
+        let (Some(v), true) = (c.value, mtu < crate::lab_mtu::IDEAL) else {
+            continue;
+        };
+        let line = format!("{}: {v:+.1}%", rest);
+        if v <= 0.0 {
+            bad.push(line.clone());
+        }
+        seen.push(line);
+    }
+    judged(finding, seen, bad, "no mtu cells below the ideal")
+}
+
 /// The bytes of a file size as the cells name it ("1KB", "10MB").
 pub fn file_bytes(name: &str) -> Option<f64> {
     let (n, unit) = name.split_at(name.find(|c: char| !c.is_ascii_digit())?);
@@ -997,8 +1028,21 @@ mod tests {
         };
         voip(&mut good, "plain bridge", vec![0.8, 1.5]);
         voip(&mut good, "l2sec aes128gcm", vec![0.9, 39.0, 2.0]);
+        // The MTU sweep: load against the ideal MTU's below it (and above it, which the finding leaves alone).
+        let mtu = |r: &mut Report, at: u16, v: f64| {
+            r.cells.push(Cell::measured(
+                "mtu",
+                "esp",
+                &format!("load vs ideal random 10KB at mtu {at}"),
+                "%",
+                vec![v],
+            ));
+        };
+        mtu(&mut good, 600, 12.0);
+        mtu(&mut good, 8000, -5.0);
         let f = findings(&good);
-        assert_eq!(f.len(), 9);
+        assert_eq!(f.len(), 10);
+        assert_eq!(f[9].detail, "random 10KB at mtu 600: +12.0%", "{f:?}");
         assert!(
             f[8].detail.contains("l2sec aes128gcm: at most 39.00 ms"),
             "{f:?}"
@@ -1043,6 +1087,7 @@ mod tests {
         delay(&mut bad, 0.2, 10.2);
         // One stream at the limit (the median well below it).
         voip(&mut bad, "l2sec aes128gcm", vec![0.9, 40.0, 2.0]);
+        mtu(&mut bad, 600, -0.5);
         let f = findings(&bad);
         assert!(
             f[6].detail

@@ -22,6 +22,8 @@
 //!   time per download, and the bytes over clear ([`crate::lab_http`]).
 //! - `smtp`: the same files as e-mail attachments, curl to a Postfix, with the same cells
 //!   ([`crate::lab_smtp`]).
+//! - `mtu`: HTTP downloads through netveil's ESP tunnel with its interface MTU below, at and above the ideal
+//!   one, as the IPsec web/email study's MTU sweep ([`crate::lab_mtu`]).
 //! - `scp`: the L2 study's SCP copy (OpenSSH) of a file of zeros over the plain bridge and through l2sec: time,
 //!   rate, CPU and memory of scp, sshd and l2sec's daemons ([`crate::lab_scp`]).
 //! - `voip`: the L2 study's VoIP calls (SIPp, G.711 RTP both ways) over the plain bridge and through l2sec: calls
@@ -45,8 +47,8 @@ use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
 
 /// The experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 9] = [
-    "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "scp", "voip", "ops",
+pub const EXPERIMENTS: [&str; 10] = [
+    "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "mtu", "scp", "voip", "ops",
 ];
 
 #[derive(clap::Args, Debug)]
@@ -54,8 +56,8 @@ pub struct LabArgs {
     /// A small matrix (for CI: under a few minutes).
     #[arg(long)]
     pub quick: bool,
-    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, delay, http, smtp, scp, voip,
-    /// ops.
+    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, delay, http, smtp, mtu, scp,
+    /// voip, ops.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where the report goes (report.json, report.csv, report.md, index.html and one SVG per figure).
@@ -312,11 +314,30 @@ fn lab_psk() -> zeroize::Zeroizing<String> {
     zeroize::Zeroizing::new(key.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Pings through netveil's ESP tunnel (AES-GCM-128, raw ESP) with its CHILD_SA negotiated by netveil's IKEv2 (PSK,
-/// x25519): two namespaces on a veth pair, a daemon with an `[ike]` connection in each, side a initiating at start.
+/// Pings through netveil's ESP tunnel keyed by its IKEv2 ([`with_ike`]).
 fn ike_pings(bin: &Path, sizes: &[u32], count: u32) -> Result<Vec<bench_ping::PingStat>> {
-    const OUTER: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
-    const INNER: [&str; 2] = ["10.98.0.1", "10.98.0.2"];
+    with_ike(bin, |lab, ike| {
+        pings(lab, &ike.ns[0], IKE_INNER[1], sizes, count)
+    })
+}
+
+/// The outer (veth) and inner (tunnel) addresses of [`with_ike`]'s two sides.
+pub(crate) const IKE_OUTER: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
+pub(crate) const IKE_INNER: [&str; 2] = ["10.98.0.1", "10.98.0.2"];
+
+/// A tunnel of [`with_ike`]: its namespaces and its daemons' process ids.
+pub(crate) struct IkeTunnel {
+    pub ns: [String; 2],
+    pub daemon_pids: Vec<u32>,
+}
+
+/// Runs `f` on netveil's ESP tunnel (AES-GCM-128, raw ESP) with its CHILD_SA negotiated by netveil's IKEv2 (PSK of
+/// the run's own, x25519): two namespaces on a veth pair (`veth-a`, `veth-b`: [`IKE_OUTER`]), a daemon with an
+/// `[ike]` connection in each (the tunnel between [`IKE_INNER`]), side a initiating at start; once a ping goes
+/// through.
+pub(crate) fn with_ike<T>(bin: &Path, f: impl FnOnce(&Lab, &IkeTunnel) -> Result<T>) -> Result<T> {
+    const OUTER: [&str; 2] = IKE_OUTER;
+    const INNER: [&str; 2] = IKE_INNER;
     let mut lab = Lab::new("nvlab")?.with_netveil(bin);
     let ns = [lab.add_ns("a")?, lab.add_ns("b")?];
     for n in &ns {
@@ -373,7 +394,8 @@ fn ike_pings(bin: &Path, sizes: &[u32], count: u32) -> Result<Vec<bench_ping::Pi
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    pings(&lab, &ns[0], INNER[1], sizes, count)
+    let daemon_pids = [&a, &b].iter().filter_map(|d| d.pid()).collect();
+    f(&lab, &IkeTunnel { ns, daemon_pids })
 }
 
 /// The strongSwan peer's path: two charons (kernel-libipsec: ESP in user space over a TUN device, in UDP),
@@ -398,7 +420,7 @@ fn strongswan_pings(sizes: &[u32], count: u32) -> Result<Vec<bench_ping::PingSta
 
 /// Runs `f` on a strongSwan pair ([`crate::strongswan::SwanPair`]) with its child up: both ends strongSwan, the
 /// child negotiated by IKEv2 (PSK, x25519), AES-GCM-128 ESP in UDP.
-fn with_strongswan<T>(
+pub(crate) fn with_strongswan<T>(
     f: impl FnOnce(&Lab, &crate::strongswan::SwanPair) -> Result<T>,
 ) -> Result<T> {
     use crate::strongswan::{CharonOptions, SwanAuth, SwanPair, SwanPsk};
@@ -778,6 +800,11 @@ pub fn run(a: LabArgs) -> Result<Report> {
             "delay" => cells.extend(crate::lab_delay::run(&bin, a.quick)),
             "scp" => cells.extend(crate::lab_scp::run(&bin, a.quick)),
             "voip" => cells.extend(crate::lab_voip::run(&bin, a.quick)),
+            "mtu" => cells.extend(crate::lab_mtu::run(
+                &bin,
+                a.quick,
+                &std::env::temp_dir().join(format!("nv-lab-mtu-{}", std::process::id())),
+            )),
             "http" | "smtp" => {
                 let w = if e == "http" {
                     crate::lab_http::Workload::Http

@@ -48,6 +48,11 @@ pub fn tools(experiment: &str) -> Vec<Tool> {
             req("openssl", "openssl"),
             req("python3", "python3"),
         ]),
+        "mtu" => t.extend([
+            req("nginx", "nginx-light"),
+            req("curl", "curl"),
+            req("python3", "python3"),
+        ]),
         "delay" => t.extend([req("ping", "iputils-ping"), req("iptables", "iptables")]),
         "scp" => t.extend([
             req("sshd", "openssh-server"),

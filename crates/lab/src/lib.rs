@@ -25,6 +25,7 @@ pub mod lab;
 pub mod lab_delay;
 pub mod lab_http;
 pub mod lab_loss;
+pub mod lab_mtu;
 pub mod lab_ops;
 pub mod lab_plot;
 pub mod lab_proc;
