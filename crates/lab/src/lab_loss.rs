@@ -9,6 +9,8 @@
 //! flows from the server to the client (iperf3 `-R`, downloads), so the data packets (and the tunnels' packets that
 //! carry them) are the ones lost. Small packets (handshakes, acknowledgements, iperf3's control messages) pass, so
 //! that every run completes and what is measured is the data's loss; the study does not say what its tool dropped.
+//! Both hosts' links carry packets at their real size (`gso_max_segs 1`, as in `http`): with segmentation offload a
+//! sender's batch of up to 64 KB crosses the router as one unit and would be dropped or kept whole.
 //!
 //! Every path also gets the latency-under-load test at 0% loss: `rtt idle` and `rtt under load` (ms; 100 pings of
 //! 56 bytes, 5 ms apart, before and during a TCP bulk flow from server to client).
@@ -304,6 +306,9 @@ fn path_cells(path: &str, levels: &[f64], got: Result<Vec<Measured>>) -> Vec<Cel
 
 /// Runs iperf3 UDP and TCP at every level on a built lab: the client is `h.ns[0]`, the server `dst` in `h.ns[1]`.
 fn sweep(lab: &Lab, h: &TwoHosts, dst: &str, levels: &[f64], secs: u32) -> Result<Vec<Measured>> {
+    // Packets cross the hosts' links at their real size, not as segmentation-offload batches of up to 64 KB: the
+    // router's drop decides per packet, as a lossy link does (a batch would be lost or kept whole).
+    crate::lab_http::real_wire(lab, h)?;
     let mut out = Vec::new();
     for &l in levels {
         set_loss(lab, h, l)?;
@@ -469,8 +474,25 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
         )),
     };
     cells.extend(with_cost("wireguard-go", &levels, wg));
+    // strongSwan at both ends (the peer of ping-rtt and http) on the same routed lab; its daemons are the charons.
+    let swan = match crate::strongswan::missing() {
+        None => {
+            println!("loss: {STRONGSWAN_PATH}");
+            crate::lab_run::with_strongswan_on(&HostPair::default().via_router(), |lab, h| {
+                let dst = h.addrs[1].inner.to_string();
+                let got = sweep(lab, h, &dst, &levels, secs)?;
+                let cost = daemon_cost(lab, h, &dst, secs);
+                Ok((got, cost, rtt_under_load(lab, h, &dst)))
+            })
+        }
+        Some(why) => Err(Error::Other(why)),
+    };
+    cells.extend(with_cost(STRONGSWAN_PATH, &levels, swan));
     cells
 }
+
+/// The strongSwan path's name (two charons with kernel-libipsec: ESP in UDP, AES-GCM-128, IKEv2 with a PSK).
+pub const STRONGSWAN_PATH: &str = "strongswan esp-in-udp aes128gcm16 (libipsec)";
 
 /// A tunnel's daemons' CPU per GB (ms/GB) and peak memory (KiB), see [`daemon_cost`].
 type Cost = (f64, f64);

@@ -447,6 +447,59 @@ pub(crate) fn with_strongswan<T>(
     f(&lab, &p)
 }
 
+/// Runs `f` on strongSwan at both ends (as [`with_strongswan`]) on the topology of `pair` (its addresses, and its
+/// router when it is routed): a charon in each host's namespace, its child between the pair's inner addresses
+/// (/32 on `lo`), up before `f` runs.
+pub(crate) fn with_strongswan_on<T>(
+    pair: &HostPair,
+    f: impl FnOnce(&Lab, &TwoHosts) -> Result<T>,
+) -> Result<T> {
+    use crate::strongswan::{Charon, CharonOptions, SwanAuth, SwanChild, SwanPair, SwanPsk};
+    let mut lab = Lab::new("nvlab")?;
+    let h = TwoHosts::topology(&mut lab, pair)?;
+    for i in 0..2 {
+        lab.addr(&h.ns[i], "lo", &format!("{}/32", h.addrs[i].inner))?;
+    }
+    let opts = CharonOptions::default();
+    let charons = [
+        Charon::start(&lab, &h.ns[0], "a", &opts)?,
+        Charon::start(&lab, &h.ns[1], "b", &opts)?,
+    ];
+    let psk = SwanPsk::new(&lab_psk())?;
+    for (side, charon) in charons.iter().enumerate() {
+        let o = 1 - side;
+        let mut c = SwanPair::conn(
+            side,
+            "lab",
+            SwanAuth::Psk(psk.clone()),
+            "aes128-sha256-x25519",
+            "net",
+            "aes128gcm16",
+        );
+        c.local_addrs = vec![h.addrs[side].outer];
+        c.remote_addrs = vec![h.addrs[o].outer];
+        c.children = vec![SwanChild::host_to_host(
+            "net",
+            h.addrs[side].inner,
+            h.addrs[o].inner,
+            "aes128gcm16",
+        )];
+        charon.load(&[c])?;
+    }
+    let t = Duration::from_secs(10);
+    charons[0].initiate("net", t)?;
+    for c in &charons {
+        c.wait_child_installed("net", t).map_err(|e| {
+            Error::Other(format!(
+                "{e}\n{}{}",
+                charons[0].log_tail(20),
+                charons[1].log_tail(20)
+            ))
+        })?;
+    }
+    f(&lab, &h)
+}
+
 /// The L2 study's comparison: a station pinging another on a plain bridge, and the same through l2sec
 /// (AES-GCM-128), with l2sec's increase over the bridge beside the study's (its Fig. 6.6).
 /// ARP round trips from `ns` to `dst` over `dev` (iputils' arping: the first request broadcast, then unicast, one a
