@@ -102,6 +102,23 @@ pub fn clean_up_on_signals() -> Result<()> {
     Ok(())
 }
 
+/// A program a lab started (a server: sshd, nginx, SIPp's callee), killed and reaped when dropped.
+pub struct Held(pub Child);
+
+impl Held {
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The fwmark (and routing table) used for transport mode.
 pub const TRANSPORT_FWMARK: u32 = 20054;
 

@@ -25,7 +25,7 @@
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use crate::lab::{Family, HostPair, Lab, Mode, Protocol, TwoHosts};
@@ -107,18 +107,7 @@ pub(crate) fn make_files(www: &Path, sizes: &[(usize, &str)]) -> Result<Vec<Path
 }
 
 /// nginx serving `www` on `addr` (port 80, and 443 with TLS 1.2 and 1.3), in `ns`, from a prefix of its own.
-struct Nginx {
-    child: Child,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn nginx(lab: &Lab, ns: &str, addr: &str, www: &Path) -> Result<Nginx> {
+fn nginx(lab: &Lab, ns: &str, addr: &str, www: &Path) -> Result<crate::lab::Held> {
     let prefix = lab.dir().join(format!("nginx-{ns}"));
     std::fs::create_dir_all(prefix.join("tmp")).map_err(Error::io("nginx dir"))?;
     let (key, cert) = crate::lab::self_signed_cert(&prefix)?;
@@ -149,7 +138,7 @@ fn nginx(lab: &Lab, ns: &str, addr: &str, www: &Path) -> Result<Nginx> {
         .map_err(Error::io(
             "cannot start nginx (apt-get install nginx-light)",
         ))?;
-    let n = Nginx { child };
+    let n = crate::lab::Held(child);
     // Ready when it answers.
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(100));
@@ -560,16 +549,11 @@ fn run_path(
             });
         }
         Carrier::StrongSwan => {
-            return crate::lab_run::with_strongswan(|lab, p| {
+            return crate::lab_run::with_strongswan_on(&HostPair::default(), |lab, h, pids| {
                 // The transfers run between the inner addresses the child covers; the charons are the daemons.
-                use crate::strongswan::SwanPair;
-                let (h, procs) = view(
-                    &p.ns,
-                    [SwanPair::outer(0), SwanPair::outer(1)],
-                    [SwanPair::inner(0), SwanPair::inner(1)],
-                    p.charons.iter().filter_map(|c| c.pid()).collect(),
-                );
-                measure(lab, &h, w, true, *tls, (www, files, reps), &procs)
+                let mut procs = Procs::of(h, w);
+                procs.daemons = pids.to_vec();
+                measure(lab, h, w, true, *tls, (www, files, reps), &procs)
             });
         }
     };

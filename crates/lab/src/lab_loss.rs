@@ -478,7 +478,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     let swan = match crate::strongswan::missing() {
         None => {
             println!("loss: {STRONGSWAN_PATH}");
-            crate::lab_run::with_strongswan_on(&HostPair::default().via_router(), |lab, h| {
+            crate::lab_run::with_strongswan_on(&HostPair::default().via_router(), |lab, h, _| {
                 let dst = h.addrs[1].inner.to_string();
                 let got = sweep(lab, h, &dst, &levels, secs)?;
                 let cost = daemon_cost(lab, h, &dst, secs);

@@ -407,57 +407,30 @@ const STRONGSWAN_OVERHEAD_PATH: &str = "strongswan esp-in-udp tunnel aes128gcm16
 
 /// Pings through a strongSwan pair: both ends strongSwan, from one inner address to the other.
 fn strongswan_pings(sizes: &[u32], count: u32) -> Result<Vec<bench_ping::PingStat>> {
-    with_strongswan(|lab, p| {
-        pings(
-            lab,
-            &p.ns[0],
-            &crate::strongswan::SwanPair::inner(1).to_string(),
-            sizes,
-            count,
-        )
+    with_strongswan_on(&HostPair::default(), |lab, h, _| {
+        pings(lab, &h.ns[0], &h.addrs[1].inner.to_string(), sizes, count)
     })
 }
 
-/// Runs `f` on a strongSwan pair ([`crate::strongswan::SwanPair`]) with its child up: both ends strongSwan, the
-/// child negotiated by IKEv2 (PSK, x25519), AES-GCM-128 ESP in UDP.
-pub(crate) fn with_strongswan<T>(
-    f: impl FnOnce(&Lab, &crate::strongswan::SwanPair) -> Result<T>,
-) -> Result<T> {
-    use crate::strongswan::{CharonOptions, SwanAuth, SwanPair, SwanPsk};
-    let mut lab = Lab::new("nvlab")?;
-    let p = SwanPair::up(&mut lab, &CharonOptions::default())?;
-    let psk = SwanPsk::new(&lab_psk())?;
-    let conn = |side| {
-        SwanPair::conn(
-            side,
-            "lab",
-            SwanAuth::Psk(psk.clone()),
-            "aes128-sha256-x25519",
-            "net",
-            "aes128gcm16",
-        )
-    };
-    p.load([&[conn(0)], &[conn(1)]])?;
-    let t = Duration::from_secs(10);
-    p.charons[0].initiate("net", t)?;
-    for c in &p.charons {
-        c.wait_child_installed("net", t)
-            .map_err(|e| Error::Other(format!("{e}\n{}", p.logs(20))))?;
-    }
-    f(&lab, &p)
-}
-
-/// Runs `f` on strongSwan at both ends (as [`with_strongswan`]) on the topology of `pair` (its addresses, and its
-/// router when it is routed): a charon in each host's namespace, its child between the pair's inner addresses
-/// (/32 on `lo`), up before `f` runs.
+/// Runs `f` on strongSwan at both ends on the topology of `pair` (its addresses, and its router when it is
+/// routed): a charon (kernel-libipsec: ESP in user space over a TUN device, in UDP) in each host's namespace, the
+/// child between the pair's inner addresses (/32 on `lo`) negotiated by IKEv2 (PSK of the run's own, x25519),
+/// AES-GCM-128 ESP, up before `f` runs; `f` gets the charons' process ids too.
 pub(crate) fn with_strongswan_on<T>(
     pair: &HostPair,
-    f: impl FnOnce(&Lab, &TwoHosts) -> Result<T>,
+    f: impl FnOnce(&Lab, &TwoHosts, &[u32]) -> Result<T>,
 ) -> Result<T> {
     use crate::strongswan::{Charon, CharonOptions, SwanAuth, SwanChild, SwanPair, SwanPsk};
     let mut lab = Lab::new("nvlab")?;
     let h = TwoHosts::topology(&mut lab, pair)?;
     for i in 0..2 {
+        // No IPv6 chatter for libipsec to log about on an IPv4 lab.
+        if !h.addrs[i].outer.is_ipv6() {
+            lab.exec_ok(
+                &h.ns[i],
+                &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
+            )?;
+        }
         lab.addr(&h.ns[i], "lo", &format!("{}/32", h.addrs[i].inner))?;
     }
     let opts = CharonOptions::default();
@@ -497,7 +470,8 @@ pub(crate) fn with_strongswan_on<T>(
             ))
         })?;
     }
-    f(&lab, &h)
+    let pids: Vec<u32> = charons.iter().filter_map(|c| c.pid()).collect();
+    f(&lab, &h, &pids)
 }
 
 /// The L2 study's comparison: a station pinging another on a plain bridge, and the same through l2sec
@@ -755,13 +729,12 @@ fn overhead(bin: &Path) -> Vec<Cell> {
     let swan = match crate::strongswan::missing() {
         None => {
             println!("overhead: {STRONGSWAN_OVERHEAD_PATH}");
-            with_strongswan(|lab, p| {
-                use crate::strongswan::SwanPair;
+            with_strongswan_on(&HostPair::default(), |lab, h, _| {
                 ping_overhead(
                     lab,
-                    &p.ns,
-                    SwanPair::outer(0),
-                    &SwanPair::inner(1).to_string(),
+                    &h.ns,
+                    h.addrs[0].outer,
+                    &h.addrs[1].inner.to_string(),
                     17,
                 )
             })

@@ -27,7 +27,7 @@
 //! as figures only (no number in its text), so no paper value stands beside them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::lab::Lab;
@@ -65,18 +65,6 @@ pub struct Copied {
     pub daemon_peak_kib: Option<f64>,
 }
 
-/// The lab's sshd, stopped when dropped.
-struct Sshd {
-    child: Child,
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn keygen(path: &Path) -> Result<()> {
     let _ = std::fs::remove_file(path);
     let out = std::process::Command::new("ssh-keygen")
@@ -96,7 +84,7 @@ fn keygen(path: &Path) -> Result<()> {
 }
 
 /// Starts the lab's sshd on `addr` in `ns`, its files in `dir`; ready when it listens.
-fn sshd(lab: &Lab, ns: &str, addr: &str, dir: &Path) -> Result<Sshd> {
+fn sshd(lab: &Lab, ns: &str, addr: &str, dir: &Path) -> Result<crate::lab::Held> {
     keygen(&dir.join("host_key"))?;
     let d = dir.display();
     let conf = format!(
@@ -117,7 +105,7 @@ fn sshd(lab: &Lab, ns: &str, addr: &str, dir: &Path) -> Result<Sshd> {
         .map_err(Error::io(
             "cannot start sshd (apt-get install openssh-server)",
         ))?;
-    let s = Sshd { child };
+    let s = crate::lab::Held(child);
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(50));
         let o = lab.exec_ok(ns, &["ss", "-Hltn", "sport", "= :22"])?;
@@ -264,7 +252,7 @@ fn path_runs(bin: &Path, suite: Option<&str>, bytes: u64, reps: usize) -> Result
     std::fs::File::create(&file)
         .and_then(|f| f.set_len(bytes))
         .map_err(Error::io("the file to copy"))?;
-    let sshd_pid = server.child.id();
+    let sshd_pid = server.id();
     let runs = (0..reps)
         .map(|_| copy_once(&lab, &h1.ns, &addr, &dir, &file, sshd_pid, &pids))
         .collect::<Result<Vec<Copied>>>()?;

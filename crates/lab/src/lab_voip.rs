@@ -27,7 +27,7 @@
 //!   study's 3,204 KB).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -210,18 +210,6 @@ fn link_bytes(lab: &Lab, ns: &str, dev: &str) -> Result<u64> {
     }
 }
 
-/// The callee, stopped when dropped.
-struct Uas {
-    child: Child,
-}
-
-impl Drop for Uas {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// What one path's calls gave.
 #[derive(Debug, Clone, Default)]
 pub struct Calls {
@@ -285,7 +273,7 @@ fn calls(
         .stderr(uas_log)
         .spawn()
         .map_err(Error::io("cannot start sipp (apt-get install sip-tester)"))?;
-    let uas = Uas { child };
+    let uas = crate::lab::Held(child);
     let port = format!(":{UAS_SIP}");
     let mut listening = false;
     for _ in 0..50 {
@@ -370,7 +358,7 @@ fn calls(
     let stat_text = std::fs::read_to_string(&stat).map_err(Error::io("sipp's statistics"))?;
     let (successful, failed) = parse_stat(&stat_text)
         .ok_or_else(|| Error::Other("sipp's statistics hold no call counters".into()))?;
-    let uas_pid = uas.child.id();
+    let uas_pid = uas.id();
     let (uas_cpu_ms, uas_peak_kib) = (
         crate::lab_proc::cpu_ms(uas_pid)?,
         crate::lab_proc::peak_kib(uas_pid)?,
