@@ -50,7 +50,7 @@ const TLS12_FIG44: &str =
 /// The loss levels, percent.
 pub fn levels(quick: bool) -> Vec<f64> {
     if quick {
-        vec![0.0, 1.0, 25.0]
+        vec![0.0, 25.0]
     } else {
         vec![0.0, 0.1, 0.2, 1.0, 5.0, 25.0]
     }
@@ -360,6 +360,8 @@ fn rtt_under_load(lab: &Lab, h: &TwoHosts, dst: &str) -> Result<(Vec<f64>, Vec<f
             // The flow at full speed first.
             std::thread::sleep(Duration::from_millis(700));
             let r = crate::bench_ping::ping(lab, &h.ns[0], dst, 56, 100);
+            // (The flow has done its part once the pings are answered: no need to wait out its 3 s.)
+            let _ = c.kill();
             let _ = c.wait();
             r
         });
