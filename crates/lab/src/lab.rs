@@ -150,11 +150,6 @@ pub fn netveil_binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("netveil"))
 }
 
-/// Runs `netveil ARGS` (the binary of [`netveil_binary`]) and returns its standard output.
-pub fn run_netveil(args: &[&std::ffi::OsStr]) -> Result<String> {
-    run_ok(Command::new(netveil_binary()).args(args))
-}
-
 /// Whether a program is on PATH.
 pub fn have_tool(name: &str) -> bool {
     std::env::var_os("PATH")
@@ -878,8 +873,13 @@ impl HostPair {
 
     /// The two configuration texts (side a, side b) with fresh random keys; `sockets` are the control sockets.
     pub fn configs(&self, sockets: [&Path; 2]) -> Result<[String; 2]> {
+        self.configs_with(&netveil_binary(), sockets)
+    }
+
+    /// [`HostPair::configs`], with `netveil` making PSP's certificates (`netveil keygen`): a lab's own binary.
+    pub fn configs_with(&self, netveil: &Path, sockets: [&Path; 2]) -> Result<[String; 2]> {
         if self.protocol == Protocol::Psp {
-            return self.psp_configs(sockets);
+            return self.psp_configs(netveil, sockets);
         }
         let (ek, ak) = self.key_lens(&self.suite, self.protocol)?;
         // Keys per direction: [a->b, b->a].
@@ -1055,19 +1055,17 @@ impl HostPair {
 
     /// PSP configurations: certificates for "a" and "b" made with `netveil keygen` next to the control sockets,
     /// each side trusting the other's self-signed certificate.
-    fn psp_configs(&self, sockets: [&Path; 2]) -> Result<[String; 2]> {
+    fn psp_configs(&self, netveil: &Path, sockets: [&Path; 2]) -> Result<[String; 2]> {
         let dir = sockets[0]
             .parent()
             .ok_or_else(|| other("control socket without a directory"))?;
         for n in ["a", "b"] {
             if !dir.join(format!("{n}.crt")).exists() {
-                run_netveil(&[
-                    "keygen".as_ref(),
-                    "-n".as_ref(),
-                    n.as_ref(),
-                    "-o".as_ref(),
-                    dir.as_os_str(),
-                ])?;
+                run_ok(
+                    Command::new(netveil)
+                        .args(["keygen", "-n", n, "-o"])
+                        .arg(dir),
+                )?;
             }
         }
         let mut out = [String::new(), String::new()];
@@ -1240,7 +1238,10 @@ impl TwoHosts {
             }
             None
         };
-        let configs = pair.configs([&lab.socket_path("a"), &lab.socket_path("b")])?;
+        let configs = pair.configs_with(
+            lab.netveil(),
+            [&lab.socket_path("a"), &lab.socket_path("b")],
+        )?;
         Ok(TwoHosts {
             pair: pair.clone(),
             ns,
@@ -1573,13 +1574,27 @@ pub fn tshark_frames(
     Ok(frames)
 }
 
-/// A one-shot iperf3 server (`-s -1`) bound to `bind` in `ns`, its output discarded.
+/// A one-shot iperf3 server (`-s -1`) bound to `bind` in `ns`, its output discarded; returned once it listens
+/// (on port 5201; after 2 s without, returned anyway: the client's connection then fails and says so).
 pub fn iperf3_server(lab: &Lab, ns: &str, bind: &str) -> Result<Child> {
-    lab.command(ns, &["iperf3", "-s", "-1", "-B", bind])
+    let child = lab
+        .command(ns, &["iperf3", "-s", "-1", "-B", bind])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(Error::io("cannot start iperf3"))
+        .map_err(Error::io("cannot start iperf3"))?;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+        let listening = lab
+            .exec(ns, &["ss", "-Hltn", "sport", "=", ":5201"])
+            .map(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty())
+            .unwrap_or(false);
+        if listening {
+            break;
+        }
+    }
+    Ok(child)
 }
 
 /// A throw-away P-256 key and self-signed certificate (`CN=lab`, one day) for the lab's TLS servers, written into

@@ -10,7 +10,8 @@
 //! - How exact: the clear path's `added delay error at D ms` is what the round trip gained beyond twice the delay
 //!   (median at D less median at 0, less 2 D).
 //! - The message: a ping with a 500-byte payload (its echo is the answer), 50 per delay (`--quick`: 10), through
-//!   the clear veth, netveil PSP (AES-GCM-128), netveil ESP (AES-GCM-128, tunnel) and wireguard-go when installed.
+//!   the clear path, netveil PSP (AES-GCM-128), netveil ESP (AES-GCM-128, tunnel), wireguard-go when installed and
+//!   strongSwan at both ends (two charons, kernel-libipsec) when installed.
 //!   The study's TLS rows are not here: a ping is not a TLS message.
 //! - Cells per path and one-side delay D (0, 2, 5, 10 and 20 ms; `--quick`: 0 and 10): `rtt at D ms` (every ping a
 //!   repetition) and `rtt less the added delay at D ms` (the median less 2 D: the protocol's own latency, the
@@ -194,6 +195,17 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
         )),
     };
     results.push(("wireguard-go".into(), wg));
+    // strongSwan at both ends on the same routed lab.
+    let swan = match crate::strongswan::missing() {
+        None => {
+            println!("delay: {}", crate::lab_loss::STRONGSWAN_PATH);
+            crate::lab_run::with_strongswan_on(&HostPair::default().via_router(), |lab, h, _| {
+                sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count)
+            })
+        }
+        Some(why) => Err(Error::Other(why)),
+    };
+    results.push((crate::lab_loss::STRONGSWAN_PATH.into(), swan));
     let mut cells = Vec::new();
     for (name, r) in results {
         match r {

@@ -118,7 +118,6 @@ fn iperf_intervals(
     // Setup packets are small and never dropped, but a run that fails anyway is tried again, up to three times.
     for _ in 0..3 {
         let mut srv = crate::lab::iperf3_server(lab, server, dst)?;
-        std::thread::sleep(Duration::from_millis(300));
         let secs_s = secs.to_string();
         let rate = format!("{UDP_RATE_MBIT}M");
         let len = UDP_LEN.to_string();
@@ -348,7 +347,6 @@ fn daemon_cost(lab: &Lab, h: &TwoHosts, dst: &str, secs: u32) -> Result<Cost> {
 fn rtt_under_load(lab: &Lab, h: &TwoHosts, dst: &str) -> Result<(Vec<f64>, Vec<f64>)> {
     let idle = crate::bench_ping::ping(lab, &h.ns[0], dst, 56, 100)?.times;
     let mut srv = crate::lab::iperf3_server(lab, &h.ns[1], dst)?;
-    std::thread::sleep(Duration::from_millis(300));
     let cli = lab
         .command(&h.ns[0], &["iperf3", "-c", dst, "-R", "-t", "3"])
         .stdout(Stdio::null())
