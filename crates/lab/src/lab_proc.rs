@@ -103,17 +103,8 @@ pub fn parse_usage(stderr: &str) -> Option<(f64, f64)> {
 
 /// The processes that run in namespace `ns` (`ip netns pids`), less `except`.
 pub fn ns_pids(ns: &str, except: &[u32]) -> Result<Vec<u32>> {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "pids", ns])
-        .output()
-        .map_err(Error::io("ip netns pids"))?;
-    if !out.status.success() {
-        return Err(Error::Other(format!(
-            "ip netns pids {ns}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
+    let out = crate::lab::run_ok(std::process::Command::new("ip").args(["netns", "pids", ns]))?;
+    Ok(out
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .filter(|p| !except.contains(p))

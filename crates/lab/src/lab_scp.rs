@@ -208,22 +208,13 @@ fn copy_once(
 /// TCP packets in a capture, and how many of them tshark's TCP analysis calls duplicate ACKs.
 pub fn duplicate_acks(pcap: &Path) -> Result<(u64, u64)> {
     let count = |filter: &str| -> Result<u64> {
-        let out = std::process::Command::new("tshark")
-            .args(["-n", "-r"])
-            .arg(pcap)
-            .args(["-Y", filter, "-T", "fields", "-e", "frame.number"])
-            .output()
-            .map_err(Error::io("cannot run tshark (apt-get install tshark)"))?;
-        if !out.status.success() {
-            return Err(Error::Other(format!(
-                "tshark: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .count() as u64)
+        let out = crate::lab::run_ok(
+            std::process::Command::new("tshark")
+                .args(["-n", "-r"])
+                .arg(pcap)
+                .args(["-Y", filter, "-T", "fields", "-e", "frame.number"]),
+        )?;
+        Ok(out.lines().filter(|l| !l.trim().is_empty()).count() as u64)
     };
     Ok((count("tcp")?, count("tcp.analysis.duplicate_ack")?))
 }

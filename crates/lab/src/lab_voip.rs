@@ -177,22 +177,16 @@ pub fn parse_streams(text: &str) -> Vec<Stream> {
 
 /// The RTP streams in a capture that arrive at `dst`.
 fn arriving_streams(pcap: &Path, dst: &str) -> Result<Vec<Stream>> {
-    let out = std::process::Command::new("tshark")
-        .args(["-n", "-q", "-d"])
-        // Every RTP stream has the callee's RTP port at one end (heuristics would leave some to other dissectors:
-        // a caller's port 6160 reads as ECMP).
-        .arg(format!("udp.port=={UAS_RTP},rtp"))
-        .args(["-z", "rtp,streams", "-r"])
-        .arg(pcap)
-        .output()
-        .map_err(Error::io("cannot run tshark (apt-get install tshark)"))?;
-    if !out.status.success() {
-        return Err(Error::Other(format!(
-            "tshark: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(parse_streams(&String::from_utf8_lossy(&out.stdout))
+    let out = crate::lab::run_ok(
+        std::process::Command::new("tshark")
+            .args(["-n", "-q", "-d"])
+            // Every RTP stream has the callee's RTP port at one end (heuristics would leave some to other
+            // dissectors: a caller's port 6160 reads as ECMP).
+            .arg(format!("udp.port=={UAS_RTP},rtp"))
+            .args(["-z", "rtp,streams", "-r"])
+            .arg(pcap),
+    )?;
+    Ok(parse_streams(&out)
         .into_iter()
         .filter(|s| s.dst == dst)
         .collect())
