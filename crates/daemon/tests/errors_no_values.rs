@@ -169,7 +169,7 @@ const PSP_KEYS: [&str; 13] = [
     "crypt_offset",
     "vc",
 ];
-const L2_KEYS: [&str; 23] = [
+const L2_KEYS: [&str; 24] = [
     "interface",
     "tap",
     "address",
@@ -189,6 +189,7 @@ const L2_KEYS: [&str; 23] = [
     "timestamps",
     "timestamp_tolerance",
     "insecure_ecb",
+    "insecure_null",
     "mtu",
     "offload",
     "control_socket",

@@ -94,6 +94,8 @@ pub(crate) enum Engine {
         aead: Box<dyn Aead>,
         salt: [u8; SALT_LEN],
     },
+    /// The null suite: no cipher, no integrity check (the framing alone).
+    Null,
 }
 
 impl Drop for Engine {
@@ -103,15 +105,28 @@ impl Drop for Engine {
         match self {
             Engine::Block { bivn, .. } => bivn.zeroize(),
             Engine::Aead { salt, .. } => salt.zeroize(),
+            Engine::Null => {}
         }
     }
 }
 
 impl Engine {
-    pub(crate) fn new(keys: &SessionKeys, insecure_ecb: bool) -> Result<Engine, ConfigError> {
+    /// The cipher state of `keys`' suite; the ECB suites need `insecure_ecb`, the null suite `insecure_null`.
+    pub(crate) fn new(
+        keys: &SessionKeys,
+        insecure_ecb: bool,
+        insecure_null: bool,
+    ) -> Result<Engine, ConfigError> {
         let suite = keys.suite();
         if suite.is_ecb() && !insecure_ecb {
             return Err(ConfigError::EcbNotAllowed);
+        }
+        if suite.is_null() {
+            return if insecure_null {
+                Ok(Engine::Null)
+            } else {
+                Err(ConfigError::NullNotAllowed)
+            };
         }
         Ok(match suite.block_alg() {
             Some(alg) => {

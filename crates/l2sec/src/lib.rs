@@ -242,6 +242,8 @@ pub enum ConfigError {
     },
     #[error("ECB suites need the insecure_ecb switch")]
     EcbNotAllowed,
+    #[error("the null suite (no encryption, no integrity) needs the insecure_null switch")]
+    NullNotAllowed,
     #[error("key derivation context too long")]
     ContextTooLong,
     #[error("the group epoch must be at least 1")]

@@ -169,6 +169,9 @@ pub struct NodeConfig {
     pub require_signatures: bool,
     /// Allow the ECB suites (the thesis' pattern demonstration; insecure).
     pub insecure_ecb: bool,
+    /// Allow the null suite (no encryption, no integrity: the L2 study's noENC-noHMAC, for measuring the framing;
+    /// insecure).
+    pub insecure_null: bool,
     /// Anti-replay window per receive session.
     pub replay_window: u32,
     /// Send this 24-bit security number and accept only it.
@@ -204,6 +207,7 @@ impl NodeConfig {
             peer_ips: HashMap::new(),
             require_signatures: false,
             insecure_ecb: false,
+            insecure_null: false,
             replay_window: 1024,
             security_number: None,
             timestamps: false,
@@ -452,17 +456,19 @@ impl Node {
                 key_id: 0,
                 epoch: Some(epoch),
                 insecure_ecb: cfg.insecure_ecb,
+                insecure_null: cfg.insecure_null,
                 first_seq: None,
             },
             &mut *rng,
         )?;
-        // Check that every session suite builds (ECB switch) before anything runs.
+        // Check that every session suite builds (the ECB and null switches) before anything runs.
         for s in &cfg.suites {
             let k = SessionKeys::derive(*s, &[0u8; 32], b"check")?;
             TxSession::new(
                 &k,
                 TxConfig {
                     insecure_ecb: cfg.insecure_ecb,
+                    insecure_null: cfg.insecure_null,
                     ..TxConfig::default()
                 },
                 &mut *rng,
@@ -547,6 +553,7 @@ impl Node {
             key_id,
             epoch: group_epoch.filter(|_| self.cfg.group_suite.version() == Version::V1),
             insecure_ecb: self.cfg.insecure_ecb,
+            insecure_null: self.cfg.insecure_null,
             replay_window: self.cfg.replay_window,
             require_encryption: true,
             require_signature: group && self.cfg.require_signatures,
@@ -978,6 +985,7 @@ impl Node {
             key_id: est.key_id,
             epoch: None,
             insecure_ecb: self.cfg.insecure_ecb,
+            insecure_null: self.cfg.insecure_null,
             first_seq: None,
         };
         let rx_cfg = self.rx_config(est.key_id, None);

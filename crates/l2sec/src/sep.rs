@@ -62,7 +62,8 @@
 //!
 //! Suite codes ([`suite_code`]): 1 Blowfish-CBC, 2 AES-128-CBC, 3 AES-256-CBC, 4 3DES-CBC, 5 Blowfish-ECB,
 //! 6 AES-128-ECB, 7 AES-256-ECB, 8 3DES-ECB (all version 0, HMAC-SHA1), 16 AES-128-GCM, 17 AES-256-GCM,
-//! 18 ChaCha20-Poly1305 (version 1). Group codes ([`group_code`]) are the IANA IKEv2 Diffie-Hellman group
+//! 18 ChaCha20-Poly1305 (version 1), 32 null (version 0, no encryption and no HMAC: the framing alone, only
+//! where both ends have the `insecure_null` switch). Group codes ([`group_code`]) are the IANA IKEv2 Diffie-Hellman group
 //! numbers: 14 MODP-2048, 15 MODP-3072, 31 X25519. Public values: X25519 32 bytes; MODP big-endian at the
 //! prime's length (256 or 384 bytes); see [`netveil_crypto::dh`] for the validation of the peer's value.
 //!
@@ -334,6 +335,7 @@ pub fn suite_code(s: Suite) -> u8 {
         Suite::Aes128Gcm => 16,
         Suite::Aes256Gcm => 17,
         Suite::ChaCha20Poly1305 => 18,
+        Suite::Null => 32,
     }
 }
 

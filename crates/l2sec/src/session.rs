@@ -31,6 +31,8 @@ pub struct TxConfig {
     pub epoch: Option<u64>,
     /// Allow the ECB suites (insecure: equal plaintext blocks give equal ciphertext blocks).
     pub insecure_ecb: bool,
+    /// Allow the null suite (insecure: frames travel in clear and unauthenticated, the framing alone).
+    pub insecure_null: bool,
     /// The first sequence number (low 32 bits on the wire). `None`: random in 1..=2^31, as the thesis
     /// prescribes a random start (at most 2^31 keeps the receiver's inference of the high bits simple).
     pub first_seq: Option<u64>,
@@ -43,6 +45,7 @@ impl Default for TxConfig {
             key_id: 0,
             epoch: None,
             insecure_ecb: false,
+            insecure_null: false,
             first_seq: None,
         }
     }
@@ -58,7 +61,8 @@ pub struct SealOpts<'a> {
     /// Sign the frame with this key (SIG flag): version 0 sends the signature instead of the HMAC, version 1
     /// after the AEAD tag (keyed sessions) or alone (keyless sessions).
     pub signer: Option<&'a SigningKey>,
-    /// Encrypt the section (ENC flag). Clear: authenticated only. Keyless sessions cannot encrypt.
+    /// Encrypt the section (ENC flag). Clear: authenticated only. Keyless sessions cannot encrypt; the null
+    /// suite never does (its frames go without the flag).
     pub encrypt: bool,
 }
 
@@ -123,7 +127,7 @@ impl TxSession {
     /// A keyed session with `keys` (whose suite fixes the version). Without `cfg.first_seq`, the first sequence
     /// number is drawn from `rng` (the caller's: the OS generator in production).
     pub fn new(keys: &SessionKeys, cfg: TxConfig, rng: &mut dyn Rng) -> Result<Self, ConfigError> {
-        let engine = Engine::new(keys, cfg.insecure_ecb)?;
+        let engine = Engine::new(keys, cfg.insecure_ecb, cfg.insecure_null)?;
         Ok(TxSession {
             version: keys.suite().version(),
             suite: Some(keys.suite()),
@@ -161,7 +165,7 @@ impl TxSession {
     pub fn overhead(&self, opts: &SealOpts<'_>) -> (usize, usize) {
         let h = header::header_len(self.version, self.flags(opts));
         let pad = match self.suite {
-            Some(s) if opts.encrypt => s.block_len() - 1,
+            Some(s) if self.encrypts(opts) => s.block_len() - 1,
             _ => 0,
         };
         (
@@ -178,13 +182,18 @@ impl TxSession {
         }
     }
 
+    /// Whether a frame sealed with `opts` is encrypted: as asked, but never with the null suite.
+    fn encrypts(&self, opts: &SealOpts<'_>) -> bool {
+        opts.encrypt && !matches!(self.engine, Some(Engine::Null))
+    }
+
     fn flags(&self, opts: &SealOpts<'_>) -> u8 {
         Repr {
             version: self.version,
             reserved: false,
             epoch: self.epoch(),
             signed: opts.signer.is_some(),
-            encrypted: opts.encrypt,
+            encrypted: self.encrypts(opts),
             key_id: 0,
             seq: 0,
             security_number: opts.security_number,
@@ -207,8 +216,9 @@ impl TxSession {
         if self.engine.is_none() && (opts.encrypt || !signed) {
             return Err(SealError::NoKey);
         }
+        let encrypt = self.encrypts(opts);
         let l3_len = frame.len() - ethernet::HEADER_LEN;
-        let block = match (self.suite, opts.encrypt) {
+        let block = match (self.suite, encrypt) {
             (Some(s), true) => s.block_len(),
             _ => 1,
         };
@@ -219,7 +229,7 @@ impl TxSession {
             reserved: false,
             epoch: self.epoch(),
             signed,
-            encrypted: opts.encrypt,
+            encrypted: encrypt,
             key_id: if self.version == Version::V1 {
                 self.cfg.key_id
             } else {
@@ -274,7 +284,7 @@ impl TxSession {
                 block,
                 bivn,
             }) => {
-                if opts.encrypt {
+                if encrypt {
                     let iv = Engine::iv(&**cipher, bivn, *block, seq);
                     block_encrypt(&**cipher, *ecb, &iv[..*block], &mut d[s..body_end]);
                 }
@@ -287,7 +297,7 @@ impl TxSession {
                 let nonce = Engine::nonce(salt, seq);
                 let (front, tail) = d.split_at_mut(body_end);
                 let tag = &mut tail[..TAG_LEN];
-                if opts.encrypt {
+                if encrypt {
                     let (aad, section) = front.split_at_mut(s);
                     aead.seal(&nonce, aad, section, tag);
                 } else {
@@ -295,7 +305,7 @@ impl TxSession {
                 }
                 sig_at = body_end + TAG_LEN;
             }
-            None => {}
+            Some(Engine::Null) | None => {}
         }
         if let Some(key) = opts.signer {
             // The signature covers the frame before it and the high 32 bits of the sequence number, placed
@@ -319,6 +329,9 @@ pub struct RxConfig {
     pub epoch: Option<u64>,
     /// Allow the ECB suites.
     pub insecure_ecb: bool,
+    /// Allow the null suite (no encryption, no integrity check: any frame with a fresh sequence number is
+    /// accepted).
+    pub insecure_null: bool,
     /// Anti-replay window in frames (at least 64).
     pub replay_window: u32,
     /// Refuse frames without the ENC flag (ignored by keyless sessions, which cannot decrypt).
@@ -343,6 +356,7 @@ impl Default for RxConfig {
             key_id: 0,
             epoch: None,
             insecure_ecb: false,
+            insecure_null: false,
             replay_window: 1024,
             require_encryption: true,
             require_signature: false,
@@ -445,7 +459,7 @@ impl RxSession {
     /// only when a frame authenticated. For a sender not heard yet (or a new epoch of one): a frame that does not
     /// authenticate leaves nothing behind but the cipher state, which the caller drops.
     pub fn candidate(keys: &SessionKeys, cfg: RxConfig) -> Result<Self, ConfigError> {
-        let engine = Engine::new(keys, cfg.insecure_ecb)?;
+        let engine = Engine::new(keys, cfg.insecure_ecb, cfg.insecure_null)?;
         Ok(RxSession {
             version: keys.suite().version(),
             suite: Some(keys.suite()),
@@ -528,7 +542,13 @@ impl RxSession {
         if self.engine.is_none() && (hdr.encrypted || !hdr.signed) {
             return Err(Drop::NoKey);
         }
-        if (self.cfg.require_encryption && self.engine.is_some() && !hdr.encrypted)
+        // The null suite has nothing to decrypt with: an encrypted frame is not its peer's. Encryption cannot be
+        // required of it.
+        let null = matches!(self.engine, Some(Engine::Null));
+        if null && hdr.encrypted {
+            return Err(Drop::Policy);
+        }
+        if (self.cfg.require_encryption && self.engine.is_some() && !null && !hdr.encrypted)
             || (self.cfg.require_signature && !hdr.signed)
             || (self.cfg.require_security_number && hdr.security_number.is_none())
             || (self.cfg.require_timestamp && hdr.timestamp.is_none())
@@ -622,7 +642,7 @@ impl RxSession {
                 };
                 r.map_err(|_| Drop::AuthFailed)?;
             }
-            None => {}
+            Some(Engine::Null) | None => {}
         }
         if let Some((key, sig)) = deferred {
             key.verify_strict(&self.scratch, &sig)

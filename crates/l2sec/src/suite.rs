@@ -28,6 +28,9 @@ pub enum Suite {
     Aes256Gcm,
     /// v1: ChaCha20-Poly1305 (RFC 8439).
     ChaCha20Poly1305,
+    /// v0, insecure: no encryption and no integrity check, the framing alone (only with `insecure_null`; the L2
+    /// study's noENC-noHMAC category, to measure what the framing costs apart from the cryptography).
+    Null,
 }
 
 /// The block cipher of a version-0 suite.
@@ -50,7 +53,7 @@ pub const SIG_LEN: usize = 64;
 
 impl Suite {
     /// Every suite, the insecure ECB ones included.
-    pub const ALL: [Suite; 11] = [
+    pub const ALL: [Suite; 12] = [
         Suite::BlowfishCbc,
         Suite::Aes128Cbc,
         Suite::Aes256Cbc,
@@ -62,6 +65,7 @@ impl Suite {
         Suite::Aes128Gcm,
         Suite::Aes256Gcm,
         Suite::ChaCha20Poly1305,
+        Suite::Null,
     ];
 
     /// Parses a suite name (as [`Suite::name`] prints it; `aes128gcm16`/`aes256gcm16` accepted too).
@@ -78,6 +82,7 @@ impl Suite {
             "aes128gcm" | "aes128gcm16" => Suite::Aes128Gcm,
             "aes256gcm" | "aes256gcm16" => Suite::Aes256Gcm,
             "chacha20poly1305" => Suite::ChaCha20Poly1305,
+            "null-null" | "noenc-nohmac" => Suite::Null,
             _ => return None,
         })
     }
@@ -96,6 +101,7 @@ impl Suite {
             Suite::Aes128Gcm => "aes128gcm",
             Suite::Aes256Gcm => "aes256gcm",
             Suite::ChaCha20Poly1305 => "chacha20poly1305",
+            Suite::Null => "null-null",
         }
     }
 
@@ -126,9 +132,20 @@ impl Suite {
         )
     }
 
-    /// Length of the encryption key (Blowfish: 16 bytes, the thesis' 128 bits).
+    /// True for the null suite (no encryption, no integrity), which needs the `insecure_null` switch.
+    pub fn is_null(self) -> bool {
+        self == Suite::Null
+    }
+
+    /// True for the suites that need an insecure switch: the ECB suites and the null suite.
+    pub fn is_insecure(self) -> bool {
+        self.is_ecb() || self.is_null()
+    }
+
+    /// Length of the encryption key (Blowfish: 16 bytes, the thesis' 128 bits; 0 for the null suite).
     pub fn enc_key_len(self) -> usize {
         match self {
+            Suite::Null => 0,
             Suite::BlowfishCbc | Suite::BlowfishEcb => 16,
             Suite::Aes128Cbc | Suite::Aes128Ecb | Suite::Aes128Gcm => 16,
             Suite::TripleDesCbc | Suite::TripleDesEcb => 24,
@@ -136,8 +153,11 @@ impl Suite {
         }
     }
 
-    /// Length of the HMAC key (version 0: 20) or 0 (version 1).
+    /// Length of the HMAC key (version 0: 20) or 0 (version 1, the null suite).
     pub fn auth_key_len(self) -> usize {
+        if self.is_null() {
+            return 0;
+        }
         match self.version() {
             Version::V0 => HMAC_LEN,
             Version::V1 => 0,
@@ -161,8 +181,12 @@ impl Suite {
         }
     }
 
-    /// Length of the keyed ICV without signature: the HMAC-SHA1 (20) or the AEAD tag (16).
+    /// Length of the keyed ICV without signature: the HMAC-SHA1 (20), the AEAD tag (16) or nothing (the null
+    /// suite).
     pub fn icv_len(self) -> usize {
+        if self.is_null() {
+            return 0;
+        }
         match self.version() {
             Version::V0 => HMAC_LEN,
             Version::V1 => TAG_LEN,

@@ -466,6 +466,13 @@ fn run_l2sec(a: &DemoArgs, suite: &str) -> Result<()> {
             names.join(", ")
         )));
     };
+    if s.is_null() {
+        return Err(Error::Usage(
+            "--l2sec: null-null protects nothing (no encryption, no integrity); it is for measuring the framing, \
+             in netveil lab or netveil bench"
+                .into(),
+        ));
+    }
     let suite = s.name();
     let t_start = Instant::now();
     let mut lab = Lab::new("nvdemo")?;

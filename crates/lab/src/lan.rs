@@ -142,6 +142,8 @@ pub struct L2Opts {
     /// Each station gets an Ed25519 key; group frames are signed and must be (`require_signatures`).
     pub signatures: bool,
     pub insecure_ecb: bool,
+    /// Allow the null suite (`null-null`: no encryption, no integrity; the L2 study's noENC-noHMAC).
+    pub insecure_null: bool,
     pub ethertype: Option<u16>,
     pub lifetime_seconds: Option<u64>,
     pub rekey_margin_seconds: Option<u64>,
@@ -161,6 +163,7 @@ impl Default for L2Opts {
             dh_groups: vec!["x25519".into()],
             signatures: true,
             insecure_ecb: false,
+            insecure_null: false,
             ethertype: None,
             lifetime_seconds: None,
             rekey_margin_seconds: None,
@@ -178,6 +181,7 @@ impl L2Opts {
             group_suite: name.into(),
             suites: vec![name.into()],
             insecure_ecb: name.contains("ecb"),
+            insecure_null: name == "null-null",
             ..L2Opts::default()
         }
     }
@@ -244,6 +248,9 @@ impl Lan {
             );
             if o.insecure_ecb {
                 c.push_str("insecure_ecb = true\n");
+            }
+            if o.insecure_null {
+                c.push_str("insecure_null = true\n");
             }
             if let Some(e) = o.ethertype {
                 c.push_str(&format!("ethertype = 0x{e:04x}\n"));

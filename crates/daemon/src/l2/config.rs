@@ -42,6 +42,8 @@ struct RawL2 {
     timestamp_tolerance: Option<i64>,
     #[serde(default)]
     insecure_ecb: bool,
+    #[serde(default)]
+    insecure_null: bool,
     mtu: Option<i64>,
     offload: Option<bool>,
     control_socket: Option<String>,
@@ -79,6 +81,8 @@ pub struct L2Config {
     pub timestamps: bool,
     pub timestamp_tolerance: u32,
     pub insecure_ecb: bool,
+    /// `l2sec.insecure_null`: the null suite (no encryption, no integrity) may be named.
+    pub insecure_null: bool,
     pub mtu: Option<u16>,
     /// TAP offloads: TCP super-frames from the host split here, received segments coalesced for it.
     pub offload: bool,
@@ -134,7 +138,14 @@ fn hex_bytes(key: &str, s: &str) -> std::result::Result<Zeroizing<Vec<u8>>, Conf
         .or_else(|_| cerr(key, "is not a hex string"))
 }
 
-fn suite(key: &str, s: &str, insecure_ecb: bool) -> std::result::Result<Suite, ConfigError> {
+/// The switches that let a configuration name an insecure suite.
+#[derive(Clone, Copy)]
+struct Insecure {
+    ecb: bool,
+    null: bool,
+}
+
+fn suite(key: &str, s: &str, allow: Insecure) -> std::result::Result<Suite, ConfigError> {
     let Some(su) = Suite::from_name(s) else {
         let names: Vec<&str> = Suite::ALL.iter().map(|s| s.name()).collect();
         return cerr(
@@ -145,10 +156,16 @@ fn suite(key: &str, s: &str, insecure_ecb: bool) -> std::result::Result<Suite, C
             ),
         );
     };
-    if su.is_ecb() && !insecure_ecb {
+    if su.is_ecb() && !allow.ecb {
         return cerr(
             key,
             "is an ECB suite, insecure (equal blocks stay equal): it needs insecure_ecb = true",
+        );
+    }
+    if su.is_null() && !allow.null {
+        return cerr(
+            key,
+            "is the null suite, insecure (frames go in clear and unauthenticated): it needs insecure_null = true",
         );
     }
     Ok(su)
@@ -282,11 +299,14 @@ impl L2Config {
                 format!("must be at least 16 bytes, got {}", group_secret.len()),
             );
         }
-        let ecb = r.insecure_ecb;
+        let allow = Insecure {
+            ecb: r.insecure_ecb,
+            null: r.insecure_null,
+        };
         let group_suite = suite(
             "l2sec.group_suite",
             r.group_suite.as_deref().unwrap_or("aes128gcm"),
-            ecb,
+            allow,
         )?;
         let suites = match r.suites {
             None => vec![group_suite],
@@ -294,7 +314,7 @@ impl L2Config {
             Some(v) => v
                 .iter()
                 .enumerate()
-                .map(|(i, s)| suite(&format!("l2sec.suites[{i}]"), s, ecb))
+                .map(|(i, s)| suite(&format!("l2sec.suites[{i}]"), s, allow))
                 .collect::<std::result::Result<Vec<_>, _>>()?,
         };
         let groups = match r.dh_groups {
@@ -450,7 +470,8 @@ impl L2Config {
             security_number,
             timestamps: r.timestamps,
             timestamp_tolerance,
-            insecure_ecb: ecb,
+            insecure_ecb: r.insecure_ecb,
+            insecure_null: r.insecure_null,
             mtu,
             offload: r.offload.unwrap_or(true),
             control_socket,
@@ -485,6 +506,7 @@ impl L2Config {
         n.peer_keys = self.peers.clone();
         n.require_signatures = self.require_signatures;
         n.insecure_ecb = self.insecure_ecb;
+        n.insecure_null = self.insecure_null;
         n.replay_window = self.replay_window;
         n.security_number = self.security_number;
         n.timestamps = self.timestamps;

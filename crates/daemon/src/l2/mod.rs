@@ -23,6 +23,8 @@
 //! # security_number = 0x00abcd     # send and require this 24-bit number
 //! # timestamps = true              # send timestamps, accept within timestamp_tolerance seconds
 //! # insecure_ecb = true            # allow the ECB suites (the thesis' pattern demonstration only)
+//! # insecure_null = true           # allow the null suite "null-null" (no encryption, no integrity: the
+//!                                  #   framing alone, the L2 study's noENC-noHMAC; measurements only)
 //! # offload = false                # TAP offloads (TCP super-frames split here, segments coalesced; default on)
 //!
 //! [[l2sec.peer]]                   # verifying keys of the other hosts (for signatures)

@@ -353,6 +353,15 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<L2Engine> {
         st.cfg.peers.len(),
         control.display()
     );
+    let null = std::iter::once(&st.cfg.group_suite)
+        .chain(&st.cfg.suites)
+        .any(|s| s.is_null());
+    if null {
+        tracing::warn!(
+            "{}: the null suite is configured (insecure_null): those frames go in clear and unauthenticated",
+            st.cfg.interface
+        );
+    }
     let now = Instant::now();
     Ok(L2Engine {
         st,

@@ -72,6 +72,7 @@ pub fn signer(seed: u8) -> SigningKey {
 pub fn tx_cfg(suite: Suite) -> TxConfig {
     TxConfig {
         insecure_ecb: suite.is_ecb(),
+        insecure_null: suite.is_null(),
         ..TxConfig::default()
     }
 }
@@ -79,12 +80,14 @@ pub fn tx_cfg(suite: Suite) -> TxConfig {
 pub fn rx_cfg(suite: Suite) -> RxConfig {
     RxConfig {
         insecure_ecb: suite.is_ecb(),
+        insecure_null: suite.is_null(),
         security_numbers: [Some(0x00ab_cdef), Some(7)],
         ..RxConfig::default()
     }
 }
 
-/// A matching pair of sessions for `suite` with the default configuration (ECB allowed for ECB suites).
+/// A matching pair of sessions for `suite` with the default configuration (ECB allowed for ECB suites, the null
+/// suite for itself).
 pub fn pair(suite: Suite) -> (TxSession, RxSession) {
     let k = keys(suite);
     (
@@ -93,7 +96,7 @@ pub fn pair(suite: Suite) -> (TxSession, RxSession) {
     )
 }
 
-/// The suites that are not ECB.
+/// The suites that need no insecure switch (neither ECB nor null).
 pub fn secure_suites() -> impl Iterator<Item = Suite> {
-    Suite::ALL.into_iter().filter(|s| !s.is_ecb())
+    Suite::ALL.into_iter().filter(|s| !s.is_insecure())
 }
