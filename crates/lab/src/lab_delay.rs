@@ -10,7 +10,8 @@
 //! - How exact: the clear path's `added delay error at D ms` is what the round trip gained beyond twice the delay
 //!   (median at D less median at 0, less 2 D).
 //! - The message: a ping with a 500-byte payload (its echo is the answer), 50 per delay (`--quick`: 10), through
-//!   the clear path, netveil PSP (AES-GCM-128), netveil ESP (AES-GCM-128, tunnel), wireguard-go when installed and
+//!   the clear path, netveil PSP (AES-GCM-128), netveil ESP (AES-GCM-128, tunnel), the same tunnel keyed by
+//!   netveil's IKEv2 (`netveil esp tunnel aes128gcm16 (ike)`, as in `ping-rtt`), wireguard-go when installed and
 //!   strongSwan at both ends (two charons, kernel-libipsec) when installed.
 //!   The study's TLS rows are not here: a ping is not a TLS message.
 //! - Cells per path and one-side delay D (0, 2, 5, 10 and 20 ms; `--quick`: 0 and 10): `rtt at D ms` (every ping a
@@ -195,6 +196,12 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
         )),
     };
     results.push(("wireguard-go".into(), wg));
+    // netveil's ESP tunnel keyed by its IKEv2 on the same routed lab.
+    println!("delay: {}", crate::lab_http::IKE_PATH);
+    let ike = crate::lab_run::with_ike_on(&bin, &HostPair::default().via_router(), |lab, h, _| {
+        sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count)
+    });
+    results.push((crate::lab_http::IKE_PATH.into(), ike));
     // strongSwan at both ends on the same routed lab.
     let swan = match crate::strongswan::missing() {
         None => {

@@ -23,7 +23,6 @@
 //! packet for the Ethernet header). They count every packet of the transfer: the TCP handshake and teardown, the
 //! request (or the SMTP dialogue) and the acknowledgements, and for TLS its handshake.
 
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -440,6 +439,19 @@ fn paths(w: Workload) -> Vec<PathCase> {
     ]
 }
 
+/// The paths `smtp --quick` runs (every path in the full run): the clear one, one TLS version, netveil's default
+/// tunnel, the two authentication paths and AH, PSP and strongSwan. `http --quick` runs them all.
+const QUICK_SMTP: [&str; 8] = [
+    "clear",
+    "smtp starttls tls1.3",
+    "netveil esp tunnel aes128gcm16",
+    "netveil ah transport sha1",
+    ESP_AUTH_PATH,
+    AH_AUTH_PATH,
+    "netveil psp aes-gcm-128",
+    STRONGSWAN_PATH,
+];
+
 /// The path that authenticates with ESP (HMAC-SHA1-96, no encryption).
 pub const ESP_AUTH_PATH: &str = "netveil esp transport null-sha1";
 /// The path that authenticates with AH (HMAC-SHA1-96) over ESP without encryption.
@@ -510,42 +522,14 @@ fn run_path(
     reps: usize,
 ) -> Result<(Downloads, Peaks)> {
     let (_, carrier, tls) = case;
-    // A tunnel's namespaces, veths and addresses as a two-host view, with its daemons' process ids.
-    let view = |ns: &[String; 2], outer: [IpAddr; 2], inner: [IpAddr; 2], daemons: Vec<u32>| {
-        let addrs = |i: usize| crate::lab::HostAddrs {
-            outer: outer[i],
-            outer_prefix: 24,
-            inner: inner[i],
-            inner_prefix: 32,
-        };
-        let h = TwoHosts {
-            pair: HostPair::default(),
-            ns: ns.clone(),
-            veth: ["veth-a", "veth-b"],
-            addrs: [addrs(0), addrs(1)],
-            configs: [String::new(), String::new()],
-            router: None,
-            daemons: Vec::new(),
-        };
-        let mut procs = Procs::of(&h, w);
-        procs.daemons = daemons;
-        (h, procs)
-    };
     let pair = match carrier {
         Carrier::Clear => None,
         Carrier::Netveil(p) => Some(p),
         Carrier::NetveilIke => {
-            return crate::lab_run::with_ike(bin, |lab, t| {
-                let ip = |a: [&str; 2]| -> [IpAddr; 2] {
-                    a.map(|s| s.parse().unwrap_or(IpAddr::from([0, 0, 0, 0])))
-                };
-                let (h, procs) = view(
-                    &t.ns,
-                    ip(crate::lab_run::IKE_OUTER),
-                    ip(crate::lab_run::IKE_INNER),
-                    t.daemon_pids.clone(),
-                );
-                measure(lab, &h, w, true, *tls, (www, files, reps), &procs)
+            return crate::lab_run::with_ike_on(bin, &HostPair::default(), |lab, h, pids| {
+                let mut procs = Procs::of(h, w);
+                procs.daemons = pids.to_vec();
+                measure(lab, h, w, true, *tls, (www, files, reps), &procs)
             });
         }
         Carrier::StrongSwan => {
@@ -659,6 +643,9 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
     // The median bytes of the two authentication paths, per (path, kind, size).
     let mut auth: Vec<((&str, usize, usize), f64)> = Vec::new();
     for case in paths(w) {
+        if quick && w == Workload::Smtp && !QUICK_SMTP.contains(&case.0) {
+            continue;
+        }
         println!("{experiment}: {}", case.0);
         let tunnel = !matches!(case.1, Carrier::Clear);
         let (r, peaks) = match run_path(bin, &www, w, &case, &files, reps) {

@@ -1,7 +1,7 @@
 //! `netveil lab`'s `loss` experiment, as the PSP study's Figs. 4.4 and 4.5: goodput under packet loss, for
 //! datagrams (iperf3 UDP at a fixed rate) and for TCP (iperf3 TCP; TLS 1.2 and 1.3 downloads), through the clear
-//! veth, netveil PSP, netveil ESP-in-UDP, wireguard-go when installed, and TLS (OpenSSL's `s_server`, `curl`) on the
-//! clear veth.
+//! veth, netveil PSP, netveil ESP-in-UDP, netveil's raw ESP tunnel keyed by its IKEv2 (not in `--quick`),
+//! wireguard-go when installed, strongSwan at both ends, and TLS (OpenSSL's `s_server`, `curl`) on the clear veth.
 //!
 //! How loss is made: every path runs on a routed lab (client, router, server, each its own namespace: see
 //! [`crate::lab::Router`]), and the router drops that share of the packets of more than [`LOSS_MIN_LEN`] bytes that
@@ -474,6 +474,20 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
         )),
     };
     cells.extend(with_cost("wireguard-go", &levels, wg));
+    // netveil's ESP tunnel keyed by its IKEv2 on the same routed lab (the full run only: `--quick` keeps to its
+    // three minutes).
+    if !quick {
+        let name = crate::lab_http::IKE_PATH;
+        println!("loss: {name}");
+        let ike =
+            crate::lab_run::with_ike_on(bin, &HostPair::default().via_router(), |lab, h, _| {
+                let dst = h.addrs[1].inner.to_string();
+                let got = sweep(lab, h, &dst, &levels, secs)?;
+                let cost = daemon_cost(lab, h, &dst, secs);
+                Ok((got, cost, rtt_under_load(lab, h, &dst)))
+            });
+        cells.extend(with_cost(name, &levels, ike));
+    }
     // strongSwan at both ends (the peer of ping-rtt and http) on the same routed lab; its daemons are the charons.
     let swan = match crate::strongswan::missing() {
         None => {

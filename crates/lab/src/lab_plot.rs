@@ -106,6 +106,26 @@ fn delay_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     })
 }
 
+/// `iperf.svg`: each l2sec path's TCP and UDP throughput as a share of the plain bridge's, the L2 study's beside
+/// (its Figs. 6.18 and 6.28).
+fn iperf_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    let rows: Vec<(String, f64, Option<f64>)> = cells
+        .iter()
+        .filter(|c| c.experiment == "iperf" && c.metric.ends_with("throughput of the bridge's"))
+        .filter_map(|c| {
+            let kind = c.metric.split(' ').next().unwrap_or_default();
+            Some((format!("{} {kind}", c.path), c.value?, c.paper))
+        })
+        .collect();
+    bar_chart(Bars {
+        file: "iperf.svg",
+        title: "iperf3 TCP and UDP through l2sec: throughput as % of the plain bridge's",
+        x_desc: "% of the plain bridge's throughput",
+        paper_label: "the paper (L2 study, Figs. 6.18 and 6.28)",
+        bars: rows.iter().map(|(n, v, p)| (n.as_str(), *v, *p)).collect(),
+    })
+}
+
 /// `scp.svg`: the SCP copy's rate per path (the L2 study's SCP transfer rate, Figs. 6.35-6.46).
 fn scp_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     bar_chart(Bars {
@@ -478,6 +498,7 @@ pub fn figures(report: &Report) -> Result<Vec<Figure>> {
         transfer_figure(&report.cells, "http")?,
         transfer_figure(&report.cells, "smtp")?,
         delay_figure(&report.cells)?,
+        iperf_figure(&report.cells)?,
         scp_figure(&report.cells)?,
         voip_figure(&report.cells)?,
         ops_figure(&report.cells)?,

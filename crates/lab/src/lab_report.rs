@@ -469,6 +469,7 @@ pub fn findings(report: &Report) -> Vec<Finding> {
     out.push(latency_follows_delay(report));
     out.push(voip_jitter_below_limit(report));
     out.push(small_mtu_costs_load(report));
+    out.push(user_space_costs_throughput(report));
     out
 }
 
@@ -773,6 +774,28 @@ fn small_mtu_costs_load(report: &Report) -> Finding {
     judged(finding, seen, bad, "no mtu cells below the ideal")
 }
 
+/// The L2 study's "running in user space, even without crypto, costs throughput" (Fig. 6.18: its program without
+/// encryption and HMAC kept 30.69% of Ethernet's TCP throughput, with them 3.42%): per `iperf` path through l2sec,
+/// the null suite's included, TCP throughput below the plain bridge's.
+fn user_space_costs_throughput(report: &Report) -> Finding {
+    let finding = "a user-space L2 protocol keeps less than the plain bridge's TCP throughput, even without crypto \
+                   (the L2 study, Fig. 6.18: 30.69% without encryption and HMAC, 3.42% with)";
+    let (mut seen, mut bad) = (Vec::new(), Vec::new());
+    for c in report
+        .cells
+        .iter()
+        .filter(|c| c.experiment == "iperf" && c.metric == "tcp throughput of the bridge's")
+    {
+        let Some(v) = c.value else { continue };
+        let line = format!("{}: {v:.1}% of the bridge's", c.path);
+        if v >= 100.0 {
+            bad.push(line.clone());
+        }
+        seen.push(line);
+    }
+    judged(finding, seen, bad, "no iperf cells through l2sec")
+}
+
 /// The bytes of a file size as the cells name it ("1KB", "10MB").
 pub fn file_bytes(name: &str) -> Option<f64> {
     let (n, unit) = name.split_at(name.find(|c: char| !c.is_ascii_digit())?);
@@ -1040,8 +1063,25 @@ mod tests {
         };
         mtu(&mut good, 600, 12.0);
         mtu(&mut good, 8000, -5.0);
+        // iperf: each l2sec path's TCP throughput against the bridge's.
+        let iperf = |r: &mut Report, path: &str, v: f64| {
+            r.cells.push(Cell::measured(
+                "iperf",
+                path,
+                "tcp throughput of the bridge's",
+                "%",
+                vec![v],
+            ));
+        };
+        iperf(&mut good, "l2sec null-null (noENC-noHMAC)", 35.8);
+        iperf(&mut good, "l2sec aes128gcm", 28.2);
         let f = findings(&good);
-        assert_eq!(f.len(), 10);
+        assert_eq!(f.len(), 11);
+        assert_eq!(
+            f[10].detail,
+            "l2sec null-null (noENC-noHMAC): 35.8% of the bridge's; l2sec aes128gcm: 28.2% of the bridge's",
+            "{f:?}"
+        );
         assert_eq!(f[9].detail, "random 10KB at mtu 600: +12.0%", "{f:?}");
         assert!(
             f[8].detail.contains("l2sec aes128gcm: at most 39.00 ms"),
@@ -1088,6 +1128,7 @@ mod tests {
         // One stream at the limit (the median well below it).
         voip(&mut bad, "l2sec aes128gcm", vec![0.9, 40.0, 2.0]);
         mtu(&mut bad, 600, -0.5);
+        iperf(&mut bad, "l2sec null-null (noENC-noHMAC)", 100.5);
         let f = findings(&bad);
         assert!(
             f[6].detail

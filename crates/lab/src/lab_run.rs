@@ -24,6 +24,9 @@
 //!   ([`crate::lab_smtp`]).
 //! - `mtu`: HTTP downloads through netveil's ESP tunnel with its interface MTU below, at and above the ideal
 //!   one, as the IPsec web/email study's MTU sweep ([`crate::lab_mtu`]).
+//! - `iperf`: the L2 study's Iperf-TCP and Iperf-UDP tests over the plain bridge, l2sec's null suite (its
+//!   noENC-noHMAC category) and l2sec with full crypto: throughput beside the bridge's, UDP loss and jitter, CPU and
+//!   memory of l2sec's daemons, duplicate ACKs ([`crate::lab_iperf`]).
 //! - `scp`: the L2 study's SCP copy (OpenSSH) of a file of zeros over the plain bridge and through l2sec: time,
 //!   rate, CPU and memory of scp, sshd and l2sec's daemons ([`crate::lab_scp`]).
 //! - `voip`: the L2 study's VoIP calls (SIPp, G.711 RTP both ways) over the plain bridge and through l2sec: calls
@@ -47,8 +50,8 @@ use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
 
 /// The experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 10] = [
-    "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "mtu", "scp", "voip", "ops",
+pub const EXPERIMENTS: [&str; 11] = [
+    "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "mtu", "iperf", "scp", "voip", "ops",
 ];
 
 #[derive(clap::Args, Debug)]
@@ -56,8 +59,8 @@ pub struct LabArgs {
     /// A small matrix (for CI: under a few minutes).
     #[arg(long)]
     pub quick: bool,
-    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, delay, http, smtp, mtu, scp,
-    /// voip, ops.
+    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, delay, http, smtp, mtu, iperf,
+    /// scp, voip, ops.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where the report goes (report.json, report.csv, report.md, index.html and one SVG per figure).
@@ -129,6 +132,13 @@ pub fn esp_null_overhead(payload: usize, icv: usize) -> usize {
 /// size 1 and a 16-byte ICV.
 pub const L2SEC_AEAD_OVERHEAD: usize = 2 + 6 + 1 + 16;
 
+/// Bytes l2sec's null suite (the L2 study's noENC-noHMAC) adds: its EtherType 2, the version-0 clear header 5
+/// (flags, sequence number), the pad size 1; no padding, no ICV.
+pub const L2SEC_NULL_OVERHEAD: usize = 2 + 5 + 1;
+
+/// The L2 study's name of its no-crypto category, for the path names of l2sec's null suite.
+pub const L2SEC_NULL_PATH: &str = "l2sec null-null (noENC-noHMAC)";
+
 /// What the `overhead` experiment's formula predicts for a path of `bench_pilsc_net::overhead_rows` (`pilsc
 /// confidential`, `esp tunnel aes128-sha1`, ...; pings of `data` bytes: ICMP header 8, inner IPv4 header 20).
 pub fn expected_overhead(row: &str, data: usize) -> Option<usize> {
@@ -151,6 +161,7 @@ pub fn expected_overhead(row: &str, data: usize) -> Option<usize> {
             esp_gcm_udp_tunnel_overhead(20 + 8 + data)
         }
         r if r.starts_with("ah transport") => AH_SHA1_OVERHEAD,
+        r if r.starts_with("l2sec null-null") => L2SEC_NULL_OVERHEAD,
         r if r.starts_with("l2sec") => L2SEC_AEAD_OVERHEAD,
         _ => return None,
     })
@@ -314,47 +325,27 @@ fn lab_psk() -> zeroize::Zeroizing<String> {
     zeroize::Zeroizing::new(key.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Pings through netveil's ESP tunnel keyed by its IKEv2 ([`with_ike`]).
+/// Pings through netveil's ESP tunnel keyed by its IKEv2 ([`with_ike_on`]).
 fn ike_pings(bin: &Path, sizes: &[u32], count: u32) -> Result<Vec<bench_ping::PingStat>> {
-    with_ike(bin, |lab, ike| {
-        pings(lab, &ike.ns[0], IKE_INNER[1], sizes, count)
+    with_ike_on(bin, &HostPair::default(), |lab, h, _| {
+        pings(lab, &h.ns[0], &h.addrs[1].inner.to_string(), sizes, count)
     })
 }
 
-/// The outer (veth) and inner (tunnel) addresses of [`with_ike`]'s two sides.
-pub(crate) const IKE_OUTER: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
-pub(crate) const IKE_INNER: [&str; 2] = ["10.98.0.1", "10.98.0.2"];
-
-/// A tunnel of [`with_ike`]: its namespaces and its daemons' process ids.
-pub(crate) struct IkeTunnel {
-    pub ns: [String; 2],
-    pub daemon_pids: Vec<u32>,
-}
-
 /// Runs `f` on netveil's ESP tunnel (AES-GCM-128, raw ESP) with its CHILD_SA negotiated by netveil's IKEv2 (PSK of
-/// the run's own, x25519): two namespaces on a veth pair (`veth-a`, `veth-b`: [`IKE_OUTER`]), a daemon with an
-/// `[ike]` connection in each (the tunnel between [`IKE_INNER`]), side a initiating at start; once a ping goes
-/// through.
-pub(crate) fn with_ike<T>(bin: &Path, f: impl FnOnce(&Lab, &IkeTunnel) -> Result<T>) -> Result<T> {
-    const OUTER: [&str; 2] = IKE_OUTER;
-    const INNER: [&str; 2] = IKE_INNER;
+/// the run's own, x25519), on `pair`'s topology (IPv4; two hosts on a veth pair, or with the router between them):
+/// a daemon with an `[ike]` connection on each host (the tunnel between the pair's inner addresses), side a
+/// initiating at start; once a ping goes through. `f` gets the hosts and the daemons' process ids.
+pub(crate) fn with_ike_on<T>(
+    bin: &Path,
+    pair: &HostPair,
+    f: impl FnOnce(&Lab, &TwoHosts, &[u32]) -> Result<T>,
+) -> Result<T> {
     let mut lab = Lab::new("nvlab")?.with_netveil(bin);
-    let ns = [lab.add_ns("a")?, lab.add_ns("b")?];
-    for n in &ns {
-        for k in ["all", "default"] {
-            lab.exec_ok(
-                n,
-                &[
-                    "sysctl",
-                    "-qw",
-                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                ],
-            )?;
-        }
+    let h = TwoHosts::topology(&mut lab, pair)?;
+    for n in &h.ns {
+        lab.exec_ok(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
     }
-    lab.veth(&ns[0], "veth-a", &ns[1], "veth-b")?;
-    lab.addr(&ns[0], "veth-a", &format!("{}/24", OUTER[0]))?;
-    lab.addr(&ns[1], "veth-b", &format!("{}/24", OUTER[1]))?;
     let psk = lab_psk();
     let config = |side: usize| -> zeroize::Zeroizing<String> {
         let o = 1 - side;
@@ -368,20 +359,21 @@ pub(crate) fn with_ike<T>(bin: &Path, f: impl FnOnce(&Lab, &IkeTunnel) -> Result
              esp_proposals = [\"aes128gcm16\"]\n{start}",
             sock = lab.socket_path(&format!("nv{side}")).display(),
             state = lab.dir().join(format!("state-{side}")).display(),
-            me = INNER[side],
-            peer = INNER[o],
-            lo = OUTER[side],
-            ro = OUTER[o],
+            me = h.addrs[side].inner,
+            peer = h.addrs[o].inner,
+            lo = h.addrs[side].outer,
+            ro = h.addrs[o].outer,
             psk = psk.as_str(),
             start = if side == 0 { "start_action = \"start\"\n" } else { "" },
         ))
     };
     // The responder first; the initiator starts the exchange when it comes up.
-    let b = lab.start_daemon_with(&ns[1], "nv1", &config(1), &[])?;
-    let a = lab.start_daemon_with(&ns[0], "nv0", &config(0), &[])?;
+    let b = lab.start_daemon_with(&h.ns[1], "nv1", &config(1), &[])?;
+    let a = lab.start_daemon_with(&h.ns[0], "nv0", &config(0), &[])?;
     let t0 = Instant::now();
+    let peer = h.addrs[1].inner.to_string();
     loop {
-        let o = lab.exec(&ns[0], &["ping", "-n", "-c", "1", "-W", "1", INNER[1]])?;
+        let o = lab.exec(&h.ns[0], &["ping", "-n", "-c", "1", "-W", "1", &peer])?;
         if o.status.success() {
             break;
         }
@@ -394,8 +386,8 @@ pub(crate) fn with_ike<T>(bin: &Path, f: impl FnOnce(&Lab, &IkeTunnel) -> Result
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let daemon_pids = [&a, &b].iter().filter_map(|d| d.pid()).collect();
-    f(&lab, &IkeTunnel { ns, daemon_pids })
+    let pids: Vec<u32> = [&a, &b].iter().filter_map(|d| d.pid()).collect();
+    f(&lab, &h, &pids)
 }
 
 /// The strongSwan peer's path: two charons (kernel-libipsec: ESP in user space over a TUN device, in UDP),
@@ -511,10 +503,39 @@ fn parse_arping(text: &str) -> Vec<f64> {
 /// The L2 study's ARP figure for its protocol with full crypto.
 const L2_FIG66_ARP: &str =
     "L2 study, Fig. 6.6: ARP RTT +100.71% over plain Ethernet, full crypto (from text)";
+/// The same figure's no-crypto category (its program with the encryption, decryption and HMAC modules off).
+const L2_FIG66_ARP_NULL: &str =
+    "L2 study, Fig. 6.6: ARP RTT +19.23% over plain Ethernet, PSP-noENC-noHMAC (from text)";
+const L2_FIG66_NULL: &str =
+    "L2 study, Fig. 6.6: ICMP RTT +27.21% over plain Ethernet, PSP-noENC-noHMAC (from text)";
+/// What the study puts down to its cryptography: full crypto's increase less the no-crypto one.
+const L2_FIG66_CRYPTO_ARP: &str =
+    "L2 study, Fig. 6.6: 81.48 points of ARP's increase from encryption and HMAC, FULL less noENC (from text)";
+const L2_FIG66_CRYPTO: &str =
+    "L2 study, Fig. 6.6: 89.79 points of ICMP's increase from encryption and HMAC, FULL less noENC (from text)";
+
+/// A study's number and its source.
+type Paper = (f64, &'static str);
+
+/// The l2sec paths of `ping-rtt`: (path, suite, the study's ARP and ICMP increases with their sources).
+const L2_RTT_PATHS: [(&str, &str, Paper, Paper); 2] = [
+    (
+        "l2sec aes128gcm",
+        "aes128gcm",
+        (100.71, L2_FIG66_ARP),
+        (117.0, L2_FIG66),
+    ),
+    (
+        L2SEC_NULL_PATH,
+        "null-null",
+        (19.23, L2_FIG66_ARP_NULL),
+        (27.21, L2_FIG66_NULL),
+    ),
+];
 
 fn l2_rtt(bin: &Path, sizes: &[u32], count: u32) -> Vec<Cell> {
     use crate::lan::{L2Opts, Lan};
-    let arps = if count >= 100 { 20 } else { 5 };
+    let arps = if count >= 100 { 20 } else { 3 };
     type Rtts = (Result<Vec<bench_ping::PingStat>>, Result<Vec<f64>>);
     let run = |suite: Option<&str>| -> Result<Rtts> {
         let mut lab = Lab::new("nvlab")?.with_netveil(bin);
@@ -544,72 +565,94 @@ fn l2_rtt(bin: &Path, sizes: &[u32], count: u32) -> Vec<Cell> {
     };
     println!("ping-rtt: plain bridge");
     let (bridge, bridge_arp) = split(run(None));
-    println!("ping-rtt: l2sec aes128gcm");
-    let (l2, l2_arp) = split(run(Some("aes128gcm")));
     let mut cells = Vec::new();
-    // ARP: each path's round trips, and l2sec's median over the bridge's.
     let arp_cell = |path: &str, r: &Result<Vec<f64>>| match r {
         Ok(v) => Cell::measured("ping-rtt", path, "arp rtt", "ms", v.clone()),
         Err(e) => Cell::missing("ping-rtt", path, "arp rtt", "ms", &format!("{e}")),
     };
     cells.push(arp_cell("plain bridge", &bridge_arp));
-    cells.push(arp_cell("l2sec aes128gcm", &l2_arp));
-    let metric = "arp rtt increase over the bridge";
-    let c = match (&bridge_arp, &l2_arp) {
-        (Ok(b), Ok(l)) if bench_ping::median(b) > 0.0 => Cell::measured(
-            "ping-rtt",
-            "l2sec aes128gcm",
-            metric,
-            "%",
-            vec![(bench_ping::median(l) / bench_ping::median(b) - 1.0) * 100.0],
-        ),
-        _ => Cell::missing(
-            "ping-rtt",
-            "l2sec aes128gcm",
-            metric,
-            "%",
-            "the bridge or l2sec gave no ARP figure (see their arp rtt cells)",
-        ),
-    };
-    cells.push(c.paper(100.71, L2_FIG66_ARP));
-    if let (Ok(b), Ok(l)) = (&bridge, &l2) {
+    // Per l2sec path: the increases over the bridge (ARP, and ICMP per size), in %.
+    let mut increases: Vec<(Option<f64>, Vec<Option<f64>>)> = Vec::new();
+    let mut l2_cells = Vec::new();
+    for (path, suite, (arp_paper, arp_src), (icmp_paper, icmp_src)) in L2_RTT_PATHS {
+        println!("ping-rtt: {path}");
+        let (l2, l2_arp) = split(run(Some(suite)));
+        cells.push(arp_cell(path, &l2_arp));
+        let metric = "arp rtt increase over the bridge";
+        let arp_inc = match (&bridge_arp, &l2_arp) {
+            (Ok(b), Ok(l)) if bench_ping::median(b) > 0.0 => {
+                Some((bench_ping::median(l) / bench_ping::median(b) - 1.0) * 100.0)
+            }
+            _ => None,
+        };
+        let c = match arp_inc {
+            Some(v) => Cell::measured("ping-rtt", path, metric, "%", vec![v]),
+            None => Cell::missing(
+                "ping-rtt",
+                path,
+                metric,
+                "%",
+                "the bridge or l2sec gave no ARP figure (see their arp rtt cells)",
+            ),
+        };
+        cells.push(c.paper(arp_paper, arp_src));
+        let mut icmp_inc = Vec::new();
         for (i, size) in sizes.iter().enumerate() {
             let metric = format!("rtt increase over the bridge {size} B");
-            let cell = if b[i].median_ms > 0.0 {
-                Cell::measured(
-                    "ping-rtt",
-                    "l2sec aes128gcm",
-                    &metric,
-                    "%",
-                    vec![(l[i].median_ms / b[i].median_ms - 1.0) * 100.0],
-                )
-            } else {
-                Cell::missing(
-                    "ping-rtt",
-                    "l2sec aes128gcm",
-                    &metric,
-                    "%",
-                    "no bridge figure",
-                )
+            let inc = match (&bridge, &l2) {
+                (Ok(b), Ok(l)) if b[i].median_ms > 0.0 => {
+                    Some((l[i].median_ms / b[i].median_ms - 1.0) * 100.0)
+                }
+                _ => None,
             };
-            cells.push(cell.paper(117.0, L2_FIG66));
-        }
-    } else {
-        for size in sizes {
-            cells.push(
-                Cell::missing(
+            icmp_inc.push(inc);
+            let cell = match inc {
+                Some(v) => Cell::measured("ping-rtt", path, &metric, "%", vec![v]),
+                None => Cell::missing(
                     "ping-rtt",
-                    "l2sec aes128gcm",
-                    &format!("rtt increase over the bridge {size} B"),
+                    path,
+                    &metric,
                     "%",
-                    "the bridge or l2sec did not run (see their rtt cells)",
-                )
-                .paper(117.0, L2_FIG66),
-            );
+                    "the bridge or l2sec gave no figure (see their rtt cells)",
+                ),
+            };
+            cells.push(cell.paper(icmp_paper, icmp_src));
         }
+        increases.push((arp_inc, icmp_inc));
+        l2_cells.push((path, l2));
+    }
+    // What the cryptography adds: full crypto's increase less the framing alone's, in points.
+    let (full, null) = (&increases[0], &increases[1]);
+    let crypto_cell = |metric: &str, a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => {
+            Cell::measured("ping-rtt", L2_RTT_PATHS[0].0, metric, "points", vec![a - b])
+        }
+        _ => Cell::missing(
+            "ping-rtt",
+            L2_RTT_PATHS[0].0,
+            metric,
+            "points",
+            "an l2sec path gave no increase (see its cells)",
+        ),
+    };
+    cells.push(
+        crypto_cell("arp rtt increase from the crypto", full.0, null.0)
+            .paper(81.48, L2_FIG66_CRYPTO_ARP),
+    );
+    for (i, size) in sizes.iter().enumerate() {
+        cells.push(
+            crypto_cell(
+                &format!("rtt increase from the crypto {size} B"),
+                full.1[i],
+                null.1[i],
+            )
+            .paper(89.79, L2_FIG66_CRYPTO),
+        );
     }
     cells.extend(rtt_cells("plain bridge", bridge, sizes));
-    cells.extend(rtt_cells("l2sec aes128gcm", l2, sizes));
+    for (path, l2) in l2_cells {
+        cells.extend(rtt_cells(path, l2, sizes));
+    }
     cells
 }
 
@@ -705,8 +748,13 @@ fn overhead(bin: &Path) -> Vec<Cell> {
         })();
         cells.push(overhead_cell(path, r, None));
     }
-    println!("overhead: l2sec");
-    cells.push(overhead_cell("l2sec aes128gcm", l2sec_overhead(bin), None));
+    for (path, suite) in [
+        ("l2sec aes128gcm", "aes128gcm"),
+        (L2SEC_NULL_PATH, "null-null"),
+    ] {
+        println!("overhead: {path}");
+        cells.push(overhead_cell(path, l2sec_overhead(bin, suite), None));
+    }
     let wg = match crate::bench::find_wireguard_go() {
         Some(wg_go) => {
             println!("overhead: wireguard-go");
@@ -745,15 +793,15 @@ fn overhead(bin: &Path) -> Vec<Cell> {
     cells
 }
 
-/// Bytes l2sec (AES-GCM-128) adds per frame: pings of [`crate::bench_pilsc_net::PING_DATA`] bytes from one station
+/// Bytes l2sec with `suite` adds per frame: pings of [`crate::bench_pilsc_net::PING_DATA`] bytes from one station
 /// to another on the bridge, the second station's link captured; the median length of the first station's frames
 /// less the clear frame's (Ethernet 14, IPv4 20, ICMP 8, data).
-fn l2sec_overhead(bin: &Path) -> Result<f64> {
+fn l2sec_overhead(bin: &Path, suite: &str) -> Result<f64> {
     use crate::lan::{L2Opts, Lan};
     let data = crate::bench_pilsc_net::PING_DATA;
     let mut lab = Lab::new("nvlab")?.with_netveil(bin);
     let lan = Lan::build(&mut lab, &["h1", "h2"])?;
-    let _d = lan.protect(&lab, &["h1", "h2"], &L2Opts::suite("aes128gcm"))?;
+    let _d = lan.protect(&lab, &["h1", "h2"], &L2Opts::suite(suite))?;
     let (h1, h2) = (lan.station("h1")?.clone(), lan.station("h2")?.clone());
     let dst = h2.ip.to_string();
     // The session and the neighbour entry first: only pings are captured then.
@@ -819,11 +867,13 @@ pub fn run(a: LabArgs) -> Result<Report> {
         .map_or(0, |d| d.as_secs());
     let mut cells = Vec::new();
     for e in &experiments {
+        let t = Instant::now();
         match e.as_str() {
             "ping-rtt" => cells.extend(ping_rtt(&bin, a.quick)),
             "loss" => cells.extend(crate::lab_loss::run(&bin, a.quick)),
             "ops" => cells.extend(crate::lab_ops::run(a.quick)),
             "delay" => cells.extend(crate::lab_delay::run(&bin, a.quick)),
+            "iperf" => cells.extend(crate::lab_iperf::run(&bin, a.quick)),
             "scp" => cells.extend(crate::lab_scp::run(&bin, a.quick)),
             "voip" => cells.extend(crate::lab_voip::run(&bin, a.quick)),
             "mtu" => cells.extend(crate::lab_mtu::run(
@@ -846,6 +896,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
             }
             _ => cells.extend(overhead(&bin)),
         }
+        println!("{e}: done in {:.1} s", t.elapsed().as_secs_f64());
     }
     let (kernel, cpu) = lab_report::machine();
     let mut programs = std::collections::BTreeMap::new();

@@ -39,17 +39,33 @@ const EXPERIMENT: &str = "scp";
 /// The study's file: `dd if=/dev/zero of=dummyfile bs=209715200 count=1`.
 pub const FULL_BYTES: u64 = 209_715_200;
 pub const QUICK_BYTES: u64 = 20 * 1024 * 1024;
-/// The paths: (name, l2sec suite; `None`: the plain bridge).
-pub const PATHS: [(&str, Option<&str>); 3] = [
+/// The paths: (name, l2sec suite; `None`: the plain bridge). The null suite is the study's noENC-noHMAC category.
+pub const PATHS: [(&str, Option<&str>); 4] = [
     ("plain bridge", None),
     ("l2sec aes128gcm", Some("aes128gcm")),
     ("l2sec blowfish-cbc-sha1", Some("blowfish-cbc-sha1")),
+    (crate::lab_run::L2SEC_NULL_PATH, Some("null-null")),
 ];
+
+/// The paths of a run: `--quick` leaves out Blowfish (the slowest suite; the full run has it).
+pub fn paths(quick: bool) -> Vec<(&'static str, Option<&'static str>)> {
+    PATHS
+        .into_iter()
+        .filter(|p| !quick || p.1 != Some("blowfish-cbc-sha1"))
+        .collect()
+}
 
 /// The study's Table 6.2 (SCP, 200 MB): duplicate ACKs as a share of the captured packets.
 const TABLE_6_2_ETHERNET: &str = "L2 study, Table 6.2: 1-Ethernet, 0 of 23,320 captured packets";
 const TABLE_6_2_FULL: &str =
     "L2 study, Table 6.2: 4-PSP-FULL (Blowfish-CBC, HMAC-SHA1), 1,695 of 223,188 captured packets";
+const TABLE_6_2_NULL: &str =
+    "L2 study, Table 6.2: 3-PSP-noENC-noHMAC, 228 of 132,133 captured packets";
+/// The study's SCP CPU figures for its program (of one core, `top`): our `daemon cpu share` beside them.
+const FIG_6_36_NULL: &str =
+    "L2 study, Fig. 6.36: its program 21% CPU, PSP-noENC-noHMAC (from text)";
+const FIG_6_36_FULL: &str =
+    "L2 study, Fig. 6.36: its program 78% CPU, full crypto (Blowfish-CBC, HMAC-SHA1; from text)";
 
 /// One copy's figures.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -273,7 +289,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     };
     let mut cells = Vec::new();
     let mut bridge_rate: Option<f64> = None;
-    for (name, suite) in PATHS {
+    for (name, suite) in paths(quick) {
         println!("scp: {name}");
         let metrics = [
             ("scp time", "s"),
@@ -285,10 +301,10 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
         let daemon_metrics = [("daemon cpu", "ms"), ("daemon peak memory", "KiB")];
         match path_runs(bin, suite, bytes, reps) {
             Ok((runs, acks)) => {
-                let (paper, source) = if suite.is_some() {
-                    (0.759, TABLE_6_2_FULL)
-                } else {
-                    (0.0, TABLE_6_2_ETHERNET)
+                let (paper, source) = match suite {
+                    None => (0.0, TABLE_6_2_ETHERNET),
+                    Some("null-null") => (228.0 / 132_133.0 * 100.0, TABLE_6_2_NULL),
+                    Some(_) => (0.759, TABLE_6_2_FULL),
                 };
                 match acks {
                     Ok((captured, dup)) if captured > 0 => {
@@ -356,6 +372,25 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
                         runs.iter().filter_map(f).collect(),
                     ));
                 }
+                // The busier daemon's share of one core can't be told from the sum; half the sum over the copy's
+                // time is the two stations' mean.
+                let (cpu_paper, cpu_source) = if suite == Some("null-null") {
+                    (21.0, FIG_6_36_NULL)
+                } else {
+                    (78.0, FIG_6_36_FULL)
+                };
+                cells.push(
+                    Cell::measured(
+                        EXPERIMENT,
+                        name,
+                        "daemon cpu share",
+                        "%",
+                        runs.iter()
+                            .filter_map(|c| Some(c.daemon_cpu_ms? / 2.0 / (c.seconds * 10.0)))
+                            .collect(),
+                    )
+                    .paper(cpu_paper, cpu_source),
+                );
                 cells.push(match bridge_rate {
                     Some(b) if b > 0.0 => Cell::measured(
                         EXPERIMENT,
@@ -384,7 +419,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
                 if suite.is_some() {
                     for (m, unit) in daemon_metrics
                         .into_iter()
-                        .chain([("scp rate of the bridge's", "%")])
+                        .chain([("scp rate of the bridge's", "%"), ("daemon cpu share", "%")])
                     {
                         cells.push(Cell::missing(EXPERIMENT, name, m, unit, &why));
                     }
@@ -412,5 +447,7 @@ mod tests {
     fn the_file_is_the_studys() {
         assert_eq!(FULL_BYTES, 209_715_200);
         assert_eq!(PATHS[0].1, None);
+        assert_eq!(paths(false).len(), 4);
+        assert!(paths(true).iter().all(|p| p.1 != Some("blowfish-cbc-sha1")));
     }
 }

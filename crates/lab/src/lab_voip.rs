@@ -39,7 +39,7 @@ use crate::{Error, Result};
 
 const EXPERIMENT: &str = "voip";
 /// The paths: (name, l2sec suite; `None`: the plain bridge), as the SCP test's.
-pub const PATHS: [(&str, Option<&str>); 3] = crate::lab_scp::PATHS;
+pub const PATHS: [(&str, Option<&str>); 4] = crate::lab_scp::PATHS;
 /// The G.711 A-law recording SIPp's package ships.
 pub const G711_PCAP: &str = "/usr/share/sip-tester/g711a.pcap";
 /// The callee's SIP and RTP ports; the caller's SIP port.
@@ -48,6 +48,7 @@ const UAS_RTP: u16 = 6000;
 const UAC_SIP: u16 = 5061;
 
 const FIG_6_7_ETHERNET: &str = "L2 study, Fig. 6.7: 100% of calls on 1-Ethernet (from text)";
+const FIG_6_7_NULL: &str = "L2 study, Fig. 6.7: 100% of calls with PSP-noENC-noHMAC (from text)";
 const FIG_6_7_FULL: &str =
     "L2 study, Fig. 6.7: 98.14% with full crypto, 9 of 485 calls failed (from text)";
 const FIG_6_9: &str =
@@ -89,7 +90,8 @@ pub fn load(quick: bool) -> Load {
     }
 }
 
-/// The paths of a run: `--quick` leaves out Blowfish (the slowest suite; the full run has it).
+/// The paths of a run: `--quick` leaves out Blowfish (the slowest suite) and the null suite (the full run has
+/// them).
 pub fn paths(quick: bool) -> &'static [(&'static str, Option<&'static str>)] {
     if quick {
         &PATHS[..2]
@@ -400,7 +402,10 @@ fn path_calls(bin: &Path, suite: Option<&str>, load: Load) -> Result<Calls> {
 }
 
 /// A path's cells from its calls.
-fn path_cells(name: &str, l2sec: bool, full_load: bool, c: &Calls) -> Vec<Cell> {
+fn path_cells(name: &str, suite: Option<&str>, full_load: bool, c: &Calls) -> Vec<Cell> {
+    let l2sec = suite.is_some();
+    // The study's full-crypto figures stand beside the suites with crypto, not beside the null suite.
+    let crypto = suite.is_some_and(|s| s != "null-null");
     let cell =
         |m: &str, unit: &str, runs: Vec<f64>| Cell::measured(EXPERIMENT, name, m, unit, runs);
     let mut out = vec![cell("calls placed", "calls", vec![c.placed as f64])];
@@ -409,10 +414,10 @@ fn path_cells(name: &str, l2sec: bool, full_load: bool, c: &Calls) -> Vec<Cell> 
     } else {
         Vec::new()
     };
-    let (paper, source) = if l2sec {
-        (98.14, FIG_6_7_FULL)
-    } else {
-        (100.0, FIG_6_7_ETHERNET)
+    let (paper, source) = match suite {
+        None => (100.0, FIG_6_7_ETHERNET),
+        Some("null-null") => (100.0, FIG_6_7_NULL),
+        Some(_) => (98.14, FIG_6_7_FULL),
     };
     out.push(cell("successful calls", "%", ok).paper(paper, source));
     let expected: i64 = c.streams.iter().map(|s| s.packets as i64 + s.lost).sum();
@@ -447,15 +452,18 @@ fn path_cells(name: &str, l2sec: bool, full_load: bool, c: &Calls) -> Vec<Cell> 
     if l2sec {
         let peak = c.daemon_cpu_pct.iter().copied().reduce(f64::max);
         out.push(cell("daemon cpu", "%", c.daemon_cpu_pct.clone()));
-        out.push(cell("daemon peak cpu", "%", peak.into_iter().collect()).paper(27.4, FIG_6_9));
-        out.push(
-            cell(
-                "daemon peak memory",
-                "KiB",
-                c.daemon_peak_kib.into_iter().collect(),
-            )
-            .paper(3204.0, FIG_6_11),
+        let peak_cpu = cell("daemon peak cpu", "%", peak.into_iter().collect());
+        let peak_mem = cell(
+            "daemon peak memory",
+            "KiB",
+            c.daemon_peak_kib.into_iter().collect(),
         );
+        if crypto {
+            out.push(peak_cpu.paper(27.4, FIG_6_9));
+            out.push(peak_mem.paper(3204.0, FIG_6_11));
+        } else {
+            out.extend([peak_cpu, peak_mem]);
+        }
     }
     out
 }
@@ -495,7 +503,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
             load.calls, load.rate, load.limit
         );
         match path_calls(bin, suite, load) {
-            Ok(c) => cells.extend(path_cells(name, suite.is_some(), !quick, &c)),
+            Ok(c) => cells.extend(path_cells(name, suite, !quick, &c)),
             Err(e) => {
                 let why = format!("{e}");
                 for (m, unit) in metrics(suite.is_some()) {

@@ -24,6 +24,7 @@ pub mod demo_pilsc;
 pub mod lab;
 pub mod lab_delay;
 pub mod lab_http;
+pub mod lab_iperf;
 pub mod lab_loss;
 pub mod lab_mtu;
 pub mod lab_ops;

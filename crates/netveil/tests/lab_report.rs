@@ -40,7 +40,10 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     lab_report::check(&r).unwrap();
     assert_eq!(
         r.experiments,
-        ["ping-rtt", "overhead", "loss", "delay", "http", "smtp", "mtu", "scp", "voip", "ops"]
+        [
+            "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "mtu", "iperf", "scp", "voip",
+            "ops"
+        ]
     );
     let csv = std::fs::read_to_string(out.join("report.csv")).unwrap();
     assert_eq!(csv.lines().count(), r.cells.len() + 1);
@@ -56,6 +59,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         "http.svg",
         "smtp.svg",
         "delay.svg",
+        "iperf.svg",
         "scp.svg",
         "voip.svg",
         "ops.svg",
@@ -74,7 +78,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         .iter()
         .filter(|c| c.experiment == "overhead")
         .collect();
-    assert_eq!(overhead.len(), 13, "{log}");
+    assert_eq!(overhead.len(), 14, "{log}");
     for c in &overhead {
         if c.path == "wireguard-go" && c.value.is_none() {
             assert!(
@@ -107,10 +111,12 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         ] {
             assert!(rtt(path, bytes) > clear, "{path} {bytes} B\n{log}");
         }
-        assert!(
-            rtt("l2sec aes128gcm", bytes) > rtt("plain bridge", bytes),
-            "l2sec {bytes} B\n{log}"
-        );
+        for path in ["l2sec aes128gcm", "l2sec null-null (noENC-noHMAC)"] {
+            assert!(
+                rtt(path, bytes) > rtt("plain bridge", bytes),
+                "{path} {bytes} B\n{log}"
+            );
+        }
     }
     // ARP too: l2sec seals it, and its round trip is longer than the bridge's.
     let arp = |path: &str| {
@@ -124,10 +130,10 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         arp("l2sec aes128gcm") > arp("plain bridge"),
         "arp rtt\n{log}"
     );
-    // Loss, HTTP, SMTP and SCP: every path but wireguard-go (not in CI) measured at every level and file, and the
-    // findings hold.
+    // Loss, HTTP, SMTP, iperf and SCP: every path but wireguard-go (not in CI) measured at every level and file,
+    // and the findings hold.
     for c in r.cells.iter().filter(|c| {
-        ["loss", "delay", "http", "smtp", "scp", "voip"].contains(&c.experiment.as_str())
+        ["loss", "delay", "http", "smtp", "iperf", "scp", "voip"].contains(&c.experiment.as_str())
     }) {
         if c.path == "wireguard-go" && c.value.is_none() {
             continue;
@@ -137,9 +143,12 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     // ops: every ESP operation at every quick size in both modes, and PSP's stages, measured; the one PSP stage
     // netveil does not run per packet says why.
     // scp: each path's seven cells (time, rate, CPU and memory, captured packets, duplicate ACKs), and each l2sec
-    // path's daemons' two and its rate against the bridge's.
+    // path's daemons' three and its rate against the bridge's (l2sec with AES-GCM and with the null suite).
     let scp = r.cells.iter().filter(|c| c.experiment == "scp").count();
-    assert_eq!(scp, 7 + 2 * 10, "{log}");
+    assert_eq!(scp, 7 + 2 * 11, "{log}");
+    // iperf: the bridge's four cells; the null suite's and AES-GCM's eight, AES-GCM's memory over the null suite's.
+    let iperf = r.cells.iter().filter(|c| c.experiment == "iperf").count();
+    assert_eq!(iperf, 4 + 8 + 9, "{log}");
     // voip: both quick paths placed their 4 calls, all succeeded, and each call's RTP came back both ways (2
     // streams), none lost; l2sec's daemons' CPU and memory are there.
     let voip = |path: &str, metric: &str| {
@@ -190,7 +199,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         }
     }
     let findings = lab_report::findings(&r);
-    assert_eq!(findings.len(), 10);
+    assert_eq!(findings.len(), 11);
     for f in &findings {
         assert_eq!(f.holds, Some(true), "{f:?}\n{log}");
     }
