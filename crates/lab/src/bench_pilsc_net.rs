@@ -71,10 +71,9 @@ fn stats(row: String, unit: &'static str, runs: Vec<f64>, paper: Option<f64>) ->
     }
 }
 
-/// 1 MB transfers, `reps` each: without PILSC, then with PILSC at each rule count of `counts`.
-pub fn transfer_rows(bin: &Path, counts: &[usize], reps: usize) -> Result<Vec<PilscRow>> {
-    let mut rows = Vec::new();
-    let paper = |n: usize| match n {
+/// The paper's Table 7: the 1 MB transfer's time (ms) at `n` rules (0: the stock Linux path).
+pub fn table7(n: usize) -> Option<f64> {
+    match n {
         0 => Some(87.0),
         10 => Some(87.5),
         20 => Some(87.7),
@@ -83,39 +82,63 @@ pub fn transfer_rows(bin: &Path, counts: &[usize], reps: usize) -> Result<Vec<Pi
         160 => Some(88.0),
         1600 => Some(93.3),
         _ => None,
-    };
-    for &n in std::iter::once(&0).chain(counts) {
-        let (lab, ns) = two_ns("nvpb", bin)?;
-        let mut daemons = Vec::new();
-        if n > 0 {
-            for (side, name) in ns.iter().enumerate() {
-                let cfg = pilsc_config(&lab, side, n, "authenticated")?;
-                daemons.push(lab.start_daemon(name, &format!("p{side}"), &cfg)?);
-            }
+    }
+}
+
+/// Transfers between two fresh namespaces, without PILSC (`pilsc` None) or through PILSC in `(mode, rules)`: for
+/// each of `sizes` (bytes), one transfer first (connection setup, caches; not counted), then `reps`, each
+/// byte-checked: the times in ms, per size.
+pub fn transfer_times(
+    bin: &Path,
+    pilsc: Option<(&str, usize)>,
+    sizes: &[u64],
+    reps: usize,
+) -> Result<Vec<Vec<f64>>> {
+    let (lab, ns) = two_ns("nvpb", bin)?;
+    let mut daemons = Vec::new();
+    if let Some((mode, n)) = pilsc {
+        for (side, name) in ns.iter().enumerate() {
+            let cfg = pilsc_config(&lab, side, n, mode)?;
+            daemons.push(lab.start_daemon(name, &format!("p{side}"), &cfg)?);
         }
-        let dst: IpAddr = ADDR[1]
-            .parse()
-            .map_err(|_| Error::Other("address".into()))?;
-        // One transfer first (connection setup, caches), not counted.
-        lab::tcp_transfer(&ns[0], &ns[1], dst, PORT, FILE)?;
+    }
+    let dst: IpAddr = ADDR[1]
+        .parse()
+        .map_err(|_| Error::Other("address".into()))?;
+    let mut out = Vec::with_capacity(sizes.len());
+    for &bytes in sizes {
+        lab::tcp_transfer(&ns[0], &ns[1], dst, PORT, bytes)?;
         let mut ms = Vec::with_capacity(reps);
         for _ in 0..reps {
-            let t = lab::tcp_transfer(&ns[0], &ns[1], dst, PORT, FILE)?;
-            if t.bytes != FILE {
+            let t = lab::tcp_transfer(&ns[0], &ns[1], dst, PORT, bytes)?;
+            if t.bytes != bytes {
                 return Err(Error::Other(format!(
-                    "pilsc transfer: {} of {FILE} bytes",
+                    "pilsc transfer: {} of {bytes} bytes",
                     t.bytes
                 )));
             }
             ms.push(t.seconds * 1e3);
         }
+        out.push(ms);
+    }
+    drop(daemons);
+    Ok(out)
+}
+
+/// 1 MB transfers, `reps` each: without PILSC, then with PILSC at each rule count of `counts`.
+pub fn transfer_rows(bin: &Path, counts: &[usize], reps: usize) -> Result<Vec<PilscRow>> {
+    let mut rows = Vec::new();
+    for &n in std::iter::once(&0).chain(counts) {
+        let pilsc = (n > 0).then_some(("authenticated", n));
+        let ms = transfer_times(bin, pilsc, &[FILE], reps)?
+            .pop()
+            .unwrap_or_default();
         let name = if n == 0 {
             "pilsc transfer 1MB without pilsc".to_string()
         } else {
             format!("pilsc transfer 1MB {n} rules")
         };
-        rows.push(stats(name, "ms", ms, paper(n)));
-        drop(daemons);
+        rows.push(stats(name, "ms", ms, table7(n)));
     }
     Ok(rows)
 }

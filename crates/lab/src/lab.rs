@@ -1133,6 +1133,22 @@ pub struct Router {
     pub addrs: [IpAddr; 2],
 }
 
+impl Router {
+    /// The capture point between the hosts: tcpdump on the router's port toward side `side` (0: the client's, 1:
+    /// the server's), as [`Lab::capture`]. A capture there sees what arrives on that link before the router's own
+    /// rules (the loss lab's drop) and what the router sends onto it.
+    pub fn capture(
+        &self,
+        lab: &Lab,
+        side: usize,
+        file: &str,
+        snaplen: u32,
+        filter: &[&str],
+    ) -> Result<Capture> {
+        lab.capture(&self.ns, self.ports[side], file, snaplen, filter)
+    }
+}
+
 /// The network `addr/prefix` lies in, as `ip route` takes it (host bits zero).
 fn network(addr: IpAddr, prefix: u8) -> String {
     match addr {

@@ -179,12 +179,12 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     let bin: PathBuf = bin.to_path_buf();
     let mut results: Vec<(String, Result<Vec<Vec<f64>>>)> = Vec::new();
     for (name, pair) in paths() {
-        println!("delay: {name}");
+        crate::say!("delay: {name}");
         results.push((name.to_string(), path_sweep(&bin, &pair, &delays, count)));
     }
     let wg = match crate::bench::find_wireguard_go() {
         Some(wg_go) => {
-            println!("delay: wireguard-go");
+            crate::say!("delay: wireguard-go");
             crate::bench::with_wireguard_go_on(
                 &wg_go,
                 &HostPair::default().via_router(),
@@ -197,7 +197,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     };
     results.push(("wireguard-go".into(), wg));
     // netveil's ESP tunnel keyed by its IKEv2 on the same routed lab.
-    println!("delay: {}", crate::lab_http::IKE_PATH);
+    crate::say!("delay: {}", crate::lab_http::IKE_PATH);
     let ike = crate::lab_run::with_ike_on(&bin, &HostPair::default().via_router(), |lab, h, _| {
         sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count)
     });
@@ -205,7 +205,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     // strongSwan at both ends on the same routed lab.
     let swan = match crate::strongswan::missing() {
         None => {
-            println!("delay: {}", crate::lab_loss::STRONGSWAN_PATH);
+            crate::say!("delay: {}", crate::lab_loss::STRONGSWAN_PATH);
             crate::lab_run::with_strongswan_on(&HostPair::default().via_router(), |lab, h, _| {
                 sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count)
             })

@@ -646,7 +646,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
         if quick && w == Workload::Smtp && !QUICK_SMTP.contains(&case.0) {
             continue;
         }
-        println!("{experiment}: {}", case.0);
+        crate::say!("{experiment}: {}", case.0);
         let tunnel = !matches!(case.1, Carrier::Clear);
         let (r, peaks) = match run_path(bin, &www, w, &case, &files, reps) {
             Ok((d, p)) => (Ok(d), Ok(p)),

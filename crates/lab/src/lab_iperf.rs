@@ -207,7 +207,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     let mut null_peak: Option<f64> = None;
     let median = crate::bench_ping::median;
     for &(name, suite) in paths {
-        println!("iperf: {name}");
+        crate::say!("iperf: {name}");
         let m = |metric: &str, unit: &str, v: Vec<f64>| {
             Cell::measured(EXPERIMENT, name, metric, unit, v)
         };

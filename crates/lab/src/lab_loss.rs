@@ -19,6 +19,10 @@
 //! user and system, of both sides' daemons per GB moved, from `/proc/PID/stat`) and `daemon peak memory` (the larger
 //! `VmHWM`, KiB).
 //!
+//! The router is the capture point between the hosts: on the clear path, one more UDP run per level above 0 with
+//! both its ports captured gives `loss made L% loss` (%: the longer packets that arrived from the server and did not
+//! leave toward the client), with the level set as its expected value: how exact the loss was.
+//!
 //! Cells per path and loss level: `udp goodput L% loss` and `tcp goodput L% loss` (Mbit/s; the repetitions are
 //! iperf3's one-second intervals, or the downloads), and `udp kept L% loss` / `tcp kept L% loss` (%: the median
 //! goodput over the same path's at 0% loss), with the study's figures beside PSP's and TLS's.
@@ -319,6 +323,39 @@ fn sweep(lab: &Lab, h: &TwoHosts, dst: &str, levels: &[f64], secs: u32) -> Resul
     Ok(out)
 }
 
+/// The loss the router made at `level`, seen from the capture point between the hosts: one UDP run from the server
+/// to the client with the router's two ports captured, the longer packets (IP length over [`LOSS_MIN_LEN`])
+/// arriving from the server (a capture sees them before the drop) against those leaving toward the client: the
+/// share that did not leave, %.
+fn loss_made(lab: &Lab, h: &TwoHosts, dst: &str, level: f64, secs: u32) -> Result<f64> {
+    let r = h
+        .router
+        .as_ref()
+        .ok_or_else(|| Error::Other("the loss lab has no router".into()))?;
+    // (tcpdump's `greater` counts the Ethernet header: 14 bytes more than the IP length.)
+    let longer = (LOSS_MIN_LEN + 15).to_string();
+    let filter = ["udp", "and", "greater", longer.as_str()];
+    set_loss(lab, h, level)?;
+    let tag = pct(level);
+    let mut arriving = r.capture(lab, 1, &format!("made-{tag}-in.pcap"), 64, &filter)?;
+    let mut leaving = r.capture(lab, 0, &format!("made-{tag}-out.pcap"), 64, &filter)?;
+    let run = iperf_intervals(lab, &h.ns[1], &h.ns[0], dst, secs, true);
+    let (a, l) = (arriving.stop(), leaving.stop());
+    set_loss(lab, h, 0.0)?;
+    run?;
+    let count = |p: std::path::PathBuf| -> Result<usize> {
+        Ok(netveil_pcap::read_file(&p)
+            .map_err(|e| Error::Other(format!("{}: {e}", p.display())))?
+            .records
+            .len())
+    };
+    let (a, l) = (count(a?)?, count(l?)?);
+    if a == 0 {
+        return Err(Error::Other("no datagram reached the router".into()));
+    }
+    Ok(100.0 * a.saturating_sub(l) as f64 / a as f64)
+}
+
 /// The daemons' CPU time per GB moved by one TCP run at 0% loss (ms/GB, both sides together) and the larger of
 /// their peak resident memories after it (KiB). The daemons: whatever runs in the two namespaces before the run
 /// (netveil's daemons, or wireguard-go).
@@ -390,7 +427,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     let levels = levels(quick);
     let secs = if quick { 1 } else { 3 };
     let mut cells = Vec::new();
-    println!("loss: clear veth, and TLS 1.3 and 1.2 on it");
+    crate::say!("loss: clear veth, and TLS 1.3 and 1.2 on it");
     let mut tls: Vec<(&str, Vec<Measured>)> = vec![("tls1.3", Vec::new()), ("tls1.2", Vec::new())];
     let clear = (|| {
         let mut lab = Lab::new("nvlab")?;
@@ -409,15 +446,34 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
             }
         }
         set_loss(&lab, &h, 0.0)?;
-        Ok((r, rtt_under_load(&lab, &h, &dst)))
+        // How exact the loss was: what the router dropped at each level, seen from the capture point.
+        let made: Vec<(f64, Result<f64>)> = levels
+            .iter()
+            .filter(|&&l| l > 0.0)
+            .map(|&l| (l, loss_made(&lab, &h, &dst, l, secs)))
+            .collect();
+        Ok((r, rtt_under_load(&lab, &h, &dst), made))
     })();
-    let (clear, load) = match clear {
-        Ok((r, load)) => (Ok(r), load),
+    let (clear, load, made) = match clear {
+        Ok((r, load, made)) => (Ok(r), load, made),
         Err(e) => {
             let why = format!("the path did not run: {e}");
-            (Err(e), Err(Error::Other(why)))
+            let made = levels
+                .iter()
+                .filter(|&&l| l > 0.0)
+                .map(|&l| (l, Err(Error::Other(why.clone()))))
+                .collect();
+            (Err(e), Err(Error::Other(why)), made)
         }
     };
+    for (l, m) in made {
+        let metric = format!("loss made {}% loss", pct(l));
+        cells.push(match m {
+            // (The level set is what it should be: `expected`.)
+            Ok(v) => Cell::measured("loss", "clear", &metric, "%", vec![v]).expected(l),
+            Err(e) => Cell::missing("loss", "clear", &metric, "%", &format!("{e}")),
+        });
+    }
     cells.extend(path_cells("clear", &levels, clear));
     cells.extend(load_cells("clear", load));
     for (version, got) in tls {
@@ -441,7 +497,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
         ("netveil psp aes-gcm-128", HostPair::psp("aes-gcm-128")),
         ("netveil esp-in-udp aes128gcm16", esp_udp),
     ] {
-        println!("loss: {name}");
+        crate::say!("loss: {name}");
         let r = (|| {
             let mut lab = Lab::new("nvlab")?.with_netveil(bin);
             let h = TwoHosts::up(&mut lab, &pair.clone().via_router())?;
@@ -457,7 +513,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     }
     let wg = match crate::bench::find_wireguard_go() {
         Some(wg_go) => {
-            println!("loss: wireguard-go");
+            crate::say!("loss: wireguard-go");
             crate::bench::with_wireguard_go_on(
                 &wg_go,
                 &HostPair::default().via_router(),
@@ -478,7 +534,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     // three minutes).
     if !quick {
         let name = crate::lab_http::IKE_PATH;
-        println!("loss: {name}");
+        crate::say!("loss: {name}");
         let ike =
             crate::lab_run::with_ike_on(bin, &HostPair::default().via_router(), |lab, h, _| {
                 let dst = h.addrs[1].inner.to_string();
@@ -491,7 +547,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     // strongSwan at both ends (the peer of ping-rtt and http) on the same routed lab; its daemons are the charons.
     let swan = match crate::strongswan::missing() {
         None => {
-            println!("loss: {STRONGSWAN_PATH}");
+            crate::say!("loss: {STRONGSWAN_PATH}");
             crate::lab_run::with_strongswan_on(&HostPair::default().via_router(), |lab, h, _| {
                 let dst = h.addrs[1].inner.to_string();
                 let got = sweep(lab, h, &dst, &levels, secs)?;

@@ -166,7 +166,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
     };
     let mut results: Vec<(u16, std::result::Result<PerFile, String>)> = Vec::new();
     for mtu in mtus(quick) {
-        println!("mtu: {PATH} with interface mtu {mtu}");
+        crate::say!("mtu: {PATH} with interface mtu {mtu}");
         results.push((
             mtu,
             at_mtu(bin, &www, &files, mtu, reps).map_err(|e| format!("the path did not run: {e}")),

@@ -106,6 +106,47 @@ fn delay_figure(cells: &[Cell]) -> Result<Option<Figure>> {
     })
 }
 
+/// `pilsc.svg`: the 1 MB transfer's time through PILSC against the number of rules, the PILSC study's Table 7
+/// beside (the rule counts as categories: 10 to 1,600).
+fn pilsc_figure(cells: &[Cell]) -> Result<Option<Figure>> {
+    let mut counts: Vec<String> = Vec::new();
+    let (mut ours, mut paper) = (Vec::new(), Vec::new());
+    for c in cells.iter().filter(|c| c.experiment == "pilsc") {
+        let Some(n) = c
+            .metric
+            .strip_prefix("transfer time 1MB at ")
+            .and_then(|m| m.strip_suffix(" rules"))
+        else {
+            continue;
+        };
+        let x = counts.len() as f64;
+        counts.push(n.to_string());
+        if let Some(v) = c.value {
+            ours.push((x, v));
+        }
+        if let Some(p) = c.paper {
+            paper.push((x, p));
+        }
+    }
+    let mut series = Vec::new();
+    if !ours.is_empty() {
+        series.push(("netveil pilsc authenticated".to_string(), ours));
+    }
+    if !paper.is_empty() {
+        series.push(("the paper (PILSC study, Table 7)".to_string(), paper));
+    }
+    line_chart(Lines {
+        file: "pilsc.svg",
+        title: "PILSC: a 1 MB transfer's time against the number of rules (median)",
+        x_desc: "rules",
+        y_desc: "transfer time (ms)",
+        y_min_top: 1.0,
+        x: XAxis::Categories(counts),
+        legend: SeriesLabelPosition::LowerRight,
+        series,
+    })
+}
+
 /// `iperf.svg`: each l2sec path's TCP and UDP throughput as a share of the plain bridge's, the L2 study's beside
 /// (its Figs. 6.18 and 6.28).
 fn iperf_figure(cells: &[Cell]) -> Result<Option<Figure>> {
@@ -498,6 +539,7 @@ pub fn figures(report: &Report) -> Result<Vec<Figure>> {
         transfer_figure(&report.cells, "http")?,
         transfer_figure(&report.cells, "smtp")?,
         delay_figure(&report.cells)?,
+        pilsc_figure(&report.cells)?,
         iperf_figure(&report.cells)?,
         scp_figure(&report.cells)?,
         voip_figure(&report.cells)?,

@@ -367,7 +367,7 @@ pub fn findings(report: &Report) -> Vec<Finding> {
     let formula: Vec<&Cell> = report
         .cells
         .iter()
-        .filter(|c| c.expected.is_some() && c.value.is_some())
+        .filter(|c| c.experiment == "overhead" && c.expected.is_some() && c.value.is_some())
         .collect();
     let off: Vec<String> = formula
         .iter()
@@ -470,6 +470,7 @@ pub fn findings(report: &Report) -> Vec<Finding> {
     out.push(voip_jitter_below_limit(report));
     out.push(small_mtu_costs_load(report));
     out.push(user_space_costs_throughput(report));
+    out.push(pilsc_fewer_bytes_than_ipsec(report));
     out
 }
 
@@ -796,6 +797,44 @@ fn user_space_costs_throughput(report: &Report) -> Finding {
     judged(finding, seen, bad, "no iperf cells through l2sec")
 }
 
+/// The PILSC study's "IPsec packets carry 3-4 times more extra bytes than PILSC packets" (Table 8: PILSC 12, IPsec
+/// 32-48, cited there): per `overhead` cell of PILSC (either mode), fewer bytes than every IPsec row that stands
+/// beside the table (the ESP and ESP+AH rows with a paper value).
+fn pilsc_fewer_bytes_than_ipsec(report: &Report) -> Finding {
+    let finding =
+        "PILSC adds fewer bytes per packet than IPsec (the PILSC study, Table 8: 12 against 32-48)";
+    let over = |c: &&Cell| c.experiment == "overhead" && c.value.is_some();
+    let ipsec: Vec<(&str, f64)> = report
+        .cells
+        .iter()
+        .filter(over)
+        .filter(|c| c.path.starts_with("esp") && c.paper.is_some())
+        .filter_map(|c| Some((c.path.as_str(), c.value?)))
+        .collect();
+    let least = ipsec.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+    let (mut seen, mut bad) = (Vec::new(), Vec::new());
+    if !ipsec.is_empty() {
+        for c in report
+            .cells
+            .iter()
+            .filter(over)
+            .filter(|c| c.path.starts_with("pilsc"))
+        {
+            let Some(v) = c.value else { continue };
+            let line = format!(
+                "{}: {v:.0} B against IPsec's {least:.0} B or more ({} rows)",
+                c.path,
+                ipsec.len()
+            );
+            if v >= least {
+                bad.push(line.clone());
+            }
+            seen.push(line);
+        }
+    }
+    judged(finding, seen, bad, "no PILSC and IPsec overhead cells")
+}
+
 /// The bytes of a file size as the cells name it ("1KB", "10MB").
 pub fn file_bytes(name: &str) -> Option<f64> {
     let (n, unit) = name.split_at(name.find(|c: char| !c.is_ascii_digit())?);
@@ -947,7 +986,9 @@ mod tests {
             )
         };
         let esp = |v: f64| {
-            Cell::measured("overhead", "esp", "overhead", "B/packet", vec![v]).expected(72.0)
+            Cell::measured("overhead", "esp", "overhead", "B/packet", vec![v])
+                .expected(72.0)
+                .paper(32.0, "PILSC, Table 8")
         };
         let good = report(vec![
             esp(72.0),
@@ -1075,8 +1116,22 @@ mod tests {
         };
         iperf(&mut good, "l2sec null-null (noENC-noHMAC)", 35.8);
         iperf(&mut good, "l2sec aes128gcm", 28.2);
+        let pilsc = |r: &mut Report, v: f64| {
+            r.cells.push(Cell::measured(
+                "overhead",
+                "pilsc confidential",
+                "overhead",
+                "B/packet",
+                vec![v],
+            ));
+        };
+        pilsc(&mut good, 12.0);
         let f = findings(&good);
-        assert_eq!(f.len(), 11);
+        assert_eq!(f.len(), 12);
+        assert_eq!(
+            f[11].detail, "pilsc confidential: 12 B against IPsec's 72 B or more (1 rows)",
+            "{f:?}"
+        );
         assert_eq!(
             f[10].detail,
             "l2sec null-null (noENC-noHMAC): 35.8% of the bridge's; l2sec aes128gcm: 28.2% of the bridge's",
@@ -1129,6 +1184,7 @@ mod tests {
         voip(&mut bad, "l2sec aes128gcm", vec![0.9, 40.0, 2.0]);
         mtu(&mut bad, 600, -0.5);
         iperf(&mut bad, "l2sec null-null (noENC-noHMAC)", 100.5);
+        pilsc(&mut bad, 80.0);
         let f = findings(&bad);
         assert!(
             f[6].detail

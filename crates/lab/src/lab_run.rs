@@ -24,6 +24,8 @@
 //!   ([`crate::lab_smtp`]).
 //! - `mtu`: HTTP downloads through netveil's ESP tunnel with its interface MTU below, at and above the ideal
 //!   one, as the IPsec web/email study's MTU sweep ([`crate::lab_mtu`]).
+//! - `pilsc`: the PILSC study's transfers of 1 KB to 10 MB without and through PILSC (both modes) and of 1 MB
+//!   against the number of rules ([`crate::lab_pilsc`]).
 //! - `iperf`: the L2 study's Iperf-TCP and Iperf-UDP tests over the plain bridge, l2sec's null suite (its
 //!   noENC-noHMAC category) and l2sec with full crypto: throughput beside the bridge's, UDP loss and jitter, CPU and
 //!   memory of l2sec's daemons, duplicate ACKs ([`crate::lab_iperf`]).
@@ -50,8 +52,9 @@ use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
 
 /// The experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 11] = [
-    "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "mtu", "iperf", "scp", "voip", "ops",
+pub const EXPERIMENTS: [&str; 12] = [
+    "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "mtu", "pilsc", "iperf", "scp",
+    "voip", "ops",
 ];
 
 #[derive(clap::Args, Debug)]
@@ -59,8 +62,8 @@ pub struct LabArgs {
     /// A small matrix (for CI: under a few minutes).
     #[arg(long)]
     pub quick: bool,
-    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, delay, http, smtp, mtu, iperf,
-    /// scp, voip, ops.
+    /// Experiments to run, comma-separated (default: all): ping-rtt, overhead, loss, delay, http, smtp, mtu, pilsc,
+    /// iperf, scp, voip, ops.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where the report goes (report.json, report.csv, report.md, index.html and one SVG per figure).
@@ -230,7 +233,7 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
     let sizes = ping_sizes(quick);
     let count = if quick { 10 } else { 100 };
     let mut cells = Vec::new();
-    println!("ping-rtt: clear veth");
+    crate::say!("ping-rtt: clear veth");
     let clear = (|| {
         let mut lab = Lab::new("nvlab")?;
         let h = TwoHosts::topology(&mut lab, &HostPair::default())?;
@@ -243,7 +246,7 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
     cells.extend(rtt_cells("clear", clear, &sizes));
     let mut paths: Vec<(String, Result<Vec<bench_ping::PingStat>>)> = Vec::new();
     for (name, pair) in netveil_paths() {
-        println!("ping-rtt: {name}");
+        crate::say!("ping-rtt: {name}");
         let r = (|| {
             let mut lab = Lab::new("nvlab")?.with_netveil(bin);
             let h = TwoHosts::up(&mut lab, &pair)?;
@@ -254,11 +257,11 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
         })();
         paths.push((name.to_string(), r));
     }
-    println!("ping-rtt: {IKE_PATH}");
+    crate::say!("ping-rtt: {IKE_PATH}");
     paths.push((IKE_PATH.to_string(), ike_pings(bin, &sizes, count)));
     let wg = match crate::bench::find_wireguard_go() {
         Some(wg_go) => {
-            println!("ping-rtt: wireguard-go");
+            crate::say!("ping-rtt: wireguard-go");
             crate::bench::with_wireguard_go(&wg_go, |lab, h| {
                 pings(lab, &h.ns[0], &h.addrs[1].inner.to_string(), &sizes, count)
             })
@@ -270,7 +273,7 @@ fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
     paths.push(("wireguard-go".into(), wg));
     let swan = match crate::strongswan::missing() {
         None => {
-            println!("ping-rtt: {STRONGSWAN_PATH}");
+            crate::say!("ping-rtt: {STRONGSWAN_PATH}");
             strongswan_pings(&sizes, count)
         }
         Some(why) => Err(Error::Other(why)),
@@ -563,7 +566,7 @@ fn l2_rtt(bin: &Path, sizes: &[u32], count: u32) -> Vec<Cell> {
             Err(Error::Other(format!("{e}"))),
         ),
     };
-    println!("ping-rtt: plain bridge");
+    crate::say!("ping-rtt: plain bridge");
     let (bridge, bridge_arp) = split(run(None));
     let mut cells = Vec::new();
     let arp_cell = |path: &str, r: &Result<Vec<f64>>| match r {
@@ -575,7 +578,7 @@ fn l2_rtt(bin: &Path, sizes: &[u32], count: u32) -> Vec<Cell> {
     let mut increases: Vec<(Option<f64>, Vec<Option<f64>>)> = Vec::new();
     let mut l2_cells = Vec::new();
     for (path, suite, (arp_paper, arp_src), (icmp_paper, icmp_src)) in L2_RTT_PATHS {
-        println!("ping-rtt: {path}");
+        crate::say!("ping-rtt: {path}");
         let (l2, l2_arp) = split(run(Some(suite)));
         cells.push(arp_cell(path, &l2_arp));
         let metric = "arp rtt increase over the bridge";
@@ -679,7 +682,7 @@ fn overhead_cell(path: &str, r: Result<f64>, paper: Option<f64>) -> Cell {
 
 fn overhead(bin: &Path) -> Vec<Cell> {
     use crate::bench_pilsc_net::ping_overhead;
-    println!("overhead: PILSC, ESP and ESP+AH from captures");
+    crate::say!("overhead: PILSC, ESP and ESP+AH from captures");
     let mut cells = match crate::bench_pilsc_net::overhead_rows(bin) {
         // ("esp tunnel overhead aes128-sha1" is the path "esp tunnel aes128-sha1".)
         Ok(rows) => rows
@@ -694,7 +697,7 @@ fn overhead(bin: &Path) -> Vec<Cell> {
             &format!("did not run: {e}"),
         )],
     };
-    println!("overhead: PSP");
+    crate::say!("overhead: PSP");
     let psp = (|| {
         let mut lab = Lab::new("nvlab")?.with_netveil(bin);
         let h = TwoHosts::up(&mut lab, &HostPair::psp("aes-gcm-128"))?;
@@ -733,7 +736,7 @@ fn overhead(bin: &Path) -> Vec<Cell> {
             51,
         ),
     ] {
-        println!("overhead: {path}");
+        crate::say!("overhead: {path}");
         let r = (|| {
             let mut lab = Lab::new("nvlab")?.with_netveil(bin);
             let h = TwoHosts::up(&mut lab, &pair)?;
@@ -752,12 +755,12 @@ fn overhead(bin: &Path) -> Vec<Cell> {
         ("l2sec aes128gcm", "aes128gcm"),
         (L2SEC_NULL_PATH, "null-null"),
     ] {
-        println!("overhead: {path}");
+        crate::say!("overhead: {path}");
         cells.push(overhead_cell(path, l2sec_overhead(bin, suite), None));
     }
     let wg = match crate::bench::find_wireguard_go() {
         Some(wg_go) => {
-            println!("overhead: wireguard-go");
+            crate::say!("overhead: wireguard-go");
             crate::bench::with_wireguard_go(&wg_go, |lab, h| {
                 let ns = [h.ns[0].clone(), h.ns[1].clone()];
                 ping_overhead(
@@ -776,7 +779,7 @@ fn overhead(bin: &Path) -> Vec<Cell> {
     cells.push(overhead_cell("wireguard-go", wg, None));
     let swan = match crate::strongswan::missing() {
         None => {
-            println!("overhead: {STRONGSWAN_OVERHEAD_PATH}");
+            crate::say!("overhead: {STRONGSWAN_OVERHEAD_PATH}");
             with_strongswan_on(&HostPair::default(), |lab, h, _| {
                 ping_overhead(
                     lab,
@@ -866,6 +869,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let mut cells = Vec::new();
+    crate::lab_progress::start(experiments.len() as u64);
     for e in &experiments {
         let t = Instant::now();
         match e.as_str() {
@@ -873,6 +877,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
             "loss" => cells.extend(crate::lab_loss::run(&bin, a.quick)),
             "ops" => cells.extend(crate::lab_ops::run(a.quick)),
             "delay" => cells.extend(crate::lab_delay::run(&bin, a.quick)),
+            "pilsc" => cells.extend(crate::lab_pilsc::run(&bin, a.quick)),
             "iperf" => cells.extend(crate::lab_iperf::run(&bin, a.quick)),
             "scp" => cells.extend(crate::lab_scp::run(&bin, a.quick)),
             "voip" => cells.extend(crate::lab_voip::run(&bin, a.quick)),
@@ -896,8 +901,10 @@ pub fn run(a: LabArgs) -> Result<Report> {
             }
             _ => cells.extend(overhead(&bin)),
         }
-        println!("{e}: done in {:.1} s", t.elapsed().as_secs_f64());
+        crate::say!("{e}: done in {:.1} s", t.elapsed().as_secs_f64());
+        crate::lab_progress::advance();
     }
+    crate::lab_progress::finish();
     let (kernel, cpu) = lab_report::machine();
     let mut programs = std::collections::BTreeMap::new();
     for (p, args) in [

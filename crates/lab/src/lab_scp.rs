@@ -290,7 +290,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     let mut cells = Vec::new();
     let mut bridge_rate: Option<f64> = None;
     for (name, suite) in paths(quick) {
-        println!("scp: {name}");
+        crate::say!("scp: {name}");
         let metrics = [
             ("scp time", "s"),
             ("scp rate", "MB/s"),

@@ -498,9 +498,11 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     let load = load(quick);
     let mut cells = Vec::new();
     for &(name, suite) in paths(quick) {
-        println!(
+        crate::say!(
             "voip: {name} ({} calls, {}/s, at most {} at once)",
-            load.calls, load.rate, load.limit
+            load.calls,
+            load.rate,
+            load.limit
         );
         match path_calls(bin, suite, load) {
             Ok(c) => cells.extend(path_cells(name, suite, !quick, &c)),

@@ -41,8 +41,8 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     assert_eq!(
         r.experiments,
         [
-            "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "mtu", "iperf", "scp", "voip",
-            "ops"
+            "ping-rtt", "overhead", "loss", "delay", "http", "smtp", "mtu", "pilsc", "iperf",
+            "scp", "voip", "ops"
         ]
     );
     let csv = std::fs::read_to_string(out.join("report.csv")).unwrap();
@@ -59,6 +59,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         "http.svg",
         "smtp.svg",
         "delay.svg",
+        "pilsc.svg",
         "iperf.svg",
         "scp.svg",
         "voip.svg",
@@ -133,7 +134,10 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     // Loss, HTTP, SMTP, iperf and SCP: every path but wireguard-go (not in CI) measured at every level and file,
     // and the findings hold.
     for c in r.cells.iter().filter(|c| {
-        ["loss", "delay", "http", "smtp", "iperf", "scp", "voip"].contains(&c.experiment.as_str())
+        [
+            "loss", "delay", "http", "smtp", "pilsc", "iperf", "scp", "voip",
+        ]
+        .contains(&c.experiment.as_str())
     }) {
         if c.path == "wireguard-go" && c.value.is_none() {
             continue;
@@ -149,6 +153,10 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     // iperf: the bridge's four cells; the null suite's and AES-GCM's eight, AES-GCM's memory over the null suite's.
     let iperf = r.cells.iter().filter(|c| c.experiment == "iperf").count();
     assert_eq!(iperf, 4 + 8 + 9, "{log}");
+    // pilsc: two files without PILSC and through both modes (with the share over clear), and the 1 MB file at
+    // two rule counts (with its share over clear).
+    let pilsc = r.cells.iter().filter(|c| c.experiment == "pilsc").count();
+    assert_eq!(pilsc, 2 + 2 * 2 * 2 + 2 * 2, "{log}");
     // voip: both quick paths placed their 4 calls, all succeeded, and each call's RTP came back both ways (2
     // streams), none lost; l2sec's daemons' CPU and memory are there.
     let voip = |path: &str, metric: &str| {
@@ -199,7 +207,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         }
     }
     let findings = lab_report::findings(&r);
-    assert_eq!(findings.len(), 11);
+    assert_eq!(findings.len(), 12);
     for f in &findings {
         assert_eq!(f.holds, Some(true), "{f:?}\n{log}");
     }
