@@ -15,7 +15,9 @@
 //!
 //! Cells per path (`plain bridge`, `l2sec null-null (noENC-noHMAC)`, `l2sec aes128gcm`, `l2sec
 //! blowfish-cbc-sha1`; `--quick`: the first three): `tcp throughput` and `udp throughput` (Mbit/s, each second a
-//! repetition), `udp lost` (%) and `udp jitter` (ms, RFC 3550 as iperf3 computes it); through l2sec `tcp throughput
+//! repetition), `udp lost` (%) and `udp jitter` (ms, RFC 3550 as iperf3 computes it), `tcp retransmits` (the
+//! sender's segments) and `iperf3 client cpu` / `iperf3 server cpu` (% of one core, iperf3's own figures, over the
+//! TCP run); through l2sec `tcp throughput
 //! of the bridge's` and `udp throughput of the bridge's` (%), `daemon cpu` (%) and `daemon peak memory` (KiB), with
 //! full crypto `daemon peak memory over the null suite's` (KiB); in the full run `captured packets` and `duplicate
 //! acks` (%). The study's numbers stand beside: TCP 30.69% of Ethernet without crypto and 3.42% with, UDP 61.25% and
@@ -72,10 +74,15 @@ pub struct Run {
     /// UDP: the share of the datagrams lost (%) and the jitter (ms).
     pub lost_percent: Option<f64>,
     pub jitter_ms: Option<f64>,
+    /// TCP: the segments the sender (the server) retransmitted.
+    pub retransmits: Option<f64>,
+    /// iperf3's own CPU over the run, % of one core: the client's (receiving) and the server's (sending).
+    pub cpu_client: Option<f64>,
+    pub cpu_server: Option<f64>,
 }
 
-/// Reads iperf3's JSON (`-J`) of a reversed run: the client's intervals (what arrived) and, for UDP, the loss and
-/// jitter of its summary.
+/// Reads iperf3's JSON (`-J`) of a reversed run: the client's intervals (what arrived); for UDP the loss and
+/// jitter of its summary, for TCP the sender's retransmissions; both ends' CPU as iperf3 reports it.
 pub fn parse_run(json: &[u8]) -> Result<Run> {
     let v: serde_json::Value = serde_json::from_slice(json)
         .map_err(|e| Error::Other(format!("cannot parse iperf3's output: {e}")))?;
@@ -93,11 +100,15 @@ pub fn parse_run(json: &[u8]) -> Result<Run> {
     if intervals.is_empty() {
         return Err(Error::Other("iperf3 reported no interval".into()));
     }
-    let sum = &v["end"]["sum"];
+    let end = &v["end"];
+    let cpu = &end["cpu_utilization_percent"];
     Ok(Run {
         intervals,
-        lost_percent: sum["lost_percent"].as_f64(),
-        jitter_ms: sum["jitter_ms"].as_f64(),
+        lost_percent: end["sum"]["lost_percent"].as_f64(),
+        jitter_ms: end["sum"]["jitter_ms"].as_f64(),
+        retransmits: end["sum_sent"]["retransmits"].as_f64(),
+        cpu_client: cpu["host_total"].as_f64(),
+        cpu_server: cpu["remote_total"].as_f64(),
     })
 }
 
@@ -228,6 +239,9 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
                     ("udp throughput", "Mbit/s"),
                     ("udp lost", "%"),
                     ("udp jitter", "ms"),
+                    ("tcp retransmits", "segments"),
+                    ("iperf3 client cpu", "%"),
+                    ("iperf3 server cpu", "%"),
                 ];
                 if suite.is_some() {
                     metrics.extend([
@@ -264,6 +278,17 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
             Some(v) => m("udp jitter", "ms", vec![v]),
             None => missing("udp jitter", "ms", "iperf3 gave no jitter figure"),
         });
+        // The TCP run's retransmissions and the workload's own CPU (iperf3's figures for both ends).
+        for (metric, unit, v) in [
+            ("tcp retransmits", "segments", f.tcp.retransmits),
+            ("iperf3 client cpu", "%", f.tcp.cpu_client),
+            ("iperf3 server cpu", "%", f.tcp.cpu_server),
+        ] {
+            cells.push(match v {
+                Some(v) => m(metric, unit, vec![v]),
+                None => missing(metric, unit, "iperf3 gave no such figure"),
+            });
+        }
         if let Some(acks) = f.acks {
             match acks {
                 Ok((captured, dup)) if captured > 0 => {
@@ -365,6 +390,13 @@ mod tests {
         assert_eq!(r.intervals, vec![1500.0, 2500.0]);
         assert_eq!(r.lost_percent, Some(3.5));
         assert_eq!(r.jitter_ms, Some(0.012));
+        assert_eq!(r.retransmits, None);
+        // A TCP run (iperf3 3.12's reversed JSON): the server's retransmissions, both ends' CPU.
+        let json = br#"{"intervals":[{"sum":{"bits_per_second":9.4e9}}],"end":{"sum_sent":{"retransmits":7514,
+            "sender":false},"sum_received":{},"cpu_utilization_percent":{"host_total":41.5,"remote_total":88.0}}}"#;
+        let r = parse_run(json).unwrap();
+        assert_eq!(r.retransmits, Some(7514.0));
+        assert_eq!((r.cpu_client, r.cpu_server), (Some(41.5), Some(88.0)));
         assert!(parse_run(br#"{"error":"unable to connect"}"#).is_err());
         assert!(parse_run(br#"{"intervals":[]}"#).is_err());
         assert!(parse_run(b"not json").is_err());

@@ -150,9 +150,10 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     // path's daemons' three and its rate against the bridge's (l2sec with AES-GCM and with the null suite).
     let scp = r.cells.iter().filter(|c| c.experiment == "scp").count();
     assert_eq!(scp, 7 + 2 * 11, "{log}");
-    // iperf: the bridge's four cells; the null suite's and AES-GCM's eight, AES-GCM's memory over the null suite's.
+    // iperf: the bridge's seven cells; the null suite's and AES-GCM's eleven, AES-GCM's memory over the null
+    // suite's.
     let iperf = r.cells.iter().filter(|c| c.experiment == "iperf").count();
-    assert_eq!(iperf, 4 + 8 + 9, "{log}");
+    assert_eq!(iperf, 7 + 11 + 12, "{log}");
     // pilsc: two files without PILSC and through both modes (with the share over clear), and the 1 MB file at
     // two rule counts (with its share over clear).
     let pilsc = r.cells.iter().filter(|c| c.experiment == "pilsc").count();
