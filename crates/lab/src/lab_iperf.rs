@@ -143,10 +143,7 @@ pub struct PathFigures {
 fn path_runs(bin: &Path, suite: Option<&str>, secs: u32, capture: bool) -> Result<PathFigures> {
     let mut lab = Lab::new("nvlab")?.with_netveil(bin);
     let (lan, daemons) = Lan::pair(&mut lab, suite.map(L2Opts::suite))?;
-    let pids: Vec<u32> = daemons.iter().filter_map(|d| d.pid()).collect();
-    if pids.len() != daemons.len() {
-        return Err(Error::Other("an l2sec daemon has no pid".into()));
-    }
+    let pids = crate::lan::daemon_pids(&daemons)?;
     let (h1, h2) = (lan.station("h1")?.clone(), lan.station("h2")?.clone());
     let dst = h2.ip.to_string();
     // The session and the neighbour entries first.
@@ -226,9 +223,9 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
             Cell::missing(EXPERIMENT, name, metric, unit, why)
         };
         let (ack_paper, ack_source) = match suite {
-            None => (2.0 / 244_090.0 * 100.0, TABLE_6_1_ETHERNET),
-            Some("null-null") => (5_335.0 / 823_317.0 * 100.0, TABLE_6_1_NULL),
-            Some(_) => (875.0 / 103_417.0 * 100.0, TABLE_6_1_FULL),
+            None => (crate::lab_scp::share(2.0, 244_090.0), TABLE_6_1_ETHERNET),
+            Some("null-null") => (crate::lab_scp::share(5_335.0, 823_317.0), TABLE_6_1_NULL),
+            Some(_) => (crate::lab_scp::share(875.0, 103_417.0), TABLE_6_1_FULL),
         };
         let f = match path_runs(bin, suite, secs, !quick) {
             Ok(f) => f,
@@ -290,27 +287,12 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
             });
         }
         if let Some(acks) = f.acks {
-            match acks {
-                Ok((captured, dup)) if captured > 0 => {
-                    cells.push(m("captured packets", "packets", vec![captured as f64]));
-                    cells.push(
-                        m(
-                            "duplicate acks",
-                            "%",
-                            vec![100.0 * dup as f64 / captured as f64],
-                        )
-                        .paper(ack_paper, ack_source),
-                    );
-                }
-                other => {
-                    let why = match other {
-                        Err(e) => format!("{e}"),
-                        _ => "the capture holds no TCP packet".into(),
-                    };
-                    cells.push(missing("captured packets", "packets", &why));
-                    cells.push(missing("duplicate acks", "%", &why).paper(ack_paper, ack_source));
-                }
-            }
+            cells.extend(crate::lab_scp::ack_cells(
+                EXPERIMENT,
+                name,
+                acks,
+                (ack_paper, ack_source),
+            ));
         }
         let Some(s) = suite else {
             bridge = Some((tcp, udp));

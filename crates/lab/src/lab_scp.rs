@@ -235,6 +235,51 @@ pub fn duplicate_acks(pcap: &Path) -> Result<(u64, u64)> {
     Ok((count("tcp")?, count("tcp.analysis.duplicate_ack")?))
 }
 
+/// A table's count as a share of its total, %, to four decimals (as the study's tables give them).
+pub fn share(count: f64, total: f64) -> f64 {
+    (count / total * 1e6).round() / 1e4
+}
+
+/// The cells of a captured run's duplicate ACKs for `path`: `captured packets` and `duplicate acks` (% of them,
+/// beside the study's `paper`), or both without value and why.
+pub fn ack_cells(
+    experiment: &str,
+    path: &str,
+    acks: Result<(u64, u64)>,
+    paper: (f64, &str),
+) -> [Cell; 2] {
+    match acks {
+        Ok((captured, dup)) if captured > 0 => [
+            Cell::measured(
+                experiment,
+                path,
+                "captured packets",
+                "packets",
+                vec![captured as f64],
+            ),
+            Cell::measured(
+                experiment,
+                path,
+                "duplicate acks",
+                "%",
+                vec![100.0 * dup as f64 / captured as f64],
+            )
+            .paper(paper.0, paper.1),
+        ],
+        other => {
+            let why = match other {
+                Err(e) => format!("{e}"),
+                _ => "the capture holds no TCP packet".into(),
+            };
+            [
+                Cell::missing(experiment, path, "captured packets", "packets", &why),
+                Cell::missing(experiment, path, "duplicate acks", "%", &why)
+                    .paper(paper.0, paper.1),
+            ]
+        }
+    }
+}
+
 /// What a path's copies gave: the timed copies, and (captured TCP packets, duplicate ACKs) of the captured one.
 type PathResult = (Vec<Copied>, Result<(u64, u64)>);
 
@@ -243,10 +288,7 @@ type PathResult = (Vec<Copied>, Result<(u64, u64)>);
 fn path_runs(bin: &Path, suite: Option<&str>, bytes: u64, reps: usize) -> Result<PathResult> {
     let mut lab = Lab::new("nvlab")?.with_netveil(bin);
     let (lan, daemons) = Lan::pair(&mut lab, suite.map(L2Opts::suite))?;
-    let pids: Vec<u32> = daemons.iter().filter_map(|d| d.pid()).collect();
-    if pids.len() != daemons.len() {
-        return Err(Error::Other("an l2sec daemon has no pid".into()));
-    }
+    let pids = crate::lan::daemon_pids(&daemons)?;
     let (h1, h2) = (lan.station("h1")?.clone(), lan.station("h2")?.clone());
     let dir: PathBuf = lab.dir().join("scp");
     std::fs::create_dir_all(&dir).map_err(Error::io("scp dir"))?;
@@ -303,47 +345,10 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
             Ok((runs, acks)) => {
                 let (paper, source) = match suite {
                     None => (0.0, TABLE_6_2_ETHERNET),
-                    Some("null-null") => (228.0 / 132_133.0 * 100.0, TABLE_6_2_NULL),
+                    Some("null-null") => (share(228.0, 132_133.0), TABLE_6_2_NULL),
                     Some(_) => (0.759, TABLE_6_2_FULL),
                 };
-                match acks {
-                    Ok((captured, dup)) if captured > 0 => {
-                        cells.push(Cell::measured(
-                            EXPERIMENT,
-                            name,
-                            "captured packets",
-                            "packets",
-                            vec![captured as f64],
-                        ));
-                        cells.push(
-                            Cell::measured(
-                                EXPERIMENT,
-                                name,
-                                "duplicate acks",
-                                "%",
-                                vec![100.0 * dup as f64 / captured as f64],
-                            )
-                            .paper(paper, source),
-                        );
-                    }
-                    other => {
-                        let why = match other {
-                            Err(e) => format!("{e}"),
-                            _ => "the capture holds no TCP packet".into(),
-                        };
-                        cells.push(Cell::missing(
-                            EXPERIMENT,
-                            name,
-                            "captured packets",
-                            "packets",
-                            &why,
-                        ));
-                        cells.push(
-                            Cell::missing(EXPERIMENT, name, "duplicate acks", "%", &why)
-                                .paper(paper, source),
-                        );
-                    }
-                }
+                cells.extend(ack_cells(EXPERIMENT, name, acks, (paper, source)));
                 let col = |f: &dyn Fn(&Copied) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
                 let rates = col(&|c| bytes as f64 / 1e6 / c.seconds);
                 let values = [

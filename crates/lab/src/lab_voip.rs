@@ -388,10 +388,7 @@ fn calls(
 fn path_calls(bin: &Path, suite: Option<&str>, load: Load) -> Result<Calls> {
     let mut lab = Lab::new("nvlab")?.with_netveil(bin);
     let (lan, daemons) = Lan::pair(&mut lab, suite.map(L2Opts::suite))?;
-    let pids: Vec<u32> = daemons.iter().filter_map(|d| d.pid()).collect();
-    if pids.len() != daemons.len() {
-        return Err(Error::Other("an l2sec daemon has no pid".into()));
-    }
+    let pids = crate::lan::daemon_pids(&daemons)?;
     let dev = if suite.is_some() {
         crate::lan::TAP
     } else {

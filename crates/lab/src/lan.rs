@@ -187,6 +187,17 @@ impl L2Opts {
     }
 }
 
+/// The process ids of l2sec's daemons (an error if one has none).
+pub fn daemon_pids(daemons: &[Daemon]) -> Result<Vec<u32>> {
+    daemons
+        .iter()
+        .map(|d| {
+            d.pid()
+                .ok_or_else(|| Error::Other("an l2sec daemon has no pid".into()))
+        })
+        .collect()
+}
+
 /// The TAP device name of protected stations.
 pub const TAP: &str = "l2s0";
 
