@@ -54,6 +54,15 @@ pub fn tools(experiment: &str) -> Vec<Tool> {
             req("python3", "python3"),
         ]),
         "delay" => t.extend([req("ping", "iputils-ping"), req("iptables", "iptables")]),
+        // (PILSC's engine hands packets to itself through iptables' NFQUEUE.)
+        "pilsc" => t.extend([req("iptables", "iptables")]),
+        "iperf" => t.extend([
+            req("iperf3", "iperf3"),
+            req("ping", "iputils-ping"),
+            req("ss", "iproute2"),
+            req("tcpdump", "tcpdump"),
+            req("tshark", "tshark"),
+        ]),
         "scp" => t.extend([
             req("sshd", "openssh-server"),
             req("scp", "openssh-client"),
@@ -262,6 +271,8 @@ mod tests {
             assert!(t.iter().all(|t| !t.package.is_empty()), "{e}");
         }
         assert!(tools("http").contains(&req("nginx", "nginx-light")));
+        assert!(tools("iperf").contains(&req("iperf3", "iperf3")));
+        assert!(tools("pilsc").contains(&req("iptables", "iptables")));
         let lines = describe(&[req("nginx", "nginx-light")], true);
         assert_eq!(lines[0], "nginx: apt-get install nginx-light");
         assert!(lines[1].contains("go install golang.zx2c4.com/wireguard@latest"));
