@@ -70,35 +70,58 @@ pub fn precise_cpu_ms(pid: u32) -> Result<f64> {
     Ok(ns as f64 / 1e6)
 }
 
-/// A Python wrapper that runs a program (its arguments after the script's) and prints, as the last line of its
-/// standard error, `netveil-lab-usage CPU_MS PEAK_KIB`: the program's CPU time (user and system, its waited-for
-/// descendants included, to the microsecond) and peak resident memory, from `wait4`'s resource usage (GNU
-/// `time` prints 10 ms steps). It exits with the program's status (128 + the signal when one ended it).
-pub const USAGE_WRAPPER: &str = "import os, sys\n\
-pid = os.fork()\n\
-if pid == 0:\n    \
-    os.execvp(sys.argv[1], sys.argv[1:])\n\
-_, status, ru = os.wait4(pid, 0)\n\
-sys.stderr.write('\\nnetveil-lab-usage %.3f %d\\n' % ((ru.ru_utime + ru.ru_stime) * 1e3, ru.ru_maxrss))\n\
-code = os.waitstatus_to_exitcode(status)\n\
-sys.exit(code if code >= 0 else 128 - code)\n";
-
-/// The `python3 -c WRAPPER` arguments that put [`USAGE_WRAPPER`] before a program's.
-pub fn usage_wrapped<'a>(args: &[&'a str]) -> Vec<&'a str> {
-    ["python3", "-c", USAGE_WRAPPER]
-        .into_iter()
-        .chain(args.iter().copied())
-        .collect()
+/// What a program used, from `wait4`'s resource usage: CPU time (user and system, its waited-for descendants
+/// included, to the microsecond; GNU `time` prints 10 ms steps) and peak resident memory.
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    pub cpu_ms: f64,
+    pub peak_kib: f64,
 }
 
-/// (CPU ms, peak KiB) from the wrapper's last line in a program's standard error.
-pub fn parse_usage(stderr: &str) -> Option<(f64, f64)> {
-    let line = stderr
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("netveil-lab-usage "))?;
-    let mut it = line.split_whitespace().map(|v| v.parse::<f64>().ok());
-    Some((it.next()??, it.next()??))
+/// Runs `cmd` (stdin null) on this thread's namespaces, collects its output and waits for it with `wait4`: its
+/// exit status and output, and what it used ([`Usage`]). Nothing stands between the lab and the program, so the
+/// usage is the program's alone (a Python wrapper took 100 ms to start, and its own memory was the child's until
+/// the `exec`).
+pub fn output_with_usage(mut cmd: std::process::Command) -> Result<(std::process::Output, Usage)> {
+    use std::io::Read;
+    use std::process::Stdio;
+    use wait4::Wait4;
+    let what = format!("{:?}", cmd.get_program());
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(Error::io(format!("cannot run {what}")))?;
+    let (Some(mut out), Some(mut err)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(Error::Other(format!("{what}: no pipes")));
+    };
+    // Both pipes drain at once: a program that fills one while the lab reads the other would stall.
+    let errs = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        err.read_to_end(&mut v).map(|_| v)
+    });
+    let mut stdout = Vec::new();
+    let read = out.read_to_end(&mut stdout);
+    let stderr = errs
+        .join()
+        .map_err(|_| Error::Other(format!("{what}: the reader panicked")))?;
+    let r = child
+        .wait4()
+        .map_err(Error::io(format!("cannot wait for {what}")))?;
+    read.map_err(Error::io(format!("{what}: stdout")))?;
+    let stderr = stderr.map_err(Error::io(format!("{what}: stderr")))?;
+    Ok((
+        std::process::Output {
+            status: r.status,
+            stdout,
+            stderr,
+        },
+        Usage {
+            cpu_ms: (r.rusage.utime + r.rusage.stime).as_secs_f64() * 1e3,
+            peak_kib: r.rusage.maxrss as f64 / 1024.0,
+        },
+    ))
 }
 
 /// The processes that run in namespace `ns` (`ip netns pids`), less `except`.
@@ -171,20 +194,19 @@ mod tests {
     }
 
     #[test]
-    fn the_wrapper_gives_a_programs_usage_and_status() {
-        let args = usage_wrapped(&[
-            "sh",
+    fn a_programs_usage_and_status_come_from_its_wait() {
+        let mut c = std::process::Command::new("sh");
+        c.args([
             "-c",
-            "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo out; exit 3",
+            "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo out; echo err >&2; exit 3",
         ]);
-        let o = std::process::Command::new(args[0])
-            .args(&args[1..])
-            .output()
-            .unwrap();
+        let (o, u) = output_with_usage(c).unwrap();
         assert_eq!(o.status.code(), Some(3));
         assert_eq!(String::from_utf8_lossy(&o.stdout), "out\n");
-        let (cpu, peak) = parse_usage(&String::from_utf8_lossy(&o.stderr)).unwrap();
-        assert!(cpu > 0.0 && peak > 0.0, "{cpu} {peak}");
-        assert_eq!(parse_usage("curl: (7) failed"), None);
+        assert_eq!(String::from_utf8_lossy(&o.stderr), "err\n");
+        assert!(u.cpu_ms > 0.0 && u.peak_kib > 0.0, "{u:?}");
+        // A program that is not there is an error that names it.
+        let e = output_with_usage(std::process::Command::new("/nonexistent-nv")).unwrap_err();
+        assert!(e.to_string().contains("nonexistent-nv"), "{e}");
     }
 }
