@@ -1,9 +1,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use netveil_wire::ip;
+use netveil_wire::icmp::{too_big, TOO_BIG_MAX};
+use netveil_wire::{icmpv4, icmpv6, ip, ipv4, ipv6};
 
 fuzz_target!(|data: &[u8]| {
+    too_big_invariants(data);
     let flow = ip::flow_key(data);
     let Ok(p) = ip::Packet::new_checked(data) else {
         assert!(flow.is_err());
@@ -27,3 +29,40 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// The "too big" error for a packet the IP engine would not seal: none where no error may answer; else a valid
+/// IPv4 or IPv6 packet from the packet's destination to its source, whose ICMP message (checksum right) carries
+/// the MTU and quotes the packet's beginning, within the size the family allows.
+fn too_big_invariants(data: &[u8]) {
+    let mtu = 1280 + data.first().copied().unwrap_or(0) as u32;
+    let mut out = [0u8; TOO_BIG_MAX];
+    let Some(n) = too_big(data, mtu, &mut out) else {
+        return;
+    };
+    let p = ip::Packet::new_checked(data).expect("answered packets parse");
+    let (src, dst) = (p.src_addr(), p.dst_addr());
+    let flow = ip::flow_key(data).expect("answered packets have a flow key");
+    assert!(flow.frag.is_none_or(|f| f.first));
+    let q = ip::Packet::new_checked(&out[..n]).expect("the error parses");
+    assert_eq!((q.src_addr(), q.dst_addr()), (dst, src));
+    assert_eq!(q.total_len(), n);
+    if p.version() == 4 {
+        assert!(n <= 576);
+        let h = ipv4::Packet::new_checked(&out[..n]).unwrap();
+        assert!(h.verify_checksum());
+        let m = icmpv4::Packet::new_checked(&out[20..n]).unwrap();
+        assert!(m.verify_checksum());
+        assert_eq!((m.msg_type(), m.msg_code()), (3, 4));
+        assert_eq!(u16::from_be_bytes([m.rest_of_header()[2], m.rest_of_header()[3]]) as u32, mtu);
+        assert!(data.starts_with(m.payload()));
+        assert!(!(flow.proto == 1 && matches!(data[flow.l4_offset], 3 | 4 | 5 | 11 | 12)));
+    } else {
+        let h = ipv6::Packet::new_checked(&out[..n]).unwrap();
+        let (s6, d6) = (h.src_addr(), h.dst_addr());
+        let m = icmpv6::Packet::new_checked(&out[40..n]).unwrap();
+        assert!(m.verify_checksum(&s6, &d6));
+        assert_eq!((m.msg_type(), m.msg_code(), m.mtu()), (2, 0, mtu));
+        assert!(data.starts_with(m.payload()));
+        assert!(!(flow.proto == 58 && data[flow.l4_offset] < 128));
+    }
+}

@@ -196,6 +196,124 @@ impl<'a, F: Family> Repr<'a, F> {
     }
 }
 
+/// The longest message [`too_big`] writes: IPv6's minimum MTU (RFC 4443 2.4: an error quotes as much of the
+/// packet as fits in it). An IPv4 one fits in 576 bytes (RFC 1812 4.3.2.3).
+pub const TOO_BIG_MAX: usize = 1280;
+
+/// The ICMP error that tells the sender of the IP packet `original` that it is too big for the path, with the
+/// largest size that fits, `mtu`: for IPv4 "fragmentation needed and DF set" (type 3, code 4, RFC 1191), for IPv6
+/// "packet too big" (RFC 8201), as a whole IP packet from `original`'s destination to its source, quoting as much
+/// of `original` as the message may hold. Written to the front of `out`; returns its length. `None` where no error
+/// may answer (RFC 1122 3.2.2, RFC 4443 2.4): `original` is not a valid IPv4 or IPv6 packet, is an ICMP error or
+/// an IPv4 fragment other than the first, or comes from an address that is unspecified, multicast or broadcast.
+pub fn too_big(original: &[u8], mtu: u32, out: &mut [u8; TOO_BIG_MAX]) -> Option<usize> {
+    use crate::{icmpv4, icmpv6, ip_proto, ipv4, ipv6};
+    let p = crate::ip::Packet::new_checked(original).ok()?;
+    let (src, dst) = (p.src_addr(), p.dst_addr());
+    let fam_v6 = p.version() == 6;
+    let bad_source = match (src, dst) {
+        (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => {
+            s.is_unspecified()
+                || s.is_multicast()
+                || s.is_broadcast()
+                || d.is_multicast()
+                || d.is_broadcast()
+        }
+        (std::net::IpAddr::V6(s), std::net::IpAddr::V6(d)) => {
+            s.is_unspecified() || s.is_multicast() || d.is_multicast()
+        }
+        _ => true,
+    };
+    if bad_source {
+        return None;
+    }
+    let key = crate::ip::flow_key(original).ok()?;
+    // Not for a later fragment (the first one is answered, as a whole packet would be).
+    if key.frag.is_some_and(|f| !f.first) {
+        return None;
+    }
+    // Not in answer to an ICMP error (an echo, a query, is fine).
+    let icmp_proto = if fam_v6 {
+        ip_proto::ICMPV6
+    } else {
+        ip_proto::ICMP
+    };
+    if key.proto == icmp_proto {
+        let t = *original.get(key.l4_offset)?;
+        // (ICMPv6: types below 128; ICMPv4: unreachable, source quench, redirect, time exceeded, parameter problem.)
+        let error = if fam_v6 {
+            t < 128
+        } else {
+            matches!(t, 3 | 4 | 5 | 11 | 12)
+        };
+        if error {
+            return None;
+        }
+    }
+    let (ip_len, limit) = if fam_v6 {
+        (ipv6::HEADER_LEN, TOO_BIG_MAX)
+    } else {
+        (ipv4::MIN_HEADER_LEN, 576)
+    };
+    let quote = original.len().min(limit - ip_len - HEADER_LEN);
+    let icmp_len = HEADER_LEN + quote;
+    match (src, dst) {
+        (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) => {
+            ipv4::Repr {
+                src: dst,
+                dst: src,
+                protocol: ip_proto::ICMP,
+                payload_len: icmp_len,
+                ttl: 64,
+                dscp_ecn: 0,
+                ident: 0,
+                dont_frag: false,
+            }
+            .emit(&mut ipv4::Packet::new_unchecked(&mut out[..ip_len]));
+            icmpv4::Repr {
+                msg_type: icmpv4::msg_type::DST_UNREACHABLE,
+                // Fragmentation needed and DF set.
+                msg_code: 4,
+                rest_of_header: {
+                    let m = mtu.min(u16::MAX.into()) as u16;
+                    [0, 0, (m >> 8) as u8, m as u8]
+                },
+                payload: &original[..quote],
+                family: PhantomData,
+            }
+            .emit(&mut icmpv4::Packet::new_unchecked(
+                &mut out[ip_len..ip_len + icmp_len],
+            ));
+        }
+        (std::net::IpAddr::V6(src), std::net::IpAddr::V6(dst)) => {
+            ipv6::Repr {
+                src: dst,
+                dst: src,
+                next_header: ip_proto::ICMPV6,
+                payload_len: icmp_len,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut ipv6::Packet::new_unchecked(&mut out[..ip_len]));
+            icmpv6::Repr {
+                msg_type: icmpv6::msg_type::PACKET_TOO_BIG,
+                msg_code: 0,
+                rest_of_header: mtu.to_be_bytes(),
+                payload: &original[..quote],
+                family: PhantomData,
+            }
+            .emit(
+                &mut icmpv6::Packet::new_unchecked(&mut out[ip_len..ip_len + icmp_len]),
+                &dst,
+                &src,
+            );
+        }
+        _ => return None,
+    }
+    Some(ip_len + icmp_len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +356,87 @@ mod tests {
         r.emit_fields(&mut Packet::new_unchecked(&mut out[..]));
         assert_eq!(out[..2], b[..2]);
         assert_eq!(out[4..], b[4..]);
+    }
+
+    /// The "too big" errors: from the packet's destination to its source, the MTU in place, the packet quoted as
+    /// far as the message may hold, the checksums right; none for an ICMP error, a later fragment or a multicast
+    /// source.
+    #[test]
+    fn too_big_answers_the_sender_and_quotes_its_packet() {
+        use crate::{icmpv4, icmpv6, ip_proto, ipv4, ipv6};
+        let mut out = [0u8; TOO_BIG_MAX];
+        // IPv4: a 1,400-byte UDP packet with DF, 10.1.0.1 -> 10.2.0.1.
+        let mut p = vec![0u8; 1400];
+        ipv4::Repr {
+            src: [10, 1, 0, 1].into(),
+            dst: [10, 2, 0, 1].into(),
+            protocol: ip_proto::UDP,
+            payload_len: 1380,
+            ttl: 64,
+            dscp_ecn: 0,
+            ident: 7,
+            dont_frag: true,
+        }
+        .emit(&mut ipv4::Packet::new_unchecked(&mut p[..20]));
+        let n = too_big(&p, 1338, &mut out).unwrap();
+        assert_eq!(n, 576);
+        let ip = ipv4::Packet::new_checked(&out[..n]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!(ip.src_addr(), std::net::Ipv4Addr::new(10, 2, 0, 1));
+        assert_eq!(ip.dst_addr(), std::net::Ipv4Addr::new(10, 1, 0, 1));
+        assert_eq!(ip.protocol(), ip_proto::ICMP);
+        let m = icmpv4::Packet::new_checked(&out[20..n]).unwrap();
+        assert!(m.verify_checksum());
+        assert_eq!((m.msg_type(), m.msg_code()), (3, 4));
+        assert_eq!(m.rest_of_header(), [0, 0, 0x05, 0x3a]);
+        assert_eq!(m.payload(), &p[..548]);
+        // A short packet is quoted whole.
+        let short = &mut p[..60];
+        short[2..4].copy_from_slice(&60u16.to_be_bytes());
+        let n = too_big(short, 1338, &mut out).unwrap();
+        assert_eq!(n, 20 + 8 + 60);
+        // Not for an ICMP error, but for an echo; not for a later fragment; not from a multicast source.
+        let mut e = p[..60].to_vec();
+        e[9] = ip_proto::ICMP;
+        e[20] = 3;
+        assert_eq!(too_big(&e, 1338, &mut out), None);
+        e[20] = 8;
+        assert!(too_big(&e, 1338, &mut out).is_some());
+        let mut f = p[..60].to_vec();
+        f[6..8].copy_from_slice(&[0x00, 0x10]);
+        assert_eq!(too_big(&f, 1338, &mut out), None);
+        let mut mc = p[..60].to_vec();
+        mc[12] = 224;
+        assert_eq!(too_big(&mc, 1338, &mut out), None);
+
+        // IPv6: a 1,500-byte TCP packet, fd00::1 -> fd00::2; quoted up to 1,280 bytes in all.
+        let mut q = vec![0u8; 1500];
+        let (s6, d6): (std::net::Ipv6Addr, std::net::Ipv6Addr) =
+            ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
+        ipv6::Repr {
+            src: s6,
+            dst: d6,
+            next_header: ip_proto::TCP,
+            payload_len: 1460,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        }
+        .emit(&mut ipv6::Packet::new_unchecked(&mut q[..40]));
+        let n = too_big(&q, 1400, &mut out).unwrap();
+        assert_eq!(n, TOO_BIG_MAX);
+        let ip = ipv6::Packet::new_checked(&out[..n]).unwrap();
+        assert_eq!((ip.src_addr(), ip.dst_addr()), (d6, s6));
+        assert_eq!(ip.next_header(), ip_proto::ICMPV6);
+        let m = icmpv6::Packet::new_checked(&out[40..n]).unwrap();
+        assert!(m.verify_checksum(&d6, &s6));
+        assert_eq!((m.msg_type(), m.msg_code(), m.mtu()), (2, 0, 1400));
+        assert_eq!(m.payload(), &q[..1280 - 48]);
+        // Not for an ICMPv6 error.
+        q[6] = ip_proto::ICMPV6;
+        q[40] = 1;
+        assert_eq!(too_big(&q, 1400, &mut out), None);
+        q[40] = 128;
+        assert!(too_big(&q, 1400, &mut out).is_some());
     }
 }
