@@ -25,6 +25,11 @@ fn mac(sa: &SaBase) -> Result<&dyn Mac, Drop> {
     }
 }
 
+/// The ICV length of the AH SA `sa`.
+pub(crate) fn icv_len(sa: &SaBase) -> Result<usize, Drop> {
+    Ok(mac(sa)?.tag_len())
+}
+
 /// Length of the AH header for this ICV length: 12 + ICV, padded to 4 (IPv4) or 8 (IPv6) bytes.
 pub fn header_len(icv_len: usize, v6: bool) -> usize {
     let a = if v6 { 8 } else { 4 };

@@ -386,6 +386,75 @@ pub fn protect_for_sockets(
     }
 }
 
+/// What [`protect_for_sockets`] makes of a packet, as it leaves the host: the IP packet's length (with the IP and
+/// UDP headers that a socket writes for ESP in UDP) and its destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnWire {
+    pub len: usize,
+    pub dst: IpAddr,
+}
+
+/// The length and destination of what `bundle` (innermost first) makes of the IP packet `p` if its length were
+/// `len` (its headers as they are), without sealing anything: no sequence number is used, no key touched. A
+/// sender compares it with the path's MTU before it seals, and finds with it the largest packet that fits.
+pub fn on_wire(sad: &Sad, bundle: &[OutIdx], p: &[u8], len: usize) -> Result<OnWire, Drop> {
+    let ip = crate::iphdr::parse(p)?;
+    let mut dst = netveil_wire::ip::dst_addr(p).ok_or(Drop::Malformed)?;
+    // The IP packet so far: its length, its header's (with the IPv6 extension headers before ESP/AH), family.
+    let (mut total, mut hdr, mut v6) = (len, ip.header_len, ip.v6);
+    let plain = |v6: bool| {
+        if v6 {
+            netveil_wire::ipv6::HEADER_LEN
+        } else {
+            netveil_wire::ipv4::MIN_HEADER_LEN
+        }
+    };
+    for (k, &i) in bundle.iter().enumerate() {
+        let sa = sad.out(i);
+        let tunnel = match sa.params.mode {
+            Mode::Tunnel { remote, .. } => Some(remote),
+            Mode::Transport => None,
+        };
+        match sa.protocol() {
+            Protocol::Esp => {
+                let (iv, icv, block, tfc) = esp::lengths(sa)?;
+                let payload = match tunnel {
+                    // (TFC padding only in tunnel mode, up to its target.)
+                    Some(_) => total.max(tfc),
+                    None => total.checked_sub(hdr).ok_or(Drop::Malformed)?,
+                };
+                let pad = (block - (payload + 2) % block) % block;
+                let esp_len = 8 + iv + payload + pad + 2 + icv;
+                let udp = if sa.params.encap.is_some() {
+                    netveil_wire::udp::HEADER_LEN
+                } else {
+                    0
+                };
+                if let Some(remote) = tunnel {
+                    v6 = remote.is_ipv6();
+                    dst = remote;
+                    hdr = plain(v6);
+                } else if udp > 0 && k + 1 == bundle.len() {
+                    // The socket writes a plain IP header in place of the packet's.
+                    hdr = plain(v6);
+                }
+                total = hdr + udp + esp_len;
+            }
+            Protocol::Ah => {
+                let icv = ah::icv_len(sa)?;
+                if let Some(remote) = tunnel {
+                    v6 = remote.is_ipv6();
+                    dst = remote;
+                    hdr = plain(v6);
+                    total += hdr;
+                }
+                total += ah::header_len(icv, v6);
+            }
+        }
+    }
+    Ok(OnWire { len: total, dst })
+}
+
 /// The SAs an inbound packet came through, outermost first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Used {

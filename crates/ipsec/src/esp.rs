@@ -29,6 +29,18 @@ fn esp_keys(sa: &SaBase) -> Result<&EspKeys, Drop> {
     }
 }
 
+/// What decides the length of an ESP packet of the SA `sa`: (IV, ICV, cipher block, TFC padding target) lengths.
+pub(crate) fn lengths(sa: &SaBase) -> Result<(usize, usize, usize, usize), Drop> {
+    esp_keys(sa)?;
+    let s = suite(sa);
+    Ok((
+        s.enc.iv_len(),
+        s.icv_len(),
+        s.enc.block_len(),
+        sa.params.tfc_pad_to as usize,
+    ))
+}
+
 fn suite(sa: &SaBase) -> crate::suite::EspSuite {
     match sa.params.suite {
         crate::sa::Suite::Esp(s) => s,

@@ -1545,3 +1545,89 @@ fn key_schedules_are_built_on_first_use_and_checked_at_build() {
         "a short key is refused at build"
     );
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Length on the wire, before sealing
+
+/// Protects `pkt` for sockets and checks it against [`bundle::on_wire`]'s prediction: the IP packet's length (a
+/// socket's IP and UDP headers counted for ESP in UDP) and its destination.
+fn check_on_wire(sad: &Sad, bundle: &[OutIdx], pkt: &[u8], ctx: &str) {
+    let predicted = bundle::on_wire(sad, bundle, pkt, pkt.len()).expect(ctx);
+    let mut b = PacketBuf::from_slice(pkt, 256, 4096);
+    let (len, dst) = match bundle::protect_for_sockets(sad, bundle, &mut b, NOW).expect(ctx) {
+        bundle::Protected::Packet => (b.len(), netveil_wire::ip::dst_addr(b.data()).unwrap()),
+        bundle::Protected::UdpPayload { to, .. } => {
+            (b.len() + 8 + if to.is_ipv6() { 40 } else { 20 }, to.ip())
+        }
+    };
+    assert_eq!((predicted.len, predicted.dst), (len, dst), "{ctx}");
+}
+
+#[test]
+fn on_wire_predicts_what_leaves_for_every_suite_mode_family_encap_tfc_and_bundle() {
+    let mut n = 0;
+    for name in ESP_SUITES {
+        for case in CASES {
+            for encap in [false, true] {
+                for tfc in [0u16, 700] {
+                    let mut cfg = Cfg::new(esp_suite(name), case.mode()).encap(encap);
+                    cfg.tfc = tfc;
+                    let (sad, o, _) = cfg.pair();
+                    for size in SIZES {
+                        let pkt = case.packet(17, size);
+                        check_on_wire(
+                            &sad,
+                            &[o],
+                            &pkt,
+                            &format!("{name} {case:?} {encap} {tfc} {size}"),
+                        );
+                        n += 1;
+                    }
+                }
+            }
+        }
+    }
+    for name in AH_SUITES {
+        for case in CASES {
+            let (sad, o, _) = Cfg::new(ah_suite(name), case.mode()).pair();
+            for size in SIZES {
+                check_on_wire(
+                    &sad,
+                    &[o],
+                    &case.packet(6, size),
+                    &format!("ah {name} {case:?} {size}"),
+                );
+                n += 1;
+            }
+        }
+    }
+    // Bundles: ESP transport inside AH transport, ESP tunnel (in UDP or not) inside AH transport.
+    for v6 in [false, true] {
+        let tr = if v6 { Case::Tr6Ext } else { Case::Tr4 };
+        let tun = if v6 { Case::Tun66 } else { Case::Tun44 };
+        for (case, esp_name, encap) in [
+            (tr, "aes128-sha256", false),
+            (tun, "aes256gcm16", false),
+            (tun, "3des-sha1", true),
+        ] {
+            let mut sad = Sad::default();
+            let mut e = Cfg::new(esp_suite(esp_name), case.mode()).encap(encap);
+            e.spi = 0x100;
+            let mut a = Cfg::new(ah_suite("sha256"), Mode::Transport);
+            a.spi = 0x200;
+            let (eo, _) = e.add(&mut sad);
+            let (ao, _) = a.add(&mut sad);
+            for size in SIZES {
+                let pkt = case.packet(6, size);
+                check_on_wire(
+                    &sad,
+                    &[eo, ao],
+                    &pkt,
+                    &format!("bundle {case:?} {esp_name} {size}"),
+                );
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, SIZES.len() * (18 * 7 * 2 * 2 + 5 * 7 + 2 * 3));
+}
