@@ -103,6 +103,27 @@ pub(crate) fn socket_drops(fd: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(info[8])
 }
 
+/// `getsockopt(2)` of an `int` option.
+pub(crate) fn getsockopt_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the pointer and length describe `v`, which outlives the call; the kernel writes at most `len` bytes.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(v)
+}
+
 pub(crate) fn set_mark(fd: BorrowedFd<'_>, mark: u32) -> io::Result<()> {
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_MARK, mark as libc::c_int)
 }

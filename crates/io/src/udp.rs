@@ -560,3 +560,22 @@ fn steer_program(marker_index: u32, esp_index: u32) -> [libc::sock_filter; 6] {
         i(RET_K, 0, 0, esp_index),
     ]
 }
+
+/// The MTU of the route to `dst` as the kernel knows it: the path MTU it learned for `dst` (from ICMP), else the
+/// MTU of the interface the route leaves by. Asked of a UDP socket connected to `dst` (nothing is sent), with
+/// `mark` as its `SO_MARK` so that the route is the one the marked packets take.
+pub fn route_mtu(dst: IpAddr, mark: Option<u32>) -> io::Result<u32> {
+    let (domain, level, name) = if dst.is_ipv6() {
+        (libc::AF_INET6, libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::AF_INET, libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    let fd = sys::socket(domain, libc::SOCK_DGRAM, 0)?;
+    if let Some(m) = mark {
+        sys::set_mark(fd.as_fd(), m)?;
+    }
+    let sock = std::net::UdpSocket::from(fd);
+    sock.connect(SocketAddr::new(dst, 9))?;
+    let mtu = sys::getsockopt_int(sock.as_fd(), level, name)?;
+    u32::try_from(mtu).map_err(|_| io::Error::other(format!("route MTU {mtu}")))
+}

@@ -115,3 +115,36 @@ fn udp_timeout_and_short_meta() {
         assert_eq!(bufs[0].data(), &[2u8; 10]);
     });
 }
+
+/// The route MTU the kernel reports: the interface's, then the path MTU it learned; none without a route.
+#[test]
+fn route_mtu_is_the_interfaces_then_the_paths() {
+    common::in_netns(|| {
+        common::ip(&[
+            "link", "add", "nvm0", "type", "veth", "peer", "name", "nvm1",
+        ]);
+        common::ip(&["link", "set", "nvm0", "mtu", "1380", "up"]);
+        common::ip(&["link", "set", "nvm1", "up"]);
+        common::ip(&["addr", "add", "198.51.100.1/24", "dev", "nvm0"]);
+        common::ip(&["addr", "add", "2001:db8::1/64", "dev", "nvm0", "nodad"]);
+        let v4: IpAddr = "198.51.100.7".parse().unwrap();
+        let v6: IpAddr = "2001:db8::7".parse().unwrap();
+        assert_eq!(netveil_io::udp::route_mtu(v4, None).unwrap(), 1380);
+        assert_eq!(netveil_io::udp::route_mtu(v6, Some(7)).unwrap(), 1380);
+        // A route with its own MTU (as a learned path MTU would be).
+        common::ip(&[
+            "route",
+            "add",
+            "203.0.113.0/24",
+            "dev",
+            "nvm0",
+            "mtu",
+            "1300",
+        ]);
+        assert_eq!(
+            netveil_io::udp::route_mtu("203.0.113.9".parse().unwrap(), None).unwrap(),
+            1300
+        );
+        assert!(netveil_io::udp::route_mtu("192.0.2.1".parse().unwrap(), None).is_err());
+    });
+}
