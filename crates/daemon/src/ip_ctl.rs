@@ -451,6 +451,7 @@ mod tests {
             "seq-not-reserved",
             "tfc-dummy",
             "too-big",
+            "too-big-for-path",
             "too-old",
             "ttl-exceeded",
             "unknown-spi",

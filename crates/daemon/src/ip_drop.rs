@@ -22,10 +22,15 @@ netveil_sa::drop_reasons! {
         /// A later fragment whose first fragment was not seen (or is forgotten), where policies select by port:
         /// its policy cannot be known, so it is not sent (RFC 4301 section 7).
         FragmentNoState => "fragment-without-first",
-        /// Protected and ready, but the kernel refused to send it: the sealed packet is larger than the route's
-        /// MTU (`EMSGSIZE`: raw ESP/AH is not fragmented after encapsulation, so keep `interface.mtu` at the link's
-        /// MTU less the protocol's overhead), no route to the peer, or the socket's buffer full.
+        /// Protected and ready, but the kernel refused to send it: no route to the peer, the socket's buffer full,
+        /// or the sealed packet larger than the route's MTU (`EMSGSIZE`) where the path-MTU check let it through
+        /// (the route's MTU fell since it was asked; an IPv6 packet of 1,280 bytes or less through raw ESP/AH,
+        /// which is not fragmented after encapsulation).
         SendRefused => "send-refused",
+        /// Sealed, it would not fit the route to its peer: it is not sealed, and its sender gets ICMP
+        /// "fragmentation needed" (IPv4) or "packet too big" (IPv6) with the largest size that fits (at most 20
+        /// messages per second per thread).
+        TooBigForPath => "too-big-for-path",
     }
 }
 
@@ -75,6 +80,7 @@ mod tests {
                 "no-sa",
                 "fragment-without-first",
                 "send-refused",
+                "too-big-for-path",
             ]
         );
         assert_eq!(Drop::from(Ipsec::AuthFailed).to_string(), "auth-failed");

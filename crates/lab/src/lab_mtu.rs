@@ -13,11 +13,11 @@
 //! - Cells per MTU N and file: `bytes random SIZE at mtu N`, `packets random SIZE at mtu N`, `time random SIZE at
 //!   mtu N`, and against the ideal MTU's (the study's Appendix C: (MTU − ideal) / ideal × 100) `load vs ideal
 //!   random SIZE at mtu N` and `time vs ideal random SIZE at mtu N` (%), with the study's 5MA figures beside.
-//! - Above the ideal, a full-size packet sealed is larger than the link's 1,500 bytes. netveil sends raw ESP
-//!   without fragmenting it after encapsulation and sends no ICMP "fragmentation needed" back yet, so the kernel
-//!   refuses those packets (the daemon counts them as `tx:send-refused`) and a download stalls: curl gives up
-//!   after 3 s under 1,000 bytes/s. Such cells have no value and say so, with the count; the study's FreeS/WAN
-//!   fragmented and carried on, and its numbers stand beside.
+//! - Above the ideal, a full-size packet sealed would be larger than the link's 1,500 bytes. netveil does not
+//!   seal it: it answers with ICMP "fragmentation needed" and the ideal size (counted as `tx:too-big-for-path`),
+//!   the server's kernel lowers its path MTU, and the download carries on in packets of the ideal size (path-MTU
+//!   discovery, as Linux's IPsec does; the study's FreeS/WAN fragmented instead, and its numbers stand beside).
+//!   A download that fails gets cells without a value that say why, with the daemon's counts.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -108,17 +108,18 @@ fn at_mtu(bin: &Path, www: &Path, files: &[PathBuf], mtu: u16, reps: usize) -> R
                 Err(e) => {
                     // (A moment for the daemon's counters to settle.)
                     std::thread::sleep(Duration::from_millis(100));
-                    let refused = h
-                        .daemon(1)
-                        .status_json()
-                        .ok()
-                        .and_then(|s| s["drops"]["tx:send-refused"].as_u64())
-                        .map_or_else(|| "unknown".into(), |n| n.to_string());
+                    let status = h.daemon(1).status_json().ok();
+                    let count = |name: &str| {
+                        status
+                            .as_ref()
+                            .and_then(|s| s["drops"][name].as_u64())
+                            .map_or_else(|| "unknown".into(), |n| n.to_string())
+                    };
                     failed = Some(format!(
-                        "the download failed at this MTU ({e}); the server's daemon counted {refused} sealed \
-                         packets as tx:send-refused: over the link's 1,500 bytes, and netveil neither fragments \
-                         raw ESP after encapsulation nor sends ICMP fragmentation-needed yet (the study's \
-                         FreeS/WAN fragmented)"
+                        "the download failed at this MTU ({e}); the server's daemon counted {} packets as \
+                         tx:too-big-for-path (answered with ICMP fragmentation-needed) and {} as tx:send-refused",
+                        count("tx:too-big-for-path"),
+                        count("tx:send-refused")
                     ));
                     break;
                 }

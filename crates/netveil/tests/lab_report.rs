@@ -174,20 +174,13 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         assert_eq!(voip(path, "rtp lost"), 0.0, "{log}");
     }
     assert!(voip("l2sec aes128gcm", "daemon peak memory") > 0.0);
-    // mtu: below and at the ideal MTU every download measured; above it (1,500 over a 1,500-byte link) none, and
-    // each cell says the kernel refused the sealed packets (counted as tx:send-refused).
+    // mtu: every download measured, below, at and above the ideal MTU (1,500 over a 1,500-byte link: the sender
+    // learns the ideal size from netveil's ICMP fragmentation-needed); above it the load is the ideal's within a
+    // few packets' headers (the first full-size segments go again at the smaller size).
     for c in r.cells.iter().filter(|c| c.experiment == "mtu") {
-        if c.metric.ends_with("at mtu 1500") {
-            assert!(
-                c.value.is_none()
-                    && c.reason
-                        .as_deref()
-                        .unwrap_or("")
-                        .contains("tx:send-refused"),
-                "{c:?}"
-            );
-        } else {
-            assert!(c.value.is_some(), "{c:?}\n{log}");
+        assert!(c.value.is_some(), "{c:?}\n{log}");
+        if c.metric.starts_with("load vs ideal random 1MB at mtu 1500") {
+            assert!(c.value.unwrap().abs() < 5.0, "{c:?}\n{log}");
         }
     }
     assert_eq!(

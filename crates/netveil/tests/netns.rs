@@ -612,11 +612,15 @@ fn bad_config_leaves_nothing_behind() {
     assert!(!sock.exists());
 }
 
-/// A tunnel whose interface MTU is the link's (1,500) seals full-size packets into ESP packets too big for the link:
-/// raw ESP is not fragmented after encapsulation, the kernel refuses them, and the daemon counts each as
-/// `tx:send-refused` (before: dropped without a count). A packet that fits after sealing still goes through.
+/// Path MTU through a tunnel whose interface MTU is the link's (1,500): a packet that sealed would not fit the
+/// link is not sealed (`tx:too-big-for-path`), and its sender gets ICMP "fragmentation needed" with the largest
+/// size that fits: 1,438 for AES-CBC with HMAC-SHA1-96 in tunnel mode over IPv4 (1,500 less 20 + 8 + 16 + 12, the
+/// payload and its 2-byte trailer padded to 16). ping shows it; the kernel learns it, and TCP transfers at the
+/// interface's full MTU complete both ways (before, raw ESP too big for the link was refused by the kernel and a
+/// transfer stalled). The kernel refuses nothing (`tx:send-refused` stays 0), and a packet of the size that fits
+/// goes through.
 #[test]
-fn sealed_packets_too_big_for_the_link_are_counted() {
+fn packets_too_big_for_the_path_teach_their_sender_the_size_that_fits() {
     let _g = serial();
     let mut lab = new_lab();
     let pair = HostPair {
@@ -624,27 +628,90 @@ fn sealed_packets_too_big_for_the_link_are_counted() {
         ..HostPair::esp("aes128-sha1")
     };
     let h = TwoHosts::up(&mut lab, &pair).unwrap();
-    let dst = h.addrs[1].inner.to_string();
-    let ping = |size: &str| {
+    let ping = |from: usize, size: &str| {
+        let dst = h.addrs[1 - from].inner.to_string();
         lab.exec(
-            &h.ns[0],
+            &h.ns[from],
             &[
-                "ping", "-n", "-c", "3", "-i", "0.2", "-W", "1", "-M", "do", "-s", size, &dst,
+                "ping", "-n", "-c", "2", "-i", "0.2", "-W", "1", "-M", "do", "-s", size, &dst,
             ],
         )
         .unwrap()
-        .status
-        .success()
+    };
+    let drops = |d: &netveil_lab::lab::Daemon, name: &str| {
+        d.status_json().unwrap()["drops"][name]
+            .as_u64()
+            .unwrap_or(0)
     };
     // 1,000 + 28 bytes sealed: about 1,100, fits.
-    assert!(ping("1000"));
-    let refused = |d: &netveil_lab::lab::Daemon| {
-        d.status_json().unwrap()["drops"]["tx:send-refused"]
-            .as_u64()
-            .unwrap()
+    assert!(ping(0, "1000").status.success());
+    // TCP at the interface's MTU (MSS 1,460): its first full-size segments are answered, its kernel learns the
+    // path's MTU, and it completes.
+    let t = h.tcp(0, MB20).unwrap_or_else(|e| panic!("tcp: {e}"));
+    assert_eq!(t.bytes, MB20);
+    assert!(drops(h.daemon(0), "tx:too-big-for-path") >= 1);
+    // From the other side (which sent only acknowledgements so far): 1,472 + 28 = 1,500 bytes inner, answered with
+    // the size that fits; the kernel then refuses the second ping itself (a local error), so the daemon saw one.
+    assert_eq!(drops(h.daemon(1), "tx:too-big-for-path"), 0);
+    let o = ping(1, "1472");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains("Frag needed and DF set (mtu = 1438)"),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(drops(h.daemon(1), "tx:too-big-for-path"), 1);
+    // The size that fits goes through, and TCP from this side too.
+    assert!(ping(1, "1410").status.success());
+    let t = h.tcp(1, MB20).unwrap_or_else(|e| panic!("tcp back: {e}"));
+    assert_eq!(t.bytes, MB20);
+    for d in 0..2 {
+        assert_eq!(drops(h.daemon(d), "tx:send-refused"), 0, "daemon {d}");
+    }
+}
+
+/// The same for IPv6 inside IPv4: a packet that sealed would not fit is answered with ICMPv6 "packet too big" and
+/// the size that fits (1,438 again: the inner family does not change the overhead), and TCP at the interface's MTU
+/// completes.
+#[test]
+fn ipv6_packets_too_big_for_the_path_get_packet_too_big() {
+    let _g = serial();
+    let mut lab = new_lab();
+    let pair = HostPair {
+        mtu: 1500,
+        inner: Family::V6,
+        ..HostPair::esp("aes128-sha1")
     };
-    assert_eq!(refused(h.daemon(0)), 0);
-    // 1,472 + 28 = 1,500 bytes inner: sealed, over the link's 1,500.
-    assert!(!ping("1472"));
-    assert_eq!(refused(h.daemon(0)), 3);
+    let h = TwoHosts::up(&mut lab, &pair).unwrap();
+    let drops = |d: usize, name: &str| {
+        h.daemon(d).status_json().unwrap()["drops"][name]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    // TCP first, from the side whose peer has learned nothing yet (so that the peer advertises the MSS of its
+    // interface's MTU): its full-size segments are answered, and it completes.
+    let t = h.tcp(1, MB20).unwrap_or_else(|e| panic!("tcp: {e}"));
+    assert_eq!(t.bytes, MB20);
+    assert!(drops(1, "tx:too-big-for-path") >= 1);
+    // ping from the other side: told the size that fits.
+    let dst = h.addrs[1].inner.to_string();
+    let o = lab
+        .exec(
+            &h.ns[0],
+            &[
+                "ping", "-6", "-n", "-c", "2", "-i", "0.2", "-W", "1", "-M", "do", "-s", "1452",
+                &dst,
+            ],
+        )
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains("Packet too big: mtu=1438"),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(drops(0, "tx:too-big-for-path"), 1);
+    assert_eq!(drops(0, "tx:send-refused") + drops(1, "tx:send-refused"), 0);
 }

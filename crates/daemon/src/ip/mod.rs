@@ -9,6 +9,7 @@
 //! system changes (TUN, addresses, routes, rules, nftables) are recorded and undone if a later step fails and on
 //! exit. Packets are read in batches into pre-allocated buffers with head- and tailroom and transformed in place.
 
+mod pmtu;
 mod policy;
 mod psp;
 mod rx;
@@ -23,7 +24,7 @@ pub use section::IpSection;
 pub use setup::{host_addresses, preflight, preflight_check, prepare, start, IpEngine, Prepared};
 pub use tx::{UdpOut, PSP_TX_SOCKETS};
 #[allow(unused_imports)]
-use {policy::*, rx::*, tx::*};
+use {pmtu::PathMtu, policy::*, rx::*, tx::*};
 
 use crate::config::{Config, ConfigError};
 use crate::filters::FilterSock;

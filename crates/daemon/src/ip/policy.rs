@@ -19,12 +19,27 @@ impl Shared {
     ///
     /// `snap`: the SAs and policies in force (loaded once per batch). Traffic for a protect policy whose SAs are not
     /// installed is dropped and reported (acquire).
+    ///
+    /// No route's MTU limits what this seals (the transmit threads check it: see `process_out_on_path`).
     pub fn process_out(
         &self,
         snap: &Snapshot,
         pkt: &mut PacketBuf,
         now: u64,
         frags: &mut FragCache,
+    ) -> std::result::Result<TxRecord, Drop> {
+        self.process_out_on_path(snap, pkt, now, frags, &mut PathMtu::fixed(&[]))
+    }
+
+    /// [`Shared::process_out`], where a packet that sealed would not fit the route to its peer is not sealed and
+    /// its sender is told the size that fits ([`super::pmtu`]).
+    pub(crate) fn process_out_on_path(
+        &self,
+        snap: &Snapshot,
+        pkt: &mut PacketBuf,
+        now: u64,
+        frags: &mut FragCache,
+        pmtu: &mut PathMtu,
     ) -> std::result::Result<TxRecord, Drop> {
         let (key, frag) = flow_key_frag(pkt.data()).ok_or(IpsecDrop::Malformed)?;
         let action = self.decide(snap, Direction::Out, &key, frag, now, frags)?;
@@ -43,6 +58,7 @@ impl Shared {
                     }
                     return Err(Drop::NoSa);
                 }
+                fits_path(&snap.sad, sas, pkt.data(), now, pmtu)?;
                 Ok(
                     match bundle::protect_for_sockets(&snap.sad, sas, pkt, now)? {
                         Protected::UdpPayload { src, sport, to } => {
@@ -257,3 +273,61 @@ impl FragCache {
             .then_some(s.action)
     }
 }
+
+/// Whether the IP packet `p`, sealed by `sas`, fits the route to its peer (see [`super::pmtu`]). A packet that does
+/// not is refused (`too-big-for-path`) and its sender told the largest size that fits; except an IPv4 packet
+/// without DF through ESP in UDP and an IPv6 packet of at most 1,280 bytes, which go on to the socket as before
+/// (the datagram socket fragments the outer packet), and a packet for which nothing below the protocol's minimum
+/// MTU (68 or 1,280 bytes) would fit.
+pub(super) fn fits_path(
+    sad: &netveil_ipsec::bundle::Sad,
+    sas: &[netveil_ipsec::bundle::OutIdx],
+    p: &[u8],
+    now: u64,
+    pmtu: &mut PathMtu,
+) -> std::result::Result<(), Drop> {
+    let w = bundle::on_wire(sad, sas, p, p.len())?;
+    let Some(mtu) = pmtu.mtu(w.dst, now).map(|m| m as usize) else {
+        return Ok(());
+    };
+    if w.len <= mtu {
+        return Ok(());
+    }
+    let v6 = netveil_wire::ip::version(p) == Some(6);
+    let in_udp = sas
+        .last()
+        .is_some_and(|&o| sad.out(o).params.encap.is_some());
+    let df = !v6 && netveil_wire::ip::dscp_ecn_df(p).1;
+    if (v6 && p.len() <= IPV6_MIN_MTU) || (!v6 && !df && in_udp) {
+        return Ok(());
+    }
+    let fits = |len: usize| bundle::on_wire(sad, sas, p, len).is_ok_and(|w| w.len <= mtu);
+    // Where not even the protocol's minimum would fit (a tiny link, large TFC padding), no size can be offered.
+    let floor = if v6 { IPV6_MIN_MTU } else { IPV4_MIN_MTU };
+    if !fits(floor) {
+        return Ok(());
+    }
+    if pmtu.may_answer(now) {
+        // The largest length that fits: the sealed length grows with the packet's, a byte for a byte but for the
+        // padding of each layer (less than SLACK in all), so it lies within SLACK of the length less the excess;
+        // from above that, down to the first that fits.
+        let mut fit = (p.len() + SLACK)
+            .saturating_sub(w.len - mtu)
+            .min(p.len() - 1)
+            .max(floor);
+        while !fits(fit) {
+            fit -= 1;
+        }
+        pmtu.answer(p, fit as u32, now);
+    }
+    Err(Drop::TooBigForPath)
+}
+
+/// More than the padding of a bundle's layers together (ESP's up to a cipher block of 16 bytes less one, AH's up to
+/// 7, at most [`netveil_ipsec::bundle::MAX_BUNDLE`] layers).
+const SLACK: usize = 16 * netveil_ipsec::bundle::MAX_BUNDLE;
+
+/// IPv6's minimum link MTU (RFC 8200 section 5).
+const IPV6_MIN_MTU: usize = 1280;
+/// The smallest datagram every IPv4 host must forward unfragmented (RFC 791).
+const IPV4_MIN_MTU: usize = 68;

@@ -65,7 +65,7 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
         });
     }
     // For what this thread reads from the TUN (see `TxCtx::serve_tun`).
-    let mut tx = TxCtx::new(tun.mtu() as usize);
+    let mut tx = TxCtx::new(tun.mtu() as usize, sh.config.interface.socket_mark());
     // The last receive delivered more than a few packets: traffic flows in, and the transmit thread is to seal
     // what the TUN gives, in parallel.
     let mut flowing = false;

@@ -239,3 +239,112 @@ fn outbound_records_carry_where_each_packet_goes() {
         Ok(TxRecord::Raw4)
     );
 }
+
+/// Path MTU: a packet that sealed would not fit the route to its peer is refused, not sealed (no sequence number
+/// used), and its sender gets "fragmentation needed" with the largest size that fits, from the packet's
+/// destination; a packet that fits, or an IPv4 packet without DF through ESP in UDP (the datagram socket fragments
+/// it), goes on; the messages are rate-limited per second.
+#[test]
+fn a_packet_too_big_for_its_path_is_refused_and_its_sender_told_the_size_that_fits() {
+    let text = "[interface]\ndefault_policy = \"bypass\"\n\
+        [[sa]]\nname = \"raw\"\ndirection = \"out\"\nspi = 0x1001\nsuite = \"aes128-sha1\"\n\
+        enc_key = \"00112233445566778899aabbccddeeff\"\nauth_key = \"0102030405060708090a0b0c0d0e0f1011121314\"\n\
+        local = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+        [[sa]]\nname = \"udp\"\ndirection = \"out\"\nspi = 0x1002\nsuite = \"aes128gcm16\"\n\
+        enc_key = \"00112233445566778899aabbccddeeff01020304\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.3\"\n\
+        encap = \"udp\"\n\
+        [[policy]]\ndirection = \"out\"\nsrc = \"198.51.100.1/32\"\ndst = \"198.51.100.2/32\"\nproto = \"udp\"\n\
+        src_ports = 4000\naction = \"protect\"\nsas = [\"raw\"]\n\
+        [[policy]]\ndirection = \"out\"\nsrc = \"198.51.100.1/32\"\ndst = \"198.51.100.2/32\"\nproto = \"udp\"\n\
+        src_ports = 4001\naction = \"protect\"\nsas = [\"udp\"]\n";
+    let sh = Shared::new(Config::parse(text).unwrap()).unwrap();
+    let snap = sh.db.load();
+    let mut frags = FragCache::default();
+    let mtu = 1400;
+    let mut pmtu = PathMtu::fixed(&[
+        ("192.0.2.2".parse().unwrap(), mtu),
+        ("192.0.2.3".parse().unwrap(), mtu),
+    ]);
+    let packet = |n: usize, sport: u16, df: bool| {
+        let mut p = udp_packet(n);
+        let d = p.data_mut();
+        d[20..22].copy_from_slice(&sport.to_be_bytes());
+        if df {
+            d[6] = 0x40;
+            d[10..12].copy_from_slice(&[0, 0]);
+            let c = netveil_wire::checksum::checksum(&d[..20]);
+            d[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+        p
+    };
+    // AES-CBC with HMAC-SHA1-96 in tunnel mode over IPv4: 20 + 8 + 16 (IV) + the packet padded with its 2 trailer
+    // bytes to 16 + 12 (ICV). The largest packet within 1,400: 1,342 (1,344 padded).
+    let on_wire = |n: usize| 20 + 8 + 16 + (n + 2).div_ceil(16) * 16 + 12;
+    assert!(on_wire(1342) <= 1400 && on_wire(1343) > 1400);
+    let mut out = |p: &mut PacketBuf, pmtu: &mut PathMtu| {
+        sh.process_out_on_path(&snap, p, 0, &mut frags, pmtu)
+    };
+
+    // Fits: sealed and sent.
+    let mut p = packet(1342 - 28, 4000, true);
+    assert_eq!(out(&mut p, &mut pmtu), Ok(TxRecord::Raw4));
+    assert_eq!(p.len(), 1400);
+    // One byte more: refused, untouched, and answered.
+    let mut p = packet(1343 - 28, 4000, true);
+    let orig = p.data().to_vec();
+    assert_eq!(out(&mut p, &mut pmtu), Err(Drop::TooBigForPath));
+    assert_eq!(p.data(), &orig[..], "not sealed");
+    let mut msgs = Vec::new();
+    pmtu.flush(|m| msgs.push(m.to_vec()));
+    assert_eq!(msgs.len(), 1);
+    let m = &msgs[0];
+    let ip = netveil_wire::ipv4::Packet::new_checked(&m[..]).unwrap();
+    assert_eq!(ip.src_addr(), std::net::Ipv4Addr::new(198, 51, 100, 2));
+    assert_eq!(ip.dst_addr(), std::net::Ipv4Addr::new(198, 51, 100, 1));
+    assert_eq!((m[20], m[21]), (3, 4), "fragmentation needed");
+    assert_eq!(
+        u16::from_be_bytes([m[26], m[27]]),
+        1342,
+        "the size that fits"
+    );
+    assert_eq!(&m[28..56], &orig[..28], "the packet quoted");
+    // The sequence number the refused packet did not use goes to the next one.
+    let mut p = packet(100, 4000, true);
+    out(&mut p, &mut pmtu).unwrap();
+    assert_eq!(&p.data()[20..28], &[0, 0, 0x10, 0x01, 0, 0, 0, 2]);
+    // Without DF through raw ESP: refused and answered too (the kernel would not send it).
+    let mut p = packet(1343 - 28, 4000, false);
+    assert_eq!(out(&mut p, &mut pmtu), Err(Drop::TooBigForPath));
+    // Through ESP in UDP: with DF refused (the largest fit: 20 + 8 (UDP) + 8 + 8 (IV) + padded to 4 + 16 (ICV)),
+    // without DF left to the socket, which fragments the datagram.
+    let mut p = packet(1400 - 28, 4001, true);
+    assert_eq!(out(&mut p, &mut pmtu), Err(Drop::TooBigForPath));
+    let mut p = packet(1400 - 28, 4001, false);
+    assert!(matches!(out(&mut p, &mut pmtu), Ok(TxRecord::NatT(_))));
+    let mut msgs = Vec::new();
+    pmtu.flush(|m| msgs.push(m.to_vec()));
+    assert_eq!(msgs.len(), 2);
+    let fit = u16::from_be_bytes([msgs[1][26], msgs[1][27]]) as usize;
+    let udp_on_wire = |n: usize| 20 + 8 + 8 + 8 + (n + 2).div_ceil(4) * 4 + 16;
+    assert!(
+        udp_on_wire(fit) <= 1400 && udp_on_wire(fit + 1) > 1400,
+        "{fit}"
+    );
+    // At most ICMP_PER_S messages per second (3 sent in this one so far): the rest are refused without one; the
+    // next second answers again.
+    for _ in 0..super::pmtu::ICMP_PER_S + 5 {
+        let mut p = packet(1343 - 28, 4000, true);
+        assert_eq!(out(&mut p, &mut pmtu), Err(Drop::TooBigForPath));
+    }
+    let mut n = 0;
+    pmtu.flush(|_| n += 1);
+    assert_eq!(n, super::pmtu::ICMP_PER_S - 3);
+    let mut p = packet(1343 - 28, 4000, true);
+    assert_eq!(
+        sh.process_out_on_path(&snap, &mut p, 1, &mut frags, &mut pmtu),
+        Err(Drop::TooBigForPath)
+    );
+    let mut n = 0;
+    pmtu.flush(|_| n += 1);
+    assert_eq!(n, 1);
+}

@@ -145,6 +145,7 @@ pub(super) struct TxCtx {
     recs: Vec<TxRecord>,
     gso: GsoSender,
     frags: FragCache,
+    pmtu: PathMtu,
 }
 
 /// How long the transmit thread waits on the TUN (sleeping in `poll`) after it last found packets before it
@@ -157,7 +158,8 @@ pub(super) const HANDOFF_IDLE: Duration = Duration::from_millis(1);
 pub(super) const REPLY_AFTER_AT_MOST: usize = 2;
 
 impl TxCtx {
-    pub fn new(mtu: usize) -> TxCtx {
+    /// A thread's state for a TUN of `mtu` whose sockets carry `mark`.
+    pub fn new(mtu: usize, mark: u32) -> TxCtx {
         let n_bufs = netveil_io::tun::MAX_SEGMENTS;
         TxCtx {
             scratch: vec![0u8; netveil_io::tun::RECV_SCRATCH_LEN],
@@ -169,6 +171,7 @@ impl TxCtx {
             recs: vec![TxRecord::Raw4; n_bufs],
             gso: GsoSender::new(),
             frags: FragCache::default(),
+            pmtu: PathMtu::new(Some(mark)),
         }
     }
 
@@ -193,6 +196,10 @@ impl TxCtx {
         };
         let n = tun.try_recv_batch(&mut self.scratch, &mut self.bufs, HEADROOM)?;
         self.process_and_send(sh, n, path);
+        // The senders of packets too big for their path learn the size that fits.
+        self.pmtu.flush(|m| {
+            let _ = tun.send(m);
+        });
         Ok(n)
     }
 
@@ -227,7 +234,8 @@ impl TxCtx {
         // Process in place; keep the good packets at the front.
         let mut good = 0;
         for i in 0..n {
-            match sh.process_out(&snap, &mut bufs[i], now, &mut self.frags) {
+            match sh.process_out_on_path(&snap, &mut bufs[i], now, &mut self.frags, &mut self.pmtu)
+            {
                 Ok(rec) => {
                     sh.tx_packets.fetch_add(1, Relaxed);
                     sh.tx_bytes.fetch_add(bufs[i].len() as u64, Relaxed);
@@ -244,10 +252,13 @@ impl TxCtx {
         drop(snap);
         let n4 = partition(bufs, recs, 0, good, 0);
         let n6 = partition(bufs, recs, n4, good, 1);
-        // What the kernel refuses (too big for the route, no route) is counted, not lost silently.
-        let refused = |want: usize, sent: std::io::Result<usize>| {
+        // What the kernel refuses (too big for the route, no route) is counted, not lost silently; and every
+        // route's MTU is asked again (it may have fallen).
+        let mut any_refused = false;
+        let mut refused = |want: usize, sent: std::io::Result<usize>| {
             let n = want.saturating_sub(sent.unwrap_or(0)) as u64;
             sh.tx_drops.count_n(Drop::SendRefused, n);
+            any_refused |= n > 0;
         };
         if n4 > 0 {
             refused(n4, path.send4.send_batch(&bufs[..n4]));
@@ -261,17 +272,20 @@ impl TxCtx {
         let nu = partition(bufs, recs, n6, good, 2);
         if nu > n6 {
             let n = self.gso.send(&bufs[n6..nu], &recs[n6..nu], &path.udp);
-            sh.tx_drops.count_n(Drop::SendRefused, n);
+            refused(n as usize, Ok(0));
         }
         if good > nu {
             let n = self.gso.send(&bufs[nu..good], &recs[nu..good], &path.psp);
-            sh.tx_drops.count_n(Drop::SendRefused, n);
+            refused(n as usize, Ok(0));
+        }
+        if any_refused {
+            self.pmtu.forget();
         }
     }
 }
 
 pub(super) fn tx_loop(sh: &Shared, tun: &Tun, path: &TxPath) {
-    let mut ctx = TxCtx::new(tun.mtu() as usize);
+    let mut ctx = TxCtx::new(tun.mtu() as usize, sh.config.interface.socket_mark());
     // When this thread last found packets (it waits on the TUN for a while before it hands the TUN over).
     let mut busy = Instant::now();
     while !sh.stop.load(Relaxed) {
