@@ -830,6 +830,16 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
 mod tests {
     use super::*;
 
+    /// `smtp --quick` picks its paths by name: each name it keeps is one of smtp's paths (a path renamed would
+    /// otherwise drop out of the quick run unnoticed).
+    #[test]
+    fn the_quick_smtp_paths_are_smtp_paths() {
+        let names: Vec<&str> = paths(Workload::Smtp).iter().map(|p| p.0).collect();
+        for q in QUICK_SMTP {
+            assert!(names.contains(&q), "{q} is not an smtp path: {names:?}");
+        }
+    }
+
     #[test]
     fn the_files_are_their_sizes_and_text_compresses_random_does_not() {
         let dir = std::env::temp_dir().join(format!("nv-http-files-{}", std::process::id()));
