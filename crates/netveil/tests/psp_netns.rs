@@ -685,3 +685,46 @@ fn psp_peer_restart_reassociates() {
         );
     }
 }
+
+/// Path MTU through PSP (tunnel mode, interface MTU 1,500 over a 1,500-byte link): a packet that encapsulated would
+/// not fit is not, and its sender is told the size that fits, 1,440 (1,500 less the outer IPv4 header, UDP, the
+/// PSP header and the ICV): TCP at the interface's MTU completes in packets that fit (before, the kernel fragmented
+/// each full-size datagram), and ping shows the size.
+#[test]
+fn psp_packets_too_big_for_the_path_teach_their_sender_the_size_that_fits() {
+    let _g = serial();
+    let mut lab = Lab::new("nvp").expect("lab").with_netveil(NETVEIL);
+    let pair = HostPair {
+        mtu: 1500,
+        ..HostPair::psp("aes-gcm-128")
+    };
+    let hosts = TwoHosts::up(&mut lab, &pair).unwrap_or_else(|e| panic!("setup: {e}"));
+    wait_associated(&hosts);
+    let drops = |d: usize, name: &str| {
+        hosts.daemon(d).status_json().unwrap()["drops"][name]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let t = hosts.tcp(0, 20 * 1024 * 1024).unwrap();
+    assert_eq!(t.bytes, 20 * 1024 * 1024);
+    assert!(drops(0, "tx:too-big-for-path") >= 1);
+    let dst = hosts.addrs[0].inner.to_string();
+    let o = lab
+        .exec(
+            &hosts.ns[1],
+            &[
+                "ping", "-n", "-c", "2", "-i", "0.2", "-W", "1", "-M", "do", "-s", "1472", &dst,
+            ],
+        )
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Frag needed and DF set (mtu = 1440)"),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(drops(1, "tx:too-big-for-path"), 1);
+    assert_eq!(drops(0, "tx:send-refused") + drops(1, "tx:send-refused"), 0);
+    let st = hosts.daemon(1).status_json().unwrap();
+    assert_eq!(stat(&st, "rx_bad") + stat(&st, "rx_auth_fail"), 0, "{st}");
+}

@@ -161,6 +161,25 @@ impl TxSa {
         self.encap(pkt, false)
     }
 
+    /// The length of the IP packet that leaves for the IP packet `p` if its length were `len` (its headers as they
+    /// are), sent as [`TxSa::encapsulate_udp_payload`] makes it: the socket's IP and UDP headers, the PSP header,
+    /// the inner packet (tunnel) or the transport payload, the ICV. Computed without encapsulating: no IV is used.
+    /// `None` where `p` is not an IP packet.
+    pub fn udp_wire_len(&self, p: &[u8], len: usize) -> Option<usize> {
+        let ip = Layout::fixed(p).ok()?;
+        let psp_hlen = BASE_LEN + if self.cfg.vc { VC_LEN } else { 0 };
+        let body = match self.cfg.mode {
+            Mode::Transport => len.checked_sub(ip.header_len)?,
+            Mode::Tunnel => len,
+        };
+        let ip_hlen = if ip.v6 {
+            ipv6::HEADER_LEN
+        } else {
+            ipv4::MIN_HEADER_LEN
+        };
+        Some(ip_hlen + UDP_LEN + psp_hlen + body + ICV_LEN)
+    }
+
     /// `outer`: write the outer IP and UDP headers (else the packet starts at the PSP header). Returns the UDP
     /// source port.
     fn encap(&self, pkt: &mut PacketBuf, outer: bool) -> Result<u16, Error> {
@@ -544,5 +563,48 @@ mod tests {
             assert_eq!(b.data(), &p[..]);
         }
         assert_eq!(sa.next_iv(), 0);
+    }
+
+    /// `udp_wire_len` is what leaves: the payload `encapsulate_udp_payload` makes, with the socket's IP and UDP
+    /// headers, for both modes, both families, with and without the VC field; and it uses no IV.
+    #[test]
+    fn udp_wire_len_is_the_datagram_that_leaves() {
+        for mode in [Mode::Transport, Mode::Tunnel] {
+            for vc in [false, true] {
+                let cfg = TxConfig {
+                    spi: 1,
+                    version: Version::AesGcm128,
+                    mode,
+                    crypt_offset_transport: 0,
+                    crypt_offset_tunnel_v4: 0,
+                    crypt_offset_tunnel_v6: 0,
+                    vc,
+                };
+                let sa = TxSa::with_key(&[9; 16], cfg).unwrap();
+                for v6 in [false, true] {
+                    for n in [0usize, 1, 100, 1400] {
+                        let hl = if v6 { 40 } else { 20 };
+                        let mut p = vec![0u8; hl + 8 + n];
+                        let total = p.len() as u16;
+                        if v6 {
+                            p[0] = 0x60;
+                            p[4..6].copy_from_slice(&(total - 40).to_be_bytes());
+                            p[6] = ip_proto::UDP;
+                        } else {
+                            p[0] = 0x45;
+                            p[2..4].copy_from_slice(&total.to_be_bytes());
+                            p[9] = ip_proto::UDP;
+                        }
+                        let iv = sa.next_iv();
+                        let want = sa.udp_wire_len(&p, p.len()).unwrap();
+                        assert_eq!(sa.next_iv(), iv);
+                        let mut b = PacketBuf::from_slice(&p, 128, 64);
+                        sa.encapsulate_udp_payload(&mut b).unwrap();
+                        assert_eq!(hl + 8 + b.len(), want, "{mode:?} vc {vc} v6 {v6} {n}");
+                        assert_eq!(sa.udp_wire_len(&p, p.len() + 5), Some(want + 5));
+                    }
+                }
+            }
+        }
     }
 }

@@ -1,10 +1,11 @@
-//! Path MTU on the transmit path (RFC 4301 section 8.2, as Linux's IPsec does it): a packet whose sealed form would
-//! not fit the route to its peer is not sealed; its sender gets an ICMP "fragmentation needed" (IPv4) or "packet
+//! Path MTU on the transmit path (RFC 4301 section 8.2, as Linux's IPsec does it), for ESP, AH and PSP: a packet
+//! whose sealed form would not fit the route to its peer is not sealed; its sender gets an ICMP "fragmentation needed" (IPv4) or "packet
 //! too big" (IPv6) with the largest size that fits, so that TCP lowers its segments instead of stalling on packets
-//! the kernel refuses to send (raw ESP and AH are not fragmented after encapsulation).
+//! the kernel refuses to send (raw ESP and AH are not fragmented after encapsulation), or datagrams the kernel
+//! fragments (ESP in UDP, PSP).
 //!
 //! Left to the sockets as before, where the datagram socket fragments the outer packet: an IPv4 packet without DF
-//! through ESP in UDP, and an IPv6 packet of 1,280 bytes or less (IPv6's minimum MTU: its sender cannot go lower).
+//! through ESP in UDP or PSP, and an IPv6 packet of 1,280 bytes or less (IPv6's minimum MTU: its sender cannot go lower).
 //! The route's MTU is the kernel's (`IP_MTU` of a connected socket: the path MTU it learned for the peer, else the
 //! interface's), asked once per [`REFRESH_S`] per peer and again after the kernel refused a send.
 

@@ -47,7 +47,7 @@ impl Shared {
             frags.insert(&key, f.ident, action, now);
         }
         match action {
-            Action::Protect(i) if snap.policies[i].rule.psp => self.psp_out(pkt, &key),
+            Action::Protect(i) if snap.policies[i].rule.psp => self.psp_out(pkt, &key, now, pmtu),
             Action::Protect(i) => {
                 // Only outbound SAs: an outbound policy's bundle cannot hold anything else.
                 let sas = snap.policies[i].sas.outbound();
@@ -274,11 +274,7 @@ impl FragCache {
     }
 }
 
-/// Whether the IP packet `p`, sealed by `sas`, fits the route to its peer (see [`super::pmtu`]). A packet that does
-/// not is refused (`too-big-for-path`) and its sender told the largest size that fits; except an IPv4 packet
-/// without DF through ESP in UDP and an IPv6 packet of at most 1,280 bytes, which go on to the socket as before
-/// (the datagram socket fragments the outer packet), and a packet for which nothing below the protocol's minimum
-/// MTU (68 or 1,280 bytes) would fit.
+/// Whether the IP packet `p`, sealed by `sas`, fits the route to its peer (see [`fits_len`]).
 pub(super) fn fits_path(
     sad: &netveil_ipsec::bundle::Sad,
     sas: &[netveil_ipsec::bundle::OutIdx],
@@ -287,21 +283,39 @@ pub(super) fn fits_path(
     pmtu: &mut PathMtu,
 ) -> std::result::Result<(), Drop> {
     let w = bundle::on_wire(sad, sas, p, p.len())?;
-    let Some(mtu) = pmtu.mtu(w.dst, now).map(|m| m as usize) else {
-        return Ok(());
-    };
-    if w.len <= mtu {
-        return Ok(());
-    }
-    let v6 = netveil_wire::ip::version(p) == Some(6);
     let in_udp = sas
         .last()
         .is_some_and(|&o| sad.out(o).params.encap.is_some());
+    fits_len(p, w.dst, in_udp, now, pmtu, |len| {
+        bundle::on_wire(sad, sas, p, len).ok().map(|w| w.len)
+    })
+}
+
+/// Whether the IP packet `p` fits the route to `dst` once sealed, `wire_len` giving what leaves for a packet of a
+/// given length like `p` (see [`super::pmtu`]). A packet that does not is refused (`too-big-for-path`) and its
+/// sender told the largest size that fits; except an IPv4 packet without DF sent by UDP (`in_udp`) and an IPv6
+/// packet of at most 1,280 bytes, which go on to the socket as before (the datagram socket fragments the outer
+/// packet), and a packet for which nothing down to the protocol's minimum MTU (68 or 1,280 bytes) would fit.
+pub(super) fn fits_len(
+    p: &[u8],
+    dst: IpAddr,
+    in_udp: bool,
+    now: u64,
+    pmtu: &mut PathMtu,
+    wire_len: impl Fn(usize) -> Option<usize>,
+) -> std::result::Result<(), Drop> {
+    let (Some(mtu), Some(len)) = (pmtu.mtu(dst, now).map(|m| m as usize), wire_len(p.len())) else {
+        return Ok(());
+    };
+    if len <= mtu {
+        return Ok(());
+    }
+    let v6 = netveil_wire::ip::version(p) == Some(6);
     let df = !v6 && netveil_wire::ip::dscp_ecn_df(p).1;
     if (v6 && p.len() <= IPV6_MIN_MTU) || (!v6 && !df && in_udp) {
         return Ok(());
     }
-    let fits = |len: usize| bundle::on_wire(sad, sas, p, len).is_ok_and(|w| w.len <= mtu);
+    let fits = |l: usize| wire_len(l).is_some_and(|w| w <= mtu);
     // Where not even the protocol's minimum would fit (a tiny link, large TFC padding), no size can be offered.
     let floor = if v6 { IPV6_MIN_MTU } else { IPV4_MIN_MTU };
     if !fits(floor) {
@@ -312,7 +326,7 @@ pub(super) fn fits_path(
         // padding of each layer (less than SLACK in all), so it lies within SLACK of the length less the excess;
         // from above that, down to the first that fits.
         let mut fit = (p.len() + SLACK)
-            .saturating_sub(w.len - mtu)
+            .saturating_sub(len - mtu)
             .min(p.len() - 1)
             .max(floor);
         while !fits(fit) {

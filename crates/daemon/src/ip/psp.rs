@@ -11,11 +11,14 @@ use std::sync::atomic::Ordering::Relaxed;
 
 impl Shared {
     /// PSP outbound: encapsulate with the transmit SA the peer handed us (tunnel: outer addresses set to ours and
-    /// the peer's). Counted in the device's tx counters.
+    /// the peer's). Counted in the device's tx counters. A packet that would not fit the route to the peer is not
+    /// encapsulated (see [`super::pmtu`]).
     pub(super) fn psp_out(
         &self,
         pkt: &mut PacketBuf,
         key: &netveil_sa::policy::FlowKey,
+        now: u64,
+        pmtu: &mut PathMtu,
     ) -> std::result::Result<TxRecord, Drop> {
         let st = self.psp.as_ref().ok_or(Drop::PolicyDiscard)?;
         let len = pkt.len();
@@ -30,6 +33,9 @@ impl Shared {
                 }
                 Some(sa) => {
                     let tunnel = psp_state::is_tunnel(&st.cfg);
+                    let dst = if tunnel { st.cfg.remote } else { key.dst };
+                    let p = pkt.data();
+                    fits_len(p, dst, true, now, pmtu, |l| sa.udp_wire_len(p, l))?;
                     if tunnel && key.src.is_ipv4() != st.cfg.local.is_ipv4() {
                         // The outer header is a copy of the inner one: tunnels stay within one family.
                         Err(netveil_psp::Error::Malformed)
