@@ -1,0 +1,143 @@
+use super::*;
+
+fn cfg(text: &str, rules: &str) -> std::result::Result<PilscConfig, ConfigError> {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("nv-pilsc-cfg-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("p.rules"), rules).unwrap();
+    let v: toml::Table = toml::from_str(text).unwrap();
+    let r = PilscConfig::from_section(v.get("pilsc").cloned().unwrap(), &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+const RULES: &str = "Rule = 1; Security = true; IP = 10.0.0.2; Protocol = TCP; Port = 5001; \
+    Encryption = 1; Applmode = Server; Key = 0x000102030405060708090a0b0c0d0e0f;\n";
+
+#[test]
+fn a_section_parses_and_each_bad_key_is_named() {
+    let c = cfg("[pilsc]\nrules = \"p.rules\"\n", RULES).unwrap();
+    assert_eq!(c.mode, Mode::Authenticated);
+    assert_eq!(c.queue, 0);
+    assert_eq!(c.file.rules.len(), 1);
+    assert_eq!(
+        c.queued_prefixes().unwrap(),
+        vec!["10.0.0.2/32".parse::<Ipv4Net>().unwrap()]
+    );
+    for (text, key) in [
+        ("[pilsc]\n", "pilsc.rules"),
+        (
+            "[pilsc]\nrules = \"p.rules\"\nmode = \"fast\"\n",
+            "pilsc.mode",
+        ),
+        (
+            "[pilsc]\nrules = \"p.rules\"\nqueue = 65535\n",
+            "pilsc.queue",
+        ),
+        (
+            "[pilsc]\nrules = \"p.rules\"\niptables = \"nft\"\n",
+            "pilsc.iptables",
+        ),
+        (
+            "[pilsc]\nrules = \"p.rules\"\nreplay_window = 1\n",
+            "pilsc.replay_window",
+        ),
+        ("[pilsc]\nrules = \"missing.rules\"\n", "pilsc.rules"),
+        ("[pilsc]\nrules = \"p.rules\"\nbogus = 1\n", "pilsc"),
+    ] {
+        let e = cfg(text, RULES).err().unwrap_or_else(|| panic!("{text}"));
+        assert!(e.key.starts_with(key), "{text}: {e:?}");
+    }
+    // A rule-file error names the file and its line.
+    let e = cfg(
+        "[pilsc]\nrules = \"p.rules\"\n",
+        "Rule = 1; Security = maybe;\n",
+    )
+    .err()
+    .unwrap();
+    assert_eq!(e.key, "pilsc.rules");
+    assert!(e.reason.contains("line 1"), "{}", e.reason);
+    // A key too short for its algorithm is refused at parse time.
+    let short = RULES.replace("0x000102030405060708090a0b0c0d0e0f", "0x0001020304050607");
+    let e = cfg("[pilsc]\nrules = \"p.rules\"\n", &short).err().unwrap();
+    assert_eq!(e.key, "pilsc.rules");
+}
+
+#[test]
+fn the_mss_of_a_syn_is_lowered_and_its_checksum_holds() {
+    use netveil_wire::{ipv4, tcp};
+    // 10.0.0.1:40000 -> 10.0.0.2:5001 SYN with NOP, MSS 1460, NOP, NOP, SACK-permitted.
+    let mut pkt = vec![0u8; 20 + 32];
+    {
+        let mut p = ipv4::Packet::new_unchecked(&mut pkt[..]);
+        p.set_version(4);
+        p.set_header_len(20);
+        p.set_total_len(52);
+        p.set_ttl(64);
+        p.set_protocol(6);
+        p.set_src_addr("10.0.0.1".parse().unwrap());
+        p.set_dst_addr("10.0.0.2".parse().unwrap());
+        p.fill_checksum();
+    }
+    {
+        let mut t = tcp::Packet::new_unchecked(&mut pkt[20..]);
+        t.set_src_port(40000);
+        t.set_dst_port(5001);
+        t.set_header_len(32);
+        t.set_flags(0x002);
+        t.options_mut()
+            .copy_from_slice(&[1, 2, 4, 0x05, 0xb4, 1, 1, 4, 2, 0, 0, 0]);
+    }
+    let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+    tcp::Packet::new_unchecked(&mut pkt[20..]).fill_checksum(a, b);
+    clamp_mss(&mut pkt, 28);
+    let t = tcp::Packet::new_unchecked(&pkt[20..]);
+    assert_eq!(&t.options()[1..5], &[2, 4, 0x05, 0x98]);
+    assert!(t.verify_checksum(a, b));
+    // Not a SYN: unchanged.
+    let mut ack = pkt.clone();
+    tcp::Packet::new_unchecked(&mut ack[20..]).set_flags(0x010);
+    let before = ack.clone();
+    clamp_mss(&mut ack, 28);
+    assert_eq!(ack, before);
+}
+
+#[test]
+fn rules_as_toml_tables_load_as_the_file_does() {
+    let toml_rules = "[pilsc]\n[[pilsc.rule]]\nrule = 1\nsecurity = true\nip = \"10.0.0.2\"\nprotocol = \"tcp\"\n\
+                      port = 5001\nencryption = 1\napplmode = \"server\"\n\
+                      key = \"0x000102030405060708090a0b0c0d0e0f\"\n";
+    let t = cfg(toml_rules, "").unwrap();
+    let f = cfg("[pilsc]\nrules = \"p.rules\"\n", RULES).unwrap();
+    assert_eq!(t.source, RuleSource::Toml);
+    let strip =
+        |r: &netveil_pilsc::rules::Rule| (r.number, r.peer, r.protocol, r.port, r.protect.clone());
+    assert_eq!(
+        t.file.rules.iter().map(strip).collect::<Vec<_>>(),
+        f.file.rules.iter().map(strip).collect::<Vec<_>>()
+    );
+    // Errors name the key; a short key is refused by the key table, named by its entry.
+    let e = cfg(&toml_rules.replace("port = 5001", "port = 70000"), "")
+        .err()
+        .unwrap();
+    assert_eq!(e.key, "pilsc.rule[0].port", "{e:?}");
+    let e = cfg(&toml_rules.replace("0e0f", ""), "").err().unwrap();
+    assert!(e.key.starts_with("pilsc.rule[0]"), "{e:?}");
+    let e = cfg(
+        &format!("{toml_rules}rules = \"p.rules\"\n")
+            .replace("[pilsc]\n[[", "[pilsc]\nrules = \"p.rules\"\n[["),
+        RULES,
+    )
+    .err()
+    .unwrap();
+    assert_eq!(e.key, "pilsc.rule");
+}
+
+#[test]
+fn mark_files_differ_by_key_and_cipher_and_hide_the_key() {
+    let a = mark_file(Cipher::Aes128, &[1; 16]);
+    assert_ne!(a, mark_file(Cipher::Aes128, &[2; 16]));
+    assert_ne!(a, mark_file(Cipher::ChaCha20, &[1; 16]));
+    assert!(!a.contains("0101"));
+}
