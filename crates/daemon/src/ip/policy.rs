@@ -286,13 +286,13 @@ pub(super) fn fits_path(
     let in_udp = sas
         .last()
         .is_some_and(|&o| sad.out(o).params.encap.is_some());
-    fits_len(p, w.dst, in_udp, now, pmtu, |len| {
+    fits_len(p, w.dst, in_udp, w.len, now, pmtu, |len| {
         bundle::on_wire(sad, sas, p, len).ok().map(|w| w.len)
     })
 }
 
-/// Whether the IP packet `p` fits the route to `dst` once sealed, `wire_len` giving what leaves for a packet of a
-/// given length like `p` (see [`super::pmtu`]). A packet that does not is refused (`too-big-for-path`) and its
+/// Whether the IP packet `p`, `len` bytes once sealed, fits the route to `dst`, `wire_len` giving what leaves for a
+/// packet of another length like `p` (see [`super::pmtu`]). A packet that does not is refused (`too-big-for-path`) and its
 /// sender told the largest size that fits; except an IPv4 packet without DF sent by UDP (`in_udp`) and an IPv6
 /// packet of at most 1,280 bytes, which go on to the socket as before (the datagram socket fragments the outer
 /// packet), and a packet for which nothing down to the protocol's minimum MTU (68 or 1,280 bytes) would fit.
@@ -300,11 +300,12 @@ pub(super) fn fits_len(
     p: &[u8],
     dst: IpAddr,
     in_udp: bool,
+    len: usize,
     now: u64,
     pmtu: &mut PathMtu,
     wire_len: impl Fn(usize) -> Option<usize>,
 ) -> std::result::Result<(), Drop> {
-    let (Some(mtu), Some(len)) = (pmtu.mtu(dst, now).map(|m| m as usize), wire_len(p.len())) else {
+    let Some(mtu) = pmtu.mtu(dst, now).map(|m| m as usize) else {
         return Ok(());
     };
     if len <= mtu {

@@ -35,7 +35,9 @@ impl Shared {
                     let tunnel = psp_state::is_tunnel(&st.cfg);
                     let dst = if tunnel { st.cfg.remote } else { key.dst };
                     let p = pkt.data();
-                    fits_len(p, dst, true, now, pmtu, |l| sa.udp_wire_len(p, l))?;
+                    if let Some(len) = sa.udp_wire_len(p, p.len()) {
+                        fits_len(p, dst, true, len, now, pmtu, |l| sa.udp_wire_len(p, l))?;
+                    }
                     if tunnel && key.src.is_ipv4() != st.cfg.local.is_ipv4() {
                         // The outer header is a copy of the inner one: tunnels stay within one family.
                         Err(netveil_psp::Error::Malformed)
