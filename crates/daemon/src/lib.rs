@@ -23,11 +23,9 @@
 //! - [`error`]: configuration errors, each naming its key.
 //! - [`names`]: the one rule for SA, policy and interface names (what reaches nftables and the log).
 //! - [`state`]: the state directory (sequence marks, epochs).
-//! - `answer_wait`: how a data-plane thread stays awake for the answer to sparse traffic it sent (IP and l2).
 
 #![forbid(unsafe_code)]
 
-mod answer_wait;
 pub mod config;
 pub mod engine;
 pub mod error;

@@ -2,7 +2,6 @@
 //! inbound policy check in place, TUN writes.
 
 use super::*;
-use crate::answer_wait::AwaitAnswer;
 use crate::ip_db::Snapshot;
 use crate::ip_drop::Drop;
 use netveil_io::tun::Span;
@@ -13,7 +12,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// A receiving socket. Built once per protocol and family, so the size difference of the variants is irrelevant.
 #[allow(clippy::large_enum_variant)]
@@ -71,18 +69,11 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
     // The last receive delivered more than a few packets: traffic flows in, and the transmit thread is to seal
     // what the TUN gives, in parallel.
     let mut flowing = false;
-    // Stays awake for the peer's answer to what this thread just read from the TUN and sent.
-    let mut awaiting = AwaitAnswer::default();
     while !sh.stop.load(Relaxed) {
         let watch = path.rx_watch_tun();
         pfds[tun_at].fd = if watch { tun.as_raw_fd() } else { -1 };
-        // Sleep until a packet or a wake-up call comes (or the stop flag is due to be checked); while awaiting an
-        // answer, look without sleeping and give way to any other thread that has work.
-        let timeout = awaiting.timeout_ms(Instant::now(), 200);
-        if !matches!(netveil_io::os::poll(&mut pfds, timeout), Ok(n) if n > 0) {
-            if timeout == 0 {
-                std::thread::yield_now();
-            }
+        // Sleep until a packet or a wake-up call comes (or the stop flag is due to be checked).
+        if !matches!(netveil_io::os::poll(&mut pfds, 200), Ok(n) if n > 0) {
             continue;
         }
         if pfds[wake_at].revents & libc::POLLIN != 0 {
@@ -91,8 +82,8 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
         if watch && pfds[tun_at].revents & libc::POLLIN != 0 {
             if flowing {
                 path.wake_tx();
-            } else if tx.serve_tun(sh, tun, path) {
-                awaiting.sent(Instant::now());
+            } else {
+                tx.serve_tun(sh, tun, path);
             }
         }
         for (k, s) in socks.iter().enumerate() {
@@ -114,7 +105,6 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
                         }
                     }
                     if good > 0 {
-                        awaiting.answered();
                         let _ = tun.send_batch(&mut bufs[..good]);
                         flowing = answer(&mut tx, sh, tun, path, good);
                     }
@@ -145,7 +135,6 @@ pub(super) fn rx_loop(sh: &Shared, tun: &Tun, socks: &[RxSock], path: &TxPath) {
                     }
                     d.finish(&mut bufs);
                     if d.wrote > 0 {
-                        awaiting.answered();
                         flowing = answer(&mut tx, sh, tun, path, d.wrote);
                     }
                 }

@@ -58,11 +58,9 @@ pub const PSP_TX_SOCKETS: usize = 8;
 /// wake-up): the transmit thread, idle for [`HANDOFF_IDLE`], hands the TUN to the receive thread
 /// ([`TxPath::tx_asleep`]) and sleeps on [`TxPath::tx_wake`]; the receive thread then watches the TUN beside its
 /// sockets and seals and sends what it reads there, in particular the kernel's answer to a packet it just
-/// delivered, which is there at once. After it sent what the host wrote, it stays awake for the peer's answer for
-/// a short while (see [`crate::answer_wait`]), so that the answer finds it awake. A read of more than
-/// [`REPLY_AFTER_AT_MOST`] packets (a sender's burst), or a receive that delivered more (a flow coming in, whose
-/// acknowledgements the transmit thread then seals in parallel), wakes the transmit thread, which takes the TUN
-/// back.
+/// delivered, which is there at once. A read of more than [`REPLY_AFTER_AT_MOST`] packets (a sender's burst), or
+/// a receive that delivered more (a flow coming in, whose acknowledgements the transmit thread then seals in
+/// parallel), wakes the transmit thread, which takes the TUN back.
 pub(super) struct TxPath {
     pub send4: RawSocket,
     pub send6: Option<RawSocket>,
@@ -152,9 +150,8 @@ pub(super) struct TxCtx {
 
 /// How long the transmit thread waits on the TUN (sleeping in `poll`) after it last found packets before it
 /// leaves the TUN to the receive thread: longer than the gaps of a flow under load, shorter than those of a ping.
-/// The transmit thread does not spin: under load on a machine whose cores are all busy a spinning thread only
-/// takes time from the threads that have work (and the scheduler then makes it wait when it has some). Only the
-/// receive thread, at low rates, stays awake for an answer, yielding to any thread that has work.
+/// No thread spins: on a machine whose cores are all busy a spinning thread only takes time from the threads that
+/// have work (and the scheduler then makes it wait when it has some).
 pub(super) const HANDOFF_IDLE: Duration = Duration::from_millis(1);
 /// The most packets a TUN read by the receive thread may give for it to keep the TUN (see [`TxPath`]): an echo
 /// request or reply, a TCP acknowledgement.

@@ -10,9 +10,9 @@
 //! So a thread also serves the other lane when that lane's thread has slept a while ([`QUIET`]): the answer to
 //! what it just delivered or sent usually comes back on the other lane (the echo reply that the host's stack
 //! writes to the TAP during our write to it; the peer's answer arriving at the port), and the thread that is
-//! awake reads it, the sleeping thread's wake-up off the round trip. And when a thread woken by sparse traffic
-//! (the first frames after a wait of [`QUIET`] or more) sent what the host wrote, it stays awake for the peer's
-//! answer (see [`crate::answer_wait`]), so that the answer finds it awake. Lanes are taken with `try_lock` by the visiting thread, so frames of one
+//! awake reads it, the sleeping thread's wake-up off the round trip. And when sparse traffic (the first frames
+//! after a wait of [`QUIET`] or more) woke a thread, it stays awake for a short while ([`SPIN`]), so that the
+//! peer's answer finds it awake. Lanes are taken with `try_lock` by the visiting thread, so frames of one
 //! direction never overtake each other, and nobody waits for a busy lane it does not own. Under a stream nobody
 //! has slept that long: each thread keeps to its own lane (both directions in parallel), and nobody spins.
 
@@ -23,7 +23,11 @@ use std::time::{Duration, Instant};
 
 use super::timer::Timers;
 use super::{rx, tx, State};
-use crate::answer_wait::AwaitAnswer;
+
+/// How long a thread woken by sparse traffic keeps serving without sleeping. About the time the peer takes to
+/// answer on a quiet LAN: long enough that a round trip's answer finds the thread awake, short enough to cost
+/// little when nothing comes back.
+pub(super) const SPIN: Duration = Duration::from_micros(60);
 
 /// The lane whose descriptor a thread waits on.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -35,7 +39,7 @@ pub(super) enum Home {
 }
 
 /// How long a thread must have slept for the traffic to count as sparse (requests and answers, not a stream):
-/// only then does a thread stay awake for an answer, and only a lane whose thread slept that long is visited. 2 ms:
+/// only then does a thread stay awake after a round, and only a lane whose thread slept that long is visited. 2 ms:
 /// at 500 µs, the pauses of a TCP stream on a 2-core machine counted as sparse, and visits and short spins cost
 /// 6-11% of l2sec's goodput (`netveil bench`, same run as the base binary); at 2 ms goodput equals the base's and
 /// pings (5 ms apart in the bench, far sparser in real use) still cross fewer threads.
@@ -104,20 +108,15 @@ pub(super) fn run(st: &State, tap: &Tap, sock: &PacketSocket, home: Home) {
         ),
     };
     let mut timers = (home == Home::Port).then(|| Timers::new(Instant::now()));
-    let mut awaiting = AwaitAnswer::default();
+    let mut awake_until: Option<Instant> = None;
     // The last wait was long: what comes now is sparse traffic, whose answer is worth staying awake for.
     let mut quiet = false;
     while !st.stop.load(Relaxed) {
-        let Some(mine_moved) = round(st, home, true, tap, sock) else {
+        let Some(mut moved) = round(st, home, true, tap, sock) else {
             return;
         };
-        // Frames moved, outbound (TAP → port) and inbound (port → TAP).
-        let (mut out, mut inbound) = match home {
-            Home::Tap => (mine_moved, 0),
-            Home::Port => (0, mine_moved),
-        };
         let now = Instant::now();
-        if mine_moved > 0 || awaiting.waiting() {
+        if moved > 0 || awake_until.is_some() {
             // A visit only to a lane whose thread slept a while: under a stream, each thread keeps its own lane
             // (both directions in parallel).
             let since = theirs.load(Relaxed);
@@ -125,10 +124,7 @@ pub(super) fn run(st: &State, tap: &Tap, sock: &PacketSocket, home: Home) {
                 let Some(m) = round(st, other, false, tap, sock) else {
                     return;
                 };
-                match other {
-                    Home::Tap => out += m,
-                    Home::Port => inbound += m,
-                }
+                moved += m;
             }
         }
         if let Some(t) = timers.as_mut() {
@@ -136,22 +132,19 @@ pub(super) fn run(st: &State, tap: &Tap, sock: &PacketSocket, home: Home) {
                 return;
             }
         }
-        if inbound > 0 {
-            awaiting.answered();
-        }
-        if out > 0 || inbound > 0 {
-            // Sparse traffic this host sent (not an answer to what came in): stay awake for the peer's answer.
-            if out > 0 && inbound == 0 && (quiet || awaiting.waiting()) {
-                awaiting.sent(now);
+        if moved > 0 {
+            if quiet || awake_until.is_some() {
+                awake_until = Some(now + SPIN);
             }
             quiet = false;
             continue;
         }
-        let ms = timers.as_ref().map_or(200, |t| t.wait_ms(now));
-        if awaiting.timeout_ms(now, ms) == 0 {
+        if awake_until.is_some_and(|t| now < t) {
             std::thread::yield_now();
             continue;
         }
+        awake_until = None;
+        let ms = timers.as_ref().map_or(200, |t| t.wait_ms(now));
         mine.store(stamp(st.started, now), Relaxed);
         readable(fd, ms);
         let woke = Instant::now();
