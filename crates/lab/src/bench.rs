@@ -62,7 +62,7 @@ fn measure_clear(a: &BenchArgs) -> Result<Row> {
     let mut lab = Lab::new("nvbench")?;
     let h = TwoHosts::topology(&mut lab, &HostPair::default())?;
     let dst = h.addrs[1].outer.to_string();
-    let ping = bench_ping::ping_sizes(&lab, &h.ns[0], &dst, a.pings)?;
+    let ping = bench_ping::ping_sizes(&lab, &h.ns[0], &dst, a.pings, &[&h.ns[0], &h.ns[1]])?;
     let (g, r) = iperf(&lab, &h.ns[1], &h.ns[0], &dst, a.seconds, a.streams)?;
     Ok(Row {
         path: "clear (veth, no protection)".into(),
@@ -90,7 +90,7 @@ fn measure_pair(
         h.wait_psp_associated(Duration::from_secs(15))?;
     }
     let dst = h.addrs[1].inner.to_string();
-    let ping = bench_ping::ping_sizes(&lab, &h.ns[0], &dst, a.pings)?;
+    let ping = bench_ping::ping_sizes(&lab, &h.ns[0], &dst, a.pings, &[&h.ns[0], &h.ns[1]])?;
     let (g, r) = iperf(&lab, &h.ns[1], &h.ns[0], &dst, a.seconds, a.streams)?;
     Ok(Row {
         path: format!("{path}{}", bin.label),
@@ -147,7 +147,7 @@ pub fn find_wireguard_go() -> Option<PathBuf> {
 fn measure_wireguard_go(a: &BenchArgs, wg_go: &std::path::Path) -> Result<Row> {
     let (ping, g, r) = with_wireguard_go(wg_go, |lab, h| {
         let dst = h.addrs[1].inner.to_string();
-        let ping = bench_ping::ping_sizes(lab, &h.ns[0], &dst, a.pings)?;
+        let ping = bench_ping::ping_sizes(lab, &h.ns[0], &dst, a.pings, &[&h.ns[0], &h.ns[1]])?;
         let (g, r) = iperf(lab, &h.ns[1], &h.ns[0], &dst, a.seconds, a.streams)?;
         Ok((ping, g, r))
     })?;
@@ -311,7 +311,7 @@ fn measure_l2(a: &BenchArgs, bin: &Bin, suite: Option<&str>) -> Result<L2Row> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let ping = bench_ping::ping_sizes(&lab, &h1.ns, &dst, a.pings)?;
+    let ping = bench_ping::ping_sizes(&lab, &h1.ns, &dst, a.pings, &[&h1.ns, &h2.ns])?;
     let (g, r) = iperf(&lab, &h2.ns, &h1.ns, &dst, a.seconds, a.streams)?;
     Ok(L2Row {
         path: match suite {

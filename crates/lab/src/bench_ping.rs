@@ -32,6 +32,14 @@ pub struct PingStat {
     /// `added_median_ms` over wireguard-go's (IP rows; `None` where either is missing or wireguard-go's is not
     /// above zero).
     pub x_wireguard_go: Option<f64>,
+    /// Sleeps per reply: the voluntary context switches (a thread blocking, to be woken later) of every thread of
+    /// every process in the tunnel's namespaces (both hosts: the daemons, wireguard-go) during the timed pings,
+    /// over the replies. What a round trip costs in wake-ups, steadier than its time on a busy or virtual machine;
+    /// 0 where nothing runs in the namespaces (the clear baselines); `None` where not watched.
+    pub sleeps_per_reply: Option<f64>,
+    /// The sleeps counted (for pooling rounds; not in the JSON).
+    #[serde(skip)]
+    pub sleeps: Option<u64>,
     /// The round-trip times the statistics come from (for pooling rounds; not in the JSON).
     #[serde(skip)]
     pub times: Vec<f64>,
@@ -104,33 +112,110 @@ pub fn stat(bytes: u32, sent: u32, times: &[f64]) -> PingStat {
         p99_ms: percentile(times, 99.0),
         added_median_ms: None,
         x_wireguard_go: None,
+        sleeps_per_reply: None,
+        sleeps: None,
         times: times.to_vec(),
     }
 }
 
+/// [`stat`] with the sleeps counted during the run.
+fn stat_with_sleeps(bytes: u32, sent: u32, times: &[f64], sleeps: Option<u64>) -> PingStat {
+    let mut s = stat(bytes, sent, times);
+    s.sleeps = sleeps;
+    s.sleeps_per_reply = sleeps
+        .filter(|_| !times.is_empty())
+        .map(|n| n as f64 / times.len() as f64);
+    s
+}
+
+/// The voluntary context switches so far of every thread of every process in the network namespaces `names`
+/// (their `/run/netns` entries), from `/proc/PID/task/TID/status`; `None` if a namespace is not there. Processes
+/// and threads that end are not counted (so a window's difference leaves out the ones that ended in it).
+pub fn sleeps_in(names: &[&str]) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let inodes: Vec<u64> = names
+        .iter()
+        .map(|n| std::fs::metadata(format!("/run/netns/{n}")).map(|m| m.ino()))
+        .collect::<std::io::Result<_>>()
+        .ok()?;
+    let mut total = 0;
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let pid = e.file_name();
+        let Some(pid) = pid
+            .to_str()
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(link) = std::fs::read_link(format!("/proc/{pid}/ns/net")) else {
+            continue;
+        };
+        if !net_inode(&link.to_string_lossy()).is_some_and(|i| inodes.contains(&i)) {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            if let Ok(st) = std::fs::read_to_string(t.path().join("status")) {
+                total += voluntary_switches(&st).unwrap_or(0);
+            }
+        }
+    }
+    Some(total)
+}
+
+/// The inode of a `/proc/PID/ns/net` link's target, `net:[4026531840]`.
+fn net_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// `voluntary_ctxt_switches` of a `/proc/.../status` text.
+fn voluntary_switches(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The statistics of several runs (rounds) pooled: per size, every round's times together (and their pings sent).
 pub fn pool<'a>(runs: impl IntoIterator<Item = &'a [PingStat]>) -> Vec<PingStat> {
-    let mut by_size: Vec<(u32, u32, Vec<f64>)> = Vec::new();
+    // Per size: pings sent, times, sleeps (counted only while every run counted them).
+    let mut by_size: Vec<(u32, u32, Vec<f64>, Option<u64>)> = Vec::new();
     for run in runs {
         for s in run {
             match by_size.iter_mut().find(|(b, ..)| *b == s.bytes) {
-                Some((_, sent, times)) => {
+                Some((_, sent, times, sleeps)) => {
                     *sent += s.sent;
                     times.extend_from_slice(&s.times);
+                    *sleeps = sleeps.zip(s.sleeps).map(|(a, b)| a + b);
                 }
-                None => by_size.push((s.bytes, s.sent, s.times.clone())),
+                None => by_size.push((s.bytes, s.sent, s.times.clone(), s.sleeps)),
             }
         }
     }
     by_size
         .iter()
-        .map(|(b, sent, times)| stat(*b, *sent, times))
+        .map(|(b, sent, times, sleeps)| stat_with_sleeps(*b, *sent, times, *sleeps))
         .collect()
 }
 
 /// `count` pings of `bytes` payload, [`PING_INTERVAL`] apart, from namespace `ns` to `dst`, after a few warm-up
 /// pings. Fails if no reply came back (some lost ones are only counted: `received` < `sent`).
 pub fn ping(lab: &Lab, ns: &str, dst: &str, bytes: u32, count: u32) -> Result<PingStat> {
+    ping_watching(lab, ns, dst, bytes, count, &[])
+}
+
+/// [`ping`], counting the sleeps of the processes in the namespaces `watch` during the timed pings (see
+/// [`PingStat::sleeps_per_reply`]; not counted when `watch` is empty).
+pub fn ping_watching(
+    lab: &Lab,
+    ns: &str,
+    dst: &str,
+    bytes: u32,
+    count: u32,
+    watch: &[&str],
+) -> Result<PingStat> {
     let size = bytes.to_string();
     let run = |n: u32| {
         let n = n.to_string();
@@ -152,23 +237,37 @@ pub fn ping(lab: &Lab, ns: &str, dst: &str, bytes: u32, count: u32) -> Result<Pi
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
     };
     run(WARMUP_PINGS)?;
-    let times = parse_times(&run(count)?);
+    let before = if watch.is_empty() {
+        None
+    } else {
+        sleeps_in(watch)
+    };
+    let out = run(count)?;
+    // ping has ended: its own sleeps are not among these.
+    let sleeps = before.and_then(|b| Some(sleeps_in(watch)?.saturating_sub(b)));
+    let times = parse_times(&out);
     if times.is_empty() {
         return Err(Error::Other(format!(
             "no ping reply from {dst} ({bytes}-byte payload)"
         )));
     }
-    Ok(stat(bytes, count, &times))
+    Ok(stat_with_sleeps(bytes, count, &times, sleeps))
 }
 
-/// [`ping`] at every size of [`PING_SIZES`]; nothing when `count` is 0.
-pub fn ping_sizes(lab: &Lab, ns: &str, dst: &str, count: u32) -> Result<Vec<PingStat>> {
+/// [`ping_watching`] at every size of [`PING_SIZES`]; nothing when `count` is 0.
+pub fn ping_sizes(
+    lab: &Lab,
+    ns: &str,
+    dst: &str,
+    count: u32,
+    watch: &[&str],
+) -> Result<Vec<PingStat>> {
     if count == 0 {
         return Ok(Vec::new());
     }
     PING_SIZES
         .iter()
-        .map(|&b| ping(lab, ns, dst, b, count))
+        .map(|&b| ping_watching(lab, ns, dst, b, count, watch))
         .collect()
 }
 
@@ -227,8 +326,8 @@ pub fn brief(stats: &[PingStat]) -> String {
     format!("rtt {}", parts.join(", "))
 }
 
-/// The ping table: per row and size the median and p99, the added median, and with `wireguard_go_column` the ratio
-/// of the added median to wireguard-go's. Rows without stats are left out.
+/// The ping table: per row and size the median and p99, the added median, with `wireguard_go_column` the ratio
+/// of the added median to wireguard-go's, and the sleeps per reply. Rows without stats are left out.
 pub fn render(rows: &[(&str, &[PingStat])], wireguard_go_column: bool) -> String {
     let mut head = format!("{:<40}", "path");
     for b in PING_SIZES {
@@ -241,6 +340,9 @@ pub fn render(rows: &[(&str, &[PingStat])], wireguard_go_column: bool) -> String
         for b in PING_SIZES {
             head.push_str(&format!(" {:>10}", format!("x wg {b}")));
         }
+    }
+    for b in PING_SIZES {
+        head.push_str(&format!(" {:>11}", format!("sleeps {b}")));
     }
     let mut out = format!("{}\n", head.trim_end());
     for (path, stats) in rows.iter().filter(|(_, s)| !s.is_empty()) {
@@ -266,6 +368,15 @@ pub fn render(rows: &[(&str, &[PingStat])], wireguard_go_column: bool) -> String
                     ratio(at(stats, b).and_then(|s| s.x_wireguard_go))
                 ));
             }
+        }
+        for b in PING_SIZES {
+            line.push_str(&format!(
+                " {:>11}",
+                match at(stats, b).and_then(|s| s.sleeps_per_reply) {
+                    Some(v) if v.is_finite() => format!("{v:.2}"),
+                    _ => "-".into(),
+                }
+            ));
         }
         out.push_str(line.trim_end());
         out.push('\n');
@@ -371,6 +482,8 @@ rtt min/avg/max/mdev = 0.008/0.046/0.124/0.054 ms
         fill_added(&mut wg, &clear, None);
         let mut esp = vec![st(56, 0.110), st(1000, 0.120)];
         fill_added(&mut esp, &clear, Some(&wg));
+        esp[0].sleeps_per_reply = Some(3.0);
+        esp[1].sleeps_per_reply = Some(2.5);
         let t = render(
             &[
                 ("clear", &clear),
@@ -389,10 +502,85 @@ rtt min/avg/max/mdev = 0.008/0.046/0.124/0.054 ms
         let esp_cols: Vec<&str> = lines[3].split_whitespace().collect();
         assert_eq!(
             esp_cols,
-            ["esp", "0.110", "0.110", "0.120", "0.120", "0.100", "0.100", "0.50x", "0.50x"]
+            [
+                "esp", "0.110", "0.110", "0.120", "0.120", "0.100", "0.100", "0.50x", "0.50x",
+                "3.00", "2.50"
+            ]
         );
+        assert!(lines[0].ends_with("sleeps 56 sleeps 1000"), "{t}");
         let clear_cols: Vec<&str> = lines[1].split_whitespace().collect();
-        assert_eq!(clear_cols[5..], ["-", "-", "-", "-"]);
+        assert_eq!(clear_cols[5..], ["-", "-", "-", "-", "-", "-"]);
         assert!(!render(&[("esp", &esp)], false).contains("x wg"));
+    }
+
+    #[test]
+    fn sleeps_come_from_proc_status_and_pool_per_reply() {
+        assert_eq!(net_inode("net:[4026531840]"), Some(4026531840));
+        assert_eq!(net_inode("mnt:[4026531840]"), None);
+        assert_eq!(net_inode("net:[x]"), None);
+        let status = "Name:\tnv-rx\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t575\nnonvoluntary_ctxt_switches:\t9\n";
+        assert_eq!(voluntary_switches(status), Some(575));
+        assert_eq!(voluntary_switches("Name:\tx\n"), None);
+        // Per reply, not per ping sent: 3 replies of 4 pings, 9 sleeps.
+        let a = stat_with_sleeps(56, 4, &[0.1, 0.2, 0.3], Some(9));
+        assert_eq!(a.sleeps_per_reply, Some(3.0));
+        assert_eq!(stat_with_sleeps(56, 4, &[], Some(9)).sleeps_per_reply, None);
+        assert_eq!(stat(56, 1, &[0.1]).sleeps_per_reply, None);
+        // Pooled: sleeps and replies add up; a round that did not count leaves the pool uncounted.
+        let b = stat_with_sleeps(56, 2, &[0.1], Some(1));
+        let p = pool([std::slice::from_ref(&a), std::slice::from_ref(&b)]);
+        assert_eq!(p[0].sleeps_per_reply, Some(2.5));
+        let c = stat(56, 2, &[0.1]);
+        let p = pool([std::slice::from_ref(&a), std::slice::from_ref(&c)]);
+        assert_eq!(p[0].sleeps_per_reply, None);
+        // The table shows them per size, "-" where not counted.
+        let t = render(
+            &[
+                ("x", std::slice::from_ref(&a)),
+                ("y", std::slice::from_ref(&c)),
+            ],
+            false,
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].ends_with("sleeps 56 sleeps 1000"), "{t}");
+        assert!(lines[1].ends_with(" 3.00           -"), "{t}");
+        assert!(lines[2].ends_with(" -           -"), "{t}");
+    }
+
+    /// `sleeps_in` counts the threads of the processes in a namespace, nobody else's (root: a namespace is made).
+    #[test]
+    fn sleeps_in_counts_the_processes_of_the_namespace() {
+        use std::process::{Command, Stdio};
+        let ns = format!("nvsleeps{}", std::process::id());
+        assert!(Command::new("ip")
+            .args(["netns", "add", &ns])
+            .status()
+            .unwrap()
+            .success());
+        let empty = sleeps_in(&[&ns]);
+        // A shell in the namespace that sleeps 30 times (it waits for each `sleep` child: a voluntary switch).
+        let mut sh = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "sh",
+                "-c",
+                "for i in $(seq 30); do sleep 0.01; done; sleep 10",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let before = sleeps_in(&[&ns]);
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let after = sleeps_in(&[&ns]);
+        let missing = sleeps_in(&[&ns, "nvsleeps-no-such-namespace"]);
+        let _ = sh.kill();
+        let _ = sh.wait();
+        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        assert_eq!(empty, Some(0), "nothing runs in a new namespace");
+        let (before, after) = (before.unwrap(), after.unwrap());
+        assert!(after >= before + 30, "{before} -> {after}");
+        assert_eq!(missing, None);
     }
 }
