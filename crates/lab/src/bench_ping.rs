@@ -153,13 +153,9 @@ pub fn sleeps_in(names: &[&str]) -> Option<u64> {
         if !net_inode(&link.to_string_lossy()).is_some_and(|i| inodes.contains(&i)) {
             continue;
         }
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            continue;
-        };
-        for t in tasks.flatten() {
-            if let Ok(st) = std::fs::read_to_string(t.path().join("status")) {
-                total += voluntary_switches(&st).unwrap_or(0);
-            }
+        // (A process may end between the listing and the reading.)
+        for (_, st) in crate::lab_proc::thread_files(pid, "status").unwrap_or_default() {
+            total += voluntary_switches(&st).unwrap_or(0);
         }
     }
     Some(total)

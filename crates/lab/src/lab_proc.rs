@@ -54,20 +54,29 @@ pub fn children_cpu_ms(pid: u32) -> Result<f64> {
 /// `/proc/PID/task/TID/schedstat` (the scheduler's own account; `/proc/PID/stat` counts in 10 ms ticks). Threads
 /// that ended are not in it: for processes whose threads live as long as they do (the daemons, the servers).
 pub fn precise_cpu_ms(pid: u32) -> Result<f64> {
-    let dir = format!("/proc/{pid}/task");
     let mut ns = 0u64;
-    for t in std::fs::read_dir(&dir).map_err(Error::io(dir.clone()))? {
-        let path = t.map_err(Error::io(dir.clone()))?.path().join("schedstat");
-        // (A thread may end between the listing and the reading.)
-        if let Ok(s) = std::fs::read_to_string(&path) {
-            ns += s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or_else(|| Error::Other(format!("{}: {s:?}", path.display())))?;
-        }
+    for (path, s) in thread_files(&pid.to_string(), "schedstat")? {
+        ns += s
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| Error::Other(format!("{}: {s:?}", path.display())))?;
     }
     Ok(ns as f64 / 1e6)
+}
+
+/// The file `name` of each of the threads of process `pid` (`/proc/PID/task/TID/NAME`), with its path; a thread
+/// that ends between the listing and the reading is left out.
+pub fn thread_files(pid: &str, name: &str) -> Result<Vec<(std::path::PathBuf, String)>> {
+    let dir = format!("/proc/{pid}/task");
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(&dir).map_err(Error::io(dir.clone()))? {
+        let path = t.map_err(Error::io(dir.clone()))?.path().join(name);
+        if let Ok(s) = std::fs::read_to_string(&path) {
+            out.push((path, s));
+        }
+    }
+    Ok(out)
 }
 
 /// What a program used, from `wait4`'s resource usage: CPU time (user and system, its waited-for descendants
