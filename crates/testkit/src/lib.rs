@@ -44,7 +44,7 @@ pub fn skip(test: &str, why: &str) {
     let why = why.replace('\n', " ");
     if in_ci() {
         panic!(
-            "{test}: may not be skipped in CI (CI={}): {why}; install what is missing (.ci/setup) and run as root",
+            "{test}: may not be skipped in CI (CI={}): {why}",
             std::env::var("CI").unwrap_or_default()
         );
     }
@@ -91,6 +91,17 @@ pub fn require_root(test: &str) -> bool {
     require(
         test,
         (!is_root()).then(|| "not root (run the tests as root, as CI does)".to_string()),
+    )
+}
+
+/// [`require_root`] saying what root is needed for (`for_what`: "chown", "SO_MARK", ...).
+#[track_caller]
+pub fn require_root_for(test: &str, for_what: &str) -> bool {
+    require(
+        test,
+        (!is_root()).then(|| {
+            format!("not root, needed for {for_what} (run the tests as root, as CI does)")
+        }),
     )
 }
 
