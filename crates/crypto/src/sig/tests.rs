@@ -164,12 +164,7 @@ fn every_scheme_round_trips_and_a_flipped_bit_fails() {
 /// OpenSSL verifies what we sign (`openssl pkeyutl -verify`), and we verify what OpenSSL signs.
 #[test]
 fn openssl_is_the_oracle() {
-    if std::process::Command::new("openssl")
-        .arg("version")
-        .output()
-        .is_err()
-    {
-        eprintln!("openssl not installed: oracle test skipped");
+    if !netveil_testkit::require_program(&netveil_testkit::this_test(), "openssl") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("netveil-sig-{}", std::process::id()));

@@ -67,8 +67,8 @@ fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
 /// when asked.
 #[test]
 fn two_drivers_associate_and_rotate_through_their_ports_only() {
-    if netveil_io::os::euid() != 0 {
-        eprintln!("skipped: the key-exchange sockets carry a mark (SO_MARK), which needs root");
+    // The key-exchange sockets carry a mark.
+    if !netveil_testkit::require_root_for(&netveil_testkit::this_test(), "SO_MARK") {
         return;
     }
     let dir = crate::state::test_dir("psp-kx-driver");

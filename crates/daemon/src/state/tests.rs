@@ -118,10 +118,6 @@ fn values_survive_and_damage_is_an_error() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn is_root() -> bool {
-    netveil_io::os::euid() == 0
-}
-
 fn sh(args: &[&str]) {
     let st = std::process::Command::new(args[0])
         .args(&args[1..])
@@ -205,8 +201,7 @@ fn a_missing_mark_needs_the_record_or_a_confirmation() {
 /// naming the key and the owner; owned by root again, it is accepted.
 #[test]
 fn a_foreign_owner_is_refused() {
-    if !is_root() {
-        eprintln!("skipped: needs root (chown)");
+    if !netveil_testkit::require_root_for(&netveil_testkit::this_test(), "chown") {
         return;
     }
     let base = test_dir("owner");
@@ -313,8 +308,7 @@ fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
 /// allowed, every open warns and `check` notes it; the same directory on the disk opens without a warning.
 #[test]
 fn a_volatile_directory_needs_allow_volatile_state_and_warns() {
-    if !is_root() {
-        eprintln!("skipped: needs root (mount)");
+    if !netveil_testkit::require_root_for(&netveil_testkit::this_test(), "mount") {
         return;
     }
     let base = test_dir("volatile");
