@@ -1,7 +1,7 @@
 //! `netveil bench --ike --quick` as CI runs it: every row is there, with plausible values (not the goals:
 //! CI machines vary). Needs root and strongSwan (charon, swanctl, pki), as the interop tests do.
 
-use netveil_lab::{lab, strongswan};
+use netveil_lab::strongswan;
 use std::process::Command;
 
 const NETVEIL: &str = env!("CARGO_BIN_EXE_netveil");
@@ -41,18 +41,11 @@ fn check_measured(r: &serde_json::Value, setups: u64, handshakes: u64) {
 
 #[test]
 fn bench_ike_quick_has_every_row() {
-    if !lab::is_root() {
-        panic!("the netns tests need root: run them as root (CI does)");
-    }
-    if let Some(why) = strongswan::missing() {
-        if std::env::var_os("CI").is_some() {
-            panic!("bench --ike needs strongSwan under CI: {why}");
-        }
-        eprintln!("SKIPPED bench_ike_quick_has_every_row: {why}");
+    const T: &str = "bench_ike_quick_has_every_row";
+    if !netveil_testkit::require_root(T) || !netveil_testkit::require(T, strongswan::missing()) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("nvbike-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = netveil_testkit::private_dir("nvbike-test");
     let json = dir.join("ike.json");
     let out = Command::new(NETVEIL)
         .args([
@@ -78,7 +71,6 @@ fn bench_ike_quick_has_every_row() {
     );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     let rows = v["ike"].as_array().unwrap();
     assert_eq!(rows.len(), 6, "{rows:#?}");
     check_measured(row(rows, "netveil ike psk-x25519"), 10, 100);

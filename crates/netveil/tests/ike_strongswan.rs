@@ -6,7 +6,7 @@
 //! `encap = yes` and netveil's CHILD_SAs are UDP-encapsulated on port 4500.
 //!
 //! They need root and strongSwan (.ci/setup installs it). Without either they print why and pass, except under CI
-//! (`CI` set), where that is a failure. They run one at a time.
+//! (`CI=true`), where that is a failure (`netveil_testkit::skip`). They run one at a time.
 
 use netveil_lab::lab::{self, Daemon, Lab};
 use netveil_lab::strongswan::{
@@ -24,18 +24,11 @@ const T: Duration = Duration::from_secs(10);
 const NV: usize = 0;
 const SW: usize = 1;
 
-/// The serial lock, or None (after printing why) when these tests cannot run here and CI is not set.
+/// The serial lock, or None when these tests cannot run here (skipped: `netveil_testkit::skip`, a failure under CI).
 fn prerequisites(test: &str) -> Option<MutexGuard<'static, ()>> {
-    let why = if !lab::is_root() {
-        Some("not root (network namespaces need CAP_NET_ADMIN and CAP_SYS_ADMIN)".to_string())
-    } else {
-        strongswan::missing()
-    };
-    if let Some(why) = why {
-        if std::env::var_os("CI").is_some() {
-            panic!("{test}: strongSwan interop tests cannot run under CI: {why}");
-        }
-        eprintln!("SKIPPED {test}: {why}");
+    if !netveil_testkit::require_root(test)
+        || !netveil_testkit::require(test, strongswan::missing())
+    {
         return None;
     }
     for t in ["ip", "ping", "nft"] {

@@ -7,7 +7,8 @@
 //!
 //! The harness (namespaces `nv` and `sw` joined by a veth pair; the child between the inner addresses
 //! 198.51.100.1 on netveil's TUN and 198.51.100.2 on charon's `lo`) is ike_strongswan.rs's. They need root and
-//! strongSwan (.ci/setup); without either they print why and pass, except under CI. One at a time.
+//! strongSwan (.ci/setup); without either they print why and pass, except under CI (`netveil_testkit::skip`). One at
+//! a time.
 
 use netveil_lab::lab::{self, Daemon, Lab};
 use netveil_lab::strongswan::{
@@ -24,16 +25,9 @@ const NV: usize = 0;
 const SW: usize = 1;
 
 fn prerequisites(test: &str) -> Option<MutexGuard<'static, ()>> {
-    let why = if !lab::is_root() {
-        Some("not root (network namespaces need CAP_NET_ADMIN and CAP_SYS_ADMIN)".to_string())
-    } else {
-        strongswan::missing()
-    };
-    if let Some(why) = why {
-        if std::env::var_os("CI").is_some() {
-            panic!("{test}: strongSwan interop tests cannot run under CI: {why}");
-        }
-        eprintln!("SKIPPED {test}: {why}");
+    if !netveil_testkit::require_root(test)
+        || !netveil_testkit::require(test, strongswan::missing())
+    {
         return None;
     }
     for t in ["ip", "ping", "nft"] {
@@ -376,8 +370,7 @@ fn a_certificate_from_another_ca_is_refused_with_the_reason() {
 /// ping crosses it. Needs root only.
 #[test]
 fn two_netveils_with_ed25519_certificates() {
-    if !lab::is_root() {
-        eprintln!("SKIPPED two_netveils_with_ed25519_certificates: not root");
+    if !netveil_testkit::require_root("two_netveils_with_ed25519_certificates") {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -3,8 +3,8 @@
 //! `netveil bench --ike` will stand on: configurations charon accepts, establishment with PSK and certificates,
 //! traffic through the tunnel, SA listings parsed into typed values, failures visible in the log, setup timing.
 //!
-//! They need root and strongSwan (.ci/setup installs it). Without either they print why and pass, except under CI
-//! (`CI` set), where that is a failure. They run one at a time (charon handshakes are CPU-bound).
+//! They need root and strongSwan (.ci/setup installs it). Without either they are skipped (`netveil_testkit::skip`:
+//! they print why and pass, except under CI, `CI=true`, where that is a failure). They run one at a time (charon handshakes are CPU-bound).
 
 use netveil_lab::lab::{self, Lab};
 use netveil_lab::strongswan::{
@@ -18,18 +18,12 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const PSK: &str = "netveil-lab-psk-0123456789";
 const T: Duration = Duration::from_secs(10);
 
-/// The serial lock, or None (after printing why) when these tests cannot run here and CI is not set.
+/// The serial lock, or None when these tests cannot run here (skipped through `netveil_testkit::skip`, which
+/// fails them under CI).
 fn prerequisites(test: &str) -> Option<MutexGuard<'static, ()>> {
-    let why = if !lab::is_root() {
-        Some("not root (network namespaces need CAP_NET_ADMIN and CAP_SYS_ADMIN)".to_string())
-    } else {
-        strongswan::missing()
-    };
-    if let Some(why) = why {
-        if std::env::var_os("CI").is_some() {
-            panic!("{test}: strongSwan tests cannot run under CI: {why}");
-        }
-        eprintln!("SKIPPED {test}: {why}");
+    if !netveil_testkit::require_root(test)
+        || !netveil_testkit::require(test, strongswan::missing())
+    {
         return None;
     }
     assert!(lab::have_tool("ping"), "'ping' is missing: run .ci/setup");
