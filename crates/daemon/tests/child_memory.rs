@@ -125,9 +125,10 @@ fn child(k: u32) -> ChildSa {
 
 #[test]
 fn heap_per_child_sa_in_the_ip_engine() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("netveil-child-memory-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    // The state directory: in a private directory on a path only root can write (the build's target/tmp lies
+    // under a checkout that may be in /tmp, which netveil refuses above a state directory).
+    let base = netveil_testkit::private_dir("netveil-child-memory");
+    let dir = base.join("state");
     let mut c = netveil_daemon::config::Config::parse(&format!(
         "[interface]\nstate_dir = \"{}\"\n",
         dir.display()
@@ -191,5 +192,4 @@ start_action = "none"
         "{per:.0} bytes of the IP engine's heap per CHILD_SA"
     );
     drop((installer, engine));
-    let _ = std::fs::remove_dir_all(&dir);
 }
