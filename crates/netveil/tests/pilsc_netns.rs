@@ -71,11 +71,29 @@ fn ip(i: usize) -> IpAddr {
     IpAddr::V4(ADDR[i].parse::<Ipv4Addr>().unwrap())
 }
 
+/// Starts `f` with a UDP socket bound to `dst` in namespace `ns`, and returns once the socket is bound.
+fn bound_in<T: Send + 'static>(
+    ns: &str,
+    dst: SocketAddr,
+    f: impl FnOnce(UdpSocket) -> T + Send + 'static,
+) -> std::thread::JoinHandle<netveil_lab::Result<T>> {
+    let (ready, bound) = std::sync::mpsc::channel();
+    let h = lab::spawn_in_ns(ns, move || {
+        let s = UdpSocket::bind(dst).unwrap();
+        ready.send(()).unwrap();
+        f(s)
+    })
+    .unwrap();
+    bound
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the receiver's socket bound");
+    h
+}
+
 /// Sends `n` datagrams with [`MARKER`] from side 0 to side 1's UDP port and returns those that arrived intact.
 fn udp(p: &Pair, n: usize) -> usize {
     let dst = SocketAddr::new(ip(1), UDP_PORT);
-    let rx = lab::spawn_in_ns(&p.ns[1], move || {
-        let s = UdpSocket::bind(dst).unwrap();
+    let rx = bound_in(&p.ns[1], dst, move |s| {
         s.set_read_timeout(Some(Duration::from_millis(1500)))
             .unwrap();
         let mut got = 0;
@@ -86,9 +104,7 @@ fn udp(p: &Pair, n: usize) -> usize {
             }
         }
         got
-    })
-    .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    });
     p.lab
         .in_ns(&p.ns[0], move || {
             let s = UdpSocket::bind("0.0.0.0:0").unwrap();
@@ -279,13 +295,10 @@ fn tcp_udp_and_icmp_are_protected_per_rule_and_a_killed_daemon_lets_nothing_cove
     };
     assert!(ipt(&p.ns[0], "mangle").contains("NVPILSC10-OUT"));
     p.lab.netveil_down(&p.ns[0], "pl0").unwrap();
-    let t = std::time::Instant::now();
-    while d[0].is_running() && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(
-        !d[0].is_running(),
-        "the daemon still runs after netveil down"
+    netveil_testkit::wait_until(
+        Duration::from_secs(10),
+        "the daemon to stop after netveil down",
+        || !d[0].is_running(),
     );
     for t in ["mangle", "raw"] {
         assert!(
@@ -363,22 +376,27 @@ fn tampering_is_delivered_without_integrity_and_dropped_with_it() {
                     .unwrap();
             })
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let path = cap.stop().unwrap();
+        let sealed = |ip: &[u8]| ip.len() == 20 + ol + 8 + payload.len() && ip[20] == 130;
+        // (tcpdump writes each packet at once: the capture shows it while it runs.)
+        let frame = netveil_testkit::poll(
+            Duration::from_secs(5),
+            format!("{mode}: the sealed datagram in the capture"),
+            || {
+                netveil_lab::demo_pilsc::first_frame(&cap.path, sealed)
+                    .ok()
+                    .flatten()
+            },
+        );
+        cap.stop().unwrap();
         let mut del = drop.to_vec();
         del[4] = "-D";
         del.remove(6);
         p.lab.exec_ok(&p.ns[1], &del).unwrap();
-        let frame = frame_in(&path, |ip| {
-            ip.len() == 20 + ol + 8 + payload.len() && ip[20] == 130
-        })
-        .unwrap_or_else(|| panic!("{mode}: no sealed datagram captured"));
         let mut forged = frame.clone();
         let data = 14 + 20 + ol + 8;
         forged[data] ^= 0x02;
         forged[data + 2] ^= 0x02;
-        let rx = lab::spawn_in_ns(&p.ns[1], move || {
-            let s = UdpSocket::bind(dst).unwrap();
+        let rx = bound_in(&p.ns[1], dst, move |s| {
             s.set_read_timeout(Some(Duration::from_millis(1500)))
                 .unwrap();
             let mut got = Vec::new();
@@ -387,12 +405,30 @@ fn tampering_is_delivered_without_integrity_and_dropped_with_it() {
                 got.push(buf[..n].to_vec());
             }
             got
-        })
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(200));
-        for f in [&forged, &forged] {
+        });
+        // The same frame twice, the second once B has counted the first (delivered, or dropped as forged).
+        let counted = |st: &Value| {
+            st["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["packets_in"].as_u64().unwrap_or(0))
+                .sum::<u64>()
+                + st["drops"]
+                    .as_object()
+                    .unwrap()
+                    .values()
+                    .map(|v| v.as_u64().unwrap_or(0))
+                    .sum::<u64>()
+        };
+        let before = counted(&status(&d[1]));
+        for (k, f) in [&forged, &forged].into_iter().enumerate() {
             inject(&p, f);
-            std::thread::sleep(Duration::from_millis(100));
+            netveil_testkit::wait_until(
+                Duration::from_secs(5),
+                format!("{mode}: side B counting forged frame {}", k + 1),
+                || counted(&status(&d[1])) > before + k as u64,
+            );
         }
         let got = rx.join().unwrap().unwrap();
         let s = status(&d[1]);
@@ -427,18 +463,21 @@ fn a_restarted_receiver_refuses_a_recording() {
     let frame = frame_in(&path, |ip| ip.len() > 20 && ip[9] == 17 && ip[20] == 130).unwrap();
     let replay = |b: &lab::Daemon| {
         let dst = SocketAddr::new(ip(1), UDP_PORT);
-        let rx = lab::spawn_in_ns(&p.ns[1], move || {
-            let s = UdpSocket::bind(dst).unwrap();
+        let rx = bound_in(&p.ns[1], dst, move |s| {
             s.set_read_timeout(Some(Duration::from_millis(800)))
                 .unwrap();
             let mut buf = [0u8; 2048];
             s.recv(&mut buf).is_ok()
-        })
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(200));
+        });
         inject(&p, &frame);
+        // The replay counted (or 0 after the deadline, which the caller's assertion reports).
+        let replays = netveil_testkit::try_poll(Duration::from_secs(5), || {
+            let n = status(b)["drops"]["replay"].as_u64().unwrap();
+            (n > 0).then_some(n)
+        })
+        .unwrap_or(0);
         let delivered = rx.join().unwrap().unwrap();
-        (delivered, status(b)["drops"]["replay"].as_u64().unwrap())
+        (delivered, replays)
     };
     assert_eq!(replay(&b), (false, 1), "the running receiver");
     b.stop();
@@ -464,6 +503,18 @@ fn a_restarted_receiver_refuses_a_recording() {
         }
     }
     assert!(ok > 0, "no new packet accepted after kill -9: {}", b.log());
+}
+
+/// Waits until side A's daemon `d` has sealed 5 echo requests of the running pings (ICMP is rule `rule`).
+fn pings_flowing(d: &lab::Daemon, rule: u64) {
+    netveil_testkit::wait_until(Duration::from_secs(5), "the pings flowing", || {
+        status(d)["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["rule"] == rule)
+            .is_some_and(|r| r["packets_out"].as_u64().unwrap_or(0) >= 5)
+    });
 }
 
 /// `netveil reload` of the daemon whose control socket is `name`.
@@ -494,8 +545,13 @@ fn reload_by_socket_and_sighup(p: &Pair, prefix: &str, b: &lab::Daemon, said: &s
         .args(["-HUP", &pid])
         .status()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(b.log().contains(logged), "{}", b.log());
+    if netveil_testkit::try_poll(Duration::from_secs(5), || {
+        b.log().contains(logged).then_some(())
+    })
+    .is_none()
+    {
+        panic!("side B did not log {logged:?} after SIGHUP: {}", b.log());
+    }
 }
 
 /// `netveil reload` (and SIGHUP) puts a changed rule file in force without a restart and without a gap: the clear
@@ -524,7 +580,7 @@ fn a_reload_changes_the_rules_without_dropping_traffic() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    pings_flowing(&d[0], 3);
     // Rule 4 (TCP 5003) becomes protected on both sides, with its own key.
     for s in 0..2 {
         let path = p.lab.dir().join(format!("pilsc-{s}.rules"));
@@ -629,7 +685,7 @@ fn a_reload_reads_rules_written_as_toml_tables_again() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    pings_flowing(&d[0], 1);
     // (start_daemon wrote each side's configuration to pt<side>.toml in the lab's directory.)
     let cfg_path = |s: usize| p.lab.dir().join(format!("pt{s}.toml"));
     for s in 0..2 {

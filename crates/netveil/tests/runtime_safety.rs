@@ -279,12 +279,15 @@ fn recorded_packets_are_never_accepted_twice() {
         let n = replay(&lab, &a, "veth-a", &recorded);
         assert!(n >= 5, "{n} frames recorded");
         *replayed += n;
-        std::thread::sleep(Duration::from_millis(300));
-        let after = replay_drops(&hosts.daemon(1).status_json().unwrap());
+        // Until every replayed frame is counted as dropped, for at most 5 s.
+        let dropped = || replay_drops(&hosts.daemon(1).status_json().unwrap()) - before;
+        let settled = netveil_testkit::try_poll(Duration::from_secs(5), || {
+            (dropped() >= n as u64).then_some(())
+        });
         assert!(
-            after - before >= n as u64,
+            settled.is_some(),
             "{what}: {n} replayed, {} dropped as replays",
-            after - before
+            dropped()
         );
     };
     check(&hosts, "running", &mut replayed);
@@ -319,8 +322,8 @@ fn recorded_packets_are_never_accepted_twice() {
     );
     delivered += got;
     // A crash: at most one block (the minimum, 8 packets, at this rate) lost, then accepted again.
+    // (kill waits until the daemon is gone.)
     hosts.daemons[1].kill();
-    std::thread::sleep(Duration::from_millis(200));
     hosts.daemons[1] = lab.start_daemon(&b, "b", &hosts.configs[1]).unwrap();
     check(&hosts, "kill -9 and restart", &mut replayed);
     let sent = 80;
@@ -423,7 +426,6 @@ fn runtime_policy_coverage_survives_a_crash_and_up() {
         .unwrap();
     ping(&lab, &a, "10.99.0.1", 2, "0.1");
     hosts.daemons[0].kill();
-    std::thread::sleep(Duration::from_millis(200));
     hosts.daemons[0] = lab.start_daemon(&a, "a", &hosts.configs[0]).unwrap();
     let log = hosts.daemon(0).log();
     assert!(log.contains("restored 1 policies"), "{log}");
