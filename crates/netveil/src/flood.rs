@@ -1,5 +1,5 @@
 //! `netveil flood`: a packet flood for the lab (`netveil bench --flood`): Ethernet frames written with AF_PACKET
-//! `sendmmsg` on one interface, paced to a rate, for a time. The kinds are what an attacker on the wire can send
+//! `sendmmsg` on one interface, paced to a rate, for a time (or up to a count). The kinds are what an attacker on the wire can send
 //! at a tunnel endpoint:
 //!
 //! | kind | what |
@@ -77,6 +77,9 @@ pub struct FloodArgs {
     pub pps: u64,
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
+    /// Stop once this many packets are sent (0: no limit; `--seconds` bounds the time either way).
+    #[arg(long, default_value_t = 0)]
+    pub count: u64,
     /// UDP payload bytes of generated packets.
     #[arg(long, default_value_t = 100)]
     pub size: usize,
@@ -262,7 +265,7 @@ pub fn run(a: FloodArgs) -> Result<()> {
     let mut sent: u64 = 0;
     let mut next: u64 = a.counter_start;
     let mut at = 0;
-    while t0.elapsed() < end {
+    while t0.elapsed() < end && (a.count == 0 || sent < a.count) {
         if a.pps > 0 {
             // Pace: never ahead of the schedule.
             let due = Duration::from_secs_f64(sent as f64 / a.pps as f64);
@@ -272,7 +275,10 @@ pub fn run(a: FloodArgs) -> Result<()> {
                 continue;
             }
         }
-        let n = batch.min(frames.len() - at);
+        let mut n = batch.min(frames.len() - at);
+        if a.count > 0 {
+            n = n.min(usize::try_from(a.count - sent).unwrap_or(usize::MAX));
+        }
         if let Some((off, len)) = counter {
             for f in &mut frames[at..at + n] {
                 let v = next.to_be_bytes();
