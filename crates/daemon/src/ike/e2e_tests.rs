@@ -4,7 +4,9 @@
 //! the CHILD_SA come up, each engine gets the SAs and policies, a packet sealed by one engine's outbound SA
 //! opens with the other's inbound SA both ways (the keys agree: they were negotiated, not written); stopping the
 //! initiator deletes its IKE SA, and the responder removes the CHILD_SA when the DELETE arrives. With `encap`
-//! the exchange moves to port 4500 (the non-ESP marker on the wire both ways) and the SAs are UDP-encapsulated.
+//! the exchange moves to port 4500 (the non-ESP marker on the wire both ways) and the SAs are UDP-encapsulated:
+//! the sealed packet, put in the datagram its record describes, is opened with the `wire` views (UDP 4500 -> 4500,
+//! no non-ESP marker, the peer's inbound SPI, sequence number 1) and decrypted by the peer's engine.
 
 use super::*;
 use crate::ike::sockets::{Bind, Sockets};
@@ -88,6 +90,63 @@ fn packet(src: [u8; 4], dst: [u8; 4], n: u32) -> PacketBuf {
     PacketBuf::from_slice(&p, 256, 640)
 }
 
+/// The IPv4 datagram a NAT-T record `d` puts on the wire: `payload` (what the engine sealed) in UDP from
+/// `d.src`:`d.sport` to `d.to`, built with the `wire` representations.
+fn nat_t_datagram(d: crate::ip::Datagram, payload: &PacketBuf) -> PacketBuf {
+    use netveil_wire::{ipv4, udp};
+    let (std::net::IpAddr::V4(src), std::net::SocketAddr::V4(to)) = (d.src, d.to) else {
+        panic!("not IPv4: {d:?}")
+    };
+    let u = udp::Repr {
+        src_port: d.sport,
+        dst_port: to.port(),
+        payload_len: payload.len(),
+    };
+    let ip = ipv4::Repr {
+        src,
+        dst: *to.ip(),
+        protocol: netveil_wire::ip_proto::UDP,
+        payload_len: u.buffer_len(),
+        ttl: 64,
+        dscp_ecn: 0,
+        ident: 0,
+        dont_frag: true,
+    };
+    let mut v = vec![0u8; ip.buffer_len()];
+    ip.emit(&mut ipv4::Packet::new_unchecked(&mut v[..]));
+    let mut up = udp::Packet::new_unchecked(&mut v[ipv4::MIN_HEADER_LEN..]);
+    u.emit(&mut up);
+    up.payload_mut().copy_from_slice(payload.data());
+    up.fill_checksum(d.src, d.to.ip());
+    PacketBuf::from_slice(&v, 256, 640)
+}
+
+/// Opens a NAT-T datagram with the `wire` views: IPv4, UDP `port` -> `port`, a payload that is ESP (no non-ESP
+/// marker, not a keepalive) with sequence number `seq` and an AES-GCM body (8-byte IV, 16-byte ICV, at least the
+/// 2-byte trailer); returns its SPI.
+fn esp_in_udp(dgram: &PacketBuf, port: u16, seq: u32) -> u32 {
+    use netveil_wire::{esp, ipv4, udp, udp_encap};
+    let ip = ipv4::Packet::new_checked(dgram.data()).expect("an IPv4 header");
+    assert_eq!(ip.protocol(), netveil_wire::ip_proto::UDP, "UDP");
+    let u = udp::Packet::new_checked(ip.payload()).expect("a UDP header");
+    assert_eq!((u.src_port(), u.dst_port()), (port, port), "NAT-T ports");
+    assert_eq!(
+        udp_encap::classify(u.payload()),
+        udp_encap::Classified::Esp,
+        "ESP, not IKE (non-ESP marker) or a keepalive: {:02x?}",
+        &u.payload()[..u.payload().len().min(8)]
+    );
+    let e = esp::Packet::new_checked(u.payload()).expect("an ESP header");
+    assert_ne!(e.spi(), 0);
+    assert_eq!(e.seq_no(), seq);
+    assert!(
+        e.payload().len() >= 8 + esp::TRAILER_LEN + 16,
+        "{} bytes after the ESP header",
+        e.payload().len()
+    );
+    e.spi()
+}
+
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(10);
     while !f() {
@@ -154,13 +213,43 @@ fn run(encap: bool) {
     };
     let (w, rec) = seal(&a.engine, [10, 1, 0, 1], [10, 2, 0, 1], 7);
     if encap {
-        match rec {
-            TxRecord::NatT(d) => {
-                assert_eq!(d.sport, 4500);
-                assert_eq!(d.to, "127.0.0.2:4500".parse().unwrap());
-            }
-            _ => panic!("not UDP-encapsulated"),
-        }
+        let TxRecord::NatT(d) = rec else {
+            panic!("not UDP-encapsulated: {rec:?}")
+        };
+        assert_eq!(d.src, "127.0.0.1".parse::<std::net::IpAddr>().unwrap());
+        assert_eq!(d.sport, 4500);
+        assert_eq!(d.to, "127.0.0.2:4500".parse().unwrap());
+        // The datagram as it leaves (the record's addresses and ports around the payload), opened: ESP in UDP
+        // 4500 -> 4500 without the non-ESP marker, under b's inbound SPI, sequence number 1; b decrypts it to
+        // packet 7 through its inbound SA and policy.
+        let dgram = nat_t_datagram(d, &w);
+        let spi = esp_in_udp(&dgram, 4500, 1);
+        assert!(
+            b.engine
+                .db
+                .load()
+                .sad
+                .lookup_inbound(netveil_ipsec::Protocol::Esp, spi)
+                .is_some(),
+            "SPI {spi:#x} is not one of b's inbound SAs"
+        );
+        assert_eq!(open(&b.engine, dgram), Ok(7), "b opens what a sealed");
+        // And the other way, with a's inbound SA.
+        let (w, rec) = seal(&b.engine, [10, 2, 0, 1], [10, 1, 0, 1], 8);
+        let TxRecord::NatT(d) = rec else {
+            panic!("b: not UDP-encapsulated: {rec:?}")
+        };
+        assert_eq!(d.to, "127.0.0.1:4500".parse().unwrap());
+        let dgram = nat_t_datagram(d, &w);
+        let spi = esp_in_udp(&dgram, 4500, 1);
+        assert!(a
+            .engine
+            .db
+            .load()
+            .sad
+            .lookup_inbound(netveil_ipsec::Protocol::Esp, spi)
+            .is_some());
+        assert_eq!(open(&a.engine, dgram), Ok(8), "and the other way");
     } else {
         assert_eq!(w.data()[9], 50, "ESP");
         assert_eq!(open(&b.engine, w), Ok(7), "b opens what a sealed");
