@@ -1,13 +1,15 @@
-//! `netveil lab --quick`: the report keeps its schema (every cell a value or a stated reason), the bytes each
-//! protocol adds per packet on the wire (PILSC, ESP, AH, ESP+AH, PSP, l2sec, WireGuard) equal its formula, and protection
-//! raises the ping round-trip time over the clear path (and l2sec over the bridge) at every size (the bare-PC IPsec
-//! and L2 studies' finding); under loss, PSP's datagrams keep most of their goodput and TLS over TCP keeps less (the
-//! PSP study's); small files pay relatively more bytes than large ones over HTTP, SMTP carries more overhead than
-//! HTTP, and AH costs more bytes than ESP authentication (the IPsec web/email study's), and ESP's time per packet
-//! grows with its size (the bare-PC study's), and the round trip grows with added delay by the delay on both
-//! ends (the PSP study's), VoIP calls all succeed with jitter below 40 ms (the L2 study's), and an MTU below the
-//! ideal costs more bytes (the IPsec web/email study's), as the report's findings say. Needs root, ping, arping, tcpdump, tshark, iptables, iperf3, openssl, curl, nft, nginx, postfix,
-//! swaks, sshd, scp, GNU time and sipp.
+//! `netveil lab --quick`: the machinery of the report. The run writes every file (JSON, CSV, Markdown, the page and
+//! its SVG figures); the report keeps its schema (every cell a value or a stated reason); every experiment, path
+//! and metric of the quick matrix is there with a value (wireguard-go aside, which CI does not install); the bytes
+//! each protocol adds per packet on the wire (PILSC, ESP, AH, ESP+AH, PSP, l2sec, WireGuard) equal its formula (a
+//! count, not a timing); every one of the studies' findings is judged (holds or does not) and shown in the report.
+//!
+//! What the findings and the round-trip comparisons say (protection raises the round trip over the clear path, PSP
+//! keeps its goodput under loss, ...) are claims about timings of one quick run on whatever machine runs it: they
+//! are printed (run with `--nocapture` to see them) and written into the report, holding or not, never asserted.
+//!
+//! Needs root, ping, arping, tcpdump, tshark, iptables, iperf3, openssl, curl, nft, nginx, postfix, swaks, sshd,
+//! scp, GNU time and sipp.
 
 use netveil_lab::lab;
 use netveil_lab::lab_report::{self, Report};
@@ -23,7 +25,8 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
     ] {
         assert!(lab::have_tool(t), "'{t}' is missing: run .ci/setup");
     }
-    let out = std::env::temp_dir().join(format!("nv-lab-report-{}", std::process::id()));
+    let dir = netveil_testkit::private_dir("nv-lab-report");
+    let out = dir.join("report");
     let run = std::process::Command::new(NETVEIL)
         .args(["lab", "--quick", "--out"])
         .arg(&out)
@@ -91,7 +94,8 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         assert!(c.expected.is_some(), "{c:?}");
         assert_eq!(c.value, c.expected, "{c:?}");
     }
-    // The clear path and netveil's ESP and PSP paths were measured at each size, ESP and PSP above clear.
+    // The clear path and netveil's ESP and PSP paths were measured at each size; how their round trips compare
+    // (protection above clear, in the studies) is reported, not asserted: one quick run's timings.
     let rtt = |path: &str, bytes: u32| {
         r.cells
             .iter()
@@ -99,6 +103,7 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
             .and_then(|c| c.value)
             .unwrap_or_else(|| panic!("{path} {bytes} B: no value\n{log}"))
     };
+    let mut claims = Vec::new();
     for bytes in [64, 512, 1024] {
         let clear = rtt("clear", bytes);
         for path in [
@@ -110,16 +115,21 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
             // The strongSwan peer (both ends strongSwan; .ci/setup installs it).
             "strongswan esp aes128gcm16 (libipsec)",
         ] {
-            assert!(rtt(path, bytes) > clear, "{path} {bytes} B\n{log}");
+            let v = rtt(path, bytes);
+            claims.push(format!(
+                "rtt {bytes} B: {path} {v:.3} ms {} clear {clear:.3} ms",
+                if v > clear { ">" } else { "<=" }
+            ));
         }
         for path in ["l2sec aes128gcm", "l2sec null-null (noENC-noHMAC)"] {
-            assert!(
-                rtt(path, bytes) > rtt("plain bridge", bytes),
-                "{path} {bytes} B\n{log}"
-            );
+            let (v, bridge) = (rtt(path, bytes), rtt("plain bridge", bytes));
+            claims.push(format!(
+                "rtt {bytes} B: {path} {v:.3} ms {} plain bridge {bridge:.3} ms",
+                if v > bridge { ">" } else { "<=" }
+            ));
         }
     }
-    // ARP too: l2sec seals it, and its round trip is longer than the bridge's.
+    // ARP too: l2sec seals it (both measured; how they compare is reported).
     let arp = |path: &str| {
         r.cells
             .iter()
@@ -127,12 +137,12 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
             .and_then(|c| c.value)
             .unwrap_or_else(|| panic!("{path} arp rtt: no value\n{log}"))
     };
-    assert!(
-        arp("l2sec aes128gcm") > arp("plain bridge"),
-        "arp rtt\n{log}"
-    );
-    // Loss, HTTP, SMTP, iperf and SCP: every path but wireguard-go (not in CI) measured at every level and file,
-    // and the findings hold.
+    let (l2, bridge) = (arp("l2sec aes128gcm"), arp("plain bridge"));
+    claims.push(format!(
+        "arp rtt: l2sec aes128gcm {l2:.3} ms {} plain bridge {bridge:.3} ms",
+        if l2 > bridge { ">" } else { "<=" }
+    ));
+    // Loss, HTTP, SMTP, iperf and SCP: every path but wireguard-go (not in CI) measured at every level and file.
     for c in r.cells.iter().filter(|c| {
         [
             "loss", "delay", "http", "smtp", "pilsc", "iperf", "scp", "voip",
@@ -200,14 +210,31 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
             assert!(c.value.is_some(), "{c:?}");
         }
     }
+    // The findings: every one judged on this run's cells (its cells are all there), and the report shows each
+    // with its verdict; whether it holds is this run's claim, reported here and in the report, not asserted.
     let findings = lab_report::findings(&r);
     assert_eq!(findings.len(), 12);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("## Findings"), "{md}");
     for f in &findings {
-        assert_eq!(f.holds, Some(true), "{f:?}\n{log}");
+        assert!(f.holds.is_some(), "a finding not judged: {f:?}\n{log}");
+        assert!(
+            md.contains(&format!("**{}**", f.verdict())) && page.contains(f.verdict()),
+            "{f:?} is not in the report"
+        );
+        claims.push(format!(
+            "finding {}: {} ({})",
+            f.finding,
+            f.verdict(),
+            f.detail
+        ));
     }
-    assert!(std::fs::read_to_string(out.join("report.md"))
-        .unwrap()
-        .contains("## Findings"));
+    println!("claims of this run (reported, not asserted):");
+    for c in &claims {
+        println!("  {c}");
+    }
+    let held = findings.iter().filter(|f| f.holds == Some(true)).count();
+    println!("{held} of {} findings hold on this run", findings.len());
     // --compare: a second run (overhead only) against this one; the same bytes per packet, +0.0%; the round-trip
     // cells only the first run has are listed. A file that is not a report is refused before anything runs (exit 2).
     let out2 = out.with_extension("second");
@@ -243,15 +270,14 @@ fn the_quick_lab_writes_a_report_that_keeps_its_schema_and_the_formulas() {
         String::from_utf8_lossy(&bad.stderr)
     );
     assert!(String::from_utf8_lossy(&bad.stderr).contains("report.csv"));
-    let _ = std::fs::remove_dir_all(&out);
-    let _ = std::fs::remove_dir_all(&out2);
 }
 
 /// Ctrl-C during a run: the lab removes its namespaces (and what runs in them) and its directories, and exits 130.
 #[test]
 fn a_lab_stopped_with_ctrl_c_leaves_nothing_behind() {
     assert!(lab::is_root(), "the namespace tests need root");
-    let out = std::env::temp_dir().join(format!("nv-lab-int-{}", std::process::id()));
+    let dir = netveil_testkit::private_dir("nv-lab-int");
+    let out = dir.join("report");
     let mut child = std::process::Command::new(NETVEIL)
         .args(["lab", "--quick", "--only", "http", "--out"])
         .arg(&out)
@@ -271,15 +297,28 @@ fn a_lab_stopped_with_ctrl_c_leaves_nothing_behind() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
+    // Whether nginx runs in one of the lab's namespaces.
+    let nginx_runs = || {
+        namespaces().iter().any(|l| {
+            let ns = l.split_whitespace().next().unwrap_or_default();
+            let o = std::process::Command::new("ip")
+                .args(["netns", "pids", ns])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .any(|pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .is_ok_and(|c| c.trim() == "nginx")
+                })
+        })
+    };
     // Wait until a lab is up, with nginx running in it.
-    let t = std::time::Instant::now();
-    while namespaces().is_empty() {
-        assert!(t.elapsed().as_secs() < 60, "no lab came up");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let ns = namespaces();
-    assert!(!ns.is_empty());
+    netveil_testkit::wait_until(
+        std::time::Duration::from_secs(60),
+        "a lab with nginx running in it",
+        nginx_runs,
+    );
     let kill = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -300,5 +339,4 @@ fn a_lab_stopped_with_ctrl_c_leaves_nothing_behind() {
         })
         .unwrap_or_default();
     assert_eq!(dirs, Vec::<String>::new());
-    let _ = std::fs::remove_dir_all(&out);
 }
