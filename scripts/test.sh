@@ -41,7 +41,10 @@ NETVEIL_SKIP_LOG="$(mktemp -t netveil-skipped.XXXXXX)"
 export NETVEIL_SKIP_LOG
 skipped_tests() {
   [ -s "$NETVEIL_SKIP_LOG" ] || return 0
-  echo "$(sort -u "$NETVEIL_SKIP_LOG" | cut -d: -f1 | sort -u | wc -l) test(s): $(sort -u "$NETVEIL_SKIP_LOG" | cut -d: -f1 | sort -u | paste -sd, - | sed 's/,/, /g')"
+  # "TEST: WHY" lines (a test's name has no ": "; its module path may have "::").
+  local names
+  names=$(sed 's/: .*//' "$NETVEIL_SKIP_LOG" | sort -u)
+  echo "$(echo "$names" | wc -l) test(s): $(echo "$names" | paste -sd, - | sed 's/,/, /g')"
 }
 skip() {
   if in_ci; then
@@ -70,10 +73,28 @@ cargo check --profile ci -p netveil
 stage checks
 scripts/check-ip-offsets
 scripts/check-rng && scripts/check-rng --self-test
-if [ -x ../shared/tools/check-layers ]; then
-  ../shared/tools/check-layers
+# The layer check lives beside the repository, in ../shared/tools (NETVEIL_SHARED names another shared/). A worktree
+# or a clone of a local checkout elsewhere (under /tmp, say) finds it beside the repository it came from.
+shared_check_layers() {
+  local origin common c
+  common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+  origin=$(git remote get-url origin 2>/dev/null || true)
+  for c in ${NETVEIL_SHARED:+"$NETVEIL_SHARED/tools/check-layers"} ../shared/tools/check-layers \
+    ${common:+"$(dirname "$common")/../shared/tools/check-layers"}; do
+    [ -x "$c" ] && { echo "$c"; return; }
+  done
+  if [ -n "$origin" ] && [ -d "$origin" ]; then
+    common=$(git -C "$origin" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+    for c in "$origin/../shared/tools/check-layers" ${common:+"$(dirname "$common")/../shared/tools/check-layers"}; do
+      [ -x "$c" ] && { echo "$c"; return; }
+    done
+  fi
+}
+check_layers=$(shared_check_layers)
+if [ -n "$check_layers" ]; then
+  "$check_layers"
 else
-  skip "layer check" "../shared/tools/check-layers not present"
+  skip "layer check" "../shared/tools/check-layers not present (NETVEIL_SHARED names a shared/ elsewhere)"
 fi
 
 echo "== cargo test (profile ci: optimised; includes network-namespace tests, which need root)"
