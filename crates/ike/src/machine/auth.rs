@@ -268,25 +268,13 @@ impl Endpoint {
             self.respond(sa, ex, mid, &[notify(NotifyType::INVALID_SYNTAX)]);
             return Outcome::Forget;
         }
-        let chosen_ike = sa.proposal();
-        let found = (0..self.connections.len()).find(|&ci| {
-            let c = &self.connections[ci];
-            let addrs = (c.local_addrs.is_empty() || c.local_addrs.contains(&sa.local.ip()))
-                && (c.remote_addrs.is_empty() || c.remote_addrs.contains(&sa.init_remote.ip()));
-            let ike_ok = chosen_ike.as_ref().is_some_and(|p| {
-                proposal::select(&c.proposals, std::slice::from_ref(p), Preference::Ours)
-                    .is_some_and(|s| &s.chosen == p)
-            });
-            addrs
-                && ike_ok
-                && (c.psk.is_some() || matches!(c.remote.method, AuthMethod::PubKey(_)))
-                && cert::id_matches(&c.remote.id, idi)
-                && o.idr().is_none_or(|r| cert::id_matches(&c.local.id, r))
-        });
-        let Some(ci) = found else {
-            self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
-            self.fail(sa.conn, Some(sa.id), Failure::NoMatchingConnection);
-            return Outcome::Forget;
+        let ci = match self.pick_connection(sa, idi, o.idr()) {
+            Ok(ci) => ci,
+            Err(m) => {
+                self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
+                self.fail(sa.conn, Some(sa.id), Failure::NoMatchingConnection(m));
+                return Outcome::Forget;
+            }
         };
         sa.conn = ci;
         let Some(keys) = sa.keys() else {
@@ -365,9 +353,10 @@ impl Endpoint {
         let their_list: Vec<Proposal> = theirs.iter().map(|(_, p, _)| p.clone()).collect();
         let ours: Vec<Proposal> = child.esp_proposals.iter().map(glue::without_ke).collect();
         let Some(sel) = proposal::select(&ours, &their_list, Preference::Ours) else {
-            self.fail(
+            self.fail_child(
                 sa.conn,
                 Some(sa.id),
+                Some(k),
                 Failure::NoProposalChosen {
                     ours: glue::names(&ours),
                     theirs: glue::names(&their_list),
@@ -445,10 +434,12 @@ impl Endpoint {
         let (Some(auth), Some(idr), Some(idr_body), Some(keys)) =
             (auth, o.idr(), o.idr_body.as_ref(), sa.keys())
         else {
-            return Outcome::Ignore;
+            let f = Failure::Malformed("IKE_AUTH response (an AUTH payload without an IDr)".into());
+            return self.refuse_responder(sa, now, f);
         };
         if o.count(payload_type::AUTH) != 1 || o.count(payload_type::IDR) != 1 {
-            return Outcome::Ignore;
+            let f = Failure::Malformed("IKE_AUTH response (more than one AUTH or IDr)".into());
+            return self.refuse_responder(sa, now, f);
         }
         let mut signed = keys.signed_octets(
             Role::Responder,
@@ -458,14 +449,15 @@ impl Endpoint {
         );
         signed.extend(sa.int_auth(o.header.message_id));
         if !cert::id_matches(&conn.remote.id, idr) {
-            return Outcome::Destroy(Some(Failure::AuthenticationFailed {
-                id: glue::id_string(idr),
-                by_peer: false,
-            }));
+            let f = Failure::UnexpectedId {
+                got: glue::id_string(idr),
+                want: glue::identity_string(&conn.remote.id),
+            };
+            return self.refuse_responder(sa, now, f);
         }
         let prf = keys.suite().prf();
         if let Err(failure) = self.check_peer_auth(sa.conn, idr, auth, o, &signed, prf, now) {
-            return Outcome::Destroy(Some(failure));
+            return self.refuse_responder(sa, now, failure);
         }
         let peer_id = glue::authenticated_id(&self.connections[sa.conn].remote.id, idr);
         sa.peer_id = peer_id;
@@ -475,6 +467,32 @@ impl Endpoint {
         self.initiator_child(sa, o, now);
         sa.forget_handshake();
         self.after_response(sa, now);
+        Outcome::Keep
+    }
+
+    /// Initiator: we refuse the responder's IKE_AUTH answer (its authentication, its identity, or a malformed
+    /// answer) for `failure`. The responder took our authentication and holds an established IKE SA with a child
+    /// installed: it is told, as RFC 7296 2.21.2 has it, in an INFORMATIONAL request on the new SA with
+    /// AUTHENTICATION_FAILED (what strongSwan's initiator sends; charon 5.x deletes its IKE SA on it and answers).
+    /// The SA stays here as `Deleting` (never reported up, no child) only to retransmit that request until it is
+    /// answered or given up, then goes without further events; `failure` is reported now.
+    fn refuse_responder(&mut self, sa: &mut IkeSa, now: Instant, failure: Failure) -> Outcome {
+        self.fail(sa.conn, Some(sa.id), failure);
+        sa.pending = None;
+        sa.my_mid = sa.my_mid.wrapping_add(1);
+        if let Some(spi) = sa.hs_mut().first_child_spi.take() {
+            self.inbound_spis.remove(&spi);
+        }
+        sa.queued_children = None;
+        sa.forget_handshake();
+        self.request(
+            sa,
+            crate::message::ExchangeType::INFORMATIONAL,
+            Purpose::DeleteIke,
+            &[notify(NotifyType::AUTHENTICATION_FAILED)],
+            now,
+        );
+        sa.state = State::Deleting;
         Outcome::Keep
     }
 
@@ -506,7 +524,7 @@ impl Endpoint {
                         .collect()
                 },
             );
-            self.fail(sa.conn, Some(sa.id), failure);
+            self.fail_child(sa.conn, Some(sa.id), Some(ci), failure);
             return;
         }
         let ours: Vec<Proposal> = child.esp_proposals.iter().map(glue::without_ke).collect();
@@ -529,7 +547,7 @@ impl Endpoint {
                 ours: glue::names(&ours),
                 theirs,
             };
-            self.fail(sa.conn, Some(sa.id), f);
+            self.fail_child(sa.conn, Some(sa.id), Some(ci), f);
             return;
         };
         let ts_ok = match (tsi, tsr) {
@@ -546,9 +564,10 @@ impl Endpoint {
             let mut theirs = tsi.map(glue::ts_specs).unwrap_or_default();
             theirs.extend(tsr.map(glue::ts_specs).unwrap_or_default());
             self.inbound_spis.remove(&spi);
-            self.fail(
+            self.fail_child(
                 sa.conn,
                 Some(sa.id),
+                Some(ci),
                 Failure::TsUnacceptable { ours, theirs },
             );
             return;
