@@ -111,6 +111,54 @@ fn children_of_a_connection_share_one_ike_sa() {
     assert_ne!(sim.ep[0].initiate("ab", Some("net"), sim.now).unwrap(), id);
 }
 
+/// An IKE SA on its way out takes no new child: one being deleted (DELETE sent, or queued behind an outstanding
+/// request) leaves the next child to a new IKE SA; one being rekeyed hands the queued child to its successor.
+#[test]
+fn a_child_goes_in_an_ike_sa_that_stays() {
+    let (a, b) = three_children();
+    let mut sim = Sim::new(a, b, 51);
+    let id = sim.ep[0]
+        .start_child("ab", Some("net"), sim.now)
+        .unwrap()
+        .ike_sa();
+    sim.settle();
+    // A rekey of the IKE SA under way: web waits, and comes up in the new IKE SA.
+    sim.ep[0].rekey_ike(id, sim.now).unwrap();
+    assert_eq!(
+        sim.ep[0].start_child("ab", Some("web"), sim.now),
+        Ok(Started::Queued(id))
+    );
+    sim.run_for(Duration::from_secs(1));
+    let web = sim
+        .children_up(0)
+        .into_iter()
+        .find(|c| c.child == "web")
+        .map(|c| c.ike_sa)
+        .expect("web came up after the rekey");
+    assert_ne!(web, id, "in the new IKE SA");
+    assert_eq!(sim.ep[0].ike_sa_count(), 1);
+    // A DELETE queued behind an outstanding request (db's CREATE_CHILD_SA): not that SA.
+    sim.ep[0].start_child("ab", Some("db"), sim.now).unwrap();
+    sim.ep[0].terminate(web, sim.now).unwrap();
+    let s = sim.ep[0].start_child("ab", Some("web"), sim.now).unwrap();
+    assert!(matches!(s, Started::New(n) if n != web), "{s:?}");
+    sim.settle();
+    // The DELETE sent (the SA Deleting): not that one either.
+    let (a, b) = three_children();
+    let mut sim = Sim::new(a, b, 52);
+    let id = sim.ep[0]
+        .start_child("ab", Some("net"), sim.now)
+        .unwrap()
+        .ike_sa();
+    sim.settle();
+    sim.ep[0].terminate(id, sim.now).unwrap();
+    let s = sim.ep[0].start_child("ab", Some("web"), sim.now).unwrap();
+    assert!(matches!(s, Started::New(n) if n != id), "{s:?}");
+    sim.settle();
+    assert_eq!(child_names(&sim, 0), ["net", "web"]);
+    assert_eq!(sim.ep[0].ike_sa_count(), 1);
+}
+
 /// A child queued behind IKE_SA_INIT fails with its IKE SA: the failure names that SA, and no child is left
 /// waiting; the next start begins a new IKE SA.
 #[test]
@@ -394,6 +442,45 @@ fn the_exact_identity_wins_over_an_earlier_wildcard() {
     sim.settle();
     assert_eq!(connections_up(&sim, 1), ["any"]);
     assert_eq!(sim.ep[1].status(sim.now)[0].remote_id, "c.example");
+}
+
+/// Two connections name the peer's identity exactly: the one with the peer's address configured beats the one
+/// open to any address listed before it; one whose local id is not what the peer asked for (IDr) is not taken,
+/// even with the peer's address and listed first.
+#[test]
+fn the_most_specific_connection_wins() {
+    let (a, _) = pair(&[IKE], &["aes128gcm16"]);
+    let mut open = psk_conn("open", Identity::Fqdn("a.example".into()), b"open's");
+    open.remote_addrs.clear();
+    let specific = psk_conn("specific", Identity::Fqdn("a.example".into()), b"test psk");
+    let mut sim = Sim::new(a.clone(), open.clone(), 53);
+    sim.ep[1] = Endpoint::new(
+        vec![open, specific],
+        Box::new(SeededRng::new(53)), // check-rng: allow (tests)
+        sim.now,
+    );
+    sim.initiate();
+    sim.settle();
+    assert_eq!(
+        connections_up(&sim, 1),
+        ["specific"],
+        "{:?}",
+        sim.failures(1)
+    );
+    // The local id: A asks for b.example; "other" is c.example (listed first, its addresses open too).
+    let mut other = psk_conn("other", Identity::Fqdn("a.example".into()), b"other's");
+    other.local.id = Identity::Fqdn("c.example".into());
+    let mut mine = psk_conn("mine", Identity::Fqdn("a.example".into()), b"test psk");
+    mine.remote_addrs.clear();
+    let mut sim = Sim::new(a, other.clone(), 54);
+    sim.ep[1] = Endpoint::new(
+        vec![other, mine],
+        Box::new(SeededRng::new(54)), // check-rng: allow (tests)
+        sim.now,
+    );
+    sim.initiate();
+    sim.settle();
+    assert_eq!(connections_up(&sim, 1), ["mine"], "{:?}", sim.failures(1));
 }
 
 /// The named connection does not fit the peer's address: the wildcard still does not serve the identity it
