@@ -101,12 +101,6 @@ impl Endpoint {
             .filter(|c| !c.replaced)
             .map(|c| c.cfg)
             .collect();
-        // Children that were waiting to be created in the old SA are created in the new one.
-        for k in old.queued_children.take().map(|q| *q).unwrap_or_default() {
-            if !cfgs.contains(&k) {
-                cfgs.push(k);
-            }
-        }
         if cfgs.is_empty() {
             cfgs.push(0);
         }
