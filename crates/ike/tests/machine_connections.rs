@@ -351,6 +351,27 @@ fn a_refused_responder_is_told_and_drops_its_sa() {
     assert_eq!(sim.ep[1].ike_sa_count(), 0);
 }
 
+/// The responder authenticates (right PSK) as another identity than the initiator's `remote.id` (here its address:
+/// it has no local id of its own): refused as such, and told.
+#[test]
+fn a_responder_with_another_id_is_refused_and_told() {
+    let (a, mut b) = pair(&[IKE], &["aes128gcm16"]);
+    b.local.id = Identity::Any;
+    let mut sim = Sim::new(a, b, 55);
+    sim.initiate();
+    sim.settle();
+    assert_eq!(
+        sim.failures(0),
+        vec![&Failure::UnexpectedId {
+            got: "10.0.0.2".into(),
+            want: "b.example".into()
+        }]
+    );
+    assert_eq!(sim.ike_up(0), 0);
+    assert_eq!((sim.ike_up(1), sim.ike_down(1)), (1, 1));
+    assert_eq!(sim.ep[0].ike_sa_count() + sim.ep[1].ike_sa_count(), 0);
+}
+
 /// The responder does not answer that INFORMATIONAL: the initiator retransmits it as any request, then forgets
 /// the SA without a second failure; until then `status` shows it DELETING, never up.
 #[test]
