@@ -165,15 +165,17 @@ impl Hook {
                             )));
                         }
                         Ok(s) => {
-                            let how = match s {
-                                Started::New(_) => "as",
-                                _ => "in",
-                            };
-                            tracing::info!(
-                                "ike: initiating child {name} of connection {connection} {how} IKE SA {} (control \
-                                 request)",
-                                s.ike_sa().0
-                            );
+                            let id = s.ike_sa().0;
+                            match s {
+                                Started::New(_) => tracing::info!(
+                                    "ike: initiating connection {connection} (child {name}) as IKE SA {id} \
+                                     (control request)"
+                                ),
+                                _ => tracing::info!(
+                                    "ike: initiating child {name} of connection {connection} in IKE SA {id} \
+                                     (control request)"
+                                ),
+                            }
                             self.wait(Goal::ChildUp(s.ike_sa(), want), done, now);
                         }
                         Err(e) => {
