@@ -256,6 +256,31 @@ fn initial_contact_only_with_the_first_ike_sa() {
     assert_eq!(sim.children_up(1).len(), 4);
 }
 
+/// Two connections to the same peer with the same ids (different children): the second one's IKE SA does not
+/// claim INITIAL_CONTACT either, so the peer keeps the first (strongSwan, whose `unique = no` drops every IKE SA of
+/// the ids on INITIAL_CONTACT, would drop it).
+#[test]
+fn initial_contact_not_with_a_second_connection_to_the_peer() {
+    let (a, b) = three_children();
+    let mut a2 = a.clone();
+    a2.name = "ab2".into();
+    a2.children.retain(|c| c.name == "web");
+    let mut sim = Sim::new(a.clone(), b, 56);
+    sim.ep[0] = Endpoint::new(
+        vec![a, a2],
+        Box::new(SeededRng::new(56)), // check-rng: allow (tests)
+        sim.now,
+    );
+    sim.ep[0].start_child("ab", Some("net"), sim.now).unwrap();
+    sim.settle();
+    let s = sim.ep[0].start_child("ab2", Some("web"), sim.now).unwrap();
+    assert!(matches!(s, Started::New(_)), "another connection: {s:?}");
+    sim.settle();
+    assert_eq!(sim.ike_up(1), 2);
+    assert_eq!(sim.ike_down(1), 0, "the responder dropped the first IKE SA");
+    assert_eq!(child_names(&sim, 1), ["net", "web"]);
+}
+
 // ---- a responder refused by the initiator ----
 
 fn td(name: &str) -> Vec<u8> {

@@ -71,14 +71,18 @@ fn within(got: &Ts, ours: &[TsSpec]) -> bool {
 
 impl Endpoint {
     /// Initiator: IKE_AUTH with IDi, [IDr], AUTH, INITIAL_CONTACT, the child's SA and selectors. INITIAL_CONTACT
-    /// asserts that this is our only IKE SA with the peer (RFC 7296 3.16): it goes only when no other IKE SA of
-    /// the connection with the peer's address exists here, in any state (as strongSwan's `has_contact`), so that a
-    /// second IKE SA does not make the peer drop the first.
+    /// asserts that this is our only IKE SA with the peer (RFC 7296 3.16): it goes only when no other IKE SA with
+    /// the peer's address exists here, in any state, of the connection or of another with the same two ids (as
+    /// strongSwan's `has_contact`, which looks by ids), so that a second IKE SA does not make the peer drop the
+    /// first (strongSwan drops every IKE SA of the same ids on it).
     pub(super) fn send_auth(&mut self, sa: &mut IkeSa, now: Instant) {
-        let contact = self
-            .sas
-            .values()
-            .any(|o| o.id != sa.id && o.conn == sa.conn && o.remote.ip() == sa.remote.ip());
+        let me = &self.connections[sa.conn];
+        let contact = self.sas.values().any(|o| {
+            let c = &self.connections[o.conn];
+            o.id != sa.id
+                && o.remote.ip() == sa.remote.ip()
+                && (o.conn == sa.conn || (c.local.id == me.local.id && c.remote.id == me.remote.id))
+        });
         let conn = &self.connections[sa.conn];
         let (Some(keys), Some(ci)) = (sa.keys(), sa.hs().first_child) else {
             return;
