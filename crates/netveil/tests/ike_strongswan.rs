@@ -1235,6 +1235,11 @@ fn the_connection_naming_the_peer_wins_over_an_earlier_wildcard() {
     assert!(s.charon.initiate("net", T).is_err());
     let l = nv_line(&s, "no connection matches");
     println!("{l}");
+    let log = s.nv_log();
+    assert!(
+        !log.contains(WILD) && !log.contains(PSK),
+        "a PSK in the log"
+    );
     for want in [
         "192.0.2.1[x.lab.test]...192.0.2.2[b.lab.test]",
         "bob: 192.0.2.1[a.lab.test]...%any[b.lab.test]",
