@@ -423,6 +423,13 @@ pub trait SaPort: Send + Sync {
     fn claim(&self, prefix: &str, owner: Option<&str>) {
         let _ = (prefix, owner);
     }
+    /// The policies added at runtime and kept in the state directory whose names start with `prefix`: at a
+    /// driver's start, those a killed predecessor left (restored by the engine), which only the driver that owns
+    /// the prefix can tell from its own.
+    fn runtime_policies(&self, prefix: &str) -> Vec<String> {
+        let _ = prefix;
+        Vec::new()
+    }
 
     /// PSP: runs `f` on the device's receive side (allocate a receive SPI and key, rotate the master keys, expire
     /// old SAs) under the device's lock; the receive socket's filter follows before this returns, so an SPI

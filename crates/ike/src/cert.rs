@@ -75,7 +75,7 @@ impl Certificate {
         Ok(Certificate {
             der: der.to_vec(),
             subject: c.subject().as_raw().to_vec(),
-            subject_text: c.subject().to_string(),
+            subject_text: dn_string(c.subject().as_raw()),
             keyid: sha1_digest(&[spki]),
             public_key,
         })
@@ -439,11 +439,99 @@ pub fn dn_equal(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-/// A DER DN as text (`C=CH, O=strongSwan, CN=moon`), or its bytes in hex if it does not parse.
+/// A DER DN as text, for `status`, JSON and logs: `C=CH, O=strongSwan, CN=moon`.
+///
+/// Each attribute as RFC 4514 writes it: the type by the name swanctl's syntax gives it (`CN`, `O`, `E`, ...;
+/// [`parse_dn`] reads them back), a string value with RFC 4514's escapes (`\` before `"` `+` `,` `;` `<` `>`
+/// `\`, before a leading space or `#` and a trailing space; control characters, NUL included, as `\XX` per
+/// UTF-8 byte, so that nothing a peer puts in a DN can forge a log line), the attributes of a multi-valued RDN
+/// joined by `+`; an unknown type as its OID in dotted decimal and every value that is not a string (or an
+/// unknown type's value) as `#` and the hex of its DER encoding. The RDNs in the order of the DER, separated by
+/// `, ` (strongSwan's order and separator, the way swanctl.conf's `id` is written, where RFC 4514 would reverse
+/// them). Bytes that are not a DN: `#` and their hex.
 pub fn dn_string(der: &[u8]) -> String {
-    match X509Name::from_der(der) {
-        Ok(([], n)) => n.to_string(),
-        _ => der.iter().map(|b| format!("{b:02x}")).collect(),
+    let hex = |b: &[u8]| -> String { b.iter().map(|x| format!("{x:02x}")).collect() };
+    let Ok(([], name)) = X509Name::from_der(der) else {
+        return format!("#{}", hex(der));
+    };
+    let mut out = String::new();
+    for (i, rdn) in name.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        for (j, a) in rdn.iter().enumerate() {
+            if j > 0 {
+                out.push('+');
+            }
+            let oid = a.attr_type();
+            let known = oid.iter().and_then(|arcs| {
+                let arcs: Vec<u64> = arcs.collect();
+                ATTRS.iter().find(|(_, o)| *o == arcs).map(|(n, _)| *n)
+            });
+            out.push_str(&known.map_or_else(|| oid.to_id_string(), str::to_string));
+            out.push('=');
+            match known.and(dn_value_text(a.attr_value())) {
+                Some(t) => escape_dn_value(&t, &mut out),
+                None => {
+                    use x509_parser::asn1_rs::ToDer;
+                    out.push('#');
+                    out.push_str(&hex(&a.attr_value().to_der_vec().unwrap_or_default()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The text of a DN attribute value of a string type (`None`: another type, or bytes that are not the type's).
+fn dn_value_text(v: &x509_parser::asn1_rs::Any<'_>) -> Option<String> {
+    use x509_parser::asn1_rs::{Class, Tag};
+    if v.class() != Class::Universal || v.header.is_constructed() {
+        return None;
+    }
+    let d = v.data;
+    match v.tag() {
+        Tag::Utf8String
+        | Tag::PrintableString
+        | Tag::Ia5String
+        | Tag::NumericString
+        | Tag::VisibleString => std::str::from_utf8(d).ok().map(str::to_string),
+        Tag::BmpString if d.len().is_multiple_of(2) => {
+            char::decode_utf16(d.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])))
+                .collect::<Result<String, _>>()
+                .ok()
+        }
+        Tag::UniversalString if d.len().is_multiple_of(4) => d
+            .chunks_exact(4)
+            .map(|c| char::from_u32(u32::from_be_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+        _ => None,
+    }
+}
+
+/// `v` with RFC 4514's escapes (2.4), and control characters and whitespace other than a space (line and
+/// paragraph separators) as `\XX` per UTF-8 byte.
+fn escape_dn_value(v: &str, out: &mut String) {
+    let last = v.chars().count().saturating_sub(1);
+    for (i, c) in v.chars().enumerate() {
+        match c {
+            '"' | '+' | ',' | ';' | '<' | '>' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' ' | '#' if i == 0 => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' ' if i == last => out.push_str("\\ "),
+            c if c.is_control() || (c.is_whitespace() && c != ' ') => {
+                let mut b = [0u8; 4];
+                for x in c.encode_utf8(&mut b).bytes() {
+                    out.push_str(&format!("\\{x:02X}"));
+                }
+            }
+            c => out.push(c),
+        }
     }
 }
 

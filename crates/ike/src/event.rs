@@ -77,12 +77,21 @@ pub enum Failure {
         id: String,
         reason: crate::cert::CertFailure,
     },
+    /// The peer authenticated as `got`, not as the configured remote id `want` (as text).
+    UnexpectedId { got: String, want: String },
+    /// The peer sent an authentic but malformed message (what it was and what was wrong).
+    Malformed(String),
     /// The peer did not answer after every retransmission.
     Timeout,
     /// The peer sent an error notify (its type number and name).
     PeerError { notify: u16, name: String },
-    /// No connection matches what the peer asks for (addresses, identities).
-    NoMatchingConnection,
+    /// No connection matches what the peer asks for, as strongSwan's `looking for peer configs matching
+    /// ours[our id]...theirs[their id]` says it: our address and the identity the peer asked us to be (IDr;
+    /// `None`: it named none, or IKE_AUTH did not come yet), its address and the identity it claimed (IDi; `None`
+    /// before IKE_AUTH); and what was expected: each configured connection as `name: local[id]...remote[id]`
+    /// (at most [`NoMatch::SHOWN`], then how many more). `why`: what ruled out the connection that names the
+    /// peer's identity, if one does.
+    NoMatchingConnection(Box<NoMatch>),
     /// The reauthentication (`reauth_time`) of the IKE SA the event names failed (why: the new IKE SA's own
     /// failure, reported before): the SA and its CHILD_SAs stay until `over_time` after the reauth time, then go.
     ReauthFailed,
@@ -107,9 +116,57 @@ pub enum Event {
         inbound_spi: u32,
         outbound_spi: u32,
     },
+    /// An exchange or an SA failed. `child`: the CHILD_SA whose creation failed (its IKE SA stays), or `None`
+    /// when the IKE SA itself failed (and with it every child started in it, queued ones included).
     Failed {
         connection: String,
         ike_sa: Option<IkeSaId>,
+        child: Option<String>,
         failure: Failure,
     },
+}
+
+/// The details of [`Failure::NoMatchingConnection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoMatch {
+    pub local: std::net::IpAddr,
+    pub remote: std::net::IpAddr,
+    pub local_id: Option<String>,
+    pub remote_id: Option<String>,
+    pub expected: Vec<String>,
+    /// Configured connections not shown in `expected`.
+    pub more: usize,
+    pub why: Option<String>,
+}
+
+impl NoMatch {
+    /// How many connections `expected` lists at most.
+    pub const SHOWN: usize = 4;
+}
+
+impl core::fmt::Display for NoMatch {
+    /// `10.0.0.1[%any]...10.0.0.2[bob.example]; expected net: 10.0.0.1[a.example]...10.0.0.2[b.example]`.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let id = |i: &Option<String>| i.clone().unwrap_or_else(|| "%any".into());
+        write!(
+            f,
+            "{}[{}]...{}[{}]",
+            self.local,
+            id(&self.local_id),
+            self.remote,
+            id(&self.remote_id)
+        )?;
+        if let Some(w) = &self.why {
+            write!(f, " ({w})")?;
+        }
+        if self.expected.is_empty() {
+            f.write_str("; no connection is configured")
+        } else {
+            write!(f, "; expected {}", self.expected.join(", "))?;
+            if self.more > 0 {
+                write!(f, " and {} more", self.more)?;
+            }
+            Ok(())
+        }
+    }
 }

@@ -79,6 +79,6 @@ fn pki_issued_certificates_chain_to_pki_cas() {
     assert!(validate(&cert("sun.crt.der"), &[], &[cert("ca.crt")], &[], now).is_err());
     assert_eq!(
         cert("moon.crt").subject(),
-        "C=CH, O=netveil Zürich, OU=lab, CN=moon.example.org, Email=moon@example.org"
+        "C=CH, O=netveil Zürich, OU=lab, CN=moon.example.org, E=moon@example.org"
     );
 }

@@ -10,7 +10,8 @@
 
 use netveil_lab::lab::{self, Daemon, Lab};
 use netveil_lab::strongswan::{
-    self, Charon, CharonOptions, ChildSa, ChildState, IkeSa, SwanAuth, SwanConn, SwanPair, SwanPsk,
+    self, Charon, CharonOptions, ChildSa, ChildState, IkeSa, SwanAuth, SwanChild, SwanConn,
+    SwanPair, SwanPsk, Unique,
 };
 use serde_json::Value;
 use std::sync::{Mutex, MutexGuard};
@@ -43,6 +44,10 @@ struct NvChild {
     esp: String,
     start: bool,
     rekey_time: Option<&'static str>,
+    /// `start_action = "trap"` (instead of start or none).
+    trap: bool,
+    /// The peer's side of the child (its remote_ts, routed to the TUN): charon's inner address when `None`.
+    remote: Option<std::net::IpAddr>,
 }
 
 /// One netveil connection.
@@ -54,6 +59,8 @@ struct NvConn {
     remote_addr: bool,
     rekey_time: Option<&'static str>,
     reauth_time: Option<&'static str>,
+    /// The peer's id as configured (`@b.lab.test`, charon's; `%any`).
+    remote_id: &'static str,
     children: Vec<NvChild>,
 }
 
@@ -66,11 +73,14 @@ impl NvConn {
             remote_addr: true,
             rekey_time: None,
             reauth_time: None,
+            remote_id: "@b.lab.test",
             children: vec![NvChild {
                 name: child.into(),
                 esp: esp.into(),
                 start,
                 rekey_time: None,
+                trap: false,
+                remote: None,
             }],
         }
     }
@@ -79,18 +89,25 @@ impl NvConn {
 /// The netveil side's configuration: the TUN with the inner address, a route to the peer's, and `[ike]`.
 fn nv_config(lab: &Lab, conns: &[NvConn]) -> String {
     let me = SwanPair::inner(NV);
-    let peer = SwanPair::inner(SW);
+    let mut peers = vec![SwanPair::inner(SW)];
+    for ch in conns.iter().flat_map(|c| &c.children) {
+        if let Some(r) = ch.remote.filter(|r| !peers.contains(r)) {
+            peers.push(r);
+        }
+    }
+    let routes: Vec<String> = peers.iter().map(|p| format!("\"{p}/32\"")).collect();
     let mut t = format!(
         "log_level = \"info\"\n[interface]\nname = \"nvis0\"\nmtu = 1400\ncontrol_socket = \"{}\"\n\
-         state_dir = \"{}\"\naddresses = [\"{me}/32\"]\nroutes = [\"{peer}/32\"]\n\n[ike]\n",
+         state_dir = \"{}\"\naddresses = [\"{me}/32\"]\nroutes = [{}]\n\n[ike]\n",
         lab.socket_path("nv").display(),
         lab.dir().join("state-nv").display(),
+        routes.join(", "),
     );
     for c in conns {
         t += &format!(
             "\n[[ike.connection]]\nname = \"{}\"\nlocal_addrs = [\"{}\"]\nremote_addrs = [{}]\n\
              proposals = [\"{}\"]\npsk = \"{}\"\nencap = true\n\
-             local = {{ id = \"@a.lab.test\", auth = \"psk\" }}\nremote = {{ id = \"@b.lab.test\", auth = \"psk\" }}\n",
+             local = {{ id = \"@a.lab.test\", auth = \"psk\" }}\nremote = {{ id = \"{}\", auth = \"psk\" }}\n",
             c.name,
             SwanPair::outer(NV),
             if c.remote_addr {
@@ -100,6 +117,7 @@ fn nv_config(lab: &Lab, conns: &[NvConn]) -> String {
             },
             c.proposals,
             c.psk,
+            c.remote_id,
         );
         if let Some(r) = c.rekey_time {
             t += &format!("rekey_time = \"{r}\"\n");
@@ -109,11 +127,16 @@ fn nv_config(lab: &Lab, conns: &[NvConn]) -> String {
         }
         for ch in &c.children {
             t += &format!(
-                "\n[[ike.connection.children]]\nname = \"{}\"\nlocal_ts = [\"{me}/32\"]\nremote_ts = [\"{peer}/32\"]\n\
+                "\n[[ike.connection.children]]\nname = \"{}\"\nlocal_ts = [\"{me}/32\"]\nremote_ts = [\"{}/32\"]\n\
                  esp_proposals = [\"{}\"]\nstart_action = \"{}\"\n",
                 ch.name,
+                ch.remote.unwrap_or(SwanPair::inner(SW)),
                 ch.esp,
-                if ch.start { "start" } else { "none" }
+                match (ch.start, ch.trap) {
+                    (true, _) => "start",
+                    (false, true) => "trap",
+                    _ => "none",
+                }
             );
             if let Some(r) = ch.rekey_time {
                 t += &format!("rekey_time = \"{r}\"\n");
@@ -949,4 +972,272 @@ fn hybrid_offer_falls_back_to_classic_with_charon_5() {
     assert!(l.contains(&format!("({CLASSIC})")), "{l}");
     s.wait_up("net");
     s.ping(SW, 3).unwrap_or_else(|e| panic!("{e}{}", s.logs()));
+}
+
+/// Issue 40: the children of one netveil connection go on its one IKE SA, as strongSwan puts them. Two children
+/// with `start_action = start` and a third trapped (started by the first packet for it) against charon with
+/// `unique = replace`, which lets a second IKE SA of the same identities replace the first (and the first's
+/// child die with it, 10 s later): one IKE SA on both sides carries all three, charon never had a second, and
+/// after 15 s all three still carry traffic.
+#[test]
+fn two_started_children_and_a_trapped_one_share_one_ike_sa() {
+    let Some(_g) = prerequisites("children_share") else {
+        return;
+    };
+    let s = Site::new(&CharonOptions::default());
+    // charon's ends of the second and third child: more addresses on its lo.
+    let extra: [std::net::IpAddr; 2] = [
+        "198.51.100.3".parse().unwrap(),
+        "198.51.100.4".parse().unwrap(),
+    ];
+    for a in extra {
+        s.lab.addr(&s.ns[SW], "lo", &format!("{a}/32")).unwrap();
+    }
+    let mut sw = Site::swan_conn("site", "aes128-sha256-x25519", "net", "aes128gcm16", PSK);
+    sw.unique = Unique::Replace;
+    for (name, a) in ["web", "db"].into_iter().zip(extra) {
+        sw.children.push(SwanChild::host_to_host(
+            name,
+            a,
+            SwanPair::inner(NV),
+            "aes128gcm16",
+        ));
+    }
+    s.load(&[sw]);
+    let mut c = NvConn::new("site", "aes128-sha256-x25519", "net", "aes128gcm16", true);
+    for (name, a, trap) in [("web", extra[0], false), ("db", extra[1], true)] {
+        c.children.push(NvChild {
+            name: name.into(),
+            esp: "aes128gcm16".into(),
+            start: !trap,
+            rekey_time: None,
+            trap,
+            remote: Some(a),
+        });
+    }
+    let mut s = s;
+    s.up(&[c], &["--fresh-keys"]);
+    let installed = |s: &Site| -> Vec<(u64, String)> {
+        s.charon
+            .list_sas()
+            .unwrap()
+            .iter()
+            .flat_map(|i| {
+                i.children
+                    .iter()
+                    .filter(|c| c.state == ChildState::Installed)
+                    .map(|c| (i.initiator_spi, c.name.clone()))
+            })
+            .collect()
+    };
+    wait_for(&s, "charon has net and web installed", || {
+        let i = installed(&s);
+        ["net", "web"].iter().all(|n| i.iter().any(|(_, c)| c == n))
+    });
+    // The trap: the first ping to db's address starts its child (that packet is dropped, not sent in clear).
+    let ping1 = |s: &Site, dst: std::net::IpAddr| {
+        s.lab
+            .exec_ok(
+                &s.ns[NV],
+                &[
+                    "ping",
+                    "-n",
+                    "-c",
+                    "1",
+                    "-W",
+                    "1",
+                    "-I",
+                    &SwanPair::inner(NV).to_string(),
+                    &dst.to_string(),
+                ],
+            )
+            .is_ok()
+    };
+    wait_for(&s, "the trapped child db carries a ping", || {
+        ping1(&s, extra[1])
+    });
+    let sas = s.charon.list_sas().unwrap();
+    assert_eq!(sas.len(), 1, "charon has one IKE SA: {sas:?}{}", s.logs());
+    let mut names: Vec<&str> = sas[0].children.iter().map(|c| c.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["db", "net", "web"], "{sas:?}");
+    // netveil: one IKE SA with the three; the second and third went with CREATE_CHILD_SA.
+    let st = s.daemon().status_json().unwrap();
+    let ike = st["engines"]["ike"]["ike_sas"].as_array().unwrap();
+    assert_eq!(ike.len(), 1, "{st}");
+    assert_eq!(ike[0]["child_sas"].as_array().unwrap().len(), 3, "{st}");
+    // 15 s (charon's duplicate check replaced the first IKE SA's child after 10 s): the same one IKE SA all along,
+    // and the three children installed.
+    let spi = sas[0].initiator_spi;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(15) {
+        let i = installed(&s);
+        assert!(
+            i.len() == 3 && i.iter().all(|(x, _)| *x == spi),
+            "after {:.1} s: {i:?}{}",
+            t0.elapsed().as_secs_f64(),
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for dst in [SwanPair::inner(SW), extra[0], extra[1]] {
+        let out = s
+            .lab
+            .exec_ok(
+                &s.ns[NV],
+                &[
+                    "ping",
+                    "-n",
+                    "-c",
+                    "2",
+                    "-i",
+                    "0.2",
+                    "-W",
+                    "1",
+                    "-I",
+                    &SwanPair::inner(NV).to_string(),
+                    &dst.to_string(),
+                ],
+            )
+            .unwrap_or_else(|e| panic!("ping {dst} after 15 s: {e}{}", s.logs()));
+        assert!(out.contains("2 received"), "{out}");
+    }
+    let log = s.charon.log();
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("parsed IKE_AUTH request"))
+            .count(),
+        1,
+        "one IKE SA{}",
+        s.logs()
+    );
+    assert!(!log.contains("deleting duplicate IKE_SA"), "{}", s.logs());
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("parsed CREATE_CHILD_SA request"))
+            .count(),
+        2,
+        "web and db with CREATE_CHILD_SA{}",
+        s.logs()
+    );
+}
+
+/// Issue 40: netveil as responder with a `%any` connection listed before one that names charon's id
+/// `b.lab.test`, each with its own PSK. charon claiming `b.lab.test` with the wildcard's PSK is refused (the
+/// named connection serves that id, and its PSK is not charon's); with the named connection's PSK it gets that
+/// connection; claiming an id no connection names, the wildcard's PSK lets it in there. Asking netveil to be an
+/// id it is not (IDr): refused, and the log names both ends and what was expected.
+#[test]
+fn the_connection_naming_the_peer_wins_over_an_earlier_wildcard() {
+    let Some(_g) = prerequisites("best_match") else {
+        return;
+    };
+    const WILD: &str = "netveil-lab-wildcard-psk-42";
+    let mut s = Site::new(&CharonOptions::default());
+    let mut any = NvConn::new("any", "aes128-sha256-x25519", "net", "aes128gcm16", false);
+    (any.remote_addr, any.remote_id, any.psk) = (false, "%any", WILD.into());
+    let mut bob = NvConn::new("bob", "aes128-sha256-x25519", "net", "aes128gcm16", false);
+    bob.remote_addr = false;
+    s.up(&[any, bob], &["--fresh-keys"]);
+    let established = |s: &Site, conn: &str| {
+        s.nv_log()
+            .lines()
+            .filter(|l| l.contains(&format!("of connection {conn} established")))
+            .count()
+    };
+
+    // b.lab.test with the wildcard's PSK: refused.
+    s.load(&[Site::swan_conn(
+        "site",
+        "aes128-sha256-x25519",
+        "net",
+        "aes128gcm16",
+        WILD,
+    )]);
+    let err = s
+        .charon
+        .initiate("net", T)
+        .expect_err("charon got in as b.lab.test with the %any connection's PSK")
+        .to_string();
+    assert!(err.contains("AUTHENTICATION_FAILED"), "{err}");
+    let l = nv_line(&s, "failed to authenticate as b.lab.test");
+    assert!(l.contains("connection bob"), "{l}");
+    assert_eq!(
+        established(&s, "any") + established(&s, "bob"),
+        0,
+        "{}",
+        s.logs()
+    );
+
+    // With the named connection's PSK: that connection.
+    s.load(&[Site::swan_conn(
+        "site",
+        "aes128-sha256-x25519",
+        "net",
+        "aes128gcm16",
+        PSK,
+    )]);
+    s.charon
+        .initiate("net", T)
+        .unwrap_or_else(|e| panic!("initiate: {e}{}", s.logs()));
+    wait_for(&s, "connection bob established", || {
+        established(&s, "bob") == 1
+    });
+    let st = s.daemon().status_json().unwrap();
+    let ike = &st["engines"]["ike"]["ike_sas"][0];
+    assert_eq!(
+        (ike["name"].as_str(), ike["remote_id"].as_str()),
+        (Some("bob"), Some("b.lab.test")),
+        "{st}"
+    );
+    s.charon
+        .terminate("site", T)
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for(&s, "netveil kept its SAs after charon's DELETE", || {
+        s.nv_sas().is_empty()
+    });
+
+    // An id that no connection names, with the wildcard's PSK: the %any connection, the id shown as claimed.
+    let mut c = Site::swan_conn("site", "aes128-sha256-x25519", "net", "aes128gcm16", WILD);
+    c.local_id = "c.lab.test".into();
+    s.load(&[c]);
+    s.charon
+        .initiate("net", T)
+        .unwrap_or_else(|e| panic!("initiate: {e}{}", s.logs()));
+    wait_for(&s, "connection any established", || {
+        established(&s, "any") == 1
+    });
+    let st = s.daemon().status_json().unwrap();
+    let ike = &st["engines"]["ike"]["ike_sas"][0];
+    assert_eq!(
+        (ike["name"].as_str(), ike["remote_id"].as_str()),
+        (Some("any"), Some("c.lab.test")),
+        "{st}"
+    );
+    s.charon
+        .terminate("site", T)
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for(&s, "netveil kept its SAs after charon's DELETE", || {
+        s.nv_sas().is_empty()
+    });
+
+    // charon asks netveil to be x.lab.test: no connection matches, and the line says what was sent and expected.
+    let mut c = Site::swan_conn("site", "aes128-sha256-x25519", "net", "aes128gcm16", PSK);
+    c.remote_id = "x.lab.test".into();
+    s.load(&[c]);
+    assert!(s.charon.initiate("net", T).is_err());
+    let l = nv_line(&s, "no connection matches");
+    println!("{l}");
+    let log = s.nv_log();
+    assert!(
+        !log.contains(WILD) && !log.contains(PSK),
+        "a PSK in the log"
+    );
+    for want in [
+        "192.0.2.1[x.lab.test]...192.0.2.2[b.lab.test]",
+        "bob: 192.0.2.1[a.lab.test]...%any[b.lab.test]",
+        "any: 192.0.2.1[a.lab.test]...%any[%any]",
+    ] {
+        assert!(l.contains(want), "{want:?} not in {l}");
+    }
 }

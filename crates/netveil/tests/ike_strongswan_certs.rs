@@ -319,6 +319,101 @@ fn distinguished_name_ids_with_charon() {
     assert_eq!(ike.remote_id, "CN=a.lab.test", "{ike:?}");
     s.wait_installed();
     s.ping(NV);
+    // netveil shows the DNs as text, as charon does (not `ID_DER_ASN1_DN:` and the DER's hex), in `status` and
+    // `status --json`.
+    let d = s.daemon.as_ref().unwrap();
+    let st = d.status_json().unwrap_or_else(|e| panic!("{e}"));
+    let sa = &st["engines"]["ike"]["ike_sas"][0];
+    assert_eq!(sa["local_id"], "CN=a.lab.test", "{st}");
+    assert_eq!(sa["remote_id"], "CN=b.lab.test", "{st}");
+    let text = d.status_text().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        text.contains("local  'CN=a.lab.test'") && text.contains("remote 'CN=b.lab.test'"),
+        "{text}"
+    );
+    assert!(!text.contains("ID_DER_ASN1_DN"), "{text}");
+}
+
+/// netveil initiates and refuses charon's certificate (from a CA netveil does not trust), after charon took
+/// netveil's: charon had its IKE SA established and the child installed. netveil says why and tells charon
+/// (INFORMATIONAL with AUTHENTICATION_FAILED, RFC 7296 2.21.2), which deletes its IKE SA: none is left within 5 s
+/// (before, charon kept it, and sent ESP into the child, for as long as was watched).
+#[test]
+fn netveil_refusing_charons_certificate_leaves_charon_no_sa() {
+    let Some(_g) = prerequisites("refused_responder") else {
+        return;
+    };
+    let mut s = Site::new();
+    let ours = Pki::new(&s.lab.dir().join("pki-ours"), KeyType::EcdsaP256).unwrap();
+    let theirs = Pki::new(&s.lab.dir().join("pki-theirs"), KeyType::EcdsaP256).unwrap();
+    let nv = ours.issue("a.lab.test").unwrap();
+    // charon's certificate from the CA netveil does not trust; charon trusts netveil's CA.
+    let mut sw = theirs.issue("b.lab.test").unwrap();
+    sw.ca = nv.ca.clone();
+    let conn = SwanPair::conn(
+        SW,
+        "site",
+        SwanAuth::Pubkey(sw),
+        "aes128-sha256-x25519",
+        "net",
+        "aes128gcm16",
+    );
+    s.charon
+        .load(&[conn])
+        .unwrap_or_else(|e| panic!("charon load: {e}"));
+    s.up(&nv_config(&s.lab, &nv, &nv.ca, true));
+    let line = s.wait_log("authentication failed for b.lab.test");
+    let refused = Instant::now();
+    assert!(
+        line.contains("certificate not signed by a configured CA"),
+        "{line}"
+    );
+    // charon had it up (it accepted netveil's authentication) ...
+    let t0 = Instant::now();
+    while !s.charon.log().contains("IKE_SA site[1] established") {
+        assert!(
+            t0.elapsed() < T,
+            "charon never had the IKE SA up{}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ... and has none within 5 s of netveil's refusal.
+    loop {
+        let sas = s.charon.list_sas().unwrap();
+        if sas.is_empty() {
+            break;
+        }
+        assert!(
+            refused.elapsed() < Duration::from_secs(5),
+            "charon still holds {sas:?} 5 s after netveil refused its certificate{}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "observation: charon's IKE SA gone {:.0} ms after netveil's refusal was logged",
+        refused.elapsed().as_secs_f64() * 1e3
+    );
+    let log = s.charon.log();
+    assert!(
+        log.contains("N(AUTH_FAILED)"),
+        "charon did not parse netveil's AUTHENTICATION_FAILED{}",
+        s.logs()
+    );
+    for l in log
+        .lines()
+        .filter(|l| l.contains("INFORMATIONAL") || l.contains("delet"))
+    {
+        println!("observation: charon: {}", l.trim());
+    }
+    // netveil has no SA either, and never installed one.
+    assert!(
+        !s.nv_log()
+            .contains("CHILD_SA net of connection site installed"),
+        "{}",
+        s.logs()
+    );
 }
 
 /// charon's certificate comes from a CA netveil does not trust: netveil (responder) refuses it and says why; no

@@ -14,6 +14,7 @@ use crate::engine::Control;
 use netveil_control::ike::{IkeChild, IkeSa, IkeStatus};
 use netveil_control::{Request, Status};
 use netveil_ike::event::{Event, IkeSaId};
+use netveil_ike::machine::Started;
 use serde_json::{json, Value};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::time::{Duration, Instant};
@@ -147,18 +148,41 @@ impl Hook {
                     connection,
                     child,
                     done,
-                } => match m.initiate(&connection, child.as_deref(), now) {
-                    Ok(id) => {
-                        tracing::info!(
-                            "ike: initiating connection {connection} as IKE SA {} (control request)",
-                            id.0
-                        );
-                        self.wait(Goal::ChildUp(id, child), done, now);
+                } => {
+                    // The child waited for: the one named, else the connection's first (what the machine starts).
+                    let want = child.clone().or_else(|| {
+                        self.connections
+                            .iter()
+                            .find(|(c, _)| *c == connection)
+                            .and_then(|(_, ch)| ch.first().cloned())
+                    });
+                    let name = want.as_deref().unwrap_or("?");
+                    match m.start_child(&connection, child.as_deref(), now) {
+                        Ok(Started::Up(id)) => {
+                            let _ = done.try_send(Outcome::Done(format!(
+                                "CHILD_SA {name} of connection {connection} is up already (IKE SA #{})",
+                                id.0
+                            )));
+                        }
+                        Ok(s) => {
+                            let id = s.ike_sa().0;
+                            match s {
+                                Started::New(_) => tracing::info!(
+                                    "ike: initiating connection {connection} (child {name}) as IKE SA {id} \
+                                     (control request)"
+                                ),
+                                _ => tracing::info!(
+                                    "ike: initiating child {name} of connection {connection} in IKE SA {id} \
+                                     (control request)"
+                                ),
+                            }
+                            self.wait(Goal::ChildUp(s.ike_sa(), want), done, now);
+                        }
+                        Err(e) => {
+                            let _ = done.try_send(Outcome::Refused(e));
+                        }
                     }
-                    Err(e) => {
-                        let _ = done.try_send(Outcome::Refused(e));
-                    }
-                },
+                }
                 Command::Terminate { target, done } => {
                     self.terminate(m, installer, target, done, now)
                 }
@@ -267,12 +291,18 @@ impl Hook {
                         c.child, c.connection, id.0, c.inbound.spi, c.outbound.spi, c.proposal
                     ));
                 }
+                // The IKE SA's failure (`child` None) fails every child started in it; a child's only its own.
                 (
-                    Goal::ChildUp(id, _),
+                    Goal::ChildUp(id, want),
                     Event::Failed {
-                        ike_sa, failure, ..
+                        ike_sa,
+                        child,
+                        failure,
+                        ..
                     },
-                ) if *ike_sa == Some(*id) => {
+                ) if *ike_sa == Some(*id)
+                    && (child.is_none() || want.is_none() || child == want) =>
+                {
                     w.failure = Some(explain(failure));
                 }
                 (Goal::ChildUp(id, _), Event::IkeSaDown { ike_sa, .. }) if ike_sa == id => {

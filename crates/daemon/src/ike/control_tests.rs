@@ -16,9 +16,17 @@ struct Fake {
     initiated: Vec<String>,
     terminated: Vec<IkeSaId>,
     up: Vec<IkeSaId>,
+    /// What `start_child` answers (None: a new IKE SA, as `initiate`).
+    started: Option<Started>,
 }
 
 impl Machine for Fake {
+    fn start_child(&mut self, c: &str, ch: Option<&str>, now: Instant) -> Result<Started, String> {
+        match self.started {
+            Some(s) => Ok(s),
+            None => self.initiate(c, ch, now).map(Started::New),
+        }
+    }
     fn initiate(&mut self, c: &str, _: Option<&str>, _: Instant) -> Result<IkeSaId, String> {
         if c != "site" {
             return Err(format!("no connection named '{c}'"));
@@ -145,7 +153,7 @@ fn child_up(id: IkeSaId) -> Event {
 }
 
 fn setup() -> (Hook, Fake, Installer) {
-    let (hook, _control) = pair(vec![("site".into(), vec!["net".into()])]);
+    let (hook, _control) = pair(vec![("site".into(), vec!["net".into(), "web".into()])]);
     (hook, Fake::default(), Installer::new(Arc::new(NoPort)))
 }
 
@@ -212,6 +220,7 @@ fn initiate_answers_the_failure_as_the_log_says_it() {
     hook.notice(&Event::Failed {
         connection: "site".into(),
         ike_sa: Some(IkeSaId(7)),
+        child: None,
         failure: Failure::AuthenticationFailed {
             id: "a.example".into(),
             by_peer: true,
@@ -224,6 +233,62 @@ fn initiate_answers_the_failure_as_the_log_says_it() {
     assert!(
         e.contains("the peer refused our authentication as a.example"),
         "{e}"
+    );
+}
+
+/// `initiate --child web` while the connection's IKE SA is up or being set up: the child goes in it (the machine
+/// says where), and the answer waits for that child: another child's failure in the same IKE SA is not its
+/// answer, its own is, and so is the IKE SA's.
+#[test]
+fn initiate_of_a_child_in_the_connections_ike_sa_waits_for_that_child() {
+    let failed = |child: Option<&str>| Event::Failed {
+        connection: "site".into(),
+        ike_sa: Some(IkeSaId(7)),
+        child: child.map(str::to_string),
+        failure: Failure::PeerError {
+            notify: 24,
+            name: "TS_UNACCEPTABLE".into(),
+        },
+    };
+    for (other, own, answered) in [
+        (Some("net"), Some("web"), true),
+        (Some("net"), None, true),
+        (Some("net"), Some("net"), false),
+    ] {
+        let (mut hook, mut m, mut inst) = setup();
+        m.started = Some(Started::Queued(IkeSaId(7)));
+        let rx = run(&mut hook, &mut m, &mut inst, |done| Command::Initiate {
+            connection: "site".into(),
+            child: Some("web".into()),
+            done,
+        });
+        assert!(m.initiated.is_empty(), "no new IKE SA");
+        hook.notice(&failed(other));
+        hook.notice(&child_up(IkeSaId(7)));
+        hook.settle();
+        assert!(rx.try_recv().is_err(), "net's outcome is not web's");
+        hook.notice(&failed(own));
+        hook.settle();
+        assert_eq!(
+            matches!(rx.try_recv(), Ok(Outcome::Failed(_))),
+            answered,
+            "{own:?}"
+        );
+    }
+    // Up already: answered at once, nothing started.
+    let (mut hook, mut m, mut inst) = setup();
+    m.started = Some(Started::Up(IkeSaId(7)));
+    let rx = run(&mut hook, &mut m, &mut inst, |done| Command::Initiate {
+        connection: "site".into(),
+        child: None,
+        done,
+    });
+    let Outcome::Done(ok) = rx.try_recv().unwrap() else {
+        panic!("not done")
+    };
+    assert!(
+        ok.contains("CHILD_SA net of connection site is up already (IKE SA #7)"),
+        "{ok}"
     );
 }
 

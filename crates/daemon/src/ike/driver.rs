@@ -11,6 +11,7 @@
 use super::install::Installer;
 use super::sockets::Sockets;
 use netveil_ike::event::{Event, Failure, IkeSaId, Transmit};
+use netveil_ike::machine::Started;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -31,10 +32,16 @@ pub trait Machine: Send {
         child: Option<&str>,
         now: Instant,
     ) -> Result<IkeSaId, String>;
-    /// A new CHILD_SA of `child` in the established IKE SA `ike_sa` (CREATE_CHILD_SA).
-    fn create_child(&mut self, ike_sa: IkeSaId, child: &str, now: Instant) -> Result<(), String> {
-        let _ = (ike_sa, child, now);
-        Err("CREATE_CHILD_SA is not supported by this machine".into())
+    /// Starts `child` of `connection` (None: its first) where strongSwan would: in the connection's IKE SA if it
+    /// has one (CREATE_CHILD_SA, queued until that SA is up), else in a new IKE SA
+    /// (`netveil_ike::machine::Endpoint::start_child`). A machine without it starts a new IKE SA each time.
+    fn start_child(
+        &mut self,
+        connection: &str,
+        child: Option<&str>,
+        now: Instant,
+    ) -> Result<Started, String> {
+        self.initiate(connection, child, now).map(Started::New)
     }
     /// Deletes an IKE SA (INFORMATIONAL DELETE; its children go with it).
     fn terminate(&mut self, ike_sa: IkeSaId, now: Instant) -> Result<(), String>;
@@ -109,10 +116,17 @@ impl Driver {
     /// answer) and removes every CHILD_SA it installed.
     pub fn run(mut self, stop: &AtomicBool) {
         let now = Instant::now();
+        // The children of one connection share its IKE SA: the first starts it, the others go in it with
+        // CREATE_CHILD_SA once it is up (strongSwan, with `unique = replace`, would let a second IKE SA replace the
+        // first and take its children down).
         for (conn, child) in std::mem::take(&mut self.start) {
-            match self.machine.initiate(&conn, Some(&child), now) {
-                Ok(id) => tracing::info!(
+            match self.machine.start_child(&conn, Some(&child), now) {
+                Ok(Started::New(id)) => tracing::info!(
                     "ike: initiating connection {conn} (child {child}) as IKE SA {}",
+                    id.0
+                ),
+                Ok(Started::Queued(id) | Started::Up(id)) => tracing::info!(
+                    "ike: initiating child {child} of connection {conn} in IKE SA {} (CREATE_CHILD_SA once it is up)",
                     id.0
                 ),
                 Err(e) => tracing::warn!("ike: cannot initiate connection {conn}: {e}"),
@@ -223,30 +237,30 @@ impl Driver {
         }
     }
 
-    /// Initiates `child` of `conn`: CREATE_CHILD_SA in an established IKE SA of the connection, else a new IKE SA.
+    /// Initiates `child` of `conn`: in the connection's IKE SA if it has one (CREATE_CHILD_SA, queued while that
+    /// SA is being set up), else in a new IKE SA (see [`Machine::start_child`]).
     fn start_child(&mut self, conn: &str, child: &str, now: Instant) {
         if let Some(t) = self.installer.trap(conn, child) {
             t.pending = Some(now);
         }
-        let ike = self
-            .installer
-            .ike_sas
-            .iter()
-            .filter(|(id, c)| c.as_str() == conn && !self.installer.closing.contains(id))
-            .map(|(id, _)| *id)
-            .max();
-        let r = match ike {
-            Some(id) => self
-                .machine
-                .create_child(id, child, now)
-                .map(|()| format!("in IKE SA {}", id.0)),
-            None => self
-                .machine
-                .initiate(conn, Some(child), now)
-                .map(|id| format!("as IKE SA {}", id.0)),
-        };
-        match r {
-            Ok(how) => tracing::info!("ike: initiating child {child} of connection {conn} {how}"),
+        match self.machine.start_child(conn, Some(child), now) {
+            Ok(Started::New(id)) => tracing::info!(
+                "ike: initiating child {child} of connection {conn} as IKE SA {}",
+                id.0
+            ),
+            Ok(Started::Queued(id)) => tracing::info!(
+                "ike: initiating child {child} of connection {conn} in IKE SA {}",
+                id.0
+            ),
+            Ok(Started::Up(id)) => {
+                if let Some(t) = self.installer.trap(conn, child) {
+                    t.pending = None;
+                }
+                tracing::debug!(
+                    "ike: child {child} of connection {conn} is up in IKE SA {} already",
+                    id.0
+                )
+            }
             Err(e) => {
                 if let Some(t) = self.installer.trap(conn, child) {
                     t.pending = None;
@@ -480,18 +494,21 @@ impl Driver {
             Event::Failed {
                 connection,
                 ike_sa,
+                child,
                 failure,
             } => {
                 if let (Some(id), Failure::Timeout) = (ike_sa, &failure) {
                     self.installer.dead.insert(id);
                 }
+                // A child's failure ends that child's initiation; an IKE SA's, those of every child in it.
                 for t in self.installer.traps.iter_mut() {
-                    if t.connection == connection {
+                    if t.connection == connection && child.as_ref().is_none_or(|c| *c == t.child) {
                         t.pending = None;
                     }
                 }
                 let sa = ike_sa.map_or(String::new(), |s| format!(" (IKE SA {})", s.0));
-                tracing::warn!("ike: connection {connection}{sa}: {}", explain(&failure));
+                let ch = child.map_or(String::new(), |c| format!(", child {c}"));
+                tracing::warn!("ike: connection {connection}{sa}{ch}: {}", explain(&failure));
             }
         }
     }
@@ -545,9 +562,16 @@ pub fn explain(f: &Failure) -> String {
                              and 4500, and does it run?)"
             .into(),
         Failure::PeerError { notify, name } => format!("the peer answered with error {name} ({notify})"),
-        Failure::NoMatchingConnection => "no connection matches the peer's addresses and identities \
-                                           (check local_addrs, remote_addrs and the ids)"
-            .into(),
+        Failure::NoMatchingConnection(m) => format!(
+            "no connection matches {m} (check local_addrs, remote_addrs and the ids, ours and the peer's)"
+        ),
+        Failure::UnexpectedId { got, want } => format!(
+            "the peer authenticated as {got}, not as {want} (check remote.id, and the peer's local id); it was \
+             told (AUTHENTICATION_FAILED)"
+        ),
+        Failure::Malformed(what) => {
+            format!("the peer sent a malformed {what} (the peer's fault, or an incompatibility)")
+        }
         Failure::ReauthFailed => "reauthentication failed (the new IKE SA's failure is logged before): this IKE \
                                   SA and its CHILD_SAs stay until over_time after reauth_time, then go"
             .into(),

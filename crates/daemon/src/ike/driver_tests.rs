@@ -97,6 +97,7 @@ impl Machine for Scripted {
         s.events.push(Event::Failed {
             connection: "site".into(),
             ike_sa: Some(IkeSaId(1)),
+            child: None,
             failure: Failure::Timeout,
         });
     }
@@ -404,7 +405,36 @@ fn failures_say_what_to_check() {
             },
             vec!["NO_PROPOSAL_CHOSEN (14)"],
         ),
-        (Failure::NoMatchingConnection, vec!["remote_addrs"]),
+        (
+            Failure::NoMatchingConnection(Box::new(netveil_ike::event::NoMatch {
+                local: "10.0.0.1".parse().unwrap(),
+                remote: "10.0.0.9".parse().unwrap(),
+                local_id: None,
+                remote_id: Some("C=CH, O=lab, CN=mallory".into()),
+                expected: vec!["site: 10.0.0.1[a.example]...10.0.0.2[b.example]".into()],
+                more: 2,
+                why: None,
+            })),
+            vec![
+                "no connection matches 10.0.0.1[%any]...10.0.0.9[C=CH, O=lab, CN=mallory]",
+                "expected site: 10.0.0.1[a.example]...10.0.0.2[b.example] and 2 more",
+                "remote_addrs",
+            ],
+        ),
+        (
+            Failure::UnexpectedId {
+                got: "mallory.example".into(),
+                want: "b.example".into(),
+            },
+            vec![
+                "authenticated as mallory.example, not as b.example",
+                "remote.id",
+            ],
+        ),
+        (
+            Failure::Malformed("IKE_AUTH response".into()),
+            vec!["malformed IKE_AUTH response", "the peer's fault"],
+        ),
         (
             Failure::ReauthFailed,
             vec!["reauthentication failed", "over_time"],

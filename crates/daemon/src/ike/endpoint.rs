@@ -28,14 +28,14 @@ impl Machine for Endpoint {
             .initiate(connection, child, now)
             .map_err(|e| e.to_string())
     }
-    fn create_child(
+    fn start_child(
         &mut self,
-        ike_sa: netveil_ike::event::IkeSaId,
-        child: &str,
+        connection: &str,
+        child: Option<&str>,
         now: std::time::Instant,
-    ) -> Result<(), String> {
+    ) -> Result<netveil_ike::machine::Started, String> {
         self.0
-            .create_child(ike_sa, child, now)
+            .start_child(connection, child, now)
             .map_err(|e| e.to_string())
     }
     fn terminate(

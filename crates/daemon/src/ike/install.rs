@@ -271,6 +271,10 @@ impl Installer {
                 .map_err(refused("the IKE peers in the peer filter"))?;
         }
         self.acquires = self.port.acquires();
+        // What a killed predecessor added at runtime under our prefix (restored by the engine at its start): the
+        // configured children's policies are replaced below, the rest removed after.
+        let left = self.port.runtime_policies("ike-");
+        let mut ours = Vec::new();
         let mut k = 0;
         for c in connections {
             for ch in &c.children {
@@ -306,6 +310,7 @@ impl Installer {
                     .map(|b| (b, Some(0)))
                     .chain(policies.iter().cloned().map(|p| (p, None)))
                 {
+                    ours.push(p.name.clone());
                     self.add_replacing(p, position)?;
                 }
                 self.traps.push(Trap {
@@ -320,7 +325,33 @@ impl Installer {
                 });
             }
         }
+        self.remove_left(left, &ours);
         Ok(())
+    }
+
+    /// Removes the policies of a predecessor (`left`) that are not among the configured children's (`ours`):
+    /// those of the CHILD_SAs it had negotiated (their SAs went with it: keys are never stored), and of children
+    /// no longer configured. The configured children's policies cover the traffic of the first until their
+    /// CHILD_SAs are negotiated again. (`netveil policy del` refuses these names: the driver owns them.)
+    fn remove_left(&self, left: Vec<String>, ours: &[String]) {
+        let mut removed = Vec::new();
+        for name in left.into_iter().filter(|n| !ours.contains(n)) {
+            match self.port.policy_del(&name) {
+                Ok(()) => removed.push(name),
+                Err(e) => tracing::warn!(
+                    "ike: policy {name}, left by the previous instance, not removed: {}",
+                    e.reason
+                ),
+            }
+        }
+        if !removed.is_empty() {
+            tracing::info!(
+                "ike: removed {} policies the previous instance had added ({}): the configured children's policies \
+                 cover their traffic until their CHILD_SAs are negotiated again",
+                removed.len(),
+                removed.join(", ")
+            );
+        }
     }
 
     /// Adds a policy; one of its name left by a predecessor is removed first.

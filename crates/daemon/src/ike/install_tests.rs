@@ -580,6 +580,41 @@ fn claimed_names_have_an_owner() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// After a restart: the `ike-*` policies a killed predecessor had added (restored from the state directory) that
+/// are not the configured children's are removed when the driver starts (`netveil policy del` refuses them: the
+/// driver owns them); the configured ones are replaced, a user's own runtime policy is left alone.
+#[test]
+fn a_predecessors_ike_policies_are_removed_at_start() {
+    let dir = crate::state::test_dir("ike-install-left");
+    let a = engine(&dir.join("a"));
+    let port = IpPort(a.clone());
+    let (l, r) = (ts("10.1.2.0/24"), ts("10.2.3.0/24"));
+    for (prefix, out, inb) in [
+        ("ike-9", "ike-9-out", "ike-9-in"),
+        ("ike-c1", "ike-c1-out", "ike-c1-in"),
+        ("ike-c4", "ike-c4-out", "ike-c4-in"),
+        ("mine", "mine-out", "mine-in"),
+    ] {
+        for (_, _, o, i) in policy_pairs(&[l], &[r], prefix, out, inb) {
+            port.policy_add(o, None).unwrap();
+            port.policy_add(i, None).unwrap();
+        }
+    }
+    assert_eq!(a.db.runtime_policies("ike-").len(), 6);
+    let mut ia = Installer::new(Arc::new(IpPort(a.clone())));
+    ia.install_traps(&site("none")).unwrap();
+    let mut left = a.db.runtime_policies("ike-");
+    left.sort();
+    assert_eq!(
+        left,
+        ["ike-c1-i0", "ike-c1-o0"],
+        "only the configured child's"
+    );
+    assert_eq!(a.db.runtime_policies("mine").len(), 2);
+    drop((a, ia));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn in_netns(f: impl FnOnce() + Send + 'static) {
     let h = std::thread::spawn(move || {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");

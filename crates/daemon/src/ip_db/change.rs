@@ -268,6 +268,16 @@ impl Db {
         }
     }
 
+    /// The names of the policies added at runtime (kept in the state directory) that start with `prefix`.
+    pub fn runtime_policies(&self, prefix: &str) -> Vec<String> {
+        self.tables()
+            .runtime
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
     /// The owner of a name (see [`Db::claim`]), if a driver owns it.
     pub fn owner_of(&self, name: &str) -> Option<String> {
         self.tables()

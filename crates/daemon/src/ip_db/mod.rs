@@ -468,7 +468,8 @@ impl Db {
             let names = restored.join(", ");
             tracing::warn!(
                 "{}: restored {} policies the previous instance had added at runtime ({names}): their traffic \
-                 stays blocked until their SAs are added, `netveil policy del`, or `netveil down`",
+                 stays blocked until their SAs are added, `netveil policy del` removes them, or `netveil down` (a \
+                 key-exchange driver's own, such as the IKE driver's ike-*, it replaces or removes when it starts)",
                 t.interface.name,
                 restored.len()
             );

@@ -68,6 +68,10 @@ impl SaPort for IpPort {
         self.0.db.claim(prefix, owner)
     }
 
+    fn runtime_policies(&self, prefix: &str) -> Vec<String> {
+        self.0.db.runtime_policies(prefix)
+    }
+
     fn psp_rx(&self, f: &mut dyn FnMut(&mut netveil_psp::Device)) -> Result<(), String> {
         match &self.0.psp {
             Some(st) => st.with_device(f),

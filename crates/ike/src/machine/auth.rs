@@ -71,14 +71,18 @@ fn within(got: &Ts, ours: &[TsSpec]) -> bool {
 
 impl Endpoint {
     /// Initiator: IKE_AUTH with IDi, [IDr], AUTH, INITIAL_CONTACT, the child's SA and selectors. INITIAL_CONTACT
-    /// asserts that this is our only IKE SA with the peer (RFC 7296 3.16): it goes only when no other IKE SA of
-    /// the connection with the peer's address exists here, in any state (as strongSwan's `has_contact`), so that a
-    /// second IKE SA does not make the peer drop the first.
+    /// asserts that this is our only IKE SA with the peer (RFC 7296 3.16): it goes only when no other IKE SA with
+    /// the peer's address exists here, in any state, of the connection or of another with the same two ids (as
+    /// strongSwan's `has_contact`, which looks by ids), so that a second IKE SA does not make the peer drop the
+    /// first (strongSwan drops every IKE SA of the same ids on it).
     pub(super) fn send_auth(&mut self, sa: &mut IkeSa, now: Instant) {
-        let contact = self
-            .sas
-            .values()
-            .any(|o| o.id != sa.id && o.conn == sa.conn && o.remote.ip() == sa.remote.ip());
+        let me = &self.connections[sa.conn];
+        let contact = self.sas.values().any(|o| {
+            let c = &self.connections[o.conn];
+            o.id != sa.id
+                && o.remote.ip() == sa.remote.ip()
+                && (o.conn == sa.conn || (c.local.id == me.local.id && c.remote.id == me.remote.id))
+        });
         let conn = &self.connections[sa.conn];
         let (Some(keys), Some(ci)) = (sa.keys(), sa.hs().first_child) else {
             return;
@@ -268,25 +272,13 @@ impl Endpoint {
             self.respond(sa, ex, mid, &[notify(NotifyType::INVALID_SYNTAX)]);
             return Outcome::Forget;
         }
-        let chosen_ike = sa.proposal();
-        let found = (0..self.connections.len()).find(|&ci| {
-            let c = &self.connections[ci];
-            let addrs = (c.local_addrs.is_empty() || c.local_addrs.contains(&sa.local.ip()))
-                && (c.remote_addrs.is_empty() || c.remote_addrs.contains(&sa.init_remote.ip()));
-            let ike_ok = chosen_ike.as_ref().is_some_and(|p| {
-                proposal::select(&c.proposals, std::slice::from_ref(p), Preference::Ours)
-                    .is_some_and(|s| &s.chosen == p)
-            });
-            addrs
-                && ike_ok
-                && (c.psk.is_some() || matches!(c.remote.method, AuthMethod::PubKey(_)))
-                && cert::id_matches(&c.remote.id, idi)
-                && o.idr().is_none_or(|r| cert::id_matches(&c.local.id, r))
-        });
-        let Some(ci) = found else {
-            self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
-            self.fail(sa.conn, Some(sa.id), Failure::NoMatchingConnection);
-            return Outcome::Forget;
+        let ci = match self.pick_connection(sa, idi, o.idr()) {
+            Ok(ci) => ci,
+            Err(m) => {
+                self.respond(sa, ex, mid, &[notify(NotifyType::AUTHENTICATION_FAILED)]);
+                self.fail(sa.conn, Some(sa.id), Failure::NoMatchingConnection(m));
+                return Outcome::Forget;
+            }
         };
         sa.conn = ci;
         let Some(keys) = sa.keys() else {
@@ -365,9 +357,10 @@ impl Endpoint {
         let their_list: Vec<Proposal> = theirs.iter().map(|(_, p, _)| p.clone()).collect();
         let ours: Vec<Proposal> = child.esp_proposals.iter().map(glue::without_ke).collect();
         let Some(sel) = proposal::select(&ours, &their_list, Preference::Ours) else {
-            self.fail(
+            self.fail_child(
                 sa.conn,
                 Some(sa.id),
+                Some(k),
                 Failure::NoProposalChosen {
                     ours: glue::names(&ours),
                     theirs: glue::names(&their_list),
@@ -445,10 +438,12 @@ impl Endpoint {
         let (Some(auth), Some(idr), Some(idr_body), Some(keys)) =
             (auth, o.idr(), o.idr_body.as_ref(), sa.keys())
         else {
-            return Outcome::Ignore;
+            let f = Failure::Malformed("IKE_AUTH response (an AUTH payload without an IDr)".into());
+            return self.refuse_responder(sa, now, f);
         };
         if o.count(payload_type::AUTH) != 1 || o.count(payload_type::IDR) != 1 {
-            return Outcome::Ignore;
+            let f = Failure::Malformed("IKE_AUTH response (more than one AUTH or IDr)".into());
+            return self.refuse_responder(sa, now, f);
         }
         let mut signed = keys.signed_octets(
             Role::Responder,
@@ -458,14 +453,15 @@ impl Endpoint {
         );
         signed.extend(sa.int_auth(o.header.message_id));
         if !cert::id_matches(&conn.remote.id, idr) {
-            return Outcome::Destroy(Some(Failure::AuthenticationFailed {
-                id: glue::id_string(idr),
-                by_peer: false,
-            }));
+            let f = Failure::UnexpectedId {
+                got: glue::id_string(idr),
+                want: glue::identity_string(&conn.remote.id),
+            };
+            return self.refuse_responder(sa, now, f);
         }
         let prf = keys.suite().prf();
         if let Err(failure) = self.check_peer_auth(sa.conn, idr, auth, o, &signed, prf, now) {
-            return Outcome::Destroy(Some(failure));
+            return self.refuse_responder(sa, now, failure);
         }
         let peer_id = glue::authenticated_id(&self.connections[sa.conn].remote.id, idr);
         sa.peer_id = peer_id;
@@ -475,6 +471,32 @@ impl Endpoint {
         self.initiator_child(sa, o, now);
         sa.forget_handshake();
         self.after_response(sa, now);
+        Outcome::Keep
+    }
+
+    /// Initiator: we refuse the responder's IKE_AUTH answer (its authentication, its identity, or a malformed
+    /// answer) for `failure`. The responder took our authentication and holds an established IKE SA with a child
+    /// installed: it is told, as RFC 7296 2.21.2 has it, in an INFORMATIONAL request on the new SA with
+    /// AUTHENTICATION_FAILED (what strongSwan's initiator sends; charon 5.x deletes its IKE SA on it and answers).
+    /// The SA stays here as `Deleting` (never reported up, no child) only to retransmit that request until it is
+    /// answered or given up, then goes without further events; `failure` is reported now.
+    fn refuse_responder(&mut self, sa: &mut IkeSa, now: Instant, failure: Failure) -> Outcome {
+        self.fail(sa.conn, Some(sa.id), failure);
+        sa.pending = None;
+        sa.my_mid = sa.my_mid.wrapping_add(1);
+        if let Some(spi) = sa.hs_mut().first_child_spi.take() {
+            self.inbound_spis.remove(&spi);
+        }
+        sa.queued_children = None;
+        sa.forget_handshake();
+        self.request(
+            sa,
+            crate::message::ExchangeType::INFORMATIONAL,
+            Purpose::DeleteIke,
+            &[notify(NotifyType::AUTHENTICATION_FAILED)],
+            now,
+        );
+        sa.state = State::Deleting;
         Outcome::Keep
     }
 
@@ -506,7 +528,7 @@ impl Endpoint {
                         .collect()
                 },
             );
-            self.fail(sa.conn, Some(sa.id), failure);
+            self.fail_child(sa.conn, Some(sa.id), Some(ci), failure);
             return;
         }
         let ours: Vec<Proposal> = child.esp_proposals.iter().map(glue::without_ke).collect();
@@ -529,7 +551,7 @@ impl Endpoint {
                 ours: glue::names(&ours),
                 theirs,
             };
-            self.fail(sa.conn, Some(sa.id), f);
+            self.fail_child(sa.conn, Some(sa.id), Some(ci), f);
             return;
         };
         let ts_ok = match (tsi, tsr) {
@@ -546,9 +568,10 @@ impl Endpoint {
             let mut theirs = tsi.map(glue::ts_specs).unwrap_or_default();
             theirs.extend(tsr.map(glue::ts_specs).unwrap_or_default());
             self.inbound_spis.remove(&spi);
-            self.fail(
+            self.fail_child(
                 sa.conn,
                 Some(sa.id),
+                Some(ci),
                 Failure::TsUnacceptable { ours, theirs },
             );
             return;

@@ -180,7 +180,7 @@ impl Endpoint {
         let x = sa.child_x.take();
         let fail = |this: &mut Endpoint, sa: &mut IkeSa, f: Failure| {
             this.inbound_spis.remove(&spi);
-            this.fail(sa.conn, Some(sa.id), f);
+            this.fail_child(sa.conn, Some(sa.id), Some(cfg), f);
         };
         let child = self.connections[sa.conn].children[cfg].clone();
         if let Some(n) = o.notifies().find(|n| n.notify_type.is_error()) {
@@ -416,7 +416,7 @@ impl Endpoint {
                 ours: glue::names(&child.esp_proposals),
                 theirs: glue::names(&their_list),
             };
-            self.fail(sa.conn, Some(sa.id), f);
+            self.fail_child(sa.conn, Some(sa.id), Some(k), f);
             return refuse(self, sa, NotifyType::NO_PROPOSAL_CHOSEN);
         };
         let mode = if child.mode == Mode::Transport

@@ -135,10 +135,18 @@ pub fn id_matches(conf: &Identity, got: &Id) -> bool {
     }
 }
 
-/// An ID as strongSwan prints it (`10.0.0.1`, `vpn.example.org`, `user@example.org`, `@#0a0b` for a key id, the
-/// DN's DER bytes in hex for a DN).
+/// An ID as text, as strongSwan prints it (`10.0.0.1`, `vpn.example.org`, `user@example.org`, `@#0a0b` for a key
+/// id, a DN as [`crate::cert::dn_string`] writes it: `C=CH, O=strongSwan, CN=moon`), for `status`, JSON and
+/// logs; at most [`ID_TEXT_MAX`] characters (a peer's DN can be as long as its message).
 pub fn id_string(id: &Id) -> String {
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    if let Some(d) = id.as_der_dn() {
+        let t = crate::cert::dn_string(d);
+        return match t.char_indices().nth(ID_TEXT_MAX) {
+            Some((at, _)) => format!("{}...", &t[..at]),
+            None => t,
+        };
+    }
     if let Some(a) = id.as_ipv4() {
         a.to_string()
     } else if let Some(a) = id.as_ipv6() {
@@ -151,13 +159,18 @@ pub fn id_string(id: &Id) -> String {
     } else if id.id_type() == IdType::KEY_ID {
         format!("@#{}", hex(id.data()))
     } else {
+        let d = id.data();
         format!(
-            "{:?}:{}",
+            "{:?}:{}{}",
             id.id_type(),
-            hex(&id.data()[..id.data().len().min(64)])
+            hex(&d[..d.len().min(64)]),
+            if d.len() > 64 { "..." } else { "" }
         )
     }
 }
+
+/// The longest ID text [`id_string`] makes of a DN, in characters.
+pub const ID_TEXT_MAX: usize = 512;
 
 /// A configured identity as text (for events).
 pub fn identity_string(id: &Identity) -> String {

@@ -95,6 +95,17 @@ impl Endpoint {
             self.send_delete_ike(sa, now);
             return;
         }
+        // Children started while the SA was being set up or busy (`start_child`): one CREATE_CHILD_SA at a time.
+        if let Some(q) = sa.queued_children.as_mut() {
+            let cfg = (!q.is_empty()).then(|| q.remove(0));
+            if q.is_empty() {
+                sa.queued_children = None;
+            }
+            if let Some(cfg) = cfg {
+                self.send_create_child(sa, cfg, None, now);
+                return;
+            }
+        }
         self.reauth_next(sa, now);
     }
 
@@ -217,6 +228,15 @@ impl Endpoint {
         if deletes.iter().any(|d| d.protocol_id() == protocol_id::IKE) {
             self.respond(sa, ex, mid, &[]);
             return Outcome::Destroy(None);
+        }
+        // The initiator refused our IKE_AUTH answer after all (RFC 7296 2.21.2: our authentication, or our
+        // identity): the SA goes, as with a DELETE (strongSwan's reaction too).
+        if o.notifies()
+            .any(|n| n.notify_type == NotifyType::AUTHENTICATION_FAILED)
+        {
+            self.respond(sa, ex, mid, &[]);
+            let id = crate::machine::glue::identity_string(&self.connections[sa.conn].local.id);
+            return Outcome::Destroy(Some(Failure::AuthenticationFailed { id, by_peer: true }));
         }
         // The peer names its inbound SPIs: our outbound ones. We answer with our inbound SPIs of those children.
         let mut ours = Vec::new();

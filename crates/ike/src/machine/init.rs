@@ -213,7 +213,8 @@ impl Endpoint {
             .collect();
         if candidates.is_empty() {
             self.counters.dropped += 1;
-            self.fail(usize::MAX, None, Failure::NoMatchingConnection);
+            let m = self.no_match(local.ip(), remote.ip(), None, None, None);
+            self.fail(usize::MAX, None, Failure::NoMatchingConnection(m));
             return;
         }
         let (Some(Payload::Sa(sa_p)), Some(Payload::Ke(ke)), Some(Payload::Nonce(ni))) = (

@@ -29,6 +29,7 @@ pub mod glue;
 mod info;
 mod init;
 mod intermediate;
+mod pick;
 mod pubkey;
 mod reauth;
 mod rekey;
@@ -119,6 +120,27 @@ pub enum EndpointError {
     TooManySas,
     #[error("the IKE SA is not established, has a request outstanding, or has no such CHILD_SA")]
     Busy,
+}
+
+/// Where [`Endpoint::start_child`] put a child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// In a new IKE SA (IKE_SA_INIT sent; the child goes in its IKE_AUTH).
+    New(IkeSaId),
+    /// In this IKE SA of the connection, with CREATE_CHILD_SA: sent, queued until the SA is up and idle, or
+    /// already under way.
+    Queued(IkeSaId),
+    /// Already up in this IKE SA: nothing was sent.
+    Up(IkeSaId),
+}
+
+impl Started {
+    /// The IKE SA the child is (or goes) in.
+    pub fn ike_sa(&self) -> IkeSaId {
+        match self {
+            Started::New(id) | Started::Queued(id) | Started::Up(id) => *id,
+        }
+    }
 }
 
 /// The secret the responder's cookies are keyed with (RFC 7296 2.6), and the previous one.
@@ -340,6 +362,88 @@ impl Endpoint {
         Ok(id)
     }
 
+    /// Starts `child` of `connection` (None: its first configured child) as strongSwan does with its default
+    /// `reuse_ikesa = yes`: the children of a connection share its IKE SA. If the connection has an IKE SA here
+    /// (as initiator, or as responder once up) that is not going (deleted, rekeyed away, replaced by a
+    /// reauthentication), the child goes into it with CREATE_CHILD_SA: at once if the SA is up and idle, else
+    /// queued until it is up (a second child asked for while IKE_SA_INIT or IKE_AUTH is under way) and its
+    /// outstanding request is answered; if that SA fails, the queued children fail with it (its `Failed` event).
+    /// A child already up in it, or already on its way, is not started again. Without such an SA: a new IKE SA
+    /// with the child in its IKE_AUTH ([`Endpoint::initiate`], which always starts a new IKE SA). Err: unknown
+    /// names, or what `initiate` refuses.
+    pub fn start_child(
+        &mut self,
+        connection: &str,
+        child: Option<&str>,
+        now: Instant,
+    ) -> Result<Started, EndpointError> {
+        let ci = self
+            .connections
+            .iter()
+            .position(|c| c.name == connection)
+            .ok_or_else(|| EndpointError::UnknownConnection(connection.to_string()))?;
+        let conn = &self.connections[ci];
+        let k = match child {
+            Some(name) => conn
+                .children
+                .iter()
+                .position(|c| c.name == name)
+                .ok_or_else(|| EndpointError::UnknownChild {
+                    connection: connection.to_string(),
+                    child: name.to_string(),
+                })?,
+            None if conn.children.is_empty() => {
+                return Err(EndpointError::NoChild(connection.to_string()))
+            }
+            None => 0,
+        };
+        let open = |sa: &IkeSa| {
+            let state_ok = match sa.state {
+                State::Established => true,
+                State::InitSent | State::AuthSent => sa.role == Role::Initiator,
+                _ => false,
+            };
+            state_ok
+                && sa.conn == ci
+                && !sa.delete_queued
+                && sa.reauth.as_ref().is_none_or(|r| r.by.is_none())
+                && (conn.remote_addrs.is_empty() || conn.remote_addrs.contains(&sa.remote.ip()))
+        };
+        // An established one before one being set up, then the newest.
+        let Some(id) = self
+            .sas
+            .values()
+            .filter(|sa| open(sa))
+            .max_by_key(|sa| (sa.state == State::Established, sa.id))
+            .map(|sa| sa.id)
+        else {
+            return self.initiate(connection, child, now).map(Started::New);
+        };
+        let Some(mut sa) = self.sas.remove(&id) else {
+            return Err(EndpointError::UnknownIkeSa(id));
+        };
+        let up = sa.children.iter().any(|c| c.cfg == k);
+        let coming = sa.hs().first_child == Some(k) && sa.state != State::Established
+            || sa.queued_children.as_ref().is_some_and(|q| q.contains(&k))
+            || sa.reauth.as_ref().is_some_and(|r| r.queue.contains(&k))
+            || matches!(
+                sa.pending.as_deref(),
+                Some(sa::Pending { purpose: sa::Purpose::CreateChild { cfg, rekey: None, .. }, .. })
+                    if *cfg == k
+            );
+        let r = if up {
+            Started::Up(id)
+        } else {
+            if !coming {
+                sa.queued_children.get_or_insert_default().push(k);
+                self.after_response(&mut sa, now);
+            }
+            Started::Queued(id)
+        };
+        self.sas.insert(id, sa);
+        Ok(r)
+    }
+
     /// Tells the endpoint that the data plane received authentic traffic of one of `ike_sa`'s CHILD_SAs: the
     /// peer is alive, and dead peer detection waits another `dpd_delay` (as strongSwan counts inbound ESP).
     pub fn peer_traffic(&mut self, ike_sa: IkeSaId, now: Instant) {
@@ -514,15 +618,26 @@ impl Endpoint {
         });
     }
 
+    /// The IKE SA (or its setup) failed.
     fn fail(&mut self, conn: usize, ike_sa: Option<IkeSaId>, failure: Failure) {
-        let connection = self
-            .connections
-            .get(conn)
-            .map(|c| c.name.clone())
-            .unwrap_or_default();
+        self.fail_child(conn, ike_sa, None, failure);
+    }
+
+    /// A failure; `child`: the child config whose CHILD_SA was not created (the IKE SA stays).
+    fn fail_child(
+        &mut self,
+        conn: usize,
+        ike_sa: Option<IkeSaId>,
+        child: Option<usize>,
+        failure: Failure,
+    ) {
+        let c = self.connections.get(conn);
+        let connection = c.map(|c| c.name.clone()).unwrap_or_default();
+        let child = child.and_then(|k| c?.children.get(k).map(|ch| ch.name.clone()));
         self.events.push_back(Event::Failed {
             connection,
             ike_sa,
+            child,
             failure,
         });
     }

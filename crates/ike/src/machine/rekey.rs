@@ -156,6 +156,8 @@ impl Endpoint {
         sa.nat_local = old.nat_local;
         sa.nat_remote = old.nat_remote;
         sa.children = std::mem::take(&mut old.children);
+        // Children waiting to be created go with them.
+        sa.queued_children = old.queued_children.take();
         sa.ike_rekey_at = self.ike_rekey_time(old.conn, now);
         self.reauth_rekeyed(old, &mut sa);
         self.by_spi.insert(sa.our_spi(), id);

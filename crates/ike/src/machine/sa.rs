@@ -277,6 +277,11 @@ pub struct IkeSa {
     /// and `None` when there are none, as most SAs have.
     #[allow(clippy::box_collection)] // A thin pointer: 8 bytes in every SA, not a Vec's 24.
     pub queued_child_deletes: Option<Box<Vec<u32>>>,
+    /// Child configs to create in this IKE SA with CREATE_CHILD_SA, one after the other, once it is up and no
+    /// request is outstanding ([`super::Endpoint::start_child`]: children of one connection share its IKE SA);
+    /// boxed and `None` when there are none.
+    #[allow(clippy::box_collection)]
+    pub queued_children: Option<Box<Vec<usize>>>,
     pub child_x: Option<Box<ChildExchange>>,
     /// When we rekey the IKE SA (set when it comes up).
     pub ike_rekey_at: Instant,
@@ -417,6 +422,7 @@ impl IkeSa {
             up_ms: 0,
             delete_queued: false,
             queued_child_deletes: None,
+            queued_children: None,
             child_x: None,
             ike_rekey_at: now + Duration::from_secs(86400 * 365),
             reauth: None,
@@ -469,7 +475,11 @@ impl IkeSa {
                 at(r.expire);
             }
             let reauth_due = self.reauth.as_ref().is_some_and(|r| r.of.is_some());
-            if self.delete_queued || self.queued_child_deletes.is_some() || reauth_due {
+            if self.delete_queued
+                || self.queued_child_deletes.is_some()
+                || self.queued_children.is_some()
+                || reauth_due
+            {
                 at(self.last_heard);
             }
         }
