@@ -19,9 +19,11 @@ pub(super) enum Reason {
     RxState,
     ClearCovered,
     Policy,
+    /// A protected packet (going out or coming in) with IPv4 options besides option 130.
+    IpOptions,
 }
 
-pub(super) const DROP_NAMES: [&str; 12] = [
+pub(super) const DROP_NAMES: [&str; 13] = [
     "seal_failed",
     "key_exhausted",
     "malformed",
@@ -34,13 +36,14 @@ pub(super) const DROP_NAMES: [&str; 12] = [
     "rx_state",
     "clear_on_covered",
     "policy",
+    "ip_options",
 ];
 
 pub(super) struct Stats {
     /// Per rule: packets and bytes out, packets and bytes in.
     pub(super) rules: Vec<[AtomicU64; 4]>,
     pub(super) passed: AtomicU64,
-    pub(super) drops: [AtomicU64; 12],
+    pub(super) drops: [AtomicU64; 13],
 }
 
 impl Stats {

@@ -339,6 +339,7 @@ impl Worker {
                 Verdict::AcceptChanged
             }
             Err(SealError::Exhausted) => self.stats.dropped(Reason::Exhausted),
+            Err(SealError::Options) => self.stats.dropped(Reason::IpOptions),
             Err(_) => self.stats.dropped(Reason::SealFailed),
         }
     }
@@ -395,6 +396,7 @@ impl Worker {
                     OpenError::WrongKey => Reason::UnknownKey,
                     OpenError::TooManySources => Reason::TooManySources,
                     OpenError::State => Reason::RxState,
+                    OpenError::Options => Reason::IpOptions,
                     OpenError::Malformed | OpenError::Fragment | OpenError::Unmarked => {
                         Reason::Malformed
                     }
