@@ -301,28 +301,33 @@ fn pilsc_icmp_errors_about_protected_udp_and_tcp_leave_sealed_both_ways() {
     const TCP_TO_B: &[u8] = b"TOP-SECRET-PAYLOAD card 4111 tcp to b, rejected ";
     const TCP_TO_A: &[u8] = b"TOP-SECRET-PAYLOAD card 4111 tcp to a, rejected ";
 
+    // What a phase's capture must show: no marker; every ICMP packet sealed, and at least one.
+    let on_the_wire = |name: &str, path: &Path| {
+        let markers = [UDP_TO_B, UDP_TO_A, TCP_TO_B, TCP_TO_A];
+        assert_eq!(shows(path, &markers), None, "{name}: plaintext on the wire");
+        let pk = packets(path);
+        let clear = pk.iter().filter(|p| p.0 == 1 && !p.1).count();
+        let sealed = pk.iter().filter(|p| p.0 == 1 && p.1).count();
+        assert_eq!(clear, 0, "{name}: ICMP in clear: {pk:?}");
+        assert!(sealed >= 1, "{name}: no sealed ICMP error: {pk:?}");
+    };
+
     // UDP, to B's closed port: B's kernel answers port unreachable, quoting the decrypted datagram.
     let mut cap = lab
         .capture(&ns[1], "veth-b", "udp-to-b.pcap", 2000, &["ip"])
         .unwrap();
     let b_port = SocketAddr::new(b, UDP_PORT);
-    assert!(
-        refused(&lab, &ns[0], SocketAddr::new(a, 0), b_port, UDP_TO_B),
-        "no port unreachable reached A\n{}",
-        logs()
-    );
-    let udp_to_b = cap.stop().unwrap();
+    let got = refused(&lab, &ns[0], SocketAddr::new(a, 0), b_port, UDP_TO_B);
+    on_the_wire("udp to b", &cap.stop().unwrap());
+    assert!(got, "no port unreachable reached A\n{}", logs());
     // UDP, B's reply from its port to A's closed ephemeral port: A's kernel answers.
     let mut cap = lab
         .capture(&ns[1], "veth-b", "udp-to-a.pcap", 2000, &["ip"])
         .unwrap();
     let a_eph = SocketAddr::new(a, closed_port(&lab, &ns[0], a));
-    assert!(
-        refused(&lab, &ns[1], b_port, a_eph, UDP_TO_A),
-        "no port unreachable reached B\n{}",
-        logs()
-    );
-    let udp_to_a = cap.stop().unwrap();
+    let got = refused(&lab, &ns[1], b_port, a_eph, UDP_TO_A);
+    on_the_wire("udp to a", &cap.stop().unwrap());
+    assert!(got, "no port unreachable reached B\n{}", logs());
 
     // TCP: the closed port's RST (the TCP rule covers it), then segments each side's firewall rejects with ICMP
     // (the SYN and ACKs pass: only segments of 200 bytes or more are rejected).
@@ -388,27 +393,12 @@ fn pilsc_icmp_errors_about_protected_udp_and_tcp_leave_sealed_both_ways() {
     let _ = (hold_a.send(()), hold_b.send(()));
     client.join().unwrap().unwrap();
     server.join().unwrap();
+    on_the_wire("tcp", &cap.stop().unwrap());
     assert!(
         both,
         "the rejected segments' errors did not both arrive\n{}",
         logs()
     );
-    let tcp = cap.stop().unwrap();
-
-    // On the wire: no marker; every ICMP packet sealed, at least one each time.
-    for (name, path) in [
-        ("udp to b", &udp_to_b),
-        ("udp to a", &udp_to_a),
-        ("tcp", &tcp),
-    ] {
-        let markers = [UDP_TO_B, UDP_TO_A, TCP_TO_B, TCP_TO_A];
-        assert_eq!(shows(path, &markers), None, "{name}: plaintext on the wire");
-        let pk = packets(path);
-        let clear = pk.iter().filter(|p| p.0 == 1 && !p.1).count();
-        let sealed = pk.iter().filter(|p| p.0 == 1 && p.1).count();
-        assert_eq!(clear, 0, "{name}: ICMP in clear: {pk:?}");
-        assert!(sealed >= 1, "{name}: no sealed ICMP error: {pk:?}");
-    }
     for s in &d {
         let st = pilsc(s);
         let drops: u64 = st["drops"]
@@ -436,7 +426,7 @@ fn pilsc_icmp_errors_about_protected_udp_and_tcp_leave_sealed_both_ways() {
         let counted = wait_until(|| drop_count(&d[1], "icmp_error_in_clear") == n);
         assert!(
             !w.stop_now(),
-            "a forged clear error reached B's protected socket"
+            "a clear error forged from {from:?} reached B's protected socket"
         );
         assert!(counted, "{}\n{}", pilsc(&d[1]), logs());
     }
@@ -524,17 +514,9 @@ fn ip_engine(pair: HostPair, bypass: bool) {
         .capture(&h.ns[1], h.veth[1], "ip-udp.pcap", 2000, &["ip"])
         .unwrap();
     let b_port = SocketAddr::new(b, UDP_PORT);
-    assert!(
-        refused(&lab, &h.ns[0], SocketAddr::new(a, 0), b_port, TO_B),
-        "no port unreachable reached A\n{}",
-        logs()
-    );
+    let to_a = refused(&lab, &h.ns[0], SocketAddr::new(a, 0), b_port, TO_B);
     let a_eph = SocketAddr::new(a, closed_port(&lab, &h.ns[0], a));
-    assert!(
-        refused(&lab, &h.ns[1], b_port, a_eph, TO_A),
-        "no port unreachable reached B\n{}",
-        logs()
-    );
+    let to_b = refused(&lab, &h.ns[1], b_port, a_eph, TO_A);
     let path = cap.stop().unwrap();
     assert_eq!(shows(&path, &[TO_B, TO_A]), None, "plaintext on the wire");
     let pk = packets(&path);
@@ -543,6 +525,8 @@ fn ip_engine(pair: HostPair, bypass: bool) {
         0,
         "ICMP in clear: {pk:?}"
     );
+    assert!(to_a, "no port unreachable reached A\n{}", logs());
+    assert!(to_b, "no port unreachable reached B\n{}", logs());
     for s in 0..2 {
         let st = h.daemon(s).ask("status").unwrap();
         assert_eq!(st["drops"]["rx:policy-mismatch"], 0, "{st}");
