@@ -21,7 +21,7 @@ use std::net::IpAddr;
 
 use ipnet::{IpNet, Ipv4Net};
 use netveil_sa::policy::{self, Action, Direction, FlowKey, PolicyDb, Selector};
-use netveil_wire::icmp::{error_quote, ErrorQuote};
+use netveil_wire::icmp::{error_quote_of, ErrorQuote};
 
 use crate::rules::{ApplMode, Rule, RuleFile};
 
@@ -124,7 +124,7 @@ pub fn judged(pkt: &[u8]) -> Result<Judged, Unjudged> {
         src_port: f.src_port,
         dst_port: f.dst_port,
     };
-    let quoted = match error_quote(pkt) {
+    let quoted = match error_quote_of(pkt, &f) {
         ErrorQuote::NotAnError => None,
         ErrorQuote::Unreadable => return Err(Unjudged::UnreadableError),
         ErrorQuote::Quotes(q) => {

@@ -256,10 +256,16 @@ pub enum ErrorQuote {
 /// must hold the IP header (and IPv6 extension headers) and, for TCP, UDP and SCTP, the ports. A first fragment of
 /// an error is read as far as it goes. Never panics; allocates nothing.
 pub fn error_quote(packet: &[u8]) -> ErrorQuote {
+    match crate::ip::flow_key(packet) {
+        Ok(f) => error_quote_of(packet, &f),
+        Err(_) => ErrorQuote::NotAnError,
+    }
+}
+
+/// [`error_quote`] of a packet whose [`crate::ip::flow_key`] the caller has already read (`f`): its headers are
+/// not parsed again.
+pub fn error_quote_of(packet: &[u8], f: &crate::ip::FlowInfo) -> ErrorQuote {
     use crate::{ip, ip_proto};
-    let Ok(f) = ip::flow_key(packet) else {
-        return ErrorQuote::NotAnError;
-    };
     let v6 = f.src.is_ipv6();
     let icmp = if v6 { ip_proto::ICMPV6 } else { ip_proto::ICMP };
     if f.proto != icmp || f.frag.is_some_and(|x| !x.first) {

@@ -18,7 +18,7 @@ impl Shared {
     /// fragment got (remembered in `frags`); if that is not known and some policy selects by port, it is dropped.
     ///
     /// ICMP errors (RFC 4301 section 6.2): an error is decided by the flow of the packet it quotes, reversed
-    /// ([`quoted_key`]), where a policy protects or discards that flow: the host's "port unreachable" for a datagram
+    /// ([`policy_keys`]), where a policy protects or discards that flow: the host's "port unreachable" for a datagram
     /// of a port-selective protect policy quotes the decrypted datagram, and goes through that policy's SAs instead
     /// of a bypass policy (in clear) or a discard. The inbound check after decapsulation reads it the same way.
     ///
@@ -46,8 +46,7 @@ impl Shared {
         frags: &mut FragCache,
         pmtu: &mut PathMtu,
     ) -> std::result::Result<TxRecord, Drop> {
-        let (key, frag) = flow_key_frag(pkt.data()).ok_or(IpsecDrop::Malformed)?;
-        let quoted = quoted_key(pkt.data())?;
+        let (key, frag, quoted) = policy_keys(pkt.data())?;
         let action = self.decide(
             snap,
             Direction::Out,
@@ -162,8 +161,7 @@ impl Shared {
         frags: &mut FragCache,
         came_through: impl Fn(&crate::ip_db::SnapPolicy) -> bool,
     ) -> std::result::Result<(), Drop> {
-        let (key, frag) = flow_key_frag(p).ok_or(IpsecDrop::Malformed)?;
-        let quoted = quoted_key(p)?;
+        let (key, frag, quoted) = policy_keys(p)?;
         let action = self.decide(snap, Direction::In, &key, quoted.as_ref(), frag, now, frags)?;
         let r = match action {
             Action::Protect(i) if came_through(&snap.policies[i]) => Ok(()),
@@ -214,25 +212,39 @@ pub fn flow_key_frag(p: &[u8]) -> Option<(FlowKey, Option<netveil_wire::ip::Frag
     ))
 }
 
-/// For an ICMP or ICMPv6 error, the flow of the packet it quotes, reversed: the flow the error goes back along,
-/// which its policy decision follows (see [`Shared::process_out`]); `None` for any other packet. An error whose quote
-/// cannot be read is dropped as malformed: whether it quotes a protected flow cannot be told (Linux sends none such).
-pub fn quoted_key(p: &[u8]) -> std::result::Result<Option<FlowKey>, Drop> {
-    use netveil_wire::icmp::{error_quote, ErrorQuote};
-    match error_quote(p) {
-        ErrorQuote::NotAnError => Ok(None),
-        ErrorQuote::Unreadable => Err(IpsecDrop::Malformed.into()),
+/// What a packet's policy decision reads, from one parse of its headers: its flow, for a fragment what identifies
+/// its packet, and for an ICMP or ICMPv6 error the flow of the packet it quotes, reversed: the flow the error goes
+/// back along, which its decision follows (see [`Shared::process_out`]). A packet whose headers do not parse is
+/// malformed; so is an error whose quote cannot be read: whether it quotes a protected flow cannot be told (Linux
+/// sends none such).
+pub type PolicyKeys = (FlowKey, Option<netveil_wire::ip::Fragment>, Option<FlowKey>);
+
+/// The [`PolicyKeys`] of the IP packet `p`.
+pub fn policy_keys(p: &[u8]) -> std::result::Result<PolicyKeys, Drop> {
+    use netveil_wire::icmp::{error_quote_of, ErrorQuote};
+    let f = netveil_wire::ip::flow_key(p).map_err(|_| IpsecDrop::Malformed)?;
+    let quoted = match error_quote_of(p, &f) {
+        ErrorQuote::NotAnError => None,
+        ErrorQuote::Unreadable => return Err(IpsecDrop::Malformed.into()),
         ErrorQuote::Quotes(q) => {
             let r = q.reversed();
-            Ok(Some(FlowKey {
+            Some(FlowKey {
                 src: r.src,
                 dst: r.dst,
                 proto: r.proto,
                 src_port: r.src_port,
                 dst_port: r.dst_port,
-            }))
+            })
         }
-    }
+    };
+    let key = FlowKey {
+        src: f.src,
+        dst: f.dst,
+        proto: f.proto,
+        src_port: f.src_port,
+        dst_port: f.dst_port,
+    };
+    Ok((key, f.frag, quoted))
 }
 
 /// How long a first fragment's decision is remembered (the IPv4 reassembly timeout).
