@@ -11,7 +11,7 @@
 //! - **What is queued**: the host's own unicast packets (`addrtype`: source local going out, destination local
 //!   coming in; loopback never) to and from the peers of the rule file's `Security = true` rules (one iptables rule
 //!   per distinct peer prefix; above [`MAX_QUEUE_PREFIXES`] of them, all of the host's own unicast traffic), and
-//!   the host's own ICMP errors to and from anywhere ([`ICMP_ERRORS`]). The paper's classification: broadcast,
+//!   the host's own ICMP errors to and from anywhere (types 3, 4, 5, 11, 12). The paper's classification: broadcast,
 //!   multicast and packets for other hosts pass untouched. Everything else never reaches user space.
 //! - **Per packet** (rules compiled into [`netveil_sa::policy`] by [`netveil_pilsc::policy`]): going out, a packet
 //!   whose most specific rule is `Security = true` is sealed with that rule's key ([`netveil_pilsc::packet`]);

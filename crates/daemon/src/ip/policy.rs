@@ -18,7 +18,7 @@ impl Shared {
     /// fragment got (remembered in `frags`); if that is not known and some policy selects by port, it is dropped.
     ///
     /// ICMP errors (RFC 4301 section 6.2): an error is decided by the flow of the packet it quotes, reversed
-    /// ([`policy_keys`]), where a policy protects or discards that flow: the host's "port unreachable" for a datagram
+    /// (`policy_keys`), where a policy protects or discards that flow: the host's "port unreachable" for a datagram
     /// of a port-selective protect policy quotes the decrypted datagram, and goes through that policy's SAs instead
     /// of a bypass policy (in clear) or a discard. The inbound check after decapsulation reads it the same way.
     ///
