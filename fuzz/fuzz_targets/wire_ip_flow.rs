@@ -1,11 +1,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use netveil_wire::icmp::{too_big, TOO_BIG_MAX};
+use netveil_wire::icmp::{error_quote, too_big, ErrorQuote, TOO_BIG_MAX};
 use netveil_wire::{icmpv4, icmpv6, ip, ipv4, ipv6};
 
 fuzz_target!(|data: &[u8]| {
     too_big_invariants(data);
+    error_quote_invariants(data);
     let flow = ip::flow_key(data);
     let Ok(p) = ip::Packet::new_checked(data) else {
         assert!(flow.is_err());
@@ -43,6 +44,15 @@ fn too_big_invariants(data: &[u8]) {
     let (src, dst) = (p.src_addr(), p.dst_addr());
     let flow = ip::flow_key(data).expect("answered packets have a flow key");
     assert!(flow.frag.is_none_or(|f| f.first));
+    // The error is read back by the packet it quotes (RFC 4301 6.2): the packet's own flow, wherever the quote
+    // holds its headers (always for IPv4: 548 bytes hold any header and the ports).
+    match error_quote(&out[..n]) {
+        ErrorQuote::Quotes(q) => {
+            assert_eq!((q.src, q.dst, q.proto), (src, dst, flow.proto));
+            assert_eq!((q.src_port, q.dst_port), (flow.src_port, flow.dst_port));
+        }
+        other => assert!(p.version() == 6 && other == ErrorQuote::Unreadable, "{other:?}"),
+    }
     let q = ip::Packet::new_checked(&out[..n]).expect("the error parses");
     assert_eq!((q.src_addr(), q.dst_addr()), (dst, src));
     assert_eq!(q.total_len(), n);
@@ -64,5 +74,41 @@ fn too_big_invariants(data: &[u8]) {
         assert_eq!((m.msg_type(), m.msg_code(), m.mtu()), (2, 0, mtu));
         assert!(data.starts_with(m.payload()));
         assert!(!(flow.proto == 58 && data[flow.l4_offset] < 128));
+    }
+}
+
+/// What an ICMP error quotes: only for a readable IP packet carrying an ICMP error of its own family (not a later
+/// fragment); the quote starts after the 8-byte ICMP header, begins with an IP header of the error's family whose
+/// addresses are the ones read, and has ports only where its protocol has them; reversing twice changes nothing.
+fn error_quote_invariants(data: &[u8]) {
+    let got = error_quote(data);
+    let Ok(f) = ip::flow_key(data) else {
+        assert_eq!(got, ErrorQuote::NotAnError);
+        return;
+    };
+    let v6 = f.src.is_ipv6();
+    let icmp = if v6 { 58 } else { 1 };
+    let first = f.frag.is_none_or(|x| x.first);
+    let t = data.get(f.l4_offset).copied().filter(|_| f.l4_offset < ip::own_len(data).unwrap());
+    let error = f.proto == icmp && first && t.is_some_and(|t| if v6 { t < 128 } else { matches!(t, 3 | 4 | 5 | 11 | 12) });
+    assert_eq!(got != ErrorQuote::NotAnError, error, "{got:?}");
+    if let ErrorQuote::Quotes(q) = got {
+        assert_eq!(q.offset, f.l4_offset + 8);
+        let quote = &data[q.offset..ip::own_len(data).unwrap()];
+        assert_eq!(ip::version(quote), Some(if v6 { 6 } else { 4 }));
+        let (s, d) = if v6 { (8, 24) } else { (12, 16) };
+        let n = if v6 { 16 } else { 4 };
+        let addr = |at: usize| -> std::net::IpAddr {
+            if v6 {
+                <[u8; 16]>::try_from(&quote[at..at + n]).unwrap().into()
+            } else {
+                <[u8; 4]>::try_from(&quote[at..at + n]).unwrap().into()
+            }
+        };
+        assert_eq!((q.src, q.dst), (addr(s), addr(d)));
+        if q.src_port != 0 || q.dst_port != 0 {
+            assert!(matches!(q.proto, 6 | 17 | 132));
+        }
+        assert_eq!(q.reversed().reversed(), q);
     }
 }

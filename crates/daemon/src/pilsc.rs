@@ -10,14 +10,17 @@
 //!
 //! - **What is queued**: the host's own unicast packets (`addrtype`: source local going out, destination local
 //!   coming in; loopback never) to and from the peers of the rule file's `Security = true` rules (one iptables rule
-//!   per distinct peer prefix; above [`MAX_QUEUE_PREFIXES`] of them, all of the host's own unicast traffic). The
-//!   paper's classification: broadcast, multicast and packets for other hosts pass untouched. Everything else never
-//!   reaches user space.
+//!   per distinct peer prefix; above [`MAX_QUEUE_PREFIXES`] of them, all of the host's own unicast traffic), and
+//!   the host's own ICMP errors to and from anywhere (types 3, 4, 5, 11, 12). The paper's classification: broadcast,
+//!   multicast and packets for other hosts pass untouched. Everything else never reaches user space.
 //! - **Per packet** (rules compiled into [`netveil_sa::policy`] by [`netveil_pilsc::policy`]): going out, a packet
 //!   whose most specific rule is `Security = true` is sealed with that rule's key ([`netveil_pilsc::packet`]);
 //!   coming in, a packet with option 130 is opened with the key its key id and source name, then its clear headers
 //!   must select a protected rule of that key; a packet without the option whose headers select a protected rule
-//!   is dropped (covered traffic is never accepted in clear). Drops are counted by reason (`netveil status`).
+//!   is dropped (covered traffic is never accepted in clear). An ICMP error is judged by the packet it quotes
+//!   (RFC 4301 section 6.2; see [`netveil_pilsc::policy`]): sealed under that packet's rule going out, dropped
+//!   coming in without the option when that packet's flow is protected. Drops are counted by reason
+//!   (`netveil status`).
 //! - **Fail closed**: the queues are bound without fail-open and the `NFQUEUE` rules have no `--queue-bypass`, so
 //!   while no daemon listens, queued (covered) packets are dropped. A clean stop (SIGTERM) leaves the rules in
 //!   place, as the IP engine leaves its fail-closed filters; `netveil down` removes them; a restart replaces them.
@@ -37,11 +40,11 @@ use ipnet::Ipv4Net;
 use netveil_io::nfqueue::{NfQueue, Queued, Verdict, HEADROOM, MESSAGE_MAX};
 use netveil_pilsc::cipher::Cipher;
 use netveil_pilsc::packet::{marking, Mode, OpenError, SealError};
-use netveil_pilsc::policy::file_rule;
+use netveil_pilsc::policy::{decide as policy_decide, file_rule, judged, Unjudged};
 use netveil_pilsc::rules::{Keys, RuleFile};
 use netveil_pilsc::table::{Settings, Table};
 use netveil_sa::flow_cache::CachedPolicy;
-use netveil_sa::policy::{Action, Direction, FlowKey, PolicyDb};
+use netveil_sa::policy::{Action, Direction, PolicyDb};
 use netveil_wire::PacketBuf;
 
 fn cerr(key: &str, reason: impl Into<String>) -> ConfigError {
@@ -467,6 +470,10 @@ fn remove_rules(ipt: &str, cfg: &PilscConfig) {
     }
 }
 
+/// The ICMP types that are errors (they quote a packet): queued to and from everywhere, since an error about a
+/// protected flow may come from or go to another address than the peer's (a router, a source route, a forger).
+const ICMP_ERRORS: [u8; 5] = [3, 4, 5, 11, 12];
+
 /// The contents of the two chains (queue `queue` out, `queue + 1` in) for `prefixes` (`None`: all of the host's own
 /// unicast traffic), as `iptables-restore --noflush` input that replaces them in one transaction.
 fn chain_rules(out: &str, inp: &str, queue: u16, prefixes: &Option<Vec<Ipv4Net>>) -> String {
@@ -480,6 +487,11 @@ fn chain_rules(out: &str, inp: &str, queue: u16, prefixes: &Option<Vec<Ipv4Net>>
             for p in ps {
                 t += &format!("-A {out} -d {p} -j NFQUEUE --queue-num {qo}\n");
             }
+            for ty in ICMP_ERRORS {
+                t += &format!(
+                    "-A {out} -p icmp -m icmp --icmp-type {ty} -j NFQUEUE --queue-num {qo}\n"
+                );
+            }
         }
         None => t += &format!("-A {out} -j NFQUEUE --queue-num {qo}\n"),
     }
@@ -490,6 +502,11 @@ fn chain_rules(out: &str, inp: &str, queue: u16, prefixes: &Option<Vec<Ipv4Net>>
         Some(ps) => {
             for p in ps {
                 t += &format!("-A {inp} -s {p} -j NFQUEUE --queue-num {qi}\n");
+            }
+            for ty in ICMP_ERRORS {
+                t += &format!(
+                    "-A {inp} -p icmp -m icmp --icmp-type {ty} -j NFQUEUE --queue-num {qi}\n"
+                );
             }
         }
         None => t += &format!("-A {inp} -j NFQUEUE --queue-num {qi}\n"),

@@ -19,9 +19,15 @@ pub(super) enum Reason {
     RxState,
     ClearCovered,
     Policy,
+    /// A protected packet (going out or coming in) with IPv4 options besides option 130.
+    IpOptions,
+    /// An ICMP error without option 130 that quotes a protected flow (coming in).
+    IcmpErrorInClear,
+    /// An ICMP error whose quote cannot be read (whether it quotes a protected flow cannot be told).
+    IcmpErrorUnreadable,
 }
 
-pub(super) const DROP_NAMES: [&str; 12] = [
+pub(super) const DROP_NAMES: [&str; 15] = [
     "seal_failed",
     "key_exhausted",
     "malformed",
@@ -34,13 +40,16 @@ pub(super) const DROP_NAMES: [&str; 12] = [
     "rx_state",
     "clear_on_covered",
     "policy",
+    "ip_options",
+    "icmp_error_in_clear",
+    "icmp_error_unreadable",
 ];
 
 pub(super) struct Stats {
     /// Per rule: packets and bytes out, packets and bytes in.
     pub(super) rules: Vec<[AtomicU64; 4]>,
     pub(super) passed: AtomicU64,
-    pub(super) drops: [AtomicU64; 12],
+    pub(super) drops: [AtomicU64; 15],
 }
 
 impl Stats {

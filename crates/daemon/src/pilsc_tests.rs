@@ -141,3 +141,58 @@ fn mark_files_differ_by_key_and_cipher_and_hide_the_key() {
     assert_ne!(a, mark_file(Cipher::ChaCha20, &[1; 16]));
     assert!(!a.contains("0101"));
 }
+
+/// ICMP errors are queued both ways from and to every address, not only the peers' (an error about a protected
+/// flow can come from a router or a forger, and the worker judges it by what it quotes); with all traffic queued,
+/// no rule of their own.
+#[test]
+fn icmp_errors_are_queued_from_and_to_everywhere() {
+    let t = chain_rules("O", "I", 10, &Some(vec!["10.0.0.2/32".parse().unwrap()]));
+    for ty in [3, 4, 5, 11, 12] {
+        for (chain, q) in [("O", 10), ("I", 11)] {
+            let rule =
+                format!("-A {chain} -p icmp -m icmp --icmp-type {ty} -j NFQUEUE --queue-num {q}\n");
+            assert!(t.contains(&rule), "{rule}in\n{t}");
+        }
+    }
+    let all = chain_rules("O", "I", 10, &None);
+    assert!(!all.contains("icmp"), "{all}");
+    assert!(
+        all.contains("-A O -j NFQUEUE --queue-num 10\n")
+            && all.contains("-A I -j NFQUEUE --queue-num 11\n")
+    );
+}
+
+/// The drop reasons `netveil status` shows (`engines.pilsc.drops`), by their stable names, in counter order.
+#[test]
+fn drop_names_are_pinned() {
+    assert_eq!(
+        DROP_NAMES,
+        [
+            "seal_failed",
+            "key_exhausted",
+            "malformed",
+            "unknown_key",
+            "replay",
+            "auth",
+            "checksum",
+            "wrong_mode",
+            "too_many_sources",
+            "rx_state",
+            "clear_on_covered",
+            "policy",
+            "ip_options",
+            "icmp_error_in_clear",
+            "icmp_error_unreadable",
+        ]
+    );
+    assert_eq!(DROP_NAMES[Reason::IpOptions as usize], "ip_options");
+    assert_eq!(
+        DROP_NAMES[Reason::IcmpErrorInClear as usize],
+        "icmp_error_in_clear"
+    );
+    assert_eq!(
+        DROP_NAMES[Reason::IcmpErrorUnreadable as usize],
+        "icmp_error_unreadable"
+    );
+}

@@ -24,16 +24,18 @@ pub(super) struct Worker {
     pub(super) qout: u16,
 }
 
-/// The policy fields of a clear IPv4 packet (wire's reading: ports 0 where it has none or is a later fragment).
-pub(super) fn flow_key(pkt: &[u8]) -> Option<FlowKey> {
-    let f = netveil_wire::ip::flow_key(pkt).ok()?;
-    matches!(f.src, IpAddr::V4(_)).then_some(FlowKey {
-        src: f.src,
-        dst: f.dst,
-        proto: f.proto,
-        src_port: f.src_port,
-        dst_port: f.dst_port,
-    })
+/// What the rules say of a clear IPv4 packet going `dir`: the lookup's answer and whether an ICMP error's quoted
+/// flow gave it ([`netveil_pilsc::policy::decide`]); or why it cannot be judged.
+pub(super) fn decide(
+    db: &mut CachedPolicy,
+    dir: Direction,
+    pkt: &[u8],
+) -> std::result::Result<((Option<usize>, Action), bool), Reason> {
+    let j = judged(pkt).map_err(|e| match e {
+        Unjudged::Malformed => Reason::Malformed,
+        Unjudged::UnreadableError => Reason::IcmpErrorUnreadable,
+    })?;
+    Ok(policy_decide(&j, |k| db.lookup(dir, k)))
 }
 
 /// Lowers the MSS option of a TCP SYN by `by` bytes (and mends its checksum): a protected packet grows by the
@@ -316,12 +318,15 @@ impl Worker {
     }
 
     pub(super) fn outbound(&mut self, b: &mut PacketBuf) -> Verdict {
-        let Some(key) = flow_key(b.data()) else {
-            // Not IPv4 we can read: the queue holds only IPv4, so a packet we cannot parse goes nowhere.
-            return self.stats.dropped(Reason::Malformed);
+        // Not IPv4 we can read: the queue holds only IPv4, so a packet we cannot parse goes nowhere. An ICMP
+        // error is judged by the flow it quotes: the kernel's "port unreachable" for a datagram we opened quotes
+        // its plaintext, and is sealed under that datagram's rule.
+        let d = match decide(&mut self.db, Direction::Out, b.data()) {
+            Ok((d, _)) => d,
+            Err(r) => return self.stats.dropped(r),
         };
         // The action names the key itself (see `compile`); `Discard` is a protected rule without one.
-        let (r, k) = match self.db.lookup(Direction::Out, &key) {
+        let (r, k) = match d {
             (Some(at), Action::Protect(k)) => (file_rule(at), k),
             (_, Action::Discard) => return self.stats.dropped(Reason::Policy),
             _ => {
@@ -339,6 +344,7 @@ impl Worker {
                 Verdict::AcceptChanged
             }
             Err(SealError::Exhausted) => self.stats.dropped(Reason::Exhausted),
+            Err(SealError::Options) => self.stats.dropped(Reason::IpOptions),
             Err(_) => self.stats.dropped(Reason::SealFailed),
         }
     }
@@ -349,15 +355,17 @@ impl Worker {
             Err(_) => return self.stats.dropped(Reason::Malformed),
         };
         let Some(m) = m else {
-            // Clear: only where no protected rule covers it.
-            let Some(key) = flow_key(b.data()) else {
-                return self.stats.dropped(Reason::Malformed);
-            };
-            return match self.db.lookup(Direction::In, &key) {
-                (_, Action::Protect(_) | Action::Discard) => {
+            // Clear: only where no protected rule covers it; an ICMP error, only where it quotes no protected flow
+            // (from whatever source: errors are queued from everywhere).
+            return match decide(&mut self.db, Direction::In, b.data()) {
+                Err(r) => self.stats.dropped(r),
+                Ok(((_, Action::Protect(_) | Action::Discard), true)) => {
+                    self.stats.dropped(Reason::IcmpErrorInClear)
+                }
+                Ok(((_, Action::Protect(_) | Action::Discard), false)) => {
                     self.stats.dropped(Reason::ClearCovered)
                 }
-                _ => {
+                Ok(_) => {
                     self.stats.passed.fetch_add(1, Ordering::Relaxed);
                     Verdict::Accept
                 }
@@ -395,22 +403,21 @@ impl Worker {
                     OpenError::WrongKey => Reason::UnknownKey,
                     OpenError::TooManySources => Reason::TooManySources,
                     OpenError::State => Reason::RxState,
+                    OpenError::Options => Reason::IpOptions,
                     OpenError::Malformed | OpenError::Fragment | OpenError::Unmarked => {
                         Reason::Malformed
                     }
                 })
             }
         }
-        // The clear headers must select a protected rule of this very key.
-        let Some(key) = flow_key(b.data()) else {
-            return self.stats.dropped(Reason::Malformed);
-        };
-        match self.db.lookup(Direction::In, &key) {
-            (Some(at), Action::Protect(key)) if key == k => {
+        // The clear headers (an ICMP error's: those it quotes) must select a protected rule of this very key.
+        match decide(&mut self.db, Direction::In, b.data()) {
+            Ok(((Some(at), Action::Protect(key)), _)) if key == k => {
                 self.stats.hit(file_rule(at), true, b.len());
                 Verdict::AcceptChanged
             }
-            _ => self.stats.dropped(Reason::Policy),
+            Ok(_) => self.stats.dropped(Reason::Policy),
+            Err(r) => self.stats.dropped(r),
         }
     }
 }

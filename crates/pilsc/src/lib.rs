@@ -9,9 +9,10 @@
 //!   sorted most specific first, and the key file that names keys too long to write in a rule; the same rules in
 //!   netveil's TOML (`[[pilsc.rule]]`, [`rules::from_toml`]), errors named by key.
 //! - [`cipher`]: the algorithm table (the paper's numbers and netveil's names, key lengths).
-//! - [`policy`]: the rules compiled into the policy engine the other protocols use.
+//! - [`policy`]: the rules compiled into the policy engine the other protocols use, and what a packet is judged by
+//!   (an ICMP error: the packet it quotes).
 //! - [`packet`]: the security option's layout and the in-place transform of a packet (seal, open), with replay
-//!   windows, for every algorithm of the table.
+//!   windows, for every algorithm of the table; a protected packet carries option 130 and no other.
 //! - [`table`]: the keys of a rule file, one sealer and one opener each, shared by the rules that name the key.
 
 #![forbid(unsafe_code)]

@@ -1,7 +1,7 @@
 //! The packet transform: the IPv4 security option (type 130) and the payload's encryption, in place.
 //!
 //! A protected packet keeps its IP header (addresses, protocol, TTL, identification) and its payload length; it
-//! gains one option after the header's own options:
+//! gains one option, the only one its header holds:
 //!
 //! ```text
 //! confidentiality only (the paper's mode): 12 bytes
@@ -53,8 +53,15 @@
 //!   encrypted with the payload and holds again after decryption (addresses, protocol and length are unchanged).
 //!
 //! Fragments are refused: the host's own packets are taken whole, before fragmentation on output and after
-//! reassembly on input. So is a packet whose options leave no room (IPv4 allows 40 bytes of options) or that
-//! already carries option 130.
+//! reassembly on input. So is a packet that already carries option 130.
+//!
+//! **Other IPv4 options are refused**, in both modes and both directions: a protected packet carries option 130
+//! and nothing else. The tag cannot cover options that routers change (record route, timestamps), and an option
+//! left out of it could be inserted on the way and acted on by the receiving host once the packet is opened
+//! (router alert, a source route); so a packet with options is not sealed ([`SealError::Options`]), and a sealed
+//! packet whose header holds anything besides option 130 is not opened ([`OpenError::Options`]), before any
+//! decryption. The host's own TCP and UDP carry no options unless an application sets `IP_OPTIONS`; `ping -R`
+//! (record route) over a protected ICMP rule is refused.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -71,8 +78,8 @@ use crate::cipher::Cipher;
 pub const OPTION_TYPE: u8 = 130;
 /// Length of the tag in the authenticated option.
 pub const TAG_LEN: usize = 16;
-/// Most IPv4 option bytes a header can hold.
-const MAX_OPTIONS: usize = 40;
+/// An IPv4 header without options.
+const MIN_HEADER_LEN: usize = netveil_wire::ipv4::MIN_HEADER_LEN;
 /// The most packets one sender may seal under one key of a 64-bit block cipher (3DES, RC5, Blowfish): their nonce
 /// holds a 32-bit counter, and their keystreams start at pseudo-random blocks, so the chance that two packets'
 /// keystreams overlap grows with the square of the packets (about 0.3% at 2^24 full-size packets, the cap: about
@@ -112,10 +119,12 @@ pub enum SealError {
     Malformed,
     /// A fragment.
     Fragment,
-    /// Its options leave no room for ours, or the length would pass 65535.
+    /// With the option, its length would pass 65535.
     NoRoom,
     /// It carries option 130 already.
     Marked,
+    /// It carries other IPv4 options (see the module documentation).
+    Options,
     /// Fewer bytes of headroom before the packet than the option needs.
     Headroom,
     /// The key's counter reached its end: the key must be changed.
@@ -133,6 +142,8 @@ pub enum OpenError {
     Unmarked,
     /// The option's length is the other mode's.
     WrongMode,
+    /// Its header holds other IPv4 options besides option 130 (see the module documentation).
+    Options,
     /// The option names another key.
     WrongKey,
     /// Counter 0, already seen, left of the window, or beyond what the key's algorithm can carry.
@@ -360,7 +371,10 @@ impl Sealer {
             }
         }
         let (hl, tl) = (p.header_len(), p.total_len() as usize);
-        if hl - 20 + ol > MAX_OPTIONS || tl + ol > usize::from(u16::MAX) {
+        if hl != MIN_HEADER_LEN {
+            return Err(SealError::Options);
+        }
+        if tl + ol > usize::from(u16::MAX) {
             return Err(SealError::NoRoom);
         }
         if start < ol {
@@ -373,7 +387,7 @@ impl Sealer {
         let counter = self.next;
         self.next += 1;
 
-        // The header moves forward by the option's length; the option goes after its own options.
+        // The header moves forward by the option's length; the option follows the fixed header.
         let ns = start - ol;
         buf.copy_within(start..start + hl, ns);
         let opt = ns + hl;
@@ -516,6 +530,11 @@ impl Opener {
         }
         if m.mode != self.k.mode {
             return Err(OpenError::WrongMode);
+        }
+        // Option 130 right after the fixed header and nothing else: an option inserted on the way is not covered by
+        // the tag and would act on the receiving host (router alert, a source route).
+        if p.header_len() != MIN_HEADER_LEN + m.mode.option_len() {
+            return Err(OpenError::Options);
         }
         if m.key_id != self.k.key_id {
             return Err(OpenError::WrongKey);

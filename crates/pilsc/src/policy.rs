@@ -9,9 +9,19 @@
 //!   transport header, as ESP's inbound policy check is.
 //! - The action: `Protect(k)` with `k` the rule's key (the caller's key index) for `Security = true`, `Bypass` for
 //!   `Security = false`; traffic no rule selects passes (`Bypass`, the paper's "all else passes").
+//! - ICMP errors ([`judged`], [`decide`]): an error (destination unreachable, source quench, redirect, time
+//!   exceeded, parameter problem) is judged by the packet it quotes, reversed, as RFC 4301 has IPsec do it (section
+//!   6.2): a host's "port unreachable" for a protected UDP datagram quotes the *decrypted* datagram, so it is sealed
+//!   under that datagram's rule and key, whatever the rules say of ICMP; the peer finds the key by the option's key
+//!   id and the source, as for any packet, and after opening judges the error the same way. An error whose flow
+//!   no rule protects is judged by its own fields (an ICMP rule). Coming in without the option, an error that quotes
+//!   a protected flow is dropped, as clear traffic of that flow is.
+
+use std::net::IpAddr;
 
 use ipnet::{IpNet, Ipv4Net};
-use netveil_sa::policy::{self, Action, Direction, PolicyDb, Selector};
+use netveil_sa::policy::{self, Action, Direction, FlowKey, PolicyDb, Selector};
+use netveil_wire::icmp::{error_quote_of, ErrorQuote};
 
 use crate::rules::{ApplMode, Rule, RuleFile};
 
@@ -81,4 +91,62 @@ pub fn compile(file: &RuleFile, rule_key: &[Option<usize>]) -> PolicyDb {
 /// The rule of [`RuleFile::rules`] that the policy rule `at` of [`compile`]'s database comes from.
 pub fn file_rule(at: usize) -> usize {
     at / 2
+}
+
+/// What the rules judge a packet by: its own fields, and for an ICMP error those of the packet it quotes, reversed
+/// (the flow the error goes back along; see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Judged {
+    pub own: FlowKey,
+    pub quoted: Option<FlowKey>,
+}
+
+/// Why a packet cannot be judged (the engine drops it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unjudged {
+    /// Not an IPv4 packet whose headers [`netveil_wire::ip::flow_key`] reads.
+    Malformed,
+    /// An ICMP error whose quote is not the start of an IPv4 packet with its ports: whether it quotes a protected
+    /// flow cannot be told (Linux sends none such).
+    UnreadableError,
+}
+
+/// The fields the rules judge the clear IPv4 packet `pkt` by (ports 0 where it has none); no allocation.
+pub fn judged(pkt: &[u8]) -> Result<Judged, Unjudged> {
+    let f = netveil_wire::ip::flow_key(pkt).map_err(|_| Unjudged::Malformed)?;
+    if !matches!(f.src, IpAddr::V4(_)) {
+        return Err(Unjudged::Malformed);
+    }
+    let own = FlowKey {
+        src: f.src,
+        dst: f.dst,
+        proto: f.proto,
+        src_port: f.src_port,
+        dst_port: f.dst_port,
+    };
+    let quoted = match error_quote_of(pkt, &f) {
+        ErrorQuote::NotAnError => None,
+        ErrorQuote::Unreadable => return Err(Unjudged::UnreadableError),
+        ErrorQuote::Quotes(q) => {
+            let r = q.reversed();
+            Some(FlowKey {
+                src: r.src,
+                dst: r.dst,
+                proto: r.proto,
+                src_port: r.src_port,
+                dst_port: r.dst_port,
+            })
+        }
+    };
+    Ok(Judged { own, quoted })
+}
+
+/// The decision for a packet judged by `j`, `lookup` being the rules' lookup in the packet's direction: for an ICMP
+/// error, its quoted flow's where a rule protects it, else its own ([`netveil_sa::policy::decide_error`]). Returns
+/// the lookup's answer and whether the quoted flow gave it.
+pub fn decide(
+    j: &Judged,
+    lookup: impl FnMut(&FlowKey) -> (Option<usize>, Action),
+) -> ((Option<usize>, Action), bool) {
+    policy::decide_error(&j.own, j.quoted.as_ref(), lookup)
 }

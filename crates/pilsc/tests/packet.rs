@@ -148,14 +148,12 @@ const MODES: [Mode; 2] = [Mode::Confidential, Mode::Authenticated];
 
 #[test]
 fn round_trips_for_every_algorithm_mode_and_protocol() {
-    // Router alert (4 bytes) as an option already there: ours goes after it.
-    let ra = [0x94, 4, 0, 0];
     for c in BUILT {
         for mode in MODES {
             let mut s = Sealer::new(c, mode, &key(c), 1, u64::MAX).unwrap();
             let mut o = Opener::new(c, mode, &key(c), 64, 16).unwrap();
             for proto in [6, 17, 1] {
-                for (data, opts) in [(&b""[..], &[][..]), (&[0xab; 1400][..], &ra[..])] {
+                for (data, opts) in [(&b""[..], &[][..]), (&[0xab; 1400][..], &[][..])] {
                     let clear = packet(proto, data, opts);
                     let wire = seal(&mut s, &clear).unwrap();
                     let ol = mode.option_len();
@@ -194,10 +192,12 @@ fn replays_are_refused_and_the_window_moves_only_after_authentication() {
             // A forgery far ahead (its counter rewritten) is refused and does not move the window.
             let mut f = seal(&mut s, &packet(17, b"three", &[])).unwrap();
             f[24..32].copy_from_slice(&(1u64 << 20).to_be_bytes());
-            assert!(matches!(
-                open(&mut o, &f),
-                Err(OpenError::Auth | OpenError::Checksum)
-            ));
+            // Authenticated: the tag (never the checksum); confidential: the decrypted checksum.
+            let want = match mode {
+                Mode::Authenticated => OpenError::Auth,
+                Mode::Confidential => OpenError::Checksum,
+            };
+            assert_eq!(open(&mut o, &f), Err(want), "{c} {mode:?}");
             let p4 = seal(&mut s, &packet(17, b"four", &[])).unwrap();
             assert!(open(&mut o, &p4).is_ok(), "{c} {mode:?}");
             // Beyond what a 64-bit block cipher's nonce holds: refused before decryption (it would not decrypt to
@@ -215,35 +215,107 @@ fn replays_are_refused_and_the_window_moves_only_after_authentication() {
     }
 }
 
+/// Every algorithm, the AEADs and the 64-bit block ciphers' HMAC-SHA-256-128 alike: a change to any authenticated
+/// byte is refused as an authentication failure (never as a bad checksum: the tag is checked first, and for the
+/// HMAC ciphers before anything is decrypted), and the genuine packet still opens after it (the window did not
+/// move).
 #[test]
 fn authenticated_mode_refuses_every_tamper() {
-    let c = Cipher::Aes128;
-    let mut s = Sealer::new(c, Mode::Authenticated, &key(c), 1, u64::MAX).unwrap();
-    let wire = seal(&mut s, &packet(6, b"GET / HTTP/1.0\r\n\r\n", &[])).unwrap();
-    // Payload bits, the tag, the addresses, the protocol, the key id: each refused. (The key id is checked
-    // before decryption; the counter changes the nonce.)
-    for (at, bit) in [
-        (60, 1),
-        (wire.len() - 1, 0x80),
-        (40, 4),
-        (12, 1),
-        (19, 1),
-        (9, 1),
-        (26, 1),
-    ] {
-        let mut o = Opener::new(c, Mode::Authenticated, &key(c), 64, 16).unwrap();
-        let mut t = wire.clone();
-        t[at] ^= bit;
-        assert!(open(&mut o, &t).is_err(), "byte {at} flipped was accepted");
-        assert!(
-            open(&mut o, &wire).is_ok(),
-            "byte {at}: the genuine packet after the tamper"
-        );
+    for c in BUILT {
+        let mut s = Sealer::new(c, Mode::Authenticated, &key(c), 1, u64::MAX).unwrap();
+        for proto in [6, 17, 1] {
+            let wire = seal(&mut s, &packet(proto, b"GET / HTTP/1.0\r\n\r\n", &[])).unwrap();
+            // The first byte of the transport header, the last of the payload, the tag (option bytes 32..48), the
+            // source, the destination, the protocol, the counter (the nonce; within the window).
+            for (at, bit) in [
+                (48, 1),
+                (wire.len() - 1, 0x80),
+                (32, 0x10),
+                (47, 1),
+                (12, 1),
+                (19, 1),
+                (9, 1),
+                (31, 0x10),
+            ] {
+                let mut o = Opener::new(c, Mode::Authenticated, &key(c), 64, 16).unwrap();
+                let mut t = wire.clone();
+                t[at] ^= bit;
+                assert_eq!(
+                    open(&mut o, &t),
+                    Err(OpenError::Auth),
+                    "{c} proto {proto}: byte {at} flipped"
+                );
+                assert!(
+                    open(&mut o, &wire).is_ok(),
+                    "{c} proto {proto}: byte {at}: the genuine packet after the tamper"
+                );
+            }
+            // The key id names another key: refused before any crypto.
+            let mut o = Opener::new(c, Mode::Authenticated, &key(c), 64, 16).unwrap();
+            let mut t = wire.clone();
+            t[22] ^= 1;
+            assert_eq!(open(&mut o, &t), Err(OpenError::WrongKey), "{c}");
+        }
     }
-    let mut o = Opener::new(c, Mode::Authenticated, &key(c), 64, 16).unwrap();
-    let mut t = wire.clone();
-    t[22] ^= 1;
-    assert_eq!(open(&mut o, &t), Err(OpenError::WrongKey));
+}
+
+/// `wire` (a sealed packet) with `opt` inserted into its header at `at` (20: before option 130, 20 + the option's
+/// length: after it), its header length, total length and checksum mended: what an attacker on the path sends.
+fn with_option(wire: &[u8], at: usize, opt: &[u8]) -> Vec<u8> {
+    let mut t = wire[..at].to_vec();
+    t.extend_from_slice(opt);
+    t.extend_from_slice(&wire[at..]);
+    let hl = (wire[0] as usize & 15) * 4 + opt.len();
+    t[0] = 0x40 | (hl / 4) as u8;
+    let tl = (t.len() as u16).to_be_bytes();
+    t[2] = tl[0];
+    t[3] = tl[1];
+    t[10] = 0;
+    t[11] = 0;
+    let c = checksum::checksum(&t[..hl]);
+    t[10..12].copy_from_slice(&c.to_be_bytes());
+    t
+}
+
+/// A protected packet carries option 130 and nothing else, in both modes: a packet with other options is not
+/// sealed; a sealed one with an option inserted before or after ours (router alert, a NOP word, record route) is
+/// not opened, and not counted against the window: the genuine packet opens after it.
+#[test]
+fn other_options_are_refused_in_both_directions() {
+    let ra = [0x94, 4, 0, 0];
+    let nops = [1, 1, 1, 1];
+    let rr = [1, 7, 7, 4, 0, 0, 0, 0];
+    for c in BUILT {
+        for mode in MODES {
+            let mut s = Sealer::new(c, mode, &key(c), 1, u64::MAX).unwrap();
+            for opts in [&ra[..], &nops[..], &rr[..]] {
+                assert_eq!(
+                    seal(&mut s, &packet(17, b"x", opts)),
+                    Err(SealError::Options),
+                    "{c} {mode:?} {opts:?}"
+                );
+            }
+            let mut o = Opener::new(c, mode, &key(c), 64, 16).unwrap();
+            for proto in [6, 17, 1] {
+                let wire = seal(&mut s, &packet(proto, b"PAYLOAD", &[])).unwrap();
+                for at in [20, 20 + mode.option_len()] {
+                    for opt in [&ra[..], &nops[..], &rr[..]] {
+                        let t = with_option(&wire, at, opt);
+                        assert_eq!(
+                            open(&mut o, &t),
+                            Err(OpenError::Options),
+                            "{c} {mode:?} proto {proto}: {opt:?} at {at}"
+                        );
+                    }
+                }
+                assert_eq!(
+                    open(&mut o, &wire).unwrap(),
+                    packet(proto, b"PAYLOAD", &[]),
+                    "{c} {mode:?}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -286,15 +358,14 @@ fn what_is_refused() {
     assert!(seal(&mut s, &p).is_ok() && seal(&mut s, &p).is_ok());
     assert_eq!(seal(&mut s, &p), Err(SealError::Exhausted));
     let mut s = Sealer::new(c, m, &key(c), 1, u64::MAX).unwrap();
-    // A fragment, room for options (16 + 28 > 40), already marked, too little headroom, not IPv4.
+    // A fragment, a length that would pass 65,535, already marked, too little headroom, not IPv4.
     let mut frag = p.clone();
     frag[6] = 0x20;
     frag[10..12].copy_from_slice(&[0, 0]);
     assert_eq!(seal(&mut s, &frag), Err(SealError::Fragment));
-    assert_eq!(
-        seal(&mut s, &packet(17, b"x", &[1; 16])),
-        Err(SealError::NoRoom)
-    );
+    let most = packet(17, &vec![7; 65535 - 28], &[]);
+    assert_eq!(seal(&mut s, &most), Err(SealError::NoRoom));
+    assert!(seal(&mut s, &packet(17, &vec![7; 65535 - 28 - 28], &[])).is_ok());
     let wire = seal(&mut s, &p).unwrap();
     assert_eq!(seal(&mut s, &wire), Err(SealError::Marked));
     let mut b = p.clone();

@@ -216,3 +216,132 @@ fn a_protected_rule_without_a_key_discards_and_the_action_names_the_key() {
         assert_eq!(at.map(netveil_pilsc::policy::file_rule), Some(idx(2)));
     }
 }
+
+/// An IPv4 packet `src` -> `dst` of protocol `proto` around `payload` (header checksum right; what a transport
+/// checksum says does not matter here).
+fn ip4(src: [u8; 4], dst: [u8; 4], proto: u8, payload: &[u8]) -> Vec<u8> {
+    use netveil_wire::ipv4;
+    let mut p = vec![0u8; ipv4::MIN_HEADER_LEN];
+    ipv4::Repr {
+        src: src.into(),
+        dst: dst.into(),
+        protocol: proto,
+        payload_len: payload.len(),
+        ttl: 64,
+        dscp_ecn: 0,
+        ident: 9,
+        dont_frag: true,
+    }
+    .emit(&mut ipv4::Packet::new_unchecked(&mut p[..]));
+    p.extend_from_slice(payload);
+    p
+}
+
+/// A TCP or UDP header (`proto`) from `sp` to `dp` and `data`.
+fn l4(proto: u8, sp: u16, dp: u16, data: &[u8]) -> Vec<u8> {
+    let mut t = [sp.to_be_bytes(), dp.to_be_bytes()].concat();
+    t.resize(if proto == 6 { 20 } else { 8 }, 0);
+    if proto == 6 {
+        t[12] = 5 << 4;
+    }
+    t.extend_from_slice(data);
+    t
+}
+
+/// The ICMP error of type `t` that `from` sends back to `to` about `quoted` (quoted whole, as Linux does).
+fn error(from: [u8; 4], to: [u8; 4], t: u8, quoted: &[u8]) -> Vec<u8> {
+    let mut m = vec![t, 3, 0, 0, 0, 0, 0, 0];
+    m.extend_from_slice(quoted);
+    ip4(from, to, 1, &m)
+}
+
+/// An ICMP error is judged by the packet it quotes (RFC 4301 6.2): a port unreachable about a protected UDP
+/// datagram, or an error about a protected TCP segment, is under that rule and key on both sides, going out and
+/// coming in, in both directions of the flow (the responder's closed port, the initiator's closed ephemeral port);
+/// about an unprotected flow, it is judged by its own fields (an ICMP rule if there is one, else it passes); an
+/// error whose quote cannot be read cannot be judged.
+#[test]
+fn icmp_errors_are_judged_by_the_packet_they_quote() {
+    const A: [u8; 4] = [10, 77, 0, 1];
+    const B: [u8; 4] = [10, 77, 0, 2];
+    // B serves UDP 5001 and TCP 5002 (A is their client); with `icmp`, ICMP between them is protected too.
+    let rules = |peer: &str, mode: &str, icmp: bool| {
+        let mut t = format!(
+            "Rule = 1; Security = true; IP = {peer}; Protocol = UDP; Port = 5001; Applmode = {mode}; \
+             Encryption = ChaCha20; Key = u\n\
+             Rule = 2; Security = true; IP = {peer}; Protocol = TCP; Port = 5002; Applmode = {mode}; \
+             Encryption = AES-128; Key = t\n"
+        );
+        if icmp {
+            t += &format!("Rule = 3; Security = true; IP = {peer}; Protocol = ICMP; Encryption = 1; Key = i\n");
+        }
+        parse(&t).unwrap()
+    };
+    use netveil_pilsc::policy::{decide, judged, Unjudged};
+    for icmp in [false, true] {
+        let fa = rules("10.77.0.2", "Client", icmp);
+        let fb = rules("10.77.0.1", "Server", icmp);
+        let (da, db) = (compile(&fa, &by_rule(&fa)), compile(&fb, &by_rule(&fb)));
+        let key = |f: &netveil_pilsc::rules::RuleFile, n: u32| {
+            Action::Protect(f.rules.iter().position(|r| r.number == n).unwrap())
+        };
+        // (the error's sender, its rules, the receiver, its rules, the quoted packet, the rule both must find)
+        let sent_to_b_5001 = ip4(A, B, 17, &l4(17, 40000, 5001, b"TOP-SECRET"));
+        let sent_to_a_eph = ip4(B, A, 17, &l4(17, 5001, 40000, b"TOP-SECRET"));
+        let tcp_to_b = ip4(A, B, 6, &l4(6, 40001, 5002, b"TOP-SECRET"));
+        let tcp_to_a = ip4(B, A, 6, &l4(6, 5002, 40001, b"TOP-SECRET"));
+        let clear_udp = ip4(A, B, 17, &l4(17, 40000, 53, b"dns"));
+        let cases = [
+            (B, &db, &fb, A, &da, &fa, &sent_to_b_5001, Some(1)),
+            (A, &da, &fa, B, &db, &fb, &sent_to_a_eph, Some(1)),
+            (B, &db, &fb, A, &da, &fa, &tcp_to_b, Some(2)),
+            (A, &da, &fa, B, &db, &fb, &tcp_to_a, Some(2)),
+            (B, &db, &fb, A, &da, &fa, &clear_udp, None),
+        ];
+        for (from, dbf, ff, to, dbt, ft, quoted, rule) in cases {
+            for t in [3u8, 11, 12] {
+                let e = error(from, to, t, quoted);
+                let j = judged(&e).unwrap();
+                let out = decide(&j, |k| dbf.lookup(Direction::Out, k));
+                let inn = decide(&j, |k| dbt.lookup(Direction::In, k));
+                match rule {
+                    Some(n) => {
+                        assert_eq!((out.0 .1, out.1), (key(ff, n), true), "type {t} {rule:?}");
+                        assert_eq!((inn.0 .1, inn.1), (key(ft, n), true), "type {t} {rule:?}");
+                    }
+                    // An unprotected flow's error: the ICMP rule's where there is one, else it passes.
+                    None if icmp => {
+                        assert_eq!((out.0 .1, out.1), (key(ff, 3), false));
+                        assert_eq!((inn.0 .1, inn.1), (key(ft, 3), false));
+                    }
+                    None => {
+                        assert_eq!(out, ((None, Action::Bypass), false));
+                        assert_eq!(inn, ((None, Action::Bypass), false));
+                    }
+                }
+                // Quoted no more than RFC 792 asks (the header and 8 bytes): the same.
+                let short = error(from, to, t, &quoted[..28]);
+                let js = judged(&short).unwrap();
+                assert_eq!(js.quoted, j.quoted);
+            }
+        }
+        // An echo quotes nothing: judged by its own fields.
+        let echo = ip4(B, A, 1, &[8, 0, 0, 0, 0, 1, 0, 1]);
+        let j = judged(&echo).unwrap();
+        assert_eq!(j.quoted, None);
+        let want = if icmp { key(&fb, 3) } else { Action::Bypass };
+        assert_eq!(decide(&j, |k| db.lookup(Direction::Out, k)).0 .1, want);
+        // A quote cut before the ports, or of a later fragment: it cannot be told what it quotes.
+        assert_eq!(
+            judged(&error(B, A, 3, &sent_to_b_5001[..22])),
+            Err(Unjudged::UnreadableError)
+        );
+        let mut later = sent_to_b_5001.clone();
+        later[7] = 0x10;
+        assert_eq!(
+            judged(&error(B, A, 3, &later)),
+            Err(Unjudged::UnreadableError)
+        );
+        assert_eq!(judged(&sent_to_b_5001[..10]), Err(Unjudged::Malformed));
+    }
+}

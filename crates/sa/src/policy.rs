@@ -108,6 +108,26 @@ impl Selector {
     }
 }
 
+/// The decision for a packet that may be an ICMP error, as RFC 4301 (section 6.2) has it: an error is judged by
+/// the flow of the packet it quotes, reversed (`quoted`: the error goes back along that flow), so that it is
+/// protected, with the same SAs or key, or discarded as that flow is, and never leaves in clear with the flow's
+/// headers and data in it; where no rule protects or discards that flow (the answer is `Bypass`), it is judged by
+/// its own fields (`own`: an ICMP rule may still cover it). `quoted` is `None` for a packet that is not an error.
+/// `lookup` is the caller's policy lookup. Returns the decision and whether the quoted flow made it.
+pub fn decide_error(
+    own: &FlowKey,
+    quoted: Option<&FlowKey>,
+    mut lookup: impl FnMut(&FlowKey) -> (Option<usize>, Action),
+) -> ((Option<usize>, Action), bool) {
+    if let Some(q) = quoted {
+        let d = lookup(q);
+        if d.1 != Action::Bypass {
+            return (d, true);
+        }
+    }
+    (lookup(own), false)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 /// One rule of a [`PolicyDb`] (the policy's name stays with its owner, which knows it by the rule's index: a
 /// database is rebuilt for every change, and copying names into it cost an allocation per rule).
@@ -704,6 +724,74 @@ mod tests {
     }
 
     const ANY: PortRange = PortRange::ANY;
+
+    /// An ICMP error is decided by the flow it quotes where a rule protects or discards that flow, else by its own
+    /// fields; a packet that is not an error by its own.
+    #[test]
+    fn an_error_is_decided_by_the_flow_it_quotes() {
+        let mut db = PolicyDb::new(Action::Bypass);
+        let udp = PortRange {
+            start: 5001,
+            end: 5001,
+        };
+        db.push(rule(
+            "udp",
+            Direction::Out,
+            sel("0.0.0.0/0", "10.0.0.2/32", Some(17), ANY, udp),
+            Action::Protect(0),
+        ));
+        db.push(rule(
+            "dropped",
+            Direction::Out,
+            sel(
+                "0.0.0.0/0",
+                "10.0.0.2/32",
+                Some(17),
+                ANY,
+                PortRange { start: 9, end: 9 },
+            ),
+            Action::Discard,
+        ));
+        db.push(rule(
+            "icmp",
+            Direction::Out,
+            sel("0.0.0.0/0", "10.0.0.2/32", Some(1), ANY, ANY),
+            Action::Protect(1),
+        ));
+        let icmp = key("10.0.0.1", "10.0.0.2", 1, 0, 0);
+        let look = |k: &FlowKey| db.lookup(Direction::Out, k);
+        let covered = key("10.0.0.1", "10.0.0.2", 17, 40000, 5001);
+        let dropped = key("10.0.0.1", "10.0.0.2", 17, 40000, 9);
+        let other = key("10.0.0.1", "10.0.0.2", 17, 40000, 53);
+        assert_eq!(
+            decide_error(&icmp, Some(&covered), look),
+            ((Some(0), Action::Protect(0)), true)
+        );
+        assert_eq!(
+            decide_error(&icmp, Some(&dropped), look),
+            ((Some(1), Action::Discard), true)
+        );
+        assert_eq!(
+            decide_error(&icmp, Some(&other), look),
+            ((Some(2), Action::Protect(1)), false)
+        );
+        assert_eq!(
+            decide_error(&icmp, None, look),
+            ((Some(2), Action::Protect(1)), false)
+        );
+        let udp_only = |k: &FlowKey| {
+            let (at, a) = db.lookup(Direction::Out, k);
+            if at == Some(2) {
+                (None, Action::Bypass)
+            } else {
+                (at, a)
+            }
+        };
+        assert_eq!(
+            decide_error(&icmp, Some(&other), udp_only),
+            ((None, Action::Bypass), false)
+        );
+    }
 
     #[test]
     fn port_range() {

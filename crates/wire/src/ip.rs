@@ -112,7 +112,8 @@ pub struct Fragment {
     pub first: bool,
 }
 
-fn has_ports(proto: u8) -> bool {
+/// Whether a protocol's header starts with the two ports (TCP, UDP, SCTP).
+pub(crate) fn has_ports(proto: u8) -> bool {
     matches!(proto, ip_proto::TCP | ip_proto::UDP | SCTP)
 }
 

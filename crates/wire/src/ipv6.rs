@@ -258,6 +258,24 @@ impl<'a> ExtHeaderIter<'a> {
         })
     }
 
+    /// Starts at the fixed header of a packet that may be cut short (the packet an ICMPv6 error quotes): only the
+    /// fixed header must be there; the headers are read as far as the bytes go, up to the payload length (a header
+    /// cut by the end is yielded as `Err(Truncated)`).
+    pub fn new_truncated(packet: &'a [u8]) -> Result<Self> {
+        if packet.len() < HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        let p = Packet::new_unchecked(packet);
+        Ok(ExtHeaderIter {
+            data: &packet[..p.total_len().min(packet.len())],
+            next: p.next_header(),
+            offset: HEADER_LEN,
+            nh_offset: NEXT_HEADER_OFFSET,
+            done: false,
+            step_ah: true,
+        })
+    }
+
     /// Stops at an AH header instead of stepping over it: the headers yielded are then the ones that go before
     /// ESP or AH (Hop-by-Hop, Routing, Fragment, Destination Options), and [`Self::offset`] is where IPsec inserts
     /// or finds its header.
@@ -348,7 +366,16 @@ impl ExtHeaders {
 ///
 /// Stops at the first other header, or after the fragment header of a non-first fragment.
 pub fn walk(packet: &[u8]) -> Result<ExtHeaders> {
-    let mut it = ExtHeaderIter::new(packet)?;
+    walk_from(ExtHeaderIter::new(packet)?, packet)
+}
+
+/// [`walk`] of a packet that may be cut short (see [`ExtHeaderIter::new_truncated`]): the packet an ICMPv6 error
+/// quotes. Fails if a header is cut by the end of the bytes.
+pub fn walk_truncated(packet: &[u8]) -> Result<ExtHeaders> {
+    walk_from(ExtHeaderIter::new_truncated(packet)?, packet)
+}
+
+fn walk_from(mut it: ExtHeaderIter<'_>, packet: &[u8]) -> Result<ExtHeaders> {
     let mut frag = None;
     let mut count = 0;
     for h in it.by_ref() {

@@ -6,7 +6,7 @@ use crate::ip_drop::Drop;
 use netveil_io::PacketBuf;
 use netveil_ipsec::bundle::{self, Protected, Unprotected};
 use netveil_ipsec::Drop as IpsecDrop;
-use netveil_sa::policy::{Action, Direction, FlowKey};
+use netveil_sa::policy::{decide_error, Action, Direction, FlowKey};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -16,6 +16,11 @@ impl Shared {
     ///
     /// Fragments (RFC 4301 section 7): a later fragment carries no ports, so it gets the decision its packet's first
     /// fragment got (remembered in `frags`); if that is not known and some policy selects by port, it is dropped.
+    ///
+    /// ICMP errors (RFC 4301 section 6.2): an error is decided by the flow of the packet it quotes, reversed
+    /// (`policy_keys`), where a policy protects or discards that flow: the host's "port unreachable" for a datagram
+    /// of a port-selective protect policy quotes the decrypted datagram, and goes through that policy's SAs instead
+    /// of a bypass policy (in clear) or a discard. The inbound check after decapsulation reads it the same way.
     ///
     /// `snap`: the SAs and policies in force (loaded once per batch). Traffic for a protect policy whose SAs are not
     /// installed is dropped and reported (acquire).
@@ -41,8 +46,16 @@ impl Shared {
         frags: &mut FragCache,
         pmtu: &mut PathMtu,
     ) -> std::result::Result<TxRecord, Drop> {
-        let (key, frag) = flow_key_frag(pkt.data()).ok_or(IpsecDrop::Malformed)?;
-        let action = self.decide(snap, Direction::Out, &key, frag, now, frags)?;
+        let (key, frag, quoted) = policy_keys(pkt.data())?;
+        let action = self.decide(
+            snap,
+            Direction::Out,
+            &key,
+            quoted.as_ref(),
+            frag,
+            now,
+            frags,
+        )?;
         if let Some(f) = frag.filter(|f| f.first) {
             frags.insert(&key, f.ident, action, now);
         }
@@ -107,14 +120,18 @@ impl Shared {
         }
     }
 
-    /// The policy decision for a packet of `key` in `dir`. A later fragment (no ports) gets the decision its first
-    /// fragment got, from `frags`; if that is not known, it is dropped where some policy selects by port, else looked
-    /// up like any packet.
+    /// The policy decision for a packet of `key` in `dir`; for an ICMP error, `quoted` is the flow of the packet it
+    /// quotes, reversed, which decides where a policy protects or discards it (RFC 4301 section 6.2, see
+    /// [`netveil_sa::policy::decide_error`]). A later fragment (no ports) gets the decision its first fragment got,
+    /// from `frags`; if that is not known, it is dropped where some policy selects by port, else looked up like any
+    /// packet.
+    #[allow(clippy::too_many_arguments)]
     fn decide(
         &self,
         snap: &Snapshot,
         dir: Direction,
         key: &FlowKey,
+        quoted: Option<&FlowKey>,
         frag: Option<netveil_wire::ip::Fragment>,
         now: u64,
         frags: &mut FragCache,
@@ -125,7 +142,11 @@ impl Shared {
                 None if snap.port_selective => Err(Drop::FragmentNoState),
                 None => Ok(frags.lookup(snap, dir, key)),
             },
-            _ => Ok(frags.lookup(snap, dir, key)),
+            _ => Ok(
+                decide_error(key, quoted, |k| (None, frags.lookup(snap, dir, k)))
+                    .0
+                     .1,
+            ),
         }
     }
 
@@ -140,8 +161,8 @@ impl Shared {
         frags: &mut FragCache,
         came_through: impl Fn(&crate::ip_db::SnapPolicy) -> bool,
     ) -> std::result::Result<(), Drop> {
-        let (key, frag) = flow_key_frag(p).ok_or(IpsecDrop::Malformed)?;
-        let action = self.decide(snap, Direction::In, &key, frag, now, frags)?;
+        let (key, frag, quoted) = policy_keys(p)?;
+        let action = self.decide(snap, Direction::In, &key, quoted.as_ref(), frag, now, frags)?;
         let r = match action {
             Action::Protect(i) if came_through(&snap.policies[i]) => Ok(()),
             Action::Discard => Err(Drop::PolicyDiscard),
@@ -189,6 +210,41 @@ pub fn flow_key_frag(p: &[u8]) -> Option<(FlowKey, Option<netveil_wire::ip::Frag
         },
         f.frag,
     ))
+}
+
+/// What a packet's policy decision reads, from one parse of its headers: its flow, for a fragment what identifies
+/// its packet, and for an ICMP or ICMPv6 error the flow of the packet it quotes, reversed: the flow the error goes
+/// back along, which its decision follows (see [`Shared::process_out`]). A packet whose headers do not parse is
+/// malformed; so is an error whose quote cannot be read: whether it quotes a protected flow cannot be told (Linux
+/// sends none such).
+pub type PolicyKeys = (FlowKey, Option<netveil_wire::ip::Fragment>, Option<FlowKey>);
+
+/// The [`PolicyKeys`] of the IP packet `p`.
+pub fn policy_keys(p: &[u8]) -> std::result::Result<PolicyKeys, Drop> {
+    use netveil_wire::icmp::{error_quote_of, ErrorQuote};
+    let f = netveil_wire::ip::flow_key(p).map_err(|_| IpsecDrop::Malformed)?;
+    let quoted = match error_quote_of(p, &f) {
+        ErrorQuote::NotAnError => None,
+        ErrorQuote::Unreadable => return Err(IpsecDrop::Malformed.into()),
+        ErrorQuote::Quotes(q) => {
+            let r = q.reversed();
+            Some(FlowKey {
+                src: r.src,
+                dst: r.dst,
+                proto: r.proto,
+                src_port: r.src_port,
+                dst_port: r.dst_port,
+            })
+        }
+    };
+    let key = FlowKey {
+        src: f.src,
+        dst: f.dst,
+        proto: f.proto,
+        src_port: f.src_port,
+        dst_port: f.dst_port,
+    };
+    Ok((key, f.frag, quoted))
 }
 
 /// How long a first fragment's decision is remembered (the IPv4 reassembly timeout).

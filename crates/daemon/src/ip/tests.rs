@@ -348,3 +348,87 @@ fn a_packet_too_big_for_its_path_is_refused_and_its_sender_told_the_size_that_fi
     pmtu.flush(|_| n += 1);
     assert_eq!(n, 1);
 }
+
+/// The ICMP error `from` sends back to `to` (type 3 code 3, port unreachable) about `quoted`, quoted whole.
+fn port_unreachable(from: [u8; 4], to: [u8; 4], quoted: &[u8]) -> PacketBuf {
+    let mut m = vec![3, 3, 0, 0, 0, 0, 0, 0];
+    m.extend_from_slice(quoted);
+    let c = netveil_wire::checksum::checksum(&m);
+    m[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut h = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 1, 0, 0];
+    h.extend_from_slice(&from);
+    h.extend_from_slice(&to);
+    let len = (20 + m.len()) as u16;
+    h[2..4].copy_from_slice(&len.to_be_bytes());
+    let c = netveil_wire::checksum::checksum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h.extend_from_slice(&m);
+    PacketBuf::from_slice(&h, HEADROOM, TAILROOM)
+}
+
+/// RFC 4301 section 6.2: an ICMP error is decided by the flow of the packet it quotes. Our "port unreachable" for a
+/// datagram of the peer's port-selective protected flow (it quotes the decrypted datagram) goes through that
+/// policy's SA, not the bypass default; one about an unprotected flow is bypassed; one whose quote cannot be read
+/// is dropped. Coming in decapsulated, the peer's error about our protected flow passes the inbound check of the
+/// SA it came through, and one about an unprotected flow does not.
+#[test]
+fn icmp_errors_follow_the_flow_they_quote() {
+    let text = "[interface]\ndefault_policy = \"bypass\"\n\
+        [[sa]]\nname = \"out\"\ndirection = \"out\"\nspi = 0x1001\nsuite = \"aes128gcm16\"\n\
+        enc_key = \"00112233445566778899aabbccddeeff01020304\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+        [[sa]]\nname = \"in\"\ndirection = \"in\"\nspi = 0x2001\nsuite = \"aes128gcm16\"\n\
+        enc_key = \"00112233445566778899aabbccddeeff01020305\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+        [[policy]]\nname = \"out\"\ndirection = \"out\"\nsrc = \"198.51.100.1/32\"\ndst = \"198.51.100.2/32\"\n\
+        proto = \"udp\"\ndst_ports = 5000\naction = \"protect\"\nsas = [\"out\"]\n\
+        [[policy]]\nname = \"in\"\ndirection = \"in\"\nsrc = \"198.51.100.2/32\"\ndst = \"198.51.100.1/32\"\n\
+        proto = \"udp\"\nsrc_ports = 5000\naction = \"protect\"\nsas = [\"in\"]\n";
+    let sh = Shared::new(Config::parse(text).unwrap()).unwrap();
+    let snap = sh.db.load();
+    let mut frags = FragCache::default();
+    let (us, peer) = ([198, 51, 100, 1], [198, 51, 100, 2]);
+    // A datagram 198.51.100.1:4000 -> .2:5000, and the peer's reply from 5000 (to which we answer).
+    let ours = udp_packet(40).data().to_vec();
+    let mut theirs = ours.clone();
+    theirs[12..16].copy_from_slice(&peer);
+    theirs[16..20].copy_from_slice(&us);
+    theirs[20..24].copy_from_slice(&[0x13, 0x88, 0x0f, 0xa0]);
+    let to_port = |sport: u16| {
+        let mut q = theirs.clone();
+        q[20..22].copy_from_slice(&sport.to_be_bytes());
+        q
+    };
+    // Going out: about the peer's protected reply, through the SA (ESP); about its port 53, bypassed (ICMP).
+    let mut e = port_unreachable(us, peer, &to_port(5000));
+    assert_eq!(
+        sh.process_out(&snap, &mut e, 0, &mut frags),
+        Ok(TxRecord::Raw4)
+    );
+    assert_eq!(e.data()[9], ip_proto::ESP, "the error left unprotected");
+    let mut e = port_unreachable(us, peer, &to_port(53));
+    assert_eq!(
+        sh.process_out(&snap, &mut e, 0, &mut frags),
+        Ok(TxRecord::Raw4)
+    );
+    assert_eq!(e.data()[9], ip_proto::ICMP);
+    // A quote cut before the ports: dropped.
+    let mut e = port_unreachable(us, peer, &to_port(5000)[..22]);
+    assert_eq!(
+        sh.process_out(&snap, &mut e, 0, &mut frags),
+        Err(Drop::Ipsec(netveil_ipsec::Drop::Malformed))
+    );
+    // Coming in through the inbound SA: the peer's error about our datagram to its port 5000 passes the policy
+    // check; about our datagram to its port 53, not.
+    let through_in = |p: &crate::ip_db::SnapPolicy| p.rule.name == "in";
+    let e = port_unreachable(peer, us, &ours);
+    assert_eq!(
+        sh.check_in(&snap, e.data(), 0, &mut frags, through_in),
+        Ok(())
+    );
+    let mut other = ours.clone();
+    other[22..24].copy_from_slice(&53u16.to_be_bytes());
+    let e = port_unreachable(peer, us, &other);
+    assert_eq!(
+        sh.check_in(&snap, e.data(), 0, &mut frags, through_in),
+        Err(Drop::PolicyMismatch)
+    );
+}
