@@ -117,7 +117,8 @@ fn udp(p: &Pair, n: usize) -> usize {
     rx.join().unwrap().unwrap()
 }
 
-/// tshark's view of a capture: per packet, `ip.proto`, whether it has option 130, and the TCP/UDP ports it shows.
+/// tshark's view of a capture (IPv4 only): per packet, its outer header's `ip.proto`, whether its first option is 130,
+/// and the TCP/UDP ports it shows.
 fn packets(path: &std::path::Path) -> Vec<(u8, bool, String)> {
     let out = std::process::Command::new("tshark")
         .args(["-n", "-r"])
@@ -127,6 +128,9 @@ fn packets(path: &std::path::Path) -> Vec<(u8, bool, String)> {
             "fields",
             "-E",
             "separator=|",
+            // The outer header's fields only: an ICMP error also shows the header it quotes (`1,17`).
+            "-E",
+            "occurrence=f",
             "-e",
             "ip.proto",
             "-e",
@@ -145,13 +149,20 @@ fn packets(path: &std::path::Path) -> Vec<(u8, bool, String)> {
     );
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| {
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            // Every frame is an IPv4 packet: one that does not read as one is an error of the test, not a frame
+            // to leave out of what is counted.
             let f: Vec<&str> = l.split('|').collect();
-            let proto = f.first()?.parse().ok()?;
-            let opt = f
-                .get(1)
-                .is_some_and(|o| o.split(',').any(|t| t.trim() == "130"));
-            Some((proto, opt, format!("{}{}", f.get(2)?, f.get(3)?)))
+            let proto = f[0]
+                .parse()
+                .unwrap_or_else(|_| panic!("a captured frame without an IPv4 protocol: {l:?}"));
+            let opt = f.get(1).is_some_and(|o| o.trim() == "130");
+            (
+                proto,
+                opt,
+                format!("{}{}", f.get(2).unwrap_or(&""), f.get(3).unwrap_or(&"")),
+            )
         })
         .collect()
 }
