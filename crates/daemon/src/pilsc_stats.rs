@@ -116,20 +116,15 @@ impl Shared {
     pub(super) fn reload(&self) -> std::result::Result<String, String> {
         let (file, keys) = match &self.source {
             RuleSource::File(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                let file = netveil_pilsc::rules::parse(&text)
-                    .map_err(|e| format!("{}:\n{e}", path.display()))?;
+                // The same reads, and checks of the files, as at start-up.
+                let (file, warning) = read_rule_file(path).map_err(|e| e.to_string())?;
                 let keys = match &self.keys_path {
                     None => Keys::none(),
-                    Some(p) => {
-                        let t = zeroize::Zeroizing::new(
-                            std::fs::read_to_string(p)
-                                .map_err(|e| format!("cannot read {}: {e}", p.display()))?,
-                        );
-                        Keys::parse(&t).map_err(|e| format!("{}:\n{e}", p.display()))?
-                    }
+                    Some(p) => read_key_file(p).map_err(|e| e.to_string())?,
                 };
+                if let Some(w) = warning {
+                    tracing::warn!("pilsc: {w}");
+                }
                 Table::build(&file, &keys, &self.settings, |_, _, _| (1, 2))
                     .map_err(|e| format!("{}:\n{e}", path.display()))?;
                 (file, keys)
@@ -172,10 +167,10 @@ impl Shared {
                         file: restart it to change them"
                 .into());
         };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let file = crate::secret_file::read_config(path).map_err(|e| e.to_string())?;
+        let text = file.text().map_err(|e| e.to_string())?;
         let bad = |e: ConfigError| format!("{}: {e}", path.display());
-        let top: toml::Table = toml::from_str(&text)
+        let top: toml::Table = toml::from_str(text)
             .map_err(|e| format!("{}: not valid TOML: {}", path.display(), e.message()))?;
         let section = top
             .get("pilsc")
@@ -207,6 +202,12 @@ impl Shared {
         }
         Table::build(&c.file, &c.keys, &self.settings, |_, _, _| (1, 2))
             .map_err(|e| bad(RuleSource::Toml.error(&e)))?;
+        if file.readable_by_others() && literal_keys(&c.file) > 0 {
+            tracing::warn!(
+                "pilsc: {}",
+                crate::secret_file::readable_note(path, file.mode, "keys written in it")
+            );
+        }
         Ok((c.file, c.keys))
     }
 }
