@@ -544,12 +544,13 @@ fn keys_ike(socket: &Path, dir: &Path) -> Result<()> {
     let table = ike::merge_table(&old, &new);
     write_private(&path, table.as_bytes())
         .map_err(Error::io(format!("cannot write {}", path.display())))?;
+    // (Named arguments: a positional {0} here once printed the number of SAs as the directory.)
     eprintln!(
-        "wrote {} IKE SAs to {} (the lines of older SAs kept); tshark decrypts IKE with {} as its Wireshark \
-         configuration directory (WIRESHARK_CONFIG_DIR={0})",
-        new.len(),
-        path.display(),
-        dir.display()
+        "wrote {n} IKE SAs to {path} (the lines of older SAs kept); tshark decrypts IKE with {dir} as its Wireshark \
+         configuration directory (WIRESHARK_CONFIG_DIR={dir})",
+        n = new.len(),
+        path = path.display(),
+        dir = dir.display()
     );
     Ok(())
 }
