@@ -118,7 +118,10 @@ impl RuleSource {
     /// The key table's errors (missing keys, lengths, collisions) as a configuration error naming the key.
     fn error(&self, e: &netveil_pilsc::rules::Errors) -> ConfigError {
         match self {
-            RuleSource::File(p) => cerr("pilsc.rules", format!("{}:\n{e}", p.display())),
+            RuleSource::File(p) => cerr(
+                "pilsc.rules",
+                format!("{}:\n{e}", crate::secret_file::shown(p)),
+            ),
             RuleSource::Toml => key_errors(&e.in_toml()),
         }
     }
@@ -171,7 +174,7 @@ pub(crate) fn read_rule_file(
         .map_err(|e| cerr(k, e.to_string()))?;
     let text = c.text().map_err(|e| cerr(k, e.to_string()))?;
     let parsed = netveil_pilsc::rules::parse(text)
-        .map_err(|e| cerr(k, format!("{}:\n{e}", path.display())))?;
+        .map_err(|e| cerr(k, format!("{}:\n{e}", crate::secret_file::shown(path))))?;
     let warning = (literal_keys(&parsed) > 0 && c.readable_by_others())
         .then(|| crate::secret_file::readable_note(path, c.mode, "keys written in its rules"));
     Ok((parsed, warning))
@@ -184,7 +187,7 @@ pub(crate) fn read_key_file(path: &Path) -> std::result::Result<Keys, ConfigErro
     let c = crate::secret_file::read(path, crate::secret_file::Level::Secret)
         .map_err(|e| cerr(k, e.to_string()))?;
     Keys::parse(c.text().map_err(|e| cerr(k, e.to_string()))?)
-        .map_err(|e| cerr(k, format!("{}:\n{e}", path.display())))
+        .map_err(|e| cerr(k, format!("{}:\n{e}", crate::secret_file::shown(path))))
 }
 
 /// How many rules write their key themselves (`Key = 0x` and the whole key), not a name of the key file.

@@ -170,8 +170,13 @@ impl Shared {
         let file = crate::secret_file::read_config(path).map_err(|e| e.to_string())?;
         let text = file.text().map_err(|e| e.to_string())?;
         let bad = |e: ConfigError| format!("{}: {e}", path.display());
-        let top: toml::Table = toml::from_str(text)
-            .map_err(|e| format!("{}: not valid TOML: {}", path.display(), e.message()))?;
+        let top: toml::Table = toml::from_str(text).map_err(|e| {
+            format!(
+                "{}: {}",
+                path.display(),
+                crate::config::toml_error(text, &e)
+            )
+        })?;
         let section = top
             .get("pilsc")
             .cloned()

@@ -111,7 +111,10 @@ pub fn tls(cfg: &PspConfig) -> Result<Tls> {
     let key = PrivateKeyDer::from_pem_slice(&key_file.bytes).map_err(|e| {
         bad(
             "psp.key",
-            format!("cannot read a private key from {}: {e}", cfg.key),
+            format!(
+                "cannot read a private key from {}: {e}",
+                crate::secret_file::shown(Path::new(&cfg.key))
+            ),
         )
     })?;
     let mut roots = rustls::RootCertStore::empty();

@@ -47,7 +47,26 @@ pub struct Refused {
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.path.display(), self.why)
+        write!(f, "{} {}", shown(&self.path), self.why)
+    }
+}
+
+/// How a message names a file: its path, unless its name looks like a key (`0x` and hex digits, or 16 hex digits
+/// or more: a key pasted where the name of its file belongs), which is not shown.
+pub fn shown(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let hex = |h: &str| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit());
+    let key_like = match name.strip_prefix("0x").or_else(|| name.strip_prefix("0X")) {
+        Some(h) => hex(h),
+        None => name.len() >= 16 && hex(&name),
+    };
+    if key_like {
+        "the file (its name looks like a key: not shown)".into()
+    } else {
+        path.display().to_string()
     }
 }
 
@@ -85,9 +104,9 @@ impl Contents {
 /// A warning for a file that others may read and that holds keys (`what`: which, e.g. "literal keys (rule 3)").
 pub fn readable_note(path: &Path, mode: u32, what: &str) -> String {
     format!(
-        "{} holds {what} and is readable by its group or others (mode {:04o}): make it 0600 (chmod 600 {0}), or \
+        "{} holds {what} and is readable by its group or others (mode {:04o}): make it 0600 (chmod 600), or \
          move the keys to a key file of mode 0600",
-        path.display(),
+        shown(path),
         mode & 0o7777,
     )
 }

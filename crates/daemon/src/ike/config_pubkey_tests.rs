@@ -143,7 +143,9 @@ fn every_pubkey_mistake_names_its_key() {
     let r = REMOTE.replace("cacerts = [\"ca.pem\"]", "cacerts = [\"junk.pem\"]");
     err_at(&d, LOCAL, &r, "remote.cacerts[0]");
     let r = REMOTE.replace("C=CH, O=netveil test", "XX=CH, O=netveil test");
-    assert!(err_at(&d, LOCAL, &r, "remote.id").contains("unknown attribute type"));
+    assert!(
+        err_at(&d, LOCAL, &r, "remote.id").contains("is not a distinguished name netveil reads")
+    );
     // Credentials with auth = "psk".
     let l = r#"local = { id = "a.example", auth = "psk", certs = ["moon.der"] }"#;
     err_at(&d, l, REMOTE, "local.certs");

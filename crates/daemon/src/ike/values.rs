@@ -103,7 +103,7 @@ fn cert_files(
     let mut out = Vec::new();
     for (i, p) in paths.iter().enumerate() {
         let path = base.join(p);
-        let shown = path.display();
+        let shown = crate::secret_file::shown(&path);
         let bytes = if trusted {
             crate::secret_file::read(&path, crate::secret_file::Level::Rules)
                 .map_err(|x| e(format!("{key}[{i}]"), x.to_string()))?
@@ -224,7 +224,8 @@ pub(super) fn own_cert_current(
 pub(super) fn read_key_file(path: &Path) -> Result<PrivateKey, String> {
     let c = crate::secret_file::read(path, crate::secret_file::Level::Secret)
         .map_err(|x| x.to_string())?;
-    PrivateKey::from_pem_or_der(&c.bytes).map_err(|x| format!("{}: {x}", path.display()))
+    PrivateKey::from_pem_or_der(&c.bytes)
+        .map_err(|x| format!("{}: {x}", crate::secret_file::shown(path)))
 }
 
 /// swanctl's identity syntax: `%any`, an IP address, `@fqdn`, a name with a dot, `user@name`, `@#hex` (a key
@@ -259,7 +260,12 @@ pub(super) fn identity(s: &str, remote: bool) -> Result<Identity, String> {
         };
     }
     if s.contains('=') {
-        return parse_dn(s).map(Identity::Dn);
+        // (parse_dn's errors quote the part they refuse: a key pasted here would be shown.)
+        return parse_dn(s).map(Identity::Dn).map_err(|_| {
+            "is not a distinguished name netveil reads (\"C=CH, O=org, CN=name\": attribute types C, ST, L, O, OU, \
+             CN, SN, T, E, DC, UID, each with a value; value not shown)"
+                .into()
+        });
     }
     if printable(s) && s.contains('@') {
         return Ok(Identity::Email(s.into()));

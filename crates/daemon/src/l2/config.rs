@@ -272,7 +272,8 @@ impl L2Config {
                 Some((ip, len))
             }
         };
-        let group_secret =
+        // (The key that gave it: a short secret from the file is the file's error.)
+        let (group_secret, secret_key) =
             match (r.group_secret, r.group_secret_file) {
                 (Some(_), Some(_)) => {
                     return cerr(
@@ -280,12 +281,15 @@ impl L2Config {
                         "give group_secret or group_secret_file, not both",
                     )
                 }
-                (Some(s), None) => hex_bytes("l2sec.group_secret", &s)?,
+                (Some(s), None) => (hex_bytes("l2sec.group_secret", &s)?, "l2sec.group_secret"),
                 (None, Some(f)) => {
                     let k = "l2sec.group_secret_file";
                     let c = crate::secret_file::read(&file(&f), crate::secret_file::Level::Secret)
                         .or_else(|e| cerr(k, e.without_path()))?;
-                    hex_bytes(k, c.text().or_else(|e| cerr(k, e.without_path()))?.trim())?
+                    (
+                        hex_bytes(k, c.text().or_else(|e| cerr(k, e.without_path()))?.trim())?,
+                        k,
+                    )
                 }
                 (None, None) => return cerr(
                     "l2sec.group_secret",
@@ -294,7 +298,7 @@ impl L2Config {
             };
         if group_secret.len() < 16 {
             return cerr(
-                "l2sec.group_secret",
+                secret_key,
                 format!("must be at least 16 bytes, got {}", group_secret.len()),
             );
         }
