@@ -260,6 +260,12 @@ pub fn request_stop(socket: &Path) -> Result<()> {
 pub fn reload(socket: &Path) -> Result<String> {
     let v = ask(socket, "reload")?;
     if let Some(e) = v["error"].as_str() {
+        // The files did not load ("config": their errors name the key): a bad configuration, exit code 2.
+        if v["config"].as_bool() == Some(true) {
+            return Err(Error::Usage(format!(
+                "reload refused, nothing changed: {e}"
+            )));
+        }
         return Err(Error::Other(format!("reload refused: {e}")));
     }
     match v["reloaded"].as_str() {

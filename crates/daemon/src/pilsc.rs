@@ -843,7 +843,7 @@ impl Engine for PilscEngine {
     }
 
     fn reload(&mut self) -> Option<std::result::Result<String, String>> {
-        Some(self.shared.reload())
+        Some(self.shared.reload().map_err(|e| e.to_string()))
     }
 
     fn stop(mut self: Box<Self>, undo: &mut Undo, down: bool) {

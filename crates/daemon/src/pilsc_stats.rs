@@ -107,14 +107,39 @@ pub(super) fn rule_infos(file: &RuleFile) -> Vec<RuleInfo> {
         .collect()
 }
 
+/// Why a reload was refused.
+#[derive(Debug)]
+pub(super) enum ReloadError {
+    /// The files (or the configuration's tables) did not load: their errors, each naming its key; nothing
+    /// changed. `netveil reload` exits with code 2, as for any bad configuration.
+    Files(String),
+    /// Anything else (the worker, the queue chains).
+    Other(String),
+}
+
+impl std::fmt::Display for ReloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReloadError::Files(e) | ReloadError::Other(e) => f.write_str(e),
+        }
+    }
+}
+
 impl Shared {
     /// `netveil reload` / SIGHUP: reads the rule file and the key file again (or the configuration's
     /// `[[pilsc.rule]]` tables: [`Shared::reload_tables`]) and, if they load, puts them in force
     /// without a gap: the worker switches between two batches (keys that stay keep their counters and replay
     /// windows; new keys continue from their marks), then the queue chains are replaced in one transaction. If
     /// anything fails, nothing changed.
-    pub(super) fn reload(&self) -> std::result::Result<String, String> {
-        let (file, keys) = match &self.source {
+    pub(super) fn reload(&self) -> std::result::Result<String, ReloadError> {
+        let (file, keys) = self.reload_files().map_err(ReloadError::Files)?;
+        self.put_in_force(file, keys).map_err(ReloadError::Other)
+    }
+
+    /// The rules and keys a reload would put in force, read and checked as at start-up (the files through
+    /// [`crate::secret_file`]: a file that another user could have changed is refused).
+    fn reload_files(&self) -> std::result::Result<(RuleFile, Keys), String> {
+        Ok(match &self.source {
             RuleSource::File(path) => {
                 // The same reads, and checks of the files, as at start-up.
                 let (file, warning) = read_rule_file(path).map_err(|e| e.to_string())?;
@@ -126,11 +151,15 @@ impl Shared {
                     tracing::warn!("pilsc: {w}");
                 }
                 Table::build(&file, &keys, &self.settings, |_, _, _| (1, 2))
-                    .map_err(|e| format!("{}:\n{e}", path.display()))?;
+                    .map_err(|e| format!("{}:\n{e}", crate::secret_file::shown(path)))?;
                 (file, keys)
             }
             RuleSource::Toml => self.reload_tables()?,
-        };
+        })
+    }
+
+    /// Puts checked rules and keys in force (see [`Shared::reload`]).
+    fn put_in_force(&self, file: RuleFile, keys: Keys) -> std::result::Result<String, String> {
         let prefixes = queued_prefixes(&file);
         let (tx, rx) = std::sync::mpsc::channel();
         self.reload_tx
@@ -256,7 +285,11 @@ impl Control for PilscControl {
                     tracing::info!("pilsc: reloaded: {m}");
                     serde_json::json!({ "reloaded": m })
                 }
-                Err(e) => {
+                Err(ReloadError::Files(e)) => {
+                    tracing::warn!("pilsc: reload refused, nothing changed: {e}");
+                    serde_json::json!({ "error": e, "config": true })
+                }
+                Err(ReloadError::Other(e)) => {
                     tracing::warn!("pilsc: reload refused: {e}");
                     serde_json::json!({ "error": e })
                 }

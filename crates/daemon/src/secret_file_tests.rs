@@ -115,8 +115,14 @@ fn a_fifo_a_directory_and_a_socket_are_refused_without_blocking() {
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
     for level in [Level::Secret, Level::Rules] {
         if made {
-            // No writer: an open without O_NONBLOCK would wait here for ever.
-            assert!(refused(&fifo, level).contains("is a FIFO, not a regular file"));
+            // No writer: an open without O_NONBLOCK would wait for ever (the test fails after 5 s instead).
+            let (tx, rx) = std::sync::mpsc::channel();
+            let f = fifo.clone();
+            std::thread::spawn(move || tx.send(refused(&f, level)));
+            let e = rx
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .expect("the open of a FIFO blocked");
+            assert!(e.contains("is a FIFO, not a regular file"), "{e}");
         }
         assert!(refused(&dir, level).contains("is a directory, not a regular file"));
         // (open(2) itself refuses a socket: ENXIO.)
