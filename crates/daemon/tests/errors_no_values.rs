@@ -542,9 +542,7 @@ fn the_pilsc_section_and_its_files_never_show_a_key() {
     )
     .unwrap();
     let parse = |t: &Table| {
-        netveil_daemon::runtime::parse_all(&toml::to_string(t).unwrap(), &d)
-            .map(|_| ())
-            .map_err(|e| e)
+        netveil_daemon::runtime::parse_all(&toml::to_string(t).unwrap(), &d).map(|_| ())
     };
     let ((), log) = logged(|| {
         parse(&base).expect("the PILSC base is valid");
