@@ -260,6 +260,12 @@ pub fn request_stop(socket: &Path) -> Result<()> {
 pub fn reload(socket: &Path) -> Result<String> {
     let v = ask(socket, "reload")?;
     if let Some(e) = v["error"].as_str() {
+        // The files did not load ("config": their errors name the key): a bad configuration, exit code 2.
+        if v["config"].as_bool() == Some(true) {
+            return Err(Error::Usage(format!(
+                "reload refused, nothing changed: {e}"
+            )));
+        }
         return Err(Error::Other(format!("reload refused: {e}")));
     }
     match v["reloaded"].as_str() {
@@ -544,12 +550,13 @@ fn keys_ike(socket: &Path, dir: &Path) -> Result<()> {
     let table = ike::merge_table(&old, &new);
     write_private(&path, table.as_bytes())
         .map_err(Error::io(format!("cannot write {}", path.display())))?;
+    // (Named arguments: a positional {0} here once printed the number of SAs as the directory.)
     eprintln!(
-        "wrote {} IKE SAs to {} (the lines of older SAs kept); tshark decrypts IKE with {} as its Wireshark \
-         configuration directory (WIRESHARK_CONFIG_DIR={0})",
-        new.len(),
-        path.display(),
-        dir.display()
+        "wrote {n} IKE SAs to {path} (the lines of older SAs kept); tshark decrypts IKE with {dir} as its Wireshark \
+         configuration directory (WIRESHARK_CONFIG_DIR={dir})",
+        n = new.len(),
+        path = path.display(),
+        dir = dir.display()
     );
     Ok(())
 }

@@ -37,6 +37,13 @@ impl EngineSection for L2Section {
         ))
     }
 
+    fn holds_keys(&self, table: &toml::Table) -> bool {
+        // The group secret written in the file (not group_secret_file).
+        table
+            .get("l2sec")
+            .is_some_and(|l| l.get("group_secret").is_some())
+    }
+
     fn down_unsupported(&self) -> String {
         "netveil down is for [interface] configurations: an l2sec daemon gives its port back when it stops \
          (SIGTERM), and a killed one when `netveil up` runs again"

@@ -21,6 +21,8 @@
 //! - [`nft`]: the IP engine's nftables table (fail-closed filters, peer filter).
 //! - [`filters`]: the socket-filter rules and the storm mode.
 //! - [`error`]: configuration errors, each naming its key.
+//! - [`secret_file`]: the one reader of files that hold keys or rules: opened once, checked through the
+//!   descriptor (owner, mode, kind), read from it.
 //! - [`names`]: the one rule for SA, policy and interface names (what reaches nftables and the log).
 //! - [`state`]: the state directory (sequence marks, epochs).
 
@@ -47,6 +49,7 @@ pub mod psp_state;
 pub mod registry;
 pub mod runtime;
 pub mod sa_api;
+pub mod secret_file;
 pub mod state;
 
 /// A failure of the daemon or of a command run on a configuration. Bad input (configuration, arguments) exits with

@@ -121,7 +121,10 @@ impl RuleSource {
     /// The key table's errors (missing keys, lengths, collisions) as a configuration error naming the key.
     fn error(&self, e: &netveil_pilsc::rules::Errors) -> ConfigError {
         match self {
-            RuleSource::File(p) => cerr("pilsc.rules", format!("{}:\n{e}", p.display())),
+            RuleSource::File(p) => cerr(
+                "pilsc.rules",
+                format!("{}:\n{e}", crate::secret_file::shown(p)),
+            ),
             RuleSource::Toml => key_errors(&e.in_toml()),
         }
     }
@@ -160,6 +163,46 @@ pub struct PilscConfig {
     pub control_group: Option<u32>,
     pub state_dir: PathBuf,
     pub allow_volatile_state: bool,
+    /// About its files (a rule file with keys in it that others may read): logged at `up`, notes of `check`.
+    pub warnings: Vec<String>,
+}
+
+/// The rule file `pilsc.rules` (at start and at a reload): read as rules are ([`crate::secret_file`]: owned by
+/// root, writable by it only), parsed, and a warning if it writes keys itself and others may read it.
+pub(crate) fn read_rule_file(
+    path: &Path,
+) -> std::result::Result<(RuleFile, Option<String>), ConfigError> {
+    let k = "pilsc.rules";
+    let c = crate::secret_file::read(path, crate::secret_file::Level::Rules)
+        .map_err(|e| cerr(k, e.to_string()))?;
+    let text = c.text().map_err(|e| cerr(k, e.to_string()))?;
+    let parsed = netveil_pilsc::rules::parse(text)
+        .map_err(|e| cerr(k, format!("{}:\n{e}", crate::secret_file::shown(path))))?;
+    let warning = (literal_keys(&parsed) > 0 && c.readable_by_others())
+        .then(|| crate::secret_file::readable_note(path, c.mode, "keys written in its rules"));
+    Ok((parsed, warning))
+}
+
+/// The key file `pilsc.keys` (at start and at a reload): read as a secret ([`crate::secret_file`]: owned by root,
+/// mode 0600 or 0400), parsed.
+pub(crate) fn read_key_file(path: &Path) -> std::result::Result<Keys, ConfigError> {
+    let k = "pilsc.keys";
+    let c = crate::secret_file::read(path, crate::secret_file::Level::Secret)
+        .map_err(|e| cerr(k, e.to_string()))?;
+    Keys::parse(c.text().map_err(|e| cerr(k, e.to_string()))?)
+        .map_err(|e| cerr(k, format!("{}:\n{e}", crate::secret_file::shown(path))))
+}
+
+/// How many rules write their key themselves (`Key = 0x` and the whole key), not a name of the key file.
+fn literal_keys(file: &RuleFile) -> usize {
+    file.rules
+        .iter()
+        .filter(|r| {
+            r.protect
+                .as_ref()
+                .is_some_and(|p| matches!(p.key, netveil_pilsc::rules::KeyRef::Literal(_)))
+        })
+        .count()
 }
 
 fn int(
@@ -182,6 +225,7 @@ impl PilscConfig {
         base: &Path,
     ) -> std::result::Result<PilscConfig, ConfigError> {
         let r: Raw = crate::config::typed(v, "pilsc")?;
+        let mut warnings = Vec::new();
         let file = |p: &str| -> PathBuf {
             let p = Path::new(p);
             if p.is_absolute() {
@@ -206,15 +250,8 @@ impl PilscConfig {
             }
             (Some(rules), None) => {
                 let rules_path = file(&rules);
-                let text = std::fs::read_to_string(&rules_path).map_err(|e| {
-                    cerr(
-                        "pilsc.rules",
-                        format!("cannot read {}: {e}", rules_path.display()),
-                    )
-                })?;
-                let parsed = netveil_pilsc::rules::parse(&text).map_err(|e| {
-                    cerr("pilsc.rules", format!("{}:\n{e}", rules_path.display()))
-                })?;
+                let (parsed, warning) = read_rule_file(&rules_path)?;
+                warnings.extend(warning);
                 (RuleSource::File(rules_path), parsed)
             }
             (None, Some(tables)) => {
@@ -225,13 +262,7 @@ impl PilscConfig {
         let keys_path = r.keys.as_deref().filter(|s| !s.is_empty()).map(file);
         let keys = match r.keys.filter(|s| !s.is_empty()) {
             None => Keys::none(),
-            Some(k) => {
-                let p = file(&k);
-                let t = zeroize::Zeroizing::new(std::fs::read_to_string(&p).map_err(|e| {
-                    cerr("pilsc.keys", format!("cannot read {}: {e}", p.display()))
-                })?);
-                Keys::parse(&t).map_err(|e| cerr("pilsc.keys", format!("{}:\n{e}", p.display())))?
-            }
+            Some(k) => read_key_file(&file(&k))?,
         };
         let mode = match r.mode.as_deref() {
             None | Some("authenticated") => Mode::Authenticated,
@@ -292,6 +323,7 @@ impl PilscConfig {
             control_group,
             state_dir,
             allow_volatile_state: r.allow_volatile_state,
+            warnings,
         })
     }
 
@@ -418,6 +450,17 @@ impl EngineSection for PilscSection {
         Ok(Box::new(
             PilscConfig::from_section(v, base).map_err(|e| vec![e])?,
         ))
+    }
+
+    fn holds_keys(&self, table: &toml::Table) -> bool {
+        // `[[pilsc.rule]]` tables that write a key themselves (errors are the parser's to report).
+        let tables: Vec<toml::Table> = table
+            .get("pilsc")
+            .and_then(|p| p.get("rule"))
+            .and_then(|r| r.as_array())
+            .map(|a| a.iter().filter_map(|t| t.as_table().cloned()).collect())
+            .unwrap_or_default();
+        netveil_pilsc::rules::from_toml(&tables).is_ok_and(|f| literal_keys(&f) > 0)
     }
 }
 
@@ -550,7 +593,7 @@ impl Section for PilscConfig {
             .iter()
             .filter(|r| r.protect.is_some())
             .count();
-        let mut notes = Vec::new();
+        let mut notes = self.warnings.clone();
         if self.mode == Mode::Confidential {
             notes.push(
                 "pilsc.mode = \"confidential\": encryption only, no integrity (a flipped ciphertext bit flips the \
@@ -581,6 +624,9 @@ impl Section for PilscConfig {
     }
 
     fn prepare(self: Box<Self>, opts: &UpOptions) -> Result<Box<dyn Prepared>> {
+        for w in &self.warnings {
+            tracing::warn!("pilsc: {w}");
+        }
         let ipt = iptables(&self)?;
         let dir = StateDir::open(&self.state_location(opts.fresh_keys), "pilsc.state_dir")?;
         // Each key's mark, and its first reservation made durable before anything is sealed.
@@ -814,7 +860,7 @@ impl Engine for PilscEngine {
     }
 
     fn reload(&mut self) -> Option<std::result::Result<String, String>> {
-        Some(self.shared.reload())
+        Some(self.shared.reload().map_err(|e| e.to_string()))
     }
 
     fn stop(mut self: Box<Self>, undo: &mut Undo, down: bool) {

@@ -116,35 +116,59 @@ pub(super) fn rule_infos(file: &RuleFile) -> Vec<RuleInfo> {
         .collect()
 }
 
+/// Why a reload was refused.
+#[derive(Debug)]
+pub(super) enum ReloadError {
+    /// The files (or the configuration's tables) did not load: their errors, each naming its key; nothing
+    /// changed. `netveil reload` exits with code 2, as for any bad configuration.
+    Files(String),
+    /// Anything else (the worker, the queue chains).
+    Other(String),
+}
+
+impl std::fmt::Display for ReloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReloadError::Files(e) | ReloadError::Other(e) => f.write_str(e),
+        }
+    }
+}
+
 impl Shared {
     /// `netveil reload` / SIGHUP: reads the rule file and the key file again (or the configuration's
     /// `[[pilsc.rule]]` tables: [`Shared::reload_tables`]) and, if they load, puts them in force
     /// without a gap: the worker switches between two batches (keys that stay keep their counters and replay
     /// windows; new keys continue from their marks), then the queue chains are replaced in one transaction. If
     /// anything fails, nothing changed.
-    pub(super) fn reload(&self) -> std::result::Result<String, String> {
-        let (file, keys) = match &self.source {
+    pub(super) fn reload(&self) -> std::result::Result<String, ReloadError> {
+        let (file, keys) = self.reload_files().map_err(ReloadError::Files)?;
+        self.put_in_force(file, keys).map_err(ReloadError::Other)
+    }
+
+    /// The rules and keys a reload would put in force, read and checked as at start-up (the files through
+    /// [`crate::secret_file`]: a file that another user could have changed is refused).
+    fn reload_files(&self) -> std::result::Result<(RuleFile, Keys), String> {
+        Ok(match &self.source {
             RuleSource::File(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                let file = netveil_pilsc::rules::parse(&text)
-                    .map_err(|e| format!("{}:\n{e}", path.display()))?;
+                // The same reads, and checks of the files, as at start-up.
+                let (file, warning) = read_rule_file(path).map_err(|e| e.to_string())?;
                 let keys = match &self.keys_path {
                     None => Keys::none(),
-                    Some(p) => {
-                        let t = zeroize::Zeroizing::new(
-                            std::fs::read_to_string(p)
-                                .map_err(|e| format!("cannot read {}: {e}", p.display()))?,
-                        );
-                        Keys::parse(&t).map_err(|e| format!("{}:\n{e}", p.display()))?
-                    }
+                    Some(p) => read_key_file(p).map_err(|e| e.to_string())?,
                 };
+                if let Some(w) = warning {
+                    tracing::warn!("pilsc: {w}");
+                }
                 Table::build(&file, &keys, &self.settings, |_, _, _| (1, 2))
-                    .map_err(|e| format!("{}:\n{e}", path.display()))?;
+                    .map_err(|e| format!("{}:\n{e}", crate::secret_file::shown(path)))?;
                 (file, keys)
             }
             RuleSource::Toml => self.reload_tables()?,
-        };
+        })
+    }
+
+    /// Puts checked rules and keys in force (see [`Shared::reload`]).
+    fn put_in_force(&self, file: RuleFile, keys: Keys) -> std::result::Result<String, String> {
         let prefixes = queued_prefixes(&file);
         let (tx, rx) = std::sync::mpsc::channel();
         self.reload_tx
@@ -181,11 +205,16 @@ impl Shared {
                         file: restart it to change them"
                 .into());
         };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let file = crate::secret_file::read_config(path).map_err(|e| e.to_string())?;
+        let text = file.text().map_err(|e| e.to_string())?;
         let bad = |e: ConfigError| format!("{}: {e}", path.display());
-        let top: toml::Table = toml::from_str(&text)
-            .map_err(|e| format!("{}: not valid TOML: {}", path.display(), e.message()))?;
+        let top: toml::Table = toml::from_str(text).map_err(|e| {
+            format!(
+                "{}: {}",
+                path.display(),
+                crate::config::toml_error(text, &e)
+            )
+        })?;
         let section = top
             .get("pilsc")
             .cloned()
@@ -216,6 +245,12 @@ impl Shared {
         }
         Table::build(&c.file, &c.keys, &self.settings, |_, _, _| (1, 2))
             .map_err(|e| bad(RuleSource::Toml.error(&e)))?;
+        if file.readable_by_others() && literal_keys(&c.file) > 0 {
+            tracing::warn!(
+                "pilsc: {}",
+                crate::secret_file::readable_note(path, file.mode, "keys written in it")
+            );
+        }
         Ok((c.file, c.keys))
     }
 }
@@ -259,7 +294,11 @@ impl Control for PilscControl {
                     tracing::info!("pilsc: reloaded: {m}");
                     serde_json::json!({ "reloaded": m })
                 }
-                Err(e) => {
+                Err(ReloadError::Files(e)) => {
+                    tracing::warn!("pilsc: reload refused, nothing changed: {e}");
+                    serde_json::json!({ "error": e, "config": true })
+                }
+                Err(ReloadError::Other(e)) => {
                     tracing::warn!("pilsc: reload refused: {e}");
                     serde_json::json!({ "error": e })
                 }

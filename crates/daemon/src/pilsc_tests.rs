@@ -196,3 +196,77 @@ fn drop_names_are_pinned() {
         "icmp_error_unreadable"
     );
 }
+
+/// `pilsc.rules` and `pilsc.keys` are read through [`crate::secret_file`]: the rule file owned by root and writable by
+/// it only, the key file root's and 0600 or 0400, neither a FIFO or a directory, the key file not a link; no error
+/// shows a key (issue 40).
+#[test]
+fn rule_and_key_files_are_checked_as_opened() {
+    use crate::secret_file::{tests::every_refusal, Level};
+    let section = |rules: &Path, keys: Option<&Path>| {
+        let mut t = toml::Table::new();
+        t.insert("rules".into(), rules.display().to_string().into());
+        if let Some(k) = keys {
+            t.insert("keys".into(), k.display().to_string().into());
+        }
+        PilscConfig::from_section(toml::Value::Table(t), Path::new("/nonexistent"))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    every_refusal(
+        "pilsc-rules",
+        Level::Rules,
+        "pilsc.rules",
+        RULES.as_bytes(),
+        "000102030405060708090a0b0c0d0e0f",
+        true,
+        &|p| section(p, None),
+    );
+    let d = crate::state::test_dir("pilsc-named-rules");
+    let named = d.join("named.rules");
+    std::fs::write(
+        &named,
+        RULES.replace("0x000102030405060708090a0b0c0d0e0f", "web"),
+    )
+    .unwrap();
+    every_refusal(
+        "pilsc-keys",
+        Level::Secret,
+        "pilsc.keys",
+        b"web = 0x53454352455456415345435245545641\n",
+        "5345435245545641",
+        true,
+        &|p| section(&named, Some(p)),
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// A rule file that writes keys itself and that others may read: loaded, with a warning (`check` notes it, `up`
+/// logs it); one that only names keys of the key file: no warning.
+#[test]
+fn a_rule_file_with_keys_readable_by_others_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = crate::state::test_dir("pilsc-readable");
+    let f = d.join("p.rules");
+    let load = |text: &str, mode: u32| {
+        std::fs::write(&f, text).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (_, w) = read_rule_file(&f).unwrap();
+        w
+    };
+    let w = load(RULES, 0o644).expect("a warning");
+    assert!(
+        w.contains("readable by its group or others (mode 0644)"),
+        "{w}"
+    );
+    assert!(!w.contains("000102030405"), "{w}");
+    assert_eq!(load(RULES, 0o600), None);
+    assert_eq!(
+        load(
+            &RULES.replace("0x000102030405060708090a0b0c0d0e0f", "web"),
+            0o644
+        ),
+        None
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

@@ -103,15 +103,25 @@ pub fn tls(cfg: &PspConfig) -> Result<Tls> {
     if certs.is_empty() {
         return Err(bad("psp.cert", format!("no certificate in {}", cfg.cert)));
     }
-    let key = PrivateKeyDer::from_pem_file(&cfg.key).map_err(|e| {
+    // The key is a secret and the CA decides whom we trust: each read once, checked through its descriptor
+    // (crate::secret_file: root's, the key 0600 or 0400, the CA writable by root only).
+    use crate::secret_file::{read, Level};
+    let key_file =
+        read(Path::new(&cfg.key), Level::Secret).map_err(|e| bad("psp.key", e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_file.bytes).map_err(|e| {
         bad(
             "psp.key",
-            format!("cannot read a private key from {}: {e}", cfg.key),
+            format!(
+                "cannot read a private key from {}: {e}",
+                crate::secret_file::shown(Path::new(&cfg.key))
+            ),
         )
     })?;
     let mut roots = rustls::RootCertStore::empty();
-    let anchors: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cfg.peer_ca)
-        .and_then(|i| i.collect::<std::result::Result<_, _>>())
+    let ca_file = read(Path::new(&cfg.peer_ca), Level::Rules)
+        .map_err(|e| bad("psp.peer_ca", e.to_string()))?;
+    let anchors: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&ca_file.bytes)
+        .collect::<std::result::Result<_, _>>()
         .map_err(|e| {
             bad(
                 "psp.peer_ca",

@@ -83,6 +83,12 @@ pub trait EngineSection: Sync {
         table: toml::Table,
         base: &Path,
     ) -> std::result::Result<Box<dyn Section>, Vec<ConfigError>>;
+    /// Whether its sections (`table`, as [`EngineSection::parse`] gets it) write keys themselves (a static SA's
+    /// `enc_key`, a group secret), not only name files of them: then the configuration file should be readable by
+    /// its owner only, and the runtime warns if it is not (see [`crate::secret_file`]).
+    fn holds_keys(&self, _table: &toml::Table) -> bool {
+        false
+    }
     /// Whether its running engine offers an [`SaPort`] (drivers need one).
     fn offers_sa_port(&self) -> bool {
         false
@@ -166,6 +172,10 @@ pub trait DriverSection: Sync {
         table: toml::Table,
         base: &Path,
     ) -> std::result::Result<Box<dyn DriverConfig>, Vec<ConfigError>>;
+    /// As [`EngineSection::holds_keys`]: whether its sections write keys themselves (a `psk`).
+    fn holds_keys(&self, _table: &toml::Table) -> bool {
+        false
+    }
 }
 
 /// One driver's sections, parsed and validated.

@@ -30,6 +30,11 @@ pub struct Sections<'r> {
     pub drivers: Vec<(&'r dyn DriverSection, Box<dyn DriverConfig>)>,
     /// `log_level` (top level, before the first section).
     pub log_level: Option<crate::log::Level>,
+    /// Whether a section writes keys itself ([`EngineSection::holds_keys`]).
+    pub holds_keys: bool,
+    /// Warnings about the file itself (readable by others while it holds keys): `up` logs them once logging is
+    /// set up, `check` prints them.
+    pub warnings: Vec<String>,
 }
 
 impl Sections<'_> {
@@ -68,13 +73,22 @@ pub fn load_all_with<'r>(
     reg: &Registry<'r>,
     path: &Path,
 ) -> std::result::Result<Sections<'r>, Vec<ConfigError>> {
-    let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
+    let file = crate::secret_file::read_config(path).map_err(|e| vec![e])?;
+    let text = file.text().map_err(|e| {
         vec![ConfigError {
             key: String::new(),
-            reason: format!("cannot read {}: {e}", path.display()),
+            reason: e.to_string(),
         }]
-    })?);
-    parse_all_with(reg, &text, path.parent().unwrap_or(Path::new(".")))
+    })?;
+    let mut s = parse_all_with(reg, text, path.parent().unwrap_or(Path::new(".")))?;
+    if s.holds_keys && file.readable_by_others() {
+        s.warnings.push(crate::secret_file::readable_note(
+            path,
+            file.mode,
+            "keys written in it",
+        ));
+    }
+    Ok(s)
 }
 
 /// Parses a configuration text (`base`: where relative paths in it start).
@@ -138,8 +152,10 @@ pub fn parse_all_with<'r>(
         (!t.is_empty()).then_some(t)
     };
     let mut engines = Vec::new();
+    let mut holds_keys = false;
     for e in reg.engines {
         if let Some(t) = own(e.keys()) {
+            holds_keys |= e.holds_keys(&t);
             match e.parse(t, base) {
                 Ok(s) => engines.push((*e, s)),
                 Err(es) => errors.extend(es),
@@ -150,6 +166,7 @@ pub fn parse_all_with<'r>(
     for d in reg.drivers {
         if let Some(t) = own(d.keys()) {
             let first = t.keys().next().cloned().unwrap_or_default();
+            holds_keys |= d.holds_keys(&t);
             match d.parse(t, base) {
                 Ok(c) => drivers.push((*d, c, first)),
                 Err(es) => errors.extend(es),
@@ -197,6 +214,8 @@ pub fn parse_all_with<'r>(
         engines,
         drivers: drivers.into_iter().map(|(d, c, _)| (d, c)).collect(),
         log_level,
+        holds_keys,
+        warnings: Vec::new(),
     })
 }
 
@@ -209,6 +228,9 @@ pub fn check(path: &Path) -> Result<String> {
 /// [`check`] with the engines and drivers of `reg`.
 pub fn check_with(reg: &Registry<'_>, path: &Path) -> Result<String> {
     let s = load_all_with(reg, path).map_err(Error::Configs)?;
+    for w in &s.warnings {
+        eprintln!("netveil: warning: {w}");
+    }
     let mut parts = Vec::new();
     let engines = s.engines.iter().map(|(_, sec)| sec.check());
     for c in engines.chain(s.drivers.iter().map(|(_, d)| d.check())) {
@@ -287,6 +309,9 @@ pub fn up_with(
     netveil_io::os::set_umask(DAEMON_UMASK);
     let s = load_with(reg, path)?;
     crate::log::init(crate::log::level(s.log_level, verbose, quiet));
+    for w in &s.warnings {
+        tracing::warn!("{w}");
+    }
     // Every check and every key schedule of every engine before the first change to the system.
     let opts = UpOptions {
         fresh_keys,

@@ -4,6 +4,14 @@
 //! `policy add` tables, and the control socket's request parser. No error may show the marker, in its key or its
 //! reason; and for every key at least one of the values is refused with an error that names that key (the
 //! positive control: the checks run).
+//!
+//! Issue 40 adds `[pilsc]` (and `[[pilsc.rule]]`) and `[ike]` (connections, children, `local`/`remote`), and the
+//! files they and `[l2sec]` and `[psp]` read: the PILSC rule and key files, IKE's `psk_file` and private key,
+//! l2sec's `group_secret_file` and `signing_key`, PSP's TLS key, and a configuration file that is not valid TOML,
+//! each holding a recognisable key (as hex, and as the text the hex spells) in every place an error could quote it.
+//! The log is captured at trace level meanwhile and checked too. A key that names a file shows that file in its
+//! errors (operators need it), except where its name looks like a key (`0x...`, or 16 hex digits or more): those
+//! keys are driven with values of other types and with such names only.
 
 use netveil_daemon::config::{policy_from_table, sa_from_table, Config, ConfigError};
 use netveil_daemon::l2::L2Config;
@@ -220,10 +228,20 @@ fn each_key(
     prefix: &str,
     set: impl Fn(&str, &Value) -> Result<(), Vec<ConfigError>>,
 ) {
+    each_key_of(keys, prefix, |_| bad_values(), set)
+}
+
+/// [`each_key`] with the bad values of each key given by `values`.
+fn each_key_of(
+    keys: &[&str],
+    prefix: &str,
+    values: impl Fn(&str) -> Vec<Value>,
+    set: impl Fn(&str, &Value) -> Result<(), Vec<ConfigError>>,
+) {
     for key in keys {
         let want = format!("{prefix}{}", key.split('.').next().unwrap());
         let mut named = false;
-        for v in bad_values() {
+        for v in values(key) {
             if let Err(errors) = set(key, &v) {
                 for e in &errors {
                     assert_clean(e, &format!("{prefix}{key} = {v}"));
@@ -381,4 +399,489 @@ fn control_requests_never_show_a_value() {
     }
     // A well-formed request with a hostile name parses (the daemon's check of names refuses it, see ip_ctl).
     assert!(netveil_control::Request::parse(r#"{"request":"sa-del","name":"a\"b"}"#).is_ok());
+}
+
+// ---- Files of keys and rules, PILSC and IKE (issue 40) ----
+
+/// "SECRETVALUE1234" (15 bytes) as hex: one byte short of an AES-128 key.
+const KEY_HEX: &str = "53454352455456414c554531323334";
+
+/// What no error and no log line may show: the key as hex (whole, or its first 8 bytes), the text it spells, and
+/// the markers of [`bad_values`].
+fn assert_secret_kept(shown: &str, what: &str) {
+    for m in [
+        KEY_HEX,
+        &KEY_HEX[..16],
+        "SECRETVALUE",
+        MARKERS[1],
+        MARKERS[2],
+    ] {
+        assert!(!shown.contains(m), "{what}: shows {m}: {shown}");
+    }
+}
+
+fn joined(es: &[ConfigError]) -> String {
+    es.iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The log of `f` at trace level, and its result.
+fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf(Arc::new(Mutex::new(Vec::new())));
+    let w = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || w.clone())
+        .finish();
+    let r = tracing::subscriber::with_default(sub, f);
+    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    (r, text)
+}
+
+/// A scratch directory (the files in it are root's, or this process's user's: what the checks want).
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("nv-errors-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes `text` to `path` with `mode`.
+fn put(path: &std::path::Path, text: &[u8], mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The bad values of a key that names a file: no string (it would be shown as the path) but one whose name looks
+/// like a key.
+fn path_values() -> Vec<Value> {
+    bad_values()
+        .into_iter()
+        .filter(|v| !v.is_str() || v.as_str() == Some("0x9876543210"))
+        .collect()
+}
+
+/// Rule-file texts with the key in every place: each tag's value (hex with and without 0x, the text it spells), a
+/// tag of its own, the wrong-length literal of issue 40 (under AES-128 and AES-256), and its name in the key file.
+fn rule_texts() -> Vec<String> {
+    let base = [
+        "Rule 1",
+        "Security true",
+        "IP 10.0.0.2",
+        "Protocol TCP",
+        "Port 5001",
+        "Applmode Server",
+        "Encryption 1",
+        "Key web",
+    ];
+    let mut out = Vec::new();
+    for i in 0..base.len() {
+        let tag = base[i].split(' ').next().unwrap();
+        for v in [
+            format!("0x{KEY_HEX}"),
+            KEY_HEX.repeat(2),
+            "SECRETVALUE1234".into(),
+        ] {
+            // (`Key SECRETVALUE1234` is a key's name, which is shown: not driven.)
+            if tag == "Key" && v.starts_with('S') {
+                continue;
+            }
+            let mut lines: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+            lines[i] = format!("{tag} {v}");
+            out.push(lines.join("\n"));
+            out.push(format!("{}\n{v}\n", base.join("\n")));
+        }
+    }
+    for cipher in ["1", "AES-256"] {
+        out.push(format!(
+            "Rule 1; Security true; IP 10.0.0.2; Protocol any; Encryption {cipher}; Key 0x{KEY_HEX}\n"
+        ));
+    }
+    out
+}
+
+/// Key-file texts with the key in every place a line has.
+fn key_texts() -> Vec<String> {
+    vec![
+        format!("0x{KEY_HEX}\n"),
+        format!("web = {KEY_HEX}\n"),
+        format!("web = 0x{KEY_HEX}zz\n"),
+        format!("web = 0x{KEY_HEX}\n"),
+        format!("0x{KEY_HEX} = 0x{KEY_HEX}\n0x{KEY_HEX} = 0x{KEY_HEX}\n"),
+        format!("{} = 0x00\nweb = 0x{KEY_HEX}\n", KEY_HEX.repeat(2)),
+    ]
+}
+
+#[test]
+fn the_pilsc_section_and_its_files_never_show_a_key() {
+    let d = scratch("pilsc");
+    let rules = d.join("p.rules");
+    let keys = d.join("p.keys");
+    let good_rules =
+        "Rule 1; Security true; IP 10.0.0.2; Protocol TCP; Port 5001; Applmode Server; \
+                      Encryption 1; Key web\n";
+    put(&rules, good_rules.as_bytes(), 0o644);
+    put(&keys, b"web = 0x000102030405060708090a0b0c0d0e0f\n", 0o600);
+    let base: Table = toml::from_str(
+        "[pilsc]\nrules = \"p.rules\"\nkeys = \"p.keys\"\nstate_dir = \"/nonexistent/state\"\n",
+    )
+    .unwrap();
+    let parse = |t: &Table| {
+        netveil_daemon::runtime::parse_all(&toml::to_string(t).unwrap(), &d).map(|_| ())
+    };
+    let ((), log) = logged(|| {
+        parse(&base).expect("the PILSC base is valid");
+        let pilsc = base["pilsc"].as_table().unwrap().clone();
+        const PATHS: [&str; 4] = ["rules", "keys", "state_dir", "control_socket"];
+        each_key_of(
+            &PILSC_KEYS,
+            "pilsc.",
+            |k| {
+                if PATHS.contains(&k) {
+                    path_values()
+                } else {
+                    bad_values()
+                }
+            },
+            |key, v| {
+                let mut t = base.clone();
+                t.insert("pilsc".into(), Value::Table(with(&pilsc, key, v)));
+                parse(&t)
+            },
+        );
+        // The files' contents.
+        for text in rule_texts() {
+            put(&rules, text.as_bytes(), 0o644);
+            let e = parse(&base).expect_err(&text);
+            assert_secret_kept(&joined(&e), &text);
+        }
+        put(&rules, good_rules.as_bytes(), 0o644);
+        for text in key_texts() {
+            put(&keys, text.as_bytes(), 0o600);
+            if let Err(e) = parse(&base) {
+                assert_secret_kept(&joined(&e), &text);
+            }
+        }
+        // The same rules as [[pilsc.rule]] tables: every key of a rule, and the wrong-length literal.
+        let rule: Table = toml::from_str(
+            "rule = 1\nsecurity = true\nip = \"10.0.0.2\"\nprotocol = \"tcp\"\nport = 5001\n\
+             applmode = \"server\"\nencryption = 1\nkey = \"0x000102030405060708090a0b0c0d0e0f\"\n",
+        )
+        .unwrap();
+        let tables = |r: Table| {
+            let mut p = Table::new();
+            p.insert("rule".into(), Value::Array(vec![Value::Table(r)]));
+            p.insert("state_dir".into(), "/nonexistent/state".into());
+            let mut t = Table::new();
+            t.insert("pilsc".into(), Value::Table(p));
+            t
+        };
+        parse(&tables(rule.clone())).expect("the [[pilsc.rule]] base is valid");
+        each_key_of(
+            &PILSC_RULE_KEYS,
+            "pilsc.rule[0].",
+            // (A key's name is shown: the text markers stand for a name there.)
+            |k| {
+                let mut v = bad_values();
+                if k == "key" {
+                    v.retain(|v| !v.as_str().is_some_and(|s| s.starts_with('S')));
+                    v.push(Value::String(format!("0x{KEY_HEX}")));
+                }
+                v
+            },
+            |key, v| parse(&tables(with(&rule, key, v))),
+        );
+    });
+    assert_secret_kept(&log, "the log");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+const PILSC_KEYS: [&str; 12] = [
+    "rules",
+    "rule",
+    "keys",
+    "mode",
+    "queue",
+    "replay_window",
+    "max_sources",
+    "iptables",
+    "control_socket",
+    "control_group",
+    "state_dir",
+    "allow_volatile_state",
+];
+const PILSC_RULE_KEYS: [&str; 8] = [
+    "rule",
+    "security",
+    "ip",
+    "protocol",
+    "port",
+    "encryption",
+    "applmode",
+    "key",
+];
+
+const IKE_KEYS: [&str; 5] = [
+    "retransmit_timeout",
+    "retransmit_base",
+    "retransmit_tries",
+    "socket_mark",
+    "connection",
+];
+const IKE_CONN_KEYS: [&str; 16] = [
+    "name",
+    "local_addrs",
+    "remote_addrs",
+    "remote_port",
+    "proposals",
+    "encap",
+    "fragmentation",
+    "local",
+    "remote",
+    "psk",
+    "psk_file",
+    "dpd_delay",
+    "rekey_time",
+    "reauth_time",
+    "over_time",
+    "rand_time",
+];
+const IKE_CHILD_KEYS: [&str; 12] = [
+    "name",
+    "local_ts",
+    "remote_ts",
+    "esp_proposals",
+    "mode",
+    "rekey_time",
+    "life_time",
+    "rand_time",
+    "start_action",
+    "dpd_action",
+    "close_action",
+    "replay_window",
+];
+const IKE_AUTH_KEYS: [&str; 5] = ["id", "auth", "certs", "cacerts", "key"];
+
+fn base_ike() -> Table {
+    toml::from_str(
+        r#"
+[ike]
+retransmit_tries = 3
+[[ike.connection]]
+name = "site"
+local_addrs = ["192.0.2.1"]
+remote_addrs = ["198.51.100.1"]
+proposals = ["aes256gcm16-prfsha384-ecp384"]
+psk = "correct-horse-battery-staple-0123"
+local = { id = "192.0.2.1", auth = "psk" }
+remote = { id = "@peer.example.org", auth = "psk" }
+[[ike.connection.children]]
+name = "net"
+local_ts = ["10.1.0.0/16"]
+remote_ts = ["10.2.0.0/16"]
+esp_proposals = ["aes256gcm16"]
+"#,
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_ike_section_and_its_files_never_show_a_key() {
+    let d = scratch("ike");
+    let parse = |t: &Table| netveil_daemon::ike::config::parse(t["ike"].clone(), &d).map(|_| ());
+    let base = base_ike();
+    let ((), log) = logged(|| {
+        parse(&base).expect("the IKE base is valid");
+        let ike = base["ike"].as_table().unwrap().clone();
+        let conn = array_entry(&ike, "connection");
+        let child = array_entry(&conn, "children");
+        let set_conn = |c: Table| {
+            let mut i = ike.clone();
+            i.insert("connection".into(), Value::Array(vec![Value::Table(c)]));
+            let mut t = base.clone();
+            t.insert("ike".into(), Value::Table(i));
+            t
+        };
+        each_key(&IKE_KEYS, "ike.", |key, v| {
+            let mut t = base.clone();
+            t.insert("ike".into(), Value::Table(with(&ike, key, v)));
+            parse(&t)
+        });
+        let no_psk = {
+            let mut c = conn.clone();
+            c.remove("psk");
+            c
+        };
+        each_key_of(
+            &IKE_CONN_KEYS,
+            "ike.connection[0].",
+            |k| {
+                if k == "psk_file" {
+                    path_values()
+                } else {
+                    bad_values()
+                }
+            },
+            |key, v| {
+                let c = if key == "psk_file" { &no_psk } else { &conn };
+                parse(&set_conn(with(c, key, v)))
+            },
+        );
+        each_key(
+            &IKE_CHILD_KEYS,
+            "ike.connection[0].children[0].",
+            |key, v| {
+                let mut c = conn.clone();
+                c.insert(
+                    "children".into(),
+                    Value::Array(vec![Value::Table(with(&child, key, v))]),
+                );
+                parse(&set_conn(c))
+            },
+        );
+        for side in ["local", "remote"] {
+            let auth = conn[side].as_table().unwrap().clone();
+            each_key_of(
+                &IKE_AUTH_KEYS,
+                &format!("ike.connection[0].{side}."),
+                |k| {
+                    if ["certs", "cacerts", "key"].contains(&k) {
+                        path_values()
+                    } else {
+                        bad_values()
+                    }
+                },
+                |key, v| {
+                    let mut c = conn.clone();
+                    c.insert(side.into(), Value::Table(with(&auth, key, v)));
+                    parse(&set_conn(c))
+                },
+            );
+        }
+        // psk_file's contents: the key as text, short and long; hex, short and not hex.
+        let psk = d.join("site.psk");
+        for text in [
+            "SECRETVALUE1".to_string(),
+            format!("0x{}", &KEY_HEX[..20]),
+            format!("0x{KEY_HEX}zz"),
+            format!("0x{KEY_HEX}\n\n"),
+        ] {
+            put(&psk, text.as_bytes(), 0o600);
+            let mut c = no_psk.clone();
+            c.insert("psk_file".into(), psk.display().to_string().into());
+            if let Err(e) = parse(&set_conn(c)) {
+                assert_secret_kept(&joined(&e), &text);
+            }
+        }
+        // A private key file that is not one (PEM armour around the key's text, the key's hex bytes).
+        let certs = format!("{}/../ike/testdata/certs", env!("CARGO_MANIFEST_DIR"));
+        let key = d.join("moon.key");
+        for text in [
+            format!("-----BEGIN PRIVATE KEY-----\nSECRETVALUE1234{KEY_HEX}\n-----END PRIVATE KEY-----\n"),
+            format!("{KEY_HEX}{KEY_HEX}"),
+            "SECRETVALUE1234".to_string(),
+        ] {
+            put(&key, text.as_bytes(), 0o600);
+            let mut c = no_psk.clone();
+            let local: Table = toml::from_str(&format!(
+                "id = \"moon.netveil.test\"\nauth = \"pubkey\"\ncerts = [\"{certs}/moon.der\"]\nkey = \"{}\"\n",
+                key.display()
+            ))
+            .unwrap();
+            c.insert("local".into(), Value::Table(local));
+            let e = parse(&set_conn(c)).expect_err(&text);
+            assert_secret_kept(&joined(&e), &text);
+            assert!(e.iter().any(|e| e.key == "ike.connection[0].local.key"), "{e:?}");
+        }
+    });
+    assert_secret_kept(&log, "the log");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// l2sec's key files and PSP's TLS key, holding the key where a key does not belong; and configuration texts that
+/// are not valid TOML around a key.
+#[test]
+fn l2sec_and_psp_key_files_and_broken_toml_never_show_a_key() {
+    let d = scratch("l2-psp");
+    let ((), log) = logged(|| {
+        let f = d.join("secret");
+        let l2 = |key: &str| {
+            let mut t = base_l2();
+            let mut l = t["l2sec"].as_table().unwrap().clone();
+            if key == "group_secret_file" {
+                l.remove("group_secret");
+            }
+            l.insert(key.into(), f.display().to_string().into());
+            t.insert("l2sec".into(), Value::Table(l));
+            L2Config::parse(&toml::to_string(&t).unwrap(), &d)
+                .map(|_| ())
+                .map_err(|e| vec![e])
+        };
+        for key in ["group_secret_file", "signing_key"] {
+            for text in [
+                "SECRETVALUE1234".to_string(),
+                KEY_HEX.to_string(),
+                format!("0x{KEY_HEX}"),
+                format!("{KEY_HEX}zz"),
+            ] {
+                put(&f, text.as_bytes(), 0o600);
+                let e = l2(key).expect_err(&text);
+                assert_secret_kept(&joined(&e), &text);
+                assert_eq!(e[0].key, format!("l2sec.{key}"));
+            }
+        }
+        // PSP: a key file that is not a key.
+        let (crt, _) = netveil_daemon::psp_kx::keygen("a.kx.test", &d).unwrap();
+        for text in [
+            format!("-----BEGIN PRIVATE KEY-----\nSECRETVALUE1234{KEY_HEX}\n-----END PRIVATE KEY-----\n"),
+            format!("{KEY_HEX}{KEY_HEX}"),
+        ] {
+            put(&f, text.as_bytes(), 0o600);
+            let c = Config::parse(&format!(
+                "[interface]\nname = \"nv0\"\n[psp]\nmode = \"tunnel\"\nlocal = \"192.0.2.1\"\n\
+                 remote = \"192.0.2.2\"\ncert = \"{}\"\nkey = \"{}\"\npeer_ca = \"{0}\"\npeer_name = \"a.kx.test\"\n",
+                crt.display(),
+                f.display()
+            ))
+            .unwrap();
+            let e = netveil_daemon::psp_kx::tls(c.psp.as_ref().unwrap())
+                .err()
+                .expect("not a key")
+                .to_string();
+            assert_secret_kept(&e, &text);
+            assert!(e.starts_with("psp.key: "), "{e}");
+        }
+        // Not TOML, with a key in it.
+        for text in [
+            format!("[l2sec]\ngroup_secret = \"{KEY_HEX}\n"),
+            format!("[l2sec]\ngroup_secret = {KEY_HEX}\n"),
+            format!("[l2sec]\ngroup_secret = \"{KEY_HEX}\\q\"\n"),
+            format!("[l2sec]\n{KEY_HEX}\n"),
+            format!("[l2sec]\ngroup_secret = 0x{KEY_HEX}\n"),
+            format!("[[sa]]\nenc_key = [\"{KEY_HEX}\",\n"),
+            format!("[pilsc]\nrule = [{{ key = \"0x{KEY_HEX}\" }}\n"),
+        ] {
+            let e = netveil_daemon::runtime::parse_all(&text, &d)
+                .err()
+                .expect(&text);
+            assert_secret_kept(&joined(&e), &text);
+        }
+    });
+    assert_secret_kept(&log, "the log");
+    let _ = std::fs::remove_dir_all(&d);
 }

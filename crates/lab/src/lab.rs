@@ -371,7 +371,12 @@ impl Lab {
         args: &[&str],
     ) -> Result<Daemon> {
         let cfg = self.dir.join(format!("{name}.toml"));
+        // Root's only, whatever the umask (a test may start a daemon under umask 0): the daemon refuses a
+        // configuration others may write, and warns about one that others may read and that holds keys.
         std::fs::write(&cfg, config)
+            .and_then(|()| {
+                std::fs::set_permissions(&cfg, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            })
             .map_err(Error::io(format!("cannot write {}", cfg.display())))?;
         let log = self.dir.join(format!("{name}.log"));
         let logf = std::fs::File::create(&log).map_err(Error::io("daemon log"))?;

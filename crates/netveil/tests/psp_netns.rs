@@ -566,7 +566,11 @@ fn psp_ca_signed_certificates_and_the_peer_name_is_checked() {
             .signed_by(&k, &issuer)
             .unwrap();
         std::fs::write(dir.join(format!("{file}.crt")), c.pem()).unwrap();
-        std::fs::write(dir.join(format!("{file}.key")), k.serialize_pem()).unwrap();
+        // Root's only, as the daemon requires of a key file (netveil keygen writes them so).
+        let key = dir.join(format!("{file}.key"));
+        std::fs::write(&key, k.serialize_pem()).unwrap();
+        let private = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600);
+        std::fs::set_permissions(&key, private).unwrap();
     }
     let d = dir.display().to_string();
     let pair = HostPair::psp("aes-gcm-128");

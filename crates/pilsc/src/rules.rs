@@ -25,7 +25,8 @@
 //! - `Applmode`: with `Port` only: `Server` (the port is ours: we serve it) or `Client` (the port is the peer's).
 //! - `Encryption` and `Key`: with `Security = true` only, both required: an algorithm by number or name (see
 //!   [`crate::cipher`]), and a key: `0x` followed by the algorithm's key length in hex, or the name of a key in the
-//!   key file. A hex value shorter than the algorithm's key (the paper's `Key = 0xcda8`) is taken as a name.
+//!   key file. A hex value shorter than the algorithm's key (the paper's `Key = 0xcda8`) is taken as a name; if
+//!   the key file has no key of that name, the error gives its length, never its digits.
 //!
 //! Loading checks every record and reports every error with its line number; removes duplicates (a record equal
 //! to an earlier one in everything but its number: reported, not an error); refuses two records that select the
@@ -34,6 +35,10 @@
 //! The first rule that matches a packet in that order is the one that applies.
 //!
 //! The key file: `name = 0xHEX` lines (`;` optional, `#` comments); names are unique.
+//!
+//! No error shows a value of the file (a key pasted into the wrong tag would be printed): errors name the line, the
+//! tag and what was expected; a tag or key name is shown only if it is a plain name that does not look like hex
+//! (see [`shown_name`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -108,7 +113,7 @@ impl fmt::Debug for KeyRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeyRef::Literal(k) => write!(f, "Literal({} bytes)", k.len()),
-            KeyRef::Name(n) => f.debug_tuple("Name").field(n).finish(),
+            KeyRef::Name(n) => f.debug_tuple("Name").field(&shown_name(n)).finish(),
         }
     }
 }
@@ -275,10 +280,16 @@ impl Parser {
         };
         let Some(tag) = tag_of(name) else {
             let known = TAGS.join(", ");
+            // A word alone is more likely a value (a key pasted on a line of its own) than a tag: not shown.
+            let shown = if value.is_empty() {
+                "(not shown: no value follows it)".into()
+            } else {
+                shown_name(name)
+            };
             self.err(
                 line,
                 None,
-                format!("unknown tag {name:?} (the tags: {known})"),
+                format!("unknown tag {shown} (the tags: {known})"),
             );
             return;
         };
@@ -305,7 +316,7 @@ impl Parser {
                     self.err(
                         line,
                         Some(tag),
-                        format!("{value:?} is not a rule number (1 and up)"),
+                        "is not a rule number (1 and up; value not shown)",
                     );
                     // The record's tags still get checked, under a number no rule has.
                     self.record = Some(Partial {
@@ -347,7 +358,7 @@ impl Parser {
                         .map(|c| format!("{} ({})", c.number(), c.name()))
                         .collect();
                     format!(
-                        "unknown algorithm {value:?} (the algorithms: {})",
+                        "unknown algorithm (value not shown; the algorithms: {})",
                         names.join(", ")
                     )
                 })
@@ -507,6 +518,49 @@ fn key_ref(cipher: Cipher, value: &str) -> Result<KeyRef, String> {
     }
 }
 
+/// A name as an error may show it: quoted if it is a plain name (letters, digits, `_ . -`, at most 64) that does not
+/// look like a key ([`looks_hex`]); otherwise `(name not shown)`: it may be a key written in the wrong place.
+pub fn shown_name(name: &str) -> String {
+    let plain = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if plain && !looks_hex(name) {
+        format!("{name:?}")
+    } else {
+        "(name not shown)".into()
+    }
+}
+
+/// What a key looks like: `0x` and hex digits, or 16 hex digits or more (half the shortest key: a name such as
+/// `cafe` or `a` is shown).
+fn looks_hex(s: &str) -> bool {
+    let hex = |h: &str| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit());
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => hex(h),
+        None => s.len() >= 16 && hex(s),
+    }
+}
+
+/// The error of a rule whose key name is not in the key file. A `0x` value too short for the algorithm is taken as
+/// a name (the paper's `Key = 0xcda8`); missing from the key file, it is most likely a key of the wrong length:
+/// the error says so by its length, without its digits.
+fn missing_key(rule: u32, cipher: Cipher, name: &str) -> String {
+    match name.strip_prefix("0x").or_else(|| name.strip_prefix("0X")) {
+        Some(h) if looks_hex(name) => format!(
+            "rule {rule}: key of {} bytes, {cipher} needs {} (value not shown; a 0x value shorter than the key is \
+             looked up as a name in the key file, which has no such name)",
+            h.len() / 2,
+            fmt_lens(cipher)
+        ),
+        _ => format!(
+            "rule {rule}: no key named {} in the key file",
+            shown_name(name)
+        ),
+    }
+}
+
 fn fmt_lens(c: Cipher) -> String {
     let l = c.key_len();
     if l.start() == l.end() {
@@ -534,7 +588,7 @@ fn parse_bool(v: &str) -> Result<bool, String> {
     } else if v.eq_ignore_ascii_case("false") {
         Ok(false)
     } else {
-        Err(format!("{v:?} is neither true nor false"))
+        Err("is neither true nor false (value not shown)".into())
     }
 }
 
@@ -544,7 +598,7 @@ fn parse_protocol(v: &str) -> Result<Protocol, String> {
         "udp" => Ok(Protocol::Udp),
         "icmp" => Ok(Protocol::Icmp),
         "any" => Ok(Protocol::Any),
-        _ => Err(format!("{v:?} is not one of TCP, UDP, ICMP, any")),
+        _ => Err("is not one of TCP, UDP, ICMP, any (value not shown)".into()),
     }
 }
 
@@ -554,16 +608,14 @@ fn parse_mode(v: &str) -> Result<ApplMode, String> {
     } else if v.eq_ignore_ascii_case("client") {
         Ok(ApplMode::Client)
     } else {
-        Err(format!(
-            "{v:?} is neither Server (the port is ours) nor Client (the peer's)"
-        ))
+        Err("is neither Server (the port is ours) nor Client (the peer's) (value not shown)".into())
     }
 }
 
 fn parse_port(v: &str) -> Result<u16, String> {
     parse_number(v)
         .and_then(|n| u16::try_from(n).ok())
-        .ok_or_else(|| format!("{v:?} is not a port (0 to 65535, or 0x0 to 0xffff)"))
+        .ok_or_else(|| "is not a port (0 to 65535, or 0x0 to 0xffff; value not shown)".into())
 }
 
 fn parse_ports(v: &str) -> Result<PortRange, String> {
@@ -575,7 +627,7 @@ fn parse_ports(v: &str) -> Result<PortRange, String> {
         }
     };
     if lo > hi {
-        return Err(format!("{v:?}: the range ends below its start"));
+        return Err(format!("the range ends below its start ({lo}-{hi})"));
     }
     Ok(PortRange { lo, hi })
 }
@@ -584,11 +636,10 @@ fn parse_ports(v: &str) -> Result<PortRange, String> {
 fn parse_peer(v: &str) -> Result<Ipv4Net, String> {
     let (addr, len) = match v.split_once('/') {
         Some((a, l)) => {
-            let len = l
-                .parse::<u8>()
-                .ok()
-                .filter(|l| *l <= 32)
-                .ok_or_else(|| format!("{v:?}: the prefix length must be 0 to 32"))?;
+            let len =
+                l.parse::<u8>().ok().filter(|l| *l <= 32).ok_or_else(|| {
+                    "the prefix length must be 0 to 32 (value not shown)".to_string()
+                })?;
             (a, len)
         }
         None => (v, 32),
@@ -598,18 +649,19 @@ fn parse_peer(v: &str) -> Result<Ipv4Net, String> {
     } else if let Some(a) = colon_hex(addr) {
         a
     } else if addr.parse::<Ipv6Addr>().is_ok() {
-        return Err(format!(
-            "{v:?} is IPv6: PILSC protects IPv4 only (it marks packets with the IPv4 security option, type 130)"
-        ));
+        return Err(
+            "is IPv6: PILSC protects IPv4 only (it marks packets with the IPv4 security option, type 130)".into(),
+        );
     } else {
-        return Err(format!(
-            "{v:?} is not an IPv4 address (193.140.1.1 or c1:8c:01:01, optionally /len)"
-        ));
+        return Err(
+            "is not an IPv4 address (193.140.1.1 or c1:8c:01:01, optionally /len; value not shown)"
+                .into(),
+        );
     };
-    let net = Ipv4Net::new(ip, len).map_err(|e| format!("{v:?}: {e}"))?;
+    let net = Ipv4Net::new(ip, len).map_err(|e| e.to_string())?;
     if net.network() != ip {
         return Err(format!(
-            "{v:?} has bits set past its /{len} prefix (did you mean {}?)",
+            "{ip} has bits set past its /{len} prefix (did you mean {}?)",
             net.trunc()
         ));
     }
@@ -869,15 +921,7 @@ pub fn from_toml(tables: &[toml::Table]) -> Result<RuleFile, KeyErrors> {
         for key in table.keys() {
             if TOML_KEYS.iter().all(|(k, _)| k != key) {
                 let known = TOML_KEYS.map(|(k, _)| k).join(", ");
-                let shown = if !key.is_empty()
-                    && key
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
-                {
-                    format!("{key:?}")
-                } else {
-                    "(not shown: not a plain name)".into()
-                };
+                let shown = shown_name(key);
                 p.err(
                     line,
                     None,
@@ -926,7 +970,8 @@ impl Keys {
                     .and_then(decode_hex)
                 else {
                     err(format!(
-                        "key {name:?}: the value is not 0x and pairs of hex digits"
+                        "key {}: the value is not 0x and pairs of hex digits (value not shown)",
+                        shown_name(name)
                     ));
                     continue;
                 };
@@ -935,7 +980,10 @@ impl Keys {
                     continue;
                 }
                 if let Some(l) = lines_of.get(name) {
-                    err(format!("key {name:?} is already defined at line {l}"));
+                    err(format!(
+                        "key {} is already defined at line {l}",
+                        shown_name(name)
+                    ));
                     continue;
                 }
                 lines_of.insert(name.to_string(), i + 1);
@@ -964,7 +1012,7 @@ impl Keys {
             KeyRef::Name(n) => self.0.get(n).ok_or_else(|| LineError {
                 line: rule.line,
                 tag: Some("Key"),
-                msg: format!("rule {}: no key named {n:?} in the key file", rule.number),
+                msg: missing_key(rule.number, p.cipher, n),
             })?,
         };
         if !p.cipher.key_len().contains(&bytes.len()) {

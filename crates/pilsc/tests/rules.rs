@@ -49,7 +49,8 @@ fn the_papers_example_record() {
     let e = Keys::none().resolve(r).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "line 2: Key: rule 1: no key named \"0xcda8\" in the key file"
+        "line 2: Key: rule 1: key of 2 bytes, AES-128 needs 16 bytes (value not shown; a 0x value shorter than \
+         the key is looked up as a name in the key file, which has no such name)"
     );
     let short = Keys::parse("0xcda8 = 0xcda8").unwrap();
     assert_eq!(
@@ -162,27 +163,27 @@ fn every_kind_of_invalid_line_names_its_line() {
     let cases: &[(usize, &str, usize, &str)] = &[
         (1, "Secure true", 2, "line 2: unknown tag \"Secure\" (the tags: Rule, Security"),
         (1, "Security", 2, "line 2: Security: no value"),
-        (1, "Security yes", 2, "line 2: Security: \"yes\" is neither true nor false"),
-        (0, "Rule 0", 1, "line 1: Rule: \"0\" is not a rule number"),
-        (0, "Rule one", 1, "line 1: Rule: \"one\" is not a rule number"),
-        (0, "Rule 4294967296", 1, "line 1: Rule: \"4294967296\" is not a rule number"),
-        (2, "IP 10.0.0.256", 3, "line 3: IP: \"10.0.0.256\" is not an IPv4 address"),
-        (2, "IP 2001:db8::1", 3, "line 3: IP: \"2001:db8::1\" is IPv6: PILSC protects IPv4 only"),
-        (2, "IP 10.0.0.1/33", 3, "line 3: IP: \"10.0.0.1/33\": the prefix length must be 0 to 32"),
-        (2, "IP 10.0.0.1/8", 3, "line 3: IP: \"10.0.0.1/8\" has bits set past its /8 prefix (did you mean 10.0.0.0/8?)"),
-        (2, "IP 0a:00:00:100", 3, "line 3: IP: \"0a:00:00:100\" is not an IPv4 address"),
-        (3, "Protocol SCTP", 4, "line 4: Protocol: \"SCTP\" is not one of TCP, UDP, ICMP, any"),
+        (1, "Security yes", 2, "line 2: Security: is neither true nor false (value not shown)"),
+        (0, "Rule 0", 1, "line 1: Rule: is not a rule number (1 and up; value not shown)"),
+        (0, "Rule one", 1, "line 1: Rule: is not a rule number"),
+        (0, "Rule 4294967296", 1, "line 1: Rule: is not a rule number"),
+        (2, "IP 10.0.0.256", 3, "line 3: IP: is not an IPv4 address (193.140.1.1 or c1:8c:01:01, optionally /len; value not shown)"),
+        (2, "IP 2001:db8::1", 3, "line 3: IP: is IPv6: PILSC protects IPv4 only"),
+        (2, "IP 10.0.0.1/33", 3, "line 3: IP: the prefix length must be 0 to 32 (value not shown)"),
+        (2, "IP 10.0.0.1/8", 3, "line 3: IP: 10.0.0.1 has bits set past its /8 prefix (did you mean 10.0.0.0/8?)"),
+        (2, "IP 0a:00:00:100", 3, "line 3: IP: is not an IPv4 address"),
+        (3, "Protocol SCTP", 4, "line 4: Protocol: is not one of TCP, UDP, ICMP, any (value not shown)"),
         (3, "Protocol ICMP", 5, "line 5: Port: rule 1: ICMP has no ports (Port is for TCP and UDP; Protocol at line 4)"),
         (3, "Protocol any", 5, "line 5: Port: rule 1: ANY has no ports"),
-        (4, "Port 65536", 5, "line 5: Port: \"65536\" is not a port (0 to 65535, or 0x0 to 0xffff)"),
-        (4, "Port 0x10000", 5, "line 5: Port: \"0x10000\" is not a port"),
-        (4, "Port 90-80", 5, "line 5: Port: \"90-80\": the range ends below its start"),
-        (4, "Port 80-", 5, "line 5: Port: \"\" is not a port"),
+        (4, "Port 65536", 5, "line 5: Port: is not a port (0 to 65535, or 0x0 to 0xffff; value not shown)"),
+        (4, "Port 0x10000", 5, "line 5: Port: is not a port"),
+        (4, "Port 90-80", 5, "line 5: Port: the range ends below its start (90-80)"),
+        (4, "Port 80-", 5, "line 5: Port: is not a port"),
         (4, "", 6, "line 6: Applmode: rule 1 has no Port for it to apply to"),
         (5, "", 5, "line 5: Applmode: missing in rule 1: is the port ours (Server) or the peer's (Client)?"),
-        (5, "Applmode Both", 6, "line 6: Applmode: \"Both\" is neither Server (the port is ours) nor Client"),
-        (6, "Encryption 0", 7, "line 7: Encryption: unknown algorithm \"0\" (the algorithms: 1 (AES-128), 2 (AES-256)"),
-        (6, "Encryption DES", 7, "line 7: Encryption: unknown algorithm \"DES\""),
+        (5, "Applmode Both", 6, "line 6: Applmode: is neither Server (the port is ours) nor Client"),
+        (6, "Encryption 0", 7, "line 7: Encryption: unknown algorithm (value not shown; the algorithms: 1 (AES-128), 2 (AES-256)"),
+        (6, "Encryption DES", 7, "line 7: Encryption: unknown algorithm (value not shown"),
         (6, "", 1, "line 1: Encryption: missing in rule 1 (Security = true needs Encryption and Key)"),
         (7, "", 1, "line 1: Key: missing in rule 1 (Security = true needs Encryption and Key)"),
         (7, "Key 0xabc", 8, "line 8: Key: rule 1: not hexadecimal"),
@@ -247,7 +248,7 @@ fn key_file_errors() {
         got,
         [
             "line 2: expected name = 0xHEX",
-            "line 3: key \"c\": the value is not 0x and pairs of hex digits",
+            "line 3: key \"c\": the value is not 0x and pairs of hex digits (value not shown)",
             "line 4: key \"a\" is already defined at line 1",
             "line 5: a key with no name",
         ]
@@ -312,5 +313,100 @@ proptest! {
             }
         }
         let _ = Keys::parse(&text);
+    }
+}
+
+/// A key of the wrong length written in a rule (issue 40: it was taken as a name and printed in full), and a key
+/// or a recognisable text pasted into any tag or key-file line: no error shows it, as hex or as text.
+#[test]
+fn no_error_shows_a_value() {
+    // "SECRETVA" as hex; the keys below spell "SECRETVALUE1234" (15 bytes) and that twice and "X" (31).
+    const HEX: &str = "5345435245545641";
+    let key15 = format!("0x{HEX}4c554531323334");
+    let key31 = format!("0x{HEX}4c554531323334{HEX}4c55453132333458");
+    let bad = |t: &str| {
+        for m in [HEX, "SECRETVA", "SECRETVALUE123", "4c5545"] {
+            assert!(!t.contains(m), "shows {m}: {t}");
+        }
+    };
+    // A 0x value one byte short: refused by its length, without its digits, under either algorithm.
+    for (cipher, key, want) in [
+        (
+            "1",
+            key15,
+            "key of 15 bytes, AES-128 needs 16 bytes (value not shown",
+        ),
+        (
+            "2",
+            key31,
+            "key of 31 bytes, AES-256 needs 32 bytes (value not shown",
+        ),
+    ] {
+        let text = format!(
+            "Rule 1; Security true; IP 10.0.0.1; Protocol any; Encryption {cipher}; Key {key}\n"
+        );
+        let f = parse(&text).unwrap();
+        let e = Keys::none().resolve(&f.rules[0]).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+        bad(&e);
+        bad(&format!("{:?}", f.rules[0]));
+    }
+    // The paper's short name still resolves from the key file.
+    let f = parse(PAPER).unwrap();
+    let keys = Keys::parse(&format!("0xcda8 = {KEY16}")).unwrap();
+    assert!(keys.resolve(&f.rules[0]).unwrap().is_some());
+    // A secret in each tag of a valid record.
+    let base = [
+        "Rule 1",
+        "Security true",
+        "IP 10.0.0.1",
+        "Protocol TCP",
+        "Port 80",
+        "Applmode Server",
+        "Encryption 1",
+        &format!("Key {KEY16}"),
+    ];
+    for i in 0..base.len() {
+        for secret in [
+            format!("0x{HEX}"),
+            "SECRETVALUE123".to_string(),
+            format!("{HEX}{HEX}"),
+        ] {
+            let mut lines: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+            let tag = lines[i].split(' ').next().unwrap().to_string();
+            lines[i] = format!("{tag} {secret}");
+            match parse(&lines.join("\n")) {
+                Err(e) => bad(&e.to_string()),
+                Ok(f) => {
+                    // (`Key SECRETVALUE123` is the name of a key, shown: a name that does not look like hex.)
+                    if let Err(e) = Keys::none().resolve(&f.rules[0]) {
+                        if !secret.starts_with("SECRET") {
+                            bad(&e.to_string());
+                        }
+                    }
+                }
+            }
+            // As a tag of its own, and as a line of the key file.
+            if let Err(e) = parse(&format!("Rule 1\n{secret}\n")) {
+                bad(&e.to_string());
+            }
+            // (A key file's names are shown when they are plain names that do not look like a key: the text
+            // marker stands for a value there only.)
+            let named = secret.starts_with("SECRET");
+            for line in [
+                Some(secret.clone()),
+                (!named).then(|| format!("{secret} = 0xzz")),
+                Some(format!("a = {secret}x")),
+                Some(format!("a = {secret}")),
+                (!named).then(|| format!("{secret} = {KEY16}\n{secret} = {KEY16}")),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if let Err(e) = Keys::parse(&line) {
+                    bad(&e.to_string());
+                }
+            }
+        }
     }
 }

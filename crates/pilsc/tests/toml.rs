@@ -108,13 +108,13 @@ fn errors_name_the_key() {
     );
     let want = [
         "pilsc.rule[0].security: expected a boolean (true or false), found string (value not shown)",
-        "pilsc.rule[0].port: \"70000\" is not a port (0 to 65535, or 0x0 to 0xffff)",
+        "pilsc.rule[0].port: is not a port (0 to 65535, or 0x0 to 0xffff; value not shown)",
         "pilsc.rule[0]: unknown key \"color\" (the keys: rule, security, ip, protocol, port, encryption, applmode, key)",
-        "pilsc.rule[1].ip: \"2001:db8::1\" is IPv6: PILSC protects IPv4 only (it marks packets with the IPv4 security \
+        "pilsc.rule[1].ip: is IPv6: PILSC protects IPv4 only (it marks packets with the IPv4 security \
          option, type 130)",
         "pilsc.rule[1].key: expected a string, found integer (value not shown)",
         "pilsc.rule[2].rule: missing: every rule has a number",
-        "pilsc.rule[2].ip: \"10.1.2.3/16\" has bits set past its /16 prefix (did you mean 10.1.0.0/16?)",
+        "pilsc.rule[2].ip: 10.1.2.3 has bits set past its /16 prefix (did you mean 10.1.0.0/16?)",
         "pilsc.rule[3].applmode: rule 1 has no Port for it to apply to",
     ];
     assert_eq!(e, want, "{e:#?}");

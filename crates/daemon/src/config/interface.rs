@@ -83,8 +83,11 @@ pub fn control_group(key: &str, name: &str) -> Result<u32, ConfigError> {
     }
     match nix::unistd::Group::from_name(name) {
         Ok(Some(g)) => Ok(g.gid.as_raw()),
-        Ok(None) => err(key, format!("no group '{name}' on this host")),
-        Err(e) => err(key, format!("cannot look up the group '{name}': {e}")),
+        Ok(None) => err(key, "no group of that name on this host (value not shown)"),
+        Err(e) => err(
+            key,
+            format!("cannot look up the group (value not shown): {e}"),
+        ),
     }
 }
 

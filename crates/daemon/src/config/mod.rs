@@ -94,11 +94,8 @@ pub use netveil_control::RUN_DIR;
 impl Config {
     /// Reads and validates a configuration file.
     pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
-        let text = zeroize::Zeroizing::new(
-            std::fs::read_to_string(path)
-                .or_else(|e| err("", format!("cannot read {}: {e}", path.display())))?,
-        );
-        Config::parse(&text)
+        let file = crate::secret_file::read_config(path)?;
+        Config::parse(file.text().or_else(|e| err("", e.to_string()))?)
     }
 
     /// Parses and validates configuration text.

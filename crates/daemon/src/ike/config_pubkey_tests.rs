@@ -148,7 +148,9 @@ fn every_pubkey_mistake_names_its_key() {
     let r = REMOTE.replace("cacerts = [\"ca.pem\"]", "cacerts = [\"junk.pem\"]");
     err_at(&d, LOCAL, &r, "remote.cacerts[0]");
     let r = REMOTE.replace("C=CH, O=netveil test", "XX=CH, O=netveil test");
-    assert!(err_at(&d, LOCAL, &r, "remote.id").contains("unknown attribute type"));
+    assert!(
+        err_at(&d, LOCAL, &r, "remote.id").contains("is not a distinguished name netveil reads")
+    );
     // Credentials with auth = "psk".
     let l = r#"local = { id = "a.example", auth = "psk", certs = ["moon.der"] }"#;
     err_at(&d, l, REMOTE, "local.certs");
@@ -180,4 +182,54 @@ fn an_expired_own_certificate_is_refused_at_load() {
     );
     let moon = Certificate::from_der(&testdata("moon.der")).unwrap();
     assert!(crate::ike::values::own_cert_current(&moon, "k", at(2030)).is_ok());
+}
+
+/// The private key (`local.key`) is read as a secret and the CA certificates (`remote.cacerts`) as rules, each
+/// through [`crate::secret_file`]: every refusal names its key and the file, never the key's contents.
+#[test]
+fn key_and_ca_files_are_checked_as_opened() {
+    use crate::secret_file::{tests::every_refusal, Level};
+    let d = dir("opened");
+    let joined = |r: Result<IkeConfig, Vec<ConfigError>>| {
+        r.map(|_| ()).map_err(|es| {
+            es.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    };
+    let key = testdata("moon.key");
+    // (DER: no part of it may show, as hex either.)
+    let key_line = hex::encode(&key[key.len() - 24..]);
+    every_refusal(
+        "ike-private-key",
+        Level::Secret,
+        "ike.connection[0].local.key",
+        &key,
+        &key_line,
+        true,
+        &|p| {
+            let local = LOCAL.replace("\"moon.key\"", &format!("\"{}\"", p.display()));
+            joined(parse_in(&d, &local, REMOTE))
+        },
+    );
+    let ca = testdata("ca.pem");
+    let ca_line = String::from_utf8_lossy(&ca)
+        .lines()
+        .nth(2)
+        .unwrap()
+        .to_string();
+    every_refusal(
+        "ike-cacerts",
+        Level::Rules,
+        "ike.connection[0].remote.cacerts[0]",
+        &ca,
+        &ca_line,
+        true,
+        &|p| {
+            let remote = REMOTE.replace("\"ca.pem\"", &format!("\"{}\"", p.display()));
+            joined(parse_in(&d, LOCAL, &remote))
+        },
+    );
+    let _ = std::fs::remove_dir_all(&d);
 }

@@ -47,6 +47,15 @@ impl DriverSection for IkeSection {
             .unwrap_or(toml::Value::Table(Default::default()));
         Ok(Box::new(config::parse(v, base)?))
     }
+
+    fn holds_keys(&self, table: &toml::Table) -> bool {
+        // A connection's `psk` written in the file (not psk_file).
+        table
+            .get("ike")
+            .and_then(|i| i.get("connection"))
+            .and_then(|c| c.as_array())
+            .is_some_and(|a| a.iter().any(|c| c.get("psk").is_some()))
+    }
 }
 
 impl DriverConfig for config::IkeConfig {

@@ -91,14 +91,29 @@ pub(super) fn auth(
     Ok(AuthRound { id, method })
 }
 
-/// The certificates of the files `paths` (PEM, one or more each, or DER), each error naming its entry.
-fn cert_files(paths: &[String], key: &str, base: &Path) -> Result<Vec<Certificate>, ConfigError> {
+/// The certificates of the files `paths` (PEM, one or more each, or DER), each error naming its entry. `trusted`:
+/// they decide whom we trust (the remote side's CA or pinned certificates), so they are read as rules are (owned
+/// by root, writable by it only: [`crate::secret_file`]); our own are only read.
+fn cert_files(
+    paths: &[String],
+    key: &str,
+    base: &Path,
+    trusted: bool,
+) -> Result<Vec<Certificate>, ConfigError> {
     let mut out = Vec::new();
     for (i, p) in paths.iter().enumerate() {
         let path = base.join(p);
-        let shown = path.display();
-        let bytes = std::fs::read(&path)
-            .map_err(|x| e(format!("{key}[{i}]"), format!("cannot read {shown}: {x}")))?;
+        let shown = crate::secret_file::shown(&path);
+        let bytes = if trusted {
+            crate::secret_file::read(&path, crate::secret_file::Level::Rules)
+                .map_err(|x| e(format!("{key}[{i}]"), x.to_string()))?
+                .bytes
+        } else {
+            zeroize::Zeroizing::new(
+                std::fs::read(&path)
+                    .map_err(|x| e(format!("{key}[{i}]"), format!("cannot read {shown}: {x}")))?,
+            )
+        };
         let certs = Certificate::load(&bytes)
             .map_err(|x| e(format!("{key}[{i}]"), format!("{shown} {x}")))?;
         out.extend(certs);
@@ -114,7 +129,12 @@ fn pubkey_creds(
     base: &Path,
 ) -> Result<PubKeyCreds, ConfigError> {
     let k = |what: &str| format!("{key}.{what}");
-    let certs = cert_files(r.certs.as_deref().unwrap_or_default(), &k("certs"), base)?;
+    let certs = cert_files(
+        r.certs.as_deref().unwrap_or_default(),
+        &k("certs"),
+        base,
+        remote,
+    )?;
     if remote {
         if r.key.is_some() {
             return Err(e(k("key"), "is for the local side only"));
@@ -123,6 +143,7 @@ fn pubkey_creds(
             r.cacerts.as_deref().unwrap_or_default(),
             &k("cacerts"),
             base,
+            true,
         )?;
         if certs.is_empty() && cacerts.is_empty() {
             return Err(e(
@@ -198,14 +219,13 @@ pub(super) fn own_cert_current(
     Ok(())
 }
 
-/// A private key file: a regular file owned by root, readable by its owner only (as the PSK file), PEM or DER.
+/// A private key file: a regular file owned by root, readable by its owner only (as the PSK file: see
+/// [`crate::secret_file`]), PEM or DER.
 pub(super) fn read_key_file(path: &Path) -> Result<PrivateKey, String> {
-    let shown = path.display();
-    root_only(path)?;
-    let bytes = zeroize::Zeroizing::new(
-        std::fs::read(path).map_err(|x| format!("cannot read {shown}: {x}"))?,
-    );
-    PrivateKey::from_pem_or_der(&bytes).map_err(|x| format!("{shown}: {x}"))
+    let c = crate::secret_file::read(path, crate::secret_file::Level::Secret)
+        .map_err(|x| x.to_string())?;
+    PrivateKey::from_pem_or_der(&c.bytes)
+        .map_err(|x| format!("{}: {x}", crate::secret_file::shown(path)))
 }
 
 /// swanctl's identity syntax: `%any`, an IP address, `@fqdn`, a name with a dot, `user@name`, `@#hex` (a key
@@ -240,7 +260,12 @@ pub(super) fn identity(s: &str, remote: bool) -> Result<Identity, String> {
         };
     }
     if s.contains('=') {
-        return parse_dn(s).map(Identity::Dn);
+        // (parse_dn's errors quote the part they refuse: a key pasted here would be shown.)
+        return parse_dn(s).map(Identity::Dn).map_err(|_| {
+            "is not a distinguished name netveil reads (\"C=CH, O=org, CN=name\": attribute types C, ST, L, O, OU, \
+             CN, SN, T, E, DC, UID, each with a value; value not shown)"
+                .into()
+        });
     }
     if printable(s) && s.contains('@') {
         return Ok(Identity::Email(s.into()));
@@ -270,35 +295,13 @@ pub(super) fn decode_psk(s: &str) -> Result<IkeSecret, String> {
     Ok(IkeSecret::new(&bytes))
 }
 
-/// The PSK file: a regular file owned by root, readable by its owner only (mode 0400 or 0600); its contents as
-/// [`decode_psk`] reads them, without a final line break.
+/// The PSK file: a regular file owned by root, readable by its owner only (mode 0400 or 0600: see
+/// [`crate::secret_file`]); its contents as [`decode_psk`] reads them, without a final line break.
 pub(super) fn read_psk_file(path: &Path) -> Result<IkeSecret, String> {
-    let shown = path.display();
-    root_only(path)?;
-    let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|_| format!("cannot read {shown} as text"))?,
-    );
+    let c = crate::secret_file::read(path, crate::secret_file::Level::Secret)
+        .map_err(|x| x.to_string())?;
+    let text = c.text().map_err(|x| x.to_string())?;
     decode_psk(text.trim_end_matches(['\n', '\r']))
-}
-
-/// A secret's file: a regular file owned by root, readable and writable by its owner only (mode 0400 or 0600).
-fn root_only(path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let shown = path.display();
-    let md = std::fs::metadata(path).map_err(|x| format!("cannot read {shown}: {x}"))?;
-    if !md.is_file() {
-        return Err(format!("{shown} is not a regular file"));
-    }
-    if md.mode() & 0o077 != 0 {
-        return Err(format!(
-            "{shown} is readable or writable by others (mode {:o}): make it 0600 or 0400",
-            md.mode() & 0o777
-        ));
-    }
-    if md.uid() != 0 {
-        return Err(format!("{shown} is not owned by root"));
-    }
-    Ok(())
 }
 
 /// A duration as swanctl writes them: seconds as an integer, or a string with `s`, `m`, `h` or `d`.

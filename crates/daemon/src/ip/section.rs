@@ -33,6 +33,11 @@ impl EngineSection for IpSection {
         Ok(Box::new(Config::from_sections(table)?))
     }
 
+    fn holds_keys(&self, table: &toml::Table) -> bool {
+        // Static SAs write their keys (enc_key, auth_key).
+        table.contains_key("sa")
+    }
+
     fn offers_sa_port(&self) -> bool {
         // `IpEngine::sa_port`: PSP's key-exchange driver and the IKE driver install SAs through it.
         true

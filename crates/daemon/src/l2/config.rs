@@ -173,9 +173,13 @@ fn suite(key: &str, s: &str, allow: Insecure) -> std::result::Result<Suite, Conf
 
 /// Reads an Ed25519 signing key file: 64 hex digits (the 32-byte seed), as `netveil keygen --ed25519` writes.
 pub fn read_signing_key(key: &str, path: &Path) -> std::result::Result<SigningKey, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => Zeroizing::new(t),
-        Err(e) => return cerr(key, format!("cannot read the file (path not shown): {e}")),
+    let file = match crate::secret_file::read(path, crate::secret_file::Level::Secret) {
+        Ok(f) => f,
+        Err(e) => return cerr(key, e.without_path()),
+    };
+    let text = match file.text() {
+        Ok(t) => t,
+        Err(e) => return cerr(key, e.without_path()),
     };
     let b = hex_bytes(key, text.trim())?;
     let seed: [u8; 32] = match b.as_slice().try_into() {
@@ -195,10 +199,9 @@ impl L2Config {
     }
 
     pub fn load(path: &Path) -> std::result::Result<L2Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .or_else(|e| cerr("", format!("cannot read {}: {e}", path.display())))?;
+        let file = crate::secret_file::read_config(path)?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base)
+        Self::parse(file.text().or_else(|e| cerr("", e.to_string()))?, base)
     }
 
     /// Parses and checks a configuration text of an `[l2sec]` section only; relative file names are relative to
@@ -269,7 +272,8 @@ impl L2Config {
                 Some((ip, len))
             }
         };
-        let group_secret =
+        // (The key that gave it: a short secret from the file is the file's error.)
+        let (group_secret, secret_key) =
             match (r.group_secret, r.group_secret_file) {
                 (Some(_), Some(_)) => {
                     return cerr(
@@ -277,16 +281,15 @@ impl L2Config {
                         "give group_secret or group_secret_file, not both",
                     )
                 }
-                (Some(s), None) => hex_bytes("l2sec.group_secret", &s)?,
+                (Some(s), None) => (hex_bytes("l2sec.group_secret", &s)?, "l2sec.group_secret"),
                 (None, Some(f)) => {
-                    let p = file(&f);
-                    let t = Zeroizing::new(std::fs::read_to_string(&p).or_else(|e| {
-                        cerr(
-                            "l2sec.group_secret_file",
-                            format!("cannot read the file (path not shown): {e}"),
-                        )
-                    })?);
-                    hex_bytes("l2sec.group_secret_file", t.trim())?
+                    let k = "l2sec.group_secret_file";
+                    let c = crate::secret_file::read(&file(&f), crate::secret_file::Level::Secret)
+                        .or_else(|e| cerr(k, e.without_path()))?;
+                    (
+                        hex_bytes(k, c.text().or_else(|e| cerr(k, e.without_path()))?.trim())?,
+                        k,
+                    )
                 }
                 (None, None) => return cerr(
                     "l2sec.group_secret",
@@ -295,7 +298,7 @@ impl L2Config {
             };
         if group_secret.len() < 16 {
             return cerr(
-                "l2sec.group_secret",
+                secret_key,
                 format!("must be at least 16 bytes, got {}", group_secret.len()),
             );
         }

@@ -184,3 +184,42 @@ fn the_epoch_strictly_increases_and_persists_before_use() {
     assert!(next_epoch(&st, "eth0", now).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `group_secret_file` and `signing_key` through [`crate::secret_file`]: every refusal (mode, owner, link, FIFO,
+/// directory) names its key, never the secret (nor the path: this section's errors show no value).
+#[test]
+fn key_files_are_checked_as_opened() {
+    use crate::secret_file::{tests::every_refusal, Level};
+    let secret = "5345435245545641".repeat(4);
+    let without_group_secret =
+        base().replace(&format!("group_secret = \"{}\"\n", "11".repeat(32)), "");
+    every_refusal(
+        "l2-group-secret",
+        Level::Secret,
+        "l2sec.group_secret_file",
+        format!("{secret}\n").as_bytes(),
+        &secret,
+        false,
+        &|p| {
+            parse(&format!(
+                "{without_group_secret}group_secret_file = \"{}\"\n",
+                p.display()
+            ))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        },
+    );
+    every_refusal(
+        "l2-signing-key",
+        Level::Secret,
+        "l2sec.signing_key",
+        format!("{}\n", &secret[..64]).as_bytes(),
+        &secret[..64],
+        false,
+        &|p| {
+            parse(&format!("{}signing_key = \"{}\"\n", base(), p.display()))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    );
+}

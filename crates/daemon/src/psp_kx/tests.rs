@@ -148,3 +148,56 @@ fn two_drivers_associate_and_rotate_through_their_ports_only() {
     Box::new(db).stop(&mut undo, false);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `psp.key` is read as a secret and `psp.peer_ca` as rules, through [`crate::secret_file`]: every refusal names its
+/// key and the file, never the key.
+#[test]
+fn key_and_ca_files_are_checked_as_opened() {
+    use crate::secret_file::{tests::every_refusal, Level};
+    let dir = crate::state::test_dir("psp-kx-files");
+    let (crt, key) = keygen("a.kx.test", &dir).unwrap();
+    let cfg = |key: &Path, ca: &Path| {
+        let c = crate::config::Config::parse(&format!(
+            "[interface]\n[psp]\nmode = \"tunnel\"\nlocal = \"127.0.0.1\"\nremote = \"127.0.0.2\"\n\
+             cert = \"{}\"\nkey = \"{}\"\npeer_ca = \"{}\"\npeer_name = \"a.kx.test\"\n",
+            crt.display(),
+            key.display(),
+            ca.display()
+        ))
+        .unwrap();
+        tls(c.psp.as_ref().unwrap())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let key_pem = std::fs::read(&key).unwrap();
+    let key_line = String::from_utf8_lossy(&key_pem)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    every_refusal(
+        "psp-key",
+        Level::Secret,
+        "psp.key",
+        &key_pem,
+        &key_line,
+        true,
+        &|p| cfg(p, &crt),
+    );
+    let ca_pem = std::fs::read(&crt).unwrap();
+    let ca_line = String::from_utf8_lossy(&ca_pem)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    every_refusal(
+        "psp-peer-ca",
+        Level::Rules,
+        "psp.peer_ca",
+        &ca_pem,
+        &ca_line,
+        true,
+        &|p| cfg(&key, p),
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
