@@ -519,7 +519,7 @@ fn key_ref(cipher: Cipher, value: &str) -> Result<KeyRef, String> {
 }
 
 /// A name as an error may show it: quoted if it is a plain name (letters, digits, `_ . -`, at most 64) that does not
-/// look like a key ([`looks_hex`]); otherwise `(name not shown)`: it may be a key written in the wrong place.
+/// look like a key (0x and hex, or 16 or more hex digits); otherwise `(name not shown)`: it may be a key written in the wrong place.
 pub fn shown_name(name: &str) -> String {
     let plain = !name.is_empty()
         && name.len() <= 64
