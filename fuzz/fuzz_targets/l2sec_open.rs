@@ -3,7 +3,8 @@
 //! combination (a version-1 epoch included), EtherType and length, sealed and then corrupted (byte edits,
 //! truncation), opened by a session or by a candidate (no window yet). Nothing may panic; an
 //! untouched frame must open to exactly the clear frame, and a changed one must never open (every byte of an
-//! l2sec frame is authenticated).
+//! l2sec frame is authenticated; a signed frame's receiver requires signatures, else clearing the SIG flag makes
+//! a frame of the null suite an unsigned one, which nothing checks).
 
 #![no_main]
 
@@ -44,8 +45,15 @@ fn keys(suite: Suite) -> &'static SessionKeys {
     &all[Suite::ALL.iter().position(|&s| s == suite).expect("a suite of Suite::ALL")]
 }
 
-fn rx_for(suite: Option<Suite>, version: Version, epoch: Option<u64>, candidate: bool) -> RxSession {
+fn rx_for(
+    suite: Option<Suite>,
+    version: Version,
+    epoch: Option<u64>,
+    candidate: bool,
+    require_signature: bool,
+) -> RxSession {
     let cfg = RxConfig {
+        require_signature,
         insecure_ecb: true,
         insecure_null: true,
         require_encryption: false,
@@ -103,7 +111,7 @@ fuzz_target!(|data: &[u8]| {
             (None, Version::V1),
         ];
         for (suite, version) in sessions {
-            let mut rx = rx_for(suite, version, (sel & 4 != 0).then_some(7), sel & 8 != 0);
+            let mut rx = rx_for(suite, version, (sel & 4 != 0).then_some(7), sel & 8 != 0, sel & 16 != 0);
             let mut pkt = PacketBuf::from_slice(&frame, 32, 32);
             let _ = rx.open(&mut pkt, NOW, Some(vk));
         }
@@ -170,7 +178,15 @@ fuzz_target!(|data: &[u8]| {
     let changed = pkt.data() != sealed.as_slice();
     // A keyless session sends no epoch (it has no keys it could bind it to) and expects none.
     let rx_epoch = if keyless || version == Version::V0 { None } else { epoch };
-    let mut rx = rx_for((!keyless).then_some(suite), version, rx_epoch, flags & 32 != 0);
+    // A receiver of signed frames requires signatures (as the daemon's does when peers are listed): else a changed
+    // SIG flag makes a signed frame of the null suite, or a keyless one, an unsigned one, which nothing checks.
+    let mut rx = rx_for(
+        (!keyless).then_some(suite),
+        version,
+        rx_epoch,
+        flags & 32 != 0,
+        opts.signer.is_some(),
+    );
     let r = rx.open(&mut pkt, NOW, Some(vk));
     // The null suite checks nothing unless the frame is signed: a changed frame may open.
     let unchecked = !keyless && suite.is_null() && opts.signer.is_none();
