@@ -122,10 +122,18 @@ else
   declared=$(grep -c '^\[\[bin\]\]' Cargo.toml || true)
   [ "$n" -gt 0 ] || { echo "fuzz smoke: no fuzz target found (cargo fuzz list printed nothing)"; exit 1; }
   [ "$n" -eq "$declared" ] || { echo "fuzz smoke: cargo fuzz lists $n targets, fuzz/Cargo.toml declares $declared"; exit 1; }
+  # Each target starts from its committed seeds (fuzz/seeds/TARGET, read-only; from the repository's test data:
+  # fuzz/make-seeds), with fuzz/corpus/TARGET (git-ignored) as the corpus it writes.
+  ./make-seeds --check
   # Every target in one build (cargo builds them side by side; `fuzz run` then finds them up to date), then the
   # runs, as many at a time as there are CPUs: libFuzzer runs on one, so each target still has a CPU to itself for
   # its whole time.
   cargo +nightly fuzz build
+  # The build has the cheap deterministic stand-ins for DH, ML-KEM and signatures (--cfg fuzzing, see
+  # crates/crypto/src/fuzz.rs): the bytes they hash first are in a target's binary (the test build's netveil is
+  # checked for their absence by crates/netveil/tests/no_fuzz_crypto.rs, with the same search).
+  grep -qaF "netveil fuzz-only crypto" target/x86_64-unknown-linux-gnu/release/ike_pair ||
+    { echo "fuzz build: the fuzzing crypto stand-ins are not in ike_pair"; exit 1; }
   stage fuzz-run
   # Each run's output (kept after a failure; fuzz/target is ignored by git).
   logs=target/smoke-logs
@@ -134,8 +142,10 @@ else
   for t in $targets; do
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
     echo "-- $t (${secs}s)"
+    mkdir -p "corpus/$t"
     ( rc=0
-      cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -max_len=2048 >"$logs/$t.log" 2>&1 || rc=$?
+      cargo +nightly fuzz run "$t" "corpus/$t" "seeds/$t" -- -max_total_time="$secs" -max_len=2048 \
+        >"$logs/$t.log" 2>&1 || rc=$?
       echo "$rc" >"$logs/$t.rc" ) &
   done
   wait
@@ -146,6 +156,9 @@ else
     # libFuzzer's last words: "Done N runs in S second(s)"; a target that ran no input did not run.
     runs=$(echo "$out" | sed -n 's/^Done \([0-9]*\) runs.*/\1/p' | tail -n 1)
     [ "${runs:-0}" -gt 0 ] || { echo "$out" | tail -n 5; echo "fuzz target $t ran no input"; exit 1; }
+    # It read its seeds ("INFO: seed corpus: files: N ..." counts the files of both folders).
+    echo "$out" | grep -q "INFO: seed corpus: files: [1-9]" ||
+      { echo "$out" | head -n 20; echo "fuzz target $t read no seed"; exit 1; }
     echo "$t: $runs runs"
     ran=$((ran + 1))
   done

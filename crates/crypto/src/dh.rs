@@ -120,7 +120,12 @@ impl Group {
     }
 }
 
+// With `--cfg fuzzing` only `Fuzz` is built (the others stay for `agree`'s match).
+#[cfg_attr(fuzzing, allow(dead_code))]
 enum Secret {
+    /// The fuzzing stand-in's private key (see `crate::fuzz`): only with `--cfg fuzzing`.
+    #[cfg(fuzzing)]
+    Fuzz(Zeroizing<Vec<u8>>),
     X25519(x25519_dalek::StaticSecret),
     Modp(Zeroizing<U512>),
     /// aws-lc's key (its memory is cleansed when freed).
@@ -173,6 +178,7 @@ fn modp_pow<const LIMBS: usize>(
 const COMB_BITS: usize = 4;
 
 /// The fixed-base comb for g = 2 in one MODP group (see the module documentation).
+#[cfg_attr(fuzzing, allow(dead_code))] // public values are the stand-in's there
 struct Comb<const LIMBS: usize> {
     params: DynResidueParams<LIMBS>,
     /// Exponent bits covered: `table.len() * COMB_BITS`.
@@ -181,6 +187,7 @@ struct Comb<const LIMBS: usize> {
     table: Box<[[Uint<LIMBS>; 1 << COMB_BITS]]>,
 }
 
+#[cfg_attr(fuzzing, allow(dead_code))]
 impl<const LIMBS: usize> Comb<LIMBS> {
     fn new(p_hex: &str, bits: usize) -> Comb<LIMBS> {
         let params = DynResidueParams::new(&Uint::<LIMBS>::from_be_hex(p_hex));
@@ -291,7 +298,18 @@ impl KeyPair {
                 got: private.len(),
             });
         }
-        let (secret, public) = match group {
+        let (secret, public) = Self::secret_and_public(group, private)?;
+        Ok(KeyPair {
+            group,
+            secret,
+            public,
+        })
+    }
+
+    /// The private key's form and the public value (`private` of the right length).
+    #[cfg(not(fuzzing))]
+    fn secret_and_public(group: Group, private: &[u8]) -> Result<(Secret, Vec<u8>), KeyError> {
+        Ok(match group {
             Group::X25519 => {
                 let mut k = Zeroizing::new([0u8; 32]);
                 k.copy_from_slice(private);
@@ -325,12 +343,16 @@ impl KeyPair {
                 }
                 (Secret::Ecp(k), public)
             }
-        };
-        Ok(KeyPair {
-            group,
-            secret,
-            public,
         })
+    }
+
+    /// With `--cfg fuzzing`: the stand-in's (see `crate::fuzz`).
+    #[cfg(fuzzing)]
+    fn secret_and_public(group: Group, private: &[u8]) -> Result<(Secret, Vec<u8>), KeyError> {
+        Ok((
+            Secret::Fuzz(Zeroizing::new(private.to_vec())),
+            crate::fuzz::dh_public(group, private),
+        ))
     }
 
     pub fn group(&self) -> Group {
@@ -347,6 +369,10 @@ impl KeyPair {
     /// peer value arrives before the genuine one); drop it as soon as the exchange is done.
     pub fn agree(&self, peer_public: &[u8]) -> Result<Zeroizing<Vec<u8>>, KeyError> {
         match &self.secret {
+            #[cfg(fuzzing)]
+            Secret::Fuzz(x) => crate::fuzz::dh_agree(self.group, x, peer_public)
+                .map(Zeroizing::new)
+                .ok_or_else(bad_peer),
             Secret::X25519(s) => {
                 let bytes: [u8; 32] = peer_public.try_into().map_err(|_| bad_peer())?;
                 let shared = s.diffie_hellman(&x25519_dalek::PublicKey::from(bytes));

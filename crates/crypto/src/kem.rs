@@ -33,8 +33,35 @@ pub const ML_KEM_768_SHARED_LEN: usize = 32;
 
 /// An ML-KEM-768 key pair: the decapsulation key (aws-lc's, cleansed when freed) and the encapsulation key.
 pub struct MlKem768 {
-    key: DecapsulationKey<kem::AlgorithmId>,
+    key: Dk,
     public: Vec<u8>,
+}
+
+/// The decapsulation key: aws-lc's, or (`--cfg fuzzing` only) none, the stand-in's secret being a function of the
+/// ciphertext (see `crate::fuzz`).
+enum Dk {
+    AwsLc(DecapsulationKey<kem::AlgorithmId>),
+    #[cfg(fuzzing)]
+    Fuzz,
+}
+
+impl Dk {
+    /// The shared secret of a ciphertext of the right length.
+    fn decapsulate(&self, ciphertext: &[u8]) -> Result<Zeroizing<Vec<u8>>, KeyError> {
+        match self {
+            Dk::AwsLc(key) => {
+                let s = key
+                    .decapsulate(Ciphertext::from(ciphertext))
+                    .map_err(|_| unusable("ML-KEM-768 decapsulation failed"))?;
+                Ok(Zeroizing::new(s.as_ref().to_vec()))
+            }
+            #[cfg(fuzzing)]
+            Dk::Fuzz => Ok(Zeroizing::new(crate::fuzz::kem_shared(
+                ciphertext,
+                ML_KEM_768_SHARED_LEN,
+            ))),
+        }
+    }
 }
 
 impl core::fmt::Debug for MlKem768 {
@@ -50,6 +77,12 @@ fn unusable(what: &'static str) -> KeyError {
 impl MlKem768 {
     /// A fresh key pair (from aws-lc's generator, see the module's documentation).
     pub fn generate() -> Result<MlKem768, KeyError> {
+        #[cfg(fuzzing)]
+        return Ok(MlKem768 {
+            key: Dk::Fuzz,
+            public: crate::fuzz::kem_public(&[0x4b; 32], ML_KEM_768_PUBLIC_LEN),
+        });
+        #[cfg_attr(fuzzing, allow(unreachable_code))]
         let key = DecapsulationKey::generate(&ML_KEM_768)
             .map_err(|_| unusable("ML-KEM-768 key generation failed"))?;
         let public = key
@@ -61,7 +94,10 @@ impl MlKem768 {
         if public.len() != ML_KEM_768_PUBLIC_LEN {
             return Err(unusable("ML-KEM-768 key generation failed"));
         }
-        Ok(MlKem768 { key, public })
+        Ok(MlKem768 {
+            key: Dk::AwsLc(key),
+            public,
+        })
     }
 
     /// A key pair from an expanded decapsulation key (FIPS 203's 2400-byte `dk`, which holds the encapsulation
@@ -79,7 +115,10 @@ impl MlKem768 {
             .map_err(|_| unusable("invalid ML-KEM-768 decapsulation key"))?;
         // FIPS 203: dk = dk_PKE (1152) | ek (1184) | H(ek) (32) | z (32).
         let public = dk[1152..1152 + ML_KEM_768_PUBLIC_LEN].to_vec();
-        Ok(MlKem768 { key, public })
+        Ok(MlKem768 {
+            key: Dk::AwsLc(key),
+            public,
+        })
     }
 
     /// The encapsulation key, [`ML_KEM_768_PUBLIC_LEN`] bytes.
@@ -97,11 +136,7 @@ impl MlKem768 {
                 got: ciphertext.len(),
             });
         }
-        let s = self
-            .key
-            .decapsulate(Ciphertext::from(ciphertext))
-            .map_err(|_| unusable("ML-KEM-768 decapsulation failed"))?;
-        Ok(Zeroizing::new(s.as_ref().to_vec()))
+        self.key.decapsulate(ciphertext)
     }
 }
 
@@ -115,6 +150,15 @@ pub fn encapsulate(public: &[u8]) -> Result<(Vec<u8>, Zeroizing<Vec<u8>>), KeyEr
             got: public.len(),
         });
     }
+    #[cfg(fuzzing)]
+    return if crate::fuzz::kem_public_ok(public) {
+        let ct = crate::fuzz::kem_ciphertext(public, ML_KEM_768_CIPHERTEXT_LEN);
+        let ss = crate::fuzz::kem_shared(&ct, ML_KEM_768_SHARED_LEN);
+        Ok((ct, Zeroizing::new(ss)))
+    } else {
+        Err(unusable("invalid ML-KEM-768 encapsulation key"))
+    };
+    #[cfg_attr(fuzzing, allow(unreachable_code))]
     let ek = EncapsulationKey::new(&ML_KEM_768, public)
         .map_err(|_| unusable("invalid ML-KEM-768 encapsulation key"))?;
     let (ct, s) = ek
@@ -184,7 +228,8 @@ mod tests {
     #[test]
     fn an_expanded_decapsulation_key_holds_the_encapsulation_key() {
         let a = MlKem768::generate().unwrap();
-        let dk = a.key.key_bytes().unwrap();
+        let Dk::AwsLc(k) = &a.key;
+        let dk = k.key_bytes().unwrap();
         let b = MlKem768::from_decapsulation_key(dk.as_ref()).unwrap();
         assert_eq!(a.public(), b.public());
         let (ct, s) = encapsulate(b.public()).unwrap();

@@ -14,6 +14,8 @@
 pub mod aead;
 pub mod cbc;
 pub mod dh;
+#[cfg(any(fuzzing, test))]
+mod fuzz;
 pub mod kdf;
 pub mod kem;
 pub mod mac;
@@ -25,6 +27,15 @@ pub use aead::{new_aead, AeadAlg};
 pub use cbc::{new_cbc, CbcAlg, IvGen};
 pub use mac::{new_mac, HashAlg};
 pub use stream::{new_stream, StreamAlg, StreamCipher};
+
+/// Whether this build has the fuzzing stand-ins for Diffie-Hellman, ML-KEM and signatures (cheap, deterministic,
+/// insecure: see `src/fuzz.rs`): only with `--cfg fuzzing`, which `cargo fuzz` sets. `false` in every other build;
+/// `crates/netveil/tests/no_fuzz_crypto.rs` checks it, and that [`FUZZ_CRYPTO_LABEL`] is not in the binary.
+pub const FUZZ_CRYPTO: bool = cfg!(fuzzing);
+
+/// The bytes every fuzzing stand-in hashes first: in a binary only if the stand-ins are in it.
+pub const FUZZ_CRYPTO_LABEL: &[u8] =
+    b"netveil fuzz-only crypto: deterministic, insecure, never in a release";
 
 /// An ICV or tag did not verify. Deliberately carries no detail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

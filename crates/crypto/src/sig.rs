@@ -12,6 +12,7 @@
 
 use core::fmt;
 
+#[cfg(not(fuzzing))]
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self as s, EcdsaKeyPair, Ed25519KeyPair, KeyPair, RsaKeyPair};
 use x509_parser::oid_registry::{
@@ -102,6 +103,8 @@ pub enum SigError {
     SignFailed,
 }
 
+// With `--cfg fuzzing` the stand-in signs (see `crate::fuzz`): the keys are still parsed, not all used.
+#[cfg_attr(fuzzing, allow(dead_code))]
 enum Inner {
     Rsa(RsaKeyPair),
     /// The same key twice: aws-lc-rs ties a key pair to one signature encoding.
@@ -236,6 +239,37 @@ impl PrivateKey {
     /// Signs `msg` with `scheme`, which must fit the key: RSA with PKCS#1 v1.5 or PSS over SHA-256/384/512;
     /// ECDSA with the curve's hash (P-256: SHA-256, P-384: SHA-384), either encoding; Ed25519.
     pub fn sign(&self, scheme: Scheme, msg: &[u8]) -> Result<Vec<u8>, SigError> {
+        #[cfg(fuzzing)]
+        return self.sign_fuzz(scheme, msg);
+        #[cfg(not(fuzzing))]
+        self.sign_real(scheme, msg)
+    }
+
+    /// With `--cfg fuzzing`: the stand-in's signature (see `crate::fuzz`), for the schemes the key signs with.
+    #[cfg(fuzzing)]
+    fn sign_fuzz(&self, scheme: Scheme, msg: &[u8]) -> Result<Vec<u8>, SigError> {
+        if !crate::fuzz::can_sign(self.kind(), scheme) {
+            return Err(SigError::Unsupported {
+                key: self.kind(),
+                scheme,
+            });
+        }
+        let modulus_len = match &self.0 {
+            Inner::Rsa(k) => k.public_modulus_len(),
+            _ => 0,
+        };
+        let public = self.public_key();
+        Ok(crate::fuzz::sign(
+            public.kind,
+            &public.key,
+            modulus_len,
+            scheme,
+            msg,
+        ))
+    }
+
+    #[cfg(not(fuzzing))]
+    fn sign_real(&self, scheme: Scheme, msg: &[u8]) -> Result<Vec<u8>, SigError> {
         let unsupported = SigError::Unsupported {
             key: self.kind(),
             scheme,
@@ -379,6 +413,14 @@ impl PublicKey {
     /// be used with.
     pub fn verify(&self, scheme: Scheme, msg: &[u8], signature: &[u8]) -> Result<(), AuthError> {
         let alg = self.algorithm(scheme).ok_or(AuthError)?;
+        #[cfg(fuzzing)]
+        return {
+            let _ = alg;
+            crate::fuzz::verify(self.kind, &self.key, scheme, msg, signature)
+                .then_some(())
+                .ok_or(AuthError)
+        };
+        #[cfg(not(fuzzing))]
         s::UnparsedPublicKey::new(alg, &self.key)
             .verify(msg, signature)
             .map_err(|_| AuthError)

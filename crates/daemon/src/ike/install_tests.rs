@@ -314,6 +314,137 @@ fn rekey_replaces_in_place_make_before_break() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Anti-replay on SAs the IKE installer adds (built from negotiated keys: `KeyOrigin::Negotiated`, another
+/// constructor than static SAs' with their durable floors), with a 64-packet window: a duplicate inside the window,
+/// a packet left of it and a jump far ahead of it, for a new CHILD_SA, after another CHILD_SA's install (a change of
+/// the engine's tables), and for a rekeyed one, through the retiring SA too. Each refusal is counted on the SA.
+#[test]
+fn installed_child_refuses_replays() {
+    use crate::ip_drop::Drop;
+    use netveil_ipsec::Drop as D;
+    const WINDOW: u32 = 64;
+    let (dir, a, b, mut ia, mut ib) = both_ways("aes128gcm16");
+    let sealed = |from: &Shared, n: u32| {
+        let w = seal(from, packet([10, 1, 0, 1], [10, 2, 0, 1], n))
+            .unwrap()
+            .0;
+        assert_eq!(spi_of(&w), 0xb000_0001);
+        w
+    };
+    let replayed = |s: &Shared| {
+        let snap = s.db.load();
+        let sa = snap
+            .sad
+            .iter()
+            .find(|r| r.base().params.name == "ike-1-in")
+            .expect("b's inbound SA");
+        sa.base()
+            .counters
+            .replayed
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    // a's packets, sequence numbers 1 ..= 1000: packet k has ESP sequence k, payload k.
+    let w: Vec<PacketBuf> = (1..=1000).map(|k| sealed(&a, k)).collect();
+    let seq = |p: &PacketBuf| u32::from_be_bytes(p.data()[24..28].try_into().unwrap());
+    assert_eq!((seq(&w[0]), seq(&w[999])), (1, 1000));
+    let at = |k: u32| w[k as usize - 1].clone();
+
+    // In-window duplicate.
+    assert_eq!(open(&b, at(1)), Ok(1));
+    assert_eq!(
+        open(&b, at(1)),
+        Err(Drop::Ipsec(D::Replayed)),
+        "a duplicate"
+    );
+    assert_eq!(open(&b, at(3)), Ok(3));
+    assert_eq!(open(&b, at(2)), Ok(2), "out of order inside the window");
+    assert_eq!(open(&b, at(2)), Err(Drop::Ipsec(D::Replayed)));
+    // Far ahead: taken, and the window moves with it.
+    assert_eq!(open(&b, at(900)), Ok(900), "far ahead of the window");
+    assert_eq!(open(&b, at(900)), Err(Drop::Ipsec(D::Replayed)));
+    // Old: left of the window (never seen, or seen) is refused.
+    assert_eq!(
+        open(&b, at(900 - WINDOW)),
+        Err(Drop::Ipsec(D::TooOld)),
+        "left of the window, never seen"
+    );
+    assert_eq!(open(&b, at(3)), Err(Drop::Ipsec(D::TooOld)), "old and seen");
+    assert_eq!(
+        open(&b, at(900 - WINDOW + 1)),
+        Ok(900 - WINDOW + 1),
+        "the window's left edge"
+    );
+    assert_eq!(replayed(&b), 5);
+
+    // Another CHILD_SA's install changes the engine's tables: this one's window survives it.
+    let mut other = child(
+        "aes128gcm16",
+        false,
+        0xa000_0009,
+        0xb000_0009,
+        7,
+        false,
+        None,
+    );
+    other.local_ts = vec![ts("10.7.0.0/16")];
+    other.remote_ts = vec![ts("10.8.0.0/16")];
+    assert_eq!(ib.install(&other).unwrap(), 2);
+    assert_eq!(
+        open(&b, at(900)),
+        Err(Drop::Ipsec(D::Replayed)),
+        "after a change"
+    );
+    assert_eq!(
+        open(&b, at(1)),
+        Err(Drop::Ipsec(D::TooOld)),
+        "after a change"
+    );
+    assert_eq!(open(&b, at(901)), Ok(901));
+
+    // Rekeyed: the old inbound SA retires (still opens packets under way, once each); the new one has a window of
+    // its own.
+    let n_b = child(
+        "aes128gcm16",
+        false,
+        0xa000_0002,
+        0xb000_0002,
+        9,
+        false,
+        Some(0xb000_0001),
+    );
+    let n_a = child(
+        "aes128gcm16",
+        true,
+        0xa000_0002,
+        0xb000_0002,
+        9,
+        false,
+        Some(0xa000_0001),
+    );
+    ib.install(&n_b).unwrap();
+    ia.install(&n_a).unwrap();
+    assert_eq!(open(&b, at(902)), Ok(902), "under way with the old SA");
+    assert_eq!(
+        open(&b, at(902)),
+        Err(Drop::Ipsec(D::Replayed)),
+        "the retiring SA's window"
+    );
+    assert_eq!(open(&b, at(901)), Err(Drop::Ipsec(D::Replayed)));
+    assert!(!ia.remove(0xa000_0001, 0xb000_0001).unwrap());
+    let fresh: Vec<PacketBuf> = (1..=200)
+        .map(|k| seal(&a, packet([10, 1, 0, 1], [10, 2, 0, 1], k)).unwrap().0)
+        .collect();
+    assert_eq!(spi_of(&fresh[0]), 0xb000_0002, "the new outbound SA seals");
+    assert_eq!(open(&b, fresh[0].clone()), Ok(1));
+    assert_eq!(open(&b, fresh[0].clone()), Err(Drop::Ipsec(D::Replayed)));
+    assert_eq!(open(&b, fresh[199].clone()), Ok(200));
+    assert_eq!(open(&b, fresh[1].clone()), Err(Drop::Ipsec(D::TooOld)));
+    ia.remove_all();
+    ib.remove_all();
+    drop((a, b, ia, ib));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn udp_encapsulated_child_leaves_on_the_nat_t_ports() {
     let dir = crate::state::test_dir("ike-install-encap");

@@ -131,7 +131,12 @@ impl Endpoint {
         _hdr: &Header,
         bytes: &[u8],
     ) -> Outcome {
-        let Some(o) = sa.open(bytes) else {
+        let sas = &mut self.sas;
+        let evict = |id| {
+            sas.get_mut(&id)
+                .is_some_and(|o| o.reassembly.take().is_some())
+        };
+        let Some(o) = sa.open_within(bytes, &self.frags, evict) else {
             if self.intermediate_resend(sa, _hdr, bytes) {
                 return Outcome::Ignore;
             }

@@ -25,6 +25,7 @@
 mod auth;
 mod child;
 mod cookie;
+mod frag;
 pub mod glue;
 mod info;
 mod init;
@@ -47,6 +48,7 @@ use crate::event::{Event, Failure, IkeSaId, Transmit};
 use crate::keys::Role;
 use crate::message::{header, ExchangeType, Header};
 
+pub use frag::REASSEMBLY_BUDGET;
 use sa::{IkeSa, State};
 pub use status::{wireshark_names, ChildStatus, IkeSaStatus, WiresharkKeys};
 
@@ -99,6 +101,9 @@ pub struct Counters {
     pub certs_dropped: u64,
     /// Peers authenticated with AUTH method 1 (RSA with SHA-1, RFC 7296's legacy method; RFC 7427 is preferred).
     pub legacy_auth: u64,
+    /// Partial fragment sets dropped to keep all SAs' sets within the reassembly budget
+    /// ([`Endpoint::with_reassembly_budget`]).
+    pub reassemblies_evicted: u64,
 }
 
 /// Why an API call was refused.
@@ -223,6 +228,8 @@ pub struct Endpoint {
     counters: Counters,
     /// An instant and the wall-clock time then, for certificate validity ([`Endpoint::with_wall_clock`]).
     wall: Option<(Instant, SystemTime)>,
+    /// What all SAs' partial fragment sets hold, under one cap.
+    frags: frag::Budget,
 }
 
 impl Endpoint {
@@ -254,6 +261,7 @@ impl Endpoint {
             events: VecDeque::new(),
             counters: Counters::default(),
             wall: None,
+            frags: frag::Budget::new(REASSEMBLY_BUDGET),
         }
     }
 
@@ -280,8 +288,24 @@ impl Endpoint {
         self.limits
     }
 
+    /// The endpoint with another budget for the partial fragment sets (RFC 7383) of all its SAs together, in
+    /// bytes ([`REASSEMBLY_BUDGET`] by default; each SA's set is also capped at 64 KiB of plaintext): the oldest
+    /// sets are dropped to keep within it (see the `frag` module).
+    pub fn with_reassembly_budget(mut self, bytes: usize) -> Endpoint {
+        self.frags.set_cap(bytes);
+        self
+    }
+
+    /// Bytes the partial fragment sets of all SAs hold now (never above the reassembly budget), and how many sets.
+    pub fn reassembly_held(&self) -> (usize, usize) {
+        (self.frags.held(), self.frags.sets())
+    }
+
     pub fn counters(&self) -> Counters {
-        self.counters
+        Counters {
+            reassemblies_evicted: self.frags.evicted(),
+            ..self.counters
+        }
     }
 
     /// Half-open responder SAs now (never above [`Limits::half_open_max`]).

@@ -367,6 +367,8 @@ pub struct Reassembly {
     pub first_inner: u8,
     pub parts: Vec<Option<Vec<u8>>>,
     pub bytes: usize,
+    /// Its part of the endpoint's budget for all SAs' sets (see [`super::frag`]).
+    share: super::frag::Share,
 }
 
 pub fn backoff(r: &Retransmit, n: u32) -> Duration {
@@ -771,9 +773,23 @@ impl IkeSa {
         Some(msg)
     }
 
-    /// Opens a protected message: the inner payloads, and the raw bodies of IDi and IDr (for AUTH). `None`: not
-    /// an SK or SKF message, malformed, not authentic, or a fragment of a message not yet complete.
+    /// [`IkeSa::open_within`] with a budget of its own (nothing else's to evict): for tests.
+    #[cfg(test)]
     pub fn open(&mut self, bytes: &[u8]) -> Option<Opened> {
+        let budget = super::frag::Budget::new(super::frag::REASSEMBLY_BUDGET);
+        self.open_within(bytes, &budget, |_| false)
+    }
+
+    /// Opens a protected message: the inner payloads, and the raw bodies of IDi and IDr (for AUTH). `None`: not
+    /// an SK or SKF message, malformed, not authentic, or a fragment of a message not yet complete (or dropped).
+    /// A fragment's set is held within `budget`, shared with the endpoint's other SAs: to make room, `evict` drops
+    /// another SA's set (see [`super::frag`]).
+    pub fn open_within(
+        &mut self,
+        bytes: &[u8],
+        budget: &super::frag::Budget,
+        mut evict: impl FnMut(IkeSaId) -> bool,
+    ) -> Option<Opened> {
         let msg = Message::parse(bytes).ok()?;
         let first = msg.payloads.first()?.payload_type();
         // Where the SK (or SKF) payload starts: after the clear payloads before it (normally none).
@@ -814,6 +830,14 @@ impl IkeSa {
                 && r.parts.len() == usize::from(total)
         });
         if !same {
+            // The set before (another message's) goes first: its share is given back.
+            self.reassembly = None;
+            let mut share = budget.share(self.id);
+            let overhead = super::frag::set_overhead(total);
+            if !budget.make_room(&share, overhead, &mut evict) {
+                return None;
+            }
+            share.add(overhead);
             self.reassembly = Some(Box::new(Reassembly {
                 message_id: h.message_id,
                 response: h.flags.response,
@@ -821,18 +845,20 @@ impl IkeSa {
                 first_inner: 0,
                 parts: vec![None; usize::from(total)],
                 bytes: 0,
+                share,
             }));
         }
         let r = self.reassembly.as_mut()?;
         let slot = &mut r.parts[usize::from(number - 1)];
         if slot.is_none() {
-            let data = buf[range].to_vec();
-            if r.bytes + data.len() > MAX_REASSEMBLED {
+            let n = range.len();
+            if r.bytes + n > MAX_REASSEMBLED || !budget.make_room(&r.share, n, &mut evict) {
                 self.reassembly = None;
                 return None;
             }
-            r.bytes += data.len();
-            *slot = Some(data);
+            r.share.add(n);
+            r.bytes += n;
+            *slot = Some(buf[range].to_vec());
             if number == 1 {
                 r.first_inner = inner_first;
             }

@@ -218,3 +218,91 @@ fn the_cached_ike_auth_response_is_kept_without_certificates() {
         assert_eq!(b.counters().responses_resent, 1);
     }
 }
+
+/// The initiator's check of the responder's signature AUTH: moon and sun (certificates of testdata's CA) up to
+/// sun's IKE_AUTH response, which moon receives opened with the IKE SA's keys, its inner payloads changed by `edit`
+/// and sealed again with the responder's keys (so its ICV is right: whatever fails, fails past the SK payload).
+/// Returns moon, its IKE SA and what moon reported.
+fn moon_takes_suns_answer_edited(
+    edit: impl FnOnce(&mut Vec<Payload>),
+) -> (Endpoint, super::IkeSaId, Vec<Event>) {
+    use crate::sk::{Encrypted, SkKey};
+    let now = Instant::now();
+    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_811_808_000);
+    let mut a = Endpoint::new(vec![conn("a", A, B, "moon", "sun")], seeded(1), now)
+        .with_wall_clock(now, wall);
+    let mut b = Endpoint::new(vec![conn("b", B, A, "sun", "moon")], seeded(2), now)
+        .with_wall_clock(now, wall);
+    let (pa, pb): (SocketAddr, SocketAddr) = (A.parse().unwrap(), B.parse().unwrap());
+    let id = a.initiate("a", None, now).unwrap();
+    let t = a.poll_transmit().unwrap();
+    b.handle_datagram(now, pb, pa, &t.bytes);
+    let t = b.poll_transmit().unwrap();
+    a.handle_datagram(now, pa, pb, &t.bytes);
+    let t = a.poll_transmit().expect("moon's IKE_AUTH");
+    b.handle_datagram(now, pb, pa, &t.bytes);
+    let answer = b.poll_transmit().expect("sun answers").bytes;
+    assert!(b.poll_transmit().is_none(), "one datagram: not fragmented");
+    assert_eq!(b.sas.values().next().unwrap().state, State::Established);
+
+    let keys = a.sas[&id].keys().unwrap().clone();
+    let mut bytes = answer;
+    assert_eq!(bytes[16], crate::message::payload_type::SK);
+    let range = SkKey::inbound(&keys, Role::Initiator)
+        .unwrap()
+        .open(&mut bytes, 28, Encrypted::Sk)
+        .unwrap();
+    let mut inner = crate::message::parse_chain(bytes[28], &bytes[range]).unwrap();
+    edit(&mut inner);
+    let mut msg = bytes[..28].to_vec();
+    msg.extend_from_slice(&[crate::message::first_type(&inner), 0, 0, 0]);
+    let at = msg.len();
+    msg.resize(at + crate::message::chain_len(&inner), 0);
+    crate::message::emit_chain(&inner, &mut msg[at..]).unwrap();
+    SkKey::outbound(&keys, Role::Responder)
+        .unwrap()
+        .seal(&mut *seeded(3), &mut msg, 28, Encrypted::Sk)
+        .unwrap();
+    a.handle_datagram(now, pa, pb, &msg);
+    let events = std::iter::from_fn(|| a.poll_event()).collect();
+    (a, id, events)
+}
+
+/// The answer sealed again unchanged is taken (the resealing is right); with one bit of the signature in its AUTH
+/// payload changed (sun's certificate, chain and ID all still fine), moon refuses it as an invalid signature: no
+/// IKE SA or CHILD_SA comes up and the IKE SA goes.
+#[test]
+fn the_initiator_refuses_a_responder_signature_that_does_not_verify() {
+    let (a, id, events) = moon_takes_suns_answer_edited(|_| {});
+    assert!(
+        matches!(&events[..], [Event::IkeSaUp { .. }, Event::ChildSaUp(_)]),
+        "{events:?}"
+    );
+    assert_eq!(a.sas[&id].state, State::Established);
+
+    let mut changed = 0;
+    let (a, id, events) = moon_takes_suns_answer_edited(|inner| {
+        for p in inner.iter_mut() {
+            if let Payload::Auth(auth) = p {
+                assert_eq!(auth.method, auth_method::DIGITAL_SIGNATURE);
+                // The last byte: inside the signature, past RFC 7427's AlgorithmIdentifier.
+                *auth.data.last_mut().unwrap() ^= 0x01;
+                changed += 1;
+            }
+        }
+    });
+    assert_eq!(changed, 1, "sun's answer has one AUTH payload");
+    assert_eq!(
+        events,
+        vec![Event::Failed {
+            connection: "a".into(),
+            ike_sa: Some(id),
+            failure: Failure::Certificate {
+                id: "sun.netveil.test".into(),
+                reason: CertFailure::SignatureInvalid,
+            },
+        }]
+    );
+    assert!(!a.sas.contains_key(&id), "the IKE SA is gone");
+    assert_eq!(a.counters().dropped, 0, "the message authenticated (ICV)");
+}

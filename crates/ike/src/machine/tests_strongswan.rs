@@ -19,7 +19,7 @@ use netveil_crypto::rand::SeededRng; // check-rng: allow (a #[cfg(test)] module 
 use super::sa::{Pending, Purpose, State};
 use super::Endpoint;
 use crate::config::*;
-use crate::event::{ChildSa, Event};
+use crate::event::{ChildSa, Event, Failure, IkeSaId};
 use crate::keys::{skeyseed, IkeKeys, IkeSuite, Role, Secret};
 use crate::message::{payload_type, Message, Payload};
 use crate::proposal::{Proposal, Protocol};
@@ -269,10 +269,9 @@ fn our_responder_takes_charons_ike_auth() {
     assert_eq!(ep.status(now)[0].state, "ESTABLISHED");
 }
 
-#[test]
-fn our_initiator_takes_charons_ike_auth_response() {
-    let r = recorded();
-    let now = Instant::now();
+/// Our initiator, its SA put in the state after the recorded IKE_SA_INIT: waiting for the answer to an IKE_AUTH
+/// whose child SPI is charon's (frame 4 is that answer).
+fn initiator_awaiting_charons_answer(r: &Recorded, now: Instant) -> (Endpoint, IkeSaId) {
     let c = conn(
         "10.99.0.1",
         "10.99.0.2",
@@ -284,7 +283,6 @@ fn our_initiator_takes_charons_ike_auth_response() {
     let mut ep = Endpoint::new(vec![c], Box::new(SeededRng::new(2)), now); // check-rng: allow (a #[cfg(test)] module file)
     let id = ep.initiate("ss", None, now).unwrap();
     while ep.poll_transmit().is_some() {}
-    // Our SA after the recorded IKE_SA_INIT, waiting for the answer to an IKE_AUTH whose child SPI is charon's.
     let sa = ep.sas.get_mut(&id).unwrap();
     ep.by_spi.remove(&sa.spi_i);
     sa.spi_i = r.spi_i;
@@ -308,6 +306,14 @@ fn our_initiator_takes_charons_ike_auth_response() {
         retries: 0,
         next_at: now + Duration::from_secs(4),
     }));
+    (ep, id)
+}
+
+#[test]
+fn our_initiator_takes_charons_ike_auth_response() {
+    let r = recorded();
+    let now = Instant::now();
+    let (mut ep, id) = initiator_awaiting_charons_answer(&r, now);
     let (src, dst, resp) = &r.msgs[3];
     // First with one bit flipped: not authentic, nothing happens.
     let mut bad = resp.clone();
@@ -357,4 +363,76 @@ fn our_initiator_takes_charons_ike_auth_response() {
         st.children[0].rekey_in > Duration::ZERO
             && st.children[0].expire_in >= st.children[0].rekey_in
     );
+}
+
+/// Charon's IKE_AUTH response (frame 4) opened with the recorded keys, its inner payloads changed by `edit`, and
+/// sealed again with the responder's recorded keys: a message our initiator authenticates (its ICV is right), whose
+/// content charon never sent.
+fn resealed_answer(r: &Recorded, edit: impl FnOnce(&mut Vec<Payload>)) -> Vec<u8> {
+    let mut bytes = r.msgs[3].2.clone();
+    let key = SkKey::inbound(&r.keys, Role::Initiator).unwrap();
+    assert_eq!(
+        bytes[16],
+        payload_type::SK,
+        "frame 4 is one SK payload after the header"
+    );
+    let range = key.open(&mut bytes, 28, sk::Encrypted::Sk).unwrap();
+    let mut inner = crate::message::parse_chain(bytes[28], &bytes[range]).unwrap();
+    edit(&mut inner);
+    let mut msg = bytes[..28].to_vec();
+    msg.extend_from_slice(&[crate::message::first_type(&inner), 0, 0, 0]);
+    let at = msg.len();
+    msg.resize(at + crate::message::chain_len(&inner), 0);
+    crate::message::emit_chain(&inner, &mut msg[at..]).unwrap();
+    let mut out = SkKey::outbound(&r.keys, Role::Responder).unwrap();
+    out.seal(&mut SeededRng::new(9), &mut msg, 28, sk::Encrypted::Sk) // check-rng: allow (a #[cfg(test)] module file)
+        .unwrap();
+    msg
+}
+
+/// The initiator's check of the responder's PSK AUTH, on charon's real answer: the answer sealed again unchanged is
+/// taken (so the resealing is right, and what follows fails at AUTH, not at the ICV); with one bit of its AUTH data
+/// changed it authenticates as a message but not as charon: authentication fails for site2, nothing comes up, the
+/// IKE SA goes.
+#[test]
+fn our_initiator_refuses_charons_answer_with_another_auth() {
+    let r = recorded();
+    let now = Instant::now();
+    let (src, dst, _) = &r.msgs[3];
+    let (mut ep, _) = initiator_awaiting_charons_answer(&r, now);
+    ep.handle_datagram(now, *dst, *src, &resealed_answer(&r, |_| {}));
+    let (ike_up, children) = child_up(&mut ep);
+    assert_eq!(
+        (ike_up, children.len()),
+        (1, 1),
+        "charon's answer, sealed again unchanged, is taken"
+    );
+
+    let (mut ep, id) = initiator_awaiting_charons_answer(&r, now);
+    let mut changed = 0;
+    let bad = resealed_answer(&r, |inner| {
+        for p in inner.iter_mut() {
+            if let Payload::Auth(a) = p {
+                a.data[0] ^= 0x01;
+                changed += 1;
+            }
+        }
+    });
+    assert_eq!(changed, 1, "charon's answer has one AUTH payload");
+    ep.handle_datagram(now, *dst, *src, &bad);
+    let events: Vec<Event> = std::iter::from_fn(|| ep.poll_event()).collect();
+    assert_eq!(
+        events,
+        vec![Event::Failed {
+            connection: "ss".into(),
+            ike_sa: Some(id),
+            failure: Failure::AuthenticationFailed {
+                id: "site2".into(),
+                by_peer: false,
+            },
+        }],
+        "an AUTH that is not charon's PSK MIC fails authentication, and nothing comes up"
+    );
+    assert!(!ep.sas.contains_key(&id), "the IKE SA is gone");
+    assert_eq!(ep.counters().dropped, 0, "the message authenticated (ICV)");
 }
