@@ -297,6 +297,7 @@ fn the_initiator_refuses_a_responder_signature_that_does_not_verify() {
         vec![Event::Failed {
             connection: "a".into(),
             ike_sa: Some(id),
+            child: None,
             failure: Failure::Certificate {
                 id: "sun.netveil.test".into(),
                 reason: CertFailure::SignatureInvalid,

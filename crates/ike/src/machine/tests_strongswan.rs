@@ -426,6 +426,7 @@ fn our_initiator_refuses_charons_answer_with_another_auth() {
         vec![Event::Failed {
             connection: "ss".into(),
             ike_sa: Some(id),
+            child: None,
             failure: Failure::AuthenticationFailed {
                 id: "site2".into(),
                 by_peer: false,
