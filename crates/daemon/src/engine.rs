@@ -166,6 +166,15 @@ pub fn nft_install(table: &str, text: &str) -> Result<()> {
     )
 }
 
+/// Removes the table `inet NAME` if it exists, in one transaction that cannot fail for its absence (declaring it
+/// first): a daemon that is stopping may remove it at the same moment (`netveil down` raced it: `No such file`).
+pub fn nft_remove(table: &str) -> Result<()> {
+    run_stdin(
+        &["nft", "-f", "-"],
+        &format!("table inet {table} {{}}\ndelete table inet {table}\n"),
+    )
+}
+
 /// Packets dropped by the nftables rules of `chain` (input: clear traffic covered by an inbound protect policy;
 /// output/forward: covered traffic that tried to leave outside the TUN).
 pub fn nft_drops(table: &str, chain: &str) -> u64 {

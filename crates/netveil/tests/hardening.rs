@@ -201,10 +201,28 @@ fn fails_closed(pair: HostPair, default_route: bool) {
             .capture(&a, "veth-a", "down.pcap", 200, &["not", "arp"])
             .unwrap();
         {
+            // Packets a sent on its wire (protected ones while the daemon runs: the clear-traffic check below).
+            let sent = || -> u64 {
+                lab.exec(&a, &["cat", "/sys/class/net/veth-a/statistics/tx_packets"])
+                    .ok()
+                    .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+                    .unwrap_or(0)
+            };
+            let start = sent();
             let _p = Pinger::start(&lab, &a, &b_in);
-            std::thread::sleep(Duration::from_millis(200));
+            // The positive control: a few pings protected while the capture runs.
+            netveil_testkit::wait_until(
+                Duration::from_secs(10),
+                format!("{label}: 10 packets sent on veth-a before {how:?}"),
+                || sent() >= start + 10,
+            );
             stop(&mut hosts.daemons[0], how);
-            std::thread::sleep(Duration::from_millis(600));
+            // The pings that go on meet the fail-closed filter.
+            netveil_testkit::wait_until(
+                Duration::from_secs(10),
+                format!("{label}: 20 packets dropped by the fail-closed filter after {how:?}"),
+                || lab.nft_counter(&a, TABLE, "output").saturating_sub(before) >= 20,
+            );
         }
         let pcap = cap.stop().unwrap();
         let frames = lab::tshark_frames(&pcap, None, None).unwrap();

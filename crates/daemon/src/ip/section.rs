@@ -2,7 +2,7 @@
 //! `[psp]`), `check`, `prepare`, `start` (its control answers: [`crate::ip_ctl::IpControl`]) and `down`.
 
 use crate::config::{Config, ConfigError, IP_SECTIONS};
-use crate::engine::{remove_fwmark_rules, run, Undo};
+use crate::engine::{remove_fwmark_rules, Undo};
 use crate::registry::{Checked, EngineSection, Section, Started, UpOptions};
 use crate::Result;
 use std::path::Path;
@@ -127,7 +127,8 @@ fn down(config: &Config) -> Result<()> {
     let table = iface.nft_table();
     let had_table = crate::engine::nft_table_exists(&table);
     if had_table {
-        run(&["nft", "delete", "table", "inet", &table])?;
+        // The daemon may be removing it now (its undo runs after its socket and TUN are gone).
+        crate::engine::nft_remove(&table)?;
     }
     if let Some(m) = iface.fwmark {
         remove_fwmark_rules(&m.to_string());
