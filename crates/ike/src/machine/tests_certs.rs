@@ -281,7 +281,7 @@ fn the_initiator_refuses_a_responder_signature_that_does_not_verify() {
     assert_eq!(a.sas[&id].state, State::Established);
 
     let mut changed = 0;
-    let (a, id, events) = moon_takes_suns_answer_edited(|inner| {
+    let (mut a, id, events) = moon_takes_suns_answer_edited(|inner| {
         for p in inner.iter_mut() {
             if let Payload::Auth(auth) = p {
                 assert_eq!(auth.method, auth_method::DIGITAL_SIGNATURE);
@@ -304,6 +304,17 @@ fn the_initiator_refuses_a_responder_signature_that_does_not_verify() {
             },
         }]
     );
-    assert!(!a.sas.contains_key(&id), "the IKE SA is gone");
+    // The responder is told (RFC 7296 2.21.2): the SA stays only to carry that INFORMATIONAL, with no child.
+    assert_eq!(
+        a.sas.get(&id).map(|sa| sa.state),
+        Some(State::Deleting),
+        "the IKE SA is only deleting"
+    );
+    // IKE header byte 18: the exchange type (37, INFORMATIONAL).
+    assert_eq!(
+        a.poll_transmit().map(|t| t.bytes[18]),
+        Some(37),
+        "an INFORMATIONAL (AUTHENTICATION_FAILED) goes to the responder"
+    );
     assert_eq!(a.counters().dropped, 0, "the message authenticated (ICV)");
 }

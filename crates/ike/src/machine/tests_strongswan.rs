@@ -434,6 +434,17 @@ fn our_initiator_refuses_charons_answer_with_another_auth() {
         }],
         "an AUTH that is not charon's PSK MIC fails authentication, and nothing comes up"
     );
-    assert!(!ep.sas.contains_key(&id), "the IKE SA is gone");
+    // The responder is told (RFC 7296 2.21.2): the SA stays only to carry that INFORMATIONAL, with no child.
+    assert_eq!(
+        ep.sas.get(&id).map(|sa| sa.state),
+        Some(State::Deleting),
+        "the IKE SA is only deleting"
+    );
+    // IKE header byte 18: the exchange type (37, INFORMATIONAL).
+    assert_eq!(
+        ep.poll_transmit().map(|t| t.bytes[18]),
+        Some(37),
+        "an INFORMATIONAL (AUTHENTICATION_FAILED) goes to the responder"
+    );
     assert_eq!(ep.counters().dropped, 0, "the message authenticated (ICV)");
 }
