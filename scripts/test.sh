@@ -152,13 +152,14 @@ else
   ran=0
   for t in $targets; do
     out=$(cat "$logs/$t.log")
-    [ "$(cat "$logs/$t.rc")" = 0 ] || { echo "$out" | tail -n 30; echo "fuzz target $t failed"; exit 1; }
+    [ "$(cat "$logs/$t.rc")" = 0 ] || { tail -n 30 <<<"$out"; echo "fuzz target $t failed"; exit 1; }
     # libFuzzer's last words: "Done N runs in S second(s)"; a target that ran no input did not run.
-    runs=$(echo "$out" | sed -n 's/^Done \([0-9]*\) runs.*/\1/p' | tail -n 1)
-    [ "${runs:-0}" -gt 0 ] || { echo "$out" | tail -n 5; echo "fuzz target $t ran no input"; exit 1; }
+    runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' <<<"$out" | tail -n 1)
+    [ "${runs:-0}" -gt 0 ] || { tail -n 5 <<<"$out"; echo "fuzz target $t ran no input"; exit 1; }
     # It read its seeds ("INFO: seed corpus: files: N ..." counts the files of both folders).
-    echo "$out" | grep -q "INFO: seed corpus: files: [1-9]" ||
-      { echo "$out" | head -n 20; echo "fuzz target $t read no seed"; exit 1; }
+    # (Here-strings, not pipes: grep -q stops reading early, and under pipefail the writer's SIGPIPE failed the run.)
+    grep -q "INFO: seed corpus: files: [1-9]" <<<"$out" ||
+      { head -n 20 <<<"$out"; echo "fuzz target $t read no seed"; exit 1; }
     echo "$t: $runs runs"
     ran=$((ran + 1))
   done

@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
         crypt_offset_tunnel_v6: off,
         vc: cfg & 0x40 != 0,
     };
-    let Ok(mut tx) = TxSa::new(&masters(), tx_cfg) else { return };
+    let Ok(tx) = TxSa::new(&masters(), tx_cfg) else { return };
     let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2];
     ip[2..4].copy_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
     ip.extend_from_slice(&[0x2b, 0x67, 0x56, 0xce]);
@@ -78,7 +78,7 @@ fuzz_target!(|data: &[u8]| {
     // As a datagram of a coalesced receive, to a device whose SA has the same key (the transmit SA's, rebuilt).
     let mut d = device();
     if let Ok(a) = d.rx_assoc(version) {
-        if let Ok(mut tx2) = TxSa::with_key(&a.key, TxConfig { spi: a.spi, ..tx_cfg }) {
+        if let Ok(tx2) = TxSa::with_key(&a.key, TxConfig { spi: a.spi, ..tx_cfg }) {
             let mut p2 = PacketBuf::from_slice(&ip, 128, 128);
             if tx2.encapsulate(&mut p2).is_ok() {
                 // The same edits, at the same places (the packets have the same layout).
