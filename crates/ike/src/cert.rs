@@ -351,11 +351,14 @@ const ATTRS: &[(&str, &[u64])] = &[
 /// A DN in swanctl's syntax (`C=CH, O=strongSwan, CN=moon`: `type=value` separated by `,` or `/`) as DER: one
 /// attribute per RDN, in the order written; a value as PrintableString where its characters allow (as
 /// strongSwan's `pki --dn` encodes it), else UTF8String (IA5String for e-mail addresses and domain components).
+/// RFC 4514's escapes are read, so that what [`dn_string`] shows (in `status`, the logs) can be written back:
+/// `\,` `\+` `\"` `\\` `\;` `\<` `\>` `\=` `\#` `\ ` (and `\/`, since `/` separates here) or two hex
+/// digits (`\2F`: one byte of the value's UTF-8).
 pub fn parse_dn(s: &str) -> Result<Vec<u8>, String> {
-    let parts: Vec<&str> = s
-        .split([',', '/'])
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
+    let parts: Vec<&str> = split_unescaped(s)
+        .into_iter()
+        .map(str::trim_start)
+        .filter(|p| !p.trim_end().is_empty())
         .collect();
     if parts.is_empty() {
         return Err("is an empty distinguished name".into());
@@ -364,8 +367,10 @@ pub fn parse_dn(s: &str) -> Result<Vec<u8>, String> {
     for p in parts {
         let (k, v) = p
             .split_once('=')
-            .ok_or_else(|| format!("'{p}' is not type=value"))?;
-        let (k, v) = (k.trim(), v.trim());
+            .ok_or_else(|| format!("'{}' is not type=value", p.trim_end()))?;
+        let k = k.trim();
+        let v = dn_value(v).map_err(|e| format!("attribute {k}: {e}"))?;
+        let v = v.as_str();
         let oid = ATTRS
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(k))
@@ -399,6 +404,72 @@ pub fn parse_dn(s: &str) -> Result<Vec<u8>, String> {
         })
     });
     Ok(der)
+}
+
+/// `s` cut at each `,` or `/` that no backslash escapes.
+fn split_unescaped(s: &str) -> Vec<&str> {
+    let b = s.as_bytes();
+    let (mut parts, mut start, mut i) = (Vec::new(), 0, 0);
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b',' | b'/' => {
+                parts.push(&s[start..i]);
+                i += 1;
+                start = i;
+            }
+            _ => i += 1,
+        }
+    }
+    parts.push(&s[start.min(s.len())..]);
+    parts
+}
+
+/// A value as written (after `=`), its escapes read: leading spaces and trailing spaces that no backslash escapes
+/// are not part of it.
+fn dn_value(raw: &str) -> Result<String, String> {
+    let raw = raw.trim_start();
+    let b = raw.as_bytes();
+    let mut end = b.len();
+    while end > 0 && b[end - 1] == b' ' {
+        let escapes = b[..end - 1]
+            .iter()
+            .rev()
+            .take_while(|&&c| c == b'\\')
+            .count();
+        if escapes % 2 == 1 {
+            break;
+        }
+        end -= 1;
+    }
+    let b = &b[..end];
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        match (b.get(i + 1).copied(), b.get(i + 2).copied()) {
+            (Some(x), Some(y)) if hex(x).is_some() && hex(y).is_some() => {
+                out.push(hex(x).unwrap_or(0) << 4 | hex(y).unwrap_or(0));
+                i += 3;
+            }
+            (Some(x), _) if b" \"#+,;<=>\\/".contains(&x) => {
+                out.push(x);
+                i += 2;
+            }
+            _ => {
+                return Err(
+                    "a backslash escapes one of ' \"#+,;<=>\\/' or stands before two hex digits"
+                        .into(),
+                )
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| "its \\XX escapes are not UTF-8".into())
 }
 
 /// X.680's PrintableString characters.

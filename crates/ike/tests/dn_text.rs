@@ -156,3 +156,57 @@ fn dn_ids_show_whole_as_text() {
     assert_eq!(t.chars().count(), 512 + 3);
     assert!(t.starts_with("CN=xxx") && t.ends_with("..."));
 }
+
+/// What `status` shows of a DN can be written back into a configuration: `parse_dn` reads RFC 4514's escapes, and
+/// the name it gives is the one shown (values with `,` `+` `"` `\` `;` `<` `>` `=`, a leading `#` or space, a
+/// trailing space, a control character). A `/` in a value (shown as is: swanctl's syntax splits at it) is written
+/// `\/` or `\2F`.
+#[test]
+fn what_status_shows_parses_back_to_the_same_name() {
+    use netveil_ike::cert::dn_equal;
+    for value in [
+        "Acme, Inc.",
+        "a+b",
+        "say \"hi\"",
+        r"back\slash",
+        "a;b<c>d=e",
+        "#hash",
+        " lead",
+        "trail ",
+        "line\nbreak",
+        "  both  ",
+        "caf\u{e9}",
+    ] {
+        let d = dn(&[&[(OU, V::Utf8(value))], &[(CN, V::Utf8("moon"))]]);
+        let shown = dn_string(&d);
+        let back = parse_dn(&shown).unwrap_or_else(|e| panic!("{value:?} shown as {shown:?}: {e}"));
+        assert!(
+            dn_equal(&back, &d),
+            "{value:?} shown as {shown:?} read back as another name"
+        );
+        assert_eq!(dn_string(&back), shown, "{value:?}");
+    }
+    // Hex escapes are bytes of the UTF-8; `/` escaped either way.
+    assert_eq!(
+        parse_dn(r"CN=a\2Fb\C3\A9").unwrap(),
+        parse_dn("CN=a\\/b\u{e9}").unwrap()
+    );
+    assert_eq!(
+        dn_string(&parse_dn(r"O=a\/b, CN=x").unwrap()),
+        "O=a/b, CN=x"
+    );
+    // Unescaped spaces around a value are not part of it; an escaped one is.
+    assert_eq!(
+        parse_dn("CN=  moon  ").unwrap(),
+        parse_dn("CN=moon").unwrap()
+    );
+    assert_ne!(
+        parse_dn(r"CN=moon\ ").unwrap(),
+        parse_dn("CN=moon").unwrap()
+    );
+    // A backslash before anything else, at the end, or hex escapes that are not UTF-8: errors naming the attribute.
+    for bad in [r"CN=a\qb", r"CN=a\", r"CN=\FF", r"CN=a\2"] {
+        let e = parse_dn(bad).expect_err(bad);
+        assert!(e.starts_with("attribute CN: "), "{bad}: {e}");
+    }
+}
