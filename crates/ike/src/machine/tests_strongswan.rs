@@ -390,6 +390,60 @@ fn resealed_answer(r: &Recorded, edit: impl FnOnce(&mut Vec<Payload>)) -> Vec<u8
     msg
 }
 
+/// The initiator's checks of the answer's shape, reached past the ICV on charon's real answer: without its IDr, or
+/// with its AUTH twice, the answer is Malformed (saying what), nothing comes up, and the responder is told.
+#[test]
+fn our_initiator_refuses_charons_answer_malformed() {
+    let r = recorded();
+    let now = Instant::now();
+    let (src, dst, _) = &r.msgs[3];
+    type Edit = fn(&mut Vec<Payload>);
+    let cases: [(Edit, &str); 2] = [
+        (
+            |inner| inner.retain(|p| !matches!(p, Payload::IdR(_))),
+            "IKE_AUTH response (an AUTH payload without an IDr)",
+        ),
+        (
+            |inner| {
+                let auth = inner.iter().find(|p| matches!(p, Payload::Auth(_)));
+                let auth = auth.cloned().expect("charon's answer has an AUTH");
+                inner.push(auth);
+            },
+            "IKE_AUTH response (more than one AUTH or IDr)",
+        ),
+    ];
+    for (edit, what) in cases {
+        let (mut ep, id) = initiator_awaiting_charons_answer(&r, now);
+        ep.handle_datagram(now, *dst, *src, &resealed_answer(&r, edit));
+        let events: Vec<Event> = std::iter::from_fn(|| ep.poll_event()).collect();
+        assert_eq!(
+            events,
+            vec![Event::Failed {
+                connection: "ss".into(),
+                ike_sa: Some(id),
+                child: None,
+                failure: Failure::Malformed(what.into()),
+            }],
+            "{what}"
+        );
+        assert_eq!(
+            ep.sas.get(&id).map(|sa| sa.state),
+            Some(State::Deleting),
+            "{what}"
+        );
+        assert_eq!(
+            ep.poll_transmit().map(|t| t.bytes[18]),
+            Some(37),
+            "{what}: INFORMATIONAL"
+        );
+        assert_eq!(
+            ep.counters().dropped,
+            0,
+            "{what}: the message authenticated (ICV)"
+        );
+    }
+}
+
 /// The initiator's check of the responder's PSK AUTH, on charon's real answer: the answer sealed again unchanged is
 /// taken (so the resealing is right, and what follows fails at AUTH, not at the ICV); with one bit of its AUTH data
 /// changed it authenticates as a message but not as charon: authentication fails for site2, nothing comes up, the
