@@ -390,6 +390,27 @@ fn resealed_answer(r: &Recorded, edit: impl FnOnce(&mut Vec<Payload>)) -> Vec<u8
     msg
 }
 
+/// After the initiator refused the responder's authenticated IKE_AUTH answer (`what`): the responder is told
+/// (RFC 7296 2.21.2): the IKE SA stays only as Deleting, with no child, to carry an INFORMATIONAL (IKE header byte
+/// 18, the exchange type: 37); the answer itself authenticated (nothing dropped at the ICV).
+pub(super) fn responder_told(ep: &mut Endpoint, id: IkeSaId, what: &str) {
+    assert_eq!(
+        ep.sas.get(&id).map(|sa| sa.state),
+        Some(State::Deleting),
+        "{what}: the IKE SA is only deleting"
+    );
+    assert_eq!(
+        ep.poll_transmit().map(|t| t.bytes[18]),
+        Some(37),
+        "{what}: an INFORMATIONAL (AUTHENTICATION_FAILED) goes to the responder"
+    );
+    assert_eq!(
+        ep.counters().dropped,
+        0,
+        "{what}: the message authenticated (ICV)"
+    );
+}
+
 /// The initiator's checks of the answer's shape, reached past the ICV on charon's real answer: without its IDr, or
 /// with its AUTH twice, the answer is Malformed (saying what), nothing comes up, and the responder is told.
 #[test]
@@ -426,21 +447,7 @@ fn our_initiator_refuses_charons_answer_malformed() {
             }],
             "{what}"
         );
-        assert_eq!(
-            ep.sas.get(&id).map(|sa| sa.state),
-            Some(State::Deleting),
-            "{what}"
-        );
-        assert_eq!(
-            ep.poll_transmit().map(|t| t.bytes[18]),
-            Some(37),
-            "{what}: INFORMATIONAL"
-        );
-        assert_eq!(
-            ep.counters().dropped,
-            0,
-            "{what}: the message authenticated (ICV)"
-        );
+        responder_told(&mut ep, id, what);
     }
 }
 
@@ -488,17 +495,5 @@ fn our_initiator_refuses_charons_answer_with_another_auth() {
         }],
         "an AUTH that is not charon's PSK MIC fails authentication, and nothing comes up"
     );
-    // The responder is told (RFC 7296 2.21.2): the SA stays only to carry that INFORMATIONAL, with no child.
-    assert_eq!(
-        ep.sas.get(&id).map(|sa| sa.state),
-        Some(State::Deleting),
-        "the IKE SA is only deleting"
-    );
-    // IKE header byte 18: the exchange type (37, INFORMATIONAL).
-    assert_eq!(
-        ep.poll_transmit().map(|t| t.bytes[18]),
-        Some(37),
-        "an INFORMATIONAL (AUTHENTICATION_FAILED) goes to the responder"
-    );
-    assert_eq!(ep.counters().dropped, 0, "the message authenticated (ICV)");
+    responder_told(&mut ep, id, "a changed AUTH");
 }
