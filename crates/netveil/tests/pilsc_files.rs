@@ -108,12 +108,15 @@ fn a_reload_refuses_a_key_file_another_user_could_change_and_keeps_the_old_rules
         .args(["-HUP", &d[0].pid().unwrap().to_string()])
         .status()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let log = d[0].log();
-    assert!(
-        log.contains("SIGHUP: reload refused, nothing changed: pilsc.keys: "),
-        "{log}"
+    netveil_testkit::wait_until(
+        Duration::from_secs(10),
+        "the SIGHUP reload's refusal in the log",
+        || {
+            d[0].log()
+                .contains("SIGHUP: reload refused, nothing changed: pilsc.keys: ")
+        },
     );
+    let log = d[0].log();
     assert!(!log.contains(&OTHER_KEY[2..18]), "{log}");
     // Root's, but others may write it: refused for that.
     put(&file(0, "keys"), &format!("icmp = {OTHER_KEY}\n"), 0o666, 0);
