@@ -17,10 +17,10 @@
 use libfuzzer_sys::arbitrary::{Result as AResult, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use netveil_control::Request;
-use netveil_daemon::config::Config;
-use netveil_daemon::engine::Control;
-use netveil_daemon::ip::Shared;
-use netveil_daemon::ip_ctl::IpControl;
+use netveil_daemon::engines::ip::config::Config;
+use netveil_daemon::runtime::engine::Control;
+use netveil_daemon::engines::ip::Shared;
+use netveil_daemon::engines::ip::ctl::IpControl;
 use netveil_ipsec::bundle::{Bundle, SaRef};
 use netveil_ipsec::sa::Direction as SaDir;
 use netveil_sa::policy::Direction;
@@ -100,7 +100,7 @@ fn key(id: u8, len: usize) -> String {
 
 /// The SA and policy name rule, as every entry checks it.
 fn is_name(s: &str) -> bool {
-    netveil_daemon::names::is_name(s)
+    netveil_daemon::runtime::names::is_name(s)
 }
 
 /// What a change may alter: the SAs (name, outbound, SPI, retiring), the policies (name, direction, SAs listed,

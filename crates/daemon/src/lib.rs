@@ -1,112 +1,84 @@
-//! netveil's daemon: the configuration, the runtime and the engines behind `netveil up`.
+//! netveil's daemon: the runtime and the engines and key-exchange drivers behind `netveil up`, one wing each.
 //!
-//! - [`runtime`]: `netveil up`, `down`, `check`: one parse, the engines its sections select, one control socket.
-//! - [`registry`]: the engine registry (the [`registry::EngineSection`] trait, the one list of engines and
-//!   key-exchange drivers): adding an engine is its module plus one line there.
-//! - [`engine`]: what every engine plugs into (the [`engine::Engine`] and [`engine::Control`] traits, `Undo`).
-//! - [`config`]: the IP sections of `netveil.toml` (one module per section), validated as a whole before anything
-//!   is applied.
-//! - [`ip`]: the IP engine: TUN + raw/UDP sockets, ESP/AH and PSP, the data-plane threads.
-//! - [`ip_drop`]: why the IP engine drops a packet (the drop-reason registry of ESP/AH plus the engine's own).
-//! - [`ike`]: the IKEv2 key-exchange driver (`[ike]`): its sockets on UDP 500 and 4500, the loop around
-//!   [`netveil_ike`]'s state machine, the CHILD_SAs it negotiates installed through [`sa_api`].
-//! - [`l2`]: the L2 engine: l2sec on a LAN port (TAP + AF_PACKET); [`l2_section`]: its registry entry.
-//! - [`psp_kx`]: the PSP key-exchange driver: TCP and TLS around the sans-I/O [`netveil_psp::kx`] machine, beside the
-//!   IP engine, changing its data plane only through the typed port of [`sa_api`].
-//! - [`psp_state`]: PSP in the IP engine's data plane: the device, the transmit SA, the socket filter.
-//! - [`sa_api`]: the typed SA and policy interface ([`sa_api::SaPort`]) of the IP engine, for key-exchange drivers
-//!   and the control socket's adapter.
-//! - [`ip_db`]: the IP engine's SAs and policies, changed while traffic flows (snapshots swapped atomically).
-//! - [`ip_ctl`]: the IP engine's answers on the control socket.
-//! - [`nft`]: the IP engine's nftables table (fail-closed filters, peer filter).
-//! - [`filters`]: the socket-filter rules and the storm mode.
-//! - [`error`]: configuration errors, each naming its key.
-//! - [`secret_file`]: the one reader of files that hold keys or rules: opened once, checked through the
-//!   descriptor (owner, mode, kind), read from it.
-//! - [`names`]: the one rule for SA, policy and interface names (what reaches nftables and the log).
-//! - [`state`]: the state directory (sequence marks, epochs).
+//! - [`runtime`]: what every engine and driver shares: the registry ([`runtime::registry`]: the traits an engine or
+//!   a driver implements), the lifecycle of `netveil up`, `down` and `check` ([`runtime::lifecycle`]: one parse,
+//!   the engines its sections select, one control socket, one undo), the typed SA port ([`runtime::sa_port`]),
+//!   logs, names, shared configuration values and errors, secret files and the state directory (sequence marks,
+//!   receive floors).
+//! - [`engines`]: the data planes: [`engines::ip`] (ESP/AH and PSP over a TUN), [`engines::l2`] (l2sec on a LAN
+//!   port), [`engines::pilsc`] (PILSC over netfilter queues).
+//! - [`drivers`]: the key exchanges beside the engines, changing their SAs only through the SA port:
+//!   [`drivers::ike`] (IKEv2) and [`drivers::psp_kx`] (PSP's TLS key exchange).
+//!
+//! [`REGISTRY`] is the one list of engines and drivers: adding an engine is its wing and one line there.
 
 #![forbid(unsafe_code)]
 
-pub mod config;
-pub mod engine;
-pub mod error;
-pub mod filters;
-pub mod ike;
-pub mod ip;
-pub mod ip_ctl;
-pub mod ip_db;
-pub mod ip_drop;
+// layers: drivers > engines > runtime, keygen
+pub mod drivers;
+pub mod engines;
 pub mod keygen;
-pub mod l2;
-pub mod l2_section;
-pub mod log;
-pub mod names;
-pub mod nft;
-pub mod pilsc;
-pub mod psp_kx;
-pub mod psp_state;
-pub mod registry;
 pub mod runtime;
-pub mod sa_api;
-pub mod secret_file;
-pub mod state;
 
-/// A failure of the daemon or of a command run on a configuration. Bad input (configuration, arguments) exits with
-/// code 2.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Config(#[from] config::ConfigError),
-    /// Every error of a configuration file (`netveil check`).
-    #[error("{}", errors_text(.0))]
-    Configs(Vec<config::ConfigError>),
-    #[error("{0}")]
-    Usage(String),
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Other(String),
+use runtime::error::ConfigError;
+pub use runtime::error::{Error, Result};
+use runtime::lifecycle::Sections;
+use runtime::registry::Registry;
+use std::path::Path;
+
+/// Every engine and key-exchange driver of `netveil up`, in the order they are parsed, prepared, started and
+/// stopped (the first present engine names the control socket).
+pub const REGISTRY: Registry<'static> = Registry {
+    engines: &[
+        &engines::ip::IpSection,
+        &engines::l2::L2Section,
+        &engines::pilsc::PilscSection,
+    ],
+    drivers: &[&drivers::ike::IkeSection],
+};
+
+/// Reads and validates a configuration file: its sections, each checked as a whole.
+pub fn load(path: &Path) -> std::result::Result<Sections<'static>, ConfigError> {
+    runtime::lifecycle::load_with(&REGISTRY, path)
 }
 
-impl Error {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Error::Config(_) | Error::Configs(_) | Error::Usage(_) => 2,
-            _ => 1,
-        }
-    }
-    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
-        let context = context.into();
-        move |source| Error::Io { context, source }
-    }
+/// Like [`load`], with every error of the file (see [`parse_all()`]).
+pub fn load_all(path: &Path) -> std::result::Result<Sections<'static>, Vec<ConfigError>> {
+    runtime::lifecycle::load_all_with(&REGISTRY, path)
 }
 
-impl From<netveil_control::Error> for Error {
-    fn from(e: netveil_control::Error) -> Error {
-        match e {
-            netveil_control::Error::Usage(m) => Error::Usage(m),
-            netveil_control::Error::Io { context, source } => Error::Io { context, source },
-            netveil_control::Error::Other(m) => Error::Other(m),
-        }
-    }
+/// Parses a configuration text (`base`: where relative paths in it start).
+pub fn parse(text: &str, base: &Path) -> std::result::Result<Sections<'static>, ConfigError> {
+    runtime::lifecycle::parse_with(&REGISTRY, text, base)
 }
 
-pub type Result<T> = std::result::Result<T, Error>;
+/// Parses a configuration text and reports every error in it, each naming its key (at least one on failure):
+/// unknown sections, then each engine's (in registry order, each parsing only its own keys), then each driver's.
+pub fn parse_all(
+    text: &str,
+    base: &Path,
+) -> std::result::Result<Sections<'static>, Vec<ConfigError>> {
+    runtime::lifecycle::parse_all_with(&REGISTRY, text, base)
+}
 
-/// One error as itself; several as a count and one line each.
-fn errors_text(e: &[config::ConfigError]) -> String {
-    match e {
-        [one] => one.to_string(),
-        _ => {
-            let mut t = format!("{} errors in the configuration:", e.len());
-            for x in e {
-                t.push_str(&format!("\n  {x}"));
-            }
-            t
-        }
-    }
+/// `netveil check -c FILE`: the file, and what `up` would fail on here (nothing is applied). Returns the summary
+/// line; notes (a daemon of this configuration already runs) are printed on stderr.
+pub fn check(path: &Path) -> Result<String> {
+    runtime::lifecycle::check_with(&REGISTRY, path)
+}
+
+/// `netveil up -c FILE`: every engine the file's sections select, in one process, until SIGINT/SIGTERM, `netveil
+/// down`, or the end of a data-plane thread. `verbose` (`-v` count) and `quiet` (`-q`) override the file's
+/// `log_level`; `fresh_keys` (`--fresh-keys`) confirms that outbound SAs whose keys have no sequence mark use new
+/// keys, for a state directory without its record (see [`crate::runtime::state`]).
+pub fn up(path: &Path, verbose: u8, quiet: bool, fresh_keys: bool) -> Result<()> {
+    runtime::lifecycle::up_with(&REGISTRY, path, verbose, quiet, fresh_keys)
+}
+
+/// `netveil down -c FILE`: each engine of the file that supports it stops a running daemon of this configuration
+/// and removes what it leaves behind (the IP engine: its fail-closed filters, a killed instance's routing rules and
+/// stale control socket: covered traffic is no longer blocked). A file of engines that do not support it is an
+/// error saying so.
+pub fn down(path: &Path) -> Result<()> {
+    runtime::lifecycle::down_with(&REGISTRY, path)
 }

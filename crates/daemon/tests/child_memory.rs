@@ -16,9 +16,9 @@
 //! replaced one's tables freed into holes the next could not use, with the covering policy's and the connection's
 //! names copied per CHILD_SA and the policy names stored).
 
-use netveil_daemon::ike::install::Installer;
-use netveil_daemon::ip::Shared;
-use netveil_daemon::ip_db::IpPort;
+use netveil_daemon::drivers::ike::install::Installer;
+use netveil_daemon::engines::ip::db::IpPort;
+use netveil_daemon::engines::ip::Shared;
 use netveil_ike::config::{Mode, TsSpec};
 use netveil_ike::event::{ChildSa, EspSa, IkeSaId};
 use netveil_ike::keys::Secret;
@@ -129,7 +129,7 @@ fn heap_per_child_sa_in_the_ip_engine() {
     // under a checkout that may be in /tmp, which netveil refuses above a state directory).
     let base = netveil_testkit::private_dir("netveil-child-memory");
     let dir = base.join("state");
-    let mut c = netveil_daemon::config::Config::parse(&format!(
+    let mut c = netveil_daemon::engines::ip::config::Config::parse(&format!(
         "[interface]\nstate_dir = \"{}\"\n",
         dir.display()
     ))
@@ -157,7 +157,7 @@ start_action = "none"
 "#,
     )
     .unwrap();
-    let connections = netveil_daemon::ike::config::parse(conf, std::path::Path::new("/"))
+    let connections = netveil_daemon::drivers::ike::config::parse(conf, std::path::Path::new("/"))
         .unwrap()
         .connections;
     installer.install_traps(&connections).unwrap();

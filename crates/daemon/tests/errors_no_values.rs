@@ -13,8 +13,8 @@
 //! errors (operators need it), except where its name looks like a key (`0x...`, or 16 hex digits or more): those
 //! keys are driven with values of other types and with such names only.
 
-use netveil_daemon::config::{policy_from_table, sa_from_table, Config, ConfigError};
-use netveil_daemon::l2::L2Config;
+use netveil_daemon::engines::ip::config::{policy_from_table, sa_from_table, Config, ConfigError};
+use netveil_daemon::engines::l2::L2Config;
 use toml::{Table, Value};
 
 /// What must never show: the markers in the values below.
@@ -541,9 +541,7 @@ fn the_pilsc_section_and_its_files_never_show_a_key() {
         "[pilsc]\nrules = \"p.rules\"\nkeys = \"p.keys\"\nstate_dir = \"/nonexistent/state\"\n",
     )
     .unwrap();
-    let parse = |t: &Table| {
-        netveil_daemon::runtime::parse_all(&toml::to_string(t).unwrap(), &d).map(|_| ())
-    };
+    let parse = |t: &Table| netveil_daemon::parse_all(&toml::to_string(t).unwrap(), &d).map(|_| ());
     let ((), log) = logged(|| {
         parse(&base).expect("the PILSC base is valid");
         let pilsc = base["pilsc"].as_table().unwrap().clone();
@@ -703,7 +701,8 @@ esp_proposals = ["aes256gcm16"]
 #[test]
 fn the_ike_section_and_its_files_never_show_a_key() {
     let d = scratch("ike");
-    let parse = |t: &Table| netveil_daemon::ike::config::parse(t["ike"].clone(), &d).map(|_| ());
+    let parse =
+        |t: &Table| netveil_daemon::drivers::ike::config::parse(t["ike"].clone(), &d).map(|_| ());
     let base = base_ike();
     let ((), log) = logged(|| {
         parse(&base).expect("the IKE base is valid");
@@ -846,7 +845,7 @@ fn l2sec_and_psp_key_files_and_broken_toml_never_show_a_key() {
             }
         }
         // PSP: a key file that is not a key.
-        let (crt, _) = netveil_daemon::psp_kx::keygen("a.kx.test", &d).unwrap();
+        let (crt, _) = netveil_daemon::drivers::psp_kx::keygen("a.kx.test", &d).unwrap();
         for text in [
             format!("-----BEGIN PRIVATE KEY-----\nSECRETVALUE1234{KEY_HEX}\n-----END PRIVATE KEY-----\n"),
             format!("{KEY_HEX}{KEY_HEX}"),
@@ -859,7 +858,7 @@ fn l2sec_and_psp_key_files_and_broken_toml_never_show_a_key() {
                 f.display()
             ))
             .unwrap();
-            let e = netveil_daemon::psp_kx::tls(c.psp.as_ref().unwrap())
+            let e = netveil_daemon::drivers::psp_kx::tls(c.psp.as_ref().unwrap())
                 .err()
                 .expect("not a key")
                 .to_string();
@@ -876,9 +875,7 @@ fn l2sec_and_psp_key_files_and_broken_toml_never_show_a_key() {
             format!("[[sa]]\nenc_key = [\"{KEY_HEX}\",\n"),
             format!("[pilsc]\nrule = [{{ key = \"0x{KEY_HEX}\" }}\n"),
         ] {
-            let e = netveil_daemon::runtime::parse_all(&text, &d)
-                .err()
-                .expect(&text);
+            let e = netveil_daemon::parse_all(&text, &d).err().expect(&text);
             assert_secret_kept(&joined(&e), &text);
         }
     });

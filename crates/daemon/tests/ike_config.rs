@@ -4,7 +4,6 @@
 //! `remote` and a child, as values of every type, never shows, and each key is named at least once (the checks
 //! run).
 
-use netveil_daemon::runtime;
 use toml::{Table, Value};
 
 const MARKERS: [&str; 2] = ["SECRETVALUE123", "9876543210"];
@@ -33,14 +32,14 @@ fn interface() -> String {
 
 #[test]
 fn ike_needs_the_ip_engine() {
-    let e = runtime::parse_all(CONN, std::path::Path::new("/"))
+    let e = netveil_daemon::parse_all(CONN, std::path::Path::new("/"))
         .err()
         .expect("refused");
     assert_eq!(e.len(), 1, "{e:?}");
     assert_eq!(e[0].key, "ike");
     assert!(e[0].reason.contains("[interface]"), "{}", e[0].reason);
     assert_eq!(netveil_daemon::Error::Configs(e).exit_code(), 2);
-    let s = runtime::parse_all(&format!("{}{CONN}", interface()), std::path::Path::new("/"))
+    let s = netveil_daemon::parse_all(&format!("{}{CONN}", interface()), std::path::Path::new("/"))
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(s.drivers.len(), 1);
     assert_eq!(s.drivers[0].0.name(), "IKEv2");
@@ -55,7 +54,7 @@ fn a_bad_ike_key_is_a_configuration_error_naming_it() {
         interface(),
         CONN.replace("aes256gcm16\"]", "aes256gcm16-md5\"]")
     );
-    let e = runtime::parse_all(&text, std::path::Path::new("/"))
+    let e = netveil_daemon::parse_all(&text, std::path::Path::new("/"))
         .err()
         .expect("refused");
     assert_eq!(e[0].key, "ike.connection[0].children[0].esp_proposals[0]");
@@ -148,7 +147,7 @@ fn no_ike_error_shows_a_value() {
                 let mut top = Table::new();
                 top.insert("ike".into(), Value::Table(ike));
                 let text = format!("{}{}", interface(), toml::to_string(&top).unwrap());
-                let Err(es) = runtime::parse_all(&text, std::path::Path::new("/")) else {
+                let Err(es) = netveil_daemon::parse_all(&text, std::path::Path::new("/")) else {
                     continue;
                 };
                 for e in &es {
@@ -213,7 +212,7 @@ fn the_readme_example_parses() {
         })
         .collect();
     for t in [&text, &uncommented] {
-        let s = runtime::parse_all(t, std::path::Path::new("/"))
+        let s = netveil_daemon::parse_all(t, std::path::Path::new("/"))
             .unwrap_or_else(|e| panic!("{e:?}\n{t}"));
         assert_eq!(
             s.drivers[0].1.check().unwrap().summary,

@@ -4,14 +4,15 @@
 //! the first starts; the test engine's typed status shows up in `status`; the driver starts with the SA port the
 //! engine offers and stops before it. And the default registry's unknown-key message lists the registry's keys.
 
-use netveil_daemon::config::{typed, ConfigError};
-use netveil_daemon::engine::{Control, Engine, Undo};
-use netveil_daemon::registry::{
+use netveil_daemon::runtime::config::{typed, ConfigError};
+use netveil_daemon::runtime::engine::{Control, Engine, Undo};
+use netveil_daemon::runtime::lifecycle;
+use netveil_daemon::runtime::registry::{
     Checked, DriverConfig, DriverSection, EngineSection, Prepared, Registry, Section, Started,
-    UpOptions, ENGINES,
+    UpOptions,
 };
-use netveil_daemon::sa_api::SaPort;
-use netveil_daemon::{runtime, Error};
+use netveil_daemon::runtime::sa_port::SaPort;
+use netveil_daemon::Error;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -217,8 +218,8 @@ impl Engine for EchoEngine {
 /// The SA port the test engine offers (the typed SA interface's methods are not used here: each refuses).
 struct EchoPort;
 
-fn refused() -> netveil_daemon::config::ConfigError {
-    netveil_daemon::config::ConfigError {
+fn refused() -> netveil_daemon::engines::ip::config::ConfigError {
+    netveil_daemon::engines::ip::config::ConfigError {
         key: String::new(),
         reason: "the echo engine installs no SAs".into(),
     }
@@ -227,33 +228,33 @@ fn refused() -> netveil_daemon::config::ConfigError {
 impl SaPort for EchoPort {
     fn sa_add_out(
         &self,
-        _: netveil_daemon::sa_api::OutboundSaParams,
-    ) -> Result<(), netveil_daemon::config::ConfigError> {
+        _: netveil_daemon::runtime::sa_port::OutboundSaParams,
+    ) -> Result<(), netveil_daemon::engines::ip::config::ConfigError> {
         Err(refused())
     }
     fn sa_add_in(
         &self,
-        _: netveil_daemon::sa_api::InboundSaParams,
-    ) -> Result<(), netveil_daemon::config::ConfigError> {
+        _: netveil_daemon::runtime::sa_port::InboundSaParams,
+    ) -> Result<(), netveil_daemon::engines::ip::config::ConfigError> {
         Err(refused())
     }
     fn sa_update(
         &self,
-        _: netveil_daemon::sa_api::AnySaParams,
-    ) -> Result<(), netveil_daemon::config::ConfigError> {
+        _: netveil_daemon::runtime::sa_port::AnySaParams,
+    ) -> Result<(), netveil_daemon::engines::ip::config::ConfigError> {
         Err(refused())
     }
-    fn sa_del(&self, _: &str) -> Result<(), netveil_daemon::config::ConfigError> {
+    fn sa_del(&self, _: &str) -> Result<(), netveil_daemon::engines::ip::config::ConfigError> {
         Err(refused())
     }
     fn policy_add(
         &self,
-        _: netveil_daemon::sa_api::PolicyParams,
+        _: netveil_daemon::runtime::sa_port::PolicyParams,
         _: Option<usize>,
-    ) -> Result<(), netveil_daemon::config::ConfigError> {
+    ) -> Result<(), netveil_daemon::engines::ip::config::ConfigError> {
         Err(refused())
     }
-    fn policy_del(&self, _: &str) -> Result<(), netveil_daemon::config::ConfigError> {
+    fn policy_del(&self, _: &str) -> Result<(), netveil_daemon::engines::ip::config::ConfigError> {
         Err(refused())
     }
     fn psp_rx(&self, _: &mut dyn FnMut(&mut netveil_psp::Device)) -> Result<(), String> {
@@ -262,7 +263,7 @@ impl SaPort for EchoPort {
     fn psp_install_tx(&self, _: netveil_psp::TxSa) -> Result<(), String> {
         Err("no PSP".into())
     }
-    fn psp_kx_state(&self) -> Option<Arc<netveil_daemon::sa_api::PspKxState>> {
+    fn psp_kx_state(&self) -> Option<Arc<netveil_daemon::runtime::sa_port::PspKxState>> {
         None
     }
 }
@@ -323,7 +324,8 @@ impl Engine for KxDriver {
 
 /// The default engines plus `extra`.
 fn engines<'a>(extra: &[&'a dyn EngineSection]) -> Vec<&'a dyn EngineSection> {
-    ENGINES
+    netveil_daemon::REGISTRY
+        .engines
         .iter()
         .copied()
         .chain(extra.iter().copied())
@@ -375,14 +377,14 @@ fn a_bad_key_is_refused_by_name_and_nothing_starts() {
         ("port = \"SECRETVALUE\"", "echo.port"),
     ] {
         let f = write(&dir, &format!("[probe]\nname = \"p\"\n[echo]\n{section}\n"));
-        let e = runtime::up_with(&reg, &f, 0, true, false).unwrap_err();
+        let e = lifecycle::up_with(&reg, &f, 0, true, false).unwrap_err();
         assert!(
             matches!(&e, Error::Config(c) if c.key == key),
             "{section}: {e}"
         );
         assert_eq!(e.exit_code(), 2);
         assert!(!e.to_string().contains("SECRETVALUE"), "{e}");
-        let e = runtime::check_with(&reg, &f).unwrap_err();
+        let e = lifecycle::check_with(&reg, &f).unwrap_err();
         assert!(
             matches!(&e, Error::Configs(c) if c.len() == 1 && c[0].key == key),
             "{section}: {e}"
@@ -395,7 +397,7 @@ fn a_bad_key_is_refused_by_name_and_nothing_starts() {
     }
     // The second engine's preparation fails: the first, prepared, never starts.
     let f = write(&dir, "[echo]\nname = \"e\"\n[probe]\nfail_prepare = true\n");
-    let e = runtime::up_with(&reg, &f, 0, true, false).unwrap_err();
+    let e = lifecycle::up_with(&reg, &f, 0, true, false).unwrap_err();
     assert!(
         matches!(&e, Error::Config(c) if c.key == "probe.fail_prepare"),
         "{e}"
@@ -405,7 +407,7 @@ fn a_bad_key_is_refused_by_name_and_nothing_starts() {
     assert_eq!(log.count("echo:start") + log.count("probe:start"), 0);
     // A driver needs an engine that offers an SA port (neither does here).
     let f = write(&dir, "[echo]\n[kx]\npeer = \"x\"\n");
-    let e = runtime::up_with(&reg, &f, 0, true, false).unwrap_err();
+    let e = lifecycle::up_with(&reg, &f, 0, true, false).unwrap_err();
     assert!(matches!(&e, Error::Config(c) if c.key == "kx"), "{e}");
     assert_eq!(log.count("kx:start") + log.count("echo:start"), 0);
     let _ = std::fs::remove_dir_all(&dir);
@@ -416,7 +418,9 @@ fn a_bad_key_is_refused_by_name_and_nothing_starts() {
 #[test]
 fn an_unknown_key_names_the_registrys_keys() {
     let text = "[interface]\nname = \"nvreg0\"\n[l2sec]\ninterface = \"eth0\"\n[bogus]\nx = 1\n";
-    let e = runtime::parse_all(text, Path::new(".")).err().unwrap();
+    let e = netveil_daemon::parse_all(text, Path::new("."))
+        .err()
+        .unwrap();
     assert_eq!(e[0].key, "bogus");
     assert_eq!(
         e[0].reason,
@@ -436,7 +440,7 @@ fn an_unknown_key_names_the_registrys_keys() {
         engines: &all,
         drivers: &[],
     };
-    let e = runtime::parse_with(&reg, text, Path::new("."))
+    let e = lifecycle::parse_with(&reg, text, Path::new("."))
         .err()
         .unwrap();
     assert_eq!(e.key, "bogus");
@@ -445,7 +449,7 @@ fn an_unknown_key_names_the_registrys_keys() {
         "unknown section or key (known: interface, sa, policy, psp, l2sec, pilsc, echo, log_level)"
     );
     // Without any engine's section: nothing to run, naming every engine's.
-    let e = runtime::parse_with(&reg, "log_level = \"info\"\n", Path::new("."))
+    let e = lifecycle::parse_with(&reg, "log_level = \"info\"\n", Path::new("."))
         .err()
         .unwrap();
     assert_eq!(
@@ -482,10 +486,10 @@ fn the_test_engine_runs_and_shows_up_in_status() {
             sock.display()
         ),
     );
-    let line = runtime::check_with(&reg, &f).unwrap();
+    let line = lifecycle::check_with(&reg, &f).unwrap();
     assert_eq!(line, format!("{}: ok (echo e7 on port 7)", f.display()));
     let status = std::thread::scope(|s| {
-        let up = s.spawn(|| runtime::up_with(&reg, &f, 0, true, false));
+        let up = s.spawn(|| lifecycle::up_with(&reg, &f, 0, true, false));
         let t = Instant::now();
         let status = loop {
             match netveil_control::get_status(&sock) {

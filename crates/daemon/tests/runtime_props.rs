@@ -14,10 +14,10 @@
 //! - the fail-closed nftables table has, in policy order, an output-chain rule for every outbound policy (a drop
 //!   for protect and discard) and an input-chain drop for every inbound protect policy.
 
-use netveil_daemon::config::Config;
-use netveil_daemon::ip::{FragCache, Shared, TxRecord};
-use netveil_daemon::ip_db::{Installed, RETIRE_SECONDS};
-use netveil_daemon::state::{StateDir, SEQ_BLOCK};
+use netveil_daemon::engines::ip::config::Config;
+use netveil_daemon::engines::ip::db::{Installed, RETIRE_SECONDS};
+use netveil_daemon::engines::ip::{FragCache, Shared, TxRecord};
+use netveil_daemon::runtime::state::{StateDir, SEQ_BLOCK};
 use netveil_ipsec::bundle::{Bundle, SaRef};
 use netveil_ipsec::sa::Direction as SaDir;
 use proptest::prelude::*;
@@ -53,7 +53,7 @@ fn start(text: &str) -> Shared {
     let mut cfg = Config::parse(text).unwrap();
     // As `netveil up --fresh-keys`: the test's state directories are new, and so are its keys.
     cfg.interface.state_dir.fresh_keys = true;
-    let (seq, rx, starts) = netveil_daemon::state::start(
+    let (seq, rx, starts) = netveil_daemon::runtime::state::start(
         StateDir::open(&cfg.interface.state_dir, "interface.state_dir").unwrap(),
         &cfg.sas,
     )
@@ -98,7 +98,7 @@ impl Run {
         &mut self,
         what: &str,
         ok: bool,
-        f: impl FnOnce(&Shared, u64) -> Result<(), netveil_daemon::config::ConfigError>,
+        f: impl FnOnce(&Shared, u64) -> Result<(), netveil_daemon::engines::ip::config::ConfigError>,
         then: impl FnOnce(&mut Model),
     ) -> Check {
         let before = self.listing();

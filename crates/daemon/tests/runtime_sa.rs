@@ -2,10 +2,10 @@
 //! each other while their SAs are replaced (`sa update`), removed and added, and policies added, through the same
 //! calls the control socket makes.
 
-use netveil_daemon::config::Config;
-use netveil_daemon::ip::{FragCache, Shared};
-use netveil_daemon::ip_db::Installed;
-use netveil_daemon::ip_drop::Drop as IpDrop;
+use netveil_daemon::engines::ip::config::Config;
+use netveil_daemon::engines::ip::db::Installed;
+use netveil_daemon::engines::ip::drop::Drop as IpDrop;
+use netveil_daemon::engines::ip::{FragCache, Shared};
 use netveil_wire::PacketBuf;
 
 fn key(n: u32) -> String {
@@ -85,11 +85,12 @@ fn packet(dst: [u8; 4], n: u32) -> PacketBuf {
     PacketBuf::from_slice(&p, 256, 640)
 }
 
-/// A scratch directory that may hold state (not the system's temporary directory: see `netveil_daemon::state`).
+/// A scratch directory that may hold state (not the system's temporary directory: see `netveil_daemon::runtime::state`).
 fn scratch(tag: &str) -> std::path::PathBuf {
-    let d =
-        netveil_daemon::state::test_scratch_base(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))
-            .join(format!("netveil-{tag}-{}", std::process::id()));
+    let d = netveil_daemon::runtime::state::test_scratch_base(std::path::Path::new(env!(
+        "CARGO_TARGET_TMPDIR"
+    )))
+    .join(format!("netveil-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }
@@ -189,7 +190,7 @@ fn sa_update_is_make_before_break() {
             assert_eq!(open(&p.b, pkt, now), Ok(first + i as u32), "round {round}");
         }
         // The retire delay passes: the old SPI is no longer taken.
-        now += netveil_daemon::ip_db::RETIRE_SECONDS;
+        now += netveil_daemon::engines::ip::db::RETIRE_SECONDS;
         p.b.db.tick(now, false, false);
         assert!(p.b.db.load().sad.iter().all(|s| s.base().spi() != old_spi));
     }
@@ -215,8 +216,11 @@ fn sa_update_is_make_before_break() {
             now,
         )
         .unwrap();
-    p.b.db
-        .tick(now + netveil_daemon::ip_db::RETIRE_SECONDS, false, false);
+    p.b.db.tick(
+        now + netveil_daemon::engines::ip::db::RETIRE_SECONDS,
+        false,
+        false,
+    );
     assert_eq!(
         open(&p.b, stale, now),
         Err(netveil_ipsec::Drop::UnknownSpi.into())
@@ -235,7 +239,7 @@ fn bad_changes_are_refused_and_change_nothing() {
     // Every table as `sa list --json` and `policy list --json` show it (names, SPIs, keys' suites, directions,
     // order, sequence numbers, windows, retiring marks; policies with their SAs and whether installed).
     let tables = |s: &Shared| {
-        let st = netveil_daemon::ip_ctl::status(s);
+        let st = netveil_daemon::engines::ip::ctl::status(s);
         (
             serde_json::to_string(&st.sas).unwrap(),
             serde_json::to_string(&st.policies).unwrap(),
@@ -369,11 +373,11 @@ fn policy_added_live_reports_acquire_until_its_sa_comes() {
 /// half a block, the engine's tick tops the reservation up (durably), so sending goes on past the first block.
 #[test]
 fn configured_sas_get_their_reservations_topped_up() {
-    use netveil_daemon::state::{seq_file, StateDir, SEQ_BLOCK};
+    use netveil_daemon::runtime::state::{seq_file, StateDir, SEQ_BLOCK};
     let dir = scratch("rt-seq");
     let cfg = fresh(Config::parse(&config("a", "b", &dir)).unwrap());
     let file = seq_file(&cfg.sas[0]);
-    let (seq, rx, starts) = netveil_daemon::state::start(
+    let (seq, rx, starts) = netveil_daemon::runtime::state::start(
         StateDir::open(&cfg.interface.state_dir, "state_dir").unwrap(),
         &cfg.sas,
     )
@@ -393,7 +397,7 @@ fn configured_sas_get_their_reservations_topped_up() {
     let used = out.seq_last();
     assert_eq!(out.seq_reserved(), used + SEQ_BLOCK);
     let mark = StateDir::open(
-        &netveil_daemon::state::StateLocation::new(&dir),
+        &netveil_daemon::runtime::state::StateLocation::new(&dir),
         "state_dir",
     )
     .unwrap()
@@ -489,8 +493,9 @@ fn an_outbound_policy_never_seals_with_an_inbound_sa() {
 /// their sequence marks, inbound SAs above their receive floors.
 fn started(text: &str) -> Shared {
     let cfg = fresh(Config::parse(text).unwrap());
-    let dir = netveil_daemon::state::StateDir::open(&cfg.interface.state_dir, "state_dir").unwrap();
-    let (seq, rx, starts) = netveil_daemon::state::start(dir, &cfg.sas).unwrap();
+    let dir = netveil_daemon::runtime::state::StateDir::open(&cfg.interface.state_dir, "state_dir")
+        .unwrap();
+    let (seq, rx, starts) = netveil_daemon::runtime::state::start(dir, &cfg.sas).unwrap();
     let (sad, at) = cfg.build_sad_reserved(0, &starts).unwrap();
     let s = Shared::with_sas(cfg, Installed::of(&sad, &at), Some((seq, rx)));
     s.db.arm();
@@ -507,14 +512,14 @@ fn seq_of(p: &PacketBuf) -> u32 {
 /// carries the next number.
 #[test]
 fn no_op_changes_continue_the_sequence_and_burn_no_block() {
-    use netveil_daemon::state::{seq_file, StateDir, SEQ_BLOCK};
+    use netveil_daemon::runtime::state::{seq_file, StateDir, SEQ_BLOCK};
     let dir = scratch("rt-noop");
     let text = config("a", "b", &dir);
     let a = started(&text);
     let file = seq_file(&Config::parse(&text).unwrap().sas[0]);
     let mark = || {
         StateDir::open(
-            &netveil_daemon::state::StateLocation::new(&dir),
+            &netveil_daemon::runtime::state::StateLocation::new(&dir),
             "state_dir",
         )
         .unwrap()
@@ -559,7 +564,7 @@ fn no_op_changes_continue_the_sequence_and_burn_no_block() {
 /// the receive floor's block (here the minimum, the rate being low).
 #[test]
 fn replayed_packets_are_refused_across_re_adds_restarts_and_crashes() {
-    use netveil_daemon::state::RX_MIN_BLOCK;
+    use netveil_daemon::runtime::state::RX_MIN_BLOCK;
     let dir = scratch("rt-replay");
     let a = started(&config("a", "b", &dir.join("a")));
     let text_b = config("b", "a", &dir.join("b"));
@@ -623,7 +628,7 @@ fn replayed_packets_are_refused_across_re_adds_restarts_and_crashes() {
     let a = started(&config("a", "b", &dir.join("a")));
     let jumped = seal(&a, 100, 0);
     let jumped_seq = u64::from(seq_of(&jumped));
-    assert!(jumped_seq > netveil_daemon::state::SEQ_BLOCK);
+    assert!(jumped_seq > netveil_daemon::runtime::state::SEQ_BLOCK);
     let jumped_copy = jumped.data().to_vec();
     assert_eq!(open(&b, jumped, 0), Ok(100));
     assert_eq!(open(&b, seal(&a, 101, 0), 0), Ok(101));
@@ -643,7 +648,7 @@ fn replayed_packets_are_refused_across_re_adds_restarts_and_crashes() {
 /// stops at its reservation (dropping, never sending an unreserved number).
 #[test]
 fn sealing_goes_past_one_block_only_with_top_ups() {
-    use netveil_daemon::state::SEQ_BLOCK;
+    use netveil_daemon::runtime::state::SEQ_BLOCK;
     let dir = scratch("rt-block");
     let a = started(&config("a", "b", &dir));
     let snap = a.db.load();
@@ -746,7 +751,7 @@ fn runtime_policies_stay_covered_across_a_crash() {
 /// holds its record, the same SA is added and starts at 1.
 #[test]
 fn an_sa_added_at_runtime_needs_the_state_record_or_a_confirmation() {
-    use netveil_daemon::state::{StateDir, StateLocation, SENTINEL};
+    use netveil_daemon::runtime::state::{StateDir, StateLocation, SENTINEL};
     let dir = scratch("rt-record");
     let a = Config::parse(&config("a", "b", &dir)).unwrap();
     assert!(!a.interface.state_dir.fresh_keys);

@@ -198,7 +198,7 @@ pub fn run(a: KeygenArgs) -> Result<(), netveil_daemon::Error> {
             // `required = true` without a subcommand.
             let name = a.name.unwrap_or_default();
             if a.ed25519 {
-                let (path, public) = netveil_daemon::l2::keygen(&name, &a.out)?;
+                let (path, public) = netveil_daemon::engines::l2::keygen(&name, &a.out)?;
                 println!("private key: {}\npublic key: {public}", path.display());
                 return Ok(());
             }
@@ -210,7 +210,7 @@ pub fn run(a: KeygenArgs) -> Result<(), netveil_daemon::Error> {
                     a.outform.unwrap_or(FormArg::Pem).into(),
                 )?,
                 None => {
-                    let (c, k) = netveil_daemon::psp_kx::keygen(&name, &a.out)?;
+                    let (c, k) = netveil_daemon::drivers::psp_kx::keygen(&name, &a.out)?;
                     println!("certificate: {}\nprivate key: {}", c.display(), k.display());
                     return Ok(());
                 }

@@ -208,9 +208,9 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             verbose,
             quiet,
             fresh_keys,
-        } => netveil_daemon::runtime::up(&config, verbose, quiet, fresh_keys)?,
-        Cmd::Down { config } => netveil_daemon::runtime::down(&config)?,
-        Cmd::Check { config } => println!("{}", netveil_daemon::runtime::check(&config)?),
+        } => netveil_daemon::up(&config, verbose, quiet, fresh_keys)?,
+        Cmd::Down { config } => netveil_daemon::down(&config)?,
+        Cmd::Check { config } => println!("{}", netveil_daemon::check(&config)?),
         Cmd::Status {
             interface,
             socket,

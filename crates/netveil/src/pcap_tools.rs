@@ -9,7 +9,7 @@
 //!
 //! `psp-encrypt` / `psp-decrypt` do the same for PSP, configured as Google's reference tools (`netveil_psp::refcfg`).
 
-use netveil_daemon::config::Config;
+use netveil_daemon::engines::ip::config::Config;
 use netveil_daemon::Error;
 use netveil_ipsec::bundle::{self, Bundle, SaIdx, Sad, Unprotected};
 use netveil_ipsec::sa::Direction;
@@ -267,7 +267,7 @@ pub fn transform(sad: &Sad, bundle: &Bundle, op: Op, input: &Pcap) -> (Pcap, Sta
                 if bundle.inbound().is_empty() || used.matches(bundle.inbound()) {
                     Ok(true)
                 } else {
-                    Err(netveil_daemon::ip_drop::Drop::PolicyMismatch.name())
+                    Err(netveil_daemon::engines::ip::drop::Drop::PolicyMismatch.name())
                 }
             }
             Ok(Unprotected::Clear) => {

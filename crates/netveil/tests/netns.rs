@@ -445,7 +445,7 @@ fn clear_traffic_dropped_tunnel() {
     let b = &hosts.ns[1];
     // In b, packets with the daemon's mark (which b's own fail-closed filter lets out) skip the TUN: route a's
     // inner address straight over the veth.
-    let mark = netveil_daemon::config::DEFAULT_SOCKET_MARK.to_string();
+    let mark = netveil_daemon::engines::ip::config::DEFAULT_SOCKET_MARK.to_string();
     lab.ip(
         b,
         &["rule", "add", "fwmark", &mark, "table", "7", "pref", "10"],

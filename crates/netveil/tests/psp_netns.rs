@@ -494,7 +494,7 @@ fn psp_untrusted_peer_never_associates() {
     let pair = HostPair::psp("aes-gcm-128");
     let mut hosts = TwoHosts::topology(&mut lab, &pair).unwrap();
     // "a" trusts a third party's certificate instead of b's.
-    netveil_daemon::psp_kx::keygen("c", lab.dir()).unwrap();
+    netveil_daemon::drivers::psp_kx::keygen("c", lab.dir()).unwrap();
     let d = lab.dir().display().to_string();
     hosts.configs[0] = hosts.configs[0].replace(
         &format!("peer_ca = \"{d}/b.crt\""),

@@ -332,7 +332,7 @@ fn recorded_packets_are_never_accepted_twice() {
     let lost = sent - got;
     eprintln!("after a crash of the receiver: {lost} of {sent} pings (every 50 ms) lost");
     assert!(
-        lost <= netveil_daemon::state::RX_MIN_BLOCK as u32 + 2,
+        lost <= netveil_daemon::runtime::state::RX_MIN_BLOCK as u32 + 2,
         "{lost} lost after the crash"
     );
     // Every echo request reached b's TUN once: a replayed one would be there twice, and every one a's pings got a

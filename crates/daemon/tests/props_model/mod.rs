@@ -1,7 +1,7 @@
 //! The model of `runtime_props.rs`: what an operator installed, the operations and their strategies, and the
 //! configuration, SAs, policies and packets they turn into.
 
-use netveil_daemon::ip_drop::Drop as IpDrop;
+use netveil_daemon::engines::ip::drop::Drop as IpDrop;
 use netveil_wire::PacketBuf;
 use proptest::prelude::*;
 use std::path::PathBuf;
@@ -345,13 +345,14 @@ pub fn packet(dst: [u8; 4]) -> PacketBuf {
 /// A state directory for one run (not the system's temporary directory: state wants a directory of its own).
 pub fn scratch(tag: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let d =
-        netveil_daemon::state::test_scratch_base(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))
-            .join(format!(
-                "netveil-props-{tag}-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            ));
+    let d = netveil_daemon::runtime::state::test_scratch_base(std::path::Path::new(env!(
+        "CARGO_TARGET_TMPDIR"
+    )))
+    .join(format!(
+        "netveil-props-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&d);
     d
 }
