@@ -35,6 +35,7 @@ pub const REGISTRY: Registry<'static> = Registry {
         &engines::pilsc::PilscSection,
     ],
     drivers: &[&drivers::ike::IkeSection],
+    attached: &[&drivers::psp_kx::PspKx],
 };
 
 /// Reads and validates a configuration file: its sections, each checked as a whole.

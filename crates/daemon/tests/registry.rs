@@ -369,6 +369,7 @@ fn a_bad_key_is_refused_by_name_and_nothing_starts() {
     let reg = Registry {
         engines: &all,
         drivers: &[&kx],
+        attached: netveil_daemon::REGISTRY.attached,
     };
     let dir = scratch("bad");
     for (section, key) in [
@@ -439,6 +440,7 @@ fn an_unknown_key_names_the_registrys_keys() {
     let reg = Registry {
         engines: &all,
         drivers: &[],
+        attached: netveil_daemon::REGISTRY.attached,
     };
     let e = lifecycle::parse_with(&reg, text, Path::new("."))
         .err()
@@ -476,6 +478,7 @@ fn the_test_engine_runs_and_shows_up_in_status() {
     let reg = Registry {
         engines: &all,
         drivers: &drivers,
+        attached: netveil_daemon::REGISTRY.attached,
     };
     let dir = scratch("status");
     let sock = dir.join("run").join("echo.sock");

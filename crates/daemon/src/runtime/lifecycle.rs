@@ -204,7 +204,13 @@ pub fn check_with(reg: &Registry<'_>, path: &Path) -> Result<String> {
         eprintln!("netveil: warning: {w}");
     }
     let mut parts = Vec::new();
-    let engines = s.engines.iter().map(|(_, sec)| sec.check());
+    let engines = s.engines.iter().map(|(_, sec)| {
+        // What an engine's sections configure for an attached driver (PSP's certificates) first.
+        for a in reg.attached {
+            a.check(sec.as_ref())?;
+        }
+        sec.check()
+    });
     for c in engines.chain(s.drivers.iter().map(|(_, d)| d.check())) {
         let c = c?;
         for note in c.notes {
@@ -284,25 +290,29 @@ pub fn up_with(
     let mut prepared = Vec::new();
     let mut driver_configs: Vec<Box<dyn DriverConfig>> = Vec::new();
     for (_, sec) in s.engines {
-        driver_configs.extend(sec.drivers());
-        prepared.push(sec.prepare(&opts)?);
+        // The drivers this engine's sections configure, their certificates and keys read before the engine's own
+        // checks of the host.
+        let mut own = Vec::new();
+        for a in reg.attached {
+            own.extend(a.prepare(sec.as_ref())?);
+        }
+        prepared.push((sec.prepare(&opts)?, own));
     }
     driver_configs.extend(s.drivers.into_iter().map(|(_, c)| c));
     // The one control socket: the first engine's.
     let control = prepared.first().map_or_else(
         || PathBuf::from(netveil_control::RUN_DIR).join("netveil.sock"),
-        |p| p.control_socket().to_path_buf(),
+        |(p, _)| p.control_socket().to_path_buf(),
     );
-    let group = prepared.first().and_then(|p| p.control_group());
+    let group = prepared.first().and_then(|(p, _)| p.control_group());
     let mut undo = Undo::default();
     let mut engines: Vec<Box<dyn Engine>> = Vec::new();
     let mut drivers: Vec<Box<dyn Engine>> = Vec::new();
     let mut controls: Vec<Arc<dyn Control>> = Vec::new();
     let started = (|| -> Result<UnixListener> {
         let mut port = None;
-        for mut p in prepared {
+        for (p, own) in prepared {
             // The drivers this engine's own sections configure: started with this engine's port.
-            let own = p.drivers();
             let st = p.start(&mut undo, &control)?;
             controls.push(st.control);
             engines.push(st.engine);

@@ -13,7 +13,7 @@
 //!
 //! Key-exchange drivers ([`DriverSection`]) own sections too; they start after the engines, with the [`SaPort`] an
 //! engine offered, and run beside them (ticked and stopped like an engine). An engine's own sections may also
-//! configure drivers ([`Section::drivers`]).
+//! configure drivers ([`AttachedDriver`]: they read those sections; the engine does not name them).
 //!
 //! Adding an engine: its module (the types and an `impl EngineSection`) and one line in [`crate::REGISTRY`]. Tests and
 //! embedders may run with a registry of their own ([`Registry`], `crate::runtime::lifecycle::*_with`).
@@ -31,6 +31,8 @@ use std::sync::Arc;
 pub struct Registry<'r> {
     pub engines: &'r [&'r dyn EngineSection],
     pub drivers: &'r [&'r dyn DriverSection],
+    /// Drivers that an engine's own sections configure (they own no section).
+    pub attached: &'r [&'r dyn AttachedDriver],
 }
 
 impl Registry<'_> {
@@ -108,10 +110,6 @@ pub trait Section: Send {
     fn down(&self) -> Option<Result<()>> {
         None
     }
-    /// Key-exchange drivers that this engine's own sections configure (started with the engines' [`SaPort`]).
-    fn drivers(&self) -> Vec<Box<dyn DriverConfig>> {
-        Vec::new()
-    }
     /// The parsed configuration itself (for tests and tools: `downcast_ref` to the engine's type).
     fn as_any(&self) -> &dyn Any;
 }
@@ -125,12 +123,6 @@ pub trait Prepared: Send {
     /// Sets the engine up (every system change recorded in `undo`) and starts its threads. `control`: the
     /// daemon's control socket (for its startup line).
     fn start(self: Box<Self>, undo: &mut Undo, control: &Path) -> Result<Started>;
-    /// Key-exchange drivers that this engine's sections configure, prepared with it (certificates and keys read
-    /// and checked before any change to the system): the runtime starts them right after this engine, with the
-    /// [`SaPort`] it offers (PSP's TLS key exchange beside the IP engine).
-    fn drivers(&mut self) -> Vec<Box<dyn DriverConfig>> {
-        Vec::new()
-    }
 }
 
 /// A started engine.
@@ -169,4 +161,20 @@ pub trait DriverConfig: Send {
     }
     /// Starts the driver (its sockets, thread and clock): it changes the data plane only through `port`.
     fn start(self: Box<Self>, port: Arc<dyn SaPort>) -> Result<Box<dyn Engine>>;
+}
+
+/// A key-exchange driver that an engine's own sections configure (PSP's TLS exchange, from the IP engine's
+/// `[psp]`): it owns no section and reads what it needs from that engine's parsed configuration, so that the engine
+/// never names it. The runtime asks each one about every engine's sections, before that engine's own checks and
+/// preparation (certificates and keys are read before anything about the host), and starts what it prepared right
+/// after that engine, with that engine's [`SaPort`]; it stops before the engines.
+pub trait AttachedDriver: Sync {
+    /// The driver's name (messages).
+    fn name(&self) -> &'static str;
+    /// `netveil check`: what `section` configures for this driver, read and checked (changing nothing); `Ok` also
+    /// when it configures none (another engine's sections, or no such section).
+    fn check(&self, section: &dyn Section) -> Result<()>;
+    /// The driver `section` configures, its files read and checked, changing nothing on the system (`None`: it
+    /// configures none).
+    fn prepare(&self, section: &dyn Section) -> Result<Option<Box<dyn DriverConfig>>>;
 }

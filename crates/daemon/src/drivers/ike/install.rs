@@ -252,7 +252,7 @@ impl Installer {
     /// killed predecessor left (restored from the state directory) is replaced.
     pub fn install_traps(&mut self, connections: &[Connection]) -> Result<(), InstallError> {
         self.port.claim("ike-", Some(OWNER));
-        let mut peers = crate::engines::ip::nft::KxPeers::default();
+        let mut peers = crate::runtime::sa_port::KxPeers::default();
         // A connection open to any peer (no remote_addrs) leaves the peer filter to the SAs: a list of the fixed
         // peers would drop its peers' ESP.
         let open = connections.iter().any(|c| c.remote_addrs.is_empty());
@@ -405,7 +405,7 @@ impl Installer {
             .flat_map(|t| t.policies.iter())
             .find(|t| {
                 t.direction == p.direction
-                    && crate::engines::ip::db::selector_within(&p.selector, &t.selector)
+                    && crate::runtime::sa_port::selector_within(&p.selector, &t.selector)
             })
             .map(|t| t.name.clone())
     }

@@ -87,7 +87,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// require and verify the peer's certificate. Errors name the configuration key (exit code 2).
 pub fn tls(cfg: &PspConfig) -> Result<Tls> {
     let bad = |key: &str, why: String| {
-        Error::Config(crate::engines::ip::config::ConfigError {
+        Error::Config(crate::runtime::config::ConfigError {
             key: key.into(),
             reason: why,
         })
@@ -259,8 +259,51 @@ impl Engine for PspDriver {
     }
 }
 
-/// PSP's key exchange as the registry starts it (see [`crate::runtime::registry::Prepared::drivers`]): `[psp]`, its TLS
-/// certificates and key (read and checked when the IP engine was prepared) and the daemon's socket mark.
+/// PSP's key exchange as an attached driver of the IP engine: it reads the engine's `[psp]` section (see
+/// [`crate::runtime::registry::AttachedDriver`]).
+pub struct PspKx;
+
+impl PspKx {
+    /// The `[psp]` section of `section` (`None`: another engine's sections, or no `[psp]`).
+    fn psp(section: &dyn crate::runtime::registry::Section) -> Option<(&PspConfig, u32)> {
+        let c = section
+            .as_any()
+            .downcast_ref::<crate::engines::ip::config::Config>()?;
+        Some((c.psp.as_ref()?, c.interface.socket_mark()))
+    }
+}
+
+impl crate::runtime::registry::AttachedDriver for PspKx {
+    fn name(&self) -> &'static str {
+        "psp-kx"
+    }
+
+    fn check(&self, section: &dyn crate::runtime::registry::Section) -> Result<()> {
+        // The certificates and key are read and checked too.
+        match Self::psp(section) {
+            Some((p, _)) => tls(p).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    fn prepare(
+        &self,
+        section: &dyn crate::runtime::registry::Section,
+    ) -> Result<Option<Box<dyn crate::runtime::registry::DriverConfig>>> {
+        let Some((cfg, mark)) = Self::psp(section) else {
+            return Ok(None);
+        };
+        let tls = tls(cfg)?;
+        Ok(Some(Box::new(PspDriverConfig {
+            cfg: cfg.clone(),
+            tls,
+            mark,
+        })))
+    }
+}
+
+/// PSP's key exchange as the registry starts it: `[psp]`, its TLS certificates and key (read and checked before
+/// the IP engine was prepared) and the daemon's socket mark.
 pub struct PspDriverConfig {
     pub cfg: PspConfig,
     pub tls: Tls,
@@ -290,7 +333,7 @@ pub fn start_driver(
         .psp_kx_state()
         .ok_or_else(|| Error::Other("the IP engine carries no PSP ([psp] section)".into()))?;
     let kx = KeyExchange::new(kx_config(&cfg), Instant::now()).map_err(|e| {
-        Error::Config(crate::engines::ip::config::ConfigError {
+        Error::Config(crate::runtime::config::ConfigError {
             key: "psp.crypt_offset".into(),
             reason: e.to_string(),
         })

@@ -63,14 +63,7 @@ pub fn nft_peer_filter(cfg: &Config) -> String {
     nft_peer_filter_with(cfg, &KxPeers::default())
 }
 
-/// The peers a key-exchange driver will install SAs with (the IKE connections' fixed `remote_addrs`), and whether
-/// its SAs may be ESP-in-UDP: part of the peer filter from the driver's start, so that installing a negotiated
-/// CHILD_SA does not change (and reload) the nftables table.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KxPeers {
-    pub addrs: Vec<std::net::IpAddr>,
-    pub nat_t: bool,
-}
+pub use crate::runtime::sa_port::KxPeers;
 
 /// [`nft_peer_filter`] with the key-exchange drivers' expected peers ([`KxPeers`]) added.
 pub fn nft_peer_filter_with(cfg: &Config, kx: &KxPeers) -> String {

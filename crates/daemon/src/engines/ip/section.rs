@@ -46,10 +46,6 @@ impl EngineSection for IpSection {
 
 impl Section for Config {
     fn check(&self) -> Result<Checked> {
-        // PSP: the certificates and key are read and checked too.
-        if let Some(p) = &self.psp {
-            crate::drivers::psp_kx::tls(p)?;
-        }
         let notes = super::preflight_check(self)?.into_iter().collect();
         Ok(Checked {
             summary: format!(
@@ -95,17 +91,6 @@ impl crate::runtime::registry::Prepared for super::Prepared {
             sa_port: Some(e.sa_port()),
             engine: Box::new(e),
         })
-    }
-
-    fn drivers(&mut self) -> Vec<Box<dyn crate::runtime::registry::DriverConfig>> {
-        // `[psp]`: the TLS key exchange, its certificates and key read by `prepare`.
-        self.take_psp_driver()
-            .map(|(cfg, tls, mark)| {
-                Box::new(crate::drivers::psp_kx::PspDriverConfig { cfg, tls, mark })
-                    as Box<dyn crate::runtime::registry::DriverConfig>
-            })
-            .into_iter()
-            .collect()
     }
 }
 

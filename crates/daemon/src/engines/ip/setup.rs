@@ -2,7 +2,6 @@
 //! its threads, its housekeeping tick and its stop.
 
 use super::*;
-use crate::drivers::psp_kx::{self};
 use crate::engines::ip::config::{Config, ConfigError};
 use crate::engines::ip::db::{Installed, Sockets};
 use crate::engines::ip::filters::FilterSock;
@@ -26,7 +25,6 @@ use std::time::{Duration, Instant};
 /// change to the system.
 pub struct Prepared {
     config: Config,
-    tls: Option<psp_kx::Tls>,
     seq_store: Option<(
         crate::runtime::state::SeqStore,
         crate::runtime::state::RxStore,
@@ -37,11 +35,8 @@ pub struct Prepared {
 /// Checks what `up` needs of the IP sections (certificates and keys, the host: addresses, the TUN name, the state
 /// directory) and builds every key schedule, changing nothing on the system.
 pub fn prepare(config: Config) -> Result<Prepared> {
-    // Certificates and keys are read and checked before any change to the system, and before the host checks.
-    let tls = match &config.psp {
-        Some(c) => Some(psp_kx::tls(c)?),
-        None => None,
-    };
+    // PSP's certificates and key were read and checked before this, by its key-exchange driver
+    // (`crate::runtime::registry::AttachedDriver`), before the host checks.
     preflight(&config)?;
     // Outbound SAs with static keys continue above every sequence number they ever sent (marks in the state
     // directory, reserved ahead and synced before use): a restart never repeats a nonce, and the peer's replay
@@ -61,23 +56,12 @@ pub fn prepare(config: Config) -> Result<Prepared> {
     };
     Ok(Prepared {
         config,
-        tls,
         seq_store,
         sas,
     })
 }
 
 impl Prepared {
-    /// What PSP's key-exchange driver starts with ([`psp_kx::start_driver`], beside the engine): the `[psp]`
-    /// section, its checked TLS configurations and the mark of the daemon's sockets. `None` without `[psp]`.
-    pub fn take_psp_driver(
-        &mut self,
-    ) -> Option<(crate::engines::ip::config::PspConfig, psp_kx::Tls, u32)> {
-        let tls = self.tls.take()?;
-        let cfg = self.config.psp.clone()?;
-        Some((cfg, tls, self.config.interface.socket_mark()))
-    }
-
     /// The control socket the configuration names.
     pub fn control_socket(&self) -> &Path {
         Path::new(&self.config.interface.control_socket)
@@ -105,12 +89,11 @@ pub struct IpEngine {
 }
 
 /// Sets up the TUN device, routes, rules, the fail-closed nftables table and the sockets (each change recorded in
-/// `undo`) and starts the data-plane threads (PSP's key exchange is a driver beside the engine: see
-/// [`Prepared::take_psp_driver`]). `control`: the control socket, for the startup line.
+/// `undo`) and starts the data-plane threads (PSP's key exchange is a driver beside the engine, which
+/// reads `[psp]` itself). `control`: the control socket, for the startup line.
 pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
     let Prepared {
         config,
-        tls: _,
         seq_store,
         sas,
     } = p;

@@ -16,7 +16,7 @@
 //! ([`SaPort::psp_rx`], under the device's lock, the socket filter following before anything is sent to the peer)
 //! and the transmit SA ([`SaPort::psp_install_tx`]).
 
-use crate::engines::ip::config::{ConfigError, PolicyRule, DEFAULT_REPLAY_WINDOW};
+use crate::runtime::config::ConfigError;
 use netveil_ipsec::sa::{Direction, Suite, UdpEncap};
 use netveil_ipsec::{Mode, SaParams};
 use netveil_sa::lifetime::Lifetime;
@@ -234,22 +234,6 @@ pub struct PolicyParams {
 }
 
 impl PolicyParams {
-    /// The parameters of a parsed policy (a `[[policy]]` table's).
-    pub fn from_rule(p: PolicyRule) -> PolicyParams {
-        use netveil_sa::policy::Action;
-        PolicyParams {
-            action: match p.action {
-                Action::Protect(_) if p.psp => PolicyAction::ProtectPsp,
-                Action::Protect(_) => PolicyAction::Protect(p.sa_names),
-                Action::Bypass => PolicyAction::Bypass,
-                Action::Discard => PolicyAction::Discard,
-            },
-            name: p.name,
-            direction: p.direction,
-            selector: p.selector,
-        }
-    }
-
     /// The policy as a `[[policy]]` table (how the policies added at runtime are kept in the state directory: the
     /// configuration's parser reads them back).
     pub fn to_table(&self) -> toml::Table {
@@ -334,6 +318,33 @@ pub struct Acquire {
     pub flow: String,
 }
 
+pub const DEFAULT_REPLAY_WINDOW: u32 = 1024;
+
+/// The peers a key-exchange driver will install SAs with (the IKE connections' fixed `remote_addrs`), and whether
+/// its SAs may be ESP-in-UDP: part of the peer filter from the driver's start, so that installing a negotiated
+/// CHILD_SA does not change (and reload) the nftables table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KxPeers {
+    pub addrs: Vec<std::net::IpAddr>,
+    pub nat_t: bool,
+}
+
+/// Whether selector `a` selects nothing that `b` does not (addresses within, protocol the same or `b` any, ports
+/// within).
+pub fn selector_within(a: &netveil_sa::policy::Selector, b: &netveil_sa::policy::Selector) -> bool {
+    let net = |inner: &ipnet::IpNet, outer: &ipnet::IpNet| {
+        inner.addr().is_ipv4() == outer.addr().is_ipv4() && outer.trunc().contains(&inner.trunc())
+    };
+    let ports = |i: &netveil_sa::policy::PortRange, o: &netveil_sa::policy::PortRange| {
+        o.start <= i.start && i.end <= o.end
+    };
+    net(&a.src, &b.src)
+        && net(&a.dst, &b.dst)
+        && (b.proto.is_none() || a.proto == b.proto)
+        && ports(&a.src_ports, &b.src_ports)
+        && ports(&a.dst_ports, &b.dst_ports)
+}
+
 /// The key exchange's state that the engine's `status` and `rotate` answers share with PSP's driver.
 #[derive(Default, Debug)]
 pub struct PspKxState {
@@ -414,7 +425,7 @@ pub trait SaPort: Send + Sync {
     }
     /// The peers a key-exchange driver will negotiate SAs with, for the engine's peer filter (set once, at the
     /// driver's start: the SAs installed later then do not change the nftables table).
-    fn set_kx_peers(&self, peers: crate::engines::ip::nft::KxPeers) -> Result<(), ChangeError> {
+    fn set_kx_peers(&self, peers: KxPeers) -> Result<(), ChangeError> {
         let _ = peers;
         Ok(())
     }
@@ -441,8 +452,5 @@ pub trait SaPort: Send + Sync {
     fn psp_kx_state(&self) -> Option<Arc<PspKxState>>;
 }
 
-mod check;
 #[cfg(test)]
 mod tests;
-
-pub use check::{check_policy, check_sa};

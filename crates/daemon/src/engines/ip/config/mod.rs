@@ -85,7 +85,7 @@ pub struct Config {
     pub psp: Option<PspConfig>,
 }
 
-pub const DEFAULT_REPLAY_WINDOW: u32 = 1024;
+pub use crate::runtime::sa_port::DEFAULT_REPLAY_WINDOW;
 pub const DEFAULT_MTU: u16 = 1400;
 /// The largest `tfc_pad_to`.
 pub const TFC_PAD_MAX: u16 = 9000;

@@ -259,3 +259,21 @@ pub(crate) fn parse_policy(
         cover: None,
     })
 }
+
+impl crate::runtime::sa_port::PolicyParams {
+    /// The parameters of a parsed policy (a `[[policy]]` table's).
+    pub fn from_rule(p: PolicyRule) -> Self {
+        use netveil_sa::policy::Action;
+        Self {
+            action: match p.action {
+                Action::Protect(_) if p.psp => crate::runtime::sa_port::PolicyAction::ProtectPsp,
+                Action::Protect(_) => crate::runtime::sa_port::PolicyAction::Protect(p.sa_names),
+                Action::Bypass => crate::runtime::sa_port::PolicyAction::Bypass,
+                Action::Discard => crate::runtime::sa_port::PolicyAction::Discard,
+            },
+            name: p.name,
+            direction: p.direction,
+            selector: p.selector,
+        }
+    }
+}

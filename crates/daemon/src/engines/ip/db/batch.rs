@@ -8,8 +8,9 @@
 //! policies, and the nftables text is not even regenerated when the batch provably leaves it as it is (see
 //! [`Neutral`]).
 
+use super::check::{check_policy, check_sa};
 use super::*;
-use crate::runtime::sa_port::{check_policy, check_sa, SaOp};
+use crate::runtime::sa_port::SaOp;
 
 /// What undoes one applied change.
 enum Undo {

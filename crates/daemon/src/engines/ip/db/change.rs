@@ -2,10 +2,9 @@
 //! whole, and the control socket's adapter onto them (`sa add|update` and `policy add` with the keys of a
 //! `[[sa]]` or `[[policy]]` table, parsed by the configuration's parser into the typed parameters).
 
+use super::check::{check_policy, check_sa};
 use super::*;
-use crate::runtime::sa_port::{
-    check_policy, check_sa, AnySaParams, InboundSaParams, OutboundSaParams, PolicyParams, SaOp,
-};
+use crate::runtime::sa_port::{AnySaParams, InboundSaParams, OutboundSaParams, PolicyParams, SaOp};
 
 impl Tables {
     /// Refuses an SA of `p`'s name whose direction differs from that of a policy naming it: an outbound policy must
@@ -346,25 +345,6 @@ impl Db {
         };
         self.policy_add_params(PolicyParams::from_rule(p), position, now)
     }
-}
-
-/// Whether selector `a` selects nothing that `b` does not (addresses within, protocol the same or `b` any, ports
-/// within).
-pub(crate) fn selector_within(
-    a: &netveil_sa::policy::Selector,
-    b: &netveil_sa::policy::Selector,
-) -> bool {
-    let net = |inner: &ipnet::IpNet, outer: &ipnet::IpNet| {
-        inner.addr().is_ipv4() == outer.addr().is_ipv4() && outer.trunc().contains(&inner.trunc())
-    };
-    let ports = |i: &netveil_sa::policy::PortRange, o: &netveil_sa::policy::PortRange| {
-        o.start <= i.start && i.end <= o.end
-    };
-    net(&a.src, &b.src)
-        && net(&a.dst, &b.dst)
-        && (b.proto.is_none() || a.proto == b.proto)
-        && ports(&a.src_ports, &b.src_ports)
-        && ports(&a.dst_ports, &b.dst_ports)
 }
 
 pub(super) fn no_sa(name: &str) -> ConfigError {

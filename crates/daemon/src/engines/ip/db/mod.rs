@@ -43,12 +43,13 @@ pub const SEQ_WARN_FRACTION: u64 = 8;
 
 mod batch;
 mod change;
+mod check;
 mod port;
 mod snapshot;
 mod tick;
 
+pub(crate) use crate::runtime::sa_port::selector_within;
 pub use crate::runtime::sa_port::ChangeError;
-pub(crate) use change::selector_within;
 pub use port::IpPort;
 use snapshot::sa_event;
 pub use snapshot::{acquire, Installed, SnapPolicy, Snapshot};

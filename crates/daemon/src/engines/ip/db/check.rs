@@ -1,8 +1,12 @@
 //! The checks of typed SA and policy parameters: the configuration file's rules, errors naming the key.
 
-use super::*;
-use crate::engines::ip::config::{Interface, TFC_PAD_MAX};
+use crate::engines::ip::config::{Interface, PolicyRule, TFC_PAD_MAX};
+use crate::runtime::config::ConfigError;
+use crate::runtime::sa_port::*;
+use netveil_ipsec::sa::{Direction, Suite};
 use netveil_ipsec::suite::{Enc, SuiteError};
+use netveil_ipsec::{Mode, SaParams};
+use netveil_sa::policy::Direction as PolicyDirection;
 
 fn err<T>(key: &str, reason: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError {
