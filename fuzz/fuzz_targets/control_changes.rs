@@ -20,7 +20,7 @@ use netveil_control::Request;
 use netveil_daemon::engines::ip::config::Config;
 use netveil_daemon::runtime::engine::Control;
 use netveil_daemon::engines::ip::Shared;
-use netveil_daemon::engines::ip::ctl::IpControl;
+use netveil_daemon::engines::ip::control::IpControl;
 use netveil_ipsec::bundle::{Bundle, SaRef};
 use netveil_ipsec::sa::Direction as SaDir;
 use netveil_sa::policy::Direction;

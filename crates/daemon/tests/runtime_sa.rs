@@ -239,7 +239,7 @@ fn bad_changes_are_refused_and_change_nothing() {
     // Every table as `sa list --json` and `policy list --json` show it (names, SPIs, keys' suites, directions,
     // order, sequence numbers, windows, retiring marks; policies with their SAs and whether installed).
     let tables = |s: &Shared| {
-        let st = netveil_daemon::engines::ip::ctl::status(s);
+        let st = netveil_daemon::engines::ip::control::status(s);
         (
             serde_json::to_string(&st.sas).unwrap(),
             serde_json::to_string(&st.policies).unwrap(),

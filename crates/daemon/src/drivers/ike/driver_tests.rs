@@ -9,6 +9,7 @@ use super::*;
 use crate::drivers::ike::install::Installer;
 use crate::drivers::ike::sockets::Sockets;
 use crate::engines::ip::db::IpPort;
+use crate::runtime::engine::Engine;
 use netveil_ike::config::{Mode as IkeMode, TsSpec};
 use netveil_ike::event::{ChildSa, EspSa, IkeSaId};
 use netveil_ike::event::{Event, Failure, Transmit};
@@ -16,6 +17,8 @@ use netveil_ike::keys::Secret;
 use netveil_ike::proposal::{Proposal, Protocol};
 use netveil_io::{PacketBuf, UdpMeta, UdpSocket};
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

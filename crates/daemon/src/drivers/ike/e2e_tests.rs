@@ -14,6 +14,7 @@ use crate::engines::ip::db::IpPort;
 use crate::engines::ip::{FragCache, Shared, TxRecord};
 use netveil_wire::PacketBuf;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn section(me: &str, peer: &str, mine: &str, theirs: &str, start: bool, encap: bool) -> String {

@@ -1,11 +1,18 @@
 //! PSP's key-exchange driver against a port that offers nothing but PSP's device and transmit SA.
 
 use super::*;
+use crate::engines::ip::config::PspConfig;
 use crate::engines::ip::psp_state::PspState;
+use crate::runtime::engine::{Engine, Undo};
 use crate::runtime::sa_port::{
     AnySaParams, ChangeError, InboundSaParams, OutboundSaParams, PolicyParams,
 };
+use crate::runtime::sa_port::{PspKxState, SaPort};
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A port with a PSP device and nothing else, counting what the driver does through it; the IPsec calls panic
 /// (the driver has no business there), which ends the driver's thread.

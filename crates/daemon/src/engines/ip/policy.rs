@@ -1,6 +1,7 @@
 //! The IP engine's policy decisions: outbound and inbound checks, first-fragment memory.
 
-use super::*;
+use super::pmtu::PathMtu;
+use super::shared::{Datagram, Shared, TxRecord};
 use crate::engines::ip::db::Snapshot;
 use crate::engines::ip::drop::Drop;
 use netveil_io::PacketBuf;

@@ -1,6 +1,8 @@
 //! PSP in the IP engine's data plane: encapsulation with the transmit SA, decapsulation with the device.
 
-use super::*;
+use super::pmtu::PathMtu;
+use super::policy::{fits_len, FragCache};
+use super::shared::{Datagram, Shared, TxRecord};
 use crate::engines::ip::db::Snapshot;
 use crate::engines::ip::drop::Drop;
 use crate::engines::ip::psp_state;

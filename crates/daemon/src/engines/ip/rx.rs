@@ -1,7 +1,9 @@
 //! The IP engine's receive thread: raw ESP/AH and UDP (NAT-T, PSP; GRO) batches in, decapsulation and the
 //! inbound policy check in place, TUN writes.
 
-use super::*;
+use super::policy::{came_through, FragCache};
+use super::shared::{Shared, BATCH, HEADROOM, TAILROOM};
+use super::tx::{new_bufs, TxCtx, TxPath, REPLY_AFTER_AT_MOST};
 use crate::engines::ip::db::Snapshot;
 use crate::engines::ip::drop::Drop;
 use netveil_io::tun::Span;

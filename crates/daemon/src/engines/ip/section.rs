@@ -1,5 +1,5 @@
 //! The IP engine in the registry ([`crate::runtime::registry`]): its sections (`[interface]`, `[[sa]]`, `[[policy]]`,
-//! `[psp]`), `check`, `prepare`, `start` (its control answers: [`crate::engines::ip::ctl::IpControl`]) and `down`.
+//! `[psp]`), `check`, `prepare`, `start` (its control answers: [`crate::engines::ip::control::IpControl`]) and `down`.
 
 use crate::engines::ip::config::{Config, ConfigError, IP_SECTIONS};
 use crate::runtime::engine::{remove_fwmark_rules, Undo};
@@ -87,7 +87,7 @@ impl crate::runtime::registry::Prepared for super::Prepared {
     fn start(self: Box<Self>, undo: &mut Undo, control: &Path) -> Result<Started> {
         let e = super::start(*self, undo, control)?;
         Ok(Started {
-            control: Arc::new(crate::engines::ip::ctl::IpControl(e.shared())),
+            control: Arc::new(crate::engines::ip::control::IpControl(e.shared())),
             sa_port: Some(e.sa_port()),
             engine: Box::new(e),
         })

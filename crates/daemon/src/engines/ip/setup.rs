@@ -1,8 +1,10 @@
 //! The IP engine's setup: checks before any change (preflight), the TUN, routes, rules, nftables and sockets,
 //! its threads, its housekeeping tick and its stop.
 
-use super::*;
-use crate::engines::ip::config::{Config, ConfigError};
+use super::rx::{rx_loop, RxSock, UdpKind};
+use super::shared::Shared;
+use super::tx::{tx_loop, TxPath, UdpOut, PSP_TX_SOCKETS};
+use crate::engines::ip::config::{Config, ConfigError, Interface};
 use crate::engines::ip::db::{Installed, Sockets};
 use crate::engines::ip::filters::FilterSock;
 use crate::engines::ip::filters::{STORM_AUTH_FAILURES_PER_S, STORM_HOLD};
@@ -101,23 +103,89 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
     let iface = shared.config.interface.clone();
     let table = iface.nft_table();
 
-    // First the fail-closed filters (replacing, in one transaction, those a crashed or stopped instance left): from
-    // now until `netveil down`, covered traffic leaves only through the TUN or the daemon's own sockets.
-    let table_existed = nft_table_exists(&table);
+    let nft_text = fail_closed(&mut shared, &table, undo)?;
+    let tun = tun_up(&iface, undo)?;
+    let Opened {
+        rx,
+        sockets,
+        psp_out,
+        udp_out,
+        filters,
+        send4,
+        send6,
+    } = open_sockets(&shared, &iface)?;
+    shared.rx_sockets = rx
+        .iter()
+        .map(|s| match s {
+            RxSock::Raw(r) => FilterSock::Raw(r.clone()),
+            RxSock::Udp(u, _) => FilterSock::Udp(u.clone()),
+        })
+        .collect();
+
+    let shared = Arc::new(shared);
+    let tun = Arc::new(tun);
+    tun.set_recv_timeout(Duration::from_millis(200))
+        .map_err(Error::io("TUN timeout"))?;
+
+    shared.db.attach(sockets, filters, table.clone(), nft_text);
+    shared.db.arm();
+    // Both threads send what they read from the TUN (the receive thread the kernel's immediate answers).
+    let path = Arc::new(
+        TxPath::new(send4, send6, udp_out, psp_out).map_err(Error::io("cannot open an eventfd"))?,
+    );
+    let tx = {
+        let (sh, tun, path) = (shared.clone(), tun.clone(), path.clone());
+        std::thread::Builder::new()
+            .name("nv-tx".into())
+            .spawn(move || tx_loop(&sh, &tun, &path))
+            .map_err(Error::io("thread"))?
+    };
+    let rxh = {
+        let (sh, tun) = (shared.clone(), tun.clone());
+        std::thread::Builder::new()
+            .name("nv-rx".into())
+            .spawn(move || rx_loop(&sh, &tun, &rx, &path))
+            .map_err(Error::io("thread"))?
+    };
+    log_up(&shared, &iface, control);
+    let failures_before = auth_failures(&shared);
+    Ok(IpEngine {
+        shared,
+        iface,
+        table,
+        tx,
+        rx: rxh,
+        tick: 0,
+        failures_before,
+        storm_until: None,
+        watch: crate::runtime::log::DropWatch::new(Instant::now()),
+        looked: Instant::now(),
+    })
+}
+
+/// The fail-closed filters first (replacing, in one transaction, those a crashed or stopped instance left): from
+/// now until `netveil down`, covered traffic leaves only through the TUN or the daemon's own sockets. Returns the
+/// table's text (`None`: nothing is covered).
+fn fail_closed(shared: &mut Shared, table: &str, undo: &mut Undo) -> Result<Option<String>> {
+    let table_existed = nft_table_exists(table);
     // What a killed (or blocking-stopped) predecessor had added at runtime stays covered.
     shared.db.restore_runtime_policies()?;
-    let nft_text = shared.db.nft_text(&table);
+    let nft_text = shared.db.nft_text(table);
     if let Some(rules) = &nft_text {
-        nft_install(&table, rules)?;
+        nft_install(table, rules)?;
         if !table_existed {
-            undo.push(&["nft", "delete", "table", "inet", &table]);
+            undo.push(&["nft", "delete", "table", "inet", table]);
         }
     } else if table_existed {
         // A previous instance's rules, for a config that covered more: they would block what this one does not.
-        run(&["nft", "delete", "table", "inet", &table])?;
+        run(&["nft", "delete", "table", "inet", table])?;
     }
 
-    // TUN device with its addresses, MTU and routes.
+    Ok(nft_text)
+}
+
+/// The TUN device with its addresses, MTU, routes and (with `fwmark`) routing rules, each change in `undo`.
+fn tun_up(iface: &Interface, undo: &mut Undo) -> Result<Tun> {
     let tun = Tun::open(&TunConfig {
         name: iface.name.clone(),
         mtu: iface.mtu,
@@ -180,7 +248,24 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
         run(&cmd)?;
     }
 
-    // Sockets.
+    Ok(tun)
+}
+
+/// The engine's sockets, opened and marked.
+struct Opened {
+    rx: Vec<RxSock>,
+    sockets: Sockets,
+    psp_out: UdpOut,
+    udp_out: UdpOut,
+    /// The ESP receive sockets that get socket filters (see `esp_filter`).
+    filters: Vec<(Layout, FilterSock)>,
+    send4: RawSocket,
+    send6: Option<RawSocket>,
+}
+
+/// Opens the receive sockets (raw ESP and AH of the families the SAs use, UDP for NAT-T and PSP) and the send
+/// sockets, each with the daemon's mark.
+fn open_sockets(shared: &Shared, iface: &Interface) -> Result<Opened> {
     let mut rx: Vec<RxSock> = Vec::new();
     // A configuration with neither SAs nor PSP is driven at runtime (`netveil sa add`): it gets the sockets of
     // both families and ESP-in-UDP.
@@ -296,39 +381,19 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
             .map_err(io("raw (SO_MARK)"))?;
     }
 
-    shared.rx_sockets = rx
-        .iter()
-        .map(|s| match s {
-            RxSock::Raw(r) => FilterSock::Raw(r.clone()),
-            RxSock::Udp(u, _) => FilterSock::Udp(u.clone()),
-        })
-        .collect();
+    Ok(Opened {
+        rx,
+        sockets,
+        psp_out,
+        udp_out,
+        filters,
+        send4,
+        send6,
+    })
+}
 
-    let shared = Arc::new(shared);
-    let tun = Arc::new(tun);
-    tun.set_recv_timeout(Duration::from_millis(200))
-        .map_err(Error::io("TUN timeout"))?;
-
-    shared.db.attach(sockets, filters, table.clone(), nft_text);
-    shared.db.arm();
-    // Both threads send what they read from the TUN (the receive thread the kernel's immediate answers).
-    let path = Arc::new(
-        TxPath::new(send4, send6, udp_out, psp_out).map_err(Error::io("cannot open an eventfd"))?,
-    );
-    let tx = {
-        let (sh, tun, path) = (shared.clone(), tun.clone(), path.clone());
-        std::thread::Builder::new()
-            .name("nv-tx".into())
-            .spawn(move || tx_loop(&sh, &tun, &path))
-            .map_err(Error::io("thread"))?
-    };
-    let rxh = {
-        let (sh, tun) = (shared.clone(), tun.clone());
-        std::thread::Builder::new()
-            .name("nv-rx".into())
-            .spawn(move || rx_loop(&sh, &tun, &rx, &path))
-            .map_err(Error::io("thread"))?
-    };
+/// The startup lines: the engine, then each SA.
+fn log_up(shared: &Shared, iface: &Interface, control: &Path) {
     tracing::info!(
         "{}: up ({} SAs, {} policies, default {}{}, MTU {}); control socket {}",
         iface.name,
@@ -372,20 +437,6 @@ pub fn start(p: Prepared, undo: &mut Undo, control: &Path) -> Result<IpEngine> {
             }
         );
     }
-
-    let failures_before = auth_failures(&shared);
-    Ok(IpEngine {
-        shared,
-        iface,
-        table,
-        tx,
-        rx: rxh,
-        tick: 0,
-        failures_before,
-        storm_until: None,
-        watch: crate::runtime::log::DropWatch::new(Instant::now()),
-        looked: Instant::now(),
-    })
 }
 
 /// Every drop counter by its status name, for the drop-storm warnings.

@@ -1,5 +1,8 @@
+use super::pmtu::PathMtu;
 use super::policy::*;
 use super::*;
+use crate::engines::ip::config::Config;
+use crate::engines::ip::drop::Drop;
 use netveil_io::PacketBuf;
 use netveil_wire::ip_proto;
 

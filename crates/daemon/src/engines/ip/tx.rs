@@ -1,6 +1,9 @@
 //! The IP engine's transmit thread: TUN batch in, policy and encapsulation in place, raw and UDP (GSO) sends.
 
-use super::*;
+use super::pmtu::PathMtu;
+use super::policy::FragCache;
+use super::shared::{Datagram, Shared, TxRecord, HEADROOM, TAILROOM};
+use crate::engines::ip::drop::Drop;
 use netveil_io::os::EventFd;
 use netveil_io::{PacketBuf, RawSocket, Tun, UdpSocket};
 use netveil_ipsec::Drop as IpsecDrop;

@@ -51,11 +51,11 @@
 //! released.
 
 mod config;
+mod control;
 mod order;
 mod rx;
 mod section;
 mod setup;
-mod status;
 #[cfg(test)]
 mod tests;
 mod timer;

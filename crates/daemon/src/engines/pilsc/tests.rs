@@ -1,4 +1,15 @@
+use super::config::{read_rule_file, PilscConfig};
+use super::control::{Reason, DROP_NAMES};
+use super::marks::mark_file;
+use super::rules::chain_rules;
+use super::worker::clamp_mss;
 use super::*;
+use crate::runtime::config::ConfigError;
+use ipnet::Ipv4Net;
+use netveil_pilsc::cipher::Cipher;
+use netveil_pilsc::packet::Mode;
+use std::net::IpAddr;
+use std::path::Path;
 
 fn cfg(text: &str, rules: &str) -> std::result::Result<PilscConfig, ConfigError> {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

@@ -1,7 +1,22 @@
 //! The PILSC engine's queue worker: reads the two netfilter queues, seals and opens packets as the rules say,
 //! and keeps the counters' marks and the receive windows' floors in the state directory.
 
-use super::*;
+use super::control::{rule_infos, Reason, ReloadMsg, Shared, Stats};
+use super::marks::{mark_file, rx_file, RxFloors, MARK_BLOCK, RX_BLOCK_MILLIS, RX_MIN_BLOCK};
+use super::BATCH;
+use crate::runtime::state::StateDir;
+use netveil_io::nfqueue::{NfQueue, Queued, Verdict, HEADROOM, MESSAGE_MAX};
+use netveil_pilsc::packet::{marking, Mode, OpenError, SealError};
+use netveil_pilsc::policy::{decide as policy_decide, file_rule, judged, Unjudged};
+use netveil_pilsc::rules::{Keys, RuleFile};
+use netveil_pilsc::table::{Settings, Table};
+use netveil_sa::flow_cache::CachedPolicy;
+use netveil_sa::policy::{Action, Direction};
+use netveil_wire::PacketBuf;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 pub(super) struct Worker {
     /// Scratch of [`Worker::rx_top_up`]: a key's sources (kept: no allocation per batch).

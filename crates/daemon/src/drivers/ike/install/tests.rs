@@ -146,7 +146,10 @@ fn both_ways(
     Installer,
     Installer,
 ) {
-    let dir = crate::runtime::state::test_dir(&format!("ike-install-{proposal}"));
+    // One directory per call: several tests run the same proposal at once, in one process.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = crate::runtime::state::test_dir(&format!("ike-install-{proposal}-{n}"));
     let (a, b) = (engine(&dir.join("a")), engine(&dir.join("b")));
     let mut ia = Installer::new(Arc::new(IpPort(a.clone())));
     let mut ib = Installer::new(Arc::new(IpPort(b.clone())));

@@ -1,7 +1,22 @@
 //! The PILSC engine's shared state: its drop reasons and counters, the rule file in force, `status` and the
 //! control socket's requests.
 
-use super::*;
+use super::config::mode_name;
+use super::config::{
+    cerr, literal_keys, queued_prefixes, read_key_file, read_rule_file, PilscConfig, RuleSource,
+};
+use super::rules::{chain_rules, load_chains};
+use crate::runtime::config::ConfigError;
+use crate::runtime::engine::Control;
+use netveil_io::nfqueue::Verdict;
+use netveil_pilsc::packet::Mode;
+use netveil_pilsc::rules::{Keys, RuleFile};
+use netveil_pilsc::table::{Settings, Table};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Why a packet was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
