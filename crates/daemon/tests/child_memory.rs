@@ -17,7 +17,7 @@
 //! names copied per CHILD_SA and the policy names stored).
 
 use netveil_daemon::drivers::ike::install::Installer;
-use netveil_daemon::engines::ip::db::IpPort;
+use netveil_daemon::engines::ip::port::IpPort;
 use netveil_daemon::engines::ip::Shared;
 use netveil_ike::config::{Mode, TsSpec};
 use netveil_ike::event::{ChildSa, EspSa, IkeSaId};

@@ -8,7 +8,7 @@ use super::machine::Machine;
 use super::*;
 use crate::drivers::ike::install::Installer;
 use crate::drivers::ike::sockets::Sockets;
-use crate::engines::ip::db::IpPort;
+use crate::engines::ip::port::IpPort;
 use crate::runtime::engine::Engine;
 use netveil_ike::config::{Mode as IkeMode, TsSpec};
 use netveil_ike::event::{ChildSa, EspSa, IkeSaId};

@@ -10,7 +10,7 @@
 
 use super::*;
 use crate::drivers::ike::sockets::{Bind, Sockets};
-use crate::engines::ip::db::IpPort;
+use crate::engines::ip::port::IpPort;
 use crate::engines::ip::{FragCache, Shared, TxRecord};
 use netveil_wire::PacketBuf;
 use std::sync::atomic::Ordering::Relaxed;

@@ -9,6 +9,7 @@
 //! runtime already refuses a driver without an engine that installs SAs (`[interface]`), naming `ike`. What the
 //! driver would want of `[interface]` (its socket mark) is its own key, `[ike] socket_mark`, with the same default.
 
+// layers: section > driver > control > install > config, endpoint > machine, sockets, values
 pub mod config;
 pub mod control;
 pub mod driver;

@@ -35,6 +35,7 @@
 //! Messages (inside TLS): [`netveil_psp::assoc`].
 //! Key material is zeroized after use and never logged.
 
+// layers: section > driver > tls
 mod driver;
 mod section;
 #[cfg(test)]

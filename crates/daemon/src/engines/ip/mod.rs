@@ -9,6 +9,7 @@
 //! system changes (TUN, addresses, routes, rules, nftables) are recorded and undone if a later step fails and on
 //! exit. Packets are read in batches into pre-allocated buffers with head- and tailroom and transformed in place.
 
+// layers: section > setup > control, port > rx > tx > psp > policy > pmtu, shared > db, psp_state, nft > filters > config, drop
 pub mod config;
 pub mod control;
 pub mod db;
@@ -17,6 +18,7 @@ pub mod filters;
 pub mod nft;
 mod pmtu;
 mod policy;
+pub mod port;
 mod psp;
 pub mod psp_state;
 mod rx;

@@ -468,7 +468,7 @@ impl IpEngine {
 
     /// The engine's typed SA and policy interface, for key-exchange drivers.
     pub fn sa_port(&self) -> Arc<dyn crate::runtime::sa_port::SaPort> {
-        Arc::new(crate::engines::ip::db::IpPort(self.shared.clone()))
+        Arc::new(crate::engines::ip::port::IpPort(self.shared.clone()))
     }
 }
 

@@ -50,6 +50,7 @@
 //! node's own frames (SEP) handed over in order (see `order`), and the system calls made after the lock is
 //! released.
 
+// layers: section, control > setup > worker > config, order, rx, timer, tx
 mod config;
 mod control;
 mod order;

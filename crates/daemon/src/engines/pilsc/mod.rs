@@ -31,6 +31,7 @@
 //!   [`MARK_BLOCK`] counters ahead and synced before use, as static ESP keys' sequence numbers are (see
 //!   [`crate::runtime::state`]); a clean stop writes the last counter used.
 
+// layers: section > setup > worker > control > rules > config, marks
 mod config;
 mod control;
 mod marks;

@@ -1,7 +1,7 @@
 //! Tests of the typed port: installs, checks and the stored form of policies.
 
 use super::*;
-use crate::engines::ip::db::IpPort;
+use crate::engines::ip::port::IpPort;
 use crate::engines::ip::{FragCache, Shared};
 use netveil_ipsec::suite::EspSuite;
 use netveil_sa::policy::Direction as PDir;

@@ -5,7 +5,7 @@
 //! policy are gone.
 
 use super::*;
-use crate::engines::ip::db::IpPort;
+use crate::engines::ip::port::IpPort;
 use crate::engines::ip::{FragCache, Shared, TxRecord};
 use netveil_ike::config::Mode as IkeMode;
 use netveil_ike::event::IkeSaId;

@@ -44,13 +44,11 @@ pub const SEQ_WARN_FRACTION: u64 = 8;
 mod batch;
 mod change;
 mod check;
-mod port;
 mod snapshot;
 mod tick;
 
 pub(crate) use crate::runtime::sa_port::selector_within;
 pub use crate::runtime::sa_port::ChangeError;
-pub use port::IpPort;
 use snapshot::sa_event;
 pub use snapshot::{acquire, Installed, SnapPolicy, Snapshot};
 use tick::refresh_filters;

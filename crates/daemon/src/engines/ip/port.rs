@@ -1,6 +1,6 @@
 //! The IP engine's typed port ([`crate::runtime::sa_port::SaPort`]): what key-exchange drivers change the engine through.
 
-use crate::engines::ip::Shared;
+use super::shared::Shared;
 use crate::runtime::sa_port::{
     AnySaParams, ChangeError, InboundSaParams, OutboundSaParams, PolicyParams, PspKxState, SaOp,
     SaPort,
