@@ -178,13 +178,18 @@ pub fn parse(v: toml::Value, base: &Path) -> Result<IkeConfig, Vec<ConfigError>>
     }
 }
 
+/// Where a connection's or a child's checks put an error they find (all are collected, in the order found).
+type Report<'a> = &'a dyn Fn(Result<(), ConfigError>);
+/// Names a key under the connection's or the child's (`k("proposals")`: `ike.connection[0].proposals`).
+type KeyOf<'a> = &'a dyn Fn(&str) -> String;
+
 fn connection(
     v: toml::Value,
     key: &str,
     base: &Path,
     retransmit: Retransmit,
 ) -> Result<Connection, Vec<ConfigError>> {
-    let r: RawConn = typed(v, key).map_err(|e| vec![e])?;
+    let mut r: RawConn = typed(v, key).map_err(|e| vec![e])?;
     let k = |s: &str| format!("{key}.{s}");
     let errors = std::cell::RefCell::new(Vec::new());
     let ok = |x: Result<(), ConfigError>| {
@@ -193,23 +198,10 @@ fn connection(
         }
     };
     ok(name(&r.name, &k("name")));
-    let addrs = |list: &[String], what: &str| -> Result<Vec<IpAddr>, ConfigError> {
-        list.iter()
-            .enumerate()
-            .map(|(i, a)| {
-                a.parse::<IpAddr>().map_err(|_| {
-                    e(
-                        format!("{}[{i}]", k(what)),
-                        "is not an IP address (hostnames and ranges are not supported)",
-                    )
-                })
-            })
-            .collect()
-    };
     let mut local_addrs = Vec::new();
     let mut remote_addrs = Vec::new();
-    ok(addrs(&r.local_addrs, "local_addrs").map(|a| local_addrs = a));
-    ok(addrs(&r.remote_addrs, "remote_addrs").map(|a| remote_addrs = a));
+    ok(addrs(&r.local_addrs, "local_addrs", &k).map(|a| local_addrs = a));
+    ok(addrs(&r.remote_addrs, "remote_addrs", &k).map(|a| remote_addrs = a));
     if local_addrs.is_empty() {
         ok(Err(e(
             k("local_addrs"),
@@ -226,67 +218,9 @@ fn connection(
                 IKE_PORT
             }),
     };
-    let mut proposals = Vec::new();
-    match &r.proposals {
-        None => ok(Err(e(
-            k("proposals"),
-            "is required (e.g. [\"aes256gcm16-prfsha384-ecp384\"])",
-        ))),
-        Some(p) if p.is_empty() => ok(Err(e(k("proposals"), "is empty"))),
-        Some(p) => {
-            for (i, s) in p.iter().enumerate() {
-                match Proposal::parse(Protocol::Ike, s) {
-                    Ok(p) => match ke_supported(&p) {
-                        Ok(()) => proposals.push(p),
-                        Err(why) => ok(Err(e(format!("{}[{i}]", k("proposals")), why))),
-                    },
-                    Err(x) => ok(Err(e(
-                        format!("{}[{i}]", k("proposals")),
-                        proposal_error(s, &x),
-                    ))),
-                }
-            }
-        }
-    }
-    let local = r.local.map(|v| auth(v, &k("local"), false, base));
-    let remote = r.remote.map(|v| auth(v, &k("remote"), true, base));
-    let (local, remote) = match (local, remote) {
-        (Some(Ok(l)), Some(Ok(r))) => (Some(l), Some(r)),
-        (l, r) => {
-            for (x, what) in [(l, "local"), (r, "remote")] {
-                match x {
-                    None => ok(Err(e(
-                        k(what),
-                        "is required (id and auth = \"psk\" or \"pubkey\" of this side)",
-                    ))),
-                    Some(Err(x)) => ok(Err(x)),
-                    Some(Ok(_)) => {}
-                }
-            }
-            (None, None)
-        }
-    };
-    let psk = match (r.psk, r.psk_file) {
-        (Some(_), Some(_)) => {
-            ok(Err(e(k("psk_file"), "give psk or psk_file, not both")));
-            None
-        }
-        (Some(s), None) => match decode_psk(&s) {
-            Ok(s) => Some(s),
-            Err(why) => {
-                ok(Err(e(k("psk"), why)));
-                None
-            }
-        },
-        (None, Some(f)) => match read_psk_file(&base.join(f)) {
-            Ok(s) => Some(s),
-            Err(why) => {
-                ok(Err(e(k("psk_file"), why)));
-                None
-            }
-        },
-        (None, None) => None,
-    };
+    let proposals = ike_proposals(r.proposals.as_deref(), &k, &ok);
+    let (local, remote) = sides(r.local.take(), r.remote.take(), base, &k, &ok);
+    let psk = psk(r.psk.take(), r.psk_file.take(), base, &k, &ok);
     let uses_psk = [&local, &remote].iter().any(|a| {
         matches!(
             a,
@@ -308,54 +242,8 @@ fn connection(
             "auth = \"psk\" needs a pre-shared key (psk or psk_file)",
         )));
     }
-    let dur = |v: Option<toml::Value>, what: &str, default: Duration| -> Duration {
-        match v.map(|v| duration(v, &k(what))) {
-            None => default,
-            Some(Ok(d)) => d,
-            Some(Err(x)) => {
-                ok(Err(x));
-                default
-            }
-        }
-    };
-    let dpd = dur(r.dpd_delay, "dpd_delay", Duration::ZERO);
-    let rekey = dur(r.rekey_time, "rekey_time", Duration::from_secs(4 * 3600));
-    let reauth = dur(r.reauth_time, "reauth_time", Duration::ZERO);
-    // swanctl: over_time defaults to 10% of rekey_time or reauth_time (the longer), rand_time to over_time (here
-    // at most 10% of the shorter, so that the defaults of `rekey_time = "1h"`, `reauth_time = "24h"` are valid).
-    let over = dur(r.over_time, "over_time", rekey.max(reauth) / 10);
-    let shortest = [rekey, reauth].into_iter().filter(|d| !d.is_zero()).min();
-    let rand_default = match shortest {
-        Some(s) if over >= s => s / 10,
-        _ => over,
-    };
-    let rand = dur(r.rand_time, "rand_time", rand_default);
-    if !rekey.is_zero() && rand >= rekey {
-        ok(Err(e(k("rand_time"), "must be below rekey_time")));
-    }
-    if !reauth.is_zero() && rand >= reauth {
-        ok(Err(e(k("rand_time"), "must be below reauth_time")));
-    }
-    let mut children = Vec::new();
-    let raw_children = r.children.unwrap_or_default();
-    if raw_children.is_empty() {
-        ok(Err(e(
-            k("children"),
-            "no child: add at least one [[ike.connection.children]]",
-        )));
-    }
-    for (i, c) in raw_children.into_iter().enumerate() {
-        let ck = format!("{}[{i}]", k("children"));
-        match child(c, &ck, &local_addrs, &remote_addrs) {
-            Ok(c) => {
-                if children.iter().any(|o: &ChildConfig| o.name == c.name) {
-                    ok(Err(e(format!("{ck}.name"), "names another child too")));
-                }
-                children.push(c);
-            }
-            Err(es) => errors.borrow_mut().extend(es),
-        }
-    }
+    let (dpd_delay, lifetimes, reauth) = ike_times(&mut r, &k, &ok);
+    let children = children(r.children.take(), &local_addrs, &remote_addrs, &k, &ok);
     let errors = errors.into_inner();
     if !errors.is_empty() {
         return Err(errors);
@@ -374,16 +262,187 @@ fn connection(
         local,
         remote,
         psk,
-        dpd_delay: (!dpd.is_zero()).then_some(dpd),
-        lifetimes: Lifetimes {
-            rekey,
-            life: rekey + over,
-            rand,
-        },
+        dpd_delay,
+        lifetimes,
         reauth,
         retransmit,
         children,
     })
+}
+
+/// A connection's `local_addrs` or `remote_addrs` (`what`): IP addresses.
+fn addrs(list: &[String], what: &str, k: KeyOf) -> Result<Vec<IpAddr>, ConfigError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, a)| {
+            a.parse::<IpAddr>().map_err(|_| {
+                e(
+                    format!("{}[{i}]", k(what)),
+                    "is not an IP address (hostnames and ranges are not supported)",
+                )
+            })
+        })
+        .collect()
+}
+
+/// A connection's `proposals` (required, not empty): the IKE proposals, each with key exchanges supported.
+fn ike_proposals(list: Option<&[String]>, k: KeyOf, ok: Report) -> Vec<Proposal> {
+    let mut proposals = Vec::new();
+    match list {
+        None => ok(Err(e(
+            k("proposals"),
+            "is required (e.g. [\"aes256gcm16-prfsha384-ecp384\"])",
+        ))),
+        Some([]) => ok(Err(e(k("proposals"), "is empty"))),
+        Some(p) => {
+            for (i, s) in p.iter().enumerate() {
+                match Proposal::parse(Protocol::Ike, s) {
+                    Ok(p) => match ke_supported(&p) {
+                        Ok(()) => proposals.push(p),
+                        Err(why) => ok(Err(e(format!("{}[{i}]", k("proposals")), why))),
+                    },
+                    Err(x) => ok(Err(e(
+                        format!("{}[{i}]", k("proposals")),
+                        proposal_error(s, &x),
+                    ))),
+                }
+            }
+        }
+    }
+    proposals
+}
+
+/// A connection's `local` and `remote` sides (both required): `(None, None)` unless both parse.
+fn sides(
+    local: Option<toml::Value>,
+    remote: Option<toml::Value>,
+    base: &Path,
+    k: KeyOf,
+    ok: Report,
+) -> (Option<AuthRound>, Option<AuthRound>) {
+    let local = local.map(|v| auth(v, &k("local"), false, base));
+    let remote = remote.map(|v| auth(v, &k("remote"), true, base));
+    match (local, remote) {
+        (Some(Ok(l)), Some(Ok(r))) => (Some(l), Some(r)),
+        (l, r) => {
+            for (x, what) in [(l, "local"), (r, "remote")] {
+                match x {
+                    None => ok(Err(e(
+                        k(what),
+                        "is required (id and auth = \"psk\" or \"pubkey\" of this side)",
+                    ))),
+                    Some(Err(x)) => ok(Err(x)),
+                    Some(Ok(_)) => {}
+                }
+            }
+            (None, None)
+        }
+    }
+}
+
+/// A connection's pre-shared key: `psk` or `psk_file` (relative to `base`), not both; `None` if neither.
+fn psk(
+    psk: Option<Secret>,
+    psk_file: Option<String>,
+    base: &Path,
+    k: KeyOf,
+    ok: Report,
+) -> Option<netveil_ike::keys::Secret> {
+    match (psk, psk_file) {
+        (Some(_), Some(_)) => {
+            ok(Err(e(k("psk_file"), "give psk or psk_file, not both")));
+            None
+        }
+        (Some(s), None) => match decode_psk(&s) {
+            Ok(s) => Some(s),
+            Err(why) => {
+                ok(Err(e(k("psk"), why)));
+                None
+            }
+        },
+        (None, Some(f)) => match read_psk_file(&base.join(f)) {
+            Ok(s) => Some(s),
+            Err(why) => {
+                ok(Err(e(k("psk_file"), why)));
+                None
+            }
+        },
+        (None, None) => None,
+    }
+}
+
+/// A connection's times: `dpd_delay` (`None`: off), the IKE SA's lifetimes (`rekey_time`, `over_time`,
+/// `rand_time`) and `reauth_time`.
+fn ike_times(r: &mut RawConn, k: KeyOf, ok: Report) -> (Option<Duration>, Lifetimes, Duration) {
+    let dur = |v: Option<toml::Value>, what: &str, default: Duration| -> Duration {
+        match v.map(|v| duration(v, &k(what))) {
+            None => default,
+            Some(Ok(d)) => d,
+            Some(Err(x)) => {
+                ok(Err(x));
+                default
+            }
+        }
+    };
+    let dpd = dur(r.dpd_delay.take(), "dpd_delay", Duration::ZERO);
+    let rekey = dur(
+        r.rekey_time.take(),
+        "rekey_time",
+        Duration::from_secs(4 * 3600),
+    );
+    let reauth = dur(r.reauth_time.take(), "reauth_time", Duration::ZERO);
+    // swanctl: over_time defaults to 10% of rekey_time or reauth_time (the longer), rand_time to over_time (here
+    // at most 10% of the shorter, so that the defaults of `rekey_time = "1h"`, `reauth_time = "24h"` are valid).
+    let over = dur(r.over_time.take(), "over_time", rekey.max(reauth) / 10);
+    let shortest = [rekey, reauth].into_iter().filter(|d| !d.is_zero()).min();
+    let rand_default = match shortest {
+        Some(s) if over >= s => s / 10,
+        _ => over,
+    };
+    let rand = dur(r.rand_time.take(), "rand_time", rand_default);
+    if !rekey.is_zero() && rand >= rekey {
+        ok(Err(e(k("rand_time"), "must be below rekey_time")));
+    }
+    if !reauth.is_zero() && rand >= reauth {
+        ok(Err(e(k("rand_time"), "must be below reauth_time")));
+    }
+    let lifetimes = Lifetimes {
+        rekey,
+        life: rekey + over,
+        rand,
+    };
+    ((!dpd.is_zero()).then_some(dpd), lifetimes, reauth)
+}
+
+/// A connection's `children` (at least one), each named once.
+fn children(
+    raw: Option<Vec<toml::Value>>,
+    local_addrs: &[IpAddr],
+    remote_addrs: &[IpAddr],
+    k: KeyOf,
+    ok: Report,
+) -> Vec<ChildConfig> {
+    let mut children = Vec::new();
+    let raw_children = raw.unwrap_or_default();
+    if raw_children.is_empty() {
+        ok(Err(e(
+            k("children"),
+            "no child: add at least one [[ike.connection.children]]",
+        )));
+    }
+    for (i, c) in raw_children.into_iter().enumerate() {
+        let ck = format!("{}[{i}]", k("children"));
+        match child(c, &ck, local_addrs, remote_addrs) {
+            Ok(c) => {
+                if children.iter().any(|o: &ChildConfig| o.name == c.name) {
+                    ok(Err(e(format!("{ck}.name"), "names another child too")));
+                }
+                children.push(c);
+            }
+            Err(es) => es.into_iter().for_each(|x| ok(Err(x))),
+        }
+    }
+    children
 }
 
 fn child(

@@ -1,7 +1,7 @@
 //! The IP engine's nftables table: the fail-closed filters (covered traffic leaves only through the TUN or the
 //! daemon's own sockets, also when the daemon is gone) and the peer filter in front of the receive sockets.
 
-use crate::engines::ip::config::Config;
+use crate::engines::ip::config::{Config, PolicyRule};
 use crate::runtime::engine::nft_quote;
 use netveil_ipsec::Mode;
 use netveil_sa::policy::{Action, Direction};
@@ -170,9 +170,24 @@ pub fn nft_table_text(cfg: &Config, table: &str) -> Option<String> {
 /// [`nft_table_text`] with the key-exchange drivers' expected peers in the peer filter ([`KxPeers`]).
 pub fn nft_table_text_with(cfg: &Config, table: &str, kx: &KxPeers) -> Option<String> {
     let tun = nft_quote(&cfg.interface.name);
-    let mark = cfg.interface.socket_mark();
+    let input = input_rules(cfg, &tun);
+    let (output, forward) = outbound_rules(cfg, &tun);
+    let prerouting = nft_peer_filter_with(cfg, kx);
+    if input.is_empty() && output.is_empty() && prerouting.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "table inet {table} {{\n  chain prerouting {{\n    type filter hook prerouting priority -300; policy accept;\n{prerouting}  }}\n  \
+         chain input {{\n    type filter hook input priority -10; policy accept;\n{input}  }}\n  \
+         chain output {{\n    type filter hook output priority -10; policy accept;\n{output}  }}\n  \
+         chain forward {{\n    type filter hook forward priority -10; policy accept;\n{forward}  }}\n}}\n"
+    ))
+}
+
+/// The input chain's rules (`tun`: the TUN's name, quoted): the PSP key exchange's accept, then each inbound
+/// policy's in policy order.
+fn input_rules(cfg: &Config, tun: &str) -> String {
     let mut input = String::new();
-    let mut output = String::new();
     if let Some(c) = &cfg.psp {
         // The TLS key exchange travels in clear TCP between the outer addresses, from port to port (the connecting
         // side binds the port too): nothing else of the peer's is let through by this rule.
@@ -186,78 +201,90 @@ pub fn nft_table_text_with(cfg: &Config, table: &str, kx: &KxPeers) -> Option<St
         ));
     }
     for p in cfg.policies.iter().filter(|p| p.direction == Direction::In) {
-        let s = &p.selector;
-        match p.action {
-            Action::Protect(_) => {}
-            Action::Bypass => {
-                // In policy order, as the daemon decides: clear traffic a bypass policy lets in is not dropped by
-                // a protect policy further down (the IKE driver's bypass for the peer's IKE datagrams).
-                let (full, _) = nft_match(s);
-                input.push_str(&format!(
-                    "    iifname != {tun} {full} accept {}\n",
-                    comment(&p.name, None)
-                ));
-                continue;
-            }
-            Action::Discard => continue,
-        }
-        let (sel, fam) = nft_match(&netveil_sa::policy::Selector {
-            proto: None,
-            src_ports: netveil_sa::policy::PortRange::ANY,
-            dst_ports: netveil_sa::policy::PortRange::ANY,
-            ..s.clone()
-        });
-        // The UDP port the protected form of this traffic arrives on.
-        let udp_port = if p.psp {
-            netveil_psp::UDP_PORT
-        } else {
-            cfg.interface.nat_t_port
-        };
-        let mut m = format!("iifname != {tun} {sel}");
-        if fam == "ip6" && matches!(s.proto, None | Some(58)) {
-            // IPv6 neighbour discovery between the peers (transport mode) is never protected: dropping it would
-            // leave the peer's link-layer address unresolved and nothing, ESP included, could be sent to it.
+        input_policy_rules(cfg, tun, p, &mut input);
+    }
+    input
+}
+
+/// The input rules of one inbound policy: a bypass policy's accept; a protect policy's drop of the clear traffic it
+/// covers (neighbour discovery and the protected forms' protocols and port let through); none for a discard policy.
+fn input_policy_rules(cfg: &Config, tun: &str, p: &PolicyRule, input: &mut String) {
+    let s = &p.selector;
+    match p.action {
+        Action::Protect(_) => {}
+        Action::Bypass => {
+            // In policy order, as the daemon decides: clear traffic a bypass policy lets in is not dropped by
+            // a protect policy further down (the IKE driver's bypass for the peer's IKE datagrams).
+            let (full, _) = nft_match(s);
             input.push_str(&format!(
-                "    {m} icmpv6 type {ND_TYPES} accept {}\n",
-                comment(&p.name, Some("neighbour discovery"))
+                "    iifname != {tun} {full} accept {}\n",
+                comment(&p.name, None)
+            ));
+            return;
+        }
+        Action::Discard => return,
+    }
+    let (sel, fam) = nft_match(&netveil_sa::policy::Selector {
+        proto: None,
+        src_ports: netveil_sa::policy::PortRange::ANY,
+        dst_ports: netveil_sa::policy::PortRange::ANY,
+        ..s.clone()
+    });
+    // The UDP port the protected form of this traffic arrives on.
+    let udp_port = if p.psp {
+        netveil_psp::UDP_PORT
+    } else {
+        cfg.interface.nat_t_port
+    };
+    let mut m = format!("iifname != {tun} {sel}");
+    if fam == "ip6" && matches!(s.proto, None | Some(58)) {
+        // IPv6 neighbour discovery between the peers (transport mode) is never protected: dropping it would
+        // leave the peer's link-layer address unresolved and nothing, ESP included, could be sent to it.
+        input.push_str(&format!(
+            "    {m} icmpv6 type {ND_TYPES} accept {}\n",
+            comment(&p.name, Some("neighbour discovery"))
+        ));
+    }
+    match s.proto {
+        Some(17) => {
+            m.push_str(&nft_ports(s, "udp"));
+            input.push_str(&format!(
+                "    {m} udp dport != {udp_port} counter drop {}\n",
+                comment(&p.name, None)
             ));
         }
-        match s.proto {
-            Some(17) => {
-                m.push_str(&nft_ports(s, "udp"));
-                input.push_str(&format!(
-                    "    {m} udp dport != {udp_port} counter drop {}\n",
-                    comment(&p.name, None)
-                ));
-            }
-            Some(6) => {
-                m.push_str(&nft_ports(s, "tcp"));
-                input.push_str(&format!(
-                    "    {m} counter drop {}\n",
-                    comment(&p.name, None)
-                ));
-            }
-            Some(x) => input.push_str(&format!(
-                "    {m} meta l4proto {x} counter drop {}\n",
+        Some(6) => {
+            m.push_str(&nft_ports(s, "tcp"));
+            input.push_str(&format!(
+                "    {m} counter drop {}\n",
                 comment(&p.name, None)
-            )),
-            None => {
-                let allowed = if p.psp { "17" } else { "{ 17, 50, 51 }" };
-                input.push_str(&format!(
-                    "    {m} meta l4proto != {allowed} counter drop {}\n",
-                    comment(&p.name, None)
-                ));
-                input.push_str(&format!(
-                    "    {m} udp dport != {udp_port} counter drop {}\n",
-                    comment(&p.name, None)
-                ));
-            }
+            ));
+        }
+        Some(x) => input.push_str(&format!(
+            "    {m} meta l4proto {x} counter drop {}\n",
+            comment(&p.name, None)
+        )),
+        None => {
+            let allowed = if p.psp { "17" } else { "{ 17, 50, 51 }" };
+            input.push_str(&format!(
+                "    {m} meta l4proto != {allowed} counter drop {}\n",
+                comment(&p.name, None)
+            ));
+            input.push_str(&format!(
+                "    {m} udp dport != {udp_port} counter drop {}\n",
+                comment(&p.name, None)
+            ));
         }
     }
-    // Outbound, in policy order (the first match decides, as in the daemon). Locally sent packets are matched by
-    // destination (and protocol and ports) whatever their source: once the TUN and its addresses are gone, the
-    // kernel picks another source address for the same traffic. Forwarded packets keep their source, so the
-    // forward chain matches the whole selector.
+}
+
+/// The output and forward chains' rules (`tun`: the TUN's name, quoted), in policy order (the first match decides,
+/// as in the daemon). Locally sent packets are matched by destination (and protocol and ports) whatever their
+/// source: once the TUN and its addresses are gone, the kernel picks another source address for the same traffic.
+/// Forwarded packets keep their source, so the forward chain matches the whole selector.
+fn outbound_rules(cfg: &Config, tun: &str) -> (String, String) {
+    let mark = cfg.interface.socket_mark();
+    let mut output = String::new();
     let mut forward = String::new();
     for p in cfg
         .policies
@@ -273,55 +300,61 @@ pub fn nft_table_text_with(cfg: &Config, table: &str, kx: &KxPeers) -> Option<St
             ..s.clone()
         };
         for (chain, sel) in [(&mut output, &any_src), (&mut forward, s)] {
-            let (m, fam) = nft_match(sel);
-            match p.action {
-                Action::Bypass => {
-                    // Only with the selector's own source (which a stopped daemon's traffic may no longer have:
-                    // then a drop below applies).
-                    let (full, _) = nft_match(s);
-                    chain.push_str(&format!("    {full} accept {}\n", comment(&p.name, None)));
-                    continue;
-                }
-                Action::Protect(_) | Action::Discard => {}
-            }
-            if fam == "ip6" && matches!(s.proto, None | Some(58)) {
-                chain.push_str(&format!(
-                    "    {m} icmpv6 type {ND_TYPES} accept {}\n",
-                    comment(&p.name, Some("neighbour discovery"))
-                ));
-            }
-            let guard = format!("oifname != {tun} meta mark != {mark:#x} counter drop");
-            if !s.src_ports.is_any() || !s.dst_ports.is_any() {
-                // Later fragments carry no ports: between these addresses they are covered as well (RFC 4301 7).
-                let (addrs, _) = nft_match(&netveil_sa::policy::Selector {
-                    proto: None,
-                    src_ports: netveil_sa::policy::PortRange::ANY,
-                    dst_ports: netveil_sa::policy::PortRange::ANY,
-                    ..sel.clone()
-                });
-                let frag = if fam == "ip" {
-                    "ip frag-off & 0x1fff != 0"
-                } else {
-                    "exthdr frag frag-off != 0"
-                };
-                chain.push_str(&format!(
-                    "    {addrs} {frag} {guard} {}\n",
-                    comment(&p.name, Some("later fragments"))
-                ));
-            }
-            chain.push_str(&format!("    {m} {guard} {}\n", comment(&p.name, None)));
+            outbound_policy_rules(tun, mark, p, sel, chain);
         }
     }
-    let prerouting = nft_peer_filter_with(cfg, kx);
-    if input.is_empty() && output.is_empty() && prerouting.is_empty() {
-        return None;
+    (output, forward)
+}
+
+/// One outbound policy's rules in one chain, matching `sel` (the policy's selector, or the output chain's with any
+/// source): a bypass policy's accept (with the selector's own source); a protect or discard policy's drop of what
+/// leaves neither through the TUN nor with the daemon's `mark` (neighbour discovery let through, later fragments
+/// covered).
+fn outbound_policy_rules(
+    tun: &str,
+    mark: u32,
+    p: &PolicyRule,
+    sel: &netveil_sa::policy::Selector,
+    chain: &mut String,
+) {
+    let s = &p.selector;
+    let (m, fam) = nft_match(sel);
+    match p.action {
+        Action::Bypass => {
+            // Only with the selector's own source (which a stopped daemon's traffic may no longer have:
+            // then a drop below applies).
+            let (full, _) = nft_match(s);
+            chain.push_str(&format!("    {full} accept {}\n", comment(&p.name, None)));
+            return;
+        }
+        Action::Protect(_) | Action::Discard => {}
     }
-    Some(format!(
-        "table inet {table} {{\n  chain prerouting {{\n    type filter hook prerouting priority -300; policy accept;\n{prerouting}  }}\n  \
-         chain input {{\n    type filter hook input priority -10; policy accept;\n{input}  }}\n  \
-         chain output {{\n    type filter hook output priority -10; policy accept;\n{output}  }}\n  \
-         chain forward {{\n    type filter hook forward priority -10; policy accept;\n{forward}  }}\n}}\n"
-    ))
+    if fam == "ip6" && matches!(s.proto, None | Some(58)) {
+        chain.push_str(&format!(
+            "    {m} icmpv6 type {ND_TYPES} accept {}\n",
+            comment(&p.name, Some("neighbour discovery"))
+        ));
+    }
+    let guard = format!("oifname != {tun} meta mark != {mark:#x} counter drop");
+    if !s.src_ports.is_any() || !s.dst_ports.is_any() {
+        // Later fragments carry no ports: between these addresses they are covered as well (RFC 4301 7).
+        let (addrs, _) = nft_match(&netveil_sa::policy::Selector {
+            proto: None,
+            src_ports: netveil_sa::policy::PortRange::ANY,
+            dst_ports: netveil_sa::policy::PortRange::ANY,
+            ..sel.clone()
+        });
+        let frag = if fam == "ip" {
+            "ip frag-off & 0x1fff != 0"
+        } else {
+            "exthdr frag frag-off != 0"
+        };
+        chain.push_str(&format!(
+            "    {addrs} {frag} {guard} {}\n",
+            comment(&p.name, Some("later fragments"))
+        ));
+    }
+    chain.push_str(&format!("    {m} {guard} {}\n", comment(&p.name, None)));
 }
 
 #[cfg(test)]

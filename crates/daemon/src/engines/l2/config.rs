@@ -190,6 +190,246 @@ pub fn read_signing_key(key: &str, path: &Path) -> std::result::Result<SigningKe
     Ok(SigningKey::from_bytes(&seed))
 }
 
+/// A file name of the configuration: relative ones are relative to `base`.
+fn file_in(base: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+/// `l2sec.interface` (required) and `l2sec.tap` (default `l2s0`): interface names, not the same one.
+fn ports(
+    interface: Option<String>,
+    tap: Option<String>,
+) -> std::result::Result<(String, String), ConfigError> {
+    let Some(interface) = interface.filter(|s| !s.is_empty()) else {
+        return cerr(
+            "l2sec.interface",
+            "is required (the LAN port, e.g. \"eth0\")",
+        );
+    };
+    // Both reach the nftables table, commands and log lines: the one rule of names.
+    crate::runtime::names::check_ifname("l2sec.interface", &interface)?;
+    let tap = tap.unwrap_or_else(|| "l2s0".into());
+    crate::runtime::names::check_ifname("l2sec.tap", &tap)?;
+    if tap == interface {
+        return cerr("l2sec.tap", "must differ from l2sec.interface");
+    }
+    Ok((interface, tap))
+}
+
+/// `l2sec.address`: `ADDRESS/PREFIX`, IPv4.
+fn address(a: Option<String>) -> std::result::Result<Option<(Ipv4Addr, u8)>, ConfigError> {
+    let Some(a) = a else {
+        return Ok(None);
+    };
+    let Some((ip, len)) = a.split_once('/') else {
+        return cerr(
+            "l2sec.address",
+            "must be ADDRESS/PREFIX, e.g. 192.0.2.10/24 (value not shown)",
+        );
+    };
+    let (Ok(ip), Ok(len)) = (ip.parse::<Ipv4Addr>(), len.parse::<u8>()) else {
+        return cerr(
+            "l2sec.address",
+            "is not an IPv4 address with a prefix length (value not shown)",
+        );
+    };
+    if len > 32 {
+        return cerr("l2sec.address", "has a prefix length above 32");
+    }
+    Ok(Some((ip, len)))
+}
+
+/// The group secret (`l2sec.group_secret`, hex, or `l2sec.group_secret_file`; one of them) and the key that gave
+/// it (a short secret from the file is the file's error).
+fn group_secret(
+    secret: Option<String>,
+    secret_file: Option<String>,
+    base: &Path,
+) -> std::result::Result<(Zeroizing<Vec<u8>>, &'static str), ConfigError> {
+    Ok(match (secret, secret_file) {
+        (Some(_), Some(_)) => {
+            return cerr(
+                "l2sec.group_secret",
+                "give group_secret or group_secret_file, not both",
+            )
+        }
+        (Some(s), None) => (hex_bytes("l2sec.group_secret", &s)?, "l2sec.group_secret"),
+        (None, Some(f)) => {
+            let k = "l2sec.group_secret_file";
+            let c = crate::runtime::secret_file::read(
+                &file_in(base, &f),
+                crate::runtime::secret_file::Level::Secret,
+            )
+            .or_else(|e| cerr(k, e.without_path()))?;
+            (
+                hex_bytes(k, c.text().or_else(|e| cerr(k, e.without_path()))?.trim())?,
+                k,
+            )
+        }
+        (None, None) => {
+            return cerr(
+                "l2sec.group_secret",
+                "is required (the network's shared group secret, hex; or group_secret_file)",
+            )
+        }
+    })
+}
+
+/// `l2sec.group_suite` (default `aes128gcm`) and `l2sec.suites` (default: the group suite).
+fn suites(
+    group_suite: Option<String>,
+    list: Option<Vec<String>>,
+    allow: Insecure,
+) -> std::result::Result<(Suite, Vec<Suite>), ConfigError> {
+    let group_suite = suite(
+        "l2sec.group_suite",
+        group_suite.as_deref().unwrap_or("aes128gcm"),
+        allow,
+    )?;
+    let suites = match list {
+        None => vec![group_suite],
+        Some(v) if v.is_empty() => return cerr("l2sec.suites", "must name at least one suite"),
+        Some(v) => v
+            .iter()
+            .enumerate()
+            .map(|(i, s)| suite(&format!("l2sec.suites[{i}]"), s, allow))
+            .collect::<std::result::Result<Vec<_>, _>>()?,
+    };
+    Ok((group_suite, suites))
+}
+
+/// `l2sec.dh_groups` (default: X25519).
+fn dh_groups(list: Option<Vec<String>>) -> std::result::Result<Vec<DhGroup>, ConfigError> {
+    Ok(match list {
+        None => vec![DhGroup::X25519],
+        Some(v) if v.is_empty() => return cerr("l2sec.dh_groups", "must name at least one group"),
+        Some(v) => v
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                DhGroup::from_name(g).map_or_else(
+                    || {
+                        cerr(
+                            &format!("l2sec.dh_groups[{i}]"),
+                            "unknown group (x25519, modp2048 or modp3072; value not shown)",
+                        )
+                    },
+                    Ok,
+                )
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?,
+    })
+}
+
+/// `l2sec.lifetime_seconds` and `l2sec.rekey_margin_seconds` (below the lifetime), in seconds.
+fn lifetimes(
+    lifetime: Option<i64>,
+    margin: Option<i64>,
+) -> std::result::Result<(u64, u64), ConfigError> {
+    let lifetime = int_in(
+        "l2sec.lifetime_seconds",
+        lifetime.unwrap_or(3600),
+        2,
+        86400 * 7,
+    )? as u64;
+    let margin = int_in(
+        "l2sec.rekey_margin_seconds",
+        margin.unwrap_or((lifetime / 12).min(300) as i64),
+        1,
+        86400,
+    )? as u64;
+    if margin >= lifetime {
+        return cerr(
+            "l2sec.rekey_margin_seconds",
+            "must be below lifetime_seconds",
+        );
+    }
+    Ok((lifetime, margin))
+}
+
+/// `l2sec.ethertype` (default 0x88b5): none of a protocol l2sec carries.
+fn ethertype(v: Option<i64>) -> std::result::Result<u16, ConfigError> {
+    let ethertype = int_in("l2sec.ethertype", v.unwrap_or(0x88b5), 0x0600, 0xffff)? as u16;
+    if matches!(ethertype, 0x0800 | 0x0806 | 0x86dd | 0x8100 | 0x88a8) {
+        return cerr(
+            "l2sec.ethertype",
+            "belongs to a protocol l2sec carries (IPv4, ARP, IPv6, VLAN): use 0x88b5 or 0x1982",
+        );
+    }
+    Ok(ethertype)
+}
+
+/// The peers' keys and address bindings.
+type Peers = (HashMap<[u8; 6], VerifyingKey>, HashMap<[u8; 6], Ipv4Addr>);
+
+/// The `[[l2sec.peer]]` tables: each peer's public key by MAC (each MAC once), and the address bindings (each
+/// address a host's, not this host's `address`, bound once).
+fn peers(
+    raw: Vec<toml::Value>,
+    address: Option<(Ipv4Addr, u8)>,
+) -> std::result::Result<Peers, ConfigError> {
+    let mut peers = HashMap::new();
+    let mut peer_ips: HashMap<[u8; 6], Ipv4Addr> = HashMap::new();
+    for (i, p) in raw.into_iter().enumerate() {
+        let p: RawPeer = crate::runtime::config::typed(p, &format!("l2sec.peer[{i}]"))?;
+        let k = |f: &str| format!("l2sec.peer[{i}].{f}");
+        let Some(mac) = p.mac.as_deref().and_then(parse_mac) else {
+            return cerr(&k("mac"), "is required, as aa:bb:cc:dd:ee:ff");
+        };
+        let Some(pk) = p.public_key.as_deref() else {
+            return cerr(&k("public_key"), "is required (64 hex digits)");
+        };
+        let b = hex_bytes(&k("public_key"), pk)?;
+        let Ok(arr) = <[u8; 32]>::try_from(b.as_slice()) else {
+            return cerr(&k("public_key"), "must be 32 bytes (64 hex digits)");
+        };
+        let Ok(vk) = VerifyingKey::from_bytes(&arr) else {
+            return cerr(&k("public_key"), "is not a valid Ed25519 public key");
+        };
+        if peers.insert(mac, vk).is_some() {
+            return cerr(&k("mac"), "appears twice");
+        }
+        if let Some(ip) = p.ip.as_deref() {
+            let Ok(ip) = ip.parse::<Ipv4Addr>() else {
+                return cerr(&k("ip"), "is not an IPv4 address (value not shown)");
+            };
+            if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+                return cerr(&k("ip"), "is not a host address");
+            }
+            if address.is_some_and(|(own, _)| own == ip) {
+                return cerr(&k("ip"), "is this host's address");
+            }
+            if peer_ips.values().any(|o| *o == ip) {
+                return cerr(&k("ip"), "is bound to another peer already");
+            }
+            peer_ips.insert(mac, ip);
+        }
+    }
+    Ok((peers, peer_ips))
+}
+
+/// `l2sec.control_socket` (default: `RUN_DIR/TAP.sock`) and `l2sec.control_group`.
+fn control(
+    socket: Option<String>,
+    group: Option<String>,
+    tap: &str,
+) -> std::result::Result<(PathBuf, Option<u32>), ConfigError> {
+    let control_socket = socket
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(format!("{RUN_DIR}/{tap}.sock")));
+    // It reaches a log line.
+    crate::runtime::names::check_text("l2sec.control_socket", &control_socket.to_string_lossy())?;
+    let control_group = group
+        .map(|g| crate::runtime::config::control_group("l2sec.control_group", &g))
+        .transpose()?;
+    Ok((control_socket, control_group))
+}
+
 impl L2Config {
     /// Is this text an l2sec configuration (a top-level `[l2sec]` table)?
     pub fn is_l2sec(text: &str) -> bool {
@@ -231,75 +471,9 @@ impl L2Config {
         base: &Path,
     ) -> std::result::Result<L2Config, ConfigError> {
         let r: RawL2 = crate::runtime::config::typed(l2, "l2sec")?;
-        let file = |p: &str| -> PathBuf {
-            let p = Path::new(p);
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                base.join(p)
-            }
-        };
-        let Some(interface) = r.interface.filter(|s| !s.is_empty()) else {
-            return cerr(
-                "l2sec.interface",
-                "is required (the LAN port, e.g. \"eth0\")",
-            );
-        };
-        // Both reach the nftables table, commands and log lines: the one rule of names.
-        crate::runtime::names::check_ifname("l2sec.interface", &interface)?;
-        let tap = r.tap.unwrap_or_else(|| "l2s0".into());
-        crate::runtime::names::check_ifname("l2sec.tap", &tap)?;
-        if tap == interface {
-            return cerr("l2sec.tap", "must differ from l2sec.interface");
-        }
-        let address = match r.address {
-            None => None,
-            Some(a) => {
-                let Some((ip, len)) = a.split_once('/') else {
-                    return cerr(
-                        "l2sec.address",
-                        "must be ADDRESS/PREFIX, e.g. 192.0.2.10/24 (value not shown)",
-                    );
-                };
-                let (Ok(ip), Ok(len)) = (ip.parse::<Ipv4Addr>(), len.parse::<u8>()) else {
-                    return cerr(
-                        "l2sec.address",
-                        "is not an IPv4 address with a prefix length (value not shown)",
-                    );
-                };
-                if len > 32 {
-                    return cerr("l2sec.address", "has a prefix length above 32");
-                }
-                Some((ip, len))
-            }
-        };
-        // (The key that gave it: a short secret from the file is the file's error.)
-        let (group_secret, secret_key) =
-            match (r.group_secret, r.group_secret_file) {
-                (Some(_), Some(_)) => {
-                    return cerr(
-                        "l2sec.group_secret",
-                        "give group_secret or group_secret_file, not both",
-                    )
-                }
-                (Some(s), None) => (hex_bytes("l2sec.group_secret", &s)?, "l2sec.group_secret"),
-                (None, Some(f)) => {
-                    let k = "l2sec.group_secret_file";
-                    let c = crate::runtime::secret_file::read(
-                        &file(&f),
-                        crate::runtime::secret_file::Level::Secret,
-                    )
-                    .or_else(|e| cerr(k, e.without_path()))?;
-                    (
-                        hex_bytes(k, c.text().or_else(|e| cerr(k, e.without_path()))?.trim())?,
-                        k,
-                    )
-                }
-                (None, None) => return cerr(
-                    "l2sec.group_secret",
-                    "is required (the network's shared group secret, hex; or group_secret_file)",
-                ),
-            };
+        let (interface, tap) = ports(r.interface, r.tap)?;
+        let address = address(r.address)?;
+        let (group_secret, secret_key) = group_secret(r.group_secret, r.group_secret_file, base)?;
         if group_secret.len() < 16 {
             return cerr(
                 secret_key,
@@ -310,113 +484,15 @@ impl L2Config {
             ecb: r.insecure_ecb,
             null: r.insecure_null,
         };
-        let group_suite = suite(
-            "l2sec.group_suite",
-            r.group_suite.as_deref().unwrap_or("aes128gcm"),
-            allow,
-        )?;
-        let suites = match r.suites {
-            None => vec![group_suite],
-            Some(v) if v.is_empty() => return cerr("l2sec.suites", "must name at least one suite"),
-            Some(v) => v
-                .iter()
-                .enumerate()
-                .map(|(i, s)| suite(&format!("l2sec.suites[{i}]"), s, allow))
-                .collect::<std::result::Result<Vec<_>, _>>()?,
-        };
-        let groups = match r.dh_groups {
-            None => vec![DhGroup::X25519],
-            Some(v) if v.is_empty() => {
-                return cerr("l2sec.dh_groups", "must name at least one group")
-            }
-            Some(v) => v
-                .iter()
-                .enumerate()
-                .map(|(i, g)| {
-                    DhGroup::from_name(g).map_or_else(
-                        || {
-                            cerr(
-                                &format!("l2sec.dh_groups[{i}]"),
-                                "unknown group (x25519, modp2048 or modp3072; value not shown)",
-                            )
-                        },
-                        Ok,
-                    )
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()?,
-        };
-        let lifetime = int_in(
-            "l2sec.lifetime_seconds",
-            r.lifetime_seconds.unwrap_or(3600),
-            2,
-            86400 * 7,
-        )? as u64;
-        let margin = int_in(
-            "l2sec.rekey_margin_seconds",
-            r.rekey_margin_seconds
-                .unwrap_or((lifetime / 12).min(300) as i64),
-            1,
-            86400,
-        )? as u64;
-        if margin >= lifetime {
-            return cerr(
-                "l2sec.rekey_margin_seconds",
-                "must be below lifetime_seconds",
-            );
-        }
-        let ethertype = int_in(
-            "l2sec.ethertype",
-            r.ethertype.unwrap_or(0x88b5),
-            0x0600,
-            0xffff,
-        )? as u16;
-        if matches!(ethertype, 0x0800 | 0x0806 | 0x86dd | 0x8100 | 0x88a8) {
-            return cerr(
-                "l2sec.ethertype",
-                "belongs to a protocol l2sec carries (IPv4, ARP, IPv6, VLAN): use 0x88b5 or 0x1982",
-            );
-        }
+        let (group_suite, suites) = suites(r.group_suite, r.suites, allow)?;
+        let groups = dh_groups(r.dh_groups)?;
+        let (lifetime, margin) = lifetimes(r.lifetime_seconds, r.rekey_margin_seconds)?;
+        let ethertype = ethertype(r.ethertype)?;
         let signing_key = match r.signing_key {
-            Some(p) => Some(read_signing_key("l2sec.signing_key", &file(&p))?),
+            Some(p) => Some(read_signing_key("l2sec.signing_key", &file_in(base, &p))?),
             None => None,
         };
-        let mut peers = HashMap::new();
-        let mut peer_ips: HashMap<[u8; 6], Ipv4Addr> = HashMap::new();
-        for (i, p) in r.peer.into_iter().enumerate() {
-            let p: RawPeer = crate::runtime::config::typed(p, &format!("l2sec.peer[{i}]"))?;
-            let k = |f: &str| format!("l2sec.peer[{i}].{f}");
-            let Some(mac) = p.mac.as_deref().and_then(parse_mac) else {
-                return cerr(&k("mac"), "is required, as aa:bb:cc:dd:ee:ff");
-            };
-            let Some(pk) = p.public_key.as_deref() else {
-                return cerr(&k("public_key"), "is required (64 hex digits)");
-            };
-            let b = hex_bytes(&k("public_key"), pk)?;
-            let Ok(arr) = <[u8; 32]>::try_from(b.as_slice()) else {
-                return cerr(&k("public_key"), "must be 32 bytes (64 hex digits)");
-            };
-            let Ok(vk) = VerifyingKey::from_bytes(&arr) else {
-                return cerr(&k("public_key"), "is not a valid Ed25519 public key");
-            };
-            if peers.insert(mac, vk).is_some() {
-                return cerr(&k("mac"), "appears twice");
-            }
-            if let Some(ip) = p.ip.as_deref() {
-                let Ok(ip) = ip.parse::<Ipv4Addr>() else {
-                    return cerr(&k("ip"), "is not an IPv4 address (value not shown)");
-                };
-                if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
-                    return cerr(&k("ip"), "is not a host address");
-                }
-                if address.is_some_and(|(own, _)| own == ip) {
-                    return cerr(&k("ip"), "is this host's address");
-                }
-                if peer_ips.values().any(|o| *o == ip) {
-                    return cerr(&k("ip"), "is bound to another peer already");
-                }
-                peer_ips.insert(mac, ip);
-            }
-        }
+        let (peers, peer_ips) = peers(r.peer, address)?;
         // Signatures are what makes a peer's group frames its own: on by default as soon as peers are listed.
         let require_signatures = r.require_signatures.unwrap_or(!peers.is_empty());
         if require_signatures && peers.is_empty() {
@@ -445,22 +521,10 @@ impl L2Config {
             Some(m) => Some(int_in("l2sec.mtu", m, 576, 9000)? as u16),
             None => None,
         };
-        let control_socket = r
-            .control_socket
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(format!("{RUN_DIR}/{tap}.sock")));
-        // It reaches a log line.
-        crate::runtime::names::check_text(
-            "l2sec.control_socket",
-            &control_socket.to_string_lossy(),
-        )?;
-        let control_group = r
-            .control_group
-            .map(|g| crate::runtime::config::control_group("l2sec.control_group", &g))
-            .transpose()?;
+        let (control_socket, control_group) = control(r.control_socket, r.control_group, &tap)?;
         let state_dir = match r.state_dir {
             Some(d) if d.is_empty() => return cerr("l2sec.state_dir", "must not be empty"),
-            Some(d) => file(&d),
+            Some(d) => file_in(base, &d),
             None => PathBuf::from(crate::runtime::state::DEFAULT_STATE_DIR),
         };
         Ok(L2Config {

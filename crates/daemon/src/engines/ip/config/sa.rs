@@ -92,53 +92,13 @@ pub(crate) fn parse_sa(
         None => return err(k("spi"), "missing"),
         Some(v) => int_in(&k("spi"), v, 256, u32::MAX as i64)? as u32,
     };
-    let proto = s.protocol.as_deref().unwrap_or("esp");
-    let suite_name = match s.suite.as_deref() {
-        Some(x) => x,
-        None => return err(k("suite"), "missing (e.g. 'aes128gcm16')"),
-    };
-    let suite = match proto {
-        "esp" => Suite::Esp(
-            EspSuite::parse(suite_name, interface.allow_null_null)
-                .or_else(|e| err(k("suite"), suite_error(&e)))?,
-        ),
-        "ah" => {
-            Suite::Ah(AhSuite::parse(suite_name).or_else(|e| err(k("suite"), suite_error(&e)))?)
-        }
-        _ => return err(k("protocol"), "must be 'esp' or 'ah'"),
-    };
-    let mode = match s.mode.as_deref().unwrap_or("tunnel") {
-        "transport" => {
-            if s.local.is_some() || s.remote.is_some() {
-                // Allowed but unused in transport mode: the packet's own addresses are used.
-            }
-            Mode::Transport
-        }
-        "tunnel" => {
-            let local = parse_ip(
-                &k("local"),
-                s.local.as_deref().ok_or_else(|| ConfigError {
-                    key: k("local"),
-                    reason: "missing (the local tunnel endpoint address)".into(),
-                })?,
-            )?;
-            let remote = parse_ip(
-                &k("remote"),
-                s.remote.as_deref().ok_or_else(|| ConfigError {
-                    key: k("remote"),
-                    reason: "missing (the remote tunnel endpoint address)".into(),
-                })?,
-            )?;
-            if local.is_ipv4() != remote.is_ipv4() {
-                return err(
-                    k("remote"),
-                    "local and remote must be of the same address family",
-                );
-            }
-            Mode::Tunnel { local, remote }
-        }
-        _ => return err(k("mode"), "must be 'tunnel' or 'transport'"),
-    };
+    let suite = sa_suite(k, s.protocol.as_deref(), s.suite.as_deref(), interface)?;
+    let mode = sa_mode(
+        k,
+        s.mode.as_deref(),
+        s.local.as_deref(),
+        s.remote.as_deref(),
+    )?;
     let enc_key = match &s.enc_key {
         Some(h) => parse_hex(&k("enc_key"), h)?,
         None => zeroize::Zeroizing::new(vec![]),
@@ -152,28 +112,14 @@ pub(crate) fn parse_sa(
         None => DEFAULT_REPLAY_WINDOW,
         Some(w) => int_in(&k("replay_window"), w, 64, 1 << 20)? as u32,
     };
-    let encap = match s.encap.as_deref() {
-        None | Some("none") => None,
-        Some("udp") => {
-            if matches!(suite, Suite::Ah(_)) {
-                return err(
-                    k("encap"),
-                    "UDP encapsulation (RFC 3948) is defined for ESP only",
-                );
-            }
-            Some(UdpEncap {
-                local_port: int_in(
-                    &k("local_port"),
-                    s.local_port.unwrap_or(interface.nat_t_port as i64),
-                    1,
-                    65535,
-                )? as u16,
-                remote_port: int_in(&k("remote_port"), s.remote_port.unwrap_or(4500), 1, 65535)?
-                    as u16,
-            })
-        }
-        Some(_) => return err(k("encap"), "must be 'udp' or 'none'"),
-    };
+    let encap = sa_encap(
+        k,
+        suite,
+        s.encap.as_deref(),
+        s.local_port,
+        s.remote_port,
+        interface,
+    )?;
     let tfc_pad_to = int_in(
         &k("tfc_pad_to"),
         s.tfc_pad_to.unwrap_or(0),
@@ -183,33 +129,7 @@ pub(crate) fn parse_sa(
     if tfc_pad_to > 0 && (mode == Mode::Transport || matches!(suite, Suite::Ah(_))) {
         return err(k("tfc_pad_to"), "TFC padding needs ESP in tunnel mode");
     }
-    let l = s.lifetime.unwrap_or_default();
-    let lifetime = Lifetime {
-        soft: Limits {
-            bytes: opt_u64(&k("lifetime.soft_bytes"), l.soft_bytes)?,
-            packets: opt_u64(&k("lifetime.soft_packets"), l.soft_packets)?,
-            seconds: opt_u64(&k("lifetime.soft_seconds"), l.soft_seconds)?,
-        },
-        hard: Limits {
-            bytes: opt_u64(&k("lifetime.hard_bytes"), l.hard_bytes)?,
-            packets: opt_u64(&k("lifetime.hard_packets"), l.hard_packets)?,
-            seconds: opt_u64(&k("lifetime.hard_seconds"), l.hard_seconds)?,
-        },
-    };
-    for (soft, hard, f) in [
-        (lifetime.soft.bytes, lifetime.hard.bytes, "bytes"),
-        (lifetime.soft.packets, lifetime.hard.packets, "packets"),
-        (lifetime.soft.seconds, lifetime.hard.seconds, "seconds"),
-    ] {
-        if let (Some(s), Some(h)) = (soft, hard) {
-            if s >= h {
-                return err(
-                    k(&format!("lifetime.soft_{f}")),
-                    format!("must be below lifetime.hard_{f}"),
-                );
-            }
-        }
-    }
+    let lifetime = sa_lifetime(k, s.lifetime.unwrap_or_default())?;
     if direction == Direction::In
         && others.iter().any(|o| {
             o.direction == Direction::In
@@ -237,6 +157,136 @@ pub(crate) fn parse_sa(
         tfc_pad_to,
         first_seq: 1,
     })
+}
+
+/// An SA's suite: `suite` (required) read as `protocol`'s (`esp`, the default, or `ah`). A missing suite is
+/// reported before an unknown protocol.
+fn sa_suite(
+    k: &dyn Fn(&str) -> String,
+    protocol: Option<&str>,
+    suite: Option<&str>,
+    interface: &Interface,
+) -> Result<Suite, ConfigError> {
+    let proto = protocol.unwrap_or("esp");
+    let suite_name = match suite {
+        Some(x) => x,
+        None => return err(k("suite"), "missing (e.g. 'aes128gcm16')"),
+    };
+    Ok(match proto {
+        "esp" => Suite::Esp(
+            EspSuite::parse(suite_name, interface.allow_null_null)
+                .or_else(|e| err(k("suite"), suite_error(&e)))?,
+        ),
+        "ah" => {
+            Suite::Ah(AhSuite::parse(suite_name).or_else(|e| err(k("suite"), suite_error(&e)))?)
+        }
+        _ => return err(k("protocol"), "must be 'esp' or 'ah'"),
+    })
+}
+
+/// An SA's mode (`tunnel`, the default, with its `local` and `remote` endpoints of one family, or `transport`).
+fn sa_mode(
+    k: &dyn Fn(&str) -> String,
+    mode: Option<&str>,
+    local: Option<&str>,
+    remote: Option<&str>,
+) -> Result<Mode, ConfigError> {
+    Ok(match mode.unwrap_or("tunnel") {
+        "transport" => {
+            if local.is_some() || remote.is_some() {
+                // Allowed but unused in transport mode: the packet's own addresses are used.
+            }
+            Mode::Transport
+        }
+        "tunnel" => {
+            let local = parse_ip(
+                &k("local"),
+                local.ok_or_else(|| ConfigError {
+                    key: k("local"),
+                    reason: "missing (the local tunnel endpoint address)".into(),
+                })?,
+            )?;
+            let remote = parse_ip(
+                &k("remote"),
+                remote.ok_or_else(|| ConfigError {
+                    key: k("remote"),
+                    reason: "missing (the remote tunnel endpoint address)".into(),
+                })?,
+            )?;
+            if local.is_ipv4() != remote.is_ipv4() {
+                return err(
+                    k("remote"),
+                    "local and remote must be of the same address family",
+                );
+            }
+            Mode::Tunnel { local, remote }
+        }
+        _ => return err(k("mode"), "must be 'tunnel' or 'transport'"),
+    })
+}
+
+/// An SA's UDP encapsulation (`encap`, ESP only, with `local_port` and `remote_port`).
+fn sa_encap(
+    k: &dyn Fn(&str) -> String,
+    suite: Suite,
+    encap: Option<&str>,
+    local_port: Option<i64>,
+    remote_port: Option<i64>,
+    interface: &Interface,
+) -> Result<Option<UdpEncap>, ConfigError> {
+    Ok(match encap {
+        None | Some("none") => None,
+        Some("udp") => {
+            if matches!(suite, Suite::Ah(_)) {
+                return err(
+                    k("encap"),
+                    "UDP encapsulation (RFC 3948) is defined for ESP only",
+                );
+            }
+            Some(UdpEncap {
+                local_port: int_in(
+                    &k("local_port"),
+                    local_port.unwrap_or(interface.nat_t_port as i64),
+                    1,
+                    65535,
+                )? as u16,
+                remote_port: int_in(&k("remote_port"), remote_port.unwrap_or(4500), 1, 65535)?
+                    as u16,
+            })
+        }
+        Some(_) => return err(k("encap"), "must be 'udp' or 'none'"),
+    })
+}
+
+/// An SA's `lifetime` table: each limit positive (soft ones first), each soft limit below its hard one.
+fn sa_lifetime(k: &dyn Fn(&str) -> String, l: RawLifetime) -> Result<Lifetime, ConfigError> {
+    let lifetime = Lifetime {
+        soft: Limits {
+            bytes: opt_u64(&k("lifetime.soft_bytes"), l.soft_bytes)?,
+            packets: opt_u64(&k("lifetime.soft_packets"), l.soft_packets)?,
+            seconds: opt_u64(&k("lifetime.soft_seconds"), l.soft_seconds)?,
+        },
+        hard: Limits {
+            bytes: opt_u64(&k("lifetime.hard_bytes"), l.hard_bytes)?,
+            packets: opt_u64(&k("lifetime.hard_packets"), l.hard_packets)?,
+            seconds: opt_u64(&k("lifetime.hard_seconds"), l.hard_seconds)?,
+        },
+    };
+    for (soft, hard, f) in [
+        (lifetime.soft.bytes, lifetime.hard.bytes, "bytes"),
+        (lifetime.soft.packets, lifetime.hard.packets, "packets"),
+        (lifetime.soft.seconds, lifetime.hard.seconds, "seconds"),
+    ] {
+        if let (Some(s), Some(h)) = (soft, hard) {
+            if s >= h {
+                return err(
+                    k(&format!("lifetime.soft_{f}")),
+                    format!("must be below lifetime.hard_{f}"),
+                );
+            }
+        }
+    }
+    Ok(lifetime)
 }
 
 /// "in" or "out".
