@@ -37,7 +37,6 @@ pub mod ip;
 pub mod ip_ctl;
 pub mod ip_db;
 pub mod ip_drop;
-pub mod keygen;
 pub mod l2;
 pub mod l2_section;
 pub mod log;

@@ -169,11 +169,14 @@ enum Cmd {
     Lab(netveil_lab::lab_run::LabArgs),
 }
 
-/// A failed command: the daemon's, the lab's or the control client's error. Bad input exits with code 2.
+/// A failed command: the daemon's, the lab's, the control client's or the PKI tool's error. Bad input exits with
+/// code 2.
 #[derive(Debug, thiserror::Error)]
 enum Error {
     #[error(transparent)]
     Daemon(#[from] netveil_daemon::Error),
+    #[error(transparent)]
+    Pki(#[from] netveil_pki::Error),
     #[error(transparent)]
     Lab(#[from] netveil_lab::Error),
     #[error(transparent)]
@@ -184,6 +187,7 @@ impl Error {
     fn exit_code(&self) -> u8 {
         match self {
             Error::Daemon(e) => e.exit_code(),
+            Error::Pki(e) => e.exit_code(),
             Error::Lab(e) => e.exit_code(),
             Error::Control(netveil_control::Error::Usage(_)) => 2,
             Error::Control(_) => 1,
