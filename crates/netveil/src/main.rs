@@ -2,9 +2,8 @@
 
 #![forbid(unsafe_code)]
 
-mod delay;
-mod flood;
 mod keygen;
+mod labtools;
 mod pcap_tools;
 mod xfrm;
 
@@ -156,11 +155,11 @@ enum Cmd {
     Bench(netveil_lab::bench::BenchArgs),
     /// Lab tool: flood an interface with packets aimed at a tunnel endpoint (what `netveil bench --flood` uses).
     #[command(hide = true)]
-    Flood(flood::FloodArgs),
+    Flood(labtools::FloodArgs),
     /// Lab tool: hold every packet of a netfilter queue for a fixed time, then accept it (what `netveil lab`'s
     /// `delay` experiment adds to a link; this kernel has no netem).
     #[command(hide = true)]
-    Delay(delay::DelayArgs),
+    Delay(labtools::DelayArgs),
     /// Run a lab in network namespaces: bring up ESP (or PSP, or l2sec on a wired LAN), ping, transfer data, show
     /// what an eavesdropper sees (and, for l2sec, an ARP-spoofing attack failing).
     Demo(netveil_lab::demo::DemoArgs),
@@ -169,8 +168,8 @@ enum Cmd {
     Lab(netveil_lab::lab_run::LabArgs),
 }
 
-/// A failed command: the daemon's, the lab's, the control client's or the PKI tool's error. Bad input exits with
-/// code 2.
+/// A failed command: the daemon's, the lab's or a lab tool's, the control client's or the PKI tool's error. Bad input
+/// exits with code 2.
 #[derive(Debug, thiserror::Error)]
 enum Error {
     #[error(transparent)]
@@ -179,6 +178,8 @@ enum Error {
     Pki(#[from] netveil_pki::Error),
     #[error(transparent)]
     Lab(#[from] netveil_lab::Error),
+    #[error(transparent)]
+    Labtools(#[from] netveil_labtools::Error),
     #[error(transparent)]
     Control(#[from] netveil_control::Error),
 }
@@ -189,6 +190,7 @@ impl Error {
             Error::Daemon(e) => e.exit_code(),
             Error::Pki(e) => e.exit_code(),
             Error::Lab(e) => e.exit_code(),
+            Error::Labtools(e) => e.exit_code(),
             Error::Control(netveil_control::Error::Usage(_)) => 2,
             Error::Control(_) => 1,
         }
@@ -282,8 +284,8 @@ fn run(cmd: Cmd) -> Result<(), Error> {
         Cmd::Lab(a) => {
             netveil_lab::lab_run::run(a)?;
         }
-        Cmd::Flood(a) => flood::run(a)?,
-        Cmd::Delay(a) => delay::run(a)?,
+        Cmd::Flood(a) => labtools::flood(a)?,
+        Cmd::Delay(a) => labtools::delay(a)?,
     }
     Ok(())
 }
