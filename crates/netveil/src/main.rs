@@ -4,7 +4,7 @@
 
 mod keygen;
 mod labtools;
-mod pcap_tools;
+mod pcap;
 mod xfrm;
 
 use clap::{Parser, Subcommand};
@@ -148,7 +148,7 @@ enum Cmd {
     /// Offline packet tools on pcap files.
     Pcap {
         #[command(subcommand)]
-        cmd: pcap_tools::PcapCmd,
+        cmd: pcap::PcapCmd,
     },
     /// Measure throughput and ping round-trip time through netveil, in clear and through wireguard-go, in a lab of
     /// network namespaces.
@@ -278,7 +278,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
         Cmd::Sa { cmd } => xfrm::sa(cmd)?,
         Cmd::Policy { cmd } => xfrm::policy(cmd)?,
         Cmd::Monitor(a) => xfrm::monitor(a)?,
-        Cmd::Pcap { cmd } => pcap_tools::run(cmd)?,
+        Cmd::Pcap { cmd } => pcap::run(cmd)?,
         Cmd::Bench(a) => netveil_lab::bench::run(a)?,
         Cmd::Demo(a) => netveil_lab::demo::run(a)?,
         Cmd::Lab(a) => {
