@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Remakes the strongSwan pki files of this directory (test-only keys: never use them for anything else).
 # Made with strongSwan 5.9.8's pki; openssl only converts a key to PKCS#8 (the form pki does not write for RSA/EC).
-# The tests (crates/daemon/src/keygen.rs, crates/netveil/tests/keygen.rs) read these files; after remaking them,
+# The tests (crates/pki/src/keygen_tests.rs, crates/netveil/tests/keygen.rs) read these files; after remaking them,
 # update DN and SANS below in the tests too.
 set -euo pipefail
 cd "$(dirname "$0")"

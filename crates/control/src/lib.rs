@@ -6,11 +6,15 @@
 //! the server answers root and, if the configuration names a control group, the processes whose group id is that
 //! group's (the socket is then mode 0660 of that group); the client sends nothing (requests may carry keys) to a
 //! server that does not run as root.
+//!
+//! [`ike`] holds the clients of `netveil initiate` and `terminate`, [`xfrm`] those of `netveil sa`, `policy` and
+//! `monitor`.
 
 #![forbid(unsafe_code)]
 
 pub mod ike;
 pub mod status;
+pub mod xfrm;
 pub use status::{human_bytes, render_status, Event, Status};
 
 use serde::{Deserialize, Serialize};

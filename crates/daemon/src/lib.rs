@@ -14,10 +14,9 @@
 
 #![forbid(unsafe_code)]
 
-// layers: drivers > engines > runtime, keygen
+// layers: drivers > engines > runtime
 pub mod drivers;
 pub mod engines;
-pub mod keygen;
 pub mod runtime;
 
 use runtime::error::ConfigError;

@@ -8,6 +8,7 @@
 //!   per-packet lookup from 10 to 100,000 rules.
 //! - [`demo`]: `netveil demo`.
 //! - [`strongswan`]: strongSwan's charon as a live IKEv2 peer in a namespace (`swanctl`, vici, `pki`).
+//! - [`pcap_tools`]: `netveil pcap`, ESP/AH and PSP applied to and removed from the packets of a capture.
 
 #![forbid(unsafe_code)]
 
@@ -39,6 +40,7 @@ pub mod lab_smtp;
 pub mod lab_tools;
 pub mod lab_voip;
 pub mod lan;
+pub mod pcap_tools;
 pub mod seq_udp;
 pub mod strongswan;
 

@@ -1,10 +1,10 @@
-//! `netveil keygen`: its arguments. The keys and certificates are made in `netveil_daemon::keygen` (and, for the
+//! `netveil keygen`: its arguments. The keys and certificates are made in `netveil_pki::keygen` (and, for the
 //! PSP certificate and the l2sec key, where those key exchanges live).
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use netveil_daemon::keygen::{self as kg, Flag, Form, KeySource, KeyType};
+use netveil_pki::keygen::{self as kg, Flag, Form, KeySource, KeyType};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -192,7 +192,7 @@ impl From<FlagArg> for Flag {
     }
 }
 
-pub fn run(a: KeygenArgs) -> Result<(), netveil_daemon::Error> {
+pub fn run(a: KeygenArgs) -> Result<(), crate::Error> {
     let written = match a.cmd {
         None => {
             // `required = true` without a subcommand.

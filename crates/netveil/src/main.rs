@@ -2,10 +2,9 @@
 
 #![forbid(unsafe_code)]
 
-mod delay;
-mod flood;
 mod keygen;
-mod pcap_tools;
+mod labtools;
+mod pcap;
 mod xfrm;
 
 use clap::{Parser, Subcommand};
@@ -149,18 +148,18 @@ enum Cmd {
     /// Offline packet tools on pcap files.
     Pcap {
         #[command(subcommand)]
-        cmd: pcap_tools::PcapCmd,
+        cmd: pcap::PcapCmd,
     },
     /// Measure throughput and ping round-trip time through netveil, in clear and through wireguard-go, in a lab of
     /// network namespaces.
     Bench(netveil_lab::bench::BenchArgs),
     /// Lab tool: flood an interface with packets aimed at a tunnel endpoint (what `netveil bench --flood` uses).
     #[command(hide = true)]
-    Flood(flood::FloodArgs),
+    Flood(labtools::FloodArgs),
     /// Lab tool: hold every packet of a netfilter queue for a fixed time, then accept it (what `netveil lab`'s
     /// `delay` experiment adds to a link; this kernel has no netem).
     #[command(hide = true)]
-    Delay(delay::DelayArgs),
+    Delay(labtools::DelayArgs),
     /// Run a lab in network namespaces: bring up ESP (or PSP, or l2sec on a wired LAN), ping, transfer data, show
     /// what an eavesdropper sees (and, for l2sec, an ARP-spoofing attack failing).
     Demo(netveil_lab::demo::DemoArgs),
@@ -169,13 +168,18 @@ enum Cmd {
     Lab(netveil_lab::lab_run::LabArgs),
 }
 
-/// A failed command: the daemon's, the lab's or the control client's error. Bad input exits with code 2.
+/// A failed command: the daemon's, the lab's or a lab tool's, the control client's or the PKI tool's error. Bad input
+/// exits with code 2.
 #[derive(Debug, thiserror::Error)]
 enum Error {
     #[error(transparent)]
     Daemon(#[from] netveil_daemon::Error),
     #[error(transparent)]
+    Pki(#[from] netveil_pki::Error),
+    #[error(transparent)]
     Lab(#[from] netveil_lab::Error),
+    #[error(transparent)]
+    Labtools(#[from] netveil_labtools::Error),
     #[error(transparent)]
     Control(#[from] netveil_control::Error),
 }
@@ -184,7 +188,9 @@ impl Error {
     fn exit_code(&self) -> u8 {
         match self {
             Error::Daemon(e) => e.exit_code(),
+            Error::Pki(e) => e.exit_code(),
             Error::Lab(e) => e.exit_code(),
+            Error::Labtools(e) => e.exit_code(),
             Error::Control(netveil_control::Error::Usage(_)) => 2,
             Error::Control(_) => 1,
         }
@@ -272,14 +278,14 @@ fn run(cmd: Cmd) -> Result<(), Error> {
         Cmd::Sa { cmd } => xfrm::sa(cmd)?,
         Cmd::Policy { cmd } => xfrm::policy(cmd)?,
         Cmd::Monitor(a) => xfrm::monitor(a)?,
-        Cmd::Pcap { cmd } => pcap_tools::run(cmd)?,
+        Cmd::Pcap { cmd } => pcap::run(cmd)?,
         Cmd::Bench(a) => netveil_lab::bench::run(a)?,
         Cmd::Demo(a) => netveil_lab::demo::run(a)?,
         Cmd::Lab(a) => {
             netveil_lab::lab_run::run(a)?;
         }
-        Cmd::Flood(a) => flood::run(a)?,
-        Cmd::Delay(a) => delay::run(a)?,
+        Cmd::Flood(a) => labtools::flood(a)?,
+        Cmd::Delay(a) => labtools::delay(a)?,
     }
     Ok(())
 }

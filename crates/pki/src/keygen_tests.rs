@@ -270,7 +270,7 @@ fn refuses_a_wrong_ca_key_a_non_ca_and_a_forged_request() {
     let ca_key = PrivateKey::load(&td("ca-ecdsa-p384.key"), "--cakey").unwrap();
     let other = PrivateKey::load(&td("ecdsa-p384.der"), "--cakey").unwrap();
     let msg = |r: Result<Made>| match r {
-        Err(Error::Usage(m)) => m,
+        Err(e @ Error::Input { .. }) => e.to_string(),
         r => panic!("{r:?}"),
     };
     assert!(msg(issue(&csr, &der("ca.crt"), &other, &opts)).contains("does not belong"));
@@ -342,7 +342,7 @@ fn mangled_requests_and_ca_certificates_never_panic() {
         std::fs::write(&p, junk).unwrap();
         assert!(matches!(
             PrivateKey::load(&p, "--key"),
-            Err(Error::Usage(_))
+            Err(Error::Input { .. })
         ));
         std::fs::remove_file(&p).unwrap();
     }
@@ -393,7 +393,7 @@ fn keys_are_0600_and_nothing_is_overwritten() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert!(matches!(
         cmd_key("k", &dir, KeyType::Ed25519, Form::Pem),
-        Err(Error::Usage(m)) if m.contains("exists")
+        Err(e @ Error::Input { .. }) if e.to_string().contains("exists")
     ));
     // A CA with a new key: both files made, nothing when one of them exists.
     let w = cmd_ca(
@@ -421,7 +421,7 @@ fn keys_are_0600_and_nothing_is_overwritten() {
     assert!(!w[1].1.exists());
     assert!(matches!(
         cmd_key("../x", &dir, KeyType::Ed25519, Form::Pem),
-        Err(Error::Usage(_))
+        Err(Error::Input { .. })
     ));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -12,23 +12,22 @@
 //! The queue is fail-closed (a full queue drops), so at most `--max-held` packets wait at once. On SIGTERM or
 //! SIGINT it accepts what it holds and exits.
 
-use netveil_daemon::{Error, Result};
+use crate::{Error, Result};
 use netveil_io::nfqueue::{NfQueue, Queued, Verdict, HEADROOM, MESSAGE_MAX};
 use netveil_io::PacketBuf;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-#[derive(clap::Args, Debug)]
-pub struct DelayArgs {
-    /// The netfilter queue to serve (iptables `-j NFQUEUE --queue-num N`).
-    #[arg(long)]
+/// A delay: the netfilter queue to serve, how long each packet is held, and how many may wait at once (`netveil
+/// delay`'s options).
+#[derive(Clone, Copy, Debug)]
+pub struct Delay {
+    /// The netfilter queue (iptables `-j NFQUEUE --queue-num N`).
     pub queue: u16,
-    /// How long each packet is held, in milliseconds (fractions allowed).
-    #[arg(long)]
+    /// How long each packet is held, in milliseconds (fractions allowed, at most 60,000).
     pub ms: f64,
     /// The most packets held at once (the kernel's queue length; beyond it, packets are dropped).
-    #[arg(long, default_value_t = 65536)]
     pub max_held: u32,
 }
 
@@ -37,7 +36,8 @@ const BATCH: usize = 64;
 /// The longest wait (how soon a stop signal is seen when nothing is held).
 const MAX_WAIT: Duration = Duration::from_millis(20);
 
-pub fn run(a: DelayArgs) -> Result<()> {
+/// `netveil delay`: serves the queue until SIGTERM or SIGINT, then accepts what it holds and returns.
+pub fn run(a: Delay) -> Result<()> {
     if !(a.ms.is_finite() && (0.0..=60_000.0).contains(&a.ms)) {
         return Err(Error::Usage(format!(
             "--ms: {} is not a delay from 0 to 60000 ms",

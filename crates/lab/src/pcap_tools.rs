@@ -6,11 +6,13 @@
 //! timestamps on read; little-endian microsecond files on write. Link types: RAW (101, also 12 and 14), IPV4 (228),
 //! IPV6 (229), Ethernet (1, with VLAN tags), and on read also LINUX_SLL (113) and LINUX_SLL2 (276). Ethernet input
 //! gives Ethernet output (same MAC addresses and tags, EtherType of the new IP version); anything else gives RAW.
+//! The configuration is the daemon's to read: the command parses it and hands over its SAs' names and directions
+//! ([`select_sas`]) and the SA database built from it ([`esp`]).
 //!
-//! `psp-encrypt` / `psp-decrypt` do the same for PSP, configured as Google's reference tools (`netveil_psp::refcfg`).
+//! `psp-encrypt` / `psp-decrypt` ([`psp`]) do the same for PSP, configured as Google's reference tools
+//! (`netveil_psp::refcfg`).
 
-use netveil_daemon::engines::ip::config::Config;
-use netveil_daemon::Error;
+use crate::{Error, Result};
 use netveil_ipsec::bundle::{self, Bundle, SaIdx, Sad, Unprotected};
 use netveil_ipsec::sa::Direction;
 use netveil_pcap::{ip_own, split_frame, LinkType, Pcap, Record, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
@@ -18,102 +20,53 @@ use netveil_wire::PacketBuf;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-#[derive(clap::Subcommand, Debug)]
-pub enum PcapCmd {
-    /// Protect every IP packet of a capture with outbound SAs (ESP/AH, as configured) and write the result.
-    EspEncrypt(XformArgs),
-    /// Remove every ESP/AH layer of the packets of a capture with the configuration's inbound SAs and write the
-    /// decapsulated packets.
-    EspDecrypt(XformArgs),
-    /// Protect every IP packet of a capture with PSP (configuration in the format of Google's reference
-    /// psp_encrypt: master keys, SPI, mode, algorithm, crypt offsets, vc). The IV counter starts at 1.
-    PspEncrypt(PspArgs),
-    /// Remove the PSP encapsulation of every PSP packet (UDP port 1000) of a capture, verifying its ICV
-    /// (configuration: the two master keys, as for Google's reference psp_decrypt).
-    PspDecrypt(PspArgs),
-}
-
-#[derive(clap::Args, Debug)]
-pub struct PspArgs {
-    /// A reference-tool PSP configuration file.
-    #[arg(short, long, value_name = "FILE")]
-    pub config: PathBuf,
-    /// The pcap file to read.
-    #[arg(short, long, value_name = "IN.pcap")]
+/// The files of a run: the capture read, the capture written, and whether dropped packets are accepted.
+#[derive(Debug, Clone)]
+pub struct Files {
     pub input: PathBuf,
-    /// The pcap file to write.
-    #[arg(short, long, value_name = "OUT.pcap")]
     pub output: PathBuf,
     /// Succeed even if packets were dropped.
-    #[arg(long)]
     pub allow_drops: bool,
 }
 
-#[derive(clap::Args, Debug)]
-pub struct XformArgs {
-    /// A netveil.toml: only its `[[sa]]` tables and interface.allow_null_null are used (a bare `[interface]` suffices).
-    #[arg(short, long, value_name = "FILE")]
-    pub config: PathBuf,
-    /// An SA to apply (repeatable, innermost first). Encrypt: required, "out" SAs. Decrypt: optional, "in" SAs;
-    /// if given, packets must have come through exactly these SAs.
-    #[arg(long = "sa", value_name = "NAME")]
-    pub sa: Vec<String>,
-    /// The pcap file to read.
-    #[arg(short, long, value_name = "IN.pcap")]
-    pub input: PathBuf,
-    /// The pcap file to write.
-    #[arg(short, long, value_name = "OUT.pcap")]
-    pub output: PathBuf,
-    /// Succeed even if packets were dropped.
-    #[arg(long)]
-    pub allow_drops: bool,
-    /// esp-encrypt: the first sequence number (required). Under one key a sequence number, and so the nonce, must
-    /// never be used twice: give a number these keys have never sent with (a running daemon with the same keys
-    /// continues from its mark in the state directory, so do not reuse a live configuration's keys here).
-    #[arg(long, value_name = "N")]
-    pub seq: Option<u64>,
-}
+/// The drop reason of decapsulated traffic that did not come through the SAs asked for: the IP engine's name for it
+/// (`policy-mismatch` in `netveil status`), so that a capture and a running daemon count it alike.
+const POLICY_MISMATCH: &str = "policy-mismatch";
 
-pub fn run(cmd: PcapCmd) -> netveil_daemon::Result<()> {
-    let (args, dir) = match cmd {
-        PcapCmd::EspEncrypt(a) => (a, Op::Encrypt),
-        PcapCmd::EspDecrypt(a) => (a, Op::Decrypt),
-        PcapCmd::PspEncrypt(a) => return run_psp(a, Op::Encrypt),
-        PcapCmd::PspDecrypt(a) => return run_psp(a, Op::Decrypt),
-    };
-    let mut cfg = Config::load(&args.config)?;
-    let bundle = select_sas(&cfg, &args.sa, dir)?;
-    match (dir, args.seq) {
-        (Op::Encrypt, None) => {
-            return Err(Error::Usage(
-                "esp-encrypt needs --seq N, the first sequence number: a number these keys have never been used \
-                 with (a sequence number, and so the nonce, must never repeat under one key)"
-                    .into(),
-            ))
-        }
-        (Op::Encrypt, Some(0)) => {
-            return Err(Error::Usage(
-                "--seq: sequence numbers start at 1 (0 is never sent)".into(),
-            ))
-        }
-        (Op::Encrypt, Some(n)) => {
-            for &i in &bundle {
-                cfg.sas[i].first_seq = n;
-            }
-        }
-        (Op::Decrypt, Some(_)) => {
-            return Err(Error::Usage(
-                "--seq is for esp-encrypt (decryption takes the numbers from the packets)".into(),
-            ))
-        }
-        (Op::Decrypt, None) => {}
+/// The first sequence number of `esp-encrypt` (`--seq`, required there: under one key a sequence number, and so
+/// the nonce, must never be used twice); `esp-decrypt` takes the numbers from the packets and refuses one.
+pub fn first_seq(op: Op, seq: Option<u64>) -> Result<Option<u64>> {
+    match (op, seq) {
+        (Op::Encrypt, None) => Err(Error::Usage(
+            "esp-encrypt needs --seq N, the first sequence number: a number these keys have never been used \
+             with (a sequence number, and so the nonce, must never repeat under one key)"
+                .into(),
+        )),
+        (Op::Encrypt, Some(0)) => Err(Error::Usage(
+            "--seq: sequence numbers start at 1 (0 is never sent)".into(),
+        )),
+        (Op::Encrypt, Some(n)) => Ok(Some(n)),
+        (Op::Decrypt, Some(_)) => Err(Error::Usage(
+            "--seq is for esp-encrypt (decryption takes the numbers from the packets)".into(),
+        )),
+        (Op::Decrypt, None) => Ok(None),
     }
-    let (sad, at) = cfg.build_sad(0)?;
-    let input = read_file(&args.input)?;
-    let (output, stats) = transform(&sad, &typed(&at, &bundle), dir, &input);
-    write_file(&args.output, &output)?;
-    eprint!("{}", stats.summary(&args.input, &args.output));
-    if stats.dropped() > 0 && !args.allow_drops {
+}
+
+/// `esp-encrypt` / `esp-decrypt` on the SA database `sad` (built from the configuration with the bundle's first
+/// sequence number, [`first_seq`]): reads the input, applies `op` with `bundle` ([`typed`]), writes the output and
+/// reports the counts on standard error; dropped packets fail it unless `allow_drops`.
+pub fn esp(sad: &Sad, bundle: &Bundle, op: Op, files: &Files) -> Result<()> {
+    let input = read_file(&files.input)?;
+    let (output, stats) = transform(sad, bundle, op, &input);
+    finish(files, &output, &stats)
+}
+
+/// Writes the output, reports the counts, and fails on drops unless they are allowed.
+fn finish(files: &Files, output: &Pcap, stats: &Stats) -> Result<()> {
+    write_file(&files.output, output)?;
+    eprint!("{}", stats.summary(&files.input, &files.output));
+    if stats.dropped() > 0 && !files.allow_drops {
         return Err(Error::Other(format!(
             "{} of {} packets dropped (use --allow-drops to accept this)",
             stats.dropped(),
@@ -130,8 +83,9 @@ pub enum Op {
     Decrypt,
 }
 
-/// Resolves `--sa` names to SAD indices (the SAD built from `cfg` has SA `i` at index `i`).
-fn select_sas(cfg: &Config, names: &[String], op: Op) -> netveil_daemon::Result<Vec<usize>> {
+/// Resolves `--sa` names to SAD indices: `sas` are the configuration's SAs, their names and directions, in order
+/// (the SAD built from the configuration has SA `i` at index `i`).
+pub fn select_sas(sas: &[(&str, Direction)], names: &[String], op: Op) -> Result<Vec<usize>> {
     let want = match op {
         Op::Encrypt => Direction::Out,
         Op::Decrypt => Direction::In,
@@ -153,8 +107,8 @@ fn select_sas(cfg: &Config, names: &[String], op: Op) -> netveil_daemon::Result<
     }
     let mut out = Vec::new();
     for n in names {
-        let i = cfg.sa_index(n).ok_or_else(|| {
-            let known: Vec<&str> = cfg.sas.iter().map(|s| s.name.as_str()).collect();
+        let i = sas.iter().position(|(name, _)| name == n).ok_or_else(|| {
+            let known: Vec<&str> = sas.iter().map(|(name, _)| *name).collect();
             Error::Usage(format!(
                 "--sa {n}: no such SA in the configuration (known: {})",
                 if known.is_empty() {
@@ -164,14 +118,14 @@ fn select_sas(cfg: &Config, names: &[String], op: Op) -> netveil_daemon::Result<
                 }
             ))
         })?;
-        if cfg.sas[i].direction != want {
+        if sas[i].1 != want {
             return Err(Error::Usage(format!(
                 "--sa {n}: is not an '{word}' SA (direction must be \"{word}\")"
             )));
         }
         out.push(i);
     }
-    if op == Op::Decrypt && !cfg.sas.iter().any(|s| s.direction == Direction::In) {
+    if op == Op::Decrypt && !sas.iter().any(|(_, d)| *d == Direction::In) {
         return Err(Error::Usage(
             "esp-decrypt needs inbound SAs: the configuration has no [[sa]] with direction = \"in\"".into(),
         ));
@@ -232,7 +186,7 @@ const TAILROOM: usize = 1024;
 
 /// The SAs at `idx` of the configuration (all of one direction, as [`select_sas`] chose them) in the database
 /// built from it (`at`: where each SA of the configuration went).
-fn typed(at: &[SaIdx], idx: &[usize]) -> Bundle {
+pub fn typed(at: &[SaIdx], idx: &[usize]) -> Bundle {
     let sas: Vec<SaIdx> = idx.iter().map(|&i| at[i]).collect();
     if let Some(v) = sas
         .iter()
@@ -267,7 +221,7 @@ pub fn transform(sad: &Sad, bundle: &Bundle, op: Op, input: &Pcap) -> (Pcap, Sta
                 if bundle.inbound().is_empty() || used.matches(bundle.inbound()) {
                     Ok(true)
                 } else {
-                    Err(netveil_daemon::engines::ip::drop::Drop::PolicyMismatch.name())
+                    Err(POLICY_MISMATCH)
                 }
             }
             Ok(Unprotected::Clear) => {
@@ -288,7 +242,7 @@ pub fn transform(sad: &Sad, bundle: &Bundle, op: Op, input: &Pcap) -> (Pcap, Sta
 /// truncated captures and malformed IP packets dropped; Ethernet framing and timestamps are kept.
 fn map_packets(
     input: &Pcap,
-    mut f: impl FnMut(&mut PacketBuf, &mut Stats) -> Result<bool, &'static str>,
+    mut f: impl FnMut(&mut PacketBuf, &mut Stats) -> std::result::Result<bool, &'static str>,
 ) -> (Pcap, Stats) {
     let mut stats = Stats::default();
     let out_link = match input.link {
@@ -357,7 +311,7 @@ fn map_packets(
 // PSP
 
 /// Reads a reference-tool PSP configuration file (parsed by `netveil_psp::refcfg`).
-fn read_psp_config(path: &Path) -> netveil_daemon::Result<String> {
+fn read_psp_config(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(Error::io(format!("cannot read {}", path.display())))
 }
 
@@ -380,10 +334,12 @@ pub fn psp_decrypt(dec: &mut netveil_psp::Decrypter, input: &Pcap) -> (Pcap, Sta
     })
 }
 
-fn run_psp(args: PspArgs, op: Op) -> netveil_daemon::Result<()> {
-    let text = read_psp_config(&args.config)?;
-    let bad = |e: String| Error::Usage(format!("{}: {e}", args.config.display()));
-    let input = read_file(&args.input)?;
+/// `psp-encrypt` / `psp-decrypt`: `config` is a reference-tool PSP configuration file (encrypt: master keys, SPI,
+/// mode, algorithm, crypt offsets, vc; decrypt: the two master keys). The IV counter starts at 1.
+pub fn psp(config: &Path, op: Op, files: &Files) -> Result<()> {
+    let text = read_psp_config(config)?;
+    let bad = |e: String| Error::Usage(format!("{}: {e}", config.display()));
+    let input = read_file(&files.input)?;
     let (output, stats) = match op {
         Op::Encrypt => {
             let (keys, cfg) = netveil_psp::refcfg::parse_encrypt(&text).map_err(bad)?;
@@ -396,16 +352,7 @@ fn run_psp(args: PspArgs, op: Op) -> netveil_daemon::Result<()> {
             psp_decrypt(&mut netveil_psp::Decrypter::new(keys), &input)
         }
     };
-    write_file(&args.output, &output)?;
-    eprint!("{}", stats.summary(&args.input, &args.output));
-    if stats.dropped() > 0 && !args.allow_drops {
-        return Err(Error::Other(format!(
-            "{} of {} packets dropped (use --allow-drops to accept this)",
-            stats.dropped(),
-            stats.read
-        )));
-    }
-    Ok(())
+    finish(files, &output, &stats)
 }
 
 /// A pcap file error as a command error: a file that is not a pcap file is bad input (exit code 2).
@@ -417,18 +364,27 @@ fn pcap_error(e: netveil_pcap::FileError) -> Error {
 }
 
 /// Reads a pcap file; bad input is a usage error naming the file.
-pub fn read_file(path: &Path) -> netveil_daemon::Result<Pcap> {
+pub fn read_file(path: &Path) -> Result<Pcap> {
     netveil_pcap::read_file(path).map_err(pcap_error)
 }
 
-fn write_file(path: &Path, p: &Pcap) -> netveil_daemon::Result<()> {
+fn write_file(path: &Path, p: &Pcap) -> Result<()> {
     netveil_pcap::write_file(path, p).map_err(pcap_error)
 }
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netveil_daemon::engines::ip::config::Config;
     use netveil_pcap::testing::{eth, file, ipv4, ipv6, udp};
     use netveil_pcap::{be16, parse, serialize};
+
+    /// The configuration's SAs as [`select_sas`] takes them.
+    fn sas(cfg: &Config) -> Vec<(&str, Direction)> {
+        cfg.sas
+            .iter()
+            .map(|s| (s.name.as_str(), s.direction))
+            .collect()
+    }
 
     const CONF: &str = r#"
 [interface]
@@ -487,7 +443,7 @@ auth_key = "0101010101010101010101010101010101010101010101010101010101010101"
                 eth(&[], 0x0806, &[0; 28]),
             ],
         );
-        let enc_bundle = select_sas(&cfg, &["o".into(), "o-ah".into()], Op::Encrypt).unwrap();
+        let enc_bundle = select_sas(&sas(&cfg), &["o".into(), "o-ah".into()], Op::Encrypt).unwrap();
         let (sad, at) = cfg.build_sad(0).unwrap();
         let enc_bundle = typed(&at, &enc_bundle);
         let (enc, st) = transform(&sad, &enc_bundle, Op::Encrypt, &input);
@@ -505,7 +461,7 @@ auth_key = "0101010101010101010101010101010101010101010101010101010101010101"
         let reparsed = parse(&serialize(&enc)).unwrap();
         let dec_bundle = typed(
             &at,
-            &select_sas(&cfg, &["i".into(), "i-ah".into()], Op::Decrypt).unwrap(),
+            &select_sas(&sas(&cfg), &["i".into(), "i-ah".into()], Op::Decrypt).unwrap(),
         );
         let (dec, st) = transform(&sad, &dec_bundle, Op::Decrypt, &reparsed);
         assert_eq!((st.read, st.written, st.dropped()), (2, 2, 0));
@@ -516,7 +472,10 @@ auth_key = "0101010101010101010101010101010101010101010101010101010101010101"
         let (_, st) = transform(&sad, &Bundle::None, Op::Decrypt, &reparsed);
         assert_eq!(st.drops.get("replayed"), Some(&2));
         let (sad, at) = cfg.build_sad(0).unwrap();
-        let only = typed(&at, &select_sas(&cfg, &["i".into()], Op::Decrypt).unwrap());
+        let only = typed(
+            &at,
+            &select_sas(&sas(&cfg), &["i".into()], Op::Decrypt).unwrap(),
+        );
         let (_, st) = transform(&sad, &only, Op::Decrypt, &reparsed);
         assert_eq!(st.drops.get("policy-mismatch"), Some(&2));
         assert!(st
@@ -539,15 +498,15 @@ auth_key = "0101010101010101010101010101010101010101010101010101010101010101"
     fn sa_selection_checks_names_and_directions() {
         let cfg = Config::parse(CONF).unwrap();
         assert!(matches!(
-            select_sas(&cfg, &[], Op::Encrypt),
+            select_sas(&sas(&cfg), &[], Op::Encrypt),
             Err(Error::Usage(_))
         ));
-        assert!(select_sas(&cfg, &[], Op::Decrypt).unwrap().is_empty());
-        let e = select_sas(&cfg, &["i".into()], Op::Encrypt).unwrap_err();
+        assert!(select_sas(&sas(&cfg), &[], Op::Decrypt).unwrap().is_empty());
+        let e = select_sas(&sas(&cfg), &["i".into()], Op::Encrypt).unwrap_err();
         assert!(e.to_string().contains("not an 'out' SA"), "{e}");
-        let e = select_sas(&cfg, &["nope".into()], Op::Decrypt).unwrap_err();
+        let e = select_sas(&sas(&cfg), &["nope".into()], Op::Decrypt).unwrap_err();
         assert!(e.to_string().contains("no such SA"), "{e}");
         let outonly = Config::parse(&CONF[..CONF.find("[[sa]]\nname = \"i\"").unwrap()]).unwrap();
-        assert!(select_sas(&outonly, &[], Op::Decrypt).is_err());
+        assert!(select_sas(&sas(&outonly), &[], Op::Decrypt).is_err());
     }
 }

@@ -12,14 +12,16 @@
 //!
 //! The source address is the attacker's own, or spoofs the peer's (`--src`).
 
-use netveil_daemon::{Error, Result};
+use crate::{Error, Result};
 use netveil_io::PacketSocket;
 use netveil_wire::ethernet::{self, Address};
 use netveil_wire::{ipv4, udp, PacketBuf};
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+/// What the flood sends (see the [module documentation](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Closed,
     Random,
@@ -28,60 +30,44 @@ pub enum Kind {
     Replay,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+/// The protocol whose port and header the flood uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Proto {
     /// ESP in UDP (RFC 3948).
     Esp,
     Psp,
 }
 
-#[derive(clap::Args, Debug)]
-pub struct FloodArgs {
+/// A flood: where, what, how fast and how long (`netveil flood`'s options).
+#[derive(Clone, Debug)]
+pub struct Flood {
     /// The interface to send on.
-    #[arg(long)]
     pub interface: String,
-    /// The destination MAC address (the receiver's interface).
-    #[arg(long)]
+    /// The destination MAC address (the receiver's interface), as `aa:bb:cc:dd:ee:ff`.
     pub dst_mac: String,
-    #[arg(long)]
     pub src: Ipv4Addr,
-    #[arg(long)]
     pub dst: Ipv4Addr,
-    #[arg(long, value_enum)]
     pub kind: Kind,
-    /// The protocol whose port and header the flood uses.
-    #[arg(long, value_enum, default_value = "esp")]
     pub proto: Proto,
-    /// The UDP port (default: 4500 for ESP, 1000 for PSP; `closed`: 9).
-    #[arg(long)]
+    /// The UDP port (`None`: 4500 for ESP, 1000 for PSP; `closed`: 9).
     pub port: Option<u16>,
-    /// The UDP source port (default: 4500 for ESP, which is where the peer's ESP-in-UDP comes from; for PSP the
-    /// flow-hash ports 40000-40999).
-    #[arg(long)]
+    /// The UDP source port (`None`: 4500 for ESP, where the peer's ESP-in-UDP comes from; for PSP the flow-hash
+    /// ports 40000-40999).
     pub sport: Option<u16>,
     /// bad-icv: the receiver's SPI.
-    #[arg(long, default_value_t = 0)]
     pub spi: u32,
-    /// bad-icv: the first sequence number (ESP) or IV (PSP); the default lies far ahead of any window (a blind
-    /// forger); just above the receiver's window it is what a forger who sees the wire sends.
-    #[arg(long, default_value_t = 1 << 31)]
+    /// bad-icv: the first sequence number (ESP) or IV (PSP).
     pub counter_start: u64,
     /// bad-icv: how much the counter grows per packet.
-    #[arg(long, default_value_t = 1)]
     pub counter_step: u64,
     /// replay: a pcap (Ethernet) whose UDP datagrams to the port are sent again.
-    #[arg(long)]
-    pub pcap: Option<std::path::PathBuf>,
+    pub pcap: Option<PathBuf>,
     /// Packets per second (0: as fast as possible).
-    #[arg(long, default_value_t = 600_000)]
     pub pps: u64,
-    #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
-    /// Stop once this many packets are sent (0: no limit; `--seconds` bounds the time either way).
-    #[arg(long, default_value_t = 0)]
+    /// Stop once this many packets are sent (0: no limit; `seconds` bounds the time either way).
     pub count: u64,
     /// UDP payload bytes of generated packets.
-    #[arg(long, default_value_t = 100)]
     pub size: usize,
 }
 
@@ -100,7 +86,7 @@ fn random(n: usize) -> Vec<u8> {
 }
 
 /// An Ethernet + IPv4 + UDP frame around `payload`.
-fn frame(a: &FloodArgs, dst_mac: [u8; 6], sport: u16, dport: u16, payload: &[u8]) -> PacketBuf {
+fn frame(a: &Flood, dst_mac: [u8; 6], sport: u16, dport: u16, payload: &[u8]) -> PacketBuf {
     let ulen = udp::HEADER_LEN + payload.len();
     let total = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + ulen;
     let mut b = PacketBuf::new(total, 0);
@@ -137,7 +123,7 @@ fn frame(a: &FloodArgs, dst_mac: [u8; 6], sport: u16, dport: u16, payload: &[u8]
 /// Where, in a generated frame, the per-packet counter goes (ESP sequence number, PSP IV), if anywhere.
 const COUNTER_AT: usize = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + udp::HEADER_LEN;
 
-fn payload(a: &FloodArgs, spi: u32) -> Vec<u8> {
+fn payload(a: &Flood, spi: u32) -> Vec<u8> {
     let n = a.size.max(32);
     let mut p = random(n);
     match a.proto {
@@ -166,7 +152,7 @@ fn payload(a: &FloodArgs, spi: u32) -> Vec<u8> {
 /// Where the per-packet counter is rewritten: (offset, length).
 type Counter = Option<(usize, usize)>;
 
-fn frames(a: &FloodArgs) -> Result<(Vec<PacketBuf>, Counter)> {
+fn frames(a: &Flood) -> Result<(Vec<PacketBuf>, Counter)> {
     let mac = parse_mac(&a.dst_mac)
         .ok_or_else(|| Error::Usage(format!("--dst-mac: '{}' is not a MAC address", a.dst_mac)))?;
     let port = a.port.unwrap_or(match (a.kind, a.proto) {
@@ -216,7 +202,7 @@ fn frames(a: &FloodArgs) -> Result<(Vec<PacketBuf>, Counter)> {
                 .pcap
                 .as_ref()
                 .ok_or_else(|| Error::Usage("--kind replay needs --pcap".into()))?;
-            let p = crate::pcap_tools::read_file(path)?;
+            let p = netveil_pcap::read_file(path)?;
             for r in &p.records {
                 let d = &r.data;
                 if r.orig_len as usize != d.len() {
@@ -252,9 +238,9 @@ fn frames(a: &FloodArgs) -> Result<(Vec<PacketBuf>, Counter)> {
     Ok((out, None))
 }
 
-/// `netveil flood`: prints what it sent.
-pub fn run(a: FloodArgs) -> Result<()> {
-    let (mut frames, counter) = frames(&a)?;
+/// `netveil flood`: sends the flood `a`, then prints what it sent.
+pub fn run(a: &Flood) -> Result<()> {
+    let (mut frames, counter) = frames(a)?;
     let sock = PacketSocket::bind(&a.interface, netveil_io::packet::ETH_P_ALL).map_err(
         Error::io(format!("cannot open a packet socket on {}", a.interface)),
     )?;

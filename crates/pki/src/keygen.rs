@@ -143,7 +143,7 @@ impl PrivateKey {
                 KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_4096)
             }
         }
-        .map_err(|e| Error::Other(format!("cannot make a {} key: {e}", t.name())))?;
+        .map_err(Error::crypto(format!("cannot make a {} key", t.name())))?;
         Ok(PrivateKey {
             pair,
             kind: t.name(),
@@ -155,35 +155,37 @@ impl PrivateKey {
     pub fn load(path: &Path, what: &str) -> Result<PrivateKey> {
         let bytes = read_limited(path, what)?;
         let der: Zeroizing<Vec<u8>> = if looks_pem(&bytes) {
-            let text = std::str::from_utf8(&bytes).map_err(|_| {
-                Error::Usage(format!("{what}: {} is not a PEM file", path.display()))
-            })?;
+            let text = std::str::from_utf8(&bytes)
+                .map_err(|_| Error::file(what, path, "is not a PEM file"))?;
             if text.contains("ENCRYPTED") {
-                return Err(Error::Usage(format!(
-                    "{what}: {} is an encrypted key; netveil reads unencrypted keys only \
+                return Err(Error::file(
+                    what,
+                    path,
+                    "is an encrypted key; netveil reads unencrypted keys only \
                      (decrypt it with `openssl pkey -in FILE -out FILE.new`)",
-                    path.display()
-                )));
+                ));
             }
             let (label, der) = pem_first(text, what, path)?;
             if !matches!(
                 label.as_str(),
                 "PRIVATE KEY" | "EC PRIVATE KEY" | "RSA PRIVATE KEY"
             ) {
-                return Err(Error::Usage(format!(
-                    "{what}: {} holds a {label}, not a private key",
-                    path.display()
-                )));
+                return Err(Error::file(
+                    what,
+                    path,
+                    format!("holds a {label}, not a private key"),
+                ));
             }
             der
         } else {
             bytes
         };
         let pair = KeyPair::try_from(&der[..]).map_err(|_| {
-            Error::Usage(format!(
-                "{what}: {} is not an ECDSA (P-256, P-384, P-521), Ed25519 or RSA private key netveil can read",
-                path.display()
-            ))
+            Error::file(
+                what,
+                path,
+                "is not an ECDSA (P-256, P-384, P-521), Ed25519 or RSA private key netveil can read",
+            )
         })?;
         let kind = algorithm_name(pair.algorithm());
         Ok(PrivateKey { pair, kind })
@@ -202,9 +204,7 @@ impl PrivateKey {
     /// Signs `msg` with the key's algorithm (ECDSA: DER signature; RSA: PKCS#1 v1.5 with SHA-256).
     pub fn sign(&self, msg: &[u8]) -> Result<Vec<u8>> {
         use rcgen::SigningKey;
-        self.pair
-            .sign(msg)
-            .map_err(|e| Error::Other(format!("signing failed: {e}")))
+        self.pair.sign(msg).map_err(Error::crypto("signing failed"))
     }
 
     /// The key in PKCS#8, PEM or DER (only keys made here: a key read from a file is written where it was).
@@ -240,29 +240,24 @@ fn looks_pem(bytes: &[u8]) -> bool {
 
 /// The first PEM block of a file: its label and its DER bytes (zeroized when dropped: it may be a key).
 fn pem_first(text: &str, what: &str, path: &Path) -> Result<(String, Zeroizing<Vec<u8>>)> {
-    let bad = || {
-        Error::Usage(format!(
-            "{what}: {} is not a valid PEM file",
-            path.display()
-        ))
-    };
+    let bad = || Error::file(what, path, "is not a valid PEM file");
     let (_, pem) = x509_parser::pem::parse_x509_pem(text.as_bytes()).map_err(|_| bad())?;
     Ok((pem.label, Zeroizing::new(pem.contents)))
 }
 
 /// Reads a file of at most [`MAX_INPUT`] bytes into a buffer zeroized when dropped.
 fn read_limited(path: &Path, what: &str) -> Result<Zeroizing<Vec<u8>>> {
-    let f = std::fs::File::open(path)
-        .map_err(Error::io(format!("{what}: cannot open {}", path.display())))?;
+    let f = std::fs::File::open(path).map_err(Error::io(Some(what), "cannot open", path))?;
     let mut buf = Zeroizing::new(Vec::new());
     f.take(MAX_INPUT + 1)
         .read_to_end(&mut buf)
-        .map_err(Error::io(format!("{what}: cannot read {}", path.display())))?;
+        .map_err(Error::io(Some(what), "cannot read", path))?;
     if buf.len() as u64 > MAX_INPUT {
-        return Err(Error::Usage(format!(
-            "{what}: {} is larger than {MAX_INPUT} bytes; not a key, request or certificate",
-            path.display()
-        )));
+        return Err(Error::file(
+            what,
+            path,
+            format!("is larger than {MAX_INPUT} bytes; not a key, request or certificate"),
+        ));
     }
     Ok(buf)
 }
@@ -273,15 +268,15 @@ fn read_der(path: &Path, what: &str, labels: &[&str]) -> Result<Vec<u8>> {
     if !looks_pem(&bytes) {
         return Ok(bytes.to_vec());
     }
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|_| Error::Usage(format!("{what}: {} is not a PEM file", path.display())))?;
+    let text =
+        std::str::from_utf8(&bytes).map_err(|_| Error::file(what, path, "is not a PEM file"))?;
     let (label, der) = pem_first(text, what, path)?;
     if !labels.contains(&label.as_str()) {
-        return Err(Error::Usage(format!(
-            "{what}: {} holds a {label}, not a {}",
-            path.display(),
-            labels[0]
-        )));
+        return Err(Error::file(
+            what,
+            path,
+            format!("holds a {label}, not a {}", labels[0]),
+        ));
     }
     Ok(der.to_vec())
 }
@@ -436,16 +431,20 @@ fn random_serial() -> SerialNumber {
 
 fn validity(params: &mut CertificateParams, days: u32) -> Result<()> {
     if days == 0 || days > MAX_LIFETIME_DAYS {
-        return Err(Error::Usage(format!(
-            "--lifetime: must be 1 to {MAX_LIFETIME_DAYS} days"
-        )));
+        return Err(Error::option(
+            "--lifetime",
+            format!("must be 1 to {MAX_LIFETIME_DAYS} days"),
+        ));
     }
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_err(|_| Error::Other("the clock is before 1970".into()))?;
+        .map_err(|_| Error::Clock {
+            reason: "before 1970",
+        })?;
     let to = |d: Duration| {
-        time::OffsetDateTime::from_unix_timestamp(d.as_secs() as i64)
-            .map_err(|_| Error::Other("the clock is out of range".into()))
+        time::OffsetDateTime::from_unix_timestamp(d.as_secs() as i64).map_err(|_| Error::Clock {
+            reason: "out of range",
+        })
     };
     params.not_before = to(now)?;
     params.not_after = to(now + Duration::from_secs(u64::from(days) * 86_400))?;
@@ -459,10 +458,10 @@ pub fn request(key: &PrivateKey, dn: DistinguishedName, sans: Vec<SanType>) -> R
     params.subject_alt_names = sans;
     let csr = params
         .serialize_request(&key.pair)
-        .map_err(|e| Error::Other(format!("cannot make the request: {e}")))?;
+        .map_err(Error::crypto("cannot make the request"))?;
     let pem = csr
         .pem()
-        .map_err(|e| Error::Other(format!("cannot encode the request: {e}")))?;
+        .map_err(Error::crypto("cannot encode the request"))?;
     Ok(Made {
         der: csr.der().to_vec(),
         pem,
@@ -488,7 +487,7 @@ pub fn self_signed_ca(
     validity(&mut params, days)?;
     let cert = params
         .self_signed(&key.pair)
-        .map_err(|e| Error::Other(format!("cannot make the CA certificate: {e}")))?;
+        .map_err(Error::crypto("cannot make the CA certificate"))?;
     Ok(Made {
         der: cert.der().to_vec(),
         pem: cert.pem(),
@@ -516,20 +515,23 @@ fn check_name(name: &x509_parser::x509::X509Name<'_>, what: &str) -> Result<()> 
     for rdn in name.iter() {
         let attrs: Vec<_> = rdn.iter().collect();
         if attrs.len() != 1 {
-            return Err(Error::Usage(format!(
-                "{what}: the name has a multi-valued RDN, which netveil cannot copy"
-            )));
+            return Err(Error::option(
+                what,
+                "the name has a multi-valued RDN, which netveil cannot copy",
+            ));
         }
         if !encodable_oid(attrs[0].attr_type()) {
-            return Err(Error::Usage(format!(
-                "{what}: the name has an attribute type that is not a valid OID"
-            )));
+            return Err(Error::option(
+                what,
+                "the name has an attribute type that is not a valid OID",
+            ));
         }
         let oid = attrs[0].attr_type().to_id_string();
         if seen.contains(&oid) {
-            return Err(Error::Usage(format!(
-                "{what}: the name has attribute {oid} twice, which netveil cannot copy"
-            )));
+            return Err(Error::option(
+                what,
+                format!("the name has attribute {oid} twice, which netveil cannot copy"),
+            ));
         }
         seen.push(oid);
     }
@@ -556,39 +558,41 @@ pub fn issue(
     opts: &IssueOptions,
 ) -> Result<Made> {
     let (rest, ca) = x509_parser::certificate::X509Certificate::from_der(ca_der)
-        .map_err(|_| Error::Usage("--cacert: not an X.509 certificate".into()))?;
+        .map_err(|_| Error::option("--cacert", "not an X.509 certificate"))?;
     if !rest.is_empty() {
-        return Err(Error::Usage(
-            "--cacert: trailing bytes after the certificate".into(),
+        return Err(Error::option(
+            "--cacert",
+            "trailing bytes after the certificate",
         ));
     }
     let is_ca = matches!(ca.basic_constraints(), Ok(Some(bc)) if bc.value.ca);
     if !is_ca {
-        return Err(Error::Usage(
-            "--cacert: not a CA certificate (no basicConstraints CA:TRUE)".into(),
+        return Err(Error::option(
+            "--cacert",
+            "not a CA certificate (no basicConstraints CA:TRUE)",
         ));
     }
     if let Ok(Some(ku)) = ca.key_usage() {
         if !ku.value.key_cert_sign() {
-            return Err(Error::Usage(
-                "--cacert: its keyUsage does not allow keyCertSign".into(),
+            return Err(Error::option(
+                "--cacert",
+                "its keyUsage does not allow keyCertSign",
             ));
         }
     }
     check_name(ca.subject(), "--cacert")?;
     if ca.public_key().subject_public_key.data.as_ref() != ca_key.public_key_raw() {
-        return Err(Error::Usage(
-            "--cakey: this key does not belong to the --cacert certificate".into(),
+        return Err(Error::option(
+            "--cakey",
+            "this key does not belong to the --cacert certificate",
         ));
     }
 
     let (rest, req) =
         x509_parser::certification_request::X509CertificationRequest::from_der(csr_der)
-            .map_err(|_| Error::Usage("--csr: not a PKCS#10 certification request".into()))?;
+            .map_err(|_| Error::option("--csr", "not a PKCS#10 certification request"))?;
     if !rest.is_empty() {
-        return Err(Error::Usage(
-            "--csr: trailing bytes after the request".into(),
-        ));
+        return Err(Error::option("--csr", "trailing bytes after the request"));
     }
     check_name(&req.certification_request_info.subject, "--csr")?;
     for ext in req.requested_extensions().into_iter().flatten() {
@@ -596,8 +600,9 @@ pub fn issue(
             for name in &san.general_names {
                 if let x509_parser::extensions::GeneralName::OtherName(oid, _) = name {
                     if !encodable_oid(oid) {
-                        return Err(Error::Usage(
-                            "--csr: a subjectAltName has a type that is not a valid OID".into(),
+                        return Err(Error::option(
+                            "--csr",
+                            "a subjectAltName has a type that is not a valid OID",
                         ));
                     }
                 }
@@ -607,17 +612,20 @@ pub fn issue(
     let want_spki = req.certification_request_info.subject_pki.raw.to_vec();
 
     let parsed = CertificateSigningRequestParams::from_der(&csr_der.into()).map_err(|e| {
-        Error::Usage(match e {
-            rcgen::Error::InvalidCertificationRequestSignature => {
-                "--csr: the request's signature does not verify".to_string()
-            }
-            rcgen::Error::UnsupportedSignatureAlgorithm => {
-                "--csr: the request's signature algorithm is not supported (ECDSA with the curve's hash, \
-                 Ed25519, RSA PKCS#1 v1.5 with SHA-256/384/512)"
-                    .to_string()
-            }
-            e => format!("--csr: cannot use the request: {e}"),
-        })
+        Error::option(
+            "--csr",
+            match e {
+                rcgen::Error::InvalidCertificationRequestSignature => {
+                    "the request's signature does not verify".to_string()
+                }
+                rcgen::Error::UnsupportedSignatureAlgorithm => {
+                    "the request's signature algorithm is not supported (ECDSA with the curve's hash, \
+                     Ed25519, RSA PKCS#1 v1.5 with SHA-256/384/512)"
+                        .to_string()
+                }
+                e => format!("cannot use the request: {e}"),
+            },
+        )
     })?;
     let mut params = parsed.params;
     // Only the subject and the subjectAltNames come from the request (as pki --issue).
@@ -647,30 +655,27 @@ pub fn issue(
     validity(&mut params, opts.days)?;
 
     let issuer = Issuer::from_ca_cert_der(&ca_der.into(), &ca_key.pair)
-        .map_err(|e| Error::Usage(format!("--cacert: cannot use it as an issuer: {e}")))?;
+        .map_err(|e| Error::option("--cacert", format!("cannot use it as an issuer: {e}")))?;
     let csr = CertificateSigningRequestParams {
         params,
         public_key: parsed.public_key,
     };
     let cert = csr
         .signed_by(&issuer)
-        .map_err(|e| Error::Other(format!("cannot make the certificate: {e}")))?;
+        .map_err(Error::crypto("cannot make the certificate"))?;
     let der = cert.der().to_vec();
 
     // The certificate must carry the request's key and name the CA exactly as the CA names itself (chains are
     // built by comparing these bytes); rcgen re-encodes both, so check rather than trust.
     let (_, made) = x509_parser::certificate::X509Certificate::from_der(&der)
-        .map_err(|_| Error::Other("internal: the certificate made does not parse".into()))?;
+        .map_err(|_| Error::Internal("the certificate made does not parse"))?;
     if made.public_key().raw != want_spki.as_slice() {
-        return Err(Error::Usage(
-            "--csr: the request's key and signature algorithm disagree (e.g. a P-256 key signed with SHA-384); \
-             make the request with the curve's own hash"
-                .into(),
-        ));
+        return Err(Error::option("--csr", "the request's key and signature algorithm disagree (e.g. a P-256 key signed with SHA-384); \
+             make the request with the curve's own hash"));
     }
     if made.issuer().as_raw() != ca.subject().as_raw() {
-        return Err(Error::Other(
-            "internal: the issuer name does not match the CA's subject byte for byte".into(),
+        return Err(Error::Internal(
+            "the issuer name does not match the CA's subject byte for byte",
         ));
     }
     Ok(Made {
@@ -688,16 +693,22 @@ fn write_new(path: &Path, data: &[u8], mode: u32) -> Result<()> {
         .open(path)
         .map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
-                Error::Usage(format!("{} exists; not overwriting it", path.display()))
+                exists(path)
             } else {
-                Error::Io {
-                    context: format!("cannot create {}", path.display()),
-                    source: e,
-                }
+                Error::io(None, "cannot create", path)(e)
             }
         })?;
     f.write_all(data)
-        .map_err(Error::io(format!("cannot write {}", path.display())))
+        .map_err(Error::io(None, "cannot write", path))
+}
+
+/// An output file that exists: nothing is written over it.
+fn exists(path: &Path) -> Error {
+    Error::Input {
+        option: None,
+        file: Some(path.to_path_buf()),
+        reason: "exists; not overwriting it".into(),
+    }
 }
 
 /// Where a command's key comes from: a file (`--key`), or made now (`--type`) and written beside the output.
@@ -712,8 +723,9 @@ pub type Written = Vec<(&'static str, PathBuf)>;
 
 fn out_path(dir: &Path, name: &str, ext: &str) -> Result<PathBuf> {
     if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.contains('\0') {
-        return Err(Error::Usage(
-            "--name: is not a usable file name (empty or with a '/'; value not shown)".into(),
+        return Err(Error::option(
+            "--name",
+            "is not a usable file name (empty or with a '/'; value not shown)",
         ));
     }
     Ok(dir.join(format!("{name}.{ext}")))
@@ -724,17 +736,14 @@ fn out_path(dir: &Path, name: &str, ext: &str) -> Result<PathBuf> {
 fn check_free(paths: &[&Path]) -> Result<()> {
     for p in paths {
         if p.symlink_metadata().is_ok() {
-            return Err(Error::Usage(format!(
-                "{} exists; not overwriting it",
-                p.display()
-            )));
+            return Err(exists(p));
         }
     }
     Ok(())
 }
 
 fn make_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot create {}", dir.display())))
+    std::fs::create_dir_all(dir).map_err(Error::io(None, "cannot create", dir))
 }
 
 /// Gets the command's key: reads `--key`, or makes one, whose file is `key_path` (written by [`finish_key`]).
@@ -761,7 +770,7 @@ pub fn cmd_key(name: &str, dir: &Path, t: KeyType, form: Form) -> Result<Written
 
 fn parse_sans(sans: &[String]) -> Result<Vec<SanType>> {
     sans.iter()
-        .map(|s| parse_san(s).map_err(|e| Error::Usage(format!("--san: {e}"))))
+        .map(|s| parse_san(s).map_err(|e| Error::option("--san", e)))
         .collect()
 }
 
@@ -774,7 +783,7 @@ pub fn cmd_csr(
     sans: &[String],
     form: Form,
 ) -> Result<Written> {
-    let dn = parse_dn(dn).map_err(|e| Error::Usage(format!("--dn: {e}")))?;
+    let dn = parse_dn(dn).map_err(|e| Error::option("--dn", e))?;
     let sans = parse_sans(sans)?;
     let csr_path = out_path(dir, name, "csr")?;
     let key_path = out_path(dir, name, "key")?;
@@ -807,7 +816,7 @@ pub fn cmd_ca(
     pathlen: Option<u8>,
     form: Form,
 ) -> Result<Written> {
-    let dn = parse_dn(dn).map_err(|e| Error::Usage(format!("--dn: {e}")))?;
+    let dn = parse_dn(dn).map_err(|e| Error::option("--dn", e))?;
     let crt_path = out_path(dir, name, "crt")?;
     let key_path = out_path(dir, name, "key")?;
     let (key, new) = source_key(key)?;
@@ -848,7 +857,7 @@ pub fn cmd_issue(a: &IssueArgs<'_>) -> Result<Written> {
     let opts = IssueOptions {
         dn: a
             .dn
-            .map(|d| parse_dn(d).map_err(|e| Error::Usage(format!("--dn: {e}"))))
+            .map(|d| parse_dn(d).map_err(|e| Error::option("--dn", e)))
             .transpose()?,
         sans: parse_sans(a.sans)?,
         days: a.days,
