@@ -166,7 +166,10 @@ fn waited(socket: &Path, req: &Request, wait: Duration) -> Result<String> {
         // A refusal (unknown name, nothing to do) is the user's to fix: exit 2; a failed negotiation or no
         // outcome in time: exit 1.
         return Err(if v["timeout"] == true || v["failed"] == true {
-            Error::Other(e.to_string())
+            Error::Failed {
+                request: req.line(),
+                reason: e.to_string(),
+            }
         } else {
             Error::Usage(e.to_string())
         });

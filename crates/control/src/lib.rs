@@ -34,17 +34,25 @@ pub const RUN_DIR: &str = "/run/netveil";
 /// A failed control-socket operation.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Nothing to talk to, no permission, or a request the daemon refuses: the user's to fix.
+    /// Nothing to talk to, no permission, or a request the daemon refuses: the user's to fix (exit code 2).
     #[error("{0}")]
     Usage(String),
+    /// A system call failed: what was being done, and the system's error.
     #[error("{context}: {source}")]
     Io {
         context: String,
         source: std::io::Error,
     },
-    /// The daemon answered something unexpected.
-    #[error("{0}")]
-    Other(String),
+    /// The daemon refused or could not carry out a request it understood: what was asked, and its reason.
+    #[error("{request}: {reason}")]
+    Refused { request: String, reason: String },
+    /// A request the daemon carried out without the outcome asked for (a negotiation failed, no outcome in
+    /// time): its reason, as the daemon gave it.
+    #[error("{reason}")]
+    Failed { request: String, reason: String },
+    /// The daemon answered something this client cannot read: what was asked, and why.
+    #[error("bad answer from the daemon to {request}: {cause}")]
+    BadAnswer { request: String, cause: String },
 }
 
 impl Error {
@@ -252,11 +260,13 @@ pub fn request_stop(socket: &Path) -> Result<()> {
     if v["stopping"] == true {
         Ok(())
     } else {
-        Err(Error::Other(format!(
-            "the daemon on {} did not accept the stop request: {}",
-            socket.display(),
-            v["error"].as_str().unwrap_or("no reason given")
-        )))
+        Err(Error::Refused {
+            request: format!(
+                "the daemon on {} did not accept the stop request",
+                socket.display()
+            ),
+            reason: v["error"].as_str().unwrap_or("no reason given").to_string(),
+        })
     }
 }
 
@@ -270,13 +280,17 @@ pub fn reload(socket: &Path) -> Result<String> {
                 "reload refused, nothing changed: {e}"
             )));
         }
-        return Err(Error::Other(format!("reload refused: {e}")));
+        return Err(Error::Refused {
+            request: "reload refused".into(),
+            reason: e.to_string(),
+        });
     }
     match v["reloaded"].as_str() {
         Some(m) => Ok(m.to_string()),
-        None => Err(Error::Other(
-            "the daemon has nothing to reload (no engine of it reads rule files)".into(),
-        )),
+        None => Err(Error::Refused {
+            request: "reload".into(),
+            reason: "the daemon has nothing to reload (no engine of it reads rule files)".into(),
+        }),
     }
 }
 
@@ -442,7 +456,15 @@ fn ask_for(socket: &Path, req: &str, wait: Duration) -> Result<Value> {
     s.shutdown(std::net::Shutdown::Write).ok();
     let mut buf = String::new();
     std::io::Read::read_to_string(&mut s, &mut buf).map_err(Error::io("control socket"))?;
-    serde_json::from_str(&buf).map_err(|e| Error::Other(format!("bad answer from daemon: {e}")))
+    serde_json::from_str(&buf).map_err(|e| Error::BadAnswer {
+        // Its verb only: a request may carry keys.
+        request: req
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        cause: e.to_string(),
+    })
 }
 
 /// Checks that the server at the other end of `s` runs as root (`SO_PEERCRED`: who called `listen`), before
@@ -465,7 +487,10 @@ fn server_is_root(socket: &Path, s: &UnixStream) -> Result<()> {
 /// The status of the daemon at `socket`, typed.
 pub fn get_status(socket: &Path) -> Result<Status> {
     let v = request(socket, &Request::Status)?;
-    serde_json::from_value(v).map_err(|e| Error::Other(format!("bad status from daemon: {e}")))
+    serde_json::from_value(v).map_err(|e| Error::BadAnswer {
+        request: "status".into(),
+        cause: e.to_string(),
+    })
 }
 
 /// `netveil status`: the table, or the JSON form (pretty-printed).
@@ -532,7 +557,10 @@ fn keys_ike(socket: &Path, dir: &Path) -> Result<()> {
         return Ok(());
     }
     if let Some(e) = v["error"].as_str() {
-        return Err(Error::Other(format!("IKE keys: {e}")));
+        return Err(Error::Refused {
+            request: "IKE keys".into(),
+            reason: e.to_string(),
+        });
     }
     let new: Vec<zeroize::Zeroizing<String>> = v["ike_sas"]
         .as_array()

@@ -134,8 +134,10 @@ fn list<T: serde::de::DeserializeOwned + serde::Serialize>(
     render: fn(&[T]) -> String,
 ) -> Result<()> {
     let mut v = request(socket, &req)?;
-    let items: Vec<T> = serde_json::from_value(v[member].take())
-        .map_err(|e| Error::Other(format!("bad answer from the daemon: {e}")))?;
+    let items: Vec<T> = serde_json::from_value(v[member].take()).map_err(|e| Error::BadAnswer {
+        request: member.to_string(),
+        cause: e.to_string(),
+    })?;
     if json {
         println!(
             "{}",
@@ -153,8 +155,11 @@ pub fn monitor(socket: &Path, json: bool, once: bool) -> Result<()> {
     let mut since = 0;
     loop {
         let mut v = request(socket, &Request::Events { since })?;
-        let events: Vec<Event> = serde_json::from_value(v["events"].take())
-            .map_err(|e| Error::Other(format!("bad answer from the daemon: {e}")))?;
+        let events: Vec<Event> =
+            serde_json::from_value(v["events"].take()).map_err(|e| Error::BadAnswer {
+                request: "events".into(),
+                cause: e.to_string(),
+            })?;
         for e in events {
             since = since.max(e.id);
             if json {

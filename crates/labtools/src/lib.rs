@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+// layers: delay, flood
 pub mod delay;
 pub mod flood;
 

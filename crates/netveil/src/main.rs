@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+// layers: keygen, labtools, pcap, xfrm
 mod keygen;
 mod labtools;
 mod pcap;

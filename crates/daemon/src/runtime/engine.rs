@@ -76,10 +76,10 @@ pub fn stop_running(sock: &std::path::Path) -> Result<Option<std::time::Instant>
     let t = std::time::Instant::now();
     while std::os::unix::net::UnixStream::connect(sock).is_ok() {
         if t.elapsed() > std::time::Duration::from_secs(15) {
-            return Err(Error::Other(format!(
-                "the daemon on {} did not stop within 15 s",
-                sock.display()
-            )));
+            return Err(Error::NotStopped {
+                socket: sock.to_path_buf(),
+                seconds: 15,
+            });
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -93,11 +93,10 @@ pub fn run(cmd: &[&str]) -> Result<()> {
         .output()
         .map_err(Error::io(format!("cannot run {}", cmd[0])))?;
     if !out.status.success() {
-        return Err(Error::Other(format!(
-            "'{}' failed: {}",
-            cmd.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        return Err(Error::Command {
+            command: cmd.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(())
 }
@@ -119,11 +118,10 @@ pub fn run_stdin(cmd: &[&str], input: &str) -> Result<()> {
         .wait_with_output()
         .map_err(Error::io(cmd[0].to_string()))?;
     if !out.status.success() {
-        return Err(Error::Other(format!(
-            "'{}' failed: {}",
-            cmd.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        return Err(Error::Command {
+            command: cmd.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(())
 }

@@ -35,8 +35,27 @@ pub enum Error {
         context: String,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Other(String),
+    /// A command the daemon runs (`ip`, `nft`, `iptables`) failed: its command line and what it printed.
+    #[error("'{command}' failed: {stderr}")]
+    Command { command: String, stderr: String },
+    /// This host lacks what an engine needs: what, and how to get it.
+    #[error("{what}: {hint}")]
+    Unsupported { what: String, hint: String },
+    /// A key-exchange driver could not start: which, and why.
+    #[error("{driver}: {cause}")]
+    Driver { driver: &'static str, cause: String },
+    /// The TLS or certificate library refused: what was being built, and its error.
+    #[error("{context}: {cause}")]
+    Crypto { context: String, cause: String },
+    /// A running daemon did not stop in time (`netveil down`).
+    #[error("the daemon on {} did not stop within {seconds} s", socket.display())]
+    NotStopped {
+        socket: std::path::PathBuf,
+        seconds: u64,
+    },
+    /// The control socket's client: the daemon refused a request, failed it, or answered something unreadable.
+    #[error(transparent)]
+    Control(netveil_control::Error),
 }
 
 impl Error {
@@ -57,7 +76,7 @@ impl From<netveil_control::Error> for Error {
         match e {
             netveil_control::Error::Usage(m) => Error::Usage(m),
             netveil_control::Error::Io { context, source } => Error::Io { context, source },
-            netveil_control::Error::Other(m) => Error::Other(m),
+            other => Error::Control(other),
         }
     }
 }

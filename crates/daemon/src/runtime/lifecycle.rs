@@ -318,10 +318,12 @@ pub fn up_with(
             engines.push(st.engine);
             for d in own {
                 let Some(port) = &st.sa_port else {
-                    return Err(Error::Other(
-                        "an engine configures a key-exchange driver but offers no SA interface"
-                            .into(),
-                    ));
+                    return Err(Error::Driver {
+                        driver: "key exchange",
+                        cause:
+                            "an engine configures a key-exchange driver but offers no SA interface"
+                                .into(),
+                    });
                 };
                 drivers.push(d.start(port.clone())?);
             }

@@ -82,7 +82,10 @@ impl DriverConfig for config::IkeConfig {
         let mut installer = install::Installer::new(port);
         installer
             .install_traps(&cfg.connections)
-            .map_err(|e| Error::Other(format!("IKE: {e}")))?;
+            .map_err(|e| Error::Driver {
+                driver: "IKE",
+                cause: e.to_string(),
+            })?;
         let (hook, control) = control::pair(
             cfg.connections
                 .iter()
@@ -94,7 +97,10 @@ impl DriverConfig for config::IkeConfig {
                 })
                 .collect(),
         );
-        let machine = endpoint::new(cfg.connections).map_err(Error::Other)?;
+        let machine = endpoint::new(cfg.connections).map_err(|cause| Error::Driver {
+            driver: "IKE",
+            cause,
+        })?;
         let sockets = sockets::Sockets::open(
             &locals,
             config::IKE_PORT,

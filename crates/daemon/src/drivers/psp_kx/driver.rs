@@ -82,9 +82,10 @@ pub fn start_driver(
     port: Arc<dyn SaPort>,
     mark: u32,
 ) -> Result<PspDriver> {
-    let st = port
-        .psp_kx_state()
-        .ok_or_else(|| Error::Other("the IP engine carries no PSP ([psp] section)".into()))?;
+    let st = port.psp_kx_state().ok_or_else(|| Error::Driver {
+        driver: "PSP key exchange",
+        cause: "the IP engine carries no PSP ([psp] section)".into(),
+    })?;
     let kx = KeyExchange::new(kx_config(&cfg), Instant::now()).map_err(|e| {
         Error::Config(crate::runtime::config::ConfigError {
             key: "psp.crypt_offset".into(),

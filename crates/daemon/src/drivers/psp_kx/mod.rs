@@ -17,15 +17,15 @@
 //! - Each side checks the other's certificate against `psp.peer_ca` and the name `psp.peer_name` (the client
 //!   by TLS server-name verification, the server by checking the client certificate's names).
 //! - It runs as a driver beside the IP engine ([`start_driver`]): its own thread, sockets and clock. It changes
-//!   the data plane only through the engine's typed port ([`SaPort`]): calls of the machine that change the
-//!   device's receive SAs go through [`SaPort::psp_rx`], which runs them under the device's write lock (the data
+//!   the data plane only through the engine's typed port ([`SaPort`](crate::runtime::sa_port::SaPort)): calls of the machine that change the
+//!   device's receive SAs go through [`SaPort::psp_rx`](crate::runtime::sa_port::SaPort::psp_rx), which runs them under the device's write lock (the data
 //!   plane does not take it: it decapsulates through the receive SAs the device republishes atomically) and
 //!   refreshes the PSP socket's filter under the same lock, before the association that hands a new SPI out is
 //!   written: the filter never refuses the peer's first packets with it.
-//! - Once the connection is up, the machine is told so ([`KeyExchange::connected`]); the plaintext the peer sends
-//!   goes to [`KeyExchange::handle_input`], what [`KeyExchange::poll_transmit`] returns is written.
-//! - Events: `InstallTx` swaps the data plane's transmit SA ([`SaPort::psp_install_tx`]: read per packet without
-//!   a lock), `AssocSent`/`InstallTx`/`Rotated` move the `status` counters ([`PspKxState`], shared with the
+//! - Once the connection is up, the machine is told so ([`KeyExchange::connected`](netveil_psp::kx::KeyExchange::connected)); the plaintext the peer sends
+//!   goes to [`KeyExchange::handle_input`](netveil_psp::kx::KeyExchange::handle_input), what [`KeyExchange::poll_transmit`](netveil_psp::kx::KeyExchange::poll_transmit) returns is written.
+//! - Events: `InstallTx` swaps the data plane's transmit SA ([`SaPort::psp_install_tx`](crate::runtime::sa_port::SaPort::psp_install_tx): read per packet without
+//!   a lock), `AssocSent`/`InstallTx`/`Rotated` move the `status` counters ([`PspKxState`](crate::runtime::sa_port::PspKxState), shared with the
 //!   engine's answers), `Failed` closes the connection (then the usual reconnection).
 //! - Rotation (every `psp.rotate_seconds` since the last one, or on `netveil rotate`): the device rotates its
 //!   master keys, then allocates a new receive SPI under the new key and sends it. The peer switches its

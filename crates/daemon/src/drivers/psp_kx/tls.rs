@@ -92,13 +92,19 @@ pub fn tls(cfg: &PspConfig) -> Result<Tls> {
             .map_err(|e| bad("psp.peer_ca", e.to_string()))?;
     let server = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| Error::Other(e.to_string()))?
+        .map_err(|e| Error::Crypto {
+            context: "TLS 1.3".into(),
+            cause: e.to_string(),
+        })?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs.clone(), key.clone_key())
         .map_err(|e| bad("psp.key", format!("does not match psp.cert: {e}")))?;
     let client = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| Error::Other(e.to_string()))?
+        .map_err(|e| Error::Crypto {
+            context: "TLS 1.3".into(),
+            cause: e.to_string(),
+        })?
         .with_root_certificates(roots)
         .with_client_auth_cert(certs, key)
         .map_err(|e| bad("psp.key", format!("does not match psp.cert: {e}")))?;
@@ -141,10 +147,14 @@ pub fn keygen(name: &str, dir: &Path) -> Result<(std::path::PathBuf, std::path::
         rcgen::ExtendedKeyUsagePurpose::ServerAuth,
         rcgen::ExtendedKeyUsagePurpose::ClientAuth,
     ];
-    let kp = rcgen::KeyPair::generate().map_err(|e| Error::Other(e.to_string()))?;
-    let cert = params
-        .self_signed(&kp)
-        .map_err(|e| Error::Other(e.to_string()))?;
+    let kp = rcgen::KeyPair::generate().map_err(|e| Error::Crypto {
+        context: "P-256 key".into(),
+        cause: e.to_string(),
+    })?;
+    let cert = params.self_signed(&kp).map_err(|e| Error::Crypto {
+        context: "self-signed certificate".into(),
+        cause: e.to_string(),
+    })?;
     std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
     let key_pem = Zeroizing::new(kp.serialize_pem());
     {

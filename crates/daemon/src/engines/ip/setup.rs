@@ -551,8 +551,10 @@ pub fn host_addresses() -> Result<Vec<IpAddr>> {
         .args(["-j", "addr", "show"])
         .output()
         .map_err(Error::io("cannot run ip"))?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| Error::Other(format!("cannot read `ip -j addr show`: {e}")))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| Error::Command {
+        command: "ip -j addr show".into(),
+        stderr: format!("unreadable output: {e}"),
+    })?;
     Ok(v.as_array()
         .into_iter()
         .flatten()

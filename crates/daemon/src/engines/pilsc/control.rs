@@ -137,14 +137,14 @@ pub(super) enum ReloadError {
     /// The files (or the configuration's tables) did not load: their errors, each naming its key; nothing
     /// changed. `netveil reload` exits with code 2, as for any bad configuration.
     Files(String),
-    /// Anything else (the worker, the queue chains).
-    Other(String),
+    /// The files loaded, but putting them in force failed (the worker, the queue chains).
+    InForce(String),
 }
 
 impl std::fmt::Display for ReloadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ReloadError::Files(e) | ReloadError::Other(e) => f.write_str(e),
+            ReloadError::Files(e) | ReloadError::InForce(e) => f.write_str(e),
         }
     }
 }
@@ -157,7 +157,7 @@ impl Shared {
     /// anything fails, nothing changed.
     pub(super) fn reload(&self) -> std::result::Result<String, ReloadError> {
         let (file, keys) = self.reload_files().map_err(ReloadError::Files)?;
-        self.put_in_force(file, keys).map_err(ReloadError::Other)
+        self.put_in_force(file, keys).map_err(ReloadError::InForce)
     }
 
     /// The rules and keys a reload would put in force, read and checked as at start-up (the files through
@@ -313,7 +313,7 @@ impl Control for PilscControl {
                     tracing::warn!("pilsc: reload refused, nothing changed: {e}");
                     serde_json::json!({ "error": e, "config": true })
                 }
-                Err(ReloadError::Other(e)) => {
+                Err(ReloadError::InForce(e)) => {
                     tracing::warn!("pilsc: reload refused: {e}");
                     serde_json::json!({ "error": e })
                 }

@@ -26,13 +26,15 @@ pub(super) fn iptables(cfg: &PilscConfig) -> Result<String> {
         .find(|t| works(t))
         .map(|t| t.to_string())
         .ok_or_else(|| {
-            Error::Other(format!(
-                "PILSC needs netfilter queues through the xtables NFQUEUE target: {} did not work here (install \
-                 Debian's iptables package; the kernel needs NETFILTER_NETLINK_QUEUE and NETFILTER_XT_TARGET_NFQUEUE, \
-                 with NFT_COMPAT for iptables-nft). nftables' own `queue` statement is not used: many kernels \
-                 (this kind included) lack NFT_QUEUE",
-                candidates.join(" and ")
-            ))
+            Error::Unsupported {
+                what: "PILSC needs netfilter queues through the xtables NFQUEUE target".into(),
+                hint: format!(
+                    "{} did not work here (install Debian's iptables package; the kernel needs \
+                     NETFILTER_NETLINK_QUEUE and NETFILTER_XT_TARGET_NFQUEUE, with NFT_COMPAT for iptables-nft). \
+                     nftables' own `queue` statement is not used: many kernels (this kind included) lack NFT_QUEUE",
+                    candidates.join(" and ")
+                ),
+            }
         })
 }
 
