@@ -263,7 +263,7 @@ impl Endpoint {
             AuthMethod::PubKey(c) => {
                 verify(c, id, &certs, auth, signed, wall).map_err(|reason| {
                     Failure::Certificate {
-                        id: cert::id_text(id),
+                        id: crate::id::id_text(id),
                         reason,
                     }
                 })?;
