@@ -15,6 +15,8 @@
 //!   (datagrams to send, CHILD_SAs to install, failures with their reasons).
 #![forbid(unsafe_code)]
 
+// layers: machine > event, id > config > cert, sk > keys > dn, message, proposal
+
 pub mod cert;
 pub mod config;
 pub mod dn;

@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use super::framing::Opened;
 use super::glue::{self, Range};
-use super::info::Outcome;
-use super::sa::{Child, Chosen, IkeSa, Opened, Purpose, State};
+use super::sa::{Child, Chosen, IkeSa, Outcome, Purpose, State};
 use super::{pubkey, Endpoint};
 use crate::config::{AuthMethod, Mode, TsSpec};
 use crate::event::{ChildSa, EspSa, Event, Failure};

@@ -13,7 +13,7 @@ use std::time::{Instant, SystemTime};
 
 use netveil_crypto::sig::{KeyKind, Scheme, SigHash};
 
-use super::sa::Opened;
+use super::framing::Opened;
 use super::Endpoint;
 use crate::cert::{self, CertFailure, Certificate};
 use crate::config::{AuthMethod, AuthRound, Connection, Identity, PubKeyCreds};
