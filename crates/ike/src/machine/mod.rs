@@ -15,9 +15,9 @@
 //! refused with TEMPORARY_FAILURE and retried later if still needed), and hybrid IKE SAs (ML-KEM-768 as an
 //! additional key exchange in IKE_INTERMEDIATE, RFC 9242 / RFC 9370: `intermediate`). Not yet: EAP.
 //!
-//! Where state lives: each IKE SA is an entry of `sas` (by [`IkeSaId`], never reused), found from a datagram by
-//! our own SPI (`by_spi`: SPIi when we initiated, SPIr when we responded; random, never 0, unique on this
-//! endpoint). A half-open responder SA (IKE_SA_INIT answered, IKE_AUTH not yet) is also found by the peer's
+//! Where state lives (`endpoint`): each IKE SA is an entry of `sas` (by [`IkeSaId`](crate::event::IkeSaId),
+//! never reused), found from a datagram by our own SPI (`by_spi`: SPIi when we initiated, SPIr when we responded;
+//! random, never 0, unique on this endpoint). A half-open responder SA (IKE_SA_INIT answered, IKE_AUTH not yet) is also found by the peer's
 //! (SPIi, address), so that a retransmitted IKE_SA_INIT gets the same answer; half-open SAs are capped
 //! ([`Limits::half_open_max`]) and expire ([`Limits::half_open_timeout`]); above
 //! [`Limits::cookie_threshold`] of them the responder asks for a cookie first (RFC 7296 2.6), statelessly.
