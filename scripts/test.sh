@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: format, lints, docs, layers and the one IP parser; unit and known-answer tests, namespace and interop tests (root),
+# The whole test suite: format, lints, docs, layers, module circles and sizes, and the one IP parser; unit and known-answer tests, namespace and interop tests (root),
 # scapy interop, fuzz smoke.
 # Installs what it needs first (.ci/setup). Run as root: `sudo scripts/test.sh`.
 set -euo pipefail
@@ -94,6 +94,10 @@ shared_check_layers() {
 # Without a shared/ (a CI machine may have none), the copy kept in scripts/ runs: the check never skips.
 check_layers=$(shared_check_layers)
 "${check_layers:-scripts/check-layers}"
+# Inside each crate: no circle of modules, the declared order of the top-level modules (`// layers:` in each crate
+# root), no file over 900 lines, no daemon fn over 150 (scripts/check-modules says how; the full check, never --only).
+scripts/check-modules --self-test
+scripts/check-modules
 
 echo "== cargo test (profile ci: optimised; includes network-namespace tests, which need root)"
 stage test-build

@@ -7,7 +7,11 @@
 //! members are added, never renamed or removed. Times are whole seconds: `established` and `install_time` since,
 //! `rekey_time` and `life_time` until.
 
-use crate::{ask_for, Error, Request, Result};
+use crate::client::ask_for;
+use crate::error::{Error, Result};
+use crate::request::Request;
+
+pub use crate::request::DEFAULT_WAIT;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
@@ -154,10 +158,6 @@ pub fn render_ike_status(s: &IkeStatus) -> String {
     }
     o
 }
-
-/// How long `initiate` and `terminate` wait by default (swanctl waits until done; a stuck peer is given up on
-/// after the retransmissions, some 2 minutes with the default timers).
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
 /// A request that waits for its outcome: answered within `wait` (and a margin for the daemon's own answer).
 fn waited(socket: &Path, req: &Request, wait: Duration) -> Result<String> {

@@ -12,13 +12,21 @@
 
 #![forbid(unsafe_code)]
 
+// layers: xfrm > status > ike > client > error, request
+mod client;
+mod error;
 pub mod ike;
+mod request;
 pub mod status;
 pub mod xfrm;
+
+use client::ask;
+pub use client::{connect_error, peer_credentials, request};
+pub use error::{Error, Result};
+pub use request::Request;
 pub use status::{human_bytes, render_status, Event, Status};
 
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -30,39 +38,6 @@ use std::time::Duration;
 
 /// The directory of the control sockets by default (`/run/netveil/NAME.sock`).
 pub const RUN_DIR: &str = "/run/netveil";
-
-/// A failed control-socket operation.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Nothing to talk to, no permission, or a request the daemon refuses: the user's to fix (exit code 2).
-    #[error("{0}")]
-    Usage(String),
-    /// A system call failed: what was being done, and the system's error.
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        source: std::io::Error,
-    },
-    /// The daemon refused or could not carry out a request it understood: what was asked, and its reason.
-    #[error("{request}: {reason}")]
-    Refused { request: String, reason: String },
-    /// A request the daemon carried out without the outcome asked for (a negotiation failed, no outcome in
-    /// time): its reason, as the daemon gave it.
-    #[error("{reason}")]
-    Failed { request: String, reason: String },
-    /// The daemon answered something this client cannot read: what was asked, and why.
-    #[error("bad answer from the daemon to {request}: {cause}")]
-    BadAnswer { request: String, cause: String },
-}
-
-impl Error {
-    fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
-        let context = context.into();
-        move |source| Error::Io { context, source }
-    }
-}
-
-pub type Result<T> = std::result::Result<T, Error>;
 
 /// Longest request line accepted (an SA with its keys is a few hundred bytes).
 pub const MAX_REQUEST: usize = 16 * 1024;
@@ -133,15 +108,6 @@ fn restrict_dir(dir: &Path, group: Option<u32>) -> std::io::Result<()> {
         }
     };
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-}
-
-/// The credentials of the process at the other end of a connected Unix stream socket (`SO_PEERCRED`): (user id,
-/// group id, process id), as they were when it connected (a client) or called `listen` (a server). The group id is
-/// the effective one; supplementary groups are not included.
-pub fn peer_credentials(s: &UnixStream) -> std::io::Result<(u32, u32, i32)> {
-    let c = nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)
-        .map_err(std::io::Error::from)?;
-    Ok((c.uid(), c.gid(), c.pid()))
 }
 
 /// Why a client of the control socket is refused, if it is: it must run as root (user id 0) or with the control
@@ -308,182 +274,6 @@ pub fn rotate(socket: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The message for a failed connection to the control socket: what is wrong, and what to do.
-pub fn connect_error(socket: &Path, e: &std::io::Error) -> Error {
-    use std::io::ErrorKind::*;
-    Error::Usage(match e.kind() {
-        NotFound | ConnectionRefused => format!(
-            "no netveil daemon at {}: is `netveil up` running (and is this its interface or --socket)?",
-            socket.display()
-        ),
-        PermissionDenied => format!(
-            "permission denied on {}: the control socket is for root and its control group only",
-            socket.display()
-        ),
-        _ => format!("cannot reach the netveil daemon at {}: {e}", socket.display()),
-    })
-}
-
-/// A request to the daemon: one line, either a bare word (`status`, `keys`, `rotate`, `stop`) or a JSON object
-/// whose `request` member names it (`{"request":"sa-del","name":"a-to-b"}`). The JSON form is stable: see the
-/// README's "Control socket" section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "request", rename_all = "kebab-case")]
-pub enum Request {
-    /// Every engine's status in one object (`netveil status --json`).
-    Status,
-    /// The running ESP SAs' keys (`netveil keys`).
-    Keys,
-    /// Rotate the PSP master keys (`netveil rotate`).
-    Rotate,
-    /// Stop, removing the fail-closed filters (`netveil down`).
-    Stop,
-    /// Read the rule files again and put them in force without a restart (`netveil reload`, SIGHUP).
-    Reload,
-    /// Add an SA: the keys of a `[[sa]]` table of the configuration file.
-    SaAdd { sa: Map<String, Value> },
-    /// Replace the SA `name` (same direction; a new SPI and keys).
-    SaUpdate {
-        name: String,
-        sa: Map<String, Value>,
-    },
-    /// Remove the SA `name`.
-    SaDel { name: String },
-    /// The SAs in force, as in `status`.
-    SaList,
-    /// Add a policy (the keys of a `[[policy]]` table) at `position` (0: first; default: last).
-    PolicyAdd {
-        policy: Map<String, Value>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        position: Option<usize>,
-    },
-    /// Remove the policy `name`.
-    PolicyDel { name: String },
-    /// The policies in force, in order.
-    PolicyList,
-    /// The events after `since` (`netveil monitor`).
-    Events {
-        #[serde(default)]
-        since: u64,
-    },
-    /// Start an IKE connection (its first child, or `child`) and answer once the CHILD_SA is up or the
-    /// negotiation failed, at most `timeout_ms` later (`netveil initiate`).
-    IkeInitiate {
-        connection: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        child: Option<String>,
-        #[serde(default = "default_wait_ms")]
-        timeout_ms: u64,
-    },
-    /// Delete the IKE SAs of a connection, one IKE SA, or the CHILD_SAs of a name (exactly one of the three), and
-    /// answer once they are gone, at most `timeout_ms` later (`netveil terminate`).
-    IkeTerminate {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        connection: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        ike_id: Option<u64>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        child: Option<String>,
-        #[serde(default = "default_wait_ms")]
-        timeout_ms: u64,
-    },
-    /// The IKE SAs' keys as lines of Wireshark's `ikev2_decryption_table` (`netveil keys --wireshark`).
-    IkeKeys,
-}
-
-fn default_wait_ms() -> u64 {
-    ike::DEFAULT_WAIT.as_millis() as u64
-}
-
-impl Request {
-    /// Parses a request line. The error never repeats the line (it may hold keys).
-    pub fn parse(line: &str) -> std::result::Result<Request, String> {
-        let line = line.trim();
-        match line {
-            "status" => return Ok(Request::Status),
-            "keys" => return Ok(Request::Keys),
-            "rotate" => return Ok(Request::Rotate),
-            "stop" => return Ok(Request::Stop),
-            "reload" => return Ok(Request::Reload),
-            _ => {}
-        }
-        if !line.starts_with('{') {
-            return Err(
-                "unknown request (known: status, keys, rotate, stop, reload, or a JSON request object)"
-                    .into(),
-            );
-        }
-        serde_json::from_str(line).map_err(|e| {
-            // serde's messages may quote what was sent: only "missing field `x`" (our own names) is passed on.
-            let m = e.to_string();
-            match m.split(" at line").next() {
-                Some(f) if f.starts_with("missing field") => format!("bad request: {f}"),
-                _ if m.contains("unknown variant") => "unknown request".into(),
-                _ => "bad request: not a request object of the README's form".into(),
-            }
-        })
-    }
-
-    /// The request as one line (JSON).
-    pub fn line(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
-}
-
-/// Sends `req` and returns the answer; an answer with an `error` is an [`Error::Usage`] (naming its `key`).
-pub fn request(socket: &Path, req: &Request) -> Result<Value> {
-    let v = ask(socket, &req.line())?;
-    if let Some(e) = v["error"].as_str() {
-        return Err(Error::Usage(match v["key"].as_str() {
-            Some(k) if !k.is_empty() => format!("{k}: {e}"),
-            _ => e.to_string(),
-        }));
-    }
-    Ok(v)
-}
-
-fn ask(socket: &Path, req: &str) -> Result<Value> {
-    ask_for(socket, req, Duration::from_secs(10))
-}
-
-/// [`ask`], waiting at most `wait` for the answer.
-fn ask_for(socket: &Path, req: &str, wait: Duration) -> Result<Value> {
-    let mut s = UnixStream::connect(socket).map_err(|e| connect_error(socket, &e))?;
-    server_is_root(socket, &s)?;
-    s.set_read_timeout(Some(wait)).ok();
-    s.write_all(format!("{req}\n").as_bytes())
-        .map_err(Error::io("control socket"))?;
-    s.shutdown(std::net::Shutdown::Write).ok();
-    let mut buf = String::new();
-    std::io::Read::read_to_string(&mut s, &mut buf).map_err(Error::io("control socket"))?;
-    serde_json::from_str(&buf).map_err(|e| Error::BadAnswer {
-        // Its verb only: a request may carry keys.
-        request: req
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_string(),
-        cause: e.to_string(),
-    })
-}
-
-/// Checks that the server at the other end of `s` runs as root (`SO_PEERCRED`: who called `listen`), before
-/// anything is sent: a request may carry keys, and a socket file that root's daemon left behind may since have
-/// been bound by someone else.
-fn server_is_root(socket: &Path, s: &UnixStream) -> Result<()> {
-    match peer_credentials(s) {
-        Ok((0, _, _)) => Ok(()),
-        Ok((uid, _, pid)) => Err(Error::Usage(format!(
-            "{} is served by uid {uid} (pid {pid}), not root: not a netveil daemon, nothing sent",
-            socket.display()
-        ))),
-        Err(e) => Err(Error::Io {
-            context: format!("cannot check who serves {}", socket.display()),
-            source: e,
-        }),
-    }
-}
-
 /// The status of the daemon at `socket`, typed.
 pub fn get_status(socket: &Path) -> Result<Status> {
     let v = request(socket, &Request::Status)?;
@@ -626,6 +416,7 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Map;
 
     /// The control socket's directory is created 0700 and the socket is 0600.
     #[test]

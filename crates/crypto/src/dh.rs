@@ -33,8 +33,11 @@ use zeroize::Zeroizing;
 
 use aws_lc_rs::agreement;
 
+use crate::alg::{MODP2048_EXPONENT_BITS, MODP3072_EXPONENT_BITS};
 use crate::rand::Rng;
 use crate::KeyError;
+
+pub use crate::alg::Group;
 
 /// RFC 3526 group 14: `2^2048 - 2^1984 - 1 + 2^64 * ([2^1918 pi] + 124476)`.
 const MODP2048_P: &str = "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7EDEE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF0598DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3BE39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF6955817183995497CEA956AE515D2261898FA051015728E5A8AACAA68FFFFFFFFFFFFFFFF";
@@ -42,66 +45,9 @@ const MODP2048_P: &str = "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E
 /// RFC 3526 group 15: `2^3072 - 2^3008 - 1 + 2^64 * ([2^2942 pi] + 1690314)`.
 const MODP3072_P: &str = "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7EDEE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF0598DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3BE39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF6955817183995497CEA956AE515D2261898FA051015728E5A8AAAC42DAD33170D04507A33A85521ABDF1CBA64ECFB850458DBEF0A8AEA71575D060C7DB3970F85A6E1E4C7ABF5AE8CDB0933D71E8C94E04A25619DCEE3D2261AD2EE6BF12FFA06D98A0864D87602733EC86A64521F2B18177B200CBBE117577A615D6C770988C0BAD946E208E24FA074E5AB3143DB5BFCE0FD108E4B82D120A93AD2CAFFFFFFFFFFFFFFFF";
 
-/// Bits of a MODP private exponent in group 14 (RFC 3526 §8's largest estimate for the group: 320).
-const MODP2048_EXPONENT_BITS: usize = 320;
-/// Bits of a MODP private exponent in group 15 (RFC 3526 §8's largest estimate, 420, rounded up to whole words).
-const MODP3072_EXPONENT_BITS: usize = 448;
-
-/// A Diffie-Hellman group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Group {
-    /// X25519 (RFC 7748).
-    X25519,
-    /// RFC 3526 group 14, 2048-bit MODP, generator 2.
-    Modp2048,
-    /// RFC 3526 group 15, 3072-bit MODP, generator 2.
-    Modp3072,
-    /// RFC 5903 group 19, 256-bit random ECP group (NIST P-256).
-    Ecp256,
-    /// RFC 5903 group 20, 384-bit random ECP group (NIST P-384).
-    Ecp384,
-}
-
+// `Group` and its lengths are in `crate::alg` (re-exported here, below the fuzzing stand-ins); what computes in
+// the groups is here.
 impl Group {
-    pub const ALL: [Group; 5] = [
-        Group::X25519,
-        Group::Modp2048,
-        Group::Modp3072,
-        Group::Ecp256,
-        Group::Ecp384,
-    ];
-
-    /// Length of a public value in bytes: 32, 256, 384, 64, 96.
-    pub fn public_len(self) -> usize {
-        match self {
-            Group::X25519 => 32,
-            Group::Modp2048 => 256,
-            Group::Modp3072 => 384,
-            Group::Ecp256 => 64,
-            Group::Ecp384 => 96,
-        }
-    }
-
-    /// Length of the shared secret in bytes: the public value's, except ECP's x coordinate only (32, 48).
-    pub fn shared_len(self) -> usize {
-        match self {
-            Group::Ecp256 => 32,
-            Group::Ecp384 => 48,
-            _ => self.public_len(),
-        }
-    }
-
-    /// Length of the private key [`KeyPair::from_private`] takes: 32 for X25519, the exponent's 40 (group 14) or
-    /// 56 bytes (group 15) for MODP, the scalar's 32 or 48 bytes for ECP.
-    pub fn private_len(self) -> usize {
-        match self {
-            Group::X25519 | Group::Ecp256 => 32,
-            Group::Modp2048 => MODP2048_EXPONENT_BITS / 8,
-            Group::Modp3072 => MODP3072_EXPONENT_BITS / 8,
-            Group::Ecp384 => 48,
-        }
-    }
-
     fn ecdh(self) -> Option<&'static agreement::Algorithm> {
         match self {
             Group::Ecp256 => Some(&agreement::ECDH_P256),

@@ -25,8 +25,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::dh::Group;
-use crate::sig::{KeyKind, Scheme, SigHash};
+use crate::alg::{Group, KeyKind, Scheme, SigHash};
 use crate::FUZZ_CRYPTO_LABEL;
 
 /// `out` filled with a keystream of `parts` (SHA-256 of them, then SHA-256 in counter mode: a few blocks for the

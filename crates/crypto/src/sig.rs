@@ -25,64 +25,7 @@ use zeroize::Zeroizing;
 
 use crate::AuthError;
 
-/// The hash a signature scheme digests the message with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SigHash {
-    Sha1,
-    Sha256,
-    Sha384,
-    Sha512,
-}
-
-impl SigHash {
-    pub fn output_len(self) -> usize {
-        match self {
-            SigHash::Sha1 => 20,
-            SigHash::Sha256 => 32,
-            SigHash::Sha384 => 48,
-            SigHash::Sha512 => 64,
-        }
-    }
-}
-
-/// A key's algorithm (and curve).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KeyKind {
-    Rsa,
-    EcdsaP256,
-    EcdsaP384,
-    /// Verification only.
-    EcdsaP521,
-    Ed25519,
-}
-
-impl fmt::Display for KeyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            KeyKind::Rsa => "RSA",
-            KeyKind::EcdsaP256 => "ECDSA P-256",
-            KeyKind::EcdsaP384 => "ECDSA P-384",
-            KeyKind::EcdsaP521 => "ECDSA P-521",
-            KeyKind::Ed25519 => "Ed25519",
-        })
-    }
-}
-
-/// A signature scheme. The ECDSA curve is the key's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Scheme {
-    /// RSASSA-PKCS1-v1_5 (SHA-1: verification only).
-    RsaPkcs1(SigHash),
-    /// RSASSA-PSS with MGF1 over the same hash and a salt as long as the hash.
-    RsaPss(SigHash),
-    /// ECDSA, the signature a DER `SEQUENCE { r, s }` (X9.62, RFC 7427).
-    Ecdsa(SigHash),
-    /// ECDSA, the signature `r || s` each as long as the curve's order (RFC 4754: P-256/SHA-256,
-    /// P-384/SHA-384, P-521/SHA-512).
-    EcdsaFixed(SigHash),
-    /// Ed25519 (RFC 8032), the message signed as it is.
-    Ed25519,
-}
+pub use crate::alg::{KeyKind, Scheme, SigHash};
 
 /// A key or signature that could not be used. Carries no key bytes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -8,15 +8,20 @@
 //! - [`sk`]: the Encrypted payload (SK, RFC 7296 3.14; AEAD per RFC 5282): seal and open in place.
 //! - [`machine`]: the state machine: an [`machine::Endpoint`] with every IKE SA of a host, driven by datagrams and
 //!   time, reporting datagrams to send and events.
-//! - [`cert`]: X.509 certificates for public-key authentication: loading, chain validation (webpki), ID matching,
-//!   distinguished names.
+//! - [`cert`]: X.509 certificates for public-key authentication: loading, chain validation (webpki), the peer's ID
+//!   against its certificate; [`dn`]: distinguished names (swanctl's syntax to DER, compared, as text); [`id`]:
+//!   identities, configured and received, matched and as text.
 //! - [`config`]: connections and children as swanctl.conf has them, typed; [`event`]: what an endpoint reports
 //!   (datagrams to send, CHILD_SAs to install, failures with their reasons).
 #![forbid(unsafe_code)]
 
+// layers: machine > event, id > config > cert, sk > keys > dn, message, proposal
+
 pub mod cert;
 pub mod config;
+pub mod dn;
 pub mod event;
+pub mod id;
 pub mod keys;
 pub mod machine;
 pub mod message;

@@ -25,6 +25,7 @@
 
 pub use netveil_wire::PacketBuf;
 
+// layers: filter, nfqueue, os, packet, tun > raw, udp > gro, sys
 mod gro;
 mod sys;
 

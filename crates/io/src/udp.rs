@@ -349,7 +349,7 @@ impl UdpSocket {
         meta: &mut [UdpGroMeta],
         headroom: usize,
     ) -> io::Result<usize> {
-        let n = bufs.len().min(meta.len()).min(crate::MAX_BATCH);
+        let n = bufs.len().min(meta.len()).min(sys::MAX_BATCH);
         if bufs[..n]
             .iter()
             .any(|b| b.capacity() < headroom.saturating_add(GRO_BUF_SIZE))

@@ -4,6 +4,9 @@
 
 use netveil_wire::{Error, Result};
 
+/// The UDP destination port of PSP.
+pub const UDP_PORT: u16 = 1000;
+
 /// Length of the header without the virtualization cookie.
 pub const BASE_LEN: usize = 16;
 /// Length of the virtualization cookie.

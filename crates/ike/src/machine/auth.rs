@@ -3,13 +3,13 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use super::framing::Opened;
 use super::glue::{self, Range};
-use super::info::Outcome;
-use super::sa::{Child, Chosen, IkeSa, Opened, Purpose, State};
+use super::sa::{Child, Chosen, IkeSa, Outcome, Purpose, State};
 use super::{pubkey, Endpoint};
-use crate::cert;
 use crate::config::{AuthMethod, Mode, TsSpec};
 use crate::event::{ChildSa, EspSa, Event, Failure};
+use crate::id;
 use crate::keys::{ChildKeys, ChildSuite, Role};
 use crate::message::{payload_type, Id, Notify, NotifyType, Payload, Ts};
 use crate::proposal::{self, Preference, Proposal};
@@ -452,7 +452,7 @@ impl Endpoint {
             idr_body,
         );
         signed.extend(sa.int_auth(o.header.message_id));
-        if !cert::id_matches(&conn.remote.id, idr) {
+        if !id::id_matches(&conn.remote.id, idr) {
             let f = Failure::UnexpectedId {
                 got: glue::id_string(idr),
                 want: glue::identity_string(&conn.remote.id),

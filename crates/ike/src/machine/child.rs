@@ -7,10 +7,10 @@ use std::time::Instant;
 use netveil_crypto::dh::KeyPair;
 
 use super::auth::NewChild;
+use super::framing::Opened;
 use super::glue::{self, Range};
-use super::info::Outcome;
 use super::init::{dh_group, NONCE_LEN};
-use super::sa::{ChildExchange, IkeSa, Opened, Purpose, State};
+use super::sa::{ChildExchange, IkeSa, Outcome, Purpose, State};
 use super::{Endpoint, EndpointError};
 use crate::config::{Mode, TsSpec};
 use crate::event::{Failure, IkeSaId};

@@ -1,7 +1,7 @@
 //! What partial fragment sets (RFC 7383 reassembly) may hold, all IKE SAs of an endpoint together.
 //!
-//! Each IKE SA reassembles one message at a time, of at most [`super::sa::MAX_FRAGMENTS`] fragments and
-//! [`super::sa::MAX_REASSEMBLED`] bytes of plaintext. A peer with keys (IKE_SA_INIT done: no authentication
+//! Each IKE SA reassembles one message at a time, of at most [`MAX_FRAGMENTS`] fragments and
+//! [`MAX_REASSEMBLED`] bytes of plaintext. A peer with keys (IKE_SA_INIT done: no authentication
 //! needed yet where IKE_INTERMEDIATE or IKE_AUTH goes in fragments) can leave one set short of its last fragment
 //! on every SA it has and make the endpoint hold about 64 KiB per SA for as long as the SA lives: 64 MiB for 1,024
 //! SAs, 4 GiB at the default [`super::Limits::ike_sa_max`]. So the sets of all SAs share one budget
@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::IkeSaId;
+use crate::message::ExchangeType;
 
 /// The default budget: 4 MiB, room for 64 sets of the largest message at once, or about 800 IKE_AUTH messages of
 /// 5 KB (a certificate chain) in fragments at the same instant.
@@ -30,7 +31,7 @@ pub const REASSEMBLY_BUDGET: usize = 4 << 20;
 
 /// What a set of `total` fragments holds besides the fragments' plaintext: its record and its slot per fragment.
 pub fn set_overhead(total: u16) -> usize {
-    core::mem::size_of::<super::sa::Reassembly>()
+    core::mem::size_of::<Reassembly>()
         + usize::from(total) * core::mem::size_of::<Option<Vec<u8>>>()
 }
 
@@ -146,6 +147,22 @@ impl Drop for Share {
         h.bytes -= self.bytes;
         h.by_age.remove(&self.age);
     }
+}
+
+/// Most fragments of one message we take, and most bytes they may hold together.
+pub const MAX_FRAGMENTS: u16 = 64;
+pub const MAX_REASSEMBLED: usize = 65_536;
+
+/// The fragments of one message (RFC 7383 2.6), each already authenticated and decrypted.
+pub struct Reassembly {
+    pub message_id: u32,
+    pub response: bool,
+    pub exchange: ExchangeType,
+    pub first_inner: u8,
+    pub parts: Vec<Option<Vec<u8>>>,
+    pub bytes: usize,
+    /// Its part of the endpoint's budget for all SAs' sets (see the module documentation).
+    pub share: Share,
 }
 
 #[cfg(test)]

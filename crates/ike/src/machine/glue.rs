@@ -6,10 +6,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use netveil_crypto::mac::sha1_digest;
 
-use crate::config::{Identity, TsSpec};
+use crate::config::TsSpec;
 use crate::message::sa::protocol_id;
-use crate::message::{self, AddrRange, Id, IdType, TrafficSelector};
+use crate::message::{self, AddrRange, TrafficSelector};
 use crate::proposal::{Proposal, Protocol, Transform, TransformType};
+
+pub use crate::id::{authenticated_id, id_payload, id_string, identity_string, ID_TEXT_MAX};
 
 /// An SA payload proposal (number `number`, SPI `spi`) from a typed proposal, its transforms in strongSwan's
 /// order (ENCR, INTEG, PRF, KE, ESN, then the additional key exchanges; RFC 7296 leaves the order free).
@@ -110,78 +112,6 @@ pub fn without_ke(p: &Proposal) -> Proposal {
 /// The proposals as strongSwan's syntax prints them.
 pub fn names(ps: &[Proposal]) -> Vec<String> {
     ps.iter().map(|p| p.to_string()).collect()
-}
-
-// ---- identities ----
-
-/// The ID payload for a local identity (`None` for `%any`, which is never a local one).
-pub fn id_payload(id: &Identity) -> Option<Id> {
-    Some(match id {
-        Identity::Any => return None,
-        Identity::Ipv4(a) => Id::ipv4(*a),
-        Identity::Ipv6(a) => Id::ipv6(*a),
-        Identity::Fqdn(s) => Id::fqdn(s),
-        Identity::Email(s) => Id::rfc822(s),
-        Identity::Dn(d) => Id::der_dn(d.clone()),
-        Identity::KeyId(k) => Id::key_id(k.clone()),
-    })
-}
-
-/// Whether a received ID matches a configured identity (`%any` matches every one).
-pub fn id_matches(conf: &Identity, got: &Id) -> bool {
-    match id_payload(conf) {
-        None => true,
-        Some(want) => want == *got,
-    }
-}
-
-/// An ID as text, as strongSwan prints it (`10.0.0.1`, `vpn.example.org`, `user@example.org`, `@#0a0b` for a key
-/// id, a DN as [`crate::cert::dn_string`] writes it: `C=CH, O=strongSwan, CN=moon`), for `status`, JSON and
-/// logs; at most [`ID_TEXT_MAX`] characters (a peer's DN can be as long as its message).
-pub fn id_string(id: &Id) -> String {
-    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    if let Some(d) = id.as_der_dn() {
-        let t = crate::cert::dn_string(d);
-        return match t.char_indices().nth(ID_TEXT_MAX) {
-            Some((at, _)) => format!("{}...", &t[..at]),
-            None => t,
-        };
-    }
-    if let Some(a) = id.as_ipv4() {
-        a.to_string()
-    } else if let Some(a) = id.as_ipv6() {
-        a.to_string()
-    } else if let Some(s) = id.as_fqdn().or_else(|| id.as_rfc822()) {
-        s.chars()
-            .map(|c| if c.is_ascii_graphic() { c } else { '?' })
-            .take(256)
-            .collect()
-    } else if id.id_type() == IdType::KEY_ID {
-        format!("@#{}", hex(id.data()))
-    } else {
-        let d = id.data();
-        format!(
-            "{:?}:{}{}",
-            id.id_type(),
-            hex(&d[..d.len().min(64)]),
-            if d.len() > 64 { "..." } else { "" }
-        )
-    }
-}
-
-/// The longest ID text [`id_string`] makes of a DN, in characters.
-pub const ID_TEXT_MAX: usize = 512;
-
-/// A configured identity as text (for events).
-pub fn identity_string(id: &Identity) -> String {
-    id_payload(id).map_or_else(|| "%any".to_string(), |i| id_string(&i))
-}
-
-/// The peer's identity as it authenticated (`got`, its ID payload), kept for `status` only where the configured
-/// one (`conf`) does not already say it (`%any`, or a DN written otherwise): `None` where it would print the same.
-pub fn authenticated_id(conf: &Identity, got: &Id) -> Option<Box<str>> {
-    let text = crate::cert::id_text(got);
-    (text != identity_string(conf)).then(|| text.into_boxed_str())
 }
 
 // ---- traffic selectors ----

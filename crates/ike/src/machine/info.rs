@@ -4,24 +4,14 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use super::sa::{backoff, IkeSa, Opened, Pending, Purpose, State};
+use super::framing::Opened;
+use super::sa::{backoff, IkeSa, Outcome, Pending, Purpose, State};
 use super::Endpoint;
 use crate::cert::Certificate;
 use crate::config::AuthMethod;
 use crate::event::{Event, Failure};
 use crate::message::sa::protocol_id;
 use crate::message::{Delete, ExchangeType, Header, Notify, NotifyType, Payload};
-
-/// What becomes of an SA after a message.
-pub enum Outcome {
-    Keep,
-    /// Nothing changes (a message we do not act on).
-    Ignore,
-    /// Removed without events (it never came up).
-    Forget,
-    /// Removed with ChildSaDown/IkeSaDown, and Failed if given.
-    Destroy(Option<Failure>),
-}
 
 impl Endpoint {
     /// Sends a request of ours in `sa` (message id `my_mid`) and keeps it for retransmission.

@@ -24,8 +24,8 @@ use std::time::Instant;
 
 use netveil_crypto::kem::{self, MlKem768, ML_KEM_768_CIPHERTEXT_LEN, ML_KEM_768_PUBLIC_LEN};
 
-use super::info::Outcome;
-use super::sa::{IkeSa, Opened, Purpose};
+use super::framing::Opened;
+use super::sa::{IkeSa, Outcome, Purpose};
 use super::Endpoint;
 use crate::event::Failure;
 use crate::keys::Role;
@@ -33,24 +33,7 @@ use crate::message::{
     self, payload_type, ExchangeType, Flags, Header, Ke, Notify, NotifyType, Payload,
 };
 use crate::proposal::{Ke as KeMethod, Proposal, ADD_KE_SLOTS};
-use crate::sk::{self, SkKey};
-
-/// One side's progress through the IKE_INTERMEDIATE exchanges of an IKE SA.
-#[derive(Default)]
-pub struct Intermediate {
-    /// The chains so far (empty before the first exchange).
-    pub int_auth_i: Vec<u8>,
-    pub int_auth_r: Vec<u8>,
-    /// The last ADDKE slot done (0: none yet).
-    pub done: usize,
-    /// Initiator: the key pair of the outstanding request, and its IntAuth_i link (kept until the response).
-    kem: Option<MlKem768>,
-    pending_i: Option<Vec<u8>>,
-    /// Responder: the inbound key before the last update, to recognise a retransmitted request.
-    prev_in: Option<SkKey>,
-    /// Completed exchanges.
-    pub exchanges: u32,
-}
+use crate::sk;
 
 /// Whether a proposal has additional key exchanges.
 pub fn has_add_ke(p: &Proposal) -> bool {

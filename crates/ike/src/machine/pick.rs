@@ -12,9 +12,9 @@ use std::net::IpAddr;
 
 use super::sa::IkeSa;
 use super::{glue, Endpoint};
-use crate::cert;
 use crate::config::{AuthMethod, Connection, Identity};
 use crate::event::NoMatch;
+use crate::id;
 use crate::message::Id;
 use crate::proposal::{self, Preference};
 
@@ -22,7 +22,7 @@ use crate::proposal::{self, Preference};
 fn id_score(conf: &Identity, got: &Id) -> u8 {
     match conf {
         Identity::Any => 1,
-        _ if cert::id_matches(conf, got) => 2,
+        _ if id::id_matches(conf, got) => 2,
         _ => 0,
     }
 }

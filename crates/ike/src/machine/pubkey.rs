@@ -13,7 +13,7 @@ use std::time::{Instant, SystemTime};
 
 use netveil_crypto::sig::{KeyKind, Scheme, SigHash};
 
-use super::sa::Opened;
+use super::framing::Opened;
 use super::Endpoint;
 use crate::cert::{self, CertFailure, Certificate};
 use crate::config::{AuthMethod, AuthRound, Connection, Identity, PubKeyCreds};
@@ -263,7 +263,7 @@ impl Endpoint {
             AuthMethod::PubKey(c) => {
                 verify(c, id, &certs, auth, signed, wall).map_err(|reason| {
                     Failure::Certificate {
-                        id: cert::id_text(id),
+                        id: crate::id::id_text(id),
                         reason,
                     }
                 })?;

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use netveil_crypto::dh::KeyPair;
 
+use super::framing::Opened;
 use super::glue;
-use super::info::Outcome;
 use super::init::{dh_group, NONCE_LEN};
-use super::sa::{ChildExchange, Chosen, IkeSa, Opened, Purpose, State};
+use super::sa::{ChildExchange, Chosen, IkeSa, Outcome, Purpose, State};
 use super::{Endpoint, EndpointError};
 use crate::event::{Event, Failure, IkeSaId};
 use crate::keys::{skeyseed_rekey, IkeKeys, IkeSuite, Role};

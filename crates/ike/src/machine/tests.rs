@@ -235,8 +235,8 @@ fn the_initiator_in_auth_sent_ignores_requests() {
 /// address finds none, and removing one leaves the other.
 #[test]
 fn the_init_index_tells_peers_with_the_same_spi_apart() {
+    use super::endpoint::InitIndex;
     use super::sa::IkeSa;
-    use super::InitIndex;
     use crate::event::IkeSaId;
     use crate::keys::Role;
     use std::collections::BTreeMap;

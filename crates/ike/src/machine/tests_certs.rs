@@ -225,7 +225,7 @@ fn the_cached_ike_auth_response_is_kept_without_certificates() {
 /// Returns moon, its IKE SA and what moon reported.
 fn moon_takes_suns_answer_edited(
     edit: impl FnOnce(&mut Vec<Payload>),
-) -> (Endpoint, super::IkeSaId, Vec<Event>) {
+) -> (Endpoint, crate::event::IkeSaId, Vec<Event>) {
     use crate::sk::{Encrypted, SkKey};
     let now = Instant::now();
     let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_811_808_000);

@@ -1,7 +1,7 @@
 //! Bounds-checked reading and writing of big-endian fields: every access that could run past a slice returns an
 //! error instead of panicking.
 
-use super::Error;
+use super::error::Error;
 
 /// Reads fields from the front of a slice.
 pub(crate) struct Reader<'a> {

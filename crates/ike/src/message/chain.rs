@@ -1,6 +1,7 @@
 //! The generic payload header (RFC 7296 3.2) and the payload chain: each payload names the type of the next one.
 
-use super::{payload_type, Error, MAX_PAYLOADS};
+use super::error::{Error, MAX_PAYLOADS};
+use super::payload_type;
 
 /// Length of the generic payload header: next payload, critical bit and reserved bits, payload length.
 pub const GENERIC_HEADER_LEN: usize = 4;

@@ -1,7 +1,7 @@
 //! The IKE header (RFC 7296 3.1): a view over the first 28 bytes of a message, and its owned representation.
 
 use super::buf::Writer;
-use super::Error;
+use super::error::Error;
 use core::fmt;
 
 /// Length of the IKE header.

@@ -19,10 +19,13 @@
 //! meant to be skipped). Reserved fields are ignored on parse and written as zero, and the critical bit of a known
 //! payload type is ignored (RFC 7296 2.5, 3.2).
 
+// layers: header, notify, payloads, sa, ts > chain > buf > error, payload_type
 mod buf;
 pub mod chain;
+mod error;
 pub mod header;
 pub mod notify;
+pub mod payload_type;
 pub mod payloads;
 pub mod sa;
 pub mod ts;
@@ -31,6 +34,10 @@ pub mod ts;
 mod tests;
 
 pub use chain::{Chain, RawPayload};
+pub use error::{
+    Error, MAX_CP_ATTRIBUTES, MAX_PAYLOADS, MAX_PROPOSALS, MAX_TRAFFIC_SELECTORS, MAX_TRANSFORMS,
+    MAX_TRANSFORM_ATTRIBUTES,
+};
 pub use header::{ExchangeType, Flags, Header, HEADER_LEN};
 pub use notify::{Delete, Notify, NotifyType};
 pub use payloads::{
@@ -41,86 +48,6 @@ pub use sa::{Attribute, AttributeValue, Proposal, Sa, Transform};
 pub use ts::{AddrRange, TrafficSelector, Ts};
 
 use buf::{len16, Writer};
-
-/// Most payloads in one chain (the clear chain of a message, or the chain inside an SK payload).
-pub const MAX_PAYLOADS: usize = 64;
-/// Most proposals in one SA payload.
-pub const MAX_PROPOSALS: usize = 64;
-/// Most transforms in one proposal.
-pub const MAX_TRANSFORMS: usize = 128;
-/// Most attributes of one transform (RFC 7296 defines one, the key length).
-pub const MAX_TRANSFORM_ATTRIBUTES: usize = 8;
-/// Most selectors in one TS payload.
-pub const MAX_TRAFFIC_SELECTORS: usize = 64;
-/// Most attributes in one CP payload.
-pub const MAX_CP_ATTRIBUTES: usize = 64;
-
-/// What is wrong with a message (on parse) or a representation (on emit).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// Fewer bytes than the named structure needs.
-    #[error("truncated {what}")]
-    Truncated { what: &'static str },
-    /// A length field below its structure's minimum, or one that disagrees with what it frames.
-    #[error("bad length of {what}")]
-    BadLength { what: &'static str },
-    /// The header's length is not the datagram's.
-    #[error("the IKE header says {header} bytes, the datagram has {datagram}")]
-    LengthMismatch { header: u32, datagram: usize },
-    /// A major version other than 2 (a higher one is answered with INVALID_MAJOR_VERSION, RFC 7296 2.5).
-    #[error("IKE version {major}.{minor} (this speaks 2)")]
-    BadVersion { major: u8, minor: u8 },
-    /// A payload of an unknown type with the critical bit set (answered with UNSUPPORTED_CRITICAL_PAYLOAD
-    /// carrying the type, RFC 7296 2.5).
-    #[error("unsupported critical payload of type {payload_type}")]
-    UnsupportedCriticalPayload { payload_type: u8 },
-    /// More of something than the named cap allows.
-    #[error("more {what} than {cap}")]
-    TooMany { what: &'static str, cap: usize },
-    /// A field holds a value the RFC forbids.
-    #[error("bad value: {what}")]
-    BadValue { what: &'static str },
-    /// Bytes after the last payload of a chain.
-    #[error("{len} bytes after the last payload")]
-    TrailingBytes { len: usize },
-    /// A payload after an SK or SKF payload, which must be last.
-    #[error("a payload after the encrypted payload")]
-    PayloadAfterEncrypted,
-    /// Emit: the buffer is shorter than `buffer_len()`.
-    #[error("buffer too small")]
-    BufferTooSmall,
-    /// Emit: the named structure is longer than its length field can say.
-    #[error("{what} too long")]
-    TooLong { what: &'static str },
-}
-
-/// Payload types (RFC 7296 3.2; RFC 7383 for SKF).
-pub mod payload_type {
-    /// No next payload.
-    pub const NONE: u8 = 0;
-    pub const SA: u8 = 33;
-    pub const KE: u8 = 34;
-    pub const IDI: u8 = 35;
-    pub const IDR: u8 = 36;
-    pub const CERT: u8 = 37;
-    pub const CERTREQ: u8 = 38;
-    pub const AUTH: u8 = 39;
-    pub const NONCE: u8 = 40;
-    pub const NOTIFY: u8 = 41;
-    pub const DELETE: u8 = 42;
-    pub const VENDOR_ID: u8 = 43;
-    pub const TSI: u8 = 44;
-    pub const TSR: u8 = 45;
-    pub const SK: u8 = 46;
-    pub const CP: u8 = 47;
-    pub const EAP: u8 = 48;
-    pub const SKF: u8 = 53;
-
-    /// Whether the codec knows (parses into a typed payload) the type `t`.
-    pub fn is_known(t: u8) -> bool {
-        matches!(t, SA..=EAP | SKF)
-    }
-}
 
 /// An unknown payload without the critical bit (RFC 7296 2.5: skipped by the receiver), kept so that a message
 /// round-trips. Its type is never one the codec knows.

@@ -1,7 +1,7 @@
 //! The Notify (RFC 7296 3.10) and Delete (3.11) payloads, and the notify message types.
 
 use super::buf::{Reader, Writer};
-use super::Error;
+use super::error::Error;
 use core::fmt;
 
 /// A notify message type (IANA "IKEv2 Notify Message Types"): below 16384 an error, from 16384 a status. Unknown

@@ -2,7 +2,7 @@
 //! encrypted payloads SK and SKF (kept opaque: sealing and opening is [`crate::sk`]'s).
 
 use super::buf::{len16, Reader, Writer};
-use super::{Error, MAX_CP_ATTRIBUTES};
+use super::error::{Error, MAX_CP_ATTRIBUTES};
 use core::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 

@@ -3,7 +3,7 @@
 //! exchanges, future algorithms); choosing among them is the proposal module's business.
 
 use super::buf::{len16, Reader, Writer};
-use super::{Error, MAX_PROPOSALS, MAX_TRANSFORMS, MAX_TRANSFORM_ATTRIBUTES};
+use super::error::{Error, MAX_PROPOSALS, MAX_TRANSFORMS, MAX_TRANSFORM_ATTRIBUTES};
 
 /// "Last Substruc" of a proposal that is the last one (and of a transform that is the last one).
 pub const LAST: u8 = 0;

@@ -1,7 +1,7 @@
 //! Traffic Selector payloads (TSi, TSr; RFC 7296 3.13): address ranges with an IP protocol and a port range.
 
 use super::buf::{len16, Reader, Writer};
-use super::{Error, MAX_TRAFFIC_SELECTORS};
+use super::error::{Error, MAX_TRAFFIC_SELECTORS};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Traffic selector types (RFC 7296 3.13.1, RFC 9478).
