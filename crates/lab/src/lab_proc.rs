@@ -193,11 +193,17 @@ mod tests {
         let peak = peak_kib(me).unwrap();
         assert!(max_peak_kib(&[me]).unwrap() >= peak);
         // The scheduler's account is to the nanosecond: a busy loop shows, a sleep does not.
+        // Spinning until the account moves by 20 ms (a busy machine may give the loop less than its wall time);
+        // were the account blind to it, the loop would run to its 10 s deadline and the assertion fail.
         let t0 = precise_cpu_ms(me).unwrap();
         let t = std::time::Instant::now();
         let mut x = 0u64;
-        while t.elapsed() < std::time::Duration::from_millis(30) {
-            x = std::hint::black_box(x.wrapping_add(1));
+        while precise_cpu_ms(me).unwrap() - t0 < 20.0
+            && t.elapsed() < std::time::Duration::from_secs(10)
+        {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
         }
         assert!(precise_cpu_ms(me).unwrap() - t0 >= 20.0);
     }
