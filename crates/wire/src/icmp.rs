@@ -7,7 +7,7 @@
 use core::marker::PhantomData;
 
 use crate::field::{get_u16, set_u16};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Length of the fixed header (type, code, checksum, 4 bytes of message-specific data).
 pub const HEADER_LEN: usize = 8;
