@@ -16,6 +16,7 @@ pub mod esp;
 pub mod ethernet;
 mod field;
 pub mod icmp;
+mod icmp_msg;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod ip;
