@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+// layers: icmp > arp, icmpv4, icmpv6, ip, udp_encap > ah, esp, ethernet, icmp_msg, ipv4, ipv6, tcp, udp > field > buf, checksum, error, ip_proto
 pub mod ah;
 pub mod arp;
 pub mod buf;
