@@ -8,6 +8,7 @@
 //!   [`addrs`], [`own_len`], ...), fix-ups in place ([`decrement_hop_limit`], [`set_addresses`], [`fix_lengths`])
 //!   and headers written in place ([`emit_ip_udp`], [`emit_udp_header`]).
 
+// layers: layout > bytes, flow, repr > packet
 mod bytes;
 mod flow;
 mod layout;
