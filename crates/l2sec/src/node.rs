@@ -88,12 +88,12 @@ use netveil_wire::ethernet::{self, ethertype, Address};
 use netveil_wire::{arp, ipv4, PacketBuf};
 use zeroize::Zeroizing;
 
+use crate::error::{ConfigError, Drop};
 use crate::header::{Repr, Version};
 use crate::keys::SessionKeys;
 use crate::sep::{self, DhGroup, Established, Mac, Sep, SepConfig, SepError, SepEvent};
 use crate::session::{peek, RxConfig, RxSession, SealOpts, TxConfig, TxSession};
 use crate::suite::Suite;
-use crate::{ConfigError, Drop};
 
 netveil_sa::drop_reasons! {
     /// Why a [`Node`] dropped a frame: what the frame itself showed ([`Drop`], under its names), or what the host
@@ -191,7 +191,7 @@ impl NodeConfig {
             mac,
             ip,
             prefix_len,
-            ethertype: crate::DEFAULT_ETHERTYPE,
+            ethertype: crate::header::DEFAULT_ETHERTYPE,
             group_suite: Suite::Aes128Gcm,
             group_secret,
             epoch: 1,
