@@ -2,8 +2,9 @@
 //! built ([`ConfigError`]); re-exported at the crate root.
 
 netveil_sa::drop_reasons! {
-    /// Why a received frame was dropped by what the frame itself shows ([`peek`](crate::peek), [`RxSession::open`](crate::RxSession::open)). A
-    /// [`Node`](crate::Node) counts these and its own reasons as [`NodeDrop`](crate::NodeDrop). [`Drop::name`] gives stable names for counters.
+    /// Why a received frame was dropped by what the frame itself shows ([`peek`](crate::peek),
+    /// [`RxSession::open`](crate::RxSession::open)). A [`Node`](crate::Node) counts these and its own reasons as
+    /// [`NodeDrop`](crate::NodeDrop). [`Drop::name`] gives stable names for counters.
     pub enum Drop {
         /// Not the l2sec EtherType: not a failure of l2sec, the caller may pass the frame on.
         NotL2sec => "not-l2sec",
