@@ -149,6 +149,7 @@
 
 #![forbid(unsafe_code)]
 
+// layers: node > session > engine, sep > keys > suite > error, header
 pub mod engine;
 mod error;
 pub mod header;
