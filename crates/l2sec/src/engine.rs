@@ -11,9 +11,9 @@ use cbc::cipher::block_padding::NoPadding;
 use cbc::cipher::{BlockDecryptMut, BlockEncryptMut, InnerIvInit, KeyInit};
 use netveil_crypto::{new_aead, new_cbc, new_mac, Aead, AeadAlg, CbcAlg, CbcCipher, HashAlg, Mac};
 
+use crate::error::ConfigError;
 use crate::keys::SessionKeys;
 use crate::suite::{BlockAlg, Suite, HMAC_LEN, SALT_LEN, TAG_LEN};
-use crate::ConfigError;
 
 /// Blowfish (RustCrypto, big-endian as Schneier specifies) in CBC mode without padding, behind netveil-crypto's
 /// [`CbcCipher`] trait. The key schedule is computed once; each call runs CBC over a clone of it.

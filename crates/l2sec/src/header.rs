@@ -17,6 +17,11 @@
 
 use netveil_wire::{Error, Result};
 
+/// l2sec's default EtherType: 0x88B5, IEEE 802 local experimental EtherType 1.
+pub const DEFAULT_ETHERTYPE: u16 = 0x88b5;
+/// The EtherType the thesis used.
+pub const THESIS_ETHERTYPE: u16 = 0x1982;
+
 /// Flag: a 24-bit security number follows the sequence number.
 pub const FLAG_SN: u8 = 0x10;
 /// Flag: a 32-bit timestamp follows (after the security number, if any).

@@ -22,8 +22,8 @@
 
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
+use crate::error::ConfigError;
 use crate::suite::{Suite, HMAC_LEN, SALT_LEN};
-use crate::ConfigError;
 
 const MAX_ENC: usize = 32;
 const LABEL: &[u8] = b"netveil-l2sec";

@@ -9,10 +9,10 @@ use netveil_wire::ethernet::{self, Address};
 use netveil_wire::PacketBuf;
 
 use crate::engine::{block_decrypt, block_encrypt, Engine};
-use crate::header::{self, Header, Repr, Version, SN_MAX};
+use crate::error::{ConfigError, Drop, SealError};
+use crate::header::{self, Header, Repr, Version, DEFAULT_ETHERTYPE, SN_MAX};
 use crate::keys::SessionKeys;
 use crate::suite::{Suite, SIG_LEN, TAG_LEN};
-use crate::{ConfigError, Drop, SealError, DEFAULT_ETHERTYPE};
 
 /// Offset of the clear header: after the MAC addresses and the l2sec EtherType.
 const HDR_AT: usize = ethernet::HEADER_LEN;

@@ -17,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+// layers: policy, table > packet, rules > cipher
 pub mod cipher;
 pub mod packet;
 pub mod policy;

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+// layers: flow_cache > counters, lifetime, policy, replay, seq, spi
 pub mod counters;
 pub mod flow_cache;
 pub mod lifetime;

@@ -1,7 +1,7 @@
 //! Authentication Header (RFC 4302).
 
+use crate::error::{Error, Result};
 use crate::field::{get_u16, get_u32, set_u16, set_u32};
-use crate::{Error, Result};
 
 /// Length of the fixed part: next header, payload len, reserved, SPI, sequence number.
 pub const FIXED_LEN: usize = 12;

@@ -2,9 +2,9 @@
 
 use std::net::Ipv4Addr;
 
+use crate::error::{Error, Result};
 use crate::ethernet::{ethertype, Address};
 use crate::field::{get_u16, set_u16};
-use crate::{Error, Result};
 
 /// Length of an IPv4-over-Ethernet ARP packet.
 pub const PACKET_LEN: usize = 28;

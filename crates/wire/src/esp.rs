@@ -1,7 +1,7 @@
 //! ESP header and trailer (RFC 4303).
 
+use crate::error::{Error, Result};
 use crate::field::{get_u32, set_u32};
-use crate::{Error, Result};
 
 /// SPI plus sequence number.
 pub const HEADER_LEN: usize = 8;

@@ -1,7 +1,7 @@
 //! Ethernet II frames; [`payload_type`] steps over VLAN tags.
 
+use crate::error::{Error, Result};
 use crate::field::{get_u16, set_u16};
-use crate::{Error, Result};
 
 /// Length of the Ethernet II header.
 pub const HEADER_LEN: usize = 14;

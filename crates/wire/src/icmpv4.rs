@@ -1,15 +1,15 @@
 //! ICMP for IPv4 (RFC 792): [`crate::icmp`]'s generic message with [`V4`] (checksum over the message alone).
 
 use crate::checksum;
-use crate::icmp::{self, V4};
+use crate::icmp_msg::{self, Family, V4};
 
-pub use crate::icmp::HEADER_LEN;
+pub use crate::icmp_msg::HEADER_LEN;
 
 /// A view of an ICMPv4 message. The message is the whole buffer.
-pub type Packet<T> = icmp::Packet<T, V4>;
+pub type Packet<T> = icmp_msg::Packet<T, V4>;
 
 /// Parsed ICMPv4 message, borrowing its payload.
-pub type Repr<'a> = icmp::Repr<'a, V4>;
+pub type Repr<'a> = icmp_msg::Repr<'a, V4>;
 
 /// ICMPv4 message types.
 pub mod msg_type {
@@ -17,6 +17,11 @@ pub mod msg_type {
     pub const DST_UNREACHABLE: u8 = 3;
     pub const ECHO_REQUEST: u8 = 8;
     pub const TIME_EXCEEDED: u8 = 11;
+}
+
+impl Family for V4 {
+    const ECHO_REQUEST: u8 = msg_type::ECHO_REQUEST;
+    const ECHO_REPLY: u8 = msg_type::ECHO_REPLY;
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {

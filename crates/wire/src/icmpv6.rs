@@ -4,15 +4,15 @@
 use std::net::Ipv6Addr;
 
 use crate::checksum;
-use crate::icmp::{self, V6};
+use crate::icmp_msg::{self, Family, V6};
 
-pub use crate::icmp::HEADER_LEN;
+pub use crate::icmp_msg::HEADER_LEN;
 
 /// A view of an ICMPv6 message. The message is the whole buffer.
-pub type Packet<T> = icmp::Packet<T, V6>;
+pub type Packet<T> = icmp_msg::Packet<T, V6>;
 
 /// Parsed ICMPv6 message, borrowing its payload.
-pub type Repr<'a> = icmp::Repr<'a, V6>;
+pub type Repr<'a> = icmp_msg::Repr<'a, V6>;
 
 /// ICMPv6 message types.
 pub mod msg_type {
@@ -24,6 +24,11 @@ pub mod msg_type {
     pub const ECHO_REPLY: u8 = 129;
     pub const NEIGHBOR_SOLICIT: u8 = 135;
     pub const NEIGHBOR_ADVERT: u8 = 136;
+}
+
+impl Family for V6 {
+    const ECHO_REQUEST: u8 = msg_type::ECHO_REQUEST;
+    const ECHO_REPLY: u8 = msg_type::ECHO_REPLY;
 }
 
 fn sum(src: &Ipv6Addr, dst: &Ipv6Addr, d: &[u8]) -> u16 {

@@ -3,8 +3,8 @@
 use std::net::Ipv4Addr;
 
 use crate::checksum;
+use crate::error::{Error, Result};
 use crate::field::{get_u16, set_u16};
-use crate::{Error, Result};
 
 /// Length of the header without options.
 pub const MIN_HEADER_LEN: usize = 20;

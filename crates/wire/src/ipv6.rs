@@ -2,8 +2,9 @@
 
 use std::net::Ipv6Addr;
 
+use crate::error::{Error, Result};
 use crate::field::{get_u16, get_u32, set_u16, set_u32};
-use crate::{ip_proto, Error, Result};
+use crate::ip_proto;
 
 /// Length of the fixed header.
 pub const HEADER_LEN: usize = 40;

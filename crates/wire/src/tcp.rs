@@ -2,8 +2,9 @@
 
 use std::net::IpAddr;
 
+use crate::error::{Error, Result};
 use crate::field::{get_u16, get_u32, pseudo, set_u16, set_u32};
-use crate::{checksum, ip_proto, Error, Result};
+use crate::{checksum, ip_proto};
 
 pub const MIN_HEADER_LEN: usize = 20;
 

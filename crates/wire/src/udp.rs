@@ -2,8 +2,9 @@
 
 use std::net::IpAddr;
 
+use crate::error::{Error, Result};
 use crate::field::{get_u16, pseudo, set_u16};
-use crate::{checksum, ip_proto, Error, Result};
+use crate::{checksum, ip_proto};
 
 pub const HEADER_LEN: usize = 8;
 
