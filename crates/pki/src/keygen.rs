@@ -879,5 +879,4 @@ pub fn cmd_issue(a: &IssueArgs<'_>) -> Result<Written> {
 }
 
 #[cfg(test)]
-#[path = "keygen_tests.rs"]
 mod tests;

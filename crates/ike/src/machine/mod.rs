@@ -49,12 +49,3 @@ pub use status::{wireshark_names, ChildStatus, IkeSaStatus, WiresharkKeys};
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod tests_strongswan;
-
-#[cfg(test)]
-mod tests_certs;
-
-#[cfg(test)]
-mod tests_intermediate;

@@ -269,3 +269,10 @@ fn the_init_index_tells_peers_with_the_same_spi_apart() {
     ix.remove(7, b, IkeSaId(2));
     assert!(ix.by_spi.is_empty() && ix.more.is_empty());
 }
+
+/// Certificates and public-key authentication.
+mod certs;
+/// IKE_INTERMEDIATE and ML-KEM.
+mod intermediate;
+/// Against strongSwan's recorded messages and keys.
+mod strongswan;

@@ -575,6 +575,3 @@ fn child(
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod pubkey_tests;

@@ -23,7 +23,4 @@ mod values;
 pub use section::{spawn, IkeDriver, IkeSection};
 
 #[cfg(test)]
-mod driver_tests;
-
-#[cfg(test)]
-mod e2e_tests;
+mod tests;

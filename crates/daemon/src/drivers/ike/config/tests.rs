@@ -640,3 +640,6 @@ fn psk_file_is_checked_as_opened() {
         },
     );
 }
+
+/// Public-key authentication sections.
+mod pubkey;

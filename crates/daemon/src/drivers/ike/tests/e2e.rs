@@ -8,7 +8,7 @@
 //! the sealed packet, put in the datagram its record describes, is opened with the `wire` views (UDP 4500 -> 4500,
 //! no non-ESP marker, the peer's inbound SPI, sequence number 1) and decrypted by the peer's engine.
 
-use super::*;
+use super::super::*;
 use crate::drivers::ike::sockets::{Bind, Sockets};
 use crate::engines::ip::port::IpPort;
 use crate::engines::ip::{FragCache, Shared, TxRecord};

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use netveil_crypto::rand::{Rng, SeededRng}; // check-rng: allow (a #[cfg(test)] module file)
 use netveil_crypto::sig::{PrivateKey, Scheme, SigHash};
 
-use super::sa::State;
-use super::{glue, Endpoint};
+use super::super::sa::State;
+use super::super::{glue, Endpoint};
 use crate::cert::{CertFailure, Certificate};
 use crate::config::*;
 use crate::event::{Event, Failure};
@@ -43,7 +43,7 @@ fn fqdn(n: &str) -> Identity {
 
 /// `name`'s connection: our certificate `me`, the peer `peer`, both from testdata's CA.
 fn conn(name: &str, local: &str, remote: &str, me: &str, peer: &str) -> Connection {
-    let mut c = super::tests::conn(name, local, remote);
+    let mut c = super::conn(name, local, remote);
     c.psk = None;
     c.local = AuthRound {
         id: fqdn(me),
@@ -166,7 +166,7 @@ fn garbage_cert_payloads_alone_are_no_certificate() {
 /// and HMAC, with one certificate (sun, RSA) and with a chain (deimos and its intermediate CA).
 #[test]
 fn the_cached_ike_auth_response_is_kept_without_certificates() {
-    use super::sa::CachedResponse;
+    use super::super::sa::CachedResponse;
     use crate::proposal::{Proposal, Protocol};
     for (ike, me, chain) in [
         ("aes256gcm16-prfsha256-x25519", "sun", &["sun"][..]),
@@ -304,5 +304,5 @@ fn the_initiator_refuses_a_responder_signature_that_does_not_verify() {
             },
         }]
     );
-    super::tests_strongswan::responder_told(&mut a, id, "a changed signature");
+    super::strongswan::responder_told(&mut a, id, "a changed signature");
 }

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use netveil_crypto::rand::SeededRng; // check-rng: allow (a #[cfg(test)] module file)
 
-use super::sa::{IkeSa, State};
-use super::Endpoint;
+use super::super::sa::{IkeSa, State};
+use super::super::Endpoint;
 use crate::config::*;
 use crate::keys::IkeKeys;
 use crate::message::{ExchangeType, Ke, Message, NotifyType, Payload};
@@ -17,14 +17,14 @@ const B: &str = "10.0.0.2:500";
 const HYBRID: &str = "aes256gcm16-prfsha384-x25519-ke1_mlkem768";
 const CLASSIC: &str = "aes256gcm16-prfsha384-x25519";
 
-/// The plain tests' connection (`super::tests::conn`) with these IKE proposals.
+/// The plain tests' connection (`super::conn`) with these IKE proposals.
 fn conn(name: &str, local: &str, remote: &str, ike: &[&str]) -> Connection {
     Connection {
         proposals: ike
             .iter()
             .map(|p| Proposal::parse(Protocol::Ike, p).unwrap())
             .collect(),
-        ..super::tests::conn(name, local, remote)
+        ..super::conn(name, local, remote)
     }
 }
 

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use netveil_crypto::rand::SeededRng; // check-rng: allow (a #[cfg(test)] module file)
 
-use super::sa::{Pending, Purpose, State};
-use super::Endpoint;
+use super::super::sa::{Pending, Purpose, State};
+use super::super::Endpoint;
 use crate::config::*;
 use crate::event::{ChildSa, Event, Failure, IkeSaId};
 use crate::keys::{skeyseed, IkeKeys, IkeSuite, Role, Secret};

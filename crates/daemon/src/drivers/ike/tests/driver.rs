@@ -4,8 +4,8 @@
 //! (ESP reaches the engine's socket of the group instead), `start_action = start` initiates at start, the
 //! CHILD_SA it reports is installed and removed, its timeout runs when due, and a stop removes what it installed.
 
-use super::machine::Machine;
-use super::*;
+use super::super::machine::Machine;
+use super::super::*;
 use crate::drivers::ike::install::Installer;
 use crate::drivers::ike::sockets::Sockets;
 use crate::engines::ip::port::IpPort;
@@ -451,7 +451,7 @@ fn failures_say_what_to_check() {
         ),
     ];
     for (f, want) in cases {
-        let s = super::machine::explain(&f);
+        let s = super::super::machine::explain(&f);
         for w in want {
             assert!(s.contains(w), "{f:?}: {s}");
         }
