@@ -72,3 +72,8 @@ impl Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// An [`Error::Other`] with `msg`.
+pub(crate) fn other(msg: impl Into<String>) -> Error {
+    Error::Other(msg.into())
+}
