@@ -166,10 +166,11 @@ impl Lab {
             .map_err(|_| other(format!("thread in namespace {ns} panicked")))?
     }
 
-    /// Starts `netveil up --fresh-keys -c CONFIG` in a namespace with the given configuration text (written into
-    /// the lab directory as `NAME.toml`) and waits until its control socket answers `status`. The configuration's
-    /// `control_socket` must be [`Lab::socket_path`]`(name)` (the [`HostPair`](super::config::HostPair) generator does that). A lab's state
-    /// directories are new and so are its keys, hence `--fresh-keys` (marks already there are still honoured).
+    /// Starts `netveil up --fresh-keys -c CONFIG` in a namespace with the given configuration text (written into the
+    /// lab directory as `NAME.toml`) and waits until its control socket answers `status`. The configuration's
+    /// `control_socket` must be [`Lab::socket_path`]`(name)` (the [`HostPair`](super::config::HostPair) generator
+    /// does that). A lab's state directories are new and so are its keys, hence `--fresh-keys` (marks already there
+    /// are still honoured).
     pub fn start_daemon(&self, ns: &str, name: &str, config: &str) -> Result<Daemon> {
         self.start_daemon_with(ns, name, config, &["--fresh-keys"])
     }
