@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::bench_ping;
+use crate::bench::ping as bench_ping;
 use crate::lab::{HostPair, Lab, Protocol, TwoHosts};
 use crate::lab_report::Cell;
 use crate::{Error, Result};

@@ -705,7 +705,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
                             ));
                         }
                         if [ESP_AUTH_PATH, AH_AUTH_PATH].contains(&case.0) {
-                            auth.push(((case.0, k, s), crate::bench_ping::median(&bytes)));
+                            auth.push(((case.0, k, s), crate::bench::ping::median(&bytes)));
                         }
                         for (w, unit, runs) in series {
                             cells.push(Cell::measured(experiment, case.0, &m(w), unit, runs));
@@ -722,7 +722,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
                                 ("overhead down", |x: &Download| x.down),
                             ] {
                                 let med = |runs: &[Download]| {
-                                    crate::bench_ping::median(
+                                    crate::bench::ping::median(
                                         &runs.iter().map(of).collect::<Vec<_>>(),
                                     )
                                 };

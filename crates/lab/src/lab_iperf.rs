@@ -213,7 +213,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     let mut cells = Vec::new();
     let mut bridge: Option<(f64, f64)> = None;
     let mut null_peak: Option<f64> = None;
-    let median = crate::bench_ping::median;
+    let median = crate::bench::ping::median;
     for &(name, suite) in paths {
         crate::say!("iperf: {name}");
         let m = |metric: &str, unit: &str, v: Vec<f64>| {

@@ -271,14 +271,14 @@ fn path_cells(path: &str, levels: &[f64], got: Result<Vec<Measured>>) -> Vec<Cel
         let base = got
             .first()
             .and_then(|m| of(m).ok())
-            .map(|v| crate::bench_ping::median(&v))
+            .map(|v| crate::bench::ping::median(&v))
             .filter(|b| *b > 0.0);
         for (level, m) in levels.iter().zip(&got) {
             let metric = format!("{kind} goodput {}% loss", pct(*level));
             let kept_metric = format!("{kind} kept {}% loss", pct(*level));
             match of(m) {
                 Ok(v) if !v.is_empty() => {
-                    let med = crate::bench_ping::median(&v);
+                    let med = crate::bench::ping::median(&v);
                     cells.push(Cell::measured("loss", path, &metric, "Mbit/s", v));
                     let kept = match base {
                         Some(b) => {
@@ -382,7 +382,7 @@ fn daemon_cost(lab: &Lab, h: &TwoHosts, dst: &str, secs: u32) -> Result<Cost> {
 /// the server at `dst` while idle, then while the server sends a TCP bulk flow to the client (iperf3 `-R`), ms per
 /// ping: (idle, loaded). Run at 0% loss.
 fn rtt_under_load(lab: &Lab, h: &TwoHosts, dst: &str) -> Result<(Vec<f64>, Vec<f64>)> {
-    let idle = crate::bench_ping::ping(lab, &h.ns[0], dst, 56, 100)?.times;
+    let idle = crate::bench::ping::ping(lab, &h.ns[0], dst, 56, 100)?.times;
     let mut srv = crate::lab::iperf3_server(lab, &h.ns[1], dst)?;
     let cli = lab
         .command(&h.ns[0], &["iperf3", "-c", dst, "-R", "-t", "3"])
@@ -394,7 +394,7 @@ fn rtt_under_load(lab: &Lab, h: &TwoHosts, dst: &str) -> Result<(Vec<f64>, Vec<f
         .and_then(|mut c| {
             // The flow at full speed first.
             std::thread::sleep(Duration::from_millis(700));
-            let r = crate::bench_ping::ping(lab, &h.ns[0], dst, 56, 100);
+            let r = crate::bench::ping::ping(lab, &h.ns[0], dst, 56, 100);
             // (The flow has done its part once the pings are answered: no need to wait out its 3 s.)
             let _ = c.kill();
             let _ = c.wait();

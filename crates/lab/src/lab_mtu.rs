@@ -174,7 +174,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
         ));
     }
     let median = |v: &[Download], f: fn(&Download) -> f64| {
-        crate::bench_ping::median(&v.iter().map(f).collect::<Vec<_>>())
+        crate::bench::ping::median(&v.iter().map(f).collect::<Vec<_>>())
     };
     let ideal: Option<&PerFile> = results
         .iter()

@@ -9,7 +9,7 @@
 //!   key parsed from the packet and the policy lookup that names the SA, as the IP engine does it), encryption,
 //!   MAC, and the total (that lookup and `bundle::protect`: sequence number, IV, padding, encryption, MAC).
 //! - **PSP per stage at a 500-byte payload**, beside the PSP study's Fig. 4.8 (the split of
-//!   [`crate::bench_split`]): send total and encryption, receive total, decryption and SA lookup, and what deriving
+//!   [`crate::bench::split`]): send total and encryption, receive total, decryption and SA lookup, and what deriving
 //!   the key per packet (as the thesis did) would cost instead of the lookup.
 //!
 //! How a figure is taken: [`SAS`] SAs (keys of their own), [`TEMPLATES`] packets spread over them, batches of
@@ -31,14 +31,14 @@ use netveil_sa::replay::ReplayWindow;
 use netveil_wire::PacketBuf;
 use zeroize::Zeroizing;
 
-use crate::bench_split::{fastest, per_packet, spread};
+use crate::bench::split::{fastest, per_packet, spread};
 use crate::lab_report::Cell;
 
 /// The bare-PC study's ESP suite: AES-CBC-128 with HMAC-SHA1-96.
 pub const SUITE: &str = "aes128-sha1";
 /// SAs in the SAD (and policies in the SPD), each with keys of its own; packets per timed batch; distinct packets,
 /// used batch after batch: as the PSP split's (whose helpers spread and time the packets here too).
-pub use crate::bench_split::{BATCH, SAS, TEMPLATES};
+pub use crate::bench::split::{BATCH, SAS, TEMPLATES};
 /// The PSP payload of the PSP study's per-stage figure.
 pub const PSP_PAYLOAD: usize = 500;
 
@@ -164,7 +164,7 @@ fn esp(tunnel: bool) -> Esp {
             )
         };
         let (enc_key, auth_key) = (key(suite.enc.key_len(), 0x5a), key(integ.key_len(), 0xa5));
-        e.out.push(crate::bench_split::insert_sa_pair(
+        e.out.push(crate::bench::split::insert_sa_pair(
             &mut e.sad, i, suite, tunnel, &enc_key, &auth_key,
         ));
         let mut sel = Selector::any_v4();
@@ -384,8 +384,8 @@ pub fn run(quick: bool) -> Vec<Cell> {
                 ));
             }
             let (i, o) = (
-                crate::bench_ping::median(&runs[s][4]),
-                crate::bench_ping::median(&runs[s][8]),
+                crate::bench::ping::median(&runs[s][4]),
+                crate::bench::ping::median(&runs[s][8]),
             );
             ratio.push(100.0 * (o / i - 1.0));
         }
@@ -407,10 +407,11 @@ pub fn run(quick: bool) -> Vec<Cell> {
 
 /// PSP's per-stage cells at [`PSP_PAYLOAD`] bytes: `reps` splits of `packets` packets per figure.
 fn psp_cells(reps: usize, packets: usize) -> Vec<Cell> {
-    let splits: Vec<crate::bench_split::Split> = (0..reps)
-        .map(|_| crate::bench_split::psp_split(packets, PSP_PAYLOAD))
+    let splits: Vec<crate::bench::split::Split> = (0..reps)
+        .map(|_| crate::bench::split::psp_split(packets, PSP_PAYLOAD))
         .collect();
-    let col = |f: fn(&crate::bench_split::Split) -> f64| splits.iter().map(f).collect::<Vec<f64>>();
+    let col =
+        |f: fn(&crate::bench::split::Split) -> f64| splits.iter().map(f).collect::<Vec<f64>>();
     let m = |metric: &str, runs: Vec<f64>| {
         Cell::measured(
             EXPERIMENT,

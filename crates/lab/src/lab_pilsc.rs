@@ -16,8 +16,8 @@
 
 use std::path::Path;
 
-use crate::bench_pilsc_net::{table7, transfer_times};
-use crate::bench_ping::median;
+use crate::bench::pilsc::net::{table7, transfer_times};
+use crate::bench::ping::median;
 use crate::lab_report::Cell;
 
 const EXPERIMENT: &str = "pilsc";

@@ -43,7 +43,7 @@ pub struct Cell {
 }
 
 fn median(v: &[f64]) -> f64 {
-    crate::bench_ping::median(v)
+    crate::bench::ping::median(v)
 }
 
 impl Cell {

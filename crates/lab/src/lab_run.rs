@@ -46,7 +46,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::bench_ping;
+use crate::bench::ping as bench_ping;
 use crate::lab::{HostPair, Lab, Mode, TwoHosts};
 use crate::lab_report::{self, Cell, Report};
 use crate::{Error, Result};
@@ -674,16 +674,16 @@ fn overhead_cell(path: &str, r: Result<f64>, paper: Option<f64>) -> Cell {
         Some(p) => c.paper(p, PILSC_TABLE8),
         None => c,
     };
-    match expected_overhead(path, crate::bench_pilsc_net::PING_DATA) {
+    match expected_overhead(path, crate::bench::pilsc::net::PING_DATA) {
         Some(e) => c.expected(e as f64),
         None => c,
     }
 }
 
 fn overhead(bin: &Path) -> Vec<Cell> {
-    use crate::bench_pilsc_net::ping_overhead;
+    use crate::bench::pilsc::net::ping_overhead;
     crate::say!("overhead: PILSC, ESP and ESP+AH from captures");
-    let mut cells = match crate::bench_pilsc_net::overhead_rows(bin) {
+    let mut cells = match crate::bench::pilsc::net::overhead_rows(bin) {
         // ("esp tunnel overhead aes128-sha1" is the path "esp tunnel aes128-sha1".)
         Ok(rows) => rows
             .into_iter()
@@ -796,12 +796,12 @@ fn overhead(bin: &Path) -> Vec<Cell> {
     cells
 }
 
-/// Bytes l2sec with `suite` adds per frame: pings of [`crate::bench_pilsc_net::PING_DATA`] bytes from one station
+/// Bytes l2sec with `suite` adds per frame: pings of [`crate::bench::pilsc::net::PING_DATA`] bytes from one station
 /// to another on the bridge, the second station's link captured; the median length of the first station's frames
 /// less the clear frame's (Ethernet 14, IPv4 20, ICMP 8, data).
 fn l2sec_overhead(bin: &Path, suite: &str) -> Result<f64> {
     use crate::lan::{L2Opts, Lan};
-    let data = crate::bench_pilsc_net::PING_DATA;
+    let data = crate::bench::pilsc::net::PING_DATA;
     let mut lab = Lab::new("nvlab")?.with_netveil(bin);
     let lan = Lan::build(&mut lab, &["h1", "h2"])?;
     let _d = lan.protect(&lab, &["h1", "h2"], &L2Opts::suite(suite))?;

@@ -361,7 +361,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
                 for ((m, unit), v) in metrics.iter().zip(values) {
                     cells.push(Cell::measured(EXPERIMENT, name, m, unit, v));
                 }
-                let rate = crate::bench_ping::median(&rates);
+                let rate = crate::bench::ping::median(&rates);
                 if suite.is_none() {
                     bridge_rate = Some(rate);
                     continue;

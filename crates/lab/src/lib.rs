@@ -3,8 +3,8 @@
 //!
 //! - [`lab`]: namespaces, veth pairs, daemons, captures, two-host setups.
 //! - [`lan`]: a switched LAN of stations for l2sec.
-//! - [`bench`](mod@bench), [`bench_ping`], [`bench_flood`], [`bench_split`], [`bench_ike`]: throughput, round-trip
-//!   times, floods, where a packet's time goes, and IKEv2 setups against strongSwan's; [`bench_pilsc`]: PILSC's
+//! - [`bench`](mod@bench), [`bench::ping`], [`bench::flood`], [`bench::split`], [`bench::ike`]: throughput, round-trip
+//!   times, floods, where a packet's time goes, and IKEv2 setups against strongSwan's; [`bench::pilsc`]: PILSC's
 //!   per-packet lookup from 10 to 100,000 rules.
 //! - [`demo`]: `netveil demo`.
 //! - [`strongswan`]: strongSwan's charon as a live IKEv2 peer in a namespace (`swanctl`, vici, `pki`).
@@ -13,13 +13,6 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
-pub mod bench_args;
-pub mod bench_flood;
-pub mod bench_ike;
-pub mod bench_pilsc;
-pub mod bench_pilsc_net;
-pub mod bench_ping;
-pub mod bench_split;
 pub mod demo;
 pub mod demo_pilsc;
 pub mod lab;

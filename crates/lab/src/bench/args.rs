@@ -34,7 +34,7 @@ pub struct BenchArgs {
     /// Skip the wireguard-go comparison even if wireguard-go and wg are installed.
     #[arg(long)]
     pub no_peers: bool,
-    /// Measure goodput under floods instead (ESP-in-UDP and PSP; see `bench_flood`): a baseline, the closed-port
+    /// Measure goodput under floods instead (ESP-in-UDP and PSP; see `bench::flood`): a baseline, the closed-port
     /// control, and random data, unknown SPIs, bad ICVs and replays from a non-peer and from the spoofed peer.
     #[arg(long)]
     pub flood: bool,
@@ -74,11 +74,11 @@ pub struct BenchArgs {
     /// the round-trip times of all rounds pooled [default: 1].
     #[arg(long)]
     pub rounds: Option<u32>,
-    /// Measure IKEv2 instead (see `bench_ike`): setup latency, handshakes per second and memory per IKE SA +
+    /// Measure IKEv2 instead (see `bench::ike`): setup latency, handshakes per second and memory per IKE SA +
     /// child, netveil and strongSwan side by side, per suite (psk-x25519, psk-modp2048, ecdsa-p256).
     #[arg(long)]
     pub ike: bool,
-    /// Measure PILSC instead (see `bench_pilsc`): per-packet classification time (flow key, policy lookup naming
+    /// Measure PILSC instead (see `bench::pilsc`): per-packet classification time (flow key, policy lookup naming
     /// rule and key) at 10, 160, 1,600 and 100,000 rules, beside the linear scan of the same rules.
     #[arg(long)]
     pub pilsc: bool,

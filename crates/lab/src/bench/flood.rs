@@ -7,7 +7,7 @@
 //! packets recorded from the real tunnel. Reported per flood: the rate achieved, goodput and its share of the
 //! baseline, b's daemon drop counters, and b's daemon memory before and after.
 
-use crate::bench_args::BenchArgs;
+use super::args::BenchArgs;
 use crate::lab::{self, iperf, HostPair, Lab, TwoHosts};
 use crate::{Error, Result};
 use std::process::Stdio;

@@ -4,17 +4,35 @@
 //! lookup, crypto, the rest), measured in process.
 //!
 //! Each row builds a fresh two-host lab (two namespaces joined by a veth pair), starts `netveil up` in both, pings
-//! the peer's inner address (`--pings` per payload size, see [`bench_ping`]), then runs iperf3
+//! the peer's inner address (`--pings` per payload size, see [`ping`]), then runs iperf3
 //! between the inner addresses for `--seconds`. Figures are the receiver's goodput. With `--compare PATH` every
 //! netveil row is measured a second time, right after, with the daemons of the `netveil` binary at PATH.
+//!
+//! The files: the arguments (`args`), a path's measurement and the merge of rounds (`measure`), wireguard-go
+//! (`wireguard`), round-trip times ([`ping`]), floods ([`flood`]), PSP's per-packet time split ([`split`]), IKEv2
+//! setups against strongSwan's ([`ike`]) and PILSC ([`pilsc`]).
 
-pub use crate::bench_args::BenchArgs;
-use crate::bench_ping::{self, PingStat};
-use crate::lab::{self, iperf, Family, HostPair, Lab, TwoHosts};
+mod args;
+pub mod flood;
+pub mod ike;
+mod measure;
+pub mod pilsc;
+pub mod ping;
+pub mod split;
+mod wireguard;
+
+#[cfg(test)]
+mod tests;
+
+pub use args::BenchArgs;
+pub use wireguard::{find_wireguard_go, with_wireguard_go, with_wireguard_go_on};
+
+use crate::lab;
 use crate::{Error, Result};
+use measure::{measure_clear, measure_l2, measure_psp, measure_suite, measure_wireguard_go};
+use measure::{merge_l2rows, merge_rows, Bin, Row};
+use ping::PingStat;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 pub const ALL_SUITES: &[&str] = &[
     "aes128gcm16",
@@ -34,347 +52,6 @@ pub const ALL_SUITES: &[&str] = &[
     "null-sha256",
     "null-null",
 ];
-
-/// One measured row.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Row {
-    pub path: String,
-    pub encap: String,
-    pub gbit_per_s: f64,
-    pub retransmits: u64,
-    /// Ping round-trip times per payload size (empty with `--pings 0`).
-    pub ping: Vec<PingStat>,
-    /// The `netveil` binary that ran the daemons (netveil rows).
-    pub netveil_bin: Option<PathBuf>,
-    /// Measurements behind the row (`--rounds`; fewer where some failed): Gbit/s and retransmits are their
-    /// medians, the round-trip times are pooled.
-    pub rounds: u32,
-}
-
-/// The `netveil` binary of a netveil row and the label its rows get ("" or " (base)").
-#[derive(Debug, Clone)]
-struct Bin {
-    path: PathBuf,
-    label: &'static str,
-}
-
-fn measure_clear(a: &BenchArgs) -> Result<Row> {
-    let mut lab = Lab::new("nvbench")?;
-    let h = TwoHosts::topology(&mut lab, &HostPair::default())?;
-    let dst = h.addrs[1].outer.to_string();
-    let ping = bench_ping::ping_sizes(&lab, &h.ns[0], &dst, a.pings, &[&h.ns[0], &h.ns[1]])?;
-    let (g, r) = iperf(&lab, &h.ns[1], &h.ns[0], &dst, a.seconds, a.streams)?;
-    Ok(Row {
-        path: "clear (veth, no protection)".into(),
-        encap: "-".into(),
-        gbit_per_s: g,
-        retransmits: r,
-        ping,
-        netveil_bin: None,
-        rounds: 1,
-    })
-}
-
-/// Pings, then iperf3, through netveil between the inner addresses of a fresh two-host lab built from `pair`, with
-/// the daemons of `bin`.
-fn measure_pair(
-    a: &BenchArgs,
-    bin: &Bin,
-    pair: &HostPair,
-    path: String,
-    encap: &str,
-) -> Result<Row> {
-    let mut lab = Lab::new("nvbench")?.with_netveil(&bin.path);
-    let h = TwoHosts::up(&mut lab, pair)?;
-    if pair.protocol == lab::Protocol::Psp {
-        h.wait_psp_associated(Duration::from_secs(15))?;
-    }
-    let dst = h.addrs[1].inner.to_string();
-    let ping = bench_ping::ping_sizes(&lab, &h.ns[0], &dst, a.pings, &[&h.ns[0], &h.ns[1]])?;
-    let (g, r) = iperf(&lab, &h.ns[1], &h.ns[0], &dst, a.seconds, a.streams)?;
-    Ok(Row {
-        path: format!("{path}{}", bin.label),
-        encap: encap.into(),
-        gbit_per_s: g,
-        retransmits: r,
-        ping,
-        netveil_bin: Some(bin.path.clone()),
-        rounds: 1,
-    })
-}
-
-fn measure_suite(a: &BenchArgs, bin: &Bin, suite: &str, udp: bool) -> Result<Row> {
-    let mut pair = HostPair::esp(suite);
-    pair.udp_encap = udp;
-    pair.outer = Family::V4;
-    pair.inner = Family::V4;
-    let encap = if udp { "udp 4500" } else { "raw (proto 50)" };
-    measure_pair(a, bin, &pair, format!("netveil esp {suite}"), encap)
-}
-
-fn measure_psp(a: &BenchArgs, bin: &Bin, version: &str) -> Result<Row> {
-    let pair = HostPair::psp(version);
-    measure_pair(
-        a,
-        bin,
-        &pair,
-        format!("netveil psp {version} tunnel"),
-        "udp 1000",
-    )
-}
-
-/// wireguard-go: on PATH, or built from the Go module proxy into ~/go/bin (where `go install` names it
-/// `wireguard`).
-pub fn find_wireguard_go() -> Option<PathBuf> {
-    if lab::have_tool("wireguard-go") {
-        return Some(PathBuf::from("wireguard-go"));
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    ["wireguard-go", "wireguard"]
-        .iter()
-        .flat_map(|n| {
-            [
-                home.join("go/bin").join(n),
-                PathBuf::from("/root/go/bin").join(n),
-            ]
-        })
-        .find(|p| p.exists())
-}
-
-/// wireguard-go between the same two namespaces, same addresses, same MTU.
-fn measure_wireguard_go(a: &BenchArgs, wg_go: &std::path::Path) -> Result<Row> {
-    let (ping, g, r) = with_wireguard_go(wg_go, |lab, h| {
-        let dst = h.addrs[1].inner.to_string();
-        let ping = bench_ping::ping_sizes(lab, &h.ns[0], &dst, a.pings, &[&h.ns[0], &h.ns[1]])?;
-        let (g, r) = iperf(lab, &h.ns[1], &h.ns[0], &dst, a.seconds, a.streams)?;
-        Ok((ping, g, r))
-    })?;
-    Ok(Row {
-        path: "wireguard-go (peer)".into(),
-        encap: "udp 51820".into(),
-        gbit_per_s: g,
-        retransmits: r,
-        ping,
-        netveil_bin: None,
-        rounds: 1,
-    })
-}
-
-/// Runs `f` with wireguard-go (the binary `wg_go`) between two fresh namespaces as the bench's other paths have
-/// them (same addresses: `inner` on the tunnel; same MTU), then stops it.
-pub fn with_wireguard_go<T>(
-    wg_go: &std::path::Path,
-    f: impl FnOnce(&Lab, &TwoHosts) -> Result<T>,
-) -> Result<T> {
-    with_wireguard_go_on(wg_go, &HostPair::default(), f)
-}
-
-/// [`with_wireguard_go`] on the topology of `pair` (its addresses, and its router when it is routed).
-pub fn with_wireguard_go_on<T>(
-    wg_go: &std::path::Path,
-    pair: &HostPair,
-    f: impl FnOnce(&Lab, &TwoHosts) -> Result<T>,
-) -> Result<T> {
-    let mut lab = Lab::new("nvbench")?;
-    let h = TwoHosts::topology(&mut lab, pair)?;
-    let mut keys = Vec::new();
-    for _ in 0..2 {
-        let k = Command::new("wg")
-            .arg("genkey")
-            .output()
-            .map_err(Error::io("wg genkey"))?;
-        let private = String::from_utf8_lossy(&k.stdout).trim().to_string();
-        let mut p = Command::new("wg")
-            .arg("pubkey")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(Error::io("wg pubkey"))?;
-        use std::io::Write;
-        p.stdin.take().map(|mut s| s.write_all(private.as_bytes()));
-        let public =
-            String::from_utf8_lossy(&p.wait_with_output().map_err(Error::io("wg pubkey"))?.stdout)
-                .trim()
-                .to_string();
-        keys.push((private, public));
-    }
-    let mut children = Vec::new();
-    for i in 0..2 {
-        let ns = &h.ns[i];
-        let keyfile = lab.dir().join(format!("wg{i}.key"));
-        std::fs::write(&keyfile, &keys[i].0).map_err(Error::io("write wg key"))?;
-        // wireguard-go's control socket (/var/run/wireguard/NAME.sock) is not per namespace: one name per side.
-        let dev = format!("nvwg{i}");
-        let mut cmd = lab.command(ns, &[wg_go.to_str().unwrap_or("wireguard-go"), "-f", &dev]);
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        children.push(cmd.spawn().map_err(Error::io("start wireguard-go"))?);
-        for _ in 0..50 {
-            if lab
-                .exec(ns, &["ip", "link", "show", &dev])
-                .map(|o| o.status.success())
-                .unwrap_or(false)
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let peer = format!("{}:51820", h.addrs[1 - i].outer);
-        let allowed = format!("{}/32", h.addrs[1 - i].inner);
-        lab.exec_ok(
-            ns,
-            &[
-                "wg",
-                "set",
-                &dev,
-                "private-key",
-                keyfile.to_str().unwrap_or(""),
-                "listen-port",
-                "51820",
-                "peer",
-                &keys[1 - i].1,
-                "allowed-ips",
-                &allowed,
-                "endpoint",
-                &peer,
-            ],
-        )?;
-        lab.exec_ok(
-            ns,
-            &[
-                "ip",
-                "addr",
-                "add",
-                &format!("{}/24", h.addrs[i].inner),
-                "dev",
-                &dev,
-            ],
-        )?;
-        lab.exec_ok(
-            ns,
-            &[
-                "ip",
-                "link",
-                "set",
-                &dev,
-                "mtu",
-                &pair.mtu.to_string(),
-                "up",
-            ],
-        )?;
-    }
-    let r = f(&lab, &h);
-    for mut c in children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    r
-}
-
-/// One l2sec measurement (or the plain bridge).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct L2Row {
-    pub path: String,
-    pub gbit_per_s: f64,
-    pub retransmits: u64,
-    /// Ping round-trip times per payload size (empty with `--pings 0`); the added time is over the plain bridge.
-    pub ping: Vec<PingStat>,
-    /// The first ping after the neighbour entry was flushed (ARP resolution, and SEP with l2sec).
-    pub first_ping_ms: f64,
-    /// The `netveil` binary that ran the daemons (l2sec rows).
-    pub netveil_bin: Option<PathBuf>,
-    /// Measurements behind the row, as [`Row::rounds`] (the first ping: the fastest of all rounds).
-    pub rounds: u32,
-}
-
-/// The plain bridge (`suite` None) or l2sec with `suite`, run by `bin`, between two stations of the wired-LAN lab.
-fn measure_l2(a: &BenchArgs, bin: &Bin, suite: Option<&str>) -> Result<L2Row> {
-    use crate::lan::{L2Opts, Lan, PORT, TAP};
-    let mut lab = Lab::new("nvbench")?.with_netveil(&bin.path);
-    let lan = Lan::build(&mut lab, &["h1", "h2"])?;
-    let _d = match suite {
-        Some(s) => Some(lan.protect(&lab, &["h1", "h2"], &L2Opts::suite(s))?),
-        None => None,
-    };
-    let dev = if suite.is_some() { TAP } else { PORT };
-    let (h1, h2) = (lan.station("h1")?.clone(), lan.station("h2")?.clone());
-    let dst = h2.ip.to_string();
-    // The first ping after both sides forgot each other: ARP (and SEP, which the ARP reply waits for).
-    let mut first = f64::NAN;
-    for _ in 0..3 {
-        let _ = lab.exec(&h1.ns, &["ip", "neigh", "flush", "dev", dev]);
-        let _ = lab.exec(&h2.ns, &["ip", "neigh", "flush", "dev", dev]);
-        let o = lab.exec_ok(&h1.ns, &["ping", "-n", "-c", "1", "-W", "2", &dst])?;
-        if let Some(t) = bench_ping::parse_times(&o).first() {
-            first = if first.is_nan() { *t } else { first.min(*t) };
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let ping = bench_ping::ping_sizes(&lab, &h1.ns, &dst, a.pings, &[&h1.ns, &h2.ns])?;
-    let (g, r) = iperf(&lab, &h2.ns, &h1.ns, &dst, a.seconds, a.streams)?;
-    Ok(L2Row {
-        path: match suite {
-            Some(s) => format!("l2sec {s}{}", bin.label),
-            None => "plain bridge (no protection)".into(),
-        },
-        gbit_per_s: g,
-        retransmits: r,
-        ping,
-        first_ping_ms: first,
-        netveil_bin: suite.map(|_| bin.path.clone()),
-        rounds: 1,
-    })
-}
-
-/// The measurements of several rounds grouped by `key`, in the order of each key's first appearance.
-fn group_rounds<T>(all: Vec<T>, key: impl Fn(&T) -> String) -> Vec<Vec<T>> {
-    let mut groups: Vec<(String, Vec<T>)> = Vec::new();
-    for r in all {
-        let k = key(&r);
-        match groups.iter_mut().find(|(g, _)| *g == k) {
-            Some((_, v)) => v.push(r),
-            None => groups.push((k, vec![r])),
-        }
-    }
-    groups.into_iter().map(|(_, v)| v).collect()
-}
-
-fn median_u64(v: impl Iterator<Item = u64>) -> u64 {
-    bench_ping::median(&v.map(|x| x as f64).collect::<Vec<_>>()).round() as u64
-}
-
-/// One row per path out of every round's measurements: medians of Gbit/s and retransmits, pooled round-trip times.
-fn merge_rows(all: Vec<Row>) -> Vec<Row> {
-    group_rounds(all, |r| format!("{}\t{}", r.path, r.encap))
-        .into_iter()
-        .map(|rs| Row {
-            path: rs[0].path.clone(),
-            encap: rs[0].encap.clone(),
-            gbit_per_s: bench_ping::median(&rs.iter().map(|r| r.gbit_per_s).collect::<Vec<_>>()),
-            retransmits: median_u64(rs.iter().map(|r| r.retransmits)),
-            ping: bench_ping::pool(rs.iter().map(|r| r.ping.as_slice())),
-            netveil_bin: rs[0].netveil_bin.clone(),
-            rounds: rs.len() as u32,
-        })
-        .collect()
-}
-
-/// [`merge_rows`] for the l2sec rows (the first ping: the fastest).
-fn merge_l2rows(all: Vec<L2Row>) -> Vec<L2Row> {
-    group_rounds(all, |r| r.path.clone())
-        .into_iter()
-        .map(|rs| L2Row {
-            path: rs[0].path.clone(),
-            gbit_per_s: bench_ping::median(&rs.iter().map(|r| r.gbit_per_s).collect::<Vec<_>>()),
-            retransmits: median_u64(rs.iter().map(|r| r.retransmits)),
-            ping: bench_ping::pool(rs.iter().map(|r| r.ping.as_slice())),
-            first_ping_ms: rs.iter().map(|r| r.first_ping_ms).fold(f64::NAN, f64::min),
-            netveil_bin: rs[0].netveil_bin.clone(),
-            rounds: rs.len() as u32,
-        })
-        .collect()
-}
 
 /// The binaries in the order round `round` runs them: in odd rounds the other way round, so that neither always
 /// runs first.
@@ -410,11 +87,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
             Some(p) => binary_arg("--daemon-bin", p)?,
             None => std::env::current_exe().map_err(Error::io("current exe"))?,
         };
-        crate::bench_ike::run(&a, bin)?;
+        crate::bench::ike::run(&a, bin)?;
         return Ok(());
     }
     if a.pilsc {
-        crate::bench_pilsc::run(&a)?;
+        crate::bench::pilsc::run(&a)?;
         return Ok(());
     }
     if !lab::have_tool("iperf3") {
@@ -433,7 +110,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Err(Error::Usage("--rounds: at least 1".into()));
     }
     if a.flood {
-        let rows = crate::bench_flood::run(&a)?;
+        let rows = crate::bench::flood::run(&a)?;
         if let Some(p) = &a.json {
             let v = serde_json::json!({ "floods": rows });
             std::fs::write(p, serde_json::to_string_pretty(&v).unwrap_or_default())
@@ -513,8 +190,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         println!(
             "  and ping round-trip times before it: {} pings {} s apart per payload size ({}), median and p99",
             a.pings,
-            bench_ping::PING_INTERVAL,
-            bench_ping::PING_SIZES.map(|b| format!("{b} B")).join(", ")
+            ping::PING_INTERVAL,
+            ping::PING_SIZES.map(|b| format!("{b} B")).join(", ")
         );
     }
     for b in &bins {
@@ -529,7 +206,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 row.path,
                 row.encap,
                 row.gbit_per_s,
-                bench_ping::brief(&row.ping)
+                ping::brief(&row.ping)
             );
             rows.push(row);
         }
@@ -576,7 +253,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if r.path.starts_with("clear") {
             continue;
         }
-        bench_ping::fill_added(&mut r.ping, &clear_ping, wg_ping.as_deref());
+        ping::fill_added(&mut r.ping, &clear_ping, wg_ping.as_deref());
         if r.path.starts_with("wireguard-go") {
             wg_ping = Some(r.ping.clone());
         }
@@ -617,7 +294,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             .iter()
             .map(|r| (r.path.as_str(), r.ping.as_slice()))
             .collect();
-        print!("{}", bench_ping::render(&table, wg_ping.is_some()));
+        print!("{}", ping::render(&table, wg_ping.is_some()));
     }
     let mut l2rows = Vec::new();
     let mut l2fails = 0;
@@ -651,7 +328,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                         r.path,
                         r.gbit_per_s,
                         r.first_ping_ms,
-                        bench_ping::brief(&r.ping)
+                        ping::brief(&r.ping)
                     );
                     l2rows.push(r);
                 }
@@ -664,7 +341,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         l2rows = merge_l2rows(l2rows);
         if let Some(plain) = l2rows.first().filter(|r| r.netveil_bin.is_none()).cloned() {
             for r in l2rows.iter_mut().skip(1) {
-                bench_ping::fill_added(&mut r.ping, &plain.ping, None);
+                ping::fill_added(&mut r.ping, &plain.ping, None);
             }
             println!();
             if rounds > 1 {
@@ -696,7 +373,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     .iter()
                     .map(|r| (r.path.as_str(), r.ping.as_slice()))
                     .collect();
-                print!("{}", bench_ping::render(&table, false));
+                print!("{}", ping::render(&table, false));
             }
         }
     }
@@ -707,8 +384,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     if a.split_packets > 0 {
         println!();
-        let split = crate::bench_split::psp_split(a.split_packets, 1400);
-        print!("{}", crate::bench_split::render(&split));
+        let split = crate::bench::split::psp_split(a.split_packets, 1400);
+        print!("{}", crate::bench::split::render(&split));
     }
     if fails > 0 {
         return Err(Error::Other("some measurements failed".into()));
@@ -717,59 +394,4 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Err(Error::Other("some l2sec measurements failed".into()));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(path: &str, g: f64, times: &[f64]) -> Row {
-        Row {
-            path: path.into(),
-            encap: "udp 4500".into(),
-            gbit_per_s: g,
-            retransmits: g as u64,
-            ping: vec![bench_ping::stat(56, times.len() as u32, times)],
-            netveil_bin: None,
-            rounds: 1,
-        }
-    }
-
-    #[test]
-    fn rounds_merge_per_path_in_first_order() {
-        // Round 2 ran the base binary first: the merged table keeps round 1's order.
-        let all = vec![
-            row("esp", 1.0, &[0.1]),
-            row("esp (base)", 4.0, &[0.4]),
-            row("esp (base)", 6.0, &[0.6]),
-            row("esp", 3.0, &[0.3]),
-            row("esp", 2.0, &[0.2, 0.25]),
-        ];
-        let m = merge_rows(all);
-        assert_eq!(m.len(), 2);
-        assert_eq!((m[0].path.as_str(), m[0].rounds), ("esp", 3));
-        assert_eq!((m[0].gbit_per_s, m[0].retransmits), (2.0, 2));
-        assert_eq!((m[0].ping[0].received, m[0].ping[0].median_ms), (4, 0.225));
-        assert_eq!(
-            (m[1].path.as_str(), m[1].rounds, m[1].gbit_per_s),
-            ("esp (base)", 2, 5.0)
-        );
-    }
-
-    #[test]
-    fn binaries_take_turns_going_first() {
-        let bins = [
-            Bin {
-                path: "new".into(),
-                label: "",
-            },
-            Bin {
-                path: "old".into(),
-                label: " (base)",
-            },
-        ];
-        let first = |r| turns(&bins, r)[0].label;
-        assert_eq!([first(0), first(1), first(2)], ["", " (base)", ""]);
-        assert_eq!(turns(&bins[..1], 1).len(), 1);
-    }
 }

@@ -565,7 +565,7 @@ mod tests {
         assert_eq!(s.inner_len, 28);
     }
 
-    /// The figures on this machine: `cargo test --release -p netveil --lib bench_split -- --ignored --nocapture`.
+    /// The figures on this machine: `cargo test --release -p netveil --lib bench::split -- --ignored --nocapture`.
     #[test]
     #[ignore = "a measurement, not a test: run in release"]
     fn print_split() {

@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::bench_pilsc::PilscRow;
+use super::rows::PilscRow;
 
 /// The rule counts of the transfer rows.
 pub const TRANSFER_RULES: [usize; 3] = [10, 160, 1_600];
@@ -294,7 +294,7 @@ mod tests {
             Some(87.5),
         );
         assert_eq!(r.value, 2.0);
-        let t = crate::bench_pilsc::render(&[r]);
+        let t = crate::bench::pilsc::rows::render(&[r]);
         assert!(
             t.contains("pilsc transfer 1MB 10 rules") && t.contains("87.5"),
             "{t}"
