@@ -24,24 +24,22 @@ use std::time::Duration;
 
 use crate::lab::{HostPair, Lab, TwoHosts};
 use crate::lab_http::{Download, Procs, Workload};
-use crate::lab_report::Cell;
+use crate::lab_report::{Cell, IDEAL_MTU};
 use crate::Result;
 
 const EXPERIMENT: &str = "mtu";
 /// The path's name in the cells.
 pub const PATH: &str = "netveil esp tunnel aes128-sha1";
 const SUITE: &str = "aes128-sha1";
-/// The ideal (largest non-fragmenting) interface MTU of the suite on a 1,500-byte link.
-pub const IDEAL: u16 = 1438;
 const APPENDIX_C: &str =
     "IPsec web/email study, Appendix C (HTTP, .doc, 5MA: ESP-3DES with ESP-SHA1 authentication)";
 
 /// The interface MTUs (the study's).
 pub fn mtus(quick: bool) -> Vec<u16> {
     if quick {
-        vec![600, IDEAL, 1500]
+        vec![600, IDEAL_MTU, 1500]
     } else {
-        vec![600, IDEAL, 1500, 8000, 16260]
+        vec![600, IDEAL_MTU, 1500, 8000, 16260]
     }
 }
 
@@ -178,7 +176,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
     };
     let ideal: Option<&PerFile> = results
         .iter()
-        .find(|(m, _)| *m == IDEAL)
+        .find(|(m, _)| *m == IDEAL_MTU)
         .and_then(|(_, r)| r.as_ref().ok());
     let mut cells = Vec::new();
     for (mtu, r) in &results {
@@ -211,7 +209,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
                         "ms",
                         v.iter().map(|d| d.secs * 1e3).collect(),
                     ));
-                    if *mtu == IDEAL {
+                    if *mtu == IDEAL_MTU {
                         continue;
                     }
                     let base = ideal.and_then(|p| p[i].as_ref().ok());
@@ -250,7 +248,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
                     for (w, unit) in [("bytes", "B"), ("packets", "packets"), ("time", "ms")] {
                         cells.push(Cell::missing(EXPERIMENT, PATH, &m(w), unit, &why));
                     }
-                    if *mtu != IDEAL {
+                    if *mtu != IDEAL_MTU {
                         let p = paper(*mtu, size);
                         for (w, pv) in [
                             ("load vs ideal", p.map(|p| p.0)),
@@ -279,11 +277,11 @@ mod tests {
     fn the_ideal_mtu_is_the_largest_that_fits_the_link() {
         // Outer IPv4 20, ESP header 8, IV 16, ICV 12; payload + 2-byte trailer padded to 16.
         let fits = |inner: usize| 20 + 8 + 16 + (inner + 2).div_ceil(16) * 16 + 12 <= 1500;
-        assert!(fits(IDEAL as usize));
-        assert!(!fits(IDEAL as usize + 1));
+        assert!(fits(IDEAL_MTU as usize));
+        assert!(!fits(IDEAL_MTU as usize + 1));
         assert_eq!(mtus(false), [600, 1438, 1500, 8000, 16260]);
         assert_eq!(paper(600, "10KB"), Some((16.73, 13.25)));
         assert_eq!(paper(16260, "10MB"), Some((-8.51, 9.64)));
-        assert_eq!(paper(IDEAL, "1MB"), None);
+        assert_eq!(paper(IDEAL_MTU, "1MB"), None);
     }
 }

@@ -952,7 +952,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
         )));
     }
     lab_report::write(&report, &a.out)?;
-    let figures = crate::lab_plot::write(&report, &a.out)?;
+    let figures = crate::lab_report::plot::write(&report, &a.out)?;
     print!("{}", lab_report::markdown(&report));
     println!(
         "\nwrote {}/report.json, report.csv, report.md, index.html{}",

@@ -57,8 +57,6 @@ const FIG_6_11: &str =
     "L2 study, Fig. 6.11: its protocol's program 3,204 KB, full crypto (from text)";
 const FIG_6_12: &str =
     "L2 study, Fig. 6.12: about 586 KB/s, constant over time, every path (from text; its load: 100 calls at most, 8/s)";
-/// The jitter limit of good voice quality the study judges by, ms.
-pub const JITTER_LIMIT_MS: f64 = 40.0;
 
 /// The call load: calls placed, new calls per second, calls at once at most, and how long a call lasts after it
 /// was answered (ms).

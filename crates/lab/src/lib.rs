@@ -23,7 +23,6 @@ pub mod lab_loss;
 pub mod lab_mtu;
 pub mod lab_ops;
 pub mod lab_pilsc;
-pub mod lab_plot;
 pub mod lab_proc;
 pub mod lab_progress;
 pub mod lab_report;
