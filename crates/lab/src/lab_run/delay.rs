@@ -197,22 +197,22 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     };
     results.push(("wireguard-go".into(), wg));
     // netveil's ESP tunnel keyed by its IKEv2 on the same routed lab.
-    crate::say!("delay: {}", crate::lab_http::IKE_PATH);
-    let ike = crate::lab_run::with_ike_on(&bin, &HostPair::default().via_router(), |lab, h, _| {
+    crate::say!("delay: {}", super::http::IKE_PATH);
+    let ike = super::paths::with_ike_on(&bin, &HostPair::default().via_router(), |lab, h, _| {
         sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count)
     });
-    results.push((crate::lab_http::IKE_PATH.into(), ike));
+    results.push((super::http::IKE_PATH.into(), ike));
     // strongSwan at both ends on the same routed lab.
     let swan = match crate::strongswan::missing() {
         None => {
-            crate::say!("delay: {}", crate::lab_loss::STRONGSWAN_PATH);
-            crate::lab_run::with_strongswan_on(&HostPair::default().via_router(), |lab, h, _| {
+            crate::say!("delay: {}", super::loss::STRONGSWAN_PATH);
+            super::paths::with_strongswan_on(&HostPair::default().via_router(), |lab, h, _| {
                 sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count)
             })
         }
         Some(why) => Err(Error::Other(why)),
     };
-    results.push((crate::lab_loss::STRONGSWAN_PATH.into(), swan));
+    results.push((super::loss::STRONGSWAN_PATH.into(), swan));
     let mut cells = Vec::new();
     for (name, r) in results {
         match r {

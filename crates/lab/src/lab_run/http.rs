@@ -4,7 +4,7 @@
 //! - `http`: downloaded from nginx with curl (text is sent gzip-compressed to `curl --compressed`).
 //! - The paths: clear, TLS 1.3 and 1.2 on it, netveil's protocols and suites (manual keys), netveil's ESP tunnel
 //!   keyed by its IKEv2 (automatic keying), and strongSwan at both ends.
-//! - `smtp`: sent as an e-mail attachment from the server side to a Postfix on the client side ([`crate::lab_smtp`]:
+//! - `smtp`: sent as an e-mail attachment from the server side to a Postfix on the client side ([`super::smtp`]:
 //!   the study's East mailing the client; base64, so text and random files alike grow by a third).
 //!
 //! Per transfer the bytes and packets on the wire (IP bytes; both directions together, and down and up apart: down
@@ -289,7 +289,7 @@ pub(crate) fn transfer(
         }
         Workload::Smtp => (
             &h.ns[1],
-            crate::lab_smtp::send_args(client, &crate::lab_smtp::mail_of(file), tls),
+            super::smtp::send_args(client, &super::smtp::mail_of(file), tls),
             "250",
         ),
     };
@@ -511,7 +511,7 @@ pub(crate) fn server(
 ) -> Result<Box<dyn std::any::Any>> {
     Ok(match w {
         Workload::Http => Box::new(nginx(lab, &h.ns[1], server, www)?),
-        Workload::Smtp => Box::new(crate::lab_smtp::postfix(lab, &h.ns[0], client)?),
+        Workload::Smtp => Box::new(super::smtp::postfix(lab, &h.ns[0], client)?),
     })
 }
 
@@ -528,14 +528,14 @@ fn run_path(
         Carrier::Clear => None,
         Carrier::Netveil(p) => Some(p),
         Carrier::NetveilIke => {
-            return crate::lab_run::with_ike_on(bin, &HostPair::default(), |lab, h, pids| {
+            return super::paths::with_ike_on(bin, &HostPair::default(), |lab, h, pids| {
                 let mut procs = Procs::of(h, w);
                 procs.daemons = pids.to_vec();
                 measure(lab, h, w, true, *tls, (www, files, reps), &procs)
             });
         }
         Carrier::StrongSwan => {
-            return crate::lab_run::with_strongswan_on(&HostPair::default(), |lab, h, pids| {
+            return super::paths::with_strongswan_on(&HostPair::default(), |lab, h, pids| {
                 // The transfers run between the inner addresses the child covers; the charons are the daemons.
                 let mut procs = Procs::of(h, w);
                 procs.daemons = pids.to_vec();
@@ -624,7 +624,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path, w: Workload) -> Vec<Cell> {
     let www: PathBuf = work.join("www");
     let files = make_files(&www, &sizes).and_then(|files| {
         if w == Workload::Smtp {
-            crate::lab_smtp::make_mails(&files)?;
+            super::smtp::make_mails(&files)?;
         }
         Ok(files)
     });

@@ -28,9 +28,9 @@
 use std::path::Path;
 use std::time::Instant;
 
+use super::paths::L2SEC_NULL_PATH;
 use crate::lab::Lab;
 use crate::lab_report::Cell;
-use crate::lab_run::L2SEC_NULL_PATH;
 use crate::lan::{L2Opts, Lan};
 use crate::{Error, Result};
 
@@ -182,7 +182,7 @@ fn path_runs(bin: &Path, suite: Option<&str>, secs: u32, capture: bool) -> Resul
                 let run = iperf(&lab, &h2.ns, &h1.ns, &dst, secs, false);
                 let pcap = cap.stop()?;
                 run?;
-                crate::lab_scp::duplicate_acks(&pcap)
+                super::scp::duplicate_acks(&pcap)
             })
     });
     Ok(PathFigures {
@@ -223,9 +223,9 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
             Cell::missing(EXPERIMENT, name, metric, unit, why)
         };
         let (ack_paper, ack_source) = match suite {
-            None => (crate::lab_scp::share(2.0, 244_090.0), TABLE_6_1_ETHERNET),
-            Some("null-null") => (crate::lab_scp::share(5_335.0, 823_317.0), TABLE_6_1_NULL),
-            Some(_) => (crate::lab_scp::share(875.0, 103_417.0), TABLE_6_1_FULL),
+            None => (super::scp::share(2.0, 244_090.0), TABLE_6_1_ETHERNET),
+            Some("null-null") => (super::scp::share(5_335.0, 823_317.0), TABLE_6_1_NULL),
+            Some(_) => (super::scp::share(875.0, 103_417.0), TABLE_6_1_FULL),
         };
         let f = match path_runs(bin, suite, secs, !quick) {
             Ok(f) => f,
@@ -287,7 +287,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
             });
         }
         if let Some(acks) = f.acks {
-            cells.extend(crate::lab_scp::ack_cells(
+            cells.extend(super::scp::ack_cells(
                 EXPERIMENT,
                 name,
                 acks,

@@ -311,7 +311,7 @@ fn path_cells(path: &str, levels: &[f64], got: Result<Vec<Measured>>) -> Vec<Cel
 fn sweep(lab: &Lab, h: &TwoHosts, dst: &str, levels: &[f64], secs: u32) -> Result<Vec<Measured>> {
     // Packets cross the hosts' links at their real size, not as segmentation-offload batches of up to 64 KB: the
     // router's drop decides per packet, as a lossy link does (a batch would be lost or kept whole).
-    crate::lab_http::real_wire(lab, h)?;
+    super::http::real_wire(lab, h)?;
     let mut out = Vec::new();
     for &l in levels {
         set_loss(lab, h, l)?;
@@ -533,22 +533,21 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     // netveil's ESP tunnel keyed by its IKEv2 on the same routed lab (the full run only: `--quick` keeps to its
     // three minutes).
     if !quick {
-        let name = crate::lab_http::IKE_PATH;
+        let name = super::http::IKE_PATH;
         crate::say!("loss: {name}");
-        let ike =
-            crate::lab_run::with_ike_on(bin, &HostPair::default().via_router(), |lab, h, _| {
-                let dst = h.addrs[1].inner.to_string();
-                let got = sweep(lab, h, &dst, &levels, secs)?;
-                let cost = daemon_cost(lab, h, &dst, secs);
-                Ok((got, cost, rtt_under_load(lab, h, &dst)))
-            });
+        let ike = super::paths::with_ike_on(bin, &HostPair::default().via_router(), |lab, h, _| {
+            let dst = h.addrs[1].inner.to_string();
+            let got = sweep(lab, h, &dst, &levels, secs)?;
+            let cost = daemon_cost(lab, h, &dst, secs);
+            Ok((got, cost, rtt_under_load(lab, h, &dst)))
+        });
         cells.extend(with_cost(name, &levels, ike));
     }
     // strongSwan at both ends (the peer of ping-rtt and http) on the same routed lab; its daemons are the charons.
     let swan = match crate::strongswan::missing() {
         None => {
             crate::say!("loss: {STRONGSWAN_PATH}");
-            crate::lab_run::with_strongswan_on(&HostPair::default().via_router(), |lab, h, _| {
+            super::paths::with_strongswan_on(&HostPair::default().via_router(), |lab, h, _| {
                 let dst = h.addrs[1].inner.to_string();
                 let got = sweep(lab, h, &dst, &levels, secs)?;
                 let cost = daemon_cost(lab, h, &dst, secs);

@@ -14,7 +14,7 @@ static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
 #[macro_export]
 macro_rules! say {
     ($($t:tt)*) => {
-        $crate::lab_progress::note(format!($($t)*))
+        $crate::lab_run::progress::note(format!($($t)*))
     };
 }
 

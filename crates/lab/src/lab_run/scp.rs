@@ -44,7 +44,7 @@ pub const PATHS: [(&str, Option<&str>); 4] = [
     ("plain bridge", None),
     ("l2sec aes128gcm", Some("aes128gcm")),
     ("l2sec blowfish-cbc-sha1", Some("blowfish-cbc-sha1")),
-    (crate::lab_run::L2SEC_NULL_PATH, Some("null-null")),
+    (super::paths::L2SEC_NULL_PATH, Some("null-null")),
 ];
 
 /// The paths of a run: `--quick` leaves out Blowfish (the slowest suite; the full run has it).

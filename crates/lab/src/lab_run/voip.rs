@@ -39,7 +39,7 @@ use crate::{Error, Result};
 
 const EXPERIMENT: &str = "voip";
 /// The paths: (name, l2sec suite; `None`: the plain bridge), as the SCP test's.
-pub const PATHS: [(&str, Option<&str>); 4] = crate::lab_scp::PATHS;
+pub const PATHS: [(&str, Option<&str>); 4] = super::scp::PATHS;
 /// The G.711 A-law recording SIPp's package ships.
 pub const G711_PCAP: &str = "/usr/share/sip-tester/g711a.pcap";
 /// The callee's SIP and RTP ports; the caller's SIP port.
@@ -347,7 +347,7 @@ fn calls(
     let (_, uac_cpu_ms, uac_peak_kib) = err
         .lines()
         .rev()
-        .find_map(crate::lab_scp::parse_time)
+        .find_map(super::scp::parse_time)
         .ok_or_else(|| Error::Other(format!("no GNU time line in: {}", err.trim())))?;
     let stat_text = std::fs::read_to_string(&stat).map_err(Error::io("sipp's statistics"))?;
     let (successful, failed) = parse_stat(&stat_text)
