@@ -1,14 +1,25 @@
-//! netveil's lab: network namespaces, captures, workloads, `netveil bench` and `netveil demo`. It runs the `netveil`
-//! binary (`up`, `status`, `keygen`, `flood`, ...) and reads what it prints; it never reaches into the daemon.
+//! netveil's lab: network namespaces, captures, workloads, `netveil bench`, `netveil demo` and `netveil lab`. It runs
+//! the `netveil` binary (`up`, `status`, `keygen`, `flood`, ...) and reads what it prints; it never reaches into the
+//! daemon.
 //!
-//! - [`lab`]: namespaces, veth pairs, daemons, captures, two-host setups.
-//! - [`lan`]: a switched LAN of stations for l2sec.
-//! - [`bench`](mod@bench), [`bench::ping`], [`bench::flood`], [`bench::split`], [`bench::ike`]: throughput, round-trip
-//!   times, floods, where a packet's time goes, and IKEv2 setups against strongSwan's; [`bench::pilsc`]: PILSC's
-//!   per-packet lookup from 10 to 100,000 rules.
-//! - [`demo`]: `netveil demo`.
+//! - [`lab_run`]: `netveil lab`, the studies' experiments in namespaces, one module each; [`lab_report`]: its
+//!   report (cells, files, findings, comparison, figures).
+//! - [`bench`](mod@bench), [`bench::ping`], [`bench::flood`], [`bench::split`], [`bench::ike`]: throughput,
+//!   round-trip times, floods, where a packet's time goes, and IKEv2 setups against strongSwan's; [`bench::pilsc`]:
+//!   PILSC's per-packet lookup from 10 to 100,000 rules.
+//! - [`demo`]: `netveil demo` (ESP or PSP, `--l2sec`, `--pilsc`); [`demo_pilsc`]: the two-host PILSC lab it shares
+//!   with the bench and the tests.
 //! - [`strongswan`]: strongSwan's charon as a live IKEv2 peer in a namespace (`swanctl`, vici, `pki`).
+//! - [`lan`]: a switched LAN of stations for l2sec.
+//! - [`lab_proc`]: CPU time and memory of the lab's processes, from `/proc`.
+//! - [`lab`]: namespaces, veth pairs, daemons, captures, two-host setups.
+//! - [`seq_udp`]: a sequenced UDP stream for loss tests.
 //! - [`pcap_tools`]: `netveil pcap`, ESP/AH and PSP applied to and removed from the packets of a capture.
+//!
+//! The `// layers:` line below declares the modules' order, top first: no module names anything in a module of a
+//! higher group (`scripts/check-modules` holds the crate to it).
+
+// layers: lab_run > lab_report > bench, demo > demo_pilsc, lab_proc, lan, strongswan > lab, pcap_tools, seq_udp
 
 #![forbid(unsafe_code)]
 

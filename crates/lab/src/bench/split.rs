@@ -155,7 +155,7 @@ fn load(buf: &mut PacketBuf, bytes: &[u8]) {
         .copy_from_slice(bytes);
 }
 
-/// A deterministic spread of packets over [`SAS`] SAs (SplitMix64); [`crate::lab_ops`] spreads its own so.
+/// A deterministic spread of packets over [`SAS`] SAs (SplitMix64); [`crate::lab_run::ops`] spreads its own so.
 pub(crate) fn spread(i: usize) -> usize {
     let mut z = (i as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -53,7 +53,7 @@ pub const L2SEC_AEAD_OVERHEAD: usize = 2 + 6 + 1 + 16;
 /// (flags, sequence number), the pad size 1; no padding, no ICV.
 pub const L2SEC_NULL_OVERHEAD: usize = 2 + 5 + 1;
 
-/// What the `overhead` experiment's formula predicts for a path of `bench_pilsc_net::overhead_rows` (`pilsc
+/// What the `overhead` experiment's formula predicts for a path of `bench::pilsc::net::overhead_rows` (`pilsc
 /// confidential`, `esp tunnel aes128-sha1`, ...; pings of `data` bytes: ICMP header 8, inner IPv4 header 20).
 pub fn expected_overhead(row: &str, data: usize) -> Option<usize> {
     let transport = esp_cbc_sha1_overhead(8 + data);

@@ -8,13 +8,13 @@
 //! - **setup ms** (median, p99): `--ike-setups` sequential IKE SA + first child setups from one initiator, each
 //!   deleted before the next. netveil: from the first IKE_SA_INIT sent to the IKE_AUTH response processed (the
 //!   CHILD_SA event) in the load generator; strongSwan: vici `initiate` to its answer, which charon gives once the
-//!   child is installed on the initiator ([`Charon::handshake_ms`](crate::strongswan::Charon::handshake_ms)), so strongSwan's figure includes its own
-//!   initiator-side install into libipsec.
-//! - **handshakes/s**: `--ike-handshakes` setups with `--ike-window` in flight at any time, each a new IKE SA,
-//!   timed from the first request to the last child up on the initiator. netveil: a `netveil up` responder with an
-//!   `[ike]` connection whose children install into its IP engine, and a load generator in this process driving
-//!   many IKE SAs through one `netveil_ike` Endpoint (the daemon's state machine) over UDP 500/4500, as one charon
-//!   drives many ([`Charon::handshakes_per_s`](crate::strongswan::Charon::handshakes_per_s)); strongSwan: charon to charon.
+//!   child is installed on the initiator ([`Charon::handshake_ms`](crate::strongswan::Charon::handshake_ms)), so
+//!   strongSwan's figure includes its own initiator-side install into libipsec.
+//! - **handshakes/s**: `--ike-handshakes` setups with `--ike-window` in flight at any time, each a new IKE SA, timed
+//!   from the first request to the last child up on the initiator. netveil: a `netveil up` responder with an `[ike]`
+//!   connection whose children install into its IP engine, and a load generator in this process driving many IKE SAs
+//!   through one `netveil_ike` Endpoint (the daemon's state machine) over UDP 500/4500, as one charon drives many
+//!   ([`Charon::handshakes_per_s`](crate::strongswan::Charon::handshakes_per_s)); strongSwan: charon to charon.
 //! - **memory**: the responder's resident set (`VmRSS`) after the sequential setups and again with every IKE SA +
 //!   child of the handshakes/s run established, divided by their number (at least 1000 outside `--quick`).
 //!
