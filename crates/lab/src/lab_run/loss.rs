@@ -311,7 +311,7 @@ fn path_cells(path: &str, levels: &[f64], got: Result<Vec<Measured>>) -> Vec<Cel
 fn sweep(lab: &Lab, h: &TwoHosts, dst: &str, levels: &[f64], secs: u32) -> Result<Vec<Measured>> {
     // Packets cross the hosts' links at their real size, not as segmentation-offload batches of up to 64 KB: the
     // router's drop decides per packet, as a lossy link does (a batch would be lost or kept whole).
-    super::http::real_wire(lab, h)?;
+    super::transfer::real_wire(lab, h)?;
     let mut out = Vec::new();
     for &l in levels {
         set_loss(lab, h, l)?;

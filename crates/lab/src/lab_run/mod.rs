@@ -44,8 +44,8 @@
 //! without value that say why.
 //!
 //! The files: the arguments and the experiments' list (`args`), each experiment (`ping-rtt` in [`rtt`], [`overhead`],
-//! [`loss`], ...), the paths that need more than a host pair (IKEv2, strongSwan: [`paths`]), the tools each
-//! experiment needs ([`tools`]), and the progress bar ([`progress`]).
+//! [`loss`], ...; one file transfer of `http` and `smtp` in [`transfer`]), the paths that need more than a host pair
+//! (IKEv2, strongSwan: [`paths`]), the tools each experiment needs ([`tools`]), and the progress bar ([`progress`]).
 
 mod args;
 pub mod delay;
@@ -62,6 +62,7 @@ pub mod rtt;
 pub mod scp;
 pub mod smtp;
 pub mod tools;
+pub mod transfer;
 pub mod voip;
 
 #[cfg(test)]
@@ -129,9 +130,9 @@ pub fn run(a: LabArgs) -> Result<Report> {
             )),
             "http" | "smtp" => {
                 let w = if e == "http" {
-                    http::Workload::Http
+                    transfer::Workload::Http
                 } else {
-                    http::Workload::Smtp
+                    transfer::Workload::Smtp
                 };
                 cells.extend(http::run(
                     &bin,

@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::http::{Download, Procs, Workload};
+use super::transfer::{Download, Procs, Workload};
 use crate::lab::{HostPair, Lab, TwoHosts};
 use crate::lab_report::{Cell, IDEAL_MTU};
 use crate::Result;
@@ -87,10 +87,10 @@ fn at_mtu(bin: &Path, www: &Path, files: &[PathBuf], mtu: u16, reps: usize) -> R
         ..HostPair::esp(SUITE)
     };
     let h = TwoHosts::up(&mut lab, &pair)?;
-    super::http::real_wire(&lab, &h)?;
+    super::transfer::real_wire(&lab, &h)?;
     let (client, server) = (h.addrs[0].inner.to_string(), h.addrs[1].inner.to_string());
     let addrs = (client.as_str(), server.as_str());
-    let _s = super::http::server(&lab, &h, Workload::Http, addrs, www)?;
+    let _s = super::transfer::server(&lab, &h, Workload::Http, addrs, www)?;
     let procs = Procs::of(&h, Workload::Http);
     let mut out: PerFile = Vec::new();
     let mut failed: Option<String> = None;
@@ -101,7 +101,7 @@ fn at_mtu(bin: &Path, www: &Path, files: &[PathBuf], mtu: u16, reps: usize) -> R
         }
         let mut runs = Vec::new();
         for _ in 0..reps {
-            match super::http::transfer(&lab, &h, Workload::Http, addrs, None, file, &procs) {
+            match super::transfer::transfer(&lab, &h, Workload::Http, addrs, None, file, &procs) {
                 Ok(d) => runs.push(d),
                 Err(e) => {
                     // (A moment for the daemon's counters to settle.)
@@ -137,7 +137,7 @@ pub fn run(bin: &Path, quick: bool, work: &Path) -> Vec<Cell> {
     let reps = if quick { 1 } else { 3 };
     let www = work.join("www");
     // (make_files writes per size a text file, then a random one: the random ones are used.)
-    let files: Result<Vec<PathBuf>> = super::http::make_files(&www, &sizes).map(|f| {
+    let files: Result<Vec<PathBuf>> = super::transfer::make_files(&www, &sizes).map(|f| {
         f.into_iter()
             .filter(|p| p.extension().is_some_and(|e| e == "bin"))
             .collect()
