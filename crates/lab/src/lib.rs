@@ -152,6 +152,14 @@ impl Error {
         }
     }
 
+    /// A path the lab cannot pass on as text.
+    pub(crate) fn not_utf8(path: &std::path::Path) -> Error {
+        Error::File {
+            path: path.to_path_buf(),
+            why: "the path is not UTF-8".into(),
+        }
+    }
+
     /// A program's unreadable output: the program, and why.
     pub(crate) fn output(command: impl Into<String>, why: impl Into<String>) -> Error {
         Error::Output {

@@ -2,7 +2,7 @@
 //! texts (random keys of the right lengths).
 
 use super::process::{netveil_binary, run_ok};
-use crate::{other, Error, Result};
+use crate::{Error, Result};
 use std::io::Read;
 use std::net::IpAddr;
 use std::path::Path;
@@ -372,7 +372,7 @@ impl HostPair {
     fn psp_configs(&self, netveil: &Path, sockets: [&Path; 2]) -> Result<[String; 2]> {
         let dir = sockets[0]
             .parent()
-            .ok_or_else(|| other("control socket without a directory"))?;
+            .ok_or_else(|| Error::internal("control socket without a directory"))?;
         for n in ["a", "b"] {
             if !dir.join(format!("{n}.crt")).exists() {
                 run_ok(

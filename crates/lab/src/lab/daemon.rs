@@ -1,7 +1,7 @@
 //! [`Daemon`]: a running `netveil up` in a namespace, asked over its control socket and through the CLI.
 
 use super::process::{run_ok, stop_child};
-use crate::{other, Error, Result};
+use crate::{Error, Result};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -31,13 +31,19 @@ impl Daemon {
         let mut buf = String::new();
         s.read_to_string(&mut buf)
             .map_err(Error::io("control socket"))?;
-        serde_json::from_str(&buf).map_err(|e| other(format!("bad control answer: {e}")))
+        serde_json::from_str(&buf).map_err(|e| {
+            Error::output(
+                format!("{req} on the control socket"),
+                format!("bad answer: {e}"),
+            )
+        })
     }
 
     /// `netveil status --json` (through the CLI).
     pub fn status_json(&self) -> Result<Value> {
         let out = self.netveil_cli(&["status", "--json"])?;
-        serde_json::from_str(&out).map_err(|e| other(format!("bad status JSON: {e}")))
+        serde_json::from_str(&out)
+            .map_err(|e| Error::output("netveil status --json", format!("bad JSON: {e}")))
     }
 
     /// `netveil status` (the human-readable table).
@@ -47,7 +53,7 @@ impl Daemon {
 
     /// `netveil keys --wireshark DIR`.
     pub fn keys_wireshark(&self, dir: &Path) -> Result<()> {
-        let d = dir.to_str().ok_or_else(|| other("non-UTF-8 path"))?;
+        let d = dir.to_str().ok_or_else(|| Error::not_utf8(dir))?;
         self.netveil_cli(&["keys", "--wireshark", d]).map(|_| ())
     }
 

@@ -6,7 +6,7 @@ use super::config::{Family, HostAddrs, HostPair, Mode};
 use super::daemon::Daemon;
 use super::netns::Lab;
 use super::traffic::{tcp_transfer, Transfer};
-use crate::{other, Result};
+use crate::{Error, Result};
 use serde_json::Value;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -214,11 +214,15 @@ impl TwoHosts {
                 return Ok(());
             }
             if t.elapsed() > timeout {
-                return Err(other(format!(
-                    "no PSP association after {timeout:?}\n--- a ---\n{}\n--- b ---\n{}",
-                    self.daemons.first().map(|d| d.log()).unwrap_or_default(),
-                    self.daemons.get(1).map(|d| d.log()).unwrap_or_default()
-                )));
+                return Err(Error::timeout(
+                    "no PSP association",
+                    timeout.as_secs_f64(),
+                    format!(
+                        "--- a ---\n{}\n--- b ---\n{}",
+                        self.daemons.first().map(|d| d.log()).unwrap_or_default(),
+                        self.daemons.get(1).map(|d| d.log()).unwrap_or_default()
+                    ),
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }

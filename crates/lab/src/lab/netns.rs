@@ -4,8 +4,8 @@
 use super::capture::Capture;
 use super::cleanup::{live, remove_namespace, LAB_BASE};
 use super::daemon::Daemon;
-use super::process::{is_root, netveil_binary, run_ok, spawn_in_ns};
-use crate::{other, Error, Result};
+use super::process::{command_line, is_root, netveil_binary, run_ok, spawn_in_ns};
+use crate::{Error, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -163,7 +163,7 @@ impl Lab {
     {
         let h = spawn_in_ns(ns, f)?;
         h.join()
-            .map_err(|_| other(format!("thread in namespace {ns} panicked")))?
+            .map_err(|_| Error::internal(format!("thread in namespace {ns} panicked")))?
     }
 
     /// Starts `netveil up --fresh-keys -c CONFIG` in a namespace with the given configuration text (written into the
@@ -195,13 +195,15 @@ impl Lab {
         let logf = std::fs::File::create(&log).map_err(Error::io("daemon log"))?;
         let socket = self.socket_path(name);
         let _ = std::fs::remove_file(&socket);
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
+        let mut up = Command::new("ip");
+        up.args(["netns", "exec", ns])
             .arg(&self.netveil)
             .arg("up")
             .args(args)
             .arg("-c")
-            .arg(&cfg)
+            .arg(&cfg);
+        let command = command_line(&up);
+        let child = up
             .stdin(Stdio::null())
             .stdout(logf.try_clone().map_err(Error::io("daemon log"))?)
             .stderr(logf)
@@ -223,21 +225,21 @@ impl Lab {
             if let Some(c) = d.child.as_mut() {
                 if let Ok(Some(st)) = c.try_wait() {
                     d.child = None;
-                    return Err(other(format!(
-                        "netveil up ({name} in {ns}) exited with {st}: {}",
-                        d.log().trim()
-                    )));
+                    return Err(Error::command(command, Some(st), d.log()));
                 }
             }
             if d.ask("status").is_ok() {
                 return Ok(d);
             }
             if t0.elapsed() > Duration::from_secs(10) {
-                return Err(other(format!(
-                    "netveil up ({name} in {ns}) did not answer on {} within 10 s: {}",
-                    d.socket.display(),
-                    d.log().trim()
-                )));
+                return Err(Error::timeout(
+                    format!(
+                        "netveil up ({name} in {ns}) did not answer on {}",
+                        d.socket.display()
+                    ),
+                    10.0,
+                    d.log().trim(),
+                ));
             }
             std::thread::sleep(Duration::from_millis(25));
         }
@@ -249,8 +251,8 @@ impl Lab {
         let n = self
             .netveil
             .to_str()
-            .ok_or_else(|| other("non-UTF-8 path"))?;
-        let c = cfg.to_str().ok_or_else(|| other("non-UTF-8 path"))?;
+            .ok_or_else(|| Error::not_utf8(&self.netveil))?;
+        let c = cfg.to_str().ok_or_else(|| Error::not_utf8(&cfg))?;
         self.exec_ok(ns, &[n, "down", "-c", c])
     }
 
@@ -302,11 +304,12 @@ impl Lab {
             "-s",
             &snap,
             "-w",
-            path.to_str().ok_or_else(|| other("non-UTF-8 lab path"))?,
+            path.to_str().ok_or_else(|| Error::not_utf8(&path))?,
         ];
         args.extend_from_slice(filter);
-        let child = self
-            .command(ns, &args)
+        let mut tcpdump = self.command(ns, &args);
+        let command = command_line(&tcpdump);
+        let child = tcpdump
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(errf)
@@ -327,14 +330,11 @@ impl Lab {
             if let Some(ch) = c.child.as_mut() {
                 if let Ok(Some(st)) = ch.try_wait() {
                     c.child = None;
-                    return Err(other(format!("tcpdump exited with {st}: {}", log.trim())));
+                    return Err(Error::command(command, Some(st), log));
                 }
             }
             if t0.elapsed() > Duration::from_secs(10) {
-                return Err(other(format!(
-                    "tcpdump did not start within 10 s: {}",
-                    log.trim()
-                )));
+                return Err(Error::timeout("tcpdump did not start", 10.0, log.trim()));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -1,7 +1,7 @@
 //! Running programs: commands that must succeed, children stopped by signal, threads inside a namespace, the tools
 //! on PATH and the `netveil` binary a lab runs.
 
-use crate::{other, Error, Result};
+use crate::{Error, Result};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -89,22 +89,29 @@ pub(super) fn stop_child(
     child.wait().ok()
 }
 
+/// A command's line as text: the program and its arguments, separated by spaces.
+pub(crate) fn command_line(cmd: &Command) -> String {
+    let args: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().to_string())
+        .collect();
+    args.join(" ")
+}
+
 pub(crate) fn run_ok(cmd: &mut Command) -> Result<String> {
     let out = cmd
         .output()
         .map_err(Error::io(format!("cannot run {:?}", cmd.get_program())))?;
     if !out.status.success() {
-        let args: Vec<String> = std::iter::once(cmd.get_program())
-            .chain(cmd.get_args())
-            .map(|a| a.to_string_lossy().to_string())
-            .collect();
-        return Err(other(format!(
-            "'{}' failed ({}): {}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim(),
-            String::from_utf8_lossy(&out.stdout).trim()
-        )));
+        return Err(Error::command(
+            command_line(cmd),
+            Some(out.status),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
+        ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).to_string())
 }

@@ -2,8 +2,8 @@
 //! servers.
 
 use super::netns::Lab;
-use super::process::spawn_in_ns;
-use crate::{other, Error, Result};
+use super::process::{command_line, spawn_in_ns};
+use crate::{Error, Result};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -42,16 +42,17 @@ pub fn tcp_transfer(
     bytes: u64,
 ) -> Result<Transfer> {
     let addr = SocketAddr::new(dst, port);
-    let (tx, rx) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
-    let receiver = spawn_in_ns(dst_ns, move || -> std::result::Result<u64, String> {
+    let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
+    let receiver = spawn_in_ns(dst_ns, move || -> Result<u64> {
         let l = match std::net::TcpListener::bind(addr) {
             Ok(l) => {
                 let _ = tx.send(Ok(()));
                 l
             }
             Err(e) => {
-                let _ = tx.send(Err(format!("bind {addr}: {e}")));
-                return Err(format!("bind {addr}: {e}"));
+                let e = Error::io(format!("bind {addr}"))(e);
+                let _ = tx.send(Err(e.clone()));
+                return Err(e);
             }
         };
         let t0 = Instant::now();
@@ -62,14 +63,14 @@ pub fn tcp_transfer(
             use std::os::fd::AsFd;
             let mut fds = [PollFd::new(l.as_fd(), PollFlags::POLLIN)];
             match poll(&mut fds, PollTimeout::from(20_000u16)) {
-                Ok(0) => return Err("no connection within 20 s".into()),
+                Ok(0) => return Err(Error::timeout("TCP receiver: no connection", 20.0, "")),
                 Ok(_) => {}
-                Err(e) => return Err(format!("poll: {e}")),
+                Err(e) => return Err(Error::io("TCP receiver: poll")(e.into())),
             }
         }
         let mut s = match l.accept() {
             Ok((s, _)) => s,
-            Err(e) => return Err(format!("accept: {e}")),
+            Err(e) => return Err(Error::io("TCP receiver: accept")(e)),
         };
         s.set_read_timeout(Some(Duration::from_secs(20))).ok();
         let mut buf = vec![0u8; 256 * 1024];
@@ -80,28 +81,35 @@ pub fn tcp_transfer(
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(format!("receive after {got} bytes: {e}")),
+                Err(e) => return Err(Error::io(format!("TCP receiver: receive after {got} bytes"))(e)),
             };
             pattern_fill(&mut want[..n], got);
             if buf[..n] != want[..n] {
-                return Err(format!("corrupted data near byte {got}"));
+                return Err(Error::measurement(
+                    "TCP receiver",
+                    format!("corrupted data near byte {got}"),
+                ));
             }
             got += n as u64;
             if t0.elapsed() > Duration::from_secs(120) {
-                return Err(format!("too slow: {got} bytes in 120 s"));
+                return Err(Error::timeout(
+                    format!("TCP receiver: too slow, {got} bytes and no end"),
+                    120.0,
+                    "",
+                ));
             }
         }
         Ok(got)
     })?;
     match rx.recv() {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(other(e)),
-        Err(_) => return Err(other("receiver thread ended early")),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(Error::internal("receiver thread ended early")),
     }
-    let sender = spawn_in_ns(src_ns, move || -> std::result::Result<f64, String> {
+    let sender = spawn_in_ns(src_ns, move || -> Result<f64> {
         let t0 = Instant::now();
         let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-            .map_err(|e| format!("connect {addr}: {e}"))?;
+            .map_err(Error::io(format!("TCP sender: connect {addr}")))?;
         s.set_write_timeout(Some(Duration::from_secs(20))).ok();
         let mut buf = vec![0u8; 256 * 1024];
         let mut sent: u64 = 0;
@@ -109,7 +117,7 @@ pub fn tcp_transfer(
             let n = (bytes - sent).min(buf.len() as u64) as usize;
             pattern_fill(&mut buf[..n], sent);
             s.write_all(&buf[..n])
-                .map_err(|e| format!("send after {sent} bytes: {e}"))?;
+                .map_err(Error::io(format!("TCP sender: send after {sent} bytes")))?;
             sent += n as u64;
         }
         s.shutdown(std::net::Shutdown::Write).ok();
@@ -121,16 +129,15 @@ pub fn tcp_transfer(
     })?;
     let secs = sender
         .join()
-        .map_err(|_| other("sender panicked"))??
-        .map_err(|e| other(format!("TCP sender: {e}")))?;
+        .map_err(|_| Error::internal("sender panicked"))???;
     let got = receiver
         .join()
-        .map_err(|_| other("receiver panicked"))??
-        .map_err(|e| other(format!("TCP receiver: {e}")))?;
+        .map_err(|_| Error::internal("receiver panicked"))???;
     if got != bytes {
-        return Err(other(format!(
-            "TCP transfer: received {got} of {bytes} bytes"
-        )));
+        return Err(Error::measurement(
+            "TCP transfer",
+            format!("received {got} of {bytes} bytes"),
+        ));
     }
     Ok(Transfer {
         bytes: got,
@@ -165,8 +172,8 @@ pub fn iperf3_server(lab: &Lab, ns: &str, bind: &str) -> Result<Child> {
 /// `dir` by `openssl req`: (key, certificate).
 pub fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
     let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
-    let ok = Command::new("openssl")
-        .args([
+    let mut req = Command::new("openssl");
+    req.args([
             "req",
             "-x509",
             "-newkey",
@@ -179,12 +186,10 @@ pub fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
         .arg("-out")
         .arg(&cert)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(Error::io("openssl req"))?
-        .success();
-    if !ok {
-        return Err(Error::Other("openssl req failed".into()));
+        .stderr(Stdio::null());
+    let st = req.status().map_err(Error::io("openssl req"))?;
+    if !st.success() {
+        return Err(Error::command(command_line(&req), Some(st), ""));
     }
     Ok((key, cert))
 }
@@ -202,21 +207,13 @@ pub fn iperf(
     let mut server = iperf3_server(lab, server_ns, dst)?;
     // Wait for the server to listen.
     let mut out = None;
+    let (secs, streams) = (secs.to_string(), streams.to_string());
+    let client = [
+        "iperf3", "-c", dst, "-t", &secs, "-P", &streams, "-J",
+    ];
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(100));
-        let o = lab.exec(
-            client_ns,
-            &[
-                "iperf3",
-                "-c",
-                dst,
-                "-t",
-                &secs.to_string(),
-                "-P",
-                &streams.to_string(),
-                "-J",
-            ],
-        )?;
+        let o = lab.exec(client_ns, &client)?;
         if o.status.success() {
             out = Some(o);
             break;
@@ -224,17 +221,16 @@ pub fn iperf(
         let text = String::from_utf8_lossy(&o.stdout);
         if !text.contains("Connection refused") && !text.contains("unable to connect") {
             let _ = server.kill();
-            return Err(Error::Other(format!(
-                "iperf3 to {dst} failed: {}",
-                text.trim()
-            )));
+            return Err(Error::command(client.join(" "), Some(o.status), text));
         }
     }
     let _ = server.kill();
     let _ = server.wait();
-    let o = out.ok_or_else(|| Error::Other(format!("iperf3 server at {dst} did not start")))?;
+    let o = out.ok_or_else(|| {
+        Error::timeout(format!("iperf3 server at {dst} did not start"), 5.0, "")
+    })?;
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .map_err(|e| Error::Other(format!("cannot parse iperf3 output: {e}")))?;
+        .map_err(|e| Error::output("iperf3", format!("bad JSON: {e}")))?;
     let bps = v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .unwrap_or(0.0);
