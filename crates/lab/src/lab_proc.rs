@@ -12,18 +12,27 @@ pub fn stat_fields(pid: u32) -> Result<Vec<String>> {
     let rest = stat
         .rsplit_once(')')
         .map(|(_, r)| r)
-        .ok_or_else(|| Error::Other(format!("/proc/{pid}/stat: {stat:?}")))?;
+        .ok_or_else(|| Error::File {
+            path: format!("/proc/{pid}/stat").into(),
+            why: format!("no command name in {stat:?}"),
+        })?;
     Ok(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// The number at index `i` of [`stat_fields`] (field `i + 3` of `/proc/PID/stat`).
+fn stat_field(pid: u32, f: &[String], i: usize) -> Result<f64> {
+    f.get(i)
+        .and_then(|v| v.parse::<f64>().ok())
+        .ok_or_else(|| Error::File {
+            path: format!("/proc/{pid}/stat").into(),
+            why: format!("field {} is not a number", i + 3),
+        })
 }
 
 /// CPU time (user and system) of a process so far, ms (`/proc/PID/stat`, in USER_HZ = 100 ticks per second).
 pub fn cpu_ms(pid: u32) -> Result<f64> {
     let f = stat_fields(pid)?;
-    let tick = |i: usize| -> Result<f64> {
-        f.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .ok_or_else(|| Error::Other(format!("/proc/{pid}/stat field {}", i + 3)))
-    };
+    let tick = |i: usize| stat_field(pid, &f, i);
     Ok((tick(11)? + tick(12)?) * 10.0)
 }
 
@@ -36,17 +45,16 @@ pub fn peak_kib(pid: u32) -> Result<f64> {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| Error::Other(format!("/proc/{pid}/status: no VmHWM")))
+        .ok_or_else(|| Error::File {
+            path: format!("/proc/{pid}/status").into(),
+            why: "no VmHWM".into(),
+        })
 }
 
 /// The children's CPU time (`cutime` + `cstime`) of a process, ms: what its reaped descendants used.
 pub fn children_cpu_ms(pid: u32) -> Result<f64> {
     let f = stat_fields(pid)?;
-    let tick = |i: usize| -> Result<f64> {
-        f.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .ok_or_else(|| Error::Other(format!("/proc/{pid}/stat field {}", i + 3)))
-    };
+    let tick = |i: usize| stat_field(pid, &f, i);
     Ok((tick(13)? + tick(14)?) * 10.0)
 }
 
@@ -60,7 +68,10 @@ pub fn precise_cpu_ms(pid: u32) -> Result<f64> {
             .split_whitespace()
             .next()
             .and_then(|v| v.parse::<u64>().ok())
-            .ok_or_else(|| Error::Other(format!("{}: {s:?}", path.display())))?;
+            .ok_or_else(|| Error::File {
+                path: path.clone(),
+                why: format!("no CPU time in {s:?}"),
+            })?;
     }
     Ok(ns as f64 / 1e6)
 }
@@ -103,7 +114,7 @@ pub fn output_with_usage(mut cmd: std::process::Command) -> Result<(std::process
         .spawn()
         .map_err(Error::io(format!("cannot run {what}")))?;
     let (Some(mut out), Some(mut err)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(Error::Other(format!("{what}: no pipes")));
+        return Err(Error::internal(format!("{what}: no pipes")));
     };
     // Both pipes drain at once: a program that fills one while the lab reads the other would stall.
     let errs = std::thread::spawn(move || {
@@ -114,7 +125,7 @@ pub fn output_with_usage(mut cmd: std::process::Command) -> Result<(std::process
     let read = out.read_to_end(&mut stdout);
     let stderr = errs
         .join()
-        .map_err(|_| Error::Other(format!("{what}: the reader panicked")))?;
+        .map_err(|_| Error::internal(format!("{what}: the reader panicked")))?;
     let r = child
         .wait4()
         .map_err(Error::io(format!("cannot wait for {what}")))?;

@@ -87,6 +87,10 @@ pub enum Error {
     /// must agree): what was measured or checked, and why.
     #[error("{what}: {why}")]
     Measurement { what: String, why: String },
+    /// `netveil pcap` dropped packets of the capture it read (the counts are on standard error above): `--allow-drops`
+    /// accepts that.
+    #[error("{dropped} of {read} packets dropped (use --allow-drops to accept this)")]
+    Dropped { dropped: u64, read: u64 },
     /// An error inside a step of a larger run: the step (a demo's, a path's), and the error.
     #[error("{context}: {source}")]
     Context {
@@ -258,6 +262,10 @@ impl Clone for Error {
             Error::Logged { source, log } => Error::Logged {
                 source: source.clone(),
                 log: log.clone(),
+            },
+            Error::Dropped { dropped, read } => Error::Dropped {
+                dropped: *dropped,
+                read: *read,
             },
             Error::Internal(m) => Error::Internal(m.clone()),
             Error::Other(m) => Error::Other(m.clone()),

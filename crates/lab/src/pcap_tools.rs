@@ -67,11 +67,10 @@ fn finish(files: &Files, output: &Pcap, stats: &Stats) -> Result<()> {
     write_file(&files.output, output)?;
     eprint!("{}", stats.summary(&files.input, &files.output));
     if stats.dropped() > 0 && !files.allow_drops {
-        return Err(Error::Other(format!(
-            "{} of {} packets dropped (use --allow-drops to accept this)",
-            stats.dropped(),
-            stats.read
-        )));
+        return Err(Error::Dropped {
+            dropped: stats.dropped(),
+            read: stats.read,
+        });
     }
     Ok(())
 }
