@@ -70,7 +70,7 @@ pub enum Error {
     },
     /// A peer refused or failed what the lab asked of it (charon over vici, an IKE exchange of the bench's load
     /// generator): the request, and the peer's reason.
-    #[error("{request}: {reason}")]
+    #[error("{request} failed: {reason}")]
     Refused { request: String, reason: String },
     /// What a program printed or answered cannot be read (the `netveil` binary's, a tool's, charon's): which
     /// program, and why.

@@ -6,7 +6,7 @@ use super::pki::{path_str, KeyType};
 use super::sas::{parse_list_sas, ChildSa, ChildState, IkeSa, IkeState};
 use super::vici::Vici;
 use crate::lab::{run_ok, Lab};
-use crate::{other, Error, Result};
+use crate::{Error, Result};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -172,11 +172,11 @@ impl Charon {
             if let Some(ch) = c.child.as_mut() {
                 if let Ok(Some(st)) = ch.try_wait() {
                     c.child = None;
-                    return Err(other(format!(
-                        "charon {name} in {ns} exited with {st}: {}{}",
-                        c.out(),
-                        c.log_tail(20)
-                    )));
+                    return Err(Error::command(
+                        format!("charon {name} in {ns}"),
+                        Some(st),
+                        format!("{}{}", c.out(), c.log_tail(20)),
+                    ));
                 }
             }
             let ready = Vici::connect(&c.socket)
@@ -186,11 +186,11 @@ impl Charon {
                 return Ok(c);
             }
             if t0.elapsed() > Duration::from_secs(10) {
-                return Err(other(format!(
-                    "charon {name} in {ns}: no vici socket after 10 s: {}{}",
-                    c.out(),
-                    c.log_tail(20)
-                )));
+                return Err(Error::timeout(
+                    format!("charon {name} in {ns}: no vici socket"),
+                    10.0,
+                    format!("{}{}", c.out(), c.log_tail(20)),
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -227,7 +227,7 @@ impl Charon {
             .env("STRONGSWAN_CONF", &self.conf)
             .env("SWANCTL_DIR", &self.swanctl_dir)
             .stdin(Stdio::null());
-        run_ok(&mut c).map_err(|e| other(format!("{e}{}", self.log_tail(30))))
+        run_ok(&mut c).map_err(|e| e.logged(self.log_tail(30)))
     }
 
     /// Writes swanctl.conf for `conns` (copying certificates and keys into the swanctl directory) and loads
@@ -247,7 +247,10 @@ impl Charon {
                 ] {
                     let name = src
                         .file_name()
-                        .ok_or_else(|| other("credential without a name"))?;
+                        .ok_or_else(|| Error::File {
+                            path: src.clone(),
+                            why: "no file name".into(),
+                        })?;
                     let dst = self.swanctl_dir.join(sub).join(name);
                     std::fs::copy(src, &dst)
                         .map_err(Error::io(format!("copy {}", src.display())))?;
@@ -286,11 +289,8 @@ impl Charon {
             )
             .map(|_| ())
             .map_err(|e| {
-                other(format!(
-                    "initiate {child} on {}: {e}{}",
-                    self.name,
-                    self.log_tail(30)
-                ))
+                e.logged(self.log_tail(30))
+                    .within(format!("initiate {child} on {}", self.name))
             })
     }
 
@@ -305,11 +305,8 @@ impl Charon {
             )
             .map(|_| ())
             .map_err(|e| {
-                other(format!(
-                    "terminate {ike} on {}: {e}{}",
-                    self.name,
-                    self.log_tail(30)
-                ))
+                e.logged(self.log_tail(30))
+                    .within(format!("terminate {ike} on {}", self.name))
             })
     }
 
@@ -335,12 +332,14 @@ impl Charon {
                 }
             }
             if t0.elapsed() > timeout {
-                return Err(other(format!(
-                    "charon {}: no ESTABLISHED IKE SA with child {child} INSTALLED after {timeout:?}; \
-                     listed: {sas:?}{}",
-                    self.name,
-                    self.log_tail(40)
-                )));
+                return Err(Error::timeout(
+                    format!(
+                        "charon {}: no ESTABLISHED IKE SA with child {child} INSTALLED",
+                        self.name
+                    ),
+                    timeout.as_secs_f64(),
+                    format!("listed: {sas:?}{}", self.log_tail(40)),
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -365,14 +364,14 @@ impl Charon {
                 ],
                 Duration::from_secs(12),
             )
-            .map_err(|e| other(format!("{e}{}", self.log_tail(30))))?;
+            .map_err(|e| e.logged(self.log_tail(30)))?;
             out.push(t0.elapsed().as_secs_f64() * 1e3);
             v.command(
                 "terminate",
                 &[("ike", ike), ("timeout", "10000")],
                 Duration::from_secs(12),
             )
-            .map_err(|e| other(format!("{e}{}", self.log_tail(30))))?;
+            .map_err(|e| e.logged(self.log_tail(30)))?;
         }
         Ok(out)
     }
@@ -410,8 +409,8 @@ impl Charon {
             let ev = events
                 .event(left.max(Duration::from_millis(1)))
                 .map_err(|e| {
-                    other(format!(
-                        "{e}: {up} of {total} children up{}",
+                    e.logged(format!(
+                        ": {up} of {total} children up{}",
                         self.log_tail(30)
                     ))
                 })?;

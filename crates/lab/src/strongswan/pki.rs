@@ -2,7 +2,7 @@
 
 use super::check::check_name;
 use crate::lab::run_ok;
-use crate::{other, Error, Result};
+use crate::{Error, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -53,7 +53,10 @@ pub struct Pki {
 fn pki(args: &[&str], out: &Path) -> Result<()> {
     let pem = run_ok(Command::new("pki").args(args).stdin(Stdio::null()))?;
     if !pem.contains("-----BEGIN ") {
-        return Err(other(format!("pki {}: no PEM output", args.join(" "))));
+        return Err(Error::output(
+            format!("pki {}", args.join(" ")),
+            "no PEM output",
+        ));
     }
     // Private keys among them: readable by root only.
     use std::os::unix::fs::OpenOptionsExt;
@@ -68,7 +71,7 @@ fn pki(args: &[&str], out: &Path) -> Result<()> {
 }
 
 pub(super) fn path_str(p: &Path) -> Result<&str> {
-    p.to_str().ok_or_else(|| other("non-UTF-8 lab path"))
+    p.to_str().ok_or_else(|| Error::not_utf8(p))
 }
 
 impl Pki {

@@ -1,7 +1,7 @@
 //! SAs as swanctl lists them: `swanctl --list-sas --pretty` parsed into [`IkeSa`]s and their [`ChildSa`]s.
 
 use super::vici::Tree;
-use crate::{other, Result};
+use crate::{Error, Result};
 use std::net::IpAddr;
 
 /// IKE SA states (charon's names).
@@ -143,7 +143,7 @@ impl IkeSa {
 
 fn hex_u64(what: &str, v: Option<&str>) -> Result<u64> {
     v.and_then(|v| u64::from_str_radix(v, 16).ok())
-        .ok_or_else(|| other(format!("list-sas: bad {what} {v:?}")))
+        .ok_or_else(|| Error::output("list-sas", format!("bad {what} {v:?}")))
 }
 
 fn num<T: std::str::FromStr + Default>(v: Option<&str>) -> T {
@@ -215,7 +215,7 @@ pub fn parse_pretty(text: &str) -> Result<Tree> {
         if line.is_empty() {
             continue;
         }
-        let bad = || other(format!("swanctl --pretty line {}: {raw:?}", i + 1));
+        let bad = || Error::output("swanctl --pretty", format!("line {}: {raw:?}", i + 1));
         if let Some((_, items)) = list.as_mut() {
             if line == "]" {
                 let l = list.take().ok_or_else(bad)?;
@@ -255,7 +255,10 @@ pub fn parse_pretty(text: &str) -> Result<Tree> {
         }
     }
     if stack.len() != 1 || list.is_some() {
-        return Err(other("swanctl --pretty: unterminated section or list"));
+        return Err(Error::output(
+            "swanctl --pretty",
+            "unterminated section or list",
+        ));
     }
     Ok(stack.pop().map(|s| s.1).unwrap_or_default())
 }

@@ -1,6 +1,6 @@
 //! A small synchronous client of charon's vici socket ([`Vici`]) and the message tree it reads ([`Tree`]).
 
-use crate::{other, Error, Result};
+use crate::{Error, Result};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -52,7 +52,7 @@ const VICI_MAX: usize = 512 * 1024;
 pub fn vici_encode_request(cmd: &str, kvs: &[(&str, &str)]) -> Result<Vec<u8>> {
     let mut body = vec![VICI_CMD_REQUEST];
     let name = |b: &mut Vec<u8>, n: &str| -> Result<()> {
-        let len = u8::try_from(n.len()).map_err(|_| other("vici name longer than 255"))?;
+        let len = u8::try_from(n.len()).map_err(|_| Error::internal("vici name longer than 255"))?;
         b.push(len);
         b.extend_from_slice(n.as_bytes());
         Ok(())
@@ -61,12 +61,12 @@ pub fn vici_encode_request(cmd: &str, kvs: &[(&str, &str)]) -> Result<Vec<u8>> {
     for (k, v) in kvs {
         body.push(VICI_KEY_VALUE);
         name(&mut body, k)?;
-        let len = u16::try_from(v.len()).map_err(|_| other("vici value longer than 65535"))?;
+        let len = u16::try_from(v.len()).map_err(|_| Error::internal("vici value longer than 65535"))?;
         body.extend_from_slice(&len.to_be_bytes());
         body.extend_from_slice(v.as_bytes());
     }
     let mut out = u32::try_from(body.len())
-        .map_err(|_| other("vici message too long"))?
+        .map_err(|_| Error::internal("vici message too long"))?
         .to_be_bytes()
         .to_vec();
     out.extend_from_slice(&body);
@@ -77,7 +77,7 @@ pub fn vici_encode_request(cmd: &str, kvs: &[(&str, &str)]) -> Result<Vec<u8>> {
 pub fn vici_decode(mut b: &[u8]) -> Result<Tree> {
     fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
         if b.len() < n {
-            return Err(other("truncated vici message"));
+            return Err(Error::output("vici", "truncated message"));
         }
         let (h, t) = b.split_at(n);
         *b = t;
@@ -103,9 +103,9 @@ pub fn vici_decode(mut b: &[u8]) -> Result<Tree> {
             }
             VICI_SECTION_END => {
                 if stack.len() < 2 {
-                    return Err(other("vici: section end without start"));
+                    return Err(Error::output("vici", "section end without start"));
                 }
-                let done = stack.pop().ok_or_else(|| other("vici: empty stack"))?;
+                let done = stack.pop().ok_or_else(|| Error::output("vici", "empty stack"))?;
                 if let Some(top) = stack.last_mut() {
                     top.1.sections.push(done);
                 }
@@ -124,18 +124,20 @@ pub fn vici_decode(mut b: &[u8]) -> Result<Tree> {
                     match take(&mut b, 1)?[0] {
                         VICI_LIST_ITEM => items.push(value(&mut b)?),
                         VICI_LIST_END => break,
-                        x => return Err(other(format!("vici: element {x} inside a list"))),
+                        x => {
+                            return Err(Error::output("vici", format!("element {x} inside a list")))
+                        }
                     }
                 }
                 if let Some(top) = stack.last_mut() {
                     top.1.lists.push((k, items));
                 }
             }
-            x => return Err(other(format!("vici: unknown element type {x}"))),
+            x => return Err(Error::output("vici", format!("unknown element type {x}"))),
         }
     }
     if stack.len() != 1 {
-        return Err(other("vici: unterminated section"));
+        return Err(Error::output("vici", "unterminated section"));
     }
     Ok(stack.pop().map(|s| s.1).unwrap_or_default())
 }
@@ -162,12 +164,22 @@ impl Vici {
         loop {
             let buf = self
                 .packet()
-                .map_err(|e| other(format!("vici {cmd}: {e}")))?;
+                .map_err(|e| e.within(format!("vici {cmd}")))?;
             match buf[0] {
                 VICI_CMD_RESPONSE => return vici_decode(&buf[1..]),
-                VICI_CMD_UNKNOWN => return Err(other(format!("vici: unknown command {cmd}"))),
+                VICI_CMD_UNKNOWN => {
+                    return Err(Error::Refused {
+                        request: format!("vici {cmd}"),
+                        reason: "unknown command".into(),
+                    })
+                }
                 VICI_EVENT => continue,
-                t => return Err(other(format!("vici {cmd}: unexpected packet type {t}"))),
+                t => {
+                    return Err(Error::output(
+                        format!("vici {cmd}"),
+                        format!("unexpected packet type {t}"),
+                    ))
+                }
             }
         }
     }
@@ -182,7 +194,10 @@ impl Vici {
             .map_err(Error::io(format!("vici register {event}")))?;
         match self.packet()?.first() {
             Some(&VICI_EVENT_CONFIRM) => Ok(()),
-            t => Err(other(format!("vici register {event}: answer type {t:?}"))),
+            t => Err(Error::output(
+                format!("vici register {event}"),
+                format!("answer type {t:?}"),
+            )),
         }
     }
 
@@ -196,10 +211,11 @@ impl Vici {
             }
             let n = *p
                 .get(1)
-                .ok_or_else(|| other("vici: event without a name"))? as usize;
+                .ok_or_else(|| Error::output("vici", "event without a name"))?
+                as usize;
             let name = p
                 .get(2..2 + n)
-                .ok_or_else(|| other("vici: truncated event name"))?;
+                .ok_or_else(|| Error::output("vici", "truncated event name"))?;
             let name = String::from_utf8_lossy(name).into_owned();
             return Ok((name, vici_decode(&p[2 + n..])?));
         }
@@ -213,7 +229,7 @@ impl Vici {
             .map_err(Error::io("vici: reading a packet"))?;
         let len = u32::from_be_bytes(len) as usize;
         if len == 0 || len > VICI_MAX {
-            return Err(other(format!("vici: packet of {len} bytes")));
+            return Err(Error::output("vici", format!("packet of {len} bytes")));
         }
         let mut buf = vec![0u8; len];
         self.s
@@ -226,10 +242,10 @@ impl Vici {
     pub fn command(&mut self, cmd: &str, kvs: &[(&str, &str)], timeout: Duration) -> Result<Tree> {
         let t = self.request(cmd, kvs, timeout)?;
         if t.get("success") != Some("yes") {
-            return Err(other(format!(
-                "vici {cmd} failed: {}",
-                t.get("errmsg").unwrap_or("(no errmsg)")
-            )));
+            return Err(Error::Refused {
+                request: format!("vici {cmd}"),
+                reason: t.get("errmsg").unwrap_or("(no errmsg)").to_string(),
+            });
         }
         Ok(t)
     }
