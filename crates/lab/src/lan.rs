@@ -193,7 +193,7 @@ pub fn daemon_pids(daemons: &[Daemon]) -> Result<Vec<u32>> {
         .iter()
         .map(|d| {
             d.pid()
-                .ok_or_else(|| Error::Other("an l2sec daemon has no pid".into()))
+                .ok_or_else(|| Error::internal("an l2sec daemon has no pid"))
         })
         .collect()
 }
@@ -234,7 +234,10 @@ impl Lan {
                     .lines()
                     .find_map(|l| l.strip_prefix("public key: "))
                     .ok_or_else(|| {
-                        Error::Other(format!("netveil keygen printed no public key: {out}"))
+                        Error::output(
+                            "netveil keygen --ed25519",
+                            format!("no public key in: {out}"),
+                        )
                     })?;
                 keys.push((path, public.trim().to_string()));
             }
