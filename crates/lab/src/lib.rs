@@ -164,6 +164,14 @@ impl Error {
         }
     }
 
+    /// A request a peer refused or failed: the request, and the reason.
+    pub(crate) fn refused(request: impl Into<String>, reason: impl std::fmt::Display) -> Error {
+        Error::Refused {
+            request: request.into(),
+            reason: reason.to_string(),
+        }
+    }
+
     /// A program's unreadable output: the program, and why.
     pub(crate) fn output(command: impl Into<String>, why: impl Into<String>) -> Error {
         Error::Output {

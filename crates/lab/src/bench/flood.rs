@@ -88,10 +88,10 @@ fn build(pair: &HostPair) -> Result<FloodLab> {
     let port = if psp { netveil_psp::UDP_PORT } else { 4500 };
     let out = lab.exec_ok(&b, &["ip", "-j", "link", "show", "veth-bm"])?;
     let v: serde_json::Value =
-        serde_json::from_str(&out).map_err(|e| Error::Other(format!("ip -j link: {e}")))?;
+        serde_json::from_str(&out).map_err(|e| Error::output("ip -j link", e.to_string()))?;
     let b_mac = v[0]["address"]
         .as_str()
-        .ok_or_else(|| Error::Other("no MAC address on veth-bm".into()))?
+        .ok_or_else(|| Error::output("ip -j link", "no MAC address on veth-bm"))?
         .to_string();
     // Packets of the real tunnel to replay: recorded on b's side during a ping flood (one packet each; a bulk
     // transfer would be recorded as GSO super-packets).
@@ -140,7 +140,12 @@ fn b_rx_top(f: &FloodLab) -> Result<u64> {
             .and_then(|v| v.iter().find(|s| s["direction"] == "in"))
             .and_then(|s| s["seq"].as_u64())
     };
-    top.ok_or_else(|| Error::Other(format!("no replay window top in b's status: {st}")))
+    top.ok_or_else(|| {
+        Error::output(
+            "netveil status --json",
+            format!("no replay window top in b's status: {st}"),
+        )
+    })
 }
 
 /// The SPI b receives with (the one a sends to).
@@ -154,9 +159,14 @@ fn b_rx_spi(f: &FloodLab) -> Result<u32> {
             .and_then(|v| v.iter().find(|s| s["direction"] == "in"))
             .and_then(|s| s["spi"].as_str().map(str::to_string))
     }
-    .ok_or_else(|| Error::Other(format!("no inbound SPI in b's status: {st}")))?;
+    .ok_or_else(|| {
+        Error::output(
+            "netveil status --json",
+            format!("no inbound SPI in b's status: {st}"),
+        )
+    })?;
     u32::from_str_radix(s.trim_start_matches("0x"), 16)
-        .map_err(|_| Error::Other(format!("bad SPI '{s}'")))
+        .map_err(|_| Error::output("netveil status --json", format!("bad SPI '{s}'")))
 }
 
 fn measure(
@@ -247,10 +257,11 @@ fn measure(
                 .map_err(Error::io("netveil flood"))?;
             let text = String::from_utf8_lossy(&out.stdout).to_string();
             if !out.status.success() {
-                return Err(Error::Other(format!(
-                    "netveil flood --kind {k}: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                )));
+                return Err(Error::command(
+                    format!("netveil flood --kind {k}"),
+                    Some(out.status),
+                    String::from_utf8_lossy(&out.stderr),
+                ));
             }
             // "N packets in S s (R packets/s)"
             let pps = text

@@ -388,10 +388,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
         print!("{}", crate::bench::split::render(&split));
     }
     if fails > 0 {
-        return Err(Error::Other("some measurements failed".into()));
+        return Err(Error::measurement(
+            "netveil bench",
+            format!("{fails} measurements failed"),
+        ));
     }
     if l2fails > 0 {
-        return Err(Error::Other("some l2sec measurements failed".into()));
+        return Err(Error::measurement(
+            "netveil bench",
+            format!("{l2fails} l2sec measurements failed"),
+        ));
     }
     Ok(())
 }

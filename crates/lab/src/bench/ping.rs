@@ -243,9 +243,10 @@ pub fn ping_watching(
     let sleeps = before.and_then(|b| Some(sleeps_in(watch)?.saturating_sub(b)));
     let times = parse_times(&out);
     if times.is_empty() {
-        return Err(Error::Other(format!(
-            "no ping reply from {dst} ({bytes}-byte payload)"
-        )));
+        return Err(Error::measurement(
+            format!("ping {dst} ({bytes}-byte payload)"),
+            "no reply",
+        ));
     }
     Ok(stat_with_sleeps(bytes, count, &times, sleeps))
 }

@@ -5,7 +5,7 @@ use super::suites::{initiator_conn, suite_creds, Suite, CONN};
 use crate::bench::ping;
 use crate::lab::Lab;
 use crate::strongswan::Credential;
-use crate::{other, Result};
+use crate::{Error, Result};
 use netveil_ike::event::{Event, IkeSaId};
 use netveil_ike::machine::Endpoint;
 use std::time::{Duration, Instant, SystemTime};
@@ -53,7 +53,7 @@ pub(super) fn exchange_in_process(
                     match e {
                         Event::ChildSaUp(c) if i == 0 && c.ike_sa == id => up = true,
                         Event::Failed { failure, .. } => {
-                            return Err(other(format!("in-process exchange failed: {failure:?}")))
+                            return Err(Error::refused("in-process exchange", format!("{failure:?}")))
                         }
                         _ => {}
                     }
@@ -63,23 +63,26 @@ pub(super) fn exchange_in_process(
                 return Ok((resp, up));
             }
         }
-        Err(other("in-process exchange: no end to the datagrams"))
+        Err(Error::measurement(
+            "in-process exchange",
+            "no end to the datagrams",
+        ))
     }
     for _ in 0..n {
         let t0 = Instant::now();
         let id = ep[0]
             .initiate(CONN, None, t0)
-            .map_err(|e| other(format!("initiate: {e}")))?;
+            .map_err(|e| Error::refused("initiate", e))?;
         let (resp, up) = pump(&mut ep, id)?;
         let t = t0.elapsed();
         if !up {
-            return Err(other("in-process exchange: no CHILD_SA"));
+            return Err(Error::measurement("in-process exchange", "no CHILD_SA"));
         }
         total.push(t.as_secs_f64() * 1e3);
         responder.push(resp.as_secs_f64() * 1e3);
         ep[0]
             .terminate(id, Instant::now())
-            .map_err(|e| other(format!("terminate: {e}")))?;
+            .map_err(|e| Error::refused("terminate", e))?;
         pump(&mut ep, id)?;
     }
     Ok((total, responder))

@@ -1,7 +1,7 @@
 //! The load generator: many IKE SAs of one Endpoint over UDP 500 and 4500, as one charon drives many.
 
 use super::suites::CONN;
-use crate::{other, Error, Result};
+use crate::{Error, Result};
 use netveil_ike::config::Connection;
 use netveil_ike::event::Event;
 use netveil_ike::machine::Endpoint;
@@ -37,7 +37,7 @@ impl Loader {
         let local = *conn
             .local_addrs
             .first()
-            .ok_or_else(|| other("load generator: no local address"))?;
+            .ok_or_else(|| Error::internal("load generator: no local address"))?;
         let s500 = UdpSocket::bind((local, 500)).map_err(Error::io("load generator: bind 500"))?;
         let s4500 =
             UdpSocket::bind((local, 4500)).map_err(Error::io("load generator: bind 4500"))?;
@@ -114,7 +114,9 @@ impl Loader {
             Ok(d) => got.push(d),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(other("load generator: the socket readers stopped"))
+                return Err(Error::internal(
+                    "load generator: the socket readers stopped",
+                ))
             }
         }
         while let Ok(d) = self.rx.try_recv() {
@@ -155,12 +157,12 @@ impl Loader {
             let id = self
                 .ep
                 .initiate(CONN, None, t0)
-                .map_err(|e| other(format!("initiate: {e}")))?;
+                .map_err(|e| Error::refused("initiate", e))?;
             self.send_all()?;
             let mut took = None;
             while took.is_none() {
                 if t0.elapsed() > Duration::from_secs(10) {
-                    return Err(other(format!("setup {i}: no CHILD_SA after 10 s")));
+                    return Err(Error::timeout(format!("setup {i}: no CHILD_SA"), 10.0, ""));
                 }
                 self.turn(Duration::from_millis(100), &mut ev)?;
                 let t = t0.elapsed();
@@ -168,7 +170,7 @@ impl Loader {
                     match e {
                         Event::ChildSaUp(c) if c.ike_sa == id => took = Some(t),
                         Event::Failed { failure, .. } => {
-                            return Err(other(format!("setup {i}: {failure:?}")))
+                            return Err(Error::refused(format!("setup {i}"), format!("{failure:?}")))
                         }
                         _ => {}
                     }
@@ -178,7 +180,7 @@ impl Loader {
             let t1 = Instant::now();
             self.ep
                 .terminate(id, t1)
-                .map_err(|e| other(format!("terminate: {e}")))?;
+                .map_err(|e| Error::refused("terminate", e))?;
             self.send_all()?;
             let mut down = false;
             while !down && t1.elapsed() < Duration::from_secs(5) {
@@ -188,7 +190,11 @@ impl Loader {
                     .any(|e| matches!(e, Event::IkeSaDown { ike_sa, .. } if ike_sa == id));
             }
             if !down {
-                return Err(other(format!("setup {i}: the DELETE was not answered")));
+                return Err(Error::timeout(
+                    format!("setup {i}: the DELETE was not answered"),
+                    5.0,
+                    "",
+                ));
             }
         }
         Ok(out)
@@ -204,7 +210,7 @@ impl Loader {
         let mut ev = Vec::new();
         let fire = |ep: &mut Endpoint, started: &mut usize| -> Result<()> {
             ep.initiate(CONN, None, Instant::now())
-                .map_err(|e| other(format!("initiate: {e}")))?;
+                .map_err(|e| Error::refused("initiate", e))?;
             *started += 1;
             Ok(())
         };
@@ -214,9 +220,11 @@ impl Loader {
         self.send_all()?;
         while up < total {
             if t0.elapsed() > deadline {
-                return Err(other(format!(
-                    "{up} of {total} children up after {deadline:?}"
-                )));
+                return Err(Error::timeout(
+                    format!("only {up} of {total} children up"),
+                    deadline.as_secs_f64(),
+                    "",
+                ));
             }
             self.turn(Duration::from_millis(100), &mut ev)?;
             for e in ev.drain(..) {
@@ -228,7 +236,10 @@ impl Loader {
                         }
                     }
                     Event::Failed { failure, .. } => {
-                        return Err(other(format!("after {up} of {total}: {failure:?}")))
+                        return Err(Error::refused(
+                            format!("a setup after {up} of {total}"),
+                            format!("{failure:?}"),
+                        ))
                     }
                     _ => {}
                 }

@@ -11,7 +11,7 @@ use crate::lab::{self, Daemon, Lab};
 use crate::strongswan::{
     self, CharonOptions, KeyType, Pki, SwanAuth, SwanPair, SwanPsk, Unique, PAIR_IDS,
 };
-use crate::{other, Error, Result};
+use crate::{Error, Result};
 use std::path::Path;
 use std::time::Duration;
 
@@ -22,7 +22,10 @@ pub fn rss_kib(pid: u32) -> Result<u64> {
     s.lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| other(format!("{p}: no VmRSS")))
+        .ok_or_else(|| Error::File {
+            path: p.into(),
+            why: "no VmRSS".into(),
+        })
 }
 
 /// The CHILD_SAs a netveil daemon has installed by the IKE driver (its inbound SAs `ike-N-in`), from `status`.
@@ -95,14 +98,14 @@ pub(super) fn measure_netveil(bin: &Path, s: &Suite, z: Sizes) -> Result<IkeRow>
     let daemon = lab.start_daemon(&ns[1], "nvbike", &config)?;
     let pid = daemon
         .pid()
-        .ok_or_else(|| other("the responder daemon has no pid"))?;
+        .ok_or_else(|| Error::internal("the responder daemon has no pid"))?;
     let conn = initiator_conn(s, 0, creds.as_ref())?;
     let setups = z.setups;
     let fail = |e: Error| {
         let log = daemon.log();
         let tail: Vec<&str> = log.lines().rev().take(15).collect();
-        other(format!(
-            "{e}; responder log: {}",
+        e.logged(format!(
+            "; responder log: {}",
             tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
         ))
     };
@@ -113,7 +116,7 @@ pub(super) fn measure_netveil(bin: &Path, s: &Suite, z: Sizes) -> Result<IkeRow>
         Ok((l, ms))
     })?
     .join()
-    .map_err(|_| other("the load generator panicked"))?
+    .map_err(|_| Error::internal("the load generator panicked"))?
     .and_then(|r| r)
     .map_err(fail)?;
     row.setups(&ms);
@@ -179,7 +182,7 @@ pub(super) fn measure_strongswan(s: &Suite, z: Sizes) -> Result<IkeRow> {
     };
     p.load([&[conn(0, a0)], &[conn(1, a1)]])?;
     let [a, b] = &p.charons;
-    let pid = b.pid().ok_or_else(|| other("charon has no pid"))?;
+    let pid = b.pid().ok_or_else(|| Error::internal("charon has no pid"))?;
     a.handshake_ms(CONN, CHILD, 2)?;
     let ms = a.handshake_ms(CONN, CHILD, z.setups)?;
     row.setups(&ms);

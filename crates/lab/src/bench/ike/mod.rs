@@ -237,7 +237,10 @@ pub fn run(a: &BenchArgs, bin: PathBuf) -> Result<Vec<IkeRow>> {
             .map_err(Error::io(format!("cannot write {}", p.display())))?;
     }
     if fails > 0 {
-        return Err(Error::Other("some IKE measurements failed".into()));
+        return Err(Error::measurement(
+            "netveil bench",
+            format!("{fails} IKE measurements failed"),
+        ));
     }
     Ok(rows)
 }

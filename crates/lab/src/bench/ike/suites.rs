@@ -3,7 +3,7 @@
 
 use crate::lab::Lab;
 use crate::strongswan::{Credential, KeyType, Pki, SwanPair, PAIR_IDS};
-use crate::{other, Error, Result};
+use crate::{Error, Result};
 use netveil_crypto::sig::PrivateKey;
 use netveil_ike::cert::Certificate;
 use netveil_ike::config::{
@@ -65,11 +65,10 @@ fn pubkey_methods(creds: &[Credential; 2], side: usize) -> Result<(AuthMethod, A
             .map(zeroize::Zeroizing::new)
             .map_err(Error::io(format!("read {}", p.display())))
     };
-    let certs =
-        |p: &Path| Certificate::load(&read(p)?).map_err(|e| other(format!("{}: {e}", p.display())));
+    let certs = |p: &Path| Certificate::load(&read(p)?).map_err(Error::file(p));
     let c = &creds[side];
     let key = PrivateKey::from_pem_or_der(&read(&c.key)?)
-        .map_err(|e| other(format!("{}: {e}", c.key.display())))?;
+        .map_err(Error::file(&c.key))?;
     Ok((
         AuthMethod::PubKey(PubKeyCreds {
             certs: certs(&c.cert)?,
@@ -106,7 +105,12 @@ pub(super) fn initiator_conn(
             let (l, r) = pubkey_methods(c, side)?;
             (l, r, None)
         }
-        None if s.cert => return Err(other(format!("suite {} needs certificates", s.name))),
+        None if s.cert => {
+            return Err(Error::internal(format!(
+                "suite {} needs certificates",
+                s.name
+            )))
+        }
         None => (
             AuthMethod::Psk,
             AuthMethod::Psk,
@@ -114,7 +118,7 @@ pub(super) fn initiator_conn(
         ),
     };
     let parse = |p: Protocol, t: &str| {
-        Proposal::parse(p, t).map_err(|e| other(format!("proposal {t}: {e}")))
+        Proposal::parse(p, t).map_err(|e| Error::internal(format!("proposal {t}: {e}")))
     };
     let hour = Duration::from_secs(3600);
     Ok(Connection {

@@ -310,7 +310,7 @@ fn key_table(file: &RuleFile, keys: &Keys) -> Result<Table> {
         max_sources: 16,
     };
     Table::build(file, keys, &settings, |_, _, _| (0, u64::MAX))
-        .map_err(|e| Error::Other(format!("the generated rule file's keys: {e}")))
+        .map_err(|e| Error::internal(format!("the generated rule file's keys: {e}")))
 }
 
 impl Classifier {
@@ -417,14 +417,14 @@ fn median(v: &[f64]) -> f64 {
 /// that a slower moment of the machine falls on all sizes alike).
 pub fn lookup_rows(sizes: &[usize], e: Effort) -> Result<Vec<PilscRow>> {
     let keys = Keys::parse(&key_file())
-        .map_err(|err| Error::Other(format!("the generated key file: {err}")))?;
+        .map_err(|err| Error::internal(format!("the generated key file: {err}")))?;
     let mut setups = Vec::new();
     for &n in sizes {
         let (text, aims) = rule_file(n);
         let file = rules::parse(&text)
-            .map_err(|err| Error::Other(format!("the generated rule file of {n} rules: {err}")))?;
+            .map_err(|err| Error::internal(format!("the generated rule file of {n} rules: {err}")))?;
         if file.rules.len() != n {
-            return Err(Error::Other(format!(
+            return Err(Error::internal(format!(
                 "the generated rule file of {n} rules loaded {} rules",
                 file.rules.len()
             )));
@@ -440,9 +440,10 @@ pub fn lookup_rows(sizes: &[usize], e: Effort) -> Result<Vec<PilscRow>> {
                     c.classify_linear(*dir, &buf[..*len]),
                 );
                 if a != b || u != b {
-                    return Err(Error::Other(format!(
-                        "{n} rules: the cached lookup says {a:?}, the flat lookup {u:?}, the linear scan {b:?}"
-                    )));
+                    return Err(Error::measurement(
+                        format!("{n} rules"),
+                        format!("the cached lookup says {a:?}, the flat lookup {u:?}, the linear scan {b:?}"),
+                    ));
                 }
             }
         }

@@ -104,7 +104,7 @@ pub fn transfer_times(
     }
     let dst: IpAddr = ADDR[1]
         .parse()
-        .map_err(|_| Error::Other("address".into()))?;
+        .map_err(|_| Error::internal(format!("{:?} is not an address", ADDR[1])))?;
     let mut out = Vec::with_capacity(sizes.len());
     for &bytes in sizes {
         lab::tcp_transfer(&ns[0], &ns[1], dst, PORT, bytes)?;
@@ -112,10 +112,10 @@ pub fn transfer_times(
         for _ in 0..reps {
             let t = lab::tcp_transfer(&ns[0], &ns[1], dst, PORT, bytes)?;
             if t.bytes != bytes {
-                return Err(Error::Other(format!(
-                    "pilsc transfer: {} of {bytes} bytes",
-                    t.bytes
-                )));
+                return Err(Error::measurement(
+                    "pilsc transfer",
+                    format!("{} of {bytes} bytes", t.bytes),
+                ));
             }
             ms.push(t.seconds * 1e3);
         }
@@ -146,7 +146,7 @@ pub fn transfer_rows(bin: &Path, counts: &[usize], reps: usize) -> Result<Vec<Pi
 /// The IPv4 packets of an Ethernet capture.
 fn ip_packets(path: &Path) -> Result<Vec<Vec<u8>>> {
     let p = netveil_pcap::read_file(path)
-        .map_err(|e| Error::Other(format!("{}: {e}", path.display())))?;
+        .map_err(Error::file(path))?;
     Ok(p.records
         .iter()
         .filter_map(|r| netveil_pcap::split_frame(p.link, &r.data))
@@ -184,9 +184,10 @@ pub fn ping_overhead(
         })
         .collect();
     if v.is_empty() {
-        return Err(Error::Other(format!(
-            "no packet of protocol {proto} captured"
-        )));
+        return Err(Error::measurement(
+            "ping overhead",
+            format!("no packet of protocol {proto} captured"),
+        ));
     }
     v.sort_by(f64::total_cmp);
     Ok(v[v.len() / 2])
@@ -214,7 +215,7 @@ pub fn overhead_rows(bin: &Path) -> Result<Vec<PilscRow>> {
         }
         let src: IpAddr = ADDR[0]
             .parse()
-            .map_err(|_| Error::Other("address".into()))?;
+            .map_err(|_| Error::internal(format!("{:?} is not an address", ADDR[0])))?;
         let o = ping_overhead(&lab, &ns, src, ADDR[1], 1)?;
         rows.push(stats(
             format!("pilsc overhead {mode}"),
