@@ -91,11 +91,14 @@ fn lan_ping(
     )?;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     if !text.contains(" 0% packet loss") {
-        return Err(Error::Other(format!(
-            "ping {from} -> {to} ({dst}) lost packets: {}{}",
-            text.trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        return Err(Error::measurement(
+            format!("ping {from} -> {to} ({dst})"),
+            format!(
+                "lost packets: {}{}",
+                text.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
     }
     Ok(text
         .lines()
@@ -229,8 +232,9 @@ pub(super) fn run_l2sec(a: &DemoArgs, suite: &str) -> Result<()> {
             .join(", ")
     );
     if arp == 0 || icmp == 0 {
-        return Err(Error::Other(
-            "demo: eve's capture of the unprotected LAN holds no ARP or no ICMP".into(),
+        return Err(Error::measurement(
+            "demo",
+            "eve's capture of the unprotected LAN holds no ARP or no ICMP",
         ));
     }
     println!("  => eve reads who talks to whom, with which protocol, and the data.");
@@ -335,9 +339,12 @@ pub(super) fn run_l2sec(a: &DemoArgs, suite: &str) -> Result<()> {
     let l2type = format!("0x{:04x}", netveil_l2sec::DEFAULT_ETHERTYPE);
     if frames.is_empty() || by_type.keys().any(|t| *t != l2type) || arp + ip4 + ip6 + with_addr > 0
     {
-        return Err(Error::Other(format!(
-            "demo: clear frames on the protected LAN (EtherTypes {by_type:?}, ARP {arp}, IPv4 {ip4}, IPv6 {ip6}, with addresses {with_addr})"
-        )));
+        return Err(Error::measurement(
+            "demo",
+            format!(
+                "clear frames on the protected LAN (EtherTypes {by_type:?}, ARP {arp}, IPv4 {ip4}, IPv6 {ip6}, with addresses {with_addr})"
+            ),
+        ));
     }
     println!(
         "  => only l2sec frames (EtherType {l2type}): the MAC addresses stay (the switch needs them), but no ARP,\n\
@@ -402,10 +409,12 @@ pub(super) fn run_l2sec(a: &DemoArgs, suite: &str) -> Result<()> {
                 .wait()
                 .map_err(Error::io("waiting for arp_spoof.py"))?;
             if !status.success() {
-                return Err(Error::Other(format!(
-                    "demo: arp_spoof.py exited with {status}: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default().trim()
-                )));
+                return Err(Error::command(
+                    "arp_spoof.py",
+                    Some(status),
+                    std::fs::read_to_string(&log).unwrap_or_default(),
+                )
+                .within("demo"));
             }
             let after_n = step("ip neigh", neigh(&lab))?;
             let after = step("netveil status", clear_dropped_in(&daemons[0]))?;
@@ -421,14 +430,16 @@ pub(super) fn run_l2sec(a: &DemoArgs, suite: &str) -> Result<()> {
                 "  h1's clear_dropped_in (clear frames dropped by nftables on {PORT}): {before} -> {after}"
             );
             if after_n.contains(&mac_str(&mal.mac)) || !after_n.contains(&mac_str(&h2.mac)) {
-                return Err(Error::Other(format!(
-                    "demo: h1's neighbour entry for h2 changed: {after_n}"
-                )));
+                return Err(Error::measurement(
+                    "demo",
+                    format!("h1's neighbour entry for h2 changed: {after_n}"),
+                ));
             }
             if after < before + sent / 2 {
-                return Err(Error::Other(format!(
-                    "demo: h1's port did not drop the forged ARP replies ({before} -> {after})"
-                )));
+                return Err(Error::measurement(
+                    "demo",
+                    format!("h1's port did not drop the forged ARP replies ({before} -> {after})"),
+                ));
             }
             println!(
                 "  => the forged replies are not l2sec frames: h1's port dropped them before ARP could see them."

@@ -180,8 +180,9 @@ pub fn run(a: DemoArgs) -> Result<()> {
         // PSP's key exchange is TCP (TLS) between the outer addresses; inner TCP would show the inner addresses.
         let tcp_leak = by_proto.contains_key("tcp") && a.psp.is_none();
         if leaked > 0 || by_proto.contains_key("icmp") || tcp_leak {
-            return Err(Error::Other(
-                "demo: clear traffic of the inner addresses is visible on the wire".into(),
+            return Err(Error::measurement(
+                "demo",
+                "clear traffic of the inner addresses is visible on the wire",
             ));
         }
         if a.psp.is_some() {
@@ -280,8 +281,9 @@ pub fn run(a: DemoArgs) -> Result<()> {
                 dec.len()
             );
             if dec.is_empty() || clear == 0 {
-                return Err(Error::Other(
-                    "demo: tshark could not decrypt the capture".into(),
+                return Err(Error::measurement(
+                    "demo",
+                    "tshark could not decrypt the capture",
                 ));
             }
         }

@@ -84,7 +84,7 @@ fn udp_exchange(
     })?
     .map_err(Error::io("udp send"))?;
     rx.join()
-        .map_err(|_| Error::Other("udp receiver panicked".into()))??
+        .map_err(|_| Error::internal("udp receiver panicked"))??
         .map_err(Error::io("udp receive"))
 }
 
@@ -136,7 +136,7 @@ fn tamper(netveil: &Path, keep: bool, mode: &str) -> Result<(Vec<Vec<u8>>, Value
     lab.exec_ok(&ns[1], &drop)?;
     let want = 20 + ol + 8 + payload.len();
     let frame = first_frame(&path, |p| p.len() == want && p.get(20) == Some(&130))?
-        .ok_or_else(|| Error::Other("no sealed datagram captured".into()))?;
+        .ok_or_else(|| Error::measurement("demo", "no sealed datagram captured"))?;
     let mut forged = frame.clone();
     let data = frame.len() - payload.len();
     forged[data] ^= 0x02;
@@ -156,7 +156,7 @@ fn tamper(netveil: &Path, keep: bool, mode: &str) -> Result<(Vec<Vec<u8>>, Value
     inject_frame(&lab, &ns[0], "veth-a", &forged)?;
     let got = rx
         .join()
-        .map_err(|_| Error::Other("receiver panicked".into()))??
+        .map_err(|_| Error::internal("receiver panicked"))??
         .map_err(Error::io("udp receive"))?;
     let st = pilsc_status(&ds[1])?;
     Ok((got, st))

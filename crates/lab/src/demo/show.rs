@@ -1,6 +1,6 @@
 //! How the demos print: a section's header, and a step's failure named after the step.
 
-use crate::{Error, Result};
+use crate::Result;
 
 pub(super) fn header(title: &str) {
     println!(
@@ -10,5 +10,5 @@ pub(super) fn header(title: &str) {
 }
 
 pub(super) fn step<T>(what: &str, r: Result<T>) -> Result<T> {
-    r.map_err(|e| Error::Other(format!("demo: {what}: {e}")))
+    r.map_err(|e| e.within(format!("demo: {what}")))
 }
