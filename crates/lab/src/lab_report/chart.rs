@@ -8,7 +8,7 @@ use crate::{Error, Result};
 pub type Figure = (String, String);
 
 fn plot_err<E: std::fmt::Display>(e: E) -> Error {
-    Error::Other(format!("a figure could not be drawn: {e}"))
+    Error::internal(format!("a figure could not be drawn: {e}"))
 }
 
 /// A horizontal bar chart: one bar per (name, value), and the paper's beside where there is one.

@@ -101,7 +101,7 @@ pub fn markdown(report: &Report) -> String {
 pub fn write(report: &Report, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot make {}", dir.display())))?;
     let json = serde_json::to_string_pretty(report)
-        .map_err(|e| Error::Other(format!("the report as JSON: {e}")))?;
+        .map_err(|e| Error::internal(format!("the report as JSON: {e}")))?;
     for (name, text) in [
         ("report.json", json),
         ("report.csv", csv(report)),
