@@ -34,6 +34,6 @@ pub use config::{
 pub use daemon::Daemon;
 pub use hosts::{Router, TwoHosts};
 pub use netns::Lab;
-pub(crate) use process::run_ok;
+pub(crate) use process::{command_line, run_ok};
 pub use process::{have_tool, is_root, netveil_binary, spawn_in_ns, Held};
 pub use traffic::{iperf, iperf3_server, self_signed_cert, tcp_transfer, Transfer};

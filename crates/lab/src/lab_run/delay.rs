@@ -191,9 +191,7 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
                 |lab, h| sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count),
             )
         }
-        None => Err(Error::Other(
-            "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),
-        )),
+        None => Err(super::tools::wireguard_go_missing()),
     };
     results.push(("wireguard-go".into(), wg));
     // netveil's ESP tunnel keyed by its IKEv2 on the same routed lab.
@@ -203,14 +201,14 @@ pub fn run(bin: &Path, quick: bool) -> Vec<Cell> {
     });
     results.push((super::http::IKE_PATH.into(), ike));
     // strongSwan at both ends on the same routed lab.
-    let swan = match crate::strongswan::missing() {
+    let swan = match crate::strongswan::missing_tool() {
         None => {
             crate::say!("delay: {}", super::loss::STRONGSWAN_PATH);
             super::paths::with_strongswan_on(&HostPair::default().via_router(), |lab, h, _| {
                 sweep(lab, &bin, h, &h.addrs[1].inner.to_string(), &delays, count)
             })
         }
-        Some(why) => Err(Error::Other(why)),
+        Some(e) => Err(e),
     };
     results.push((super::loss::STRONGSWAN_PATH.into(), swan));
     let mut cells = Vec::new();

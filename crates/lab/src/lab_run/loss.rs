@@ -525,9 +525,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
                 },
             )
         }
-        None => Err(Error::Other(
-            "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),
-        )),
+        None => Err(super::tools::wireguard_go_missing()),
     };
     cells.extend(with_cost("wireguard-go", &levels, wg));
     // netveil's ESP tunnel keyed by its IKEv2 on the same routed lab (the full run only: `--quick` keeps to its
@@ -544,7 +542,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
         cells.extend(with_cost(name, &levels, ike));
     }
     // strongSwan at both ends (the peer of ping-rtt and http) on the same routed lab; its daemons are the charons.
-    let swan = match crate::strongswan::missing() {
+    let swan = match crate::strongswan::missing_tool() {
         None => {
             crate::say!("loss: {STRONGSWAN_PATH}");
             super::paths::with_strongswan_on(&HostPair::default().via_router(), |lab, h, _| {
@@ -554,7 +552,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
                 Ok((got, cost, rtt_under_load(lab, h, &dst)))
             })
         }
-        Some(why) => Err(Error::Other(why)),
+        Some(e) => Err(e),
     };
     cells.extend(with_cost(STRONGSWAN_PATH, &levels, swan));
     cells

@@ -188,7 +188,7 @@ pub fn run(a: LabArgs) -> Result<Report> {
         cells,
     };
     if let Err(bad) = lab_report::check(&report) {
-        return Err(Error::Other(format!(
+        return Err(Error::internal(format!(
             "the report breaks its schema:\n  {}",
             bad.join("\n  ")
         )));

@@ -197,12 +197,10 @@ pub(super) fn overhead(bin: &Path) -> Vec<Cell> {
                 )
             })
         }
-        None => Err(Error::Other(
-            "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),
-        )),
+        None => Err(super::tools::wireguard_go_missing()),
     };
     cells.push(overhead_cell("wireguard-go", wg, None));
-    let swan = match crate::strongswan::missing() {
+    let swan = match crate::strongswan::missing_tool() {
         None => {
             crate::say!("overhead: {STRONGSWAN_OVERHEAD_PATH}");
             with_strongswan_on(&HostPair::default(), |lab, h, _| {
@@ -215,7 +213,7 @@ pub(super) fn overhead(bin: &Path) -> Vec<Cell> {
                 )
             })
         }
-        Some(why) => Err(Error::Other(why)),
+        Some(e) => Err(e),
     };
     cells.push(overhead_cell(STRONGSWAN_OVERHEAD_PATH, swan, None));
     cells

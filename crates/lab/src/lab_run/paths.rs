@@ -63,11 +63,11 @@ pub(crate) fn with_ike_on<T>(
             break;
         }
         if t0.elapsed() > Duration::from_secs(15) {
-            return Err(Error::Other(format!(
-                "no CHILD_SA within 15 s:\n{}\n{}",
-                a.log(),
-                b.log()
-            )));
+            return Err(Error::timeout(
+                "no CHILD_SA",
+                15.0,
+                format!("{}\n{}", a.log(), b.log()),
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -126,8 +126,8 @@ pub(crate) fn with_strongswan_on<T>(
     charons[0].initiate("net", t)?;
     for c in &charons {
         c.wait_child_installed("net", t).map_err(|e| {
-            Error::Other(format!(
-                "{e}\n{}{}",
+            e.logged(format!(
+                "\n{}{}",
                 charons[0].log_tail(20),
                 charons[1].log_tail(20)
             ))

@@ -122,17 +122,15 @@ pub(super) fn ping_rtt(bin: &Path, quick: bool) -> Vec<Cell> {
                 pings(lab, &h.ns[0], &h.addrs[1].inner.to_string(), &sizes, count)
             })
         }
-        None => Err(Error::Other(
-            "wireguard-go is not installed (go install golang.zx2c4.com/wireguard@latest)".into(),
-        )),
+        None => Err(super::tools::wireguard_go_missing()),
     };
     paths.push(("wireguard-go".into(), wg));
-    let swan = match crate::strongswan::missing() {
+    let swan = match crate::strongswan::missing_tool() {
         None => {
             crate::say!("ping-rtt: {STRONGSWAN_PATH}");
             strongswan_pings(&sizes, count)
         }
-        Some(why) => Err(Error::Other(why)),
+        Some(e) => Err(e),
     };
     paths.push((STRONGSWAN_PATH.into(), swan));
     for (name, r) in paths {
@@ -206,11 +204,14 @@ fn arp_rtts(lab: &Lab, ns: &str, dev: &str, dst: &str, count: u32) -> Result<Vec
     let text = String::from_utf8_lossy(&o.stdout);
     let v = parse_arping(&text);
     if v.is_empty() {
-        return Err(Error::Other(format!(
-            "arping got no reply: {}{}",
-            text.trim(),
-            String::from_utf8_lossy(&o.stderr).trim()
-        )));
+        return Err(Error::measurement(
+            "arping",
+            format!(
+                "no reply: {}{}",
+                text.trim(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+        ));
     }
     Ok(v)
 }
@@ -287,10 +288,7 @@ fn l2_rtt(bin: &Path, sizes: &[u32], count: u32) -> Vec<Cell> {
     };
     let split = |r: Result<Rtts>| match r {
         Ok((i, a)) => (i, a),
-        Err(e) => (
-            Err(Error::Other(format!("{e}"))),
-            Err(Error::Other(format!("{e}"))),
-        ),
+        Err(e) => (Err(e.clone()), Err(e)),
     };
     crate::say!("ping-rtt: plain bridge");
     let (bridge, bridge_arp) = split(run(None));

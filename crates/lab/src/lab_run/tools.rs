@@ -4,6 +4,7 @@
 
 use std::process::{Command, Stdio};
 
+use crate::lab::command_line;
 use crate::{Error, Result};
 
 /// A program the lab runs: its name, the Debian package that has it, and whether the experiments can go on without
@@ -25,6 +26,14 @@ const fn req(program: &'static str, package: &'static str) -> Tool {
 
 /// wireguard-go's Go module (Debian's package is from 2022 and not a fair peer).
 pub const WIREGUARD_GO_MODULE: &str = "golang.zx2c4.com/wireguard@latest";
+
+/// The error of a wireguard-go path where wireguard-go is not installed (its cells say so).
+pub fn wireguard_go_missing() -> Error {
+    Error::Missing {
+        tool: "wireguard-go".into(),
+        hint: format!("go install {WIREGUARD_GO_MODULE}"),
+    }
+}
 
 /// The tools of one experiment.
 pub fn tools(experiment: &str) -> Vec<Tool> {
@@ -155,7 +164,7 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
     if st.success() {
         Ok(())
     } else {
-        Err(Error::Other(format!("{what} failed ({st})")))
+        Err(Error::command(command_line(cmd), Some(st), ""))
     }
 }
 
@@ -194,9 +203,7 @@ pub fn install(missing: &[Tool], no_wg_go: bool) -> Result<()> {
             if st.success() {
                 Ok(())
             } else {
-                Err(Error::Other(format!(
-                    "debconf-set-selections failed ({st})"
-                )))
+                Err(Error::command("debconf-set-selections", Some(st), ""))
             }
         };
         let r = preseed()

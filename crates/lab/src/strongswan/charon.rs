@@ -19,20 +19,29 @@ pub fn charon_binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/usr/lib/ipsec/charon"))
 }
 
-/// Why strongSwan cannot run here (charon, swanctl or pki missing), or None when it can.
+/// Why strongSwan cannot run here (charon, swanctl or pki missing), or None when it can: [`missing_tool`]'s
+/// error as text.
 pub fn missing() -> Option<String> {
+    missing_tool().map(|e| e.to_string())
+}
+
+/// What of strongSwan is not installed here (charon, swanctl or pki), as an [`Error::Missing`] naming it and its
+/// Debian package; None when strongSwan can run.
+pub fn missing_tool() -> Option<Error> {
+    let hint = |pkg: &str| format!("Debian: {pkg}; .ci/setup installs it");
     let charon = charon_binary();
     if !charon.is_file() {
-        return Some(format!(
-            "{} is missing (Debian: strongswan-charon libcharon-extra-plugins; .ci/setup installs it)",
-            charon.display()
-        ));
+        return Some(Error::Missing {
+            tool: charon.display().to_string(),
+            hint: hint("strongswan-charon libcharon-extra-plugins"),
+        });
     }
     for (tool, pkg) in [("swanctl", "strongswan-swanctl"), ("pki", "strongswan-pki")] {
         if !crate::lab::have_tool(tool) {
-            return Some(format!(
-                "'{tool}' is missing (Debian: {pkg}; .ci/setup installs it)"
-            ));
+            return Some(Error::Missing {
+                tool: tool.into(),
+                hint: hint(pkg),
+            });
         }
     }
     None

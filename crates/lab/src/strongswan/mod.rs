@@ -33,7 +33,7 @@ mod vici;
 #[cfg(test)]
 mod tests;
 
-pub use charon::{charon_binary, missing, Charon, CharonOptions, CHARON_PLUGINS};
+pub use charon::{charon_binary, missing, missing_tool, Charon, CharonOptions, CHARON_PLUGINS};
 pub use conf::{
     render_swanctl_conf, StartAction, SwanAuth, SwanChild, SwanConn, SwanMode, SwanPsk, Unique,
 };
