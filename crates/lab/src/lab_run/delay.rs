@@ -93,15 +93,14 @@ fn delayed<'a>(lab: &'a Lab, bin: &Path, ns: &str, ms: f64) -> Result<Delayed<'a
             break;
         }
         if let Ok(Some(st)) = d.child.try_wait() {
-            return Err(Error::Other(format!(
-                "netveil delay exited with {st}: {}",
-                text.trim()
-            )));
+            return Err(Error::command(
+                format!("netveil delay --queue {QUEUE} --ms {ms}"),
+                Some(st),
+                text,
+            ));
         }
         if t0.elapsed() > Duration::from_secs(5) {
-            return Err(Error::Other(
-                "netveil delay did not start within 5 s".into(),
-            ));
+            return Err(Error::timeout("netveil delay did not start", 5.0, text.trim()));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -122,7 +121,7 @@ fn sweep(
     let router = h
         .router
         .as_ref()
-        .ok_or_else(|| Error::Other("the delay lab has no router".into()))?;
+        .ok_or_else(|| Error::internal("the delay lab has no router"))?;
     let mut out = Vec::new();
     for &ms in delays {
         let _d = if ms > 0.0 {

@@ -85,9 +85,9 @@ pub struct Run {
 /// jitter of its summary, for TCP the sender's retransmissions; both ends' CPU as iperf3 reports it.
 pub fn parse_run(json: &[u8]) -> Result<Run> {
     let v: serde_json::Value = serde_json::from_slice(json)
-        .map_err(|e| Error::Other(format!("cannot parse iperf3's output: {e}")))?;
+        .map_err(|e| Error::output("iperf3", format!("bad JSON: {e}")))?;
     if let Some(err) = v["error"].as_str() {
-        return Err(Error::Other(format!("iperf3: {err}")));
+        return Err(Error::command("iperf3", None, err));
     }
     let intervals: Vec<f64> = v["intervals"]
         .as_array()
@@ -98,7 +98,7 @@ pub fn parse_run(json: &[u8]) -> Result<Run> {
         })
         .unwrap_or_default();
     if intervals.is_empty() {
-        return Err(Error::Other("iperf3 reported no interval".into()));
+        return Err(Error::output("iperf3", "no interval"));
     }
     let end = &v["end"];
     let cpu = &end["cpu_utilization_percent"];

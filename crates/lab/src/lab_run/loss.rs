@@ -91,7 +91,7 @@ fn set_loss(lab: &Lab, h: &TwoHosts, level: f64) -> Result<()> {
     let r = h
         .router
         .as_ref()
-        .ok_or_else(|| Error::Other("the loss lab has no router".into()))?;
+        .ok_or_else(|| Error::internal("the loss lab has no router"))?;
     let (ns, dev) = (r.ns.as_str(), r.ports[1]);
     let _ = lab.exec(ns, &["nft", "delete", "table", "netdev", "nvloss"]);
     if level <= 0.0 {
@@ -118,7 +118,7 @@ fn iperf_intervals(
     secs: u32,
     udp: bool,
 ) -> Result<Vec<f64>> {
-    let mut last = String::new();
+    let mut last = None;
     // Setup packets are small and never dropped, but a run that fails anyway is tried again, up to three times.
     for _ in 0..3 {
         let mut srv = crate::lab::iperf3_server(lab, server, dst)?;
@@ -138,12 +138,12 @@ fn iperf_intervals(
         let v: serde_json::Value = match serde_json::from_slice(&o.stdout) {
             Ok(v) => v,
             Err(e) => {
-                last = format!("cannot parse iperf3's output: {e}");
+                last = Some(Error::output("iperf3", format!("bad JSON: {e}")));
                 continue;
             }
         };
         if let Some(err) = v["error"].as_str() {
-            last = format!("iperf3: {err}");
+            last = Some(Error::command("iperf3", None, err));
             continue;
         }
         let intervals: Vec<f64> = v["intervals"]
@@ -159,12 +159,12 @@ fn iperf_intervals(
             })
             .unwrap_or_default();
         if intervals.is_empty() {
-            last = "iperf3 reported no interval".into();
+            last = Some(Error::output("iperf3", "no interval"));
             continue;
         }
         return Ok(intervals);
     }
-    Err(Error::Other(last))
+    Err(last.unwrap_or_else(|| Error::internal("iperf3: no run")))
 }
 
 /// TLS downloads from OpenSSL's `s_server -WWW` at `dst` (in `server`) with curl (in `client`) for `secs` seconds
@@ -227,17 +227,17 @@ fn tls_downloads(
                     // Every download ends at the time limit (28), the file being longer than any: what came in
                     // by then, nothing included (at high loss the handshake may not finish in time).
                     (Some(bps), Some(_), Some("28")) => out.push(bps * 8.0 / 1e6),
-                    _ => err = Some(format!("curl failed ({})", text.trim())),
+                    _ => err = Some(Error::command("curl", Some(o.status), text)),
                 }
             }
-            Err(e) => err = Some(e.to_string()),
+            Err(e) => err = Some(e),
         }
     }
     let _ = srv.kill();
     let _ = srv.wait();
     match (out.is_empty(), err) {
-        (true, Some(e)) => Err(Error::Other(e)),
-        (true, None) => Err(Error::Other("no download".into())),
+        (true, Some(e)) => Err(e),
+        (true, None) => Err(Error::measurement("TLS downloads", "no download")),
         _ => Ok(out),
     }
 }
@@ -253,10 +253,8 @@ fn path_cells(path: &str, levels: &[f64], got: Result<Vec<Measured>>) -> Vec<Cel
         Err(e) => levels
             .iter()
             .map(|_| {
-                (
-                    Err(Error::Other(format!("the path did not run: {e}"))),
-                    Err(Error::Other(format!("the path did not run: {e}"))),
-                )
+                let why = e.clone().within("the path did not run");
+                (Err(why.clone()), Err(why))
             })
             .collect(),
     };
@@ -331,7 +329,7 @@ fn loss_made(lab: &Lab, h: &TwoHosts, dst: &str, level: f64, secs: u32) -> Resul
     let r = h
         .router
         .as_ref()
-        .ok_or_else(|| Error::Other("the loss lab has no router".into()))?;
+        .ok_or_else(|| Error::internal("the loss lab has no router"))?;
     // (tcpdump's `greater` counts the Ethernet header: 14 bytes more than the IP length.)
     let longer = (LOSS_MIN_LEN + 15).to_string();
     let filter = ["udp", "and", "greater", longer.as_str()];
@@ -345,13 +343,16 @@ fn loss_made(lab: &Lab, h: &TwoHosts, dst: &str, level: f64, secs: u32) -> Resul
     run?;
     let count = |p: std::path::PathBuf| -> Result<usize> {
         Ok(netveil_pcap::read_file(&p)
-            .map_err(|e| Error::Other(format!("{}: {e}", p.display())))?
+            .map_err(Error::file(&p))?
             .records
             .len())
     };
     let (a, l) = (count(a?)?, count(l?)?);
     if a == 0 {
-        return Err(Error::Other("no datagram reached the router".into()));
+        return Err(Error::measurement(
+            "loss made",
+            "no datagram reached the router",
+        ));
     }
     Ok(100.0 * a.saturating_sub(l) as f64 / a as f64)
 }
@@ -365,7 +366,10 @@ fn daemon_cost(lab: &Lab, h: &TwoHosts, dst: &str, secs: u32) -> Result<Cost> {
         pids.extend(crate::lab_proc::ns_pids(ns, &[])?);
     }
     if pids.is_empty() {
-        return Err(Error::Other("no daemon runs in the lab".into()));
+        return Err(Error::measurement(
+            "the daemons' cost",
+            "no daemon runs in the lab",
+        ));
     }
     let before = crate::lab_proc::sum_cpu_ms(&pids)?;
     let runs = iperf_intervals(lab, &h.ns[1], &h.ns[0], dst, secs, false)?;
@@ -373,7 +377,7 @@ fn daemon_cost(lab: &Lab, h: &TwoHosts, dst: &str, secs: u32) -> Result<Cost> {
     // Each interval is one second: Mbit/s summed is Mbit moved.
     let gb = runs.iter().sum::<f64>() / 8.0 / 1e3;
     if gb <= 0.0 {
-        return Err(Error::Other("nothing moved".into()));
+        return Err(Error::measurement("the daemons' cost", "nothing moved"));
     }
     Ok((used / gb, crate::lab_proc::max_peak_kib(&pids)?))
 }
@@ -429,7 +433,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     let mut cells = Vec::new();
     crate::say!("loss: clear veth, and TLS 1.3 and 1.2 on it");
     let mut tls: Vec<(&str, Vec<Measured>)> = vec![("tls1.3", Vec::new()), ("tls1.2", Vec::new())];
-    let clear = (|| {
+    let clear = (|| -> Result<_> {
         let mut lab = Lab::new("nvlab")?;
         let h = TwoHosts::topology(&mut lab, &HostPair::default().via_router())?;
         let dst = h.addrs[1].outer.to_string();
@@ -440,7 +444,7 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
                 let runs = if quick { 1 } else { 3 };
                 let t = tls_downloads(&lab, &h.ns[1], &h.ns[0], &dst, version, secs.max(2), runs);
                 got.push((
-                    Err(Error::Other("TLS runs over TCP: no datagram row".into())),
+                    Err(Error::measurement("TLS", "runs over TCP: no datagram row")),
                     t,
                 ));
             }
@@ -454,16 +458,16 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
             .collect();
         Ok((r, rtt_under_load(&lab, &h, &dst), made))
     })();
-    let (clear, load, made) = match clear {
-        Ok((r, load, made)) => (Ok(r), load, made),
+    let (clear, load, made, clear_failed) = match clear {
+        Ok((r, load, made)) => (Ok(r), load, made, None),
         Err(e) => {
-            let why = format!("the path did not run: {e}");
+            let why = e.clone().within("the path did not run");
             let made = levels
                 .iter()
                 .filter(|&&l| l > 0.0)
-                .map(|&l| (l, Err(Error::Other(why.clone()))))
+                .map(|&l| (l, Err(why.clone())))
                 .collect();
-            (Err(e), Err(Error::Other(why)), made)
+            (Err(e), Err(why.clone()), made, Some(why))
         }
     };
     for (l, m) in made {
@@ -478,7 +482,9 @@ pub fn run(bin: &std::path::Path, quick: bool) -> Vec<Cell> {
     cells.extend(load_cells("clear", load));
     for (version, got) in tls {
         let r = if got.is_empty() {
-            Err(Error::Other("the clear lab did not come up".into()))
+            Err(clear_failed
+                .clone()
+                .unwrap_or_else(|| Error::internal("the clear lab ran no TLS download")))
         } else {
             Ok(got)
         };
@@ -573,12 +579,8 @@ fn with_cost(name: &str, levels: &[f64], r: Result<Tunnel>) -> Vec<Cell> {
     let (r, cost, load) = match r {
         Ok((got, cost, load)) => (Ok(got), cost, load),
         Err(e) => {
-            let why = format!("the path did not run: {e}");
-            (
-                Err(e),
-                Err(Error::Other(why.clone())),
-                Err(Error::Other(why)),
-            )
+            let why = e.clone().within("the path did not run");
+            (Err(e), Err(why.clone()), Err(why))
         }
     };
     let mut cells = path_cells(name, levels, r);

@@ -244,7 +244,7 @@ fn l2sec_overhead(bin: &Path, suite: &str) -> Result<f64> {
     std::thread::sleep(Duration::from_millis(100));
     let path = cap.stop()?;
     let p = netveil_pcap::read_file(&path)
-        .map_err(|e| Error::Other(format!("{}: {e}", path.display())))?;
+        .map_err(Error::file(&path))?;
     let clear = (14 + 20 + 8 + data) as f64;
     let mut v: Vec<f64> = p
         .records
@@ -252,7 +252,10 @@ fn l2sec_overhead(bin: &Path, suite: &str) -> Result<f64> {
         .map(|r| f64::from(r.orig_len) - clear)
         .collect();
     if v.is_empty() {
-        return Err(Error::Other("no l2sec frame captured".into()));
+        return Err(Error::measurement(
+            "l2sec overhead",
+            "no l2sec frame captured",
+        ));
     }
     v.sort_by(f64::total_cmp);
     Ok(v[v.len() / 2])

@@ -91,10 +91,11 @@ fn keygen(path: &Path) -> Result<()> {
             "cannot run ssh-keygen (apt-get install openssh-client)",
         ))?;
     if !out.status.success() {
-        return Err(Error::Other(format!(
-            "ssh-keygen: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        return Err(Error::command(
+            "ssh-keygen",
+            Some(out.status),
+            String::from_utf8_lossy(&out.stderr),
+        ));
     }
     Ok(())
 }
@@ -129,9 +130,11 @@ fn sshd(lab: &Lab, ns: &str, addr: &str, dir: &Path) -> Result<crate::lab::Held>
             return Ok(s);
         }
     }
-    Err(Error::Other(format!(
-        "sshd did not listen on {addr}:22 (see {d}/sshd.log)"
-    )))
+    Err(Error::timeout(
+        format!("sshd did not listen on {addr}:22"),
+        2.5,
+        format!("see {d}/sshd.log"),
+    ))
 }
 
 /// Parses GNU time's `-f '%e %U %S %M'` line: (wall s, CPU ms, peak KiB).
@@ -185,13 +188,15 @@ fn copy_once(
     let wall = t.elapsed().as_secs_f64();
     let err = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
-        return Err(Error::Other(format!("scp failed: {}", err.trim())));
+        return Err(Error::command("scp", Some(out.status), err));
     }
     let (_, client_cpu_ms, client_peak_kib) = err
         .lines()
         .rev()
         .find_map(parse_time)
-        .ok_or_else(|| Error::Other(format!("no GNU time line in: {}", err.trim())))?;
+        .ok_or_else(|| {
+            Error::output("/usr/bin/time", format!("no GNU time line in: {}", err.trim()))
+        })?;
     let got = std::fs::metadata(&dest)
         .map_err(Error::io("the received file"))?
         .len();
@@ -200,7 +205,10 @@ fn copy_once(
         .len();
     let _ = std::fs::remove_file(&dest);
     if got != sent {
-        return Err(Error::Other(format!("scp moved {got} of {sent} bytes")));
+        return Err(Error::measurement(
+            "scp",
+            format!("moved {got} of {sent} bytes"),
+        ));
     }
     // (The listening sshd has reaped the connection's processes once the client is done; a moment for it.)
     std::thread::sleep(Duration::from_millis(100));

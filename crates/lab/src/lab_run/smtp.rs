@@ -42,12 +42,16 @@ pub fn make_mails(files: &[PathBuf]) -> Result<()> {
             .arg("--dump-mail")
             .output()
             .map_err(Error::io("cannot run swaks (apt-get install swaks)"))?;
-        if !o.status.success() || o.stdout.is_empty() {
-            return Err(Error::Other(format!(
-                "swaks --dump-mail for {}: {}",
-                f.display(),
-                String::from_utf8_lossy(&o.stderr).trim()
-            )));
+        let swaks = format!("swaks --attach @{} --dump-mail", f.display());
+        if !o.status.success() {
+            return Err(Error::command(
+                swaks,
+                Some(o.status),
+                String::from_utf8_lossy(&o.stderr),
+            ));
+        }
+        if o.stdout.is_empty() {
+            return Err(Error::output(swaks, "no message"));
         }
         std::fs::write(mail_of(f), &o.stdout).map_err(Error::io("mail file"))?;
     }
@@ -82,16 +86,7 @@ pub fn postfix(lab: &Lab, ns: &str, addr: &str) -> Result<Postfix> {
     }
     let (key, cert) = crate::lab::self_signed_cert(&conf)?;
     // Postfix's own processes run as its user: its data directory is theirs.
-    let chown = std::process::Command::new("chown")
-        .arg("postfix")
-        .arg(&data)
-        .status()
-        .map_err(Error::io("chown"))?;
-    if !chown.success() {
-        return Err(Error::Other(
-            "cannot give the data directory to the postfix user (apt-get install postfix)".into(),
-        ));
-    }
+    crate::lab::run_ok(std::process::Command::new("chown").arg("postfix").arg(&data))?;
     std::fs::copy("/usr/share/postfix/master.cf.dist", conf.join("master.cf")).map_err(
         Error::io("cannot copy /usr/share/postfix/master.cf.dist (apt-get install postfix)"),
     )?;
@@ -124,19 +119,18 @@ pub fn postfix(lab: &Lab, ns: &str, addr: &str) -> Result<Postfix> {
     // The queue's directories (`postfix check` makes them), then the master daemon itself (`postfix start` would
     // check the whole installation again).
     {
-        let ok = lab
+        let st = lab
             .command(ns, &["postfix", "-c", &c, "check"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status()
-            .map_err(Error::io("cannot run postfix (apt-get install postfix)"))?
-            .success();
-        if !ok {
-            return Err(Error::Other(format!(
-                "postfix check failed (its files: {})",
-                dir.display()
-            )));
+            .map_err(Error::io("cannot run postfix (apt-get install postfix)"))?;
+        if !st.success() {
+            return Err(
+                Error::command(format!("postfix -c {c} check"), Some(st), "")
+                    .logged(format!(" (its files: {})", dir.display())),
+            );
         }
     }
     let daemons = crate::lab::run_ok(std::process::Command::new("postconf").args([
@@ -149,7 +143,7 @@ pub fn postfix(lab: &Lab, ns: &str, addr: &str) -> Result<Postfix> {
     // keeps what it inherits open a while, and a pipe would hold us until it closes it.)
     let err = dir.join("master.err");
     let out = std::fs::File::create(&err).map_err(Error::io("master.err"))?;
-    let ok = lab
+    let st = lab
         .command(ns, &[&master, "-c", &c, "-w"])
         .stdin(std::process::Stdio::null())
         .stdout(out.try_clone().map_err(Error::io("master.err"))?)
@@ -157,18 +151,19 @@ pub fn postfix(lab: &Lab, ns: &str, addr: &str) -> Result<Postfix> {
         .status()
         .map_err(Error::io(
             "cannot run the postfix master (apt-get install postfix)",
-        ))?
-        .success();
+        ))?;
     let guard = Postfix { conf };
-    if !ok {
-        return Err(Error::Other(format!(
-            "postfix did not start: {} (its files: {})",
-            std::fs::read_to_string(&err).unwrap_or_default().trim(),
-            dir.display()
-        )));
+    if !st.success() {
+        return Err(Error::command(
+            format!("{master} -c {c} -w"),
+            Some(st),
+            std::fs::read_to_string(&err).unwrap_or_default(),
+        )
+        .logged(format!(" (its files: {})", dir.display())));
     }
     // Ready when it answers.
     let url = format!("smtp://{}:25", bracket(addr));
+    let t0 = std::time::Instant::now();
     for _ in 0..50 {
         let o = lab.exec(ns, &["curl", "-s", "-m", "2", "-X", "NOOP", &url])?;
         if o.status.success() {
@@ -176,10 +171,11 @@ pub fn postfix(lab: &Lab, ns: &str, addr: &str) -> Result<Postfix> {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    Err(Error::Other(format!(
-        "postfix did not answer on {addr}:25 (its files: {})",
-        dir.display()
-    )))
+    Err(Error::timeout(
+        format!("postfix did not answer on {addr}:25"),
+        t0.elapsed().as_secs() as f64,
+        format!("its files: {}", dir.display()),
+    ))
 }
 
 /// An address as a URL's host.

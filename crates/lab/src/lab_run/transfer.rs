@@ -133,9 +133,11 @@ fn nginx(lab: &Lab, ns: &str, addr: &str, www: &Path) -> Result<crate::lab::Held
             return Ok(n);
         }
     }
-    Err(Error::Other(format!(
-        "nginx did not answer on {addr}:80 (see {p}/error.log)"
-    )))
+    Err(Error::timeout(
+        format!("nginx did not answer on {addr}:80"),
+        5.0,
+        format!("see {p}/error.log"),
+    ))
 }
 
 /// The client veth's counters: rx bytes, tx bytes, rx packets, tx packets.
@@ -149,10 +151,10 @@ fn counters(lab: &Lab, ns: &str, dev: &str) -> Result<[u64; 4]> {
             ns,
             &["cat", &format!("/sys/class/net/{dev}/statistics/{f}")],
         )?;
-        v[i] = o
-            .trim()
-            .parse()
-            .map_err(|_| Error::Other(format!("{dev} {f}: {o:?}")))?;
+        v[i] = o.trim().parse().map_err(|_| Error::File {
+            path: format!("/sys/class/net/{dev}/statistics/{f}").into(),
+            why: format!("not a number: {o:?}"),
+        })?;
     }
     Ok(v)
 }
@@ -275,24 +277,23 @@ pub(crate) fn transfer(
     let err = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         let said: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-        return Err(Error::Other(format!(
-            "{name}: curl failed ({}){}",
-            out.status,
-            if said.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", said.join(" | "))
-            }
-        )));
+        return Err(Error::command(
+            args.join(" "),
+            Some(out.status),
+            said.join(" | "),
+        ));
     }
     let o = String::from_utf8_lossy(&out.stdout);
     let mut it = o.split_whitespace();
     let secs: f64 = it
         .next()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| Error::Other(format!("curl said {o:?}")))?;
+        .ok_or_else(|| Error::output(&args[0], format!("{name}: no time in {o:?}")))?;
     if it.next() != Some(ok) {
-        return Err(Error::Other(format!("{name}: curl said {o:?}")));
+        return Err(Error::output(
+            &args[0],
+            format!("{name}: {o:?}, not {ok}"),
+        ));
     }
     let d = |i: usize| c1[i].saturating_sub(c0[i]) as f64;
     // Less the Ethernet header of each packet: IP bytes.

@@ -196,11 +196,14 @@ fn arriving_streams(pcap: &Path, dst: &str) -> Result<Vec<Stream>> {
 fn link_bytes(lab: &Lab, ns: &str, dev: &str) -> Result<u64> {
     let text = lab.exec_ok(ns, &["ip", "-s", "-j", "link", "show", "dev", dev])?;
     let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::Other(format!("ip -s -j link: {e}")))?;
+        serde_json::from_str(&text).map_err(|e| Error::output("ip -s -j link", e.to_string()))?;
     let s = &v[0]["stats64"];
     match (s["rx"]["bytes"].as_u64(), s["tx"]["bytes"].as_u64()) {
         (Some(r), Some(t)) => Ok(r + t),
-        _ => Err(Error::Other(format!("no byte counters for {dev}: {text}"))),
+        _ => Err(Error::output(
+            "ip -s -j link",
+            format!("no byte counters for {dev}: {text}"),
+        )),
     }
 }
 
@@ -281,10 +284,11 @@ fn calls(
         }
     }
     if !listening {
-        return Err(Error::Other(format!(
-            "sipp (uas) did not listen on {b}{port} (see {}/uas.log)",
-            dir.display()
-        )));
+        return Err(Error::timeout(
+            format!("sipp (uas) did not listen on {b}{port}"),
+            2.5,
+            format!("see {}/uas.log", dir.display()),
+        ));
     }
     let caps = [
         lab.capture(&h1.ns, dev, "voip-h1.pcap", 96, &["udp"])?,
@@ -338,20 +342,25 @@ fn calls(
     // sipp exits 0 when every call succeeded, 1 when some failed, higher on a fatal error.
     let err = String::from_utf8_lossy(&out.stderr);
     if out.status.code().is_none_or(|c| c > 1) {
-        return Err(Error::Other(format!(
-            "sipp (uac) failed ({}): {}",
-            out.status,
-            err.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
-        )));
+        return Err(Error::command(
+            "sipp (uac)",
+            Some(out.status),
+            err.lines().rev().take(5).collect::<Vec<_>>().join(" | "),
+        ));
     }
     let (_, uac_cpu_ms, uac_peak_kib) = err
         .lines()
         .rev()
         .find_map(super::scp::parse_time)
-        .ok_or_else(|| Error::Other(format!("no GNU time line in: {}", err.trim())))?;
+        .ok_or_else(|| {
+            Error::output("/usr/bin/time", format!("no GNU time line in: {}", err.trim()))
+        })?;
     let stat_text = std::fs::read_to_string(&stat).map_err(Error::io("sipp's statistics"))?;
     let (successful, failed) = parse_stat(&stat_text)
-        .ok_or_else(|| Error::Other("sipp's statistics hold no call counters".into()))?;
+        .ok_or_else(|| Error::File {
+            path: stat.clone(),
+            why: "sipp's statistics hold no call counters".into(),
+        })?;
     let uas_pid = uas.id();
     let (uas_cpu_ms, uas_peak_kib) = (
         crate::lab_proc::cpu_ms(uas_pid)?,
