@@ -34,8 +34,7 @@ pub fn two_hosts(prefix: &str, netveil: &Path, addrs: [&str; 2]) -> Result<(Lab,
 
 /// The first IPv4 packet of an Ethernet capture that `pick` takes, with its Ethernet header (the whole frame).
 pub fn first_frame(pcap: &Path, pick: impl Fn(&[u8]) -> bool) -> Result<Option<Vec<u8>>> {
-    let p = netveil_pcap::read_file(pcap)
-        .map_err(Error::file(pcap))?;
+    let p = netveil_pcap::read_file(pcap).map_err(Error::file(pcap))?;
     Ok(p.records.iter().find_map(|r| {
         let f = netveil_pcap::split_frame(p.link, &r.data)?;
         pick(f.ip).then(|| r.data.clone())

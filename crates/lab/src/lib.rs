@@ -49,11 +49,12 @@ pub enum Error {
         context: String,
         source: std::io::Error,
     },
-    /// A program the lab needs is not installed: which, and how to get it (the cells it would have measured say
-    /// so).
+    /// A peer the lab measures against is not installed (wireguard-go, strongSwan's charon, swanctl or pki): which,
+    /// and how to get it; the cells it would have measured say so. (A tool a whole command needs is a usage error.)
     #[error("{tool} is not installed ({hint})")]
     Missing { tool: String, hint: String },
-    /// A program the lab ran failed: its command line, how it ended (when it has) and what it printed.
+    /// A program the lab ran failed: its command line (or, for a daemon it started or a program it names by its
+    /// role, that name: `charon a in NS`, `sipp (uac)`), how it ended (when it has) and what it printed.
     #[error("'{command}' failed{}{}", ended(.status), said(.output))]
     Command {
         command: String,
@@ -93,19 +94,15 @@ pub enum Error {
     Dropped { dropped: u64, read: u64 },
     /// An error inside a step of a larger run: the step (a demo's, a path's), and the error.
     #[error("{context}: {source}")]
-    Context {
-        context: String,
-        source: Box<Error>,
-    },
-    /// An error and what the peers logged up to it (`log` begins with its own separator: a line end, or `; `).
+    Context { context: String, source: Box<Error> },
+    /// An error and what the peers logged up to it, or where their files are (`log` begins with its own separator:
+    /// a line end, `; `, `: ` or ` (`).
     #[error("{source}{log}")]
     Logged { source: Box<Error>, log: String },
     /// The lab broke its own rules (a thread panicked, a lab without the part it was built with, a report that
     /// breaks its schema): a bug, nothing the caller can fix.
     #[error("{0}")]
     Internal(String),
-    #[error("{0}")]
-    Other(String),
 }
 
 /// ` (STATUS)` for a program that ended, nothing for one that did not say how.
@@ -123,12 +120,14 @@ fn said(text: &str) -> String {
 }
 
 impl Error {
+    /// The command's exit code for this error: 2 for bad arguments, 1 for anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => 2,
             _ => 1,
         }
     }
+    /// An I/O error in its context (what was being done).
     pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let context = context.into();
         move |source| Error::Io { context, source }
@@ -148,7 +147,9 @@ impl Error {
     }
 
     /// A malformed file: `path`, and the error (as text) that says why.
-    pub(crate) fn file<E: std::fmt::Display>(path: impl Into<std::path::PathBuf>) -> impl FnOnce(E) -> Error {
+    pub(crate) fn file<E: std::fmt::Display>(
+        path: impl Into<std::path::PathBuf>,
+    ) -> impl FnOnce(E) -> Error {
         let path = path.into();
         move |e| Error::File {
             path,
@@ -276,14 +277,8 @@ impl Clone for Error {
                 read: *read,
             },
             Error::Internal(m) => Error::Internal(m.clone()),
-            Error::Other(m) => Error::Other(m.clone()),
         }
     }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// An [`Error::Other`] with `msg`.
-pub(crate) fn other(msg: impl Into<String>) -> Error {
-    Error::Other(msg.into())
-}

@@ -121,7 +121,10 @@ impl Receiver {
     /// passed without any once the stream has begun, or `limit` passed in all.
     pub fn run(self, idle: Duration, limit: Duration) -> Result<Report> {
         let n = usize::try_from(self.count).map_err(|_| {
-            Error::measurement("seq-udp", format!("a stream of {} datagrams is too long here", self.count))
+            Error::measurement(
+                "seq-udp",
+                format!("a stream of {} datagrams is too long here", self.count),
+            )
         })?;
         let mut seen = vec![0u8; n];
         let mut sent_ns = vec![0u64; n];

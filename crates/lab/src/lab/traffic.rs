@@ -50,7 +50,10 @@ pub fn tcp_transfer(
                 l
             }
             Err(e) => {
-                let e = Error::io(format!("bind {addr}"))(e);
+                let e = Error::Io {
+                    context: format!("bind {addr}"),
+                    source: e,
+                };
                 let _ = tx.send(Err(e.clone()));
                 return Err(e);
             }
@@ -65,13 +68,15 @@ pub fn tcp_transfer(
             match poll(&mut fds, PollTimeout::from(20_000u16)) {
                 Ok(0) => return Err(Error::timeout("TCP receiver: no connection", 20.0, "")),
                 Ok(_) => {}
-                Err(e) => return Err(Error::io("TCP receiver: poll")(e.into())),
+                Err(e) => {
+                    return Err(Error::Io {
+                        context: "TCP receiver: poll".into(),
+                        source: e.into(),
+                    })
+                }
             }
         }
-        let mut s = match l.accept() {
-            Ok((s, _)) => s,
-            Err(e) => return Err(Error::io("TCP receiver: accept")(e)),
-        };
+        let (mut s, _) = l.accept().map_err(Error::io("TCP receiver: accept"))?;
         s.set_read_timeout(Some(Duration::from_secs(20))).ok();
         let mut buf = vec![0u8; 256 * 1024];
         let mut want = vec![0u8; 256 * 1024];
@@ -81,7 +86,12 @@ pub fn tcp_transfer(
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::io(format!("TCP receiver: receive after {got} bytes"))(e)),
+                Err(e) => {
+                    return Err(Error::Io {
+                        context: format!("TCP receiver: receive after {got} bytes"),
+                        source: e,
+                    })
+                }
             };
             pattern_fill(&mut want[..n], got);
             if buf[..n] != want[..n] {
@@ -174,19 +184,19 @@ pub fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
     let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
     let mut req = Command::new("openssl");
     req.args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args(["-nodes", "-subj", "/CN=lab", "-days", "1", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+    ])
+    .args(["-nodes", "-subj", "/CN=lab", "-days", "1", "-keyout"])
+    .arg(&key)
+    .arg("-out")
+    .arg(&cert)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
     let st = req.status().map_err(Error::io("openssl req"))?;
     if !st.success() {
         return Err(Error::command(command_line(&req), Some(st), ""));
@@ -208,9 +218,7 @@ pub fn iperf(
     // Wait for the server to listen.
     let mut out = None;
     let (secs, streams) = (secs.to_string(), streams.to_string());
-    let client = [
-        "iperf3", "-c", dst, "-t", &secs, "-P", &streams, "-J",
-    ];
+    let client = ["iperf3", "-c", dst, "-t", &secs, "-P", &streams, "-J"];
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(100));
         let o = lab.exec(client_ns, &client)?;
@@ -226,9 +234,8 @@ pub fn iperf(
     }
     let _ = server.kill();
     let _ = server.wait();
-    let o = out.ok_or_else(|| {
-        Error::timeout(format!("iperf3 server at {dst} did not start"), 5.0, "")
-    })?;
+    let o = out
+        .ok_or_else(|| Error::timeout(format!("iperf3 server at {dst} did not start"), 5.0, ""))?;
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
         .map_err(|e| Error::output("iperf3", format!("bad JSON: {e}")))?;
     let bps = v["end"]["sum_received"]["bits_per_second"]

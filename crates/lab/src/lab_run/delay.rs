@@ -100,7 +100,11 @@ fn delayed<'a>(lab: &'a Lab, bin: &Path, ns: &str, ms: f64) -> Result<Delayed<'a
             ));
         }
         if t0.elapsed() > Duration::from_secs(5) {
-            return Err(Error::timeout("netveil delay did not start", 5.0, text.trim()));
+            return Err(Error::timeout(
+                "netveil delay did not start",
+                5.0,
+                text.trim(),
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -243,8 +243,7 @@ fn l2sec_overhead(bin: &Path, suite: &str) -> Result<f64> {
     )?;
     std::thread::sleep(Duration::from_millis(100));
     let path = cap.stop()?;
-    let p = netveil_pcap::read_file(&path)
-        .map_err(Error::file(&path))?;
+    let p = netveil_pcap::read_file(&path).map_err(Error::file(&path))?;
     let clear = (14 + 20 + 8 + data) as f64;
     let mut v: Vec<f64> = p
         .records

@@ -190,12 +190,12 @@ fn copy_once(
     if !out.status.success() {
         return Err(Error::command("scp", Some(out.status), err));
     }
-    let (_, client_cpu_ms, client_peak_kib) = err
-        .lines()
-        .rev()
-        .find_map(parse_time)
-        .ok_or_else(|| {
-            Error::output("/usr/bin/time", format!("no GNU time line in: {}", err.trim()))
+    let (_, client_cpu_ms, client_peak_kib) =
+        err.lines().rev().find_map(parse_time).ok_or_else(|| {
+            Error::output(
+                "/usr/bin/time",
+                format!("no GNU time line in: {}", err.trim()),
+            )
         })?;
     let got = std::fs::metadata(&dest)
         .map_err(Error::io("the received file"))?

@@ -86,7 +86,11 @@ pub fn postfix(lab: &Lab, ns: &str, addr: &str) -> Result<Postfix> {
     }
     let (key, cert) = crate::lab::self_signed_cert(&conf)?;
     // Postfix's own processes run as its user: its data directory is theirs.
-    crate::lab::run_ok(std::process::Command::new("chown").arg("postfix").arg(&data))?;
+    crate::lab::run_ok(
+        std::process::Command::new("chown")
+            .arg("postfix")
+            .arg(&data),
+    )?;
     std::fs::copy("/usr/share/postfix/master.cf.dist", conf.join("master.cf")).map_err(
         Error::io("cannot copy /usr/share/postfix/master.cf.dist (apt-get install postfix)"),
     )?;

@@ -290,10 +290,7 @@ pub(crate) fn transfer(
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| Error::output(&args[0], format!("{name}: no time in {o:?}")))?;
     if it.next() != Some(ok) {
-        return Err(Error::output(
-            &args[0],
-            format!("{name}: {o:?}, not {ok}"),
-        ));
+        return Err(Error::output(&args[0], format!("{name}: {o:?}, not {ok}")));
     }
     let d = |i: usize| c1[i].saturating_sub(c0[i]) as f64;
     // Less the Ethernet header of each packet: IP bytes.

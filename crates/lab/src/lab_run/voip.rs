@@ -353,14 +353,16 @@ fn calls(
         .rev()
         .find_map(super::scp::parse_time)
         .ok_or_else(|| {
-            Error::output("/usr/bin/time", format!("no GNU time line in: {}", err.trim()))
+            Error::output(
+                "/usr/bin/time",
+                format!("no GNU time line in: {}", err.trim()),
+            )
         })?;
     let stat_text = std::fs::read_to_string(&stat).map_err(Error::io("sipp's statistics"))?;
-    let (successful, failed) = parse_stat(&stat_text)
-        .ok_or_else(|| Error::File {
-            path: stat.clone(),
-            why: "sipp's statistics hold no call counters".into(),
-        })?;
+    let (successful, failed) = parse_stat(&stat_text).ok_or_else(|| Error::File {
+        path: stat.clone(),
+        why: "sipp's statistics hold no call counters".into(),
+    })?;
     let uas_pid = uas.id();
     let (uas_cpu_ms, uas_peak_kib) = (
         crate::lab_proc::cpu_ms(uas_pid)?,

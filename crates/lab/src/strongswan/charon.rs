@@ -254,12 +254,10 @@ impl Charon {
                     (&cred.ca, "x509ca"),
                     (&cred.key, keydir),
                 ] {
-                    let name = src
-                        .file_name()
-                        .ok_or_else(|| Error::File {
-                            path: src.clone(),
-                            why: "no file name".into(),
-                        })?;
+                    let name = src.file_name().ok_or_else(|| Error::File {
+                        path: src.clone(),
+                        why: "no file name".into(),
+                    })?;
                     let dst = self.swanctl_dir.join(sub).join(name);
                     std::fs::copy(src, &dst)
                         .map_err(Error::io(format!("copy {}", src.display())))?;

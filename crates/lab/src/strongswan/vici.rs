@@ -52,7 +52,8 @@ const VICI_MAX: usize = 512 * 1024;
 pub fn vici_encode_request(cmd: &str, kvs: &[(&str, &str)]) -> Result<Vec<u8>> {
     let mut body = vec![VICI_CMD_REQUEST];
     let name = |b: &mut Vec<u8>, n: &str| -> Result<()> {
-        let len = u8::try_from(n.len()).map_err(|_| Error::internal("vici name longer than 255"))?;
+        let len =
+            u8::try_from(n.len()).map_err(|_| Error::internal("vici name longer than 255"))?;
         b.push(len);
         b.extend_from_slice(n.as_bytes());
         Ok(())
@@ -61,7 +62,8 @@ pub fn vici_encode_request(cmd: &str, kvs: &[(&str, &str)]) -> Result<Vec<u8>> {
     for (k, v) in kvs {
         body.push(VICI_KEY_VALUE);
         name(&mut body, k)?;
-        let len = u16::try_from(v.len()).map_err(|_| Error::internal("vici value longer than 65535"))?;
+        let len =
+            u16::try_from(v.len()).map_err(|_| Error::internal("vici value longer than 65535"))?;
         body.extend_from_slice(&len.to_be_bytes());
         body.extend_from_slice(v.as_bytes());
     }
@@ -105,7 +107,9 @@ pub fn vici_decode(mut b: &[u8]) -> Result<Tree> {
                 if stack.len() < 2 {
                     return Err(Error::output("vici", "section end without start"));
                 }
-                let done = stack.pop().ok_or_else(|| Error::output("vici", "empty stack"))?;
+                let done = stack
+                    .pop()
+                    .ok_or_else(|| Error::output("vici", "empty stack"))?;
                 if let Some(top) = stack.last_mut() {
                     top.1.sections.push(done);
                 }
@@ -162,9 +166,7 @@ impl Vici {
             .write_all(&msg)
             .map_err(Error::io(format!("vici {cmd}")))?;
         loop {
-            let buf = self
-                .packet()
-                .map_err(|e| e.within(format!("vici {cmd}")))?;
+            let buf = self.packet().map_err(|e| e.within(format!("vici {cmd}")))?;
             match buf[0] {
                 VICI_CMD_RESPONSE => return vici_decode(&buf[1..]),
                 VICI_CMD_UNKNOWN => {

@@ -53,7 +53,10 @@ pub(super) fn exchange_in_process(
                     match e {
                         Event::ChildSaUp(c) if i == 0 && c.ike_sa == id => up = true,
                         Event::Failed { failure, .. } => {
-                            return Err(Error::refused("in-process exchange", format!("{failure:?}")))
+                            return Err(Error::refused(
+                                "in-process exchange",
+                                format!("{failure:?}"),
+                            ))
                         }
                         _ => {}
                     }

@@ -170,7 +170,10 @@ impl Loader {
                     match e {
                         Event::ChildSaUp(c) if c.ike_sa == id => took = Some(t),
                         Event::Failed { failure, .. } => {
-                            return Err(Error::refused(format!("setup {i}"), format!("{failure:?}")))
+                            return Err(Error::refused(
+                                format!("setup {i}"),
+                                format!("{failure:?}"),
+                            ))
                         }
                         _ => {}
                     }

@@ -182,7 +182,9 @@ pub(super) fn measure_strongswan(s: &Suite, z: Sizes) -> Result<IkeRow> {
     };
     p.load([&[conn(0, a0)], &[conn(1, a1)]])?;
     let [a, b] = &p.charons;
-    let pid = b.pid().ok_or_else(|| Error::internal("charon has no pid"))?;
+    let pid = b
+        .pid()
+        .ok_or_else(|| Error::internal("charon has no pid"))?;
     a.handshake_ms(CONN, CHILD, 2)?;
     let ms = a.handshake_ms(CONN, CHILD, z.setups)?;
     row.setups(&ms);

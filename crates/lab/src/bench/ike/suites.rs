@@ -67,8 +67,7 @@ fn pubkey_methods(creds: &[Credential; 2], side: usize) -> Result<(AuthMethod, A
     };
     let certs = |p: &Path| Certificate::load(&read(p)?).map_err(Error::file(p));
     let c = &creds[side];
-    let key = PrivateKey::from_pem_or_der(&read(&c.key)?)
-        .map_err(Error::file(&c.key))?;
+    let key = PrivateKey::from_pem_or_der(&read(&c.key)?).map_err(Error::file(&c.key))?;
     Ok((
         AuthMethod::PubKey(PubKeyCreds {
             certs: certs(&c.cert)?,

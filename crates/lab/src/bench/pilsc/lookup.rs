@@ -421,8 +421,9 @@ pub fn lookup_rows(sizes: &[usize], e: Effort) -> Result<Vec<PilscRow>> {
     let mut setups = Vec::new();
     for &n in sizes {
         let (text, aims) = rule_file(n);
-        let file = rules::parse(&text)
-            .map_err(|err| Error::internal(format!("the generated rule file of {n} rules: {err}")))?;
+        let file = rules::parse(&text).map_err(|err| {
+            Error::internal(format!("the generated rule file of {n} rules: {err}"))
+        })?;
         if file.rules.len() != n {
             return Err(Error::internal(format!(
                 "the generated rule file of {n} rules loaded {} rules",

@@ -145,8 +145,7 @@ pub fn transfer_rows(bin: &Path, counts: &[usize], reps: usize) -> Result<Vec<Pi
 
 /// The IPv4 packets of an Ethernet capture.
 fn ip_packets(path: &Path) -> Result<Vec<Vec<u8>>> {
-    let p = netveil_pcap::read_file(path)
-        .map_err(Error::file(path))?;
+    let p = netveil_pcap::read_file(path).map_err(Error::file(path))?;
     Ok(p.records
         .iter()
         .filter_map(|r| netveil_pcap::split_frame(p.link, &r.data))
