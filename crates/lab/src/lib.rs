@@ -35,6 +35,9 @@ pub mod pcap_tools;
 pub mod seq_udp;
 pub mod strongswan;
 
+#[cfg(test)]
+mod tests;
+
 /// A failure of a lab: what failed, what it concerns (a command, a file, a peer, a measurement) and the cause, grouped
 /// by what a caller can do about it. Bad arguments exit with code 2, anything else with 1.
 #[derive(Debug, thiserror::Error)]
