@@ -115,6 +115,8 @@ fn known_packets() {
     long.extend_from_slice(&[0xee; 9]);
     assert_eq!(Headers::parse(&long).unwrap().total_len(), 60);
     check(&long);
+    // One cache line, handed down by reference.
+    assert!(std::mem::size_of::<Headers>() <= 64);
 }
 
 /// xorshift64*: a small seeded generator, so a failure names its input and reruns.
