@@ -18,8 +18,6 @@ mod repr;
 #[cfg(test)]
 mod tests;
 mod view;
-#[cfg(test)]
-mod view_tests;
 
 pub use bytes::{
     addrs, decrement_hop_limit, dscp_ecn_df, dst_addr, emit_ip_udp, emit_udp_header, fix_lengths,

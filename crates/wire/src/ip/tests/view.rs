@@ -2,7 +2,7 @@
 //! generated and mutated ones, it parses exactly what [`flow_key`] parses, and every accessor agrees with the free
 //! function of the same name wherever both succeed.
 
-use super::*;
+use crate::ip::*;
 use crate::{ip_proto, ipv4, ipv6, Error};
 use std::net::IpAddr;
 
@@ -142,7 +142,7 @@ impl Rng {
         const P: [u8; 12] = [
             ip_proto::TCP,
             ip_proto::UDP,
-            super::SCTP,
+            SCTP,
             ip_proto::ICMP,
             ip_proto::ICMPV6,
             ip_proto::ESP,
