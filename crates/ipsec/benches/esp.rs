@@ -6,9 +6,10 @@
 //! The outbound path as the IP engine runs it for a 1400-byte IPv4/UDP packet and a tunnel-mode SA (raw ESP, and
 //! ESP in UDP for a socket): the flow key, the path's length check (`on_wire`) and the sealing, the old way (each
 //! step parses the IP header again from the bytes: `flow_key`, `on_wire`, `protect_for_sockets`) and the new way
-//! (`ip::Headers::parse` once, then `on_wire_parsed` and `protect_for_sockets_parsed`); and the parsing alone: one
-//! `Headers::parse` against the five reads it replaces (`flow_key`, `Layout::before_ipsec`, `dst_addr`,
-//! `dscp_ecn_df`, `version`), for IPv4 and for IPv6 with a Destination Options header.
+//! (`ip::Headers::parse` once, then `on_wire_parsed` and `protect_for_sockets_parsed`), and the same for an IPv6
+//! packet with a Destination Options header in the raw tunnel; and the parsing alone: one `Headers::parse` against
+//! the five reads it replaces (`flow_key`, `Layout::before_ipsec`, `dst_addr`, `dscp_ecn_df`, `version`), for IPv4
+//! and for IPv6 with a Destination Options header.
 //!
 //! `cargo bench -p netveil-ipsec --bench esp`. Packets are copied into fresh buffers outside the timed part
 //! (`iter_batched_ref`), since the transforms work in place.
@@ -218,7 +219,12 @@ fn outbound_path(c: &mut Criterion) {
     let clear = udp4(1400);
     let mut g = c.benchmark_group("outbound/aes128gcm16/1400");
     g.throughput(Throughput::Bytes(clear.len() as u64));
-    for (name, encap) in [("tunnel4", false), ("tunnel4-udp", true)] {
+    let clear6 = udp6_ext(&clear);
+    for (name, encap, clear) in [
+        ("tunnel4", false, &clear),
+        ("tunnel4-udp", true, &clear),
+        ("tunnel4 inner ipv6-opts", false, &clear6),
+    ] {
         let (out, _) = pair(
             Mode::Tunnel {
                 local: l4,
@@ -229,20 +235,20 @@ fn outbound_path(c: &mut Criterion) {
         let mut sad = Sad::default();
         let sas = [sad.insert_out(out)];
         // Both ways make the same packet (but for the sequence number and what it seals).
-        let (mut a, mut b) = (buf(&clear), buf(&clear));
+        let (mut a, mut b) = (buf(clear), buf(clear));
         outbound_old(&sad, &sas, &mut a);
         outbound_new(&sad, &sas, &mut b);
         assert_eq!(a.len(), b.len());
         g.bench_function(BenchmarkId::new("old: parse per step", name), |b| {
             b.iter_batched_ref(
-                || buf(&clear),
+                || buf(clear),
                 |p| outbound_old(&sad, &sas, p),
                 BatchSize::SmallInput,
             )
         });
         g.bench_function(BenchmarkId::new("new: headers once", name), |b| {
             b.iter_batched_ref(
-                || buf(&clear),
+                || buf(clear),
                 |p| outbound_new(&sad, &sas, p),
                 BatchSize::SmallInput,
             )
