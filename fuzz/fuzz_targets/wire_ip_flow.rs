@@ -7,6 +7,7 @@ use netveil_wire::{icmpv4, icmpv6, ip, ipv4, ipv6};
 fuzz_target!(|data: &[u8]| {
     too_big_invariants(data);
     error_quote_invariants(data);
+    headers_invariants(data);
     let flow = ip::flow_key(data);
     let Ok(p) = ip::Packet::new_checked(data) else {
         assert!(flow.is_err());
@@ -30,6 +31,27 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// The headers parsed once (`ip::Headers`) are what a packet path read piecemeal before: the view parses exactly
+/// where `flow_key` does, with the same error, and then agrees with it and with every free function and layout of
+/// the same name.
+fn headers_invariants(data: &[u8]) {
+    let h = ip::Headers::parse(data);
+    assert_eq!(h.map(|h| h.flow()), ip::flow_key(data));
+    let Ok(h) = h else { return };
+    assert_eq!(ip::version(data), Some(h.version()));
+    assert_eq!(ip::addrs(data), Some(h.addrs()));
+    assert_eq!(ip::dst_addr(data), Some(h.dst_addr()));
+    assert_eq!(ip::dscp_ecn_df(data), h.dscp_ecn_df());
+    assert_eq!(ip::own_len(data), Some(h.total_len()));
+    assert_eq!(ip::Layout::fixed(data), Ok(h.fixed()));
+    assert_eq!(ip::Layout::before_ipsec(data), Ok(h.before_ipsec()));
+    let p = ip::Packet::new_checked(data).expect("the view's bytes parse");
+    assert_eq!(p.next_header(), h.protocol());
+    assert!(h.header_len() <= h.before_ipsec().header_len);
+    assert!(h.before_ipsec().header_len <= h.flow().l4_offset);
+    assert!(h.flow().l4_offset <= h.total_len() && h.total_len() <= data.len());
+}
 
 /// The "too big" error for a packet the IP engine would not seal: none where no error may answer; else a valid
 /// IPv4 or IPv6 packet from the packet's destination to its source, whose ICMP message (checksum right) carries

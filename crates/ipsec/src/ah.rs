@@ -7,11 +7,12 @@
 //! fed a list of slices in which those fields are replaced by zeros.
 
 use crate::esp::Decapsulated;
-use crate::iphdr;
+use crate::iphdr::{self, Hdr};
 use crate::sa::{InboundSa, Keys, Mode, OutboundSa, SaBase};
 use crate::{inbound::Located, Drop};
 use netveil_crypto::Mac;
 use netveil_sa::lifetime::LifetimeState;
+use netveil_wire::ip::Headers;
 use netveil_wire::{ip, ip_proto, ipv4, ipv6, PacketBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -154,6 +155,29 @@ fn icv(
 
 /// Protects the IP packet in `pkt` with the outbound AH SA `sa` (in place).
 pub fn encapsulate(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
+    encap(sa, pkt, now, Hdr::Bytes)
+}
+
+/// [`encapsulate`] of a packet whose headers the caller parsed already: `hdrs` is the view of the packet in `pkt`
+/// as it is now (not changed since it was parsed). The version, DSCP/ECN and DF (tunnel mode) and the layout
+/// before AH with the total length (transport mode) come from it, not from the bytes; the ICV is computed over the
+/// bytes as they are sent.
+pub fn encapsulate_parsed(
+    sa: &OutboundSa,
+    pkt: &mut PacketBuf,
+    now: u64,
+    hdrs: &Headers,
+) -> Result<(), Drop> {
+    encap(sa, pkt, now, Hdr::Parsed(hdrs))
+}
+
+/// `hdr`: where the IP header is read (before the packet changes).
+pub(crate) fn encap(
+    sa: &OutboundSa,
+    pkt: &mut PacketBuf,
+    now: u64,
+    hdr: Hdr<'_>,
+) -> Result<(), Drop> {
     let mac = mac(sa)?;
     if sa.lifetime_state(now) == LifetimeState::Expired {
         return Err(Drop::SaExpired);
@@ -170,12 +194,8 @@ pub fn encapsulate(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64) -> Result<(),
     let inner_len = pkt.len();
     let (v6, ah_off, nh) = match sa.params.mode {
         Mode::Tunnel { local, remote } => {
-            let (tos, df) = ip::dscp_ecn_df(pkt.data());
-            let nh = match ip::version(pkt.data()) {
-                Some(4) => ip_proto::IPIP,
-                Some(6) => ip_proto::IPV6,
-                _ => return Err(Drop::Malformed),
-            };
+            let (tos, df) = hdr.dscp_ecn_df(pkt.data());
+            let nh = hdr.tunnel_next_header(pkt.data())?;
             let v6 = local.is_ipv6();
             let ah_len = header_len(icv_len, v6);
             pkt.push_front(ah_len).ok_or(Drop::TooBig)?;
@@ -197,7 +217,7 @@ pub fn encapsulate(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64) -> Result<(),
             (v6, outer_len, nh)
         }
         Mode::Transport => {
-            let ip = iphdr::parse(pkt.data())?;
+            let ip = hdr.layout(pkt.data())?;
             pkt.truncate(ip.total_len);
             let ah_len = header_len(icv_len, ip.v6);
             pkt.insert_gap(ip.header_len, ah_len).ok_or(Drop::TooBig)?;

@@ -3,9 +3,11 @@
 //! that the inbound policy requires.
 
 use crate::inbound::{classify, esp_in_udp_spi, Classified};
+use crate::iphdr::Hdr;
 use crate::sa::{InboundSa, Mode, OutboundSa, SaBase};
 use crate::{ah, esp, Drop, Protocol};
 use netveil_sa::spi::SpiMap;
+use netveil_wire::ip::Headers;
 use netveil_wire::PacketBuf;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -340,12 +342,38 @@ impl Sad {
 
 /// Applies the outbound SAs `bundle` (innermost first) to the packet.
 pub fn protect(sad: &Sad, bundle: &[OutIdx], pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
+    protect_from(sad, bundle, pkt, now, Hdr::Bytes)
+}
+
+/// [`protect`] of a packet whose headers the caller parsed already (`hdrs`, the view of the packet in `pkt` as it
+/// is now): the innermost SA reads the IP header from it (see [`esp::encapsulate_parsed`],
+/// [`ah::encapsulate_parsed`]); an SA after it reads the header the one before it wrote, from the bytes.
+pub fn protect_parsed(
+    sad: &Sad,
+    bundle: &[OutIdx],
+    pkt: &mut PacketBuf,
+    now: u64,
+    hdrs: &Headers,
+) -> Result<(), Drop> {
+    protect_from(sad, bundle, pkt, now, Hdr::Parsed(hdrs))
+}
+
+/// `first`: where the innermost SA reads the IP header; the others read it from the bytes.
+fn protect_from(
+    sad: &Sad,
+    bundle: &[OutIdx],
+    pkt: &mut PacketBuf,
+    now: u64,
+    first: Hdr<'_>,
+) -> Result<(), Drop> {
+    let mut hdr = first;
     for &i in bundle {
         let sa = sad.out(i);
         match sa.protocol() {
-            Protocol::Esp => esp::encapsulate(sa, pkt, now)?,
-            Protocol::Ah => ah::encapsulate(sa, pkt, now)?,
+            Protocol::Esp => esp::encap(sa, pkt, now, true, hdr)?,
+            Protocol::Ah => ah::encap(sa, pkt, now, hdr)?,
         }
+        hdr = Hdr::Bytes;
     }
     Ok(())
 }
@@ -373,16 +401,39 @@ pub fn protect_for_sockets(
     pkt: &mut PacketBuf,
     now: u64,
 ) -> Result<Protected, Drop> {
+    protect_for_sockets_from(sad, bundle, pkt, now, Hdr::Bytes)
+}
+
+/// [`protect_for_sockets`] of a packet whose headers the caller parsed already, as [`protect_parsed`].
+pub fn protect_for_sockets_parsed(
+    sad: &Sad,
+    bundle: &[OutIdx],
+    pkt: &mut PacketBuf,
+    now: u64,
+    hdrs: &Headers,
+) -> Result<Protected, Drop> {
+    protect_for_sockets_from(sad, bundle, pkt, now, Hdr::Parsed(hdrs))
+}
+
+fn protect_for_sockets_from(
+    sad: &Sad,
+    bundle: &[OutIdx],
+    pkt: &mut PacketBuf,
+    now: u64,
+    first: Hdr<'_>,
+) -> Result<Protected, Drop> {
     let Some((&last, inner)) = bundle.split_last() else {
         return Ok(Protected::Packet);
     };
     let sa = sad.out(last);
     if sa.protocol() == Protocol::Esp && sa.params.encap.is_some() {
-        protect(sad, inner, pkt, now)?;
-        let (src, sport, to) = esp::encapsulate_udp_payload(sa, pkt, now)?;
+        protect_from(sad, inner, pkt, now, first)?;
+        // The view is the outermost SA's only if no SA went before it.
+        let hdr = if inner.is_empty() { first } else { Hdr::Bytes };
+        let (src, sport, to) = esp::encap_udp_payload(sa, pkt, now, hdr)?;
         Ok(Protected::UdpPayload { src, sport, to })
     } else {
-        protect(sad, bundle, pkt, now).map(|()| Protected::Packet)
+        protect_from(sad, bundle, pkt, now, first).map(|()| Protected::Packet)
     }
 }
 
@@ -399,9 +450,33 @@ pub struct OnWire {
 /// sender compares it with the path's MTU before it seals, and finds with it the largest packet that fits.
 pub fn on_wire(sad: &Sad, bundle: &[OutIdx], p: &[u8], len: usize) -> Result<OnWire, Drop> {
     let ip = crate::iphdr::parse(p)?;
-    let mut dst = netveil_wire::ip::dst_addr(p).ok_or(Drop::Malformed)?;
+    let dst = netveil_wire::ip::dst_addr(p).ok_or(Drop::Malformed)?;
+    on_wire_from(sad, bundle, ip.header_len, ip.v6, dst, len)
+}
+
+/// [`on_wire`] of the packet whose headers `hdrs` are (its layout before ESP/AH, family and destination; nothing
+/// else of the packet is read), as if its length were `len`.
+pub fn on_wire_parsed(
+    sad: &Sad,
+    bundle: &[OutIdx],
+    hdrs: &Headers,
+    len: usize,
+) -> Result<OnWire, Drop> {
+    let ip = hdrs.before_ipsec();
+    on_wire_from(sad, bundle, ip.header_len, ip.v6, hdrs.dst_addr(), len)
+}
+
+/// `hdr`: the length of the packet's headers before ESP/AH; `v6`, `dst`: its family and destination.
+fn on_wire_from(
+    sad: &Sad,
+    bundle: &[OutIdx],
+    hdr: usize,
+    v6: bool,
+    dst: IpAddr,
+    len: usize,
+) -> Result<OnWire, Drop> {
     // The IP packet so far: its length, its header's (with the IPv6 extension headers before ESP/AH), family.
-    let (mut total, mut hdr, mut v6) = (len, ip.header_len, ip.v6);
+    let (mut total, mut hdr, mut v6, mut dst) = (len, hdr, v6, dst);
     let plain = |v6: bool| {
         if v6 {
             netveil_wire::ipv6::HEADER_LEN

@@ -5,12 +5,12 @@
 //! where the part between `|` is encrypted (with AEADs, SPI and Seq, plus the high sequence bits with ESN, are the
 //! AAD; with GMAC everything is authenticated and nothing encrypted).
 
-use crate::iphdr;
+use crate::iphdr::{self, Hdr};
 use crate::sa::{InboundSa, Keys, Mode, OutboundSa, SaBase};
 use crate::suite::EspKeys;
 use crate::{inbound::Located, Drop};
 use netveil_sa::lifetime::LifetimeState;
-use netveil_wire::ip::Layout;
+use netveil_wire::ip::{Headers, Layout};
 use netveil_wire::{ip, ip_proto, udp, PacketBuf};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
@@ -248,7 +248,20 @@ fn laid_out<'a>(
 /// Protects the IP packet in `pkt` with the outbound ESP SA `sa`, turning it into the complete ESP packet to send
 /// (outer IP header included). `now` is the caller's clock in seconds (for lifetimes).
 pub fn encapsulate(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64) -> Result<(), Drop> {
-    encap(sa, pkt, now, true)
+    encap(sa, pkt, now, true, Hdr::Bytes)
+}
+
+/// [`encapsulate`] of a packet whose headers the caller parsed already: `hdrs` is the view of the packet in `pkt`
+/// as it is now (not changed since it was parsed). What the transform reads of the IP header comes from it, not
+/// from the bytes: the version, DSCP/ECN and DF (tunnel mode, for the outer header), the layout before ESP and
+/// the total length (transport mode). The result is the same as [`encapsulate`]'s.
+pub fn encapsulate_parsed(
+    sa: &OutboundSa,
+    pkt: &mut PacketBuf,
+    now: u64,
+    hdrs: &Headers,
+) -> Result<(), Drop> {
+    encap(sa, pkt, now, true, Hdr::Parsed(hdrs))
 }
 
 /// As [`encapsulate`] with an ESP-in-UDP SA, for a UDP socket to send: `pkt` becomes the datagram's payload (the
@@ -261,20 +274,47 @@ pub fn encapsulate_udp_payload(
     pkt: &mut PacketBuf,
     now: u64,
 ) -> Result<(IpAddr, u16, SocketAddr), Drop> {
+    encap_udp_payload(sa, pkt, now, Hdr::Bytes)
+}
+
+/// [`encapsulate_udp_payload`] of a packet whose headers the caller parsed already, as [`encapsulate_parsed`]
+/// (transport mode also takes the addresses from `hdrs`).
+pub fn encapsulate_udp_payload_parsed(
+    sa: &OutboundSa,
+    pkt: &mut PacketBuf,
+    now: u64,
+    hdrs: &Headers,
+) -> Result<(IpAddr, u16, SocketAddr), Drop> {
+    encap_udp_payload(sa, pkt, now, Hdr::Parsed(hdrs))
+}
+
+pub(crate) fn encap_udp_payload(
+    sa: &OutboundSa,
+    pkt: &mut PacketBuf,
+    now: u64,
+    hdr: Hdr<'_>,
+) -> Result<(IpAddr, u16, SocketAddr), Drop> {
     let Some(u) = sa.params.encap else {
         return Err(Drop::Unsupported);
     };
     let (src, dst) = match sa.params.mode {
         Mode::Tunnel { local, remote } => (local, remote),
-        Mode::Transport => ip::addrs(pkt.data()).ok_or(Drop::Malformed)?,
+        Mode::Transport => hdr.addrs(pkt.data()).ok_or(Drop::Malformed)?,
     };
-    encap(sa, pkt, now, false)?;
+    encap(sa, pkt, now, false, hdr)?;
     Ok((src, u.local_port, SocketAddr::new(dst, u.remote_port)))
 }
 
 /// `outer`: push the outer headers of tunnel mode, keep the IP header (and write the UDP header) of transport mode;
-/// else the packet ends as the ESP packet.
-fn encap(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64, outer: bool) -> Result<(), Drop> {
+/// else the packet ends as the ESP packet. `hdr`: where the IP header is read (every read comes before the packet
+/// changes).
+pub(crate) fn encap(
+    sa: &OutboundSa,
+    pkt: &mut PacketBuf,
+    now: u64,
+    outer: bool,
+    hdr: Hdr<'_>,
+) -> Result<(), Drop> {
     let keys = esp_keys(sa)?;
     let suite = suite(sa);
     if sa.lifetime_state(now) == LifetimeState::Expired {
@@ -290,20 +330,13 @@ fn encap(sa: &OutboundSa, pkt: &mut PacketBuf, now: u64, outer: bool) -> Result<
     } else {
         0
     };
-    let (tos, df) = ip::dscp_ecn_df(pkt.data());
+    let (tos, df) = hdr.dscp_ecn_df(pkt.data());
 
     // Where the payload starts, and what the ESP next header will say.
     let (payload_off, next_header, ip) = match sa.params.mode {
-        Mode::Tunnel { .. } => {
-            let nh = match ip::version(pkt.data()) {
-                Some(4) => ip_proto::IPIP,
-                Some(6) => ip_proto::IPV6,
-                _ => return Err(Drop::Malformed),
-            };
-            (0, nh, None)
-        }
+        Mode::Tunnel { .. } => (0, hdr.tunnel_next_header(pkt.data())?, None),
         Mode::Transport => {
-            let ip = iphdr::parse(pkt.data())?;
+            let ip = hdr.layout(pkt.data())?;
             pkt.truncate(ip.total_len);
             (ip.header_len, ip.next_header, Some(ip))
         }

@@ -2,13 +2,65 @@
 //! UDP header of ESP in UDP), with their failures as drop reasons.
 
 use crate::Drop;
-use netveil_wire::ip::{self, Layout};
+use netveil_wire::ip::{self, Headers, Layout};
 use netveil_wire::{ipv4, ipv6, PacketBuf};
 use std::net::IpAddr;
 
 /// The IP header and the IPv6 extension headers that go before ESP or AH (see [`Layout::before_ipsec`]).
 pub fn parse(p: &[u8]) -> Result<Layout, Drop> {
     Layout::before_ipsec(p).map_err(|_| Drop::Malformed)
+}
+
+/// Where a transform reads the IP header of the packet it protects: a view the caller parsed once and hands down
+/// ([`Headers`], of the bytes as they are when the transform starts), or the bytes themselves. Each read is made
+/// before the transform changes the header (the view does not follow the changes).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Hdr<'a> {
+    Parsed(&'a Headers),
+    Bytes,
+}
+
+impl Hdr<'_> {
+    /// The DSCP/ECN byte and the IPv4 DF bit of the fixed header (see [`ip::dscp_ecn_df`]).
+    #[inline]
+    pub(crate) fn dscp_ecn_df(self, p: &[u8]) -> (u8, bool) {
+        match self {
+            Hdr::Parsed(h) => h.dscp_ecn_df(),
+            Hdr::Bytes => ip::dscp_ecn_df(p),
+        }
+    }
+
+    /// The next header of a tunnel whose inner packet this is: IPv4 in IP or IPv6 (by the version nibble).
+    #[inline]
+    pub(crate) fn tunnel_next_header(self, p: &[u8]) -> Result<u8, Drop> {
+        let v = match self {
+            Hdr::Parsed(h) => Some(h.version()),
+            Hdr::Bytes => ip::version(p),
+        };
+        match v {
+            Some(4) => Ok(netveil_wire::ip_proto::IPIP),
+            Some(6) => Ok(netveil_wire::ip_proto::IPV6),
+            _ => Err(Drop::Malformed),
+        }
+    }
+
+    /// The headers up to where ESP or AH goes ([`parse`]).
+    #[inline]
+    pub(crate) fn layout(self, p: &[u8]) -> Result<Layout, Drop> {
+        match self {
+            Hdr::Parsed(h) => Ok(h.before_ipsec()),
+            Hdr::Bytes => parse(p),
+        }
+    }
+
+    /// The source and destination (see [`ip::addrs`]).
+    #[inline]
+    pub(crate) fn addrs(self, p: &[u8]) -> Option<(IpAddr, IpAddr)> {
+        match self {
+            Hdr::Parsed(h) => Some(h.addrs()),
+            Hdr::Bytes => ip::addrs(p),
+        }
+    }
 }
 
 /// After the transform changed what follows the headers of `ip`: writes `next_header` and fixes the lengths (and

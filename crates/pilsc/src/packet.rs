@@ -69,6 +69,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use netveil_crypto::stream::{new_stream, StreamAlg, StreamCipher};
 use netveil_crypto::{new_aead, new_mac, Aead, AeadAlg, HashAlg, KeyError, Mac};
 use netveil_sa::replay::ReplayWindow;
+use netveil_wire::ip::Headers;
 use netveil_wire::ipv4::Packet;
 use netveil_wire::{icmpv4, tcp, udp};
 
@@ -158,7 +159,8 @@ pub enum OpenError {
     State,
 }
 
-/// What a protected packet's option says, found without decrypting anything.
+/// What a protected packet's option says, found without decrypting anything, and the header fields
+/// [`Opener::open_marked`] reads (from the same parse of the header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Marking {
     pub key_id: u16,
@@ -167,6 +169,34 @@ pub struct Marking {
     pub mode: Mode,
     /// Offset of the option's type byte from the packet's start.
     offset: usize,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: u8,
+    header_len: usize,
+    total_len: usize,
+    fragment: bool,
+}
+
+impl Marking {
+    /// The packet's source address (whose window the counter is checked against).
+    pub fn src(&self) -> Ipv4Addr {
+        self.src
+    }
+
+    /// The option's length.
+    fn len(&self) -> usize {
+        self.mode.option_len()
+    }
+}
+
+/// The fields of a checked IPv4 header that sealing reads.
+struct Fields {
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: u8,
+    header_len: usize,
+    total_len: usize,
+    fragment: bool,
 }
 
 /// Reads option 130 of an IPv4 packet: `Ok(None)` if it has none.
@@ -195,6 +225,12 @@ pub fn marking(packet: &[u8]) -> Result<Option<Marking>, OpenError> {
             counter: u64::from_be_bytes(d[2..10].try_into().map_err(|_| OpenError::Malformed)?),
             mode,
             offset: 20 + o.offset,
+            src: p.src_addr(),
+            dst: p.dst_addr(),
+            proto: p.protocol(),
+            header_len: p.header_len(),
+            total_len: usize::from(p.total_len()),
+            fragment: p.more_frags() || p.frag_offset() != 0,
         });
     }
     Ok(found)
@@ -351,7 +387,6 @@ impl Sealer {
         start: usize,
         len: usize,
     ) -> Result<(usize, usize), SealError> {
-        let ol = self.k.mode.option_len();
         let end = start
             .checked_add(len)
             .filter(|e| *e <= buf.len())
@@ -360,18 +395,74 @@ impl Sealer {
         if p.version() != 4 {
             return Err(SealError::Malformed);
         }
-        if p.more_frags() || p.frag_offset() != 0 {
+        let fields = Fields {
+            src: p.src_addr(),
+            dst: p.dst_addr(),
+            proto: p.protocol(),
+            header_len: p.header_len(),
+            total_len: usize::from(p.total_len()),
+            fragment: p.more_frags() || p.frag_offset() != 0,
+        };
+        self.seal_fields(buf, start, end, &fields)
+    }
+
+    /// [`Sealer::seal`] of a packet whose headers the caller parsed already: `hdrs` is the view of the packet at
+    /// `buf[start..start + len]` as it is now (its IP header not changed since it was parsed; a change to the
+    /// transport header, as the MSS clamp's, does not matter). The version, addresses, protocol, lengths and
+    /// fragment fields come from it; only a header with options is read again (to tell option 130 from others).
+    /// The result is the same as [`Sealer::seal`]'s.
+    pub fn seal_parsed(
+        &mut self,
+        buf: &mut [u8],
+        start: usize,
+        len: usize,
+        hdrs: &Headers,
+    ) -> Result<(usize, usize), SealError> {
+        let end = start
+            .checked_add(len)
+            .filter(|e| *e <= buf.len())
+            .ok_or(SealError::Malformed)?;
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = hdrs.addrs() else {
+            return Err(SealError::Malformed);
+        };
+        // (A view of these bytes says so; one of other bytes must not lead the slicing below astray.)
+        if hdrs.total_len() > len {
+            return Err(SealError::Malformed);
+        }
+        let fields = Fields {
+            src,
+            dst,
+            proto: hdrs.protocol(),
+            header_len: hdrs.header_len(),
+            total_len: hdrs.total_len(),
+            fragment: hdrs.fragment().is_some(),
+        };
+        self.seal_fields(buf, start, end, &fields)
+    }
+
+    /// Seals the packet at `buf[start..end]`, whose checked IPv4 header says `f`.
+    fn seal_fields(
+        &mut self,
+        buf: &mut [u8],
+        start: usize,
+        end: usize,
+        f: &Fields,
+    ) -> Result<(usize, usize), SealError> {
+        let ol = self.k.mode.option_len();
+        if f.fragment {
             return Err(SealError::Fragment);
         }
-        for o in p.options_iter() {
-            match o {
-                Ok(o) if o.kind == OPTION_TYPE => return Err(SealError::Marked),
-                Ok(_) => {}
-                Err(_) => return Err(SealError::Malformed),
-            }
-        }
-        let (hl, tl) = (p.header_len(), p.total_len() as usize);
+        let (hl, tl) = (f.header_len, f.total_len);
         if hl != MIN_HEADER_LEN {
+            // Options: option 130 already there, or others (or ones that do not parse).
+            let p = Packet::new_checked(&buf[start..end]).map_err(|_| SealError::Malformed)?;
+            for o in p.options_iter() {
+                match o {
+                    Ok(o) if o.kind == OPTION_TYPE => return Err(SealError::Marked),
+                    Ok(_) => {}
+                    Err(_) => return Err(SealError::Malformed),
+                }
+            }
             return Err(SealError::Options);
         }
         if tl + ol > usize::from(u16::MAX) {
@@ -383,7 +474,7 @@ impl Sealer {
         if self.next >= self.end {
             return Err(SealError::Exhausted);
         }
-        let (src, dst, proto) = (p.src_addr(), p.dst_addr(), p.protocol());
+        let (src, dst, proto) = (f.src, f.dst, f.proto);
         let counter = self.next;
         self.next += 1;
 
@@ -522,10 +613,30 @@ impl Opener {
             .checked_add(len)
             .filter(|e| *e <= buf.len())
             .ok_or(OpenError::Malformed)?;
-        let pkt = &buf[start..end];
-        let m = marking(pkt)?.ok_or(OpenError::Unmarked)?;
-        let p = Packet::new_unchecked(pkt);
-        if p.more_frags() || p.frag_offset() != 0 {
+        let m = marking(&buf[start..end])?.ok_or(OpenError::Unmarked)?;
+        self.open_marked(buf, start, len, &m, floors)
+    }
+
+    /// [`Opener::open_with`] of a packet whose option the caller read already: `m` is [`marking`]'s answer for
+    /// the packet at `buf[start..start + len]` as it is now, and its header fields are not read again. The result
+    /// is the same as [`Opener::open_with`]'s.
+    pub fn open_marked(
+        &mut self,
+        buf: &mut [u8],
+        start: usize,
+        len: usize,
+        m: &Marking,
+        floors: &mut dyn Floors,
+    ) -> Result<(usize, usize), OpenError> {
+        let end = start
+            .checked_add(len)
+            .filter(|e| *e <= buf.len())
+            .ok_or(OpenError::Malformed)?;
+        // (A marking of these bytes says so; one of other bytes must not lead the slicing below astray.)
+        if m.total_len > len || m.header_len > m.total_len || m.offset + m.len() > m.header_len {
+            return Err(OpenError::Malformed);
+        }
+        if m.fragment {
             return Err(OpenError::Fragment);
         }
         if m.mode != self.k.mode {
@@ -533,14 +644,14 @@ impl Opener {
         }
         // Option 130 right after the fixed header and nothing else: an option inserted on the way is not covered by
         // the tag and would act on the receiving host (router alert, a source route).
-        if p.header_len() != MIN_HEADER_LEN + m.mode.option_len() {
+        if m.header_len != MIN_HEADER_LEN + m.mode.option_len() {
             return Err(OpenError::Options);
         }
         if m.key_id != self.k.key_id {
             return Err(OpenError::WrongKey);
         }
-        let (src, dst, proto) = (p.src_addr(), p.dst_addr(), p.protocol());
-        let (hl, tl) = (p.header_len(), p.total_len() as usize);
+        let (src, dst, proto) = (m.src, m.dst, m.proto);
+        let (hl, tl) = (m.header_len, m.total_len);
         // Cheap checks first: the counter against the key's range and the source's window, before any decryption.
         if m.counter >= self.k.limit {
             return Err(OpenError::Replay);

@@ -22,6 +22,7 @@ use std::net::IpAddr;
 use ipnet::{IpNet, Ipv4Net};
 use netveil_sa::policy::{self, Action, Direction, FlowKey, PolicyDb, Selector};
 use netveil_wire::icmp::{error_quote_of, ErrorQuote};
+use netveil_wire::ip::Headers;
 
 use crate::rules::{ApplMode, Rule, RuleFile};
 
@@ -104,7 +105,7 @@ pub struct Judged {
 /// Why a packet cannot be judged (the engine drops it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unjudged {
-    /// Not an IPv4 packet whose headers [`netveil_wire::ip::flow_key`] reads.
+    /// Not an IPv4 packet whose headers [`netveil_wire::ip::flow_key`] reads ([`Headers::parse`]).
     Malformed,
     /// An ICMP error whose quote is not the start of an IPv4 packet with its ports: whether it quotes a protected
     /// flow cannot be told (Linux sends none such).
@@ -113,7 +114,14 @@ pub enum Unjudged {
 
 /// The fields the rules judge the clear IPv4 packet `pkt` by (ports 0 where it has none); no allocation.
 pub fn judged(pkt: &[u8]) -> Result<Judged, Unjudged> {
-    let f = netveil_wire::ip::flow_key(pkt).map_err(|_| Unjudged::Malformed)?;
+    let h = Headers::parse(pkt).map_err(|_| Unjudged::Malformed)?;
+    judged_parsed(pkt, &h)
+}
+
+/// [`judged`] of a packet whose headers the caller parsed already (`h`, the view of `pkt` as it is): its flow is
+/// read from the view; only an ICMP error's quote is read from the bytes.
+pub fn judged_parsed(pkt: &[u8], h: &Headers) -> Result<Judged, Unjudged> {
+    let f = h.flow();
     if !matches!(f.src, IpAddr::V4(_)) {
         return Err(Unjudged::Malformed);
     }

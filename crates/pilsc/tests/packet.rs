@@ -407,3 +407,113 @@ fn what_is_refused() {
         assert_eq!(seal(&mut s, &p), Err(SealError::Exhausted), "{c}");
     }
 }
+
+/// Seals `pkt` with `a` from the bytes and with `b` (alike) from its headers parsed once
+/// ([`Sealer::seal_parsed`]): the same result, the same bytes. `None` where the headers do not parse (the engine
+/// drops such a packet before it would seal).
+fn seal_both(a: &mut Sealer, b: &mut Sealer, pkt: &[u8]) -> Option<Result<Vec<u8>, SealError>> {
+    let h = netveil_wire::ip::Headers::parse(pkt).ok()?;
+    let x = seal(a, pkt);
+    let mut buf = framed(pkt);
+    let y = b
+        .seal_parsed(&mut buf, HEAD, pkt.len(), &h)
+        .map(|(s, l)| buf[s..s + l].to_vec());
+    assert_eq!(x, y, "{pkt:02x?}");
+    Some(x)
+}
+
+/// Opens `pkt` with `a` ([`Opener::open_with`]) and with `b` (alike) from its marking read once
+/// ([`Opener::open_marked`]): the same result, the same bytes.
+fn open_both(a: &mut Opener, b: &mut Opener, pkt: &[u8]) -> Result<Vec<u8>, OpenError> {
+    let x = open(a, pkt);
+    let y = match marking(pkt) {
+        Err(e) => Err(e),
+        Ok(None) => Err(OpenError::Unmarked),
+        Ok(Some(m)) => {
+            let mut buf = framed(pkt);
+            b.open_marked(
+                &mut buf,
+                HEAD,
+                pkt.len(),
+                &m,
+                &mut netveil_pilsc::packet::NoFloors,
+            )
+            .map(|(s, l)| buf[s..s + l].to_vec())
+        }
+    };
+    assert_eq!(x, y, "{pkt:02x?}");
+    x
+}
+
+/// The headers parsed once seal and open as the bytes do: every algorithm, mode and protocol, sizes, and what is
+/// refused (fragments, options, marked twice, other options inserted, tampering, replays, the other mode).
+#[test]
+fn parsed_headers_seal_and_open_as_the_bytes_do() {
+    let ra = [0x94, 4, 0, 0];
+    for c in BUILT {
+        for mode in MODES {
+            let new_sealer = || Sealer::new(c, mode, &key(c), 1, u64::MAX).unwrap();
+            let new_opener = || Opener::new(c, mode, &key(c), 64, 16).unwrap();
+            let (mut sa, mut sb) = (new_sealer(), new_sealer());
+            let (mut oa, mut ob) = (new_opener(), new_opener());
+            let other = if mode == Mode::Confidential {
+                Mode::Authenticated
+            } else {
+                Mode::Confidential
+            };
+            let mut oc = Opener::new(c, other, &key(c), 64, 16).unwrap();
+            let mut od = Opener::new(c, other, &key(c), 64, 16).unwrap();
+            for proto in [6, 17, 1] {
+                for data in [&b""[..], &b"x"[..], &[0xab; 1400][..]] {
+                    let clear = packet(proto, data, &[]);
+                    let wire = seal_both(&mut sa, &mut sb, &clear).unwrap().unwrap();
+                    assert_eq!(open_both(&mut oa, &mut ob, &wire), Ok(clear.clone()));
+                    assert_eq!(open_both(&mut oa, &mut ob, &wire), Err(OpenError::Replay));
+                    assert_eq!(
+                        open_both(&mut oc, &mut od, &wire),
+                        Err(OpenError::WrongMode)
+                    );
+                    assert_eq!(
+                        seal_both(&mut sa, &mut sb, &wire),
+                        Some(Err(SealError::Marked))
+                    );
+                    let wire = seal_both(&mut sa, &mut sb, &clear).unwrap().unwrap();
+                    let mut t = wire.clone();
+                    let last = t.len() - 1;
+                    t[last] ^= 0x40;
+                    let _ = open_both(&mut oa, &mut ob, &t);
+                    let t = with_option(&wire, 20, &ra);
+                    assert_eq!(open_both(&mut oa, &mut ob, &t), Err(OpenError::Options));
+                    let mut f = wire.clone();
+                    f[6] = 0x20;
+                    assert_eq!(open_both(&mut oa, &mut ob, &f), Err(OpenError::Fragment));
+                    assert!(open_both(&mut oa, &mut ob, &wire).is_ok());
+                    assert_eq!(
+                        open_both(&mut oa, &mut ob, &wire[..25]),
+                        Err(OpenError::Malformed)
+                    );
+                    assert_eq!(
+                        open_both(&mut oa, &mut ob, &clear),
+                        Err(OpenError::Unmarked)
+                    );
+                }
+                let mut frag = packet(proto, b"x", &[]);
+                frag[6] = 0x20;
+                assert_eq!(
+                    seal_both(&mut sa, &mut sb, &frag),
+                    Some(Err(SealError::Fragment))
+                );
+                for opts in [&ra[..], &[1, 1, 1, 1][..], &[130, 4, 0, 0][..]] {
+                    let p = packet(proto, b"x", opts);
+                    let want = if opts[0] == 130 {
+                        SealError::Marked
+                    } else {
+                        SealError::Options
+                    };
+                    assert_eq!(seal_both(&mut sa, &mut sb, &p), Some(Err(want)));
+                }
+            }
+            assert_eq!(sa.next_counter(), sb.next_counter());
+        }
+    }
+}

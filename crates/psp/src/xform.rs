@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use netveil_crypto::{new_aead, Aead, AeadAlg};
-use netveil_wire::ip::{self, Layout};
+use netveil_wire::ip::{self, Headers, Layout};
 use netveil_wire::{ip_proto, ipv4, ipv6, udp, PacketBuf};
 
 use crate::header::{Header, Repr, Version, BASE_LEN, ICV_LEN, VC_LEN};
@@ -150,7 +150,16 @@ impl TxSa {
     /// Encapsulates the IP packet in `pkt` (which must be exactly one IP packet, its length fields matching).
     /// On error the packet is unchanged and no IV is used. Safe to call from several threads at once.
     pub fn encapsulate(&self, pkt: &mut PacketBuf) -> Result<(), Error> {
-        self.encap(pkt, true).map(|_| ())
+        self.encap(pkt, true, None).map(|_| ())
+    }
+
+    /// [`TxSa::encapsulate`] of a packet whose headers the caller parsed already: `hdrs` is the view of the packet
+    /// in `pkt` as it is now (not changed since it was parsed). The IP header's layout (the fixed header: family,
+    /// length, protocol, fragment) and its total length are read from it, not from the bytes; the transport
+    /// header's ports and the header copied to the outer one (tunnel mode) are the bytes'. The result is the same
+    /// as [`TxSa::encapsulate`]'s.
+    pub fn encapsulate_parsed(&self, pkt: &mut PacketBuf, hdrs: &Headers) -> Result<(), Error> {
+        self.encap(pkt, true, Some(hdrs)).map(|_| ())
     }
 
     /// As [`TxSa::encapsulate`], for a UDP socket to send: `pkt` becomes the datagram's payload (PSP header, inner
@@ -158,7 +167,17 @@ impl TxSa {
     /// from the packet's source to its destination; its IP header is consumed). Returns the UDP source port the
     /// packet would carry (the flow's).
     pub fn encapsulate_udp_payload(&self, pkt: &mut PacketBuf) -> Result<u16, Error> {
-        self.encap(pkt, false)
+        self.encap(pkt, false, None)
+    }
+
+    /// [`TxSa::encapsulate_udp_payload`] of a packet whose headers the caller parsed already, as
+    /// [`TxSa::encapsulate_parsed`].
+    pub fn encapsulate_udp_payload_parsed(
+        &self,
+        pkt: &mut PacketBuf,
+        hdrs: &Headers,
+    ) -> Result<u16, Error> {
+        self.encap(pkt, false, Some(hdrs))
     }
 
     /// The length of the IP packet that leaves for the IP packet `p` if its length were `len` (its headers as they
@@ -166,7 +185,16 @@ impl TxSa {
     /// the inner packet (tunnel) or the transport payload, the ICV. Computed without encapsulating: no IV is used.
     /// `None` where `p` is not an IP packet.
     pub fn udp_wire_len(&self, p: &[u8], len: usize) -> Option<usize> {
-        let ip = Layout::fixed(p).ok()?;
+        self.wire_len_of(&Layout::fixed(p).ok()?, len)
+    }
+
+    /// [`TxSa::udp_wire_len`] of the packet whose headers `hdrs` are (its fixed header's layout is all that is
+    /// read).
+    pub fn udp_wire_len_parsed(&self, hdrs: &Headers, len: usize) -> Option<usize> {
+        self.wire_len_of(&hdrs.fixed(), len)
+    }
+
+    fn wire_len_of(&self, ip: &Layout, len: usize) -> Option<usize> {
         let psp_hlen = BASE_LEN + if self.cfg.vc { VC_LEN } else { 0 };
         let body = match self.cfg.mode {
             Mode::Transport => len.checked_sub(ip.header_len)?,
@@ -180,10 +208,20 @@ impl TxSa {
         Some(ip_hlen + UDP_LEN + psp_hlen + body + ICV_LEN)
     }
 
-    /// `outer`: write the outer IP and UDP headers (else the packet starts at the PSP header). Returns the UDP
-    /// source port.
-    fn encap(&self, pkt: &mut PacketBuf, outer: bool) -> Result<u16, Error> {
-        let ip = ip_header(pkt.data())?;
+    /// `outer`: write the outer IP and UDP headers (else the packet starts at the PSP header). `hdrs`: the view of
+    /// the packet's headers, if the caller parsed them (its layout is read before anything changes). Returns the
+    /// UDP source port.
+    fn encap(
+        &self,
+        pkt: &mut PacketBuf,
+        outer: bool,
+        hdrs: Option<&Headers>,
+    ) -> Result<u16, Error> {
+        let ip = match hdrs {
+            Some(h) if h.total_len() == pkt.len() => h.fixed(),
+            Some(_) => return Err(Error::Malformed),
+            None => ip_header(pkt.data())?,
+        };
         let ihl = ip.header_len;
         let psp_hlen = BASE_LEN + if self.cfg.vc { VC_LEN } else { 0 };
         let sport = src_port(ip.next_header, &pkt.data()[ihl..]);
@@ -563,6 +601,103 @@ mod tests {
             assert_eq!(b.data(), &p[..]);
         }
         assert_eq!(sa.next_iv(), 0);
+    }
+
+    /// The headers parsed once by the caller give what the bytes give: the same packets (two SAs with one key and
+    /// IV counter), the same refusals, the same length on the wire; for both modes, families, VC or not, a
+    /// fragment, extension headers, and bytes past the packet's own length.
+    #[test]
+    fn parsed_headers_encapsulate_as_the_bytes_do() {
+        let mut pkts = Vec::new();
+        for n in [0usize, 3, 100, 1400] {
+            for (v6, proto) in [
+                (false, ip_proto::UDP),
+                (false, ip_proto::TCP),
+                (true, ip_proto::UDP),
+            ] {
+                let hl = if v6 { 40 } else { 20 };
+                let mut p: Vec<u8> = (0..hl + 8 + n).map(|i| (i * 7) as u8).collect();
+                let total = p.len() as u16;
+                if v6 {
+                    p[0] = 0x60;
+                    p[4..6].copy_from_slice(&(total - 40).to_be_bytes());
+                    p[6] = proto;
+                } else {
+                    p[0] = 0x45;
+                    p[1] = 0xb8;
+                    p[2..4].copy_from_slice(&total.to_be_bytes());
+                    p[6] = 0x40;
+                    p[7] = 0;
+                    p[9] = proto;
+                }
+                pkts.push(p.clone());
+                if !v6 {
+                    // A first fragment (transport mode refuses it).
+                    let mut f = p.clone();
+                    f[6] = 0x20;
+                    pkts.push(f);
+                } else {
+                    // A Destination Options header before UDP.
+                    let mut e = p[..40].to_vec();
+                    e[6] = ip_proto::IPV6_OPTS;
+                    e.extend_from_slice(&[ip_proto::UDP, 0, 1, 4, 0, 0, 0, 0]);
+                    e.extend_from_slice(&p[40..]);
+                    let pl = (e.len() - 40) as u16;
+                    e[4..6].copy_from_slice(&pl.to_be_bytes());
+                    pkts.push(e);
+                }
+                // Bytes past the packet's own length: refused either way.
+                p.extend_from_slice(&[0xee; 3]);
+                pkts.push(p);
+            }
+        }
+        for mode in [Mode::Transport, Mode::Tunnel] {
+            for vc in [false, true] {
+                let cfg = TxConfig {
+                    spi: 7,
+                    version: Version::AesGcm256,
+                    mode,
+                    crypt_offset_transport: 1,
+                    crypt_offset_tunnel_v4: 2,
+                    crypt_offset_tunnel_v6: 3,
+                    vc,
+                };
+                let (a, b) = (
+                    TxSa::with_key(&[3; 32], cfg).unwrap(),
+                    TxSa::with_key(&[3; 32], cfg).unwrap(),
+                );
+                let mut sealed = 0;
+                for p in &pkts {
+                    let h = netveil_wire::ip::Headers::parse(p).unwrap();
+                    for len in [p.len(), p.len() + 9] {
+                        assert_eq!(a.udp_wire_len(p, len), b.udp_wire_len_parsed(&h, len));
+                    }
+                    let (mut x, mut y) = (
+                        PacketBuf::from_slice(p, 128, 64),
+                        PacketBuf::from_slice(p, 128, 64),
+                    );
+                    let r = a.encapsulate(&mut x);
+                    assert_eq!(
+                        r,
+                        b.encapsulate_parsed(&mut y, &h),
+                        "{mode:?} {vc} {p:02x?}"
+                    );
+                    assert_eq!(x.data(), y.data());
+                    sealed += r.is_ok() as usize;
+                    let (mut x, mut y) = (
+                        PacketBuf::from_slice(p, 128, 64),
+                        PacketBuf::from_slice(p, 128, 64),
+                    );
+                    assert_eq!(
+                        a.encapsulate_udp_payload(&mut x),
+                        b.encapsulate_udp_payload_parsed(&mut y, &h)
+                    );
+                    assert_eq!(x.data(), y.data());
+                }
+                assert_eq!(a.next_iv(), b.next_iv());
+                assert!(sealed >= pkts.len() / 3, "{mode:?} {vc} {sealed}");
+            }
+        }
     }
 
     /// `udp_wire_len` is what leaves: the payload `encapsulate_udp_payload` makes, with the socket's IP and UDP

@@ -4,11 +4,12 @@
 //!   [`push_outer`], which puts a tunnel's outer headers in front of a packet.
 //! - [`flow_key`]: the selectors a policy matches on ([`FlowInfo`]).
 //! - [`Layout`]: where the headers end, for the transforms that insert or remove a header after them.
+//! - [`Headers`]: all of the above that a packet path reads, parsed and checked once, to be carried along.
 //! - The free functions on a packet's bytes, which keep no view: reads of the fixed header ([`version`],
 //!   [`addrs`], [`own_len`], ...), fix-ups in place ([`decrement_hop_limit`], [`set_addresses`], [`fix_lengths`])
 //!   and headers written in place ([`emit_ip_udp`], [`emit_udp_header`]).
 
-// layers: layout > bytes, flow, repr > packet
+// layers: view > layout > bytes, flow, repr > packet
 mod bytes;
 mod flow;
 mod layout;
@@ -16,6 +17,7 @@ mod packet;
 mod repr;
 #[cfg(test)]
 mod tests;
+mod view;
 
 pub use bytes::{
     addrs, decrement_hop_limit, dscp_ecn_df, dst_addr, emit_ip_udp, emit_udp_header, fix_lengths,
@@ -26,3 +28,4 @@ pub use flow::{flow_key, FlowInfo, Fragment, SCTP};
 pub use layout::Layout;
 pub use packet::Packet;
 pub use repr::{push_outer, Repr};
+pub use view::Headers;

@@ -2,6 +2,9 @@ use super::*;
 use crate::{ip_proto, ipv4, ipv6, udp, Error, PacketBuf};
 use std::net::{IpAddr, SocketAddr};
 
+/// [`Headers`] against the functions it replaces.
+mod view;
+
 #[test]
 fn dispatch() {
     let v4 = ipv4::tests::SYN;

@@ -8,6 +8,7 @@ use netveil_io::PacketBuf;
 use netveil_ipsec::bundle::{self, Protected, Unprotected};
 use netveil_ipsec::Drop as IpsecDrop;
 use netveil_sa::policy::{decide_error, Action, Direction, FlowKey};
+use netveil_wire::ip::Headers;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -47,7 +48,9 @@ impl Shared {
         frags: &mut FragCache,
         pmtu: &mut PathMtu,
     ) -> std::result::Result<TxRecord, Drop> {
-        let (key, frag, quoted) = policy_keys(pkt.data())?;
+        // The packet's headers, parsed once: the policy lookup, the path's MTU and the transforms read them here.
+        let hdrs = Headers::parse(pkt.data()).map_err(|_| IpsecDrop::Malformed)?;
+        let (key, frag, quoted) = policy_keys_of(pkt.data(), &hdrs)?;
         let action = self.decide(
             snap,
             Direction::Out,
@@ -61,7 +64,9 @@ impl Shared {
             frags.insert(&key, f.ident, action, now);
         }
         match action {
-            Action::Protect(i) if snap.policies[i].rule.psp => self.psp_out(pkt, &key, now, pmtu),
+            Action::Protect(i) if snap.policies[i].rule.psp => {
+                self.psp_out(pkt, &hdrs, &key, now, pmtu)
+            }
             Action::Protect(i) => {
                 // Only outbound SAs: an outbound policy's bundle cannot hold anything else.
                 let sas = snap.policies[i].sas.outbound();
@@ -74,9 +79,9 @@ impl Shared {
                     }
                     return Err(Drop::NoSa);
                 }
-                fits_path(&snap.sad, sas, pkt.data(), now, pmtu)?;
+                fits_path(&snap.sad, sas, &hdrs, pkt.data(), now, pmtu)?;
                 Ok(
-                    match bundle::protect_for_sockets(&snap.sad, sas, pkt, now)? {
+                    match bundle::protect_for_sockets_parsed(&snap.sad, sas, pkt, now, &hdrs)? {
                         Protected::UdpPayload { src, sport, to } => {
                             TxRecord::NatT(Datagram { src, sport, to })
                         }
@@ -226,8 +231,14 @@ pub type PolicyKeys = (FlowKey, Option<netveil_wire::ip::Fragment>, Option<FlowK
 
 /// The [`PolicyKeys`] of the IP packet `p`.
 pub fn policy_keys(p: &[u8]) -> std::result::Result<PolicyKeys, Drop> {
+    let h = Headers::parse(p).map_err(|_| IpsecDrop::Malformed)?;
+    policy_keys_of(p, &h)
+}
+
+/// The [`PolicyKeys`] of the IP packet `p`, whose headers `h` are (parsed from `p` as it is).
+pub(super) fn policy_keys_of(p: &[u8], h: &Headers) -> std::result::Result<PolicyKeys, Drop> {
     use netveil_wire::icmp::{error_quote_of, ErrorQuote};
-    let f = netveil_wire::ip::flow_key(p).map_err(|_| IpsecDrop::Malformed)?;
+    let f = h.flow();
     let quoted = match error_quote_of(p, &f) {
         ErrorQuote::NotAnError => None,
         ErrorQuote::Unreadable => return Err(IpsecDrop::Malformed.into()),
@@ -335,29 +346,35 @@ impl FragCache {
     }
 }
 
-/// Whether the IP packet `p`, sealed by `sas`, fits the route to its peer (see [`fits_len`]).
+/// Whether the IP packet `p` (whose headers are `hdrs`), sealed by `sas`, fits the route to its peer (see
+/// [`fits_len`]).
 pub(super) fn fits_path(
     sad: &netveil_ipsec::bundle::Sad,
     sas: &[netveil_ipsec::bundle::OutIdx],
+    hdrs: &Headers,
     p: &[u8],
     now: u64,
     pmtu: &mut PathMtu,
 ) -> std::result::Result<(), Drop> {
-    let w = bundle::on_wire(sad, sas, p, p.len())?;
+    let w = bundle::on_wire_parsed(sad, sas, hdrs, p.len())?;
     let in_udp = sas
         .last()
         .is_some_and(|&o| sad.out(o).params.encap.is_some());
-    fits_len(p, w.dst, in_udp, w.len, now, pmtu, |len| {
-        bundle::on_wire(sad, sas, p, len).ok().map(|w| w.len)
+    fits_len(hdrs, p, w.dst, in_udp, w.len, now, pmtu, |len| {
+        bundle::on_wire_parsed(sad, sas, hdrs, len)
+            .ok()
+            .map(|w| w.len)
     })
 }
 
-/// Whether the IP packet `p`, `len` bytes once sealed, fits the route to `dst`, `wire_len` giving what leaves for a
-/// packet of another length like `p` (see [`super::pmtu`]). A packet that does not is refused (`too-big-for-path`) and its
+/// Whether the IP packet `p` (whose headers are `hdrs`: its family and DF are read there), `len` bytes once
+/// sealed, fits the route to `dst`, `wire_len` giving what leaves for a packet of another length like `p` (see
+/// [`super::pmtu`]). A packet that does not is refused (`too-big-for-path`) and its
 /// sender told the largest size that fits; except an IPv4 packet without DF sent by UDP (`in_udp`) and an IPv6
 /// packet of at most 1,280 bytes, which go on to the socket as before (the datagram socket fragments the outer
 /// packet), and a packet for which nothing down to the protocol's minimum MTU (68 or 1,280 bytes) would fit.
 pub(super) fn fits_len(
+    hdrs: &Headers,
     p: &[u8],
     dst: IpAddr,
     in_udp: bool,
@@ -372,8 +389,8 @@ pub(super) fn fits_len(
     if len <= mtu {
         return Ok(());
     }
-    let v6 = netveil_wire::ip::version(p) == Some(6);
-    let df = !v6 && netveil_wire::ip::dscp_ecn_df(p).1;
+    let v6 = hdrs.is_ipv6();
+    let df = !v6 && hdrs.dscp_ecn_df().1;
     if (v6 && p.len() <= IPV6_MIN_MTU) || (!v6 && !df && in_udp) {
         return Ok(());
     }

@@ -14,10 +14,12 @@ use std::sync::atomic::Ordering::Relaxed;
 impl Shared {
     /// PSP outbound: encapsulate with the transmit SA the peer handed us (tunnel: outer addresses set to ours and
     /// the peer's). Counted in the device's tx counters. A packet that would not fit the route to the peer is not
-    /// encapsulated (see [`super::pmtu`]).
+    /// encapsulated (see [`super::pmtu`]). `hdrs`: the packet's headers as the policy lookup parsed them (the
+    /// packet is unchanged since).
     pub(super) fn psp_out(
         &self,
         pkt: &mut PacketBuf,
+        hdrs: &netveil_wire::ip::Headers,
         key: &netveil_sa::policy::FlowKey,
         now: u64,
         pmtu: &mut PathMtu,
@@ -37,8 +39,10 @@ impl Shared {
                     let tunnel = psp_state::is_tunnel(&st.cfg);
                     let dst = if tunnel { st.cfg.remote } else { key.dst };
                     let p = pkt.data();
-                    if let Some(len) = sa.udp_wire_len(p, p.len()) {
-                        fits_len(p, dst, true, len, now, pmtu, |l| sa.udp_wire_len(p, l))?;
+                    if let Some(len) = sa.udp_wire_len_parsed(hdrs, p.len()) {
+                        fits_len(hdrs, p, dst, true, len, now, pmtu, |l| {
+                            sa.udp_wire_len_parsed(hdrs, l)
+                        })?;
                     }
                     if tunnel && key.src.is_ipv4() != st.cfg.local.is_ipv4() {
                         // The outer header is a copy of the inner one: tunnels stay within one family.
@@ -46,7 +50,7 @@ impl Shared {
                     } else {
                         // The datagram's payload: the socket writes the IP and UDP headers (tunnel: between the
                         // tunnel's ends; transport: between the packet's).
-                        sa.encapsulate_udp_payload(pkt)
+                        sa.encapsulate_udp_payload_parsed(pkt, hdrs)
                     }
                 }
             }

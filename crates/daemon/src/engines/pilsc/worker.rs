@@ -7,13 +7,13 @@ use super::BATCH;
 use crate::runtime::state::StateDir;
 use netveil_io::nfqueue::{NfQueue, Queued, Verdict, HEADROOM, MESSAGE_MAX};
 use netveil_pilsc::packet::{marking, Mode, OpenError, SealError};
-use netveil_pilsc::policy::{decide as policy_decide, file_rule, judged, Unjudged};
+use netveil_pilsc::policy::{decide as policy_decide, file_rule, judged_parsed, Unjudged};
 use netveil_pilsc::rules::{Keys, RuleFile};
 use netveil_pilsc::table::{Settings, Table};
 use netveil_sa::flow_cache::CachedPolicy;
 use netveil_sa::policy::{Action, Direction};
+use netveil_wire::ip::Headers;
 use netveil_wire::PacketBuf;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,26 +46,46 @@ pub(super) fn decide(
     dir: Direction,
     pkt: &[u8],
 ) -> std::result::Result<((Option<usize>, Action), bool), Reason> {
-    let j = judged(pkt).map_err(|e| match e {
+    let h = Headers::parse(pkt).map_err(|_| Reason::Malformed)?;
+    decide_parsed(db, dir, pkt, &h)
+}
+
+/// [`decide`] of a packet whose headers `h` are (parsed from `pkt` as it is).
+pub(super) fn decide_parsed(
+    db: &mut CachedPolicy,
+    dir: Direction,
+    pkt: &[u8],
+    h: &Headers,
+) -> std::result::Result<((Option<usize>, Action), bool), Reason> {
+    let j = judged_parsed(pkt, h).map_err(|e| match e {
         Unjudged::Malformed => Reason::Malformed,
         Unjudged::UnreadableError => Reason::IcmpErrorUnreadable,
     })?;
     Ok(policy_decide(&j, |k| db.lookup(dir, k)))
 }
 
+/// [`clamp_mss_parsed`] of a packet whose headers are read here (tests).
+#[cfg(test)]
+pub(super) fn clamp_mss(pkt: &mut [u8], by: u16) {
+    if let Ok(h) = Headers::parse(pkt) {
+        clamp_mss_parsed(pkt, &h, by);
+    }
+}
+
 /// Lowers the MSS option of a TCP SYN by `by` bytes (and mends its checksum): a protected packet grows by the
 /// option after the host sized it, and the kernel would drop a full-sized segment with DF set, telling TCP an MTU
 /// it already uses. Each side's sealed SYN (or SYN-ACK) asks its peer for segments small enough to grow. Other
-/// packets are left alone.
-pub(super) fn clamp_mss(pkt: &mut [u8], by: u16) {
-    let Ok(mut p) = netveil_wire::ipv4::Packet::new_checked(pkt) else {
-        return;
-    };
-    if p.protocol() != 6 || p.more_frags() || p.frag_offset() != 0 {
+/// packets are left alone. `h`: the packet's headers, parsed from `pkt` as it is (this changes only the TCP
+/// header: `h` stays true of the IP header).
+pub(super) fn clamp_mss_parsed(pkt: &mut [u8], h: &Headers, by: u16) {
+    if h.version() != 4 || h.protocol() != 6 || h.fragment().is_some() {
         return;
     }
-    let (src, dst) = (IpAddr::V4(p.src_addr()), IpAddr::V4(p.dst_addr()));
-    let Ok(mut t) = netveil_wire::tcp::Packet::new_checked(p.payload_mut()) else {
+    let (src, dst) = h.addrs();
+    let Some(l4) = pkt.get_mut(h.header_len()..h.total_len()) else {
+        return;
+    };
+    let Ok(mut t) = netveil_wire::tcp::Packet::new_checked(l4) else {
         return;
     };
     if !t.syn() {
@@ -102,14 +122,11 @@ pub(super) fn clamp_mss(pkt: &mut [u8], by: u16) {
 /// Puts `n` bytes of NOP options back where the opened packet's option 130 was (after its header's other options):
 /// the kernel parsed the protected packet's header length before the input hook and keeps its transport offset,
 /// so a packet given back with a shorter header would be read from the wrong place (its transport checksum then
-/// fails). The header keeps its length; its options say nothing. False if the buffer has no room (it always has:
-/// the option was there).
-pub(super) fn nop_in_place_of_option(b: &mut PacketBuf, n: usize) -> bool {
-    let Ok(p) = netveil_wire::ipv4::Packet::new_checked(b.data()) else {
-        return false;
-    };
-    let h = p.header_len();
-    if h + n > 60 || b.push_front(n).is_none() {
+/// fails). The header keeps its length; its options say nothing. `h`: the opened packet's header length (the
+/// fixed header's: a protected packet carries option 130 and nothing else). False if the buffer has no room (it
+/// always has: the option was there).
+pub(super) fn nop_in_place_of_option(b: &mut PacketBuf, h: usize, n: usize) -> bool {
+    if h > b.len() || h + n > 60 || b.push_front(n).is_none() {
         return false;
     }
     let d = b.data_mut();
@@ -335,8 +352,13 @@ impl Worker {
     pub(super) fn outbound(&mut self, b: &mut PacketBuf) -> Verdict {
         // Not IPv4 we can read: the queue holds only IPv4, so a packet we cannot parse goes nowhere. An ICMP
         // error is judged by the flow it quotes: the kernel's "port unreachable" for a datagram we opened quotes
-        // its plaintext, and is sealed under that datagram's rule.
-        let d = match decide(&mut self.db, Direction::Out, b.data()) {
+        // its plaintext, and is sealed under that datagram's rule. The headers are parsed once, here: the rules,
+        // the MSS clamp and the sealer read them (the clamp changes only the TCP header).
+        let hdrs = match Headers::parse(b.data()) {
+            Ok(h) => h,
+            Err(_) => return self.stats.dropped(Reason::Malformed),
+        };
+        let d = match decide_parsed(&mut self.db, Direction::Out, b.data(), &hdrs) {
             Ok((d, _)) => d,
             Err(r) => return self.stats.dropped(r),
         };
@@ -349,9 +371,12 @@ impl Worker {
                 return Verdict::Accept;
             }
         };
-        clamp_mss(b.data_mut(), self.mode.option_len() as u16);
+        clamp_mss_parsed(b.data_mut(), &hdrs, self.mode.option_len() as u16);
         let (start, len) = (b.headroom(), b.len());
-        match self.table.keys[k].sealer.seal(b.storage_mut(), start, len) {
+        match self.table.keys[k]
+            .sealer
+            .seal_parsed(b.storage_mut(), start, len, &hdrs)
+        {
             Ok((s, l)) => {
                 b.reset(s);
                 b.set_len(l);
@@ -386,10 +411,8 @@ impl Worker {
                 }
             };
         };
-        let src = match netveil_wire::ipv4::Packet::new_checked(b.data()) {
-            Ok(p) => p.src_addr(),
-            Err(_) => return self.stats.dropped(Reason::Malformed),
-        };
+        // The marking is of this very header, checked: its source and the fields the opener reads come with it.
+        let src = m.src();
         let Some(k) = self.table.key_for(m.key_id, src) else {
             return self.stats.dropped(Reason::UnknownKey);
         };
@@ -400,12 +423,13 @@ impl Worker {
         };
         match self.table.keys[k]
             .opener
-            .open_with(b.storage_mut(), start, len, &mut floors)
+            .open_marked(b.storage_mut(), start, len, &m, &mut floors)
         {
             Ok((s, l)) => {
                 b.reset(s);
                 b.set_len(l);
-                if !nop_in_place_of_option(b, self.mode.option_len()) {
+                let opened_header = netveil_wire::ipv4::MIN_HEADER_LEN;
+                if !nop_in_place_of_option(b, opened_header, self.mode.option_len()) {
                     return self.stats.dropped(Reason::Malformed);
                 }
             }
